@@ -1,0 +1,16 @@
+"""gbflow: gradient-boosted decision trees for Dask/cuDF pipelines (this version: the CPU engine)."""
+from .booster import Booster, load_model
+from .params import Params
+from .training import train
+
+__version__ = "0.1.0"
+__all__ = ["Booster", "GBFlowClassifier", "GBFlowRegressor", "Params", "load_model", "train",
+           "__version__"]
+
+
+def __getattr__(name):
+    # scikit-learn is a test/optional dependency: import the estimators only when asked for.
+    if name in ("GBFlowRegressor", "GBFlowClassifier"):
+        from . import sklearn
+        return getattr(sklearn, name)
+    raise AttributeError(f"module 'gbflow' has no attribute {name!r}")

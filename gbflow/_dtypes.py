@@ -1,0 +1,43 @@
+"""Every dtype and sentinel gbflow uses, each with the reason it was chosen."""
+from __future__ import annotations
+
+import numpy as np
+
+# Features are compared as float32 everywhere (XGBoost's convention): binning during training and
+# the threshold test during prediction then see the same value bit for bit, on every device, and
+# the raw matrix takes half the memory of float64.
+FEATURE = np.float32
+# Cut points are float32 values taken from the data, so `x < cut` in float32 is exact.
+CUT = np.float32
+# Objectives hand out float32 gradients and hessians (the design's choice; enough precision for
+# the fixed-point step that follows).
+GRADIENT = np.float32
+# Fixed-point gradients and every histogram: integer sums do not depend on the order in which
+# rows, threads, shards or workers are added up, which makes training bit-for-bit reproducible.
+FIXED = np.int64
+# Largest total a fixed-point sum may reach: 2**62 leaves a factor-of-two headroom below int64's
+# limit for the parent-minus-child subtraction and the cumulative sums of split finding.
+FIXED_SUM_LIMIT = 2.0**62
+# Sketch weights are summed with float64 bincounts (the same call on NumPy and CuPy); integer
+# totals below 2**53 are exact in float64, so the sketch stays order independent.
+SKETCH_SUM_LIMIT = 2.0**52
+# Margins and leaf values are float64: training adds leaf values to margins in the same order as
+# prediction does, so the two agree exactly, and float64 keeps 1000s of rounds from drifting.
+MARGIN = np.float64
+# Row positions inside one shard; a shard holds fewer than 2**31 rows (checked when it is built).
+ROW_INDEX = np.int32
+# Node ids inside one tree, and feature ids.
+NODE = np.int32
+# Missing values (NaN, null) of every feature fall into bin 0; value bins are 1..n_value_bins.
+MISSING_BIN = 0
+# A node with no split: its feature id in the flat tree arrays.
+LEAF = -1
+# XGBoost's kRtEps: a split must improve the loss by more than this to be taken.
+MIN_SPLIT_IMPROVEMENT = 1e-6
+# Smallest hessian the objectives hand out, so a leaf never divides by (nearly) zero.
+MIN_HESSIAN = 1e-16
+
+
+def bin_dtype(max_bin: int) -> np.dtype:
+    """Storage dtype of the binned matrix: uint8 while every bin id (missing bin included) fits."""
+    return np.dtype(np.uint8) if max_bin <= 256 else np.dtype(np.uint16)

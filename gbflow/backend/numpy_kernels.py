@@ -1,0 +1,164 @@
+"""Plain NumPy reference twins of every kernel: the definition the fast kernels are tested against.
+
+Each function here has a twin of the same name and signature in ``cpu_kernels`` (numba) and, later,
+``cuda_kernels``. These are written for clarity, not speed; the tests compare the fast versions with
+them exactly (integers bit for bit, floats by identical IEEE operations in the same order).
+
+Shared conventions (see ``gbflow._dtypes``):
+
+- ``bins``: (n_rows, n_features) uint8/uint16, bin 0 = missing, value bins 1..n_value_bins.
+- ``gh``: (n_rows, 2) int64 fixed-point gradient (column 0) and hessian (column 1).
+- ``row_index``: (n_rows,) int32 row positions, grouped so that each tree node owns one contiguous
+  segment ``row_index[seg_start[k] : seg_start[k] + seg_count[k]]``.
+- ``hist``: (n_nodes, n_features, n_bins, 2) int64 sums of ``gh`` per node, feature and bin.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _dtypes
+
+
+def bin_features(X, cut_values, cut_offsets, out):
+    """Map raw feature values to bin ids, in place.
+
+    X: (n_rows, n_features) float32, NaN = missing. cut_values: float32 cut points of all features,
+    feature f's ascending cuts at ``cut_values[cut_offsets[f]:cut_offsets[f + 1]]``.
+    out: (n_rows, n_features) uint8/uint16, written: 0 for NaN, else 1 + (number of cuts <= x).
+    Returns ``out``.
+    """
+    for f in range(X.shape[1]):
+        cuts = cut_values[cut_offsets[f] : cut_offsets[f + 1]]
+        column = X[:, f]
+        ids = 1 + np.searchsorted(cuts, column, side="right")
+        ids[np.isnan(column)] = _dtypes.MISSING_BIN
+        out[:, f] = ids
+    return out
+
+
+def build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins):
+    """Histogram of the fixed-point gradients of each listed node.
+
+    seg_start, seg_count: (n_nodes,) int64 segments of ``row_index`` (one per node; may be empty).
+    Returns (n_nodes, n_features, n_bins, 2) int64, newly allocated.
+    """
+    n_features = bins.shape[1]
+    hist = np.zeros((len(seg_start), n_features, n_bins, 2), dtype=_dtypes.FIXED)
+    feature_ids = np.arange(n_features)
+    for k in range(len(seg_start)):
+        rows = row_index[seg_start[k] : seg_start[k] + seg_count[k]]
+        node_bins = bins[rows].astype(np.int64)
+        for c in range(2):
+            np.add.at(hist[k, :, :, c], (feature_ids[None, :], node_bins), gh[rows, c][:, None])
+    return hist
+
+
+def _l1_threshold(G, alpha):
+    return np.where(G > alpha, G - alpha, np.where(G < -alpha, G + alpha, 0.0))
+
+
+def _score(G, H, reg_lambda, reg_alpha):
+    t = _l1_threshold(G, reg_alpha)
+    return t * t / (H + reg_lambda)
+
+
+def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_h, reg_lambda,
+                    reg_alpha, min_child_weight):
+    """Best split of every node of a level, all nodes at once.
+
+    hist: (n_nodes, n_features, n_bins, 2) int64. n_value_bins: (n_features,) int32, a feature's
+    thresholds are t = 1..n_value_bins-1 (bins 1..t go left). feature_allowed: (n_features,) bool.
+    inv_scale_g/h: fixed point -> float factors. A candidate is valid when both children have
+    hessian >= min_child_weight. Candidates are ordered (feature, t, missing-left then
+    missing-right); the first of equal gains wins.
+
+    Returns gain (n_nodes,) float64 (-inf where no valid split), feature (n_nodes,) int32 (-1 where
+    none), bin_threshold (n_nodes,) int32, default_left (n_nodes,) bool, left_sum (n_nodes, 2) int64.
+    """
+    n_nodes, n_features, n_bins, _ = hist.shape
+    total = hist[:, 0, :, :].sum(axis=1)  # every row sits in exactly one bin of feature 0
+    missing = hist[:, :, 0, :]
+    cum = np.cumsum(hist[:, :, 1:, :], axis=2)  # cum[:, :, t-1] = bins 1..t
+    left = np.stack([cum + missing[:, :, None, :], cum], axis=3)  # (N, F, B-1, dir, 2)
+    right = total[:, None, None, None, :] - left
+    GL = left[..., 0].astype(np.float64) * inv_scale_g
+    HL = left[..., 1].astype(np.float64) * inv_scale_h
+    GR = right[..., 0].astype(np.float64) * inv_scale_g
+    HR = right[..., 1].astype(np.float64) * inv_scale_h
+    GP = total[:, 0].astype(np.float64) * inv_scale_g
+    HP = total[:, 1].astype(np.float64) * inv_scale_h
+    thresholds = np.arange(1, n_bins)
+    valid = (thresholds[None, :] < n_value_bins[:, None]) & feature_allowed[:, None]
+    valid = valid[None, :, :, None] & (HL >= min_child_weight) & (HR >= min_child_weight)
+    valid &= (HL + reg_lambda > 0) & (HR + reg_lambda > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        parent = _score(GP, HP, reg_lambda, reg_alpha)
+        gain = (_score(GL, HL, reg_lambda, reg_alpha) + _score(GR, HR, reg_lambda, reg_alpha)) \
+            - parent[:, None, None, None]
+    gain = np.where(valid, gain, -np.inf).reshape(n_nodes, -1)
+    best = np.argmax(gain, axis=1) if gain.shape[1] else np.zeros(n_nodes, dtype=np.int64)
+    best_gain = gain[np.arange(n_nodes), best] if gain.shape[1] else np.full(n_nodes, -np.inf)
+    f, t, d = np.unravel_index(best, (n_features, n_bins - 1, 2)) if gain.shape[1] else (best,) * 3
+    found = best_gain > -np.inf
+    left_sum = left.reshape(n_nodes, -1, 2)[np.arange(n_nodes), best] if gain.shape[1] \
+        else np.zeros((n_nodes, 2), dtype=_dtypes.FIXED)
+    return (
+        best_gain.astype(np.float64),
+        np.where(found, f, -1).astype(_dtypes.NODE),
+        np.where(found, t + 1, 0).astype(np.int32),
+        np.where(found, d == 0, False),
+        np.where(found[:, None], left_sum, 0).astype(_dtypes.FIXED),
+    )
+
+
+def partition_rows(bins, row_index, seg_start, seg_count, feature, bin_threshold, default_left):
+    """Stable in-place partition of each listed node's segment into (left rows, right rows).
+
+    A row goes left when its bin of ``feature[k]`` is in 1..bin_threshold[k], or is the missing bin
+    and ``default_left[k]``. row_index is modified in place. Returns left_count (n_nodes,) int64.
+    """
+    left_count = np.zeros(len(seg_start), dtype=np.int64)
+    for k in range(len(seg_start)):
+        lo, hi = seg_start[k], seg_start[k] + seg_count[k]
+        rows = row_index[lo:hi].copy()
+        b = bins[rows, feature[k]]
+        go_left = np.where(b == _dtypes.MISSING_BIN, bool(default_left[k]), b <= bin_threshold[k])
+        row_index[lo:hi] = np.concatenate([rows[go_left], rows[~go_left]])
+        left_count[k] = int(go_left.sum())
+    return left_count
+
+
+def add_leaf_values(margin, row_index, seg_start, seg_count, values):
+    """margin[row] += values[k] for every row of leaf k's segment, in place.
+
+    margin: (n_rows,) float64 (may be a strided column view). values: (n_leaves,) float64.
+    """
+    for k in range(len(seg_start)):
+        rows = row_index[seg_start[k] : seg_start[k] + seg_count[k]]
+        margin[rows] += values[k]
+
+
+def predict_margins(X, feature, threshold, default_left, left, right, value, tree_root, tree_group,
+                    out):
+    """Add every tree's leaf value to ``out``, walking the trees on raw values, in tree order.
+
+    X: (n_rows, n_features) float32. Flat node arrays of all trees: feature int32 (-1 = leaf),
+    threshold float32 (go left when x < threshold), default_left bool (where x is NaN), left/right
+    int32 absolute node ids, value float64. tree_root int64 (n_trees,), tree_group int32 (n_trees,)
+    the output column of each tree. out: (n_rows, n_groups) float64, holding the base margin;
+    updated in place and returned.
+    """
+    rows = np.arange(X.shape[0])
+    for t in range(len(tree_root)):
+        node = np.full(X.shape[0], tree_root[t], dtype=np.int64)
+        while True:
+            f = feature[node]
+            inner = f >= 0
+            if not inner.any():
+                break
+            x = X[rows[inner], f[inner]]
+            n = node[inner]
+            go_left = np.where(np.isnan(x), default_left[n], x < threshold[n])
+            node[inner] = np.where(go_left, left[n], right[n])
+        out[:, tree_group[t]] += value[node]
+    return out

@@ -1,0 +1,72 @@
+"""Prediction on raw feature values: trees flattened into one set of node arrays, walked per row."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from . import _dtypes
+from .tree import Tree
+
+
+@dataclasses.dataclass
+class FlatForest:
+    """All trees' nodes in one set of host arrays (node ids made absolute), in training order.
+
+    feature int32, threshold float32, default_left bool, left/right int32, value float64: (n_nodes,).
+    tree_root int64 (n_trees,), tree_group int32 (n_trees,).
+    """
+
+    feature: np.ndarray
+    threshold: np.ndarray
+    default_left: np.ndarray
+    left: np.ndarray
+    right: np.ndarray
+    value: np.ndarray
+    tree_root: np.ndarray
+    tree_group: np.ndarray
+
+    @classmethod
+    def from_trees(cls, trees: list[Tree]) -> "FlatForest":
+        sizes = np.array([t.n_nodes for t in trees], dtype=np.int64)
+        roots = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(trees) \
+            else np.empty(0, dtype=np.int64)
+
+        def joined(name, dtype):
+            if not trees:
+                return np.empty(0, dtype=dtype)
+            return np.concatenate([getattr(t, name) for t in trees]).astype(dtype)
+
+        def children(name):
+            if not trees:
+                return np.empty(0, dtype=_dtypes.NODE)
+            parts = [np.where(getattr(t, name) >= 0, getattr(t, name) + r, -1)
+                     for t, r in zip(trees, roots)]
+            return np.concatenate(parts).astype(_dtypes.NODE)
+
+        return cls(feature=joined("feature", _dtypes.NODE), threshold=joined("threshold", _dtypes.CUT),
+                   default_left=joined("default_left", np.bool_), left=children("left"),
+                   right=children("right"), value=joined("value", _dtypes.MARGIN), tree_root=roots,
+                   tree_group=np.array([t.group for t in trees], dtype=np.int32))
+
+
+def add_trees(backend, X, forest: FlatForest, margin):
+    """margin += every tree of ``forest`` on X, in tree order (in place; returns margin).
+
+    X: (n_rows, F) float32 on the device; margin: (n_rows, n_groups) float64 on the device.
+    """
+    if len(forest.tree_root) == 0 or X.shape[0] == 0:
+        return margin
+    xp = backend.xp
+    arrays = [xp.asarray(a) for a in (forest.feature, forest.threshold, forest.default_left,
+                                      forest.left, forest.right, forest.value, forest.tree_root,
+                                      forest.tree_group)]
+    return backend.kernels.predict_margins(X, *arrays, margin)
+
+
+def predict_margin(backend, X, forest: FlatForest, base_margin: np.ndarray):
+    """(n_rows, n_groups) float64 margins: base margin plus every tree, on X's device."""
+    xp = backend.xp
+    margin = xp.empty((X.shape[0], len(base_margin)), dtype=_dtypes.MARGIN)
+    margin[:] = xp.asarray(base_margin)[None, :]
+    return add_trees(backend, X, forest, margin)

@@ -1,0 +1,87 @@
+"""Cut points (from the sketch) and raw float32 columns -> the binned matrix the trees are grown on."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from . import _dtypes, sketch
+
+
+@dataclasses.dataclass
+class Cuts:
+    """Per-feature cut points.
+
+    values: float32, all features' ascending cuts concatenated; feature f's are
+    ``values[offsets[f]:offsets[f + 1]]``. offsets: (n_features + 1,) int64. A value x of feature f
+    falls in bin 1 + (number of cuts <= x); NaN falls in bin 0. max_bin: the user's limit
+    (bins per feature, missing bin included). Host arrays.
+    """
+
+    values: np.ndarray
+    offsets: np.ndarray
+    max_bin: int
+
+    @property
+    def n_features(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def n_value_bins(self) -> np.ndarray:
+        """(n_features,) int32: value bins of each feature (cuts + 1)."""
+        return (np.diff(self.offsets) + 1).astype(np.int32)
+
+    @property
+    def n_bins(self) -> int:
+        """Histogram width: the largest bin id + 1 over all features."""
+        return int(self.n_value_bins.max()) + 1 if self.n_features else 1
+
+    @property
+    def bin_dtype(self) -> np.dtype:
+        return _dtypes.bin_dtype(self.max_bin)
+
+    def feature_cuts(self, f: int) -> np.ndarray:
+        return self.values[self.offsets[f] : self.offsets[f + 1]]
+
+    def to_dict(self) -> dict:
+        return {"max_bin": int(self.max_bin), "offsets": [int(o) for o in self.offsets],
+                "values": [float(v) for v in self.values]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Cuts":
+        return cls(values=np.asarray(d["values"], dtype=_dtypes.CUT),
+                   offsets=np.asarray(d["offsets"], dtype=np.int64), max_bin=int(d["max_bin"]))
+
+
+def compute_cuts(xp, parts: list, weights: list | None, max_bin: int) -> Cuts:
+    """Exact weighted quantile cuts over all ``parts`` (in-process; Dask runs the same passes).
+
+    parts: list of (n_i, n_features) float32 arrays in the ``xp`` namespace. weights: matching list
+    of (n_i,) float arrays, or None for unit weights. The result does not depend on how rows are
+    split into parts or ordered within them.
+    """
+    if max_bin < 2:
+        raise ValueError(f"max_bin must be at least 2, got {max_bin}")
+    n_value_bins = max_bin - 1  # bin 0 is reserved for missing values
+    n_rows = sum(int(p.shape[0]) for p in parts)
+    scale = 1.0
+    if weights is not None:
+        scale = sketch.weight_scale(max(float(w.max()) if len(w) else 0.0 for w in weights), n_rows)
+    fixed = [None] * len(parts) if weights is None else \
+        [sketch.fixed_weights(xp, w, scale) for w in weights]
+    coarse = sum(np.asarray(sketch.coarse_summary(xp, p, w)) for p, w in zip(parts, fixed))
+    candidates = sketch.candidate_buckets(coarse, n_value_bins)
+    fine = sketch.merge_fine([sketch.fine_summary(xp, p, w, candidates)
+                              for p, w in zip(parts, fixed)])
+    values, offsets = sketch.choose_cuts(coarse, candidates, fine, n_value_bins)
+    return Cuts(values=values, offsets=offsets, max_bin=max_bin)
+
+
+def quantize(backend, X, cuts: Cuts):
+    """Bin ids of X: (n_rows, n_features) uint8/uint16 in X's namespace, a new array.
+
+    X: (n_rows, n_features) float32 on the backend's device.
+    """
+    xp = backend.xp
+    out = xp.empty(X.shape, dtype=cuts.bin_dtype)
+    return backend.kernels.bin_features(X, xp.asarray(cuts.values), xp.asarray(cuts.offsets), out)

@@ -1,0 +1,186 @@
+"""Mergeable, exact weighted quantile summaries of every feature, and the cut points chosen from them.
+
+Why exact and not a lossy sketch: gbflow's promise is the same model from the same data however it
+is split into partitions or workers, and a lossy summary depends on the merge order. Here every
+summary is an integer table that merges by addition, so the cuts are the exact weighted quantiles
+of the float32 data, independent of row order and partitioning.
+
+How, in two passes over the data (a radix select on the float32 bit patterns):
+
+1. ``coarse_summary``: per feature, the total weight in each of 65,536 buckets given by the top 16
+   bits of the order-preserving uint32 key of each value.
+2. ``candidate_buckets``: the buckets that hold a target quantile rank (or, for a feature with few
+   occupied buckets, all of them, so low-cardinality features get one bin per distinct value).
+3. ``fine_summary``: the exact distinct values, with their weights, inside the candidate buckets.
+4. ``choose_cuts``: the exact value at each target rank becomes a cut.
+
+Weights are fixed-point integers (``weight_scale``) whose totals stay below 2**53, so float64
+bincounts (on NumPy and CuPy alike) add them exactly. Missing values (NaN) are not part of any
+summary; they get their own bin.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from . import _dtypes
+
+RADIX_BITS = 16
+N_BUCKETS = 1 << RADIX_BITS
+
+
+def ordered_keys(xp, X):
+    """uint32 keys whose unsigned order is the float order of X (float32; -0.0 taken as +0.0).
+
+    X: (n_rows, n_features) float32. NaN entries get meaningless keys; callers mask them out.
+    """
+    bits = (X + _dtypes.FEATURE(0.0)).view(xp.uint32)  # -0.0 + 0.0 == +0.0
+    negative = (bits >> 31).astype(bool)
+    return xp.where(negative, ~bits, bits | xp.uint32(0x80000000))
+
+
+def keys_to_values(keys: np.ndarray) -> np.ndarray:
+    """Inverse of ``ordered_keys``: uint32 keys -> float32 values."""
+    keys = np.asarray(keys, dtype=np.uint32)
+    positive = (keys >> 31).astype(bool)
+    bits = np.where(positive, keys & np.uint32(0x7FFFFFFF), ~keys)
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def weight_scale(max_weight: float, n_rows: int) -> float:
+    """Power-of-two factor turning weights into integers whose total stays below 2**52."""
+    if max_weight <= 0 or n_rows == 0:
+        return 1.0
+    return 2.0 ** math.floor(math.log2(_dtypes.SKETCH_SUM_LIMIT / (n_rows * max_weight)))
+
+
+def fixed_weights(xp, weight, scale: float):
+    """Integer-valued float64 sketch weights (n_rows,), or None for unit weights."""
+    if weight is None:
+        return None
+    return xp.rint(weight.astype(xp.float64) * scale)
+
+
+def _flat_bucket_ids(xp, X):
+    keys = ordered_keys(xp, X)
+    offsets = xp.arange(X.shape[1], dtype=xp.int64) * N_BUCKETS
+    return keys, (keys >> RADIX_BITS).astype(xp.int64) + offsets[None, :]
+
+
+def coarse_summary(xp, X, w_fixed):
+    """Pass 1: (n_features, 65536) int64 total weight per feature and key bucket.
+
+    X: (n_rows, n_features) float32. w_fixed: (n_rows,) integer-valued float64 or None.
+    """
+    _, flat = _flat_bucket_ids(xp, X)
+    present = ~xp.isnan(X)
+    n_features = X.shape[1]
+    if w_fixed is None:
+        counts = xp.bincount(flat[present], minlength=n_features * N_BUCKETS)
+    else:
+        weights = xp.broadcast_to(w_fixed[:, None], X.shape)[present]
+        counts = xp.rint(xp.bincount(flat[present], weights=weights,
+                                     minlength=n_features * N_BUCKETS))
+    return counts.astype(np.int64).reshape(n_features, N_BUCKETS)
+
+
+def _target_ranks(total: int, n_value_bins: int) -> np.ndarray:
+    # Python integers: total * i may exceed int64 for large fixed-point totals.
+    return np.array([total * i // n_value_bins + 1 for i in range(1, n_value_bins)], dtype=np.int64)
+
+
+def candidate_buckets(coarse: np.ndarray, n_value_bins: int) -> np.ndarray:
+    """Pass 2 selection: (n_features, 65536) bool, the buckets whose exact values are needed.
+
+    coarse: merged pass-1 summary (host array). n_value_bins: most value bins a feature may get.
+    """
+    candidates = np.zeros(coarse.shape, dtype=bool)
+    for f in range(coarse.shape[0]):
+        occupied = coarse[f] > 0
+        if occupied.sum() <= n_value_bins:
+            candidates[f] = occupied  # maybe few distinct values: look at all of them
+        total = int(coarse[f].sum())
+        if total > 0 and n_value_bins > 1:
+            cumulative = np.cumsum(coarse[f])
+            candidates[f, np.searchsorted(cumulative, _target_ranks(total, n_value_bins))] = True
+    return candidates
+
+
+@dataclasses.dataclass
+class FineSummary:
+    """Exact distinct values inside candidate buckets: sorted by (feature, key), unique.
+
+    feature: (m,) int64, key: (m,) uint32 ordered keys, weight: (m,) int64. Host arrays.
+    """
+
+    feature: np.ndarray
+    key: np.ndarray
+    weight: np.ndarray
+
+
+def fine_summary(xp, X, w_fixed, candidates) -> FineSummary:
+    """Pass 2: the distinct values of X in candidate buckets with their total weights."""
+    keys, flat = _flat_bucket_ids(xp, X)
+    selected = ~xp.isnan(X) & xp.asarray(candidates).reshape(-1)[flat]
+    feature_ids = xp.broadcast_to(xp.arange(X.shape[1], dtype=xp.uint64)[None, :], X.shape)
+    combined = (feature_ids[selected] << xp.uint64(32)) | keys[selected].astype(xp.uint64)
+    weights = None if w_fixed is None else xp.broadcast_to(w_fixed[:, None], X.shape)[selected]
+    return _summarise(xp, combined, weights)
+
+
+def _summarise(xp, combined, weights) -> FineSummary:
+    unique, inverse = xp.unique(combined, return_inverse=True)
+    totals = xp.rint(xp.bincount(inverse.reshape(-1), weights=weights, minlength=len(unique)))
+    unique = np.asarray(unique if xp is np else unique.get())
+    totals = np.asarray(totals if xp is np else totals.get()).astype(np.int64)
+    return FineSummary(feature=(unique >> np.uint64(32)).astype(np.int64),
+                       key=(unique & np.uint64(0xFFFFFFFF)).astype(np.uint32), weight=totals)
+
+
+def merge_fine(parts: list[FineSummary]) -> FineSummary:
+    """Merge fine summaries of several partitions (exact; order of ``parts`` does not matter)."""
+    combined = np.concatenate([(p.feature.astype(np.uint64) << np.uint64(32))
+                               | p.key.astype(np.uint64) for p in parts])
+    weights = np.concatenate([p.weight for p in parts]).astype(np.float64)
+    return _summarise(np, combined, weights)
+
+
+def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, fine: FineSummary,
+                n_value_bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cut points per feature from the merged summaries.
+
+    A feature whose distinct values number at most ``n_value_bins`` gets one bin per value;
+    otherwise the exact value at each target rank W*i/n_value_bins starts a new bin. Returns
+    cut_values (float32, all features concatenated, each ascending and unique) and
+    cut_offsets ((n_features + 1,) int64).
+    """
+    n_features = coarse.shape[0]
+    starts = np.searchsorted(fine.feature, np.arange(n_features + 1))
+    per_feature = []
+    for f in range(n_features):
+        keys = fine.key[starts[f] : starts[f + 1]]
+        weights = fine.weight[starts[f] : starts[f + 1]]
+        total = int(coarse[f].sum())
+        if total == 0:
+            per_feature.append(np.empty(0, dtype=_dtypes.CUT))
+            continue
+        occupied = coarse[f] > 0
+        if not (occupied & ~candidates[f]).any() and len(keys) <= n_value_bins:
+            per_feature.append(keys_to_values(keys[1:]))  # every distinct value, minus the lowest
+            continue
+        bucket = (keys >> np.uint32(RADIX_BITS)).astype(np.int64)
+        before_bucket = np.cumsum(coarse[f]) - coarse[f]
+        within = np.cumsum(weights)
+        first_in_bucket = np.searchsorted(bucket, bucket)  # index of each entry's bucket start
+        within_bucket = within - (within[first_in_bucket] - weights[first_in_bucket])
+        cumulative = before_bucket[bucket] + within_bucket  # exact global rank at each entry
+        entry = np.searchsorted(cumulative, _target_ranks(total, n_value_bins))
+        entry = np.unique(entry)
+        entry = entry[cumulative[entry] - weights[entry] > 0]  # a cut at the minimum is no cut
+        per_feature.append(keys_to_values(keys[entry]))
+    offsets = np.zeros(n_features + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(c) for c in per_feature])
+    values = np.concatenate(per_feature) if per_feature else np.empty(0, dtype=_dtypes.CUT)
+    return values.astype(_dtypes.CUT), offsets

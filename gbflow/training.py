@@ -1,0 +1,245 @@
+"""gbflow.train: validate inputs, quantize, run the boosting loop over shards, evaluate, stop early."""
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+from . import data as data_mod
+from . import gradients, metrics, objectives, predictor, quantize
+from .backend import get_backend
+from .booster import Booster
+from .grower import Shard, ShardSet, grow_tree
+from .params import Params, make_params
+
+
+def _mix64(x):
+    # splitmix64 finaliser on uint64 arrays (wrapping arithmetic): a counter-based random stream.
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def row_sample_mask(xp, n_rows: int, row_offset: int, seed: int, round_index: int, rate: float):
+    """(n_rows,) bool: rows kept by ``subsample`` in this round.
+
+    Each row's draw depends only on (seed, round, global row number), never on how rows are split
+    into shards, so sharded and unsharded training sample the same rows.
+    """
+    key = _mix64(xp.asarray([seed % 2**64], dtype=xp.uint64)
+                 ^ _mix64(xp.asarray([round_index + 1], dtype=xp.uint64)))
+    rows = xp.arange(row_offset, row_offset + n_rows, dtype=xp.uint64)
+    u = (_mix64(rows ^ key) >> xp.uint64(11)).astype(xp.float64) * (1.0 / 2**53)
+    return u < rate
+
+
+def feature_sample(n_features: int, seed: int, round_index: int, group: int, rate: float):
+    """(n_features,) bool: features a tree may split on (``colsample_bytree``), the same everywhere."""
+    allowed = np.ones(n_features, dtype=bool)
+    if rate >= 1.0:
+        return allowed
+    k = max(1, int(np.floor(rate * n_features + 1e-9)))
+    rng = np.random.default_rng([seed % 2**63, round_index, group])
+    allowed[:] = False
+    allowed[rng.choice(n_features, size=k, replace=False)] = True
+    return allowed
+
+
+class _Progress:
+    """Per-round log lines on stderr: every ``period`` rounds, the first and the last."""
+
+    def __init__(self, verbose, n_rounds: int):
+        if verbose is True:
+            period = max(1, n_rounds // 20)
+        else:
+            period = int(verbose) if verbose else 0
+        self.period, self.n_rounds, self.start = period, n_rounds, time.perf_counter()
+
+    def round(self, i: int, scores: list[tuple[str, str, float]]) -> None:
+        if not self.period or not (i == 0 or (i + 1) % self.period == 0 or i + 1 == self.n_rounds):
+            return
+        text = "  ".join(f"{name}-{metric}:{value:.6f}" for name, metric, value in scores)
+        elapsed = time.perf_counter() - self.start
+        width = len(str(self.n_rounds))
+        print(f"[{i + 1:>{width}}/{self.n_rounds}] {text}  ({elapsed:.1f}s)".replace("  (", " ("),
+              file=sys.stderr, flush=True)
+
+    def say(self, text: str) -> None:
+        if self.period:
+            print(text, file=sys.stderr, flush=True)
+
+
+class _EvalSet:
+    """A held-out table whose margins are kept up to date tree by tree."""
+
+    def __init__(self, backend, dataset: data_mod.DataSet, name: str, base_margin):
+        self.name, self.dataset, self.backend = name, dataset, backend
+        self.X = backend.xp.asarray(dataset.X)
+        self.margin = predictor.predict_margin(backend, self.X, predictor.FlatForest.from_trees([]),
+                                               base_margin)
+
+    def add(self, trees) -> None:
+        predictor.add_trees(self.backend, self.X, predictor.FlatForest.from_trees(trees),
+                            self.margin)
+
+    def scores(self, objective, metric_names) -> list[tuple[str, str, float]]:
+        prediction = self.backend.to_host(objective.transform(self.backend.xp, self.margin))
+        d = self.dataset
+        return [(self.name, m, metrics.evaluate(m, d.label, prediction, d.weight))
+                for m in metric_names]
+
+
+def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round: int,
+        evals: list[tuple[data_mod.DataSet, str]] = (), early_stopping_rounds: int | None = None,
+        verbose=True) -> Booster:
+    """The boosting loop over in-process shards (one per part). Inputs are already validated.
+
+    The model depends only on the rows (in order) of the concatenated parts, not on how they are
+    split into parts. Side effect: progress lines on stderr unless ``verbose`` is False.
+    """
+    xp = backend.xp
+    start = time.perf_counter()
+    objective = objectives.get_objective(params.objective, params.num_class)
+    n_groups = params.n_groups
+    feature_names = parts[0].feature_names
+    shardset = ShardSet(backend, [])
+    timers = shardset.timers
+    with timers("quantize"):
+        device_X = [xp.asarray(p.X) for p in parts]
+        weights = None if parts[0].weight is None else [xp.asarray(p.weight) for p in parts]
+        cuts = quantize.compute_cuts(xp, device_X, weights, params.max_bin)
+        offset = 0
+        for p, X in zip(parts, device_X):
+            label = xp.asarray(p.label)
+            weight = None if p.weight is None else xp.asarray(p.weight)
+            shardset.shards.append(Shard(bins=quantize.quantize(backend, X, cuts), label=label,
+                                         weight=weight, margin=None, row_offset=offset))
+            offset += p.n_rows
+        del device_X  # only the binned shards stay
+    base_margin = objective.base_margin(xp, [s.label for s in shardset.shards],
+                                        None if weights is None else
+                                        [s.weight for s in shardset.shards], params.base_score)
+    for shard in shardset.shards:
+        shard.margin = xp.empty((shard.n_rows, n_groups), dtype=np.float64)
+        shard.margin[:] = xp.asarray(base_margin)[None, :]
+    n_total = shardset.n_rows_total
+    eval_sets = [_EvalSet(backend, d, name, base_margin) for d, name in evals]
+    metric_names = params.metrics
+    progress = _Progress(verbose, num_boost_round)
+    trees, evals_result = [], {name: {m: [] for m in metric_names} for _, name in evals}
+    best_score, best_iteration = None, None
+    maximize = metric_names[-1] in metrics.MAXIMIZE
+    for round_index in range(num_boost_round):
+        with timers("gradients"):
+            grad_hess = []
+            for shard in shardset.shards:
+                g, h = objective.gradients(xp, shard.margin, shard.label, shard.weight)
+                if params.subsample < 1.0:
+                    keep = row_sample_mask(xp, shard.n_rows, shard.row_offset, params.seed,
+                                           round_index, params.subsample)
+                    g, h = g * keep[:, None], h * keep[:, None]
+                grad_hess.append((g, h))
+        round_trees = []
+        for k in range(n_groups):
+            with timers("gradients"):
+                max_g = shardset.allreduce_max(max(float(xp.abs(g[:, k]).max()) for g, _ in grad_hess))
+                max_h = shardset.allreduce_max(max(float(xp.abs(h[:, k]).max()) for _, h in grad_hess))
+                scale_g = gradients.fixed_point_scale(max_g, n_total)
+                scale_h = gradients.fixed_point_scale(max_h, n_total)
+                gh = [gradients.quantise_gradients(xp, g[:, k], h[:, k], scale_g, scale_h)
+                      for g, h in grad_hess]
+            allowed = feature_sample(len(feature_names), params.seed, round_index, k,
+                                     params.colsample_bytree)
+            tree, segments = grow_tree(shardset, gh, scale_g, scale_h, cuts, params, allowed, k)
+            with timers("margins"):
+                for shard, (row_index, seg_start, seg_count, values) in zip(shardset.shards,
+                                                                            segments):
+                    backend.kernels.add_leaf_values(shard.margin[:, k], row_index, seg_start,
+                                                    seg_count, values)
+            round_trees.append(tree)
+        trees.extend(round_trees)
+        if not eval_sets:
+            progress.round(round_index, [])
+            continue
+        with timers("evaluation"):
+            scores = []
+            for e in eval_sets:
+                e.add(round_trees)
+                scores.extend(e.scores(objective, metric_names))
+        for name, m, value in scores:
+            evals_result[name][m].append(value)
+        progress.round(round_index, scores)
+        watched = scores[-1][2]
+        if best_score is None or (watched > best_score if maximize else watched < best_score):
+            best_score, best_iteration = watched, round_index
+        if early_stopping_rounds and round_index - best_iteration >= early_stopping_rounds:
+            progress.say(f"early stopping at round {round_index + 1}: best round "
+                         f"{best_iteration + 1}, {scores[-1][0]}-{scores[-1][1]}={best_score:.6f}")
+            trees = trees[: (best_iteration + 1) * n_groups]
+            break
+    booster = Booster(trees, cuts, feature_names, params, base_margin,
+                      label_name=parts[0].label_name, weight_name=parts[0].weight_name,
+                      best_iteration=best_iteration if early_stopping_rounds else None,
+                      best_score=best_score if early_stopping_rounds else None)
+    booster.evals_result = evals_result
+    booster.timings = dict(timers.seconds, total=time.perf_counter() - start)
+    booster._training_margins = [backend.to_host(s.margin) for s in shardset.shards]
+    return booster
+
+
+def _eval_dataset(entry, label, weight, train: data_mod.DataSet, index: int):
+    if not (isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[1], str)):
+        raise TypeError(f"evals[{index}] must be a (data, name) pair, got {type(entry).__name__}")
+    data, name = entry
+    what = f"evals[{index}] ({name!r})"
+    if isinstance(data, tuple):
+        if len(data) not in (2, 3):
+            raise TypeError(f"{what}: give (X, y) or (X, y, weight) as data")
+        X, y, w = data if len(data) == 3 else (*data, None)
+        return data_mod.load(X, y, w, what, feature_names=train.feature_names), name
+    if not isinstance(label, str):
+        raise TypeError(f"{what}: the training label was an array, so give this evaluation set "
+                        f"as ((X, y), {name!r}) or ((X, y, weight), {name!r})")
+    return data_mod.load(data, label, weight if isinstance(weight, str) else None, what,
+                         feature_names=train.feature_names), name
+
+
+def train(data, label=None, params: dict | None = None, num_boost_round: int = 100,
+          evals=None, early_stopping_rounds: int | None = None, weight=None,
+          verbose=True) -> Booster:
+    """Train a gradient-boosted tree model.
+
+    data: pandas DataFrame or 2-D NumPy array (features; float32 is used internally, NaN and
+    nulls are missing values). label: column name of ``data`` (then not a feature) or an array with
+    one value per row. weight: likewise, optional, non-negative. params: XGBoost-style parameters
+    (see ``gbflow.params.Params``); an unknown name is an error. evals: list of (data, name) pairs
+    evaluated after every round (frames holding the label column, or (X, y[, w]) tuples);
+    with early_stopping_rounds, training stops when the last metric of the last pair has not
+    improved for that many rounds and the model keeps the trees up to the best round.
+    verbose: True for about 20 progress lines on stderr, an int for a line every that many rounds,
+    False for none. Returns a ``Booster``; nothing is computed before every input has been checked.
+    """
+    params = make_params(params)
+    if isinstance(num_boost_round, bool) or not isinstance(num_boost_round, (int, np.integer)) \
+            or num_boost_round < 0:
+        raise ValueError(f"num_boost_round must be a non-negative integer, got {num_boost_round!r}")
+    if early_stopping_rounds is not None and (not isinstance(early_stopping_rounds, (int, np.integer))
+                                              or early_stopping_rounds < 1):
+        raise ValueError(f"early_stopping_rounds must be a positive integer, "
+                         f"got {early_stopping_rounds!r}")
+    if early_stopping_rounds and not evals:
+        raise ValueError("early_stopping_rounds needs at least one evaluation set in evals")
+    if label is None:
+        raise ValueError("train needs a label: a column name of data or an array")
+    dataset = data_mod.load(data, label, weight, "training data")
+    objective = objectives.get_objective(params.objective, params.num_class)
+    objective.check_label(dataset.label, "the training label")
+    if dataset.weight is not None and not dataset.weight.sum() > 0:
+        raise ValueError("weight: all training weights are zero")
+    eval_sets = [_eval_dataset(e, label, weight, dataset, i) for i, e in enumerate(evals or [])]
+    for d, name in eval_sets:
+        objective.check_label(d.label, f"evaluation set {name!r}")
+    backend = get_backend(params.device)
+    return fit(backend, [dataset], params, int(num_boost_round), eval_sets,
+               early_stopping_rounds, verbose)

@@ -1,0 +1,71 @@
+"""One regression tree as flat node arrays, and its JSON form."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from . import _dtypes
+
+_FIELDS = {  # name -> dtype of the flat node arrays, in model-file order
+    "feature": _dtypes.NODE, "bin_threshold": np.int32, "threshold": _dtypes.CUT,
+    "default_left": np.bool_, "left": _dtypes.NODE, "right": _dtypes.NODE,
+    "value": _dtypes.MARGIN, "gain": np.float64, "cover": np.float64,
+}
+
+
+@dataclasses.dataclass
+class Tree:
+    """Nodes in breadth-first order, node 0 the root; all arrays (n_nodes,), host.
+
+    feature: split feature (-1 for a leaf). bin_threshold: bins 1..t go left. threshold: float32 cut,
+    ``x < threshold`` goes left (the same test as the bins). default_left: where NaN goes.
+    left/right: child node ids (-1 for a leaf). value: leaf value (learning rate applied; on inner
+    nodes the value the node would have as a leaf). gain: loss reduction of the split (0 on leaves).
+    cover: hessian sum of the node. group: the output column (class) this tree adds to.
+    """
+
+    feature: np.ndarray
+    bin_threshold: np.ndarray
+    threshold: np.ndarray
+    default_left: np.ndarray
+    left: np.ndarray
+    right: np.ndarray
+    value: np.ndarray
+    gain: np.ndarray
+    cover: np.ndarray
+    group: int = 0
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.feature)
+
+    @property
+    def is_leaf(self) -> np.ndarray:
+        return self.feature == _dtypes.LEAF
+
+    def to_dict(self) -> dict:
+        d = {"group": int(self.group)}
+        for name in _FIELDS:
+            values = getattr(self, name)
+            d[name] = [bool(v) for v in values] if name == "default_left" else \
+                [int(v) for v in values] if values.dtype.kind == "i" else [float(v) for v in values]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Tree":
+        missing = [name for name in _FIELDS if name not in d]
+        if missing:
+            raise ValueError(f"tree entry lacks {missing}")
+        lengths = {len(d[name]) for name in _FIELDS}
+        if len(lengths) != 1:
+            raise ValueError("tree entry has node arrays of different lengths")
+        arrays = {name: np.asarray(d[name], dtype=dtype) for name, dtype in _FIELDS.items()}
+        return cls(group=int(d.get("group", 0)), **arrays)
+
+    @classmethod
+    def concatenate_levels(cls, levels: list[dict], group: int) -> "Tree":
+        """Join per-level dicts of node arrays (same keys as the fields) into one tree."""
+        arrays = {name: np.concatenate([lv[name] for lv in levels]).astype(dtype)
+                  for name, dtype in _FIELDS.items()}
+        return cls(group=group, **arrays)
