@@ -76,13 +76,36 @@ class ShardSet:
         gh: per shard (n_i, 2) int64. seg_start/seg_count: per shard (n_nodes,) int64 host arrays.
         Returns (n_nodes, F, n_bins, 2) int64 on the device.
         """
-        kernels = self.backend.kernels
         total = None
         for s, shard in enumerate(self.shards):
-            part = kernels.build_histograms(shard.bins, gh[s], self.row_index[s], seg_start[s],
-                                            seg_count[s], n_bins)
+            part = self.backend.kernels.build_histograms(shard.bins, gh[s], self.row_index[s],
+                                                         seg_start[s], seg_count[s], n_bins)
             total = part if total is None else total + part
         return self.allreduce_sum(total)
+
+    def partition(self, gh, seg_start, seg_count, feature, bin_threshold, default_left,
+                  small_is_left, n_bins):
+        """Split every listed node's rows into its children, in every shard.
+
+        With ``small_is_left`` (bool per node) also returns the global histograms of those
+        children, built in the same pass; with None, only partitions. Returns (per shard left
+        counts as host int64 arrays, histograms or None).
+        """
+        xp, kernels = self.backend.xp, self.backend.kernels
+        feature, bin_threshold, default_left = (xp.asarray(a) for a in
+                                                (feature, bin_threshold, default_left))
+        left_counts, total = [], None
+        for s, shard in enumerate(self.shards):
+            if small_is_left is None:
+                left = kernels.partition_rows(shard.bins, self.row_index[s], seg_start[s],
+                                              seg_count[s], feature, bin_threshold, default_left)
+            else:
+                left, part = kernels.partition_and_histogram(
+                    shard.bins, gh[s], self.row_index[s], seg_start[s], seg_count[s], feature,
+                    bin_threshold, default_left, xp.asarray(small_is_left), n_bins)
+                total = part if total is None else total + part
+            left_counts.append(self.backend.to_host(left))
+        return left_counts, None if total is None else self.allreduce_sum(total)
 
 
 def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts, params,
@@ -92,7 +115,7 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
     Also returns, per shard, the leaf segments (row_index, seg_start, seg_count, leaf values) with
     which the caller updates margins. No loop over nodes: each level is a handful of kernel calls.
     """
-    backend, xp, kernels = shardset.backend, shardset.backend.xp, shardset.backend.kernels
+    backend, xp = shardset.backend, shardset.backend.xp
     timers = shardset.timers
     n_value_bins, n_bins = cuts.n_value_bins, cuts.n_bins
     n_shards = len(shardset.shards)
@@ -101,11 +124,11 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
     seg_count = [np.array([s.n_rows], dtype=np.int64) for s in shardset.shards]
     with timers("histograms"):
         hist = shardset.build_histograms(gh, seg_start, seg_count, n_bins)
+        totals = backend.to_host(histogram.node_totals(hist))
     levels = []  # per level: dict of node arrays
-    leaves = [[] for _ in range(n_shards)]  # per shard: (start, count, node id) arrays per level
+    leaves = [[] for _ in range(n_shards)]  # per shard and level: (start, count, value) of leaves
     next_id = 1
     for depth in range(params.max_depth + 1):
-        totals = backend.to_host(histogram.node_totals(hist))
         n = len(totals)
         value = split.leaf_values(totals, scale_g, scale_h, params)
         level = {
@@ -140,24 +163,25 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
         level["left"][sp] = next_id + 2 * np.arange(n_split)
         level["right"][sp] = next_id + 2 * np.arange(n_split) + 1
         next_id += 2 * n_split
-        with timers("partition"):
-            for s, shard in enumerate(shardset.shards):
-                start, count = seg_start[s][sp], seg_count[s][sp]
-                left_count = backend.to_host(kernels.partition_rows(
-                    shard.bins, shardset.row_index[s], start, count, xp.asarray(feature),
-                    xp.asarray(bin_threshold), xp.asarray(default_left)))
-                seg_start[s] = np.stack([start, start + left_count], axis=1).reshape(-1)
-                seg_count[s] = np.stack([left_count, count - left_count], axis=1).reshape(-1)
-        # Build the child with the smaller global hessian; its sibling is parent minus it.
         left_sum = found.left_sum[sp]
         right_sum = totals[sp] - left_sum
-        small_is_left = left_sum[:, 1] <= right_sum[:, 1]
-        pick = np.stack([small_is_left, ~small_is_left], axis=1).reshape(-1)
-        with timers("histograms"):
-            small = shardset.build_histograms(gh, [st[pick] for st in seg_start],
-                                              [ct[pick] for ct in seg_count], n_bins)
-            big = histogram.subtract(hist[xp.asarray(sp)], small)
-            hist = histogram.children(xp, small, big, xp.asarray(small_is_left))
+        totals = np.stack([left_sum, right_sum], axis=1).reshape(-1, 2)
+        # The children's histograms are needed only if they may split in turn. Build the child
+        # with the smaller global hessian while partitioning; its sibling is parent minus it.
+        need_hist = depth + 1 < params.max_depth
+        small_is_left = left_sum[:, 1] <= right_sum[:, 1] if need_hist else None
+        with timers("partition" if not need_hist else "partition+histograms"):
+            starts = [st[sp] for st in seg_start]
+            counts = [ct[sp] for ct in seg_count]
+            left_counts, small = shardset.partition(gh, starts, counts, feature, bin_threshold,
+                                                    default_left, small_is_left, n_bins)
+            if need_hist:
+                big = histogram.subtract(hist[xp.asarray(sp)], small)
+                hist = histogram.children(xp, small, big, xp.asarray(small_is_left))
+        for s in range(n_shards):
+            seg_start[s] = np.stack([starts[s], starts[s] + left_counts[s]], axis=1).reshape(-1)
+            seg_count[s] = np.stack([left_counts[s], counts[s] - left_counts[s]],
+                                    axis=1).reshape(-1)
     tree = Tree.concatenate_levels(levels, group)
     segments = []
     for s in range(n_shards):

@@ -37,8 +37,10 @@ def ordered_keys(xp, X):
     X: (n_rows, n_features) float32. NaN entries get meaningless keys; callers mask them out.
     """
     bits = (X + _dtypes.FEATURE(0.0)).view(xp.uint32)  # -0.0 + 0.0 == +0.0
-    negative = (bits >> 31).astype(bool)
-    return xp.where(negative, ~bits, bits | xp.uint32(0x80000000))
+    # Negative floats: flip every bit; others: flip the sign bit. The arithmetic shift of the
+    # sign gives all ones for negatives, zero otherwise.
+    flip = (bits.view(xp.int32) >> 31).view(xp.uint32) | xp.uint32(0x80000000)
+    return bits ^ flip
 
 
 def keys_to_values(keys: np.ndarray) -> np.ndarray:
@@ -124,23 +126,40 @@ def fine_summary(xp, X, w_fixed, candidates) -> FineSummary:
     """Pass 2: the distinct values of X in candidate buckets with their total weights."""
     keys, flat = _flat_bucket_ids(xp, X)
     selected = ~xp.isnan(X) & xp.asarray(candidates).reshape(-1)[flat]
-    feature_ids = xp.broadcast_to(xp.arange(X.shape[1], dtype=xp.uint64)[None, :], X.shape)
-    combined = (feature_ids[selected] << xp.uint64(32)) | keys[selected].astype(xp.uint64)
+    feature_bits = (xp.arange(X.shape[1], dtype=xp.uint64) << xp.uint64(32))[None, :]
+    combined = (keys.astype(xp.uint64) | feature_bits)[selected]
     weights = None if w_fixed is None else xp.broadcast_to(w_fixed[:, None], X.shape)[selected]
     return _summarise(xp, combined, weights)
 
 
 def _summarise(xp, combined, weights) -> FineSummary:
-    unique, inverse = xp.unique(combined, return_inverse=True)
-    totals = xp.rint(xp.bincount(inverse.reshape(-1), weights=weights, minlength=len(unique)))
-    unique = np.asarray(unique if xp is np else unique.get())
-    totals = np.asarray(totals if xp is np else totals.get()).astype(np.int64)
+    # Sort, then total each run of equal keys. Weight totals are integers below 2**53, so the
+    # float64 cumulative sum is exact and run totals are differences of it.
+    if weights is None:
+        ordered = xp.sort(combined)
+        run_weight = None
+    else:
+        order = xp.argsort(combined)
+        ordered = combined[order]
+        run_weight = xp.cumsum(weights[order])
+    if len(ordered) == 0:
+        return FineSummary(np.empty(0, np.int64), np.empty(0, np.uint32), np.empty(0, np.int64))
+    run_end = xp.flatnonzero(xp.concatenate([ordered[1:] != ordered[:-1], xp.ones(1, bool)]))
+    if run_weight is None:
+        run_total = xp.diff(run_end, prepend=-1)
+    else:
+        cumulative = run_weight[run_end]
+        run_total = xp.rint(xp.diff(cumulative, prepend=0.0))
+    unique = np.asarray(ordered[run_end] if xp is np else ordered[run_end].get())
+    totals = np.asarray(run_total if xp is np else run_total.get()).astype(np.int64)
     return FineSummary(feature=(unique >> np.uint64(32)).astype(np.int64),
                        key=(unique & np.uint64(0xFFFFFFFF)).astype(np.uint32), weight=totals)
 
 
 def merge_fine(parts: list[FineSummary]) -> FineSummary:
     """Merge fine summaries of several partitions (exact; order of ``parts`` does not matter)."""
+    if len(parts) == 1:
+        return parts[0]
     combined = np.concatenate([(p.feature.astype(np.uint64) << np.uint64(32))
                                | p.key.astype(np.uint64) for p in parts])
     weights = np.concatenate([p.weight for p in parts]).astype(np.float64)

@@ -15,6 +15,8 @@ from .. import _dtypes
 
 # error_model="numpy": a float division by zero gives inf like NumPy instead of raising.
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
+# Rows per block in the fused partition/histogram pass (a block's rows stay in L1 between steps).
+_BLOCK = 256
 
 
 @njit(parallel=True, **_JIT)
@@ -27,15 +29,17 @@ def _bin_features(X, cut_values, cut_offsets, out):
                 out[i, f] = 0
                 continue
             lo = cut_offsets[f]
-            hi = cut_offsets[f + 1]
-            start = lo
-            while lo < hi:  # count of cuts <= x
-                mid = (lo + hi) >> 1
-                if cut_values[mid] <= x:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            out[i, f] = lo - start + 1
+            n = cut_offsets[f + 1] - lo
+            if n == 0:
+                out[i, f] = 1
+                continue
+            # Branch-free upper bound: the loop count depends only on n, so the CPU predicts it.
+            base = lo
+            while n > 1:
+                half = n >> 1
+                base += half if cut_values[base + half] <= x else 0
+                n -= half
+            out[i, f] = base - lo + (2 if cut_values[base] <= x else 1)
 
 
 def bin_features(X, cut_values, cut_offsets, out):
@@ -179,13 +183,12 @@ def _partition_rows(bins, row_index, seg_start, seg_count, feature, bin_threshol
         for p in range(lo, lo + count):
             r = row_index[p]
             b = bins[r, f]
-            go_left = dl if b == 0 else b <= thr
-            if go_left:
-                row_index[lo + n_left] = r  # never overtakes p: stable and safe in place
-                n_left += 1
-            else:
-                right[n_right] = r
-                n_right += 1
+            go_left = (b == 0 and dl) or (b != 0 and b <= thr)
+            # branch-free: write the row to both candidate places, advance one cursor
+            row_index[lo + n_left] = r  # never overtakes p: stable and safe in place
+            right[n_right] = r
+            n_left += go_left
+            n_right += 1 - go_left
         for j in range(n_right):
             row_index[lo + n_left + j] = right[j]
         left_count[k] = n_left
@@ -199,6 +202,93 @@ def partition_rows(bins, row_index, seg_start, seg_count, feature, bin_threshold
                     np.asarray(bin_threshold, dtype=np.int64),
                     np.asarray(default_left, dtype=np.bool_), left_count)
     return left_count
+
+
+@njit(parallel=True, **_JIT)
+def _partition_and_histogram(bins, gh, row_index, seg_start, seg_count, feature, bin_threshold,
+                             default_left, small_is_left, hist, left_count, n_threads):
+    n_features = bins.shape[1]
+    n_bins = hist.shape[2]
+    local = np.zeros((n_threads, n_features, n_bins, 2), dtype=np.int64)
+    n_left_of = np.zeros(n_threads, dtype=np.int64)
+    for k in range(seg_start.shape[0]):
+        lo = seg_start[k]
+        count = seg_count[k]
+        if count == 0:
+            continue
+        f = feature[k]
+        thr = bin_threshold[k]
+        dl = default_left[k]
+        build_left = small_is_left[k]
+        goes_left = np.empty(count, dtype=np.bool_)
+        chunk = (count + n_threads - 1) // n_threads
+        # Pass 1, per block of rows: decide each row's side (branch-free), collect the rows of the
+        # child being built, then add those rows to the histogram while they are still in cache.
+        for t in prange(n_threads):
+            a = lo + t * chunk
+            b = min(lo + count, a + chunk)
+            acc = local[t]
+            acc[:] = 0
+            block = np.empty(_BLOCK, dtype=row_index.dtype)
+            n_left = 0
+            for block_start in range(a, b, _BLOCK):
+                block_end = min(b, block_start + _BLOCK)
+                n_block = 0
+                for p in range(block_start, block_end):
+                    r = row_index[p]
+                    bb = bins[r, f]
+                    go = (bb == 0 and dl) or (bb != 0 and bb <= thr)
+                    goes_left[p - lo] = go
+                    n_left += go
+                    block[n_block] = r
+                    n_block += go == build_left
+                for j in range(n_block):
+                    r = block[j]
+                    g = gh[r, 0]
+                    h = gh[r, 1]
+                    for ff in range(n_features):
+                        bf = bins[r, ff]
+                        acc[ff, bf, 0] += g
+                        acc[ff, bf, 1] += h
+            n_left_of[t] = n_left
+        total_left = 0
+        for t in range(n_threads):
+            total_left += n_left_of[t]
+        # Pass 2: stable, branch-free scatter into a scratch copy, then back into the segment.
+        moved = np.empty(count, dtype=row_index.dtype)
+        for t in prange(n_threads):
+            a = lo + t * chunk
+            b = min(lo + count, a + chunk)
+            left_before = 0
+            for u in range(t):
+                left_before += n_left_of[u]
+            left_pos = left_before
+            right_pos = total_left + (a - lo) - left_before
+            for p in range(a, b):
+                go = goes_left[p - lo]
+                moved[left_pos if go else right_pos] = row_index[p]
+                left_pos += go
+                right_pos += 1 - go
+        row_index[lo : lo + count] = moved
+        for t in range(n_threads):
+            hist[k] += local[t]
+        left_count[k] = total_left
+
+
+def partition_and_histogram(bins, gh, row_index, seg_start, seg_count, feature, bin_threshold,
+                            default_left, small_is_left, n_bins):
+    """See numpy_kernels.partition_and_histogram."""
+    k = len(seg_start)
+    hist = np.zeros((k, bins.shape[1], n_bins, 2), dtype=_dtypes.FIXED)
+    left_count = np.zeros(k, dtype=np.int64)
+    _partition_and_histogram(bins, gh, row_index, np.asarray(seg_start, dtype=np.int64),
+                             np.asarray(seg_count, dtype=np.int64),
+                             np.asarray(feature, dtype=np.int64),
+                             np.asarray(bin_threshold, dtype=np.int64),
+                             np.asarray(default_left, dtype=np.bool_),
+                             np.asarray(small_is_left, dtype=np.bool_), hist, left_count,
+                             numba.get_num_threads())
+    return left_count, hist
 
 
 @njit(parallel=True, **_JIT)

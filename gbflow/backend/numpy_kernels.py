@@ -128,6 +128,23 @@ def partition_rows(bins, row_index, seg_start, seg_count, feature, bin_threshold
     return left_count
 
 
+def partition_and_histogram(bins, gh, row_index, seg_start, seg_count, feature, bin_threshold,
+                            default_left, small_is_left, n_bins):
+    """``partition_rows``, then the histograms of one child per node, in one call.
+
+    small_is_left: (n_nodes,) bool, which child's histogram to build (the other one is the parent's
+    minus it). row_index is partitioned in place. Returns left_count (n_nodes,) int64 and
+    hist (n_nodes, n_features, n_bins, 2) int64 of the chosen children.
+    """
+    left_count = partition_rows(bins, row_index, seg_start, seg_count, feature, bin_threshold,
+                                default_left)
+    seg_start = np.asarray(seg_start, dtype=np.int64)
+    seg_count = np.asarray(seg_count, dtype=np.int64)
+    start = np.where(small_is_left, seg_start, seg_start + left_count)
+    count = np.where(small_is_left, left_count, seg_count - left_count)
+    return left_count, build_histograms(bins, gh, row_index, start, count, n_bins)
+
+
 def add_leaf_values(margin, row_index, seg_start, seg_count, values):
     """margin[row] += values[k] for every row of leaf k's segment, in place.
 
