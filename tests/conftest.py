@@ -1,0 +1,35 @@
+"""Shared fixtures: the device under test and small synthetic tables."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gbflow.backend import cuda_available
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request):
+    """Each device test runs on the CPU, and on the GPU where one is present (marked ``gpu``)."""
+    if request.param == "cuda" and not cuda_available():
+        pytest.skip("no CUDA GPU with CuPy on this machine")
+    return request.param
+
+
+def make_table(n_rows=3000, n_features=6, task="regression", seed=0, missing=0.05):
+    """A DataFrame with a nonlinear target, some missing values and a low-cardinality column."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n_rows, n_features)).astype(np.float32)
+    X[:, 1] = rng.integers(0, 4, size=n_rows)  # low cardinality
+    signal = 1.5 * X[:, 0] + np.sin(2 * X[:, 2]) + 0.7 * (X[:, 1] == 2) + 0.5 * X[:, 3] * X[:, 0]
+    if missing:
+        X[rng.random(n_rows) < missing, 3] = np.nan
+        X[rng.random(n_rows) < missing, 0] = np.nan
+    df = pd.DataFrame(X, columns=[f"x{i}" for i in range(n_features)])
+    if task == "regression":
+        df["y"] = signal + 0.3 * rng.normal(size=n_rows)
+    elif task == "binary":
+        df["y"] = (rng.random(n_rows) < 1 / (1 + np.exp(-signal))).astype(np.float64)
+    else:
+        df["y"] = np.digitize(signal + 0.5 * rng.normal(size=n_rows), [-0.8, 0.8]).astype(np.float64)
+    return df

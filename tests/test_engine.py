@@ -1,0 +1,200 @@
+"""Engine properties: determinism (twice, permuted, sharded, reference kernels), exact margins,
+objectives, evals and early stopping, sampling, importances, model file round trip."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import gbflow
+from gbflow import data as data_mod
+from gbflow import training
+from gbflow.backend import get_backend, reference_kernels
+from gbflow.params import make_params
+
+from conftest import make_table
+
+PARAMS = {
+    "regression": {"objective": "reg:squarederror", "max_depth": 4},
+    "binary": {"objective": "binary:logistic", "max_depth": 4},
+    "multiclass": {"objective": "multi:softprob", "num_class": 3, "max_depth": 4},
+}
+
+
+def _train(df, task, rounds=15, **extra):
+    return gbflow.train(df, label="y", params={**PARAMS[task], **extra}, num_boost_round=rounds,
+                        verbose=False)
+
+
+@pytest.mark.parametrize("task", list(PARAMS))
+def test_same_model_twice_and_with_rows_permuted(task):
+    df = make_table(task=task)
+    first = _train(df, task)
+    assert first.to_json() == _train(df, task).to_json()
+    permuted = df.sample(frac=1.0, random_state=3)
+    assert _train(permuted, task).to_json() == first.to_json()
+
+
+@pytest.mark.parametrize("task", list(PARAMS))
+@pytest.mark.parametrize("extra", [{}, {"subsample": 0.7, "colsample_bytree": 0.5}])
+def test_same_model_on_one_or_many_shards(task, extra):
+    df = make_table(task=task, seed=4)
+    params = make_params({**PARAMS[task], **extra})
+    whole = data_mod.load(df, "y")
+    backend = get_backend("cpu")
+    one = training.fit(backend, [whole], params, 12, verbose=False)
+    bounds = [0, 1, 700, 701, 2000, len(df)]  # includes a one-row shard
+    parts = [data_mod.load(df.iloc[a:b], "y") for a, b in zip(bounds[:-1], bounds[1:])]
+    many = training.fit(backend, parts, params, 12, verbose=False)
+    assert many.to_json() == one.to_json()
+    assert np.array_equal(np.concatenate(many._training_margins), one._training_margins[0])
+
+
+@pytest.mark.parametrize("task", list(PARAMS))
+def test_reference_kernels_give_the_same_model(task):
+    df = make_table(n_rows=800, task=task, seed=5)
+    fast = _train(df, task, rounds=5, subsample=0.8)
+    with reference_kernels():
+        reference = _train(df, task, rounds=5, subsample=0.8)
+    assert reference.to_json() == fast.to_json()
+
+
+@pytest.mark.parametrize("task", list(PARAMS))
+def test_training_margins_equal_predicted_margins(task):
+    df = make_table(task=task, seed=6)
+    booster = _train(df, task, rounds=25, max_depth=6)
+    predicted = booster.predict(df, output_margin=True)
+    predicted = predicted.to_numpy().reshape(len(df), -1)
+    assert np.array_equal(predicted, booster._training_margins[0])
+
+
+def test_prediction_shapes_and_index():
+    df = make_table(task="multiclass", seed=7)
+    df.index = pd.RangeIndex(100, 100 + len(df)) * 3
+    booster = _train(df, "multiclass", rounds=5)
+    proba = booster.predict(df)
+    assert isinstance(proba, pd.DataFrame) and proba.shape == (len(df), 3)
+    assert proba.index.equals(df.index)
+    assert np.allclose(proba.sum(axis=1), 1.0)
+    out = booster.transform(df.drop(columns="y").assign(id=np.arange(len(df))), name="p")
+    assert list(out.columns[-3:]) == ["p_0", "p_1", "p_2"] and "id" in out
+    X = df.drop(columns="y").to_numpy()
+    assert isinstance(booster.predict(X), np.ndarray)
+    assert np.array_equal(booster.predict(X), proba.to_numpy())
+
+
+def test_binary_predictions_are_probabilities():
+    df = make_table(task="binary", seed=8)
+    p = _train(df, "binary").predict(df)
+    assert isinstance(p, pd.Series) and p.between(0, 1).all() and p.index.equals(df.index)
+
+
+def test_missing_values_learn_a_default_direction():
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=4000).astype(np.float32)
+    y = np.where(np.isnan(np.where(rng.random(4000) < 0.3, np.nan, x)), 5.0, x)
+    x_obs = np.where(y == 5.0, np.nan, x)
+    booster = gbflow.train(x_obs[:, None], y, params={"max_depth": 2}, num_boost_round=30,
+                           verbose=False)
+    pred = booster.predict(np.array([[np.nan], [0.0]], dtype=np.float32))
+    assert abs(pred[0] - 5.0) < 0.2 and abs(pred[1]) < 0.5
+
+
+def test_evals_and_early_stopping():
+    df = make_table(task="binary", seed=10, n_rows=4000)
+    train, valid = df.iloc[:3000], df.iloc[3000:]
+    booster = gbflow.train(train, label="y",
+                           params={"objective": "binary:logistic", "learning_rate": 0.5,
+                                   "eval_metric": ["logloss", "auc"]},
+                           num_boost_round=300, evals=[(train, "train"), (valid, "valid")],
+                           early_stopping_rounds=5, verbose=False)
+    history = booster.evals_result["valid"]["auc"]
+    assert set(booster.evals_result) == {"train", "valid"}
+    assert booster.best_iteration == int(np.argmax(history))
+    assert len(history) == booster.best_iteration + 6 < 300  # stopped 5 rounds after the best
+    assert booster.num_boosted_rounds() == booster.best_iteration + 1
+    from gbflow.metrics import auc
+    assert auc(valid["y"].to_numpy(), booster.predict(valid).to_numpy()) == \
+        pytest.approx(booster.best_score, abs=1e-12)
+
+
+def test_verbose_progress_on_stderr(capsys):
+    df = make_table(n_rows=500)
+    gbflow.train(df, label="y", num_boost_round=10, evals=[(df, "train")], verbose=5)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert [line.split("]")[0] for line in err] == ["[ 1/10", "[ 5/10", "[10/10"]
+    assert "train-rmse:" in err[-1]
+    gbflow.train(df, label="y", num_boost_round=3, verbose=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_feature_importances_rank_the_signal():
+    df = make_table(seed=11, missing=0)
+    booster = _train(df, "regression", rounds=20)
+    gain = booster.feature_importances("gain")
+    split = booster.feature_importances("split")
+    assert max(gain, key=gain.get) == "x0"
+    assert all(v > 0 and float(v).is_integer() for v in split.values())
+    total = booster.feature_importances("total_gain")
+    assert total["x0"] == pytest.approx(gain["x0"] * split["x0"])
+
+
+def test_sampling_changes_the_model_but_stays_deterministic():
+    df = make_table(seed=12)
+    plain = _train(df, "regression")
+    sampled = _train(df, "regression", subsample=0.5, colsample_bytree=0.5, seed=1)
+    assert sampled.to_json() != plain.to_json()
+    assert sampled.to_json() == _train(df, "regression", subsample=0.5, colsample_bytree=0.5,
+                                       seed=1).to_json()
+    assert sampled.to_json() != _train(df, "regression", subsample=0.5, colsample_bytree=0.5,
+                                       seed=2).to_json()
+    one_feature = _train(df, "regression", colsample_bytree=0.01)
+    assert all(len(set(t.feature[t.feature >= 0])) <= 1 for t in one_feature.trees)
+
+
+@pytest.mark.parametrize("task", list(PARAMS))
+def test_model_file_round_trip(task, tmp_path):
+    df = make_table(task=task, seed=13)
+    booster = _train(df, task)
+    path = tmp_path / "model.json"
+    booster.save_model(path)
+    loaded = gbflow.load_model(path)
+    assert loaded.to_json() == booster.to_json() == path.read_text()
+    assert np.array_equal(np.asarray(loaded.predict(df)), np.asarray(booster.predict(df)))
+    d = json.loads(path.read_text())
+    assert d["format"] == "gbflow-model" and d["version"] == 1
+    assert d["feature_names"] == [c for c in df.columns if c != "y"]
+
+
+def test_weights_matter_and_zero_weight_rows_are_ignored_by_the_cuts():
+    df = make_table(seed=14)
+    w = np.where(df["x0"] > 0, 10.0, 0.1)
+    plain = _train(df, "regression")
+    weighted = gbflow.train(df, label="y", weight=w, params=PARAMS["regression"],
+                            num_boost_round=15, verbose=False)
+    assert weighted.to_json() != plain.to_json()
+    assert weighted.base_margin[0] == pytest.approx(np.average(df["y"], weights=w), rel=1e-12)
+
+
+def test_hyperparameters_act_like_xgboost():
+    df = make_table(seed=15, missing=0)
+    shallow = _train(df, "regression", max_depth=1)
+    assert all(t.n_nodes <= 3 for t in shallow.trees)
+    stump_free = _train(df, "regression", gamma=1e9)
+    assert all(t.n_nodes == 1 for t in stump_free.trees)
+    heavy = _train(df, "regression", min_child_weight=len(df) / 3)
+    assert all((t.cover[t.feature < 0] >= len(df) / 3).all() for t in heavy.trees)
+    alpha = _train(df, "regression", reg_alpha=1e9)
+    assert all(np.all(t.value == 0) for t in alpha.trees)
+
+
+def test_base_score_and_num_boost_round_zero():
+    df = make_table(task="binary", seed=16)
+    b = gbflow.train(df, label="y", params={"objective": "binary:logistic", "base_score": 0.25},
+                     num_boost_round=0, verbose=False)
+    assert np.allclose(b.predict(df), 0.25)
+    auto = gbflow.train(df, label="y", params={"objective": "binary:logistic"},
+                        num_boost_round=0, verbose=False)
+    assert np.allclose(auto.predict(df), df["y"].mean())

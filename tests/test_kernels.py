@@ -1,0 +1,192 @@
+"""Every fast kernel against its plain NumPy twin, exactly, including edge cases."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gbflow import _dtypes, quantize
+from gbflow.backend import cpu_kernels, numpy_kernels
+
+FAST = [cpu_kernels]
+
+
+def random_level(rng, n_rows, n_features, n_bins, n_nodes, missing=0.1):
+    bins = rng.integers(1, n_bins, size=(n_rows, n_features)).astype(_dtypes.bin_dtype(n_bins))
+    bins[rng.random((n_rows, n_features)) < missing] = 0
+    gh = np.stack([rng.integers(-2**40, 2**40, n_rows), rng.integers(0, 2**40, n_rows)], axis=1)
+    node = rng.integers(0, n_nodes, size=n_rows)
+    row_index = np.argsort(node, kind="stable").astype(_dtypes.ROW_INDEX)
+    count = np.bincount(node, minlength=n_nodes).astype(np.int64)
+    start = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
+    return bins, gh, row_index, start, count
+
+
+CASES = [  # n_rows, n_features, n_bins, n_nodes
+    (0, 3, 16, 1), (1, 3, 16, 1), (1000, 5, 2, 3), (1000, 4, 256, 7), (777, 3, 300, 5),
+    (5000, 2, 64, 64),
+]
+
+
+@pytest.mark.parametrize("kernels", FAST)
+@pytest.mark.parametrize("n_rows,n_features,n_bins,n_nodes", CASES)
+def test_build_histograms(kernels, n_rows, n_features, n_bins, n_nodes):
+    rng = np.random.default_rng(n_rows + n_bins)
+    bins, gh, row_index, start, count = random_level(rng, n_rows, n_features, n_bins, n_nodes)
+    expected = numpy_kernels.build_histograms(bins, gh, row_index, start, count, n_bins)
+    got = kernels.build_histograms(bins, gh, row_index, start, count, n_bins)
+    assert got.dtype == np.int64 and np.array_equal(got, expected)
+    # invariant: every feature's bins add up to the node's total
+    if n_rows:
+        totals = np.array([gh[row_index[s:s + c]].sum(axis=0) for s, c in zip(start, count)])
+        assert np.array_equal(got.sum(axis=2), np.repeat(totals[:, None, :], n_features, axis=1))
+
+
+@pytest.mark.parametrize("kernels", FAST)
+@pytest.mark.parametrize("n_rows,n_features,n_bins,n_nodes", CASES)
+def test_partition_and_histogram(kernels, n_rows, n_features, n_bins, n_nodes):
+    rng = np.random.default_rng(7 + n_rows)
+    bins, gh, row_index, start, count = random_level(rng, n_rows, n_features, n_bins, n_nodes)
+    feature = rng.integers(0, n_features, size=n_nodes)
+    threshold = rng.integers(1, max(2, n_bins - 1), size=n_nodes)
+    default_left = rng.random(n_nodes) < 0.5
+    small_is_left = rng.random(n_nodes) < 0.5
+    ref_rows = row_index.copy()
+    ref_left, ref_hist = numpy_kernels.partition_and_histogram(
+        bins, gh, ref_rows, start, count, feature, threshold, default_left, small_is_left, n_bins)
+    rows = row_index.copy()
+    left, hist = kernels.partition_and_histogram(
+        bins, gh, rows, start, count, feature, threshold, default_left, small_is_left, n_bins)
+    assert np.array_equal(left, ref_left)
+    assert np.array_equal(rows, ref_rows)
+    assert np.array_equal(hist, ref_hist)
+    rows2 = row_index.copy()
+    left2 = kernels.partition_rows(bins, rows2, start, count, feature, threshold, default_left)
+    assert np.array_equal(left2, ref_left) and np.array_equal(rows2, ref_rows)
+    # children partition their parent, and stay in ascending row order (stable)
+    for s, c, lc in zip(start, count, left):
+        assert sorted(rows[s:s + c]) == sorted(row_index[s:s + c])
+        assert np.all(np.diff(rows[s:s + lc]) > 0) and np.all(np.diff(rows[s + lc:s + c]) > 0)
+
+
+@pytest.mark.parametrize("kernels", FAST)
+@pytest.mark.parametrize("n_nodes,n_features,n_bins", [(1, 1, 2), (3, 4, 16), (64, 5, 256),
+                                                        (2, 3, 300)])
+@pytest.mark.parametrize("reg_alpha,min_child_weight", [(0.0, 1.0), (0.5, 0.0), (2.0, 50.0)])
+def test_evaluate_splits(kernels, n_nodes, n_features, n_bins, reg_alpha, min_child_weight):
+    rng = np.random.default_rng(n_nodes * n_bins)
+    bins, gh, row_index, start, count = random_level(rng, 4000, n_features, n_bins, n_nodes)
+    gh[:, 1] = rng.integers(1, 2**20, size=len(gh))
+    hist = numpy_kernels.build_histograms(bins, gh, row_index, start, count, n_bins)
+    n_value_bins = rng.integers(1, n_bins, size=n_features).astype(np.int32)  # some unused bins
+    allowed = rng.random(n_features) < 0.8
+    args = (hist, n_value_bins, allowed, 2.0**-30, 2.0**-20, 1.0, reg_alpha, min_child_weight)
+    expected = numpy_kernels.evaluate_splits(*args)
+    got = kernels.evaluate_splits(*args)
+    for e, g in zip(expected, got):
+        assert e.dtype == g.dtype and np.array_equal(e, g), (e, g)
+
+
+@pytest.mark.parametrize("kernels", FAST)
+def test_evaluate_splits_prefers_the_first_of_equal_gains(kernels):
+    hist = np.zeros((1, 2, 3, 2), dtype=np.int64)
+    hist[0, :, 1] = [-10, 5]  # both features identical: the lower feature id must win
+    hist[0, :, 2] = [10, 5]
+    out = kernels.evaluate_splits(hist, np.array([2, 2], np.int32), np.ones(2, bool), 1.0, 1.0,
+                                  1.0, 0.0, 0.0)
+    assert out[1][0] == 0 and out[2][0] == 1
+    assert out[3][0]  # no missing values: missing-left is listed first
+
+
+@pytest.mark.parametrize("kernels", FAST)
+def test_evaluate_splits_nothing_valid(kernels):
+    hist = np.zeros((2, 3, 4, 2), dtype=np.int64)
+    hist[:, :, 1] = [3, 1]  # a node holding only one bin: no threshold separates anything
+    out = kernels.evaluate_splits(hist, np.full(3, 3, np.int32), np.ones(3, bool), 1.0, 1.0, 1.0,
+                                  0.0, 0.5)
+    assert np.all(out[0] == -np.inf) and np.all(out[1] == -1)
+
+
+@pytest.mark.parametrize("kernels", FAST)
+@pytest.mark.parametrize("n_cuts", [0, 1, 2, 7, 254, 300])
+def test_bin_features(kernels, n_cuts):
+    rng = np.random.default_rng(n_cuts)
+    cuts = [np.unique(rng.normal(size=n_cuts)).astype(np.float32) for _ in range(3)]
+    cuts[1] = cuts[1][: n_cuts // 2]
+    offsets = np.concatenate([[0], np.cumsum([len(c) for c in cuts])]).astype(np.int64)
+    values = np.concatenate(cuts)
+    X = rng.normal(size=(1001, 3)).astype(np.float32)
+    X[:20, 0] = values[:20] if len(values) >= 20 else X[:20, 0]  # values exactly on a cut
+    X[rng.random(X.shape) < 0.1] = np.nan
+    X[0, 1] = -0.0
+    dtype = _dtypes.bin_dtype(n_cuts + 2)
+    expected = numpy_kernels.bin_features(X, values, offsets, np.empty(X.shape, dtype))
+    got = kernels.bin_features(X, values, offsets, np.empty(X.shape, dtype))
+    assert np.array_equal(got, expected)
+    assert np.all(expected[np.isnan(X)] == 0) and np.all(expected[~np.isnan(X)] >= 1)
+
+
+@pytest.mark.parametrize("kernels", FAST)
+def test_add_leaf_values(kernels):
+    rng = np.random.default_rng(3)
+    row_index = rng.permutation(500).astype(np.int32)
+    start, count = np.array([0, 100, 100, 450]), np.array([100, 0, 350, 50])
+    values = rng.normal(size=4)
+    margin = np.zeros((500, 2))
+    expected = margin.copy()
+    numpy_kernels.add_leaf_values(expected[:, 1], row_index, start, count, values)
+    kernels.add_leaf_values(margin[:, 1], row_index, start, count, values)
+    assert np.array_equal(margin, expected) and np.all(margin[:, 0] == 0)
+
+
+def _random_forest(rng, n_features, n_trees, n_groups):
+    trees = []
+    for t in range(n_trees):
+        # a complete tree of depth 3 in breadth-first order, children of i at 2i+1, 2i+2
+        n_inner = 7
+        feature = np.concatenate([rng.integers(0, n_features, n_inner), np.full(8, -1)])
+        left = np.concatenate([2 * np.arange(n_inner) + 1, np.full(8, -1)])
+        right = np.concatenate([2 * np.arange(n_inner) + 2, np.full(8, -1)])
+        trees.append(dict(feature=feature, threshold=rng.normal(size=15).astype(np.float32),
+                          default_left=rng.random(15) < 0.5, left=left, right=right,
+                          value=rng.normal(size=15), group=t % n_groups))
+    return trees
+
+
+@pytest.mark.parametrize("kernels", FAST)
+@pytest.mark.parametrize("n_groups", [1, 3])
+def test_predict_margins(kernels, n_groups):
+    from gbflow.predictor import FlatForest
+    from gbflow.tree import Tree
+    rng = np.random.default_rng(n_groups)
+    raw = _random_forest(rng, 4, 9, n_groups)
+    trees = [Tree(feature=t["feature"].astype(np.int32), bin_threshold=np.zeros(15, np.int32),
+                  threshold=t["threshold"], default_left=t["default_left"],
+                  left=t["left"].astype(np.int32), right=t["right"].astype(np.int32),
+                  value=t["value"], gain=np.zeros(15), cover=np.zeros(15), group=t["group"])
+             for t in raw]
+    forest = FlatForest.from_trees(trees)
+    X = rng.normal(size=(333, 4)).astype(np.float32)
+    X[rng.random(X.shape) < 0.2] = np.nan
+    X[:5, :] = forest.threshold[:5, None]  # values exactly on thresholds go right
+    arrays = (forest.feature, forest.threshold, forest.default_left, forest.left, forest.right,
+              forest.value, forest.tree_root, forest.tree_group)
+    expected = numpy_kernels.predict_margins(X, *arrays, np.full((333, n_groups), 0.5))
+    got = kernels.predict_margins(X, *arrays, np.full((333, n_groups), 0.5))
+    assert np.array_equal(got, expected)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.one_of(st.floats(-1e6, 1e6, width=32), st.just(float('nan')),
+                         st.sampled_from([0.0, -0.0, 1.0, 2.5])), min_size=1, max_size=200),
+       st.integers(2, 20))
+def test_bins_agree_with_thresholds(values, max_bin):
+    """The bin a value falls in and the prediction-time test ``x < cut`` agree at every cut."""
+    X = np.asarray(values, dtype=np.float32)[:, None]
+    cuts = quantize.compute_cuts(np, [X], None, max_bin)
+    bins = cpu_kernels.bin_features(X, cuts.values, cuts.offsets,
+                                    np.empty(X.shape, cuts.bin_dtype))[:, 0]
+    for t in range(1, len(cuts.values) + 1):  # split "bins 1..t go left" == "x < cuts[t-1]"
+        present = ~np.isnan(X[:, 0])
+        assert np.array_equal((bins[present] <= t), X[present, 0] < cuts.values[t - 1])
