@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 
 import numpy as np
 
@@ -154,20 +154,35 @@ class Booster:
 
     def save_model(self, path) -> None:
         """Write the model as JSON to ``path``. The file appears whole or not at all: the text is
-        written to a temporary file in the same folder, then renamed over ``path``."""
+        written to a temporary file in the same folder, flushed to disk, then renamed over
+        ``path``; on any failure the temporary file is removed and an existing ``path`` is left
+        as it was."""
         path = os.fspath(path)
         folder = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(folder):
-            raise FileNotFoundError(f"save_model: folder {folder!r} does not exist")
+            raise FileNotFoundError(f"save_model: folder {folder!r} does not exist "
+                                    f"(saving to {path!r}); create it first")
+        if os.path.isdir(path):
+            raise IsADirectoryError(f"save_model: {path!r} is a folder; give a file name such "
+                                    f"as {os.path.join(path, 'model.json')!r}")
         text = self.to_json()
-        fd, tmp = tempfile.mkstemp(prefix=".gbflow-", suffix=".tmp", dir=folder)
+        # A fresh name opened with "x" (never an existing file), with the umask's permissions
+        # (tempfile.mkstemp would make the model file private to its owner).
+        tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}."
+                                   f"{secrets.token_hex(4)}.tmp")
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
+            with open(tmp, "x", encoding="utf-8") as f:
                 f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
             os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
+        except BaseException as e:
+            try:
                 os.unlink(tmp)
+            except OSError:  # never created, or already renamed
+                pass
+            if isinstance(e, Exception):
+                e.add_note(f"save_model: {path!r} was not written (left as it was)")
             raise
 
     @classmethod
@@ -187,14 +202,31 @@ class Booster:
 
 
 def load_model(path) -> Booster:
-    """Read a model written by ``Booster.save_model``."""
+    """Read a model written by ``Booster.save_model``.
+
+    Raises FileNotFoundError for a missing file and ValueError naming the file when it is not
+    JSON or not a complete gbflow model.
+    """
     path = os.fspath(path)
-    with open(path, encoding="utf-8") as f:
-        try:
+    try:
+        with open(path, encoding="utf-8") as f:
             d = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"load_model: {path!r} is not valid JSON ({e})") from e
+    except UnicodeDecodeError as e:
+        raise ValueError(f"load_model: {path!r} is not a gbflow model file (not UTF-8 text: "
+                         f"{e.reason} at byte {e.start})") from e
+    except json.JSONDecodeError as e:
+        raise ValueError(f"load_model: {path!r} is not valid JSON ({e}); is it a gbflow model "
+                         f"file written by save_model?") from e
+    if not isinstance(d, dict) or d.get("format") != FORMAT:
+        raise ValueError(f"load_model: {path!r} is JSON but not a gbflow model file (it has no "
+                         f"'format': {FORMAT!r} entry)")
+    if d.get("version") != FORMAT_VERSION:
+        raise ValueError(f"load_model: {path!r} is a gbflow model file of version "
+                         f"{d.get('version')!r}, which this gbflow cannot read (it reads version "
+                         f"{FORMAT_VERSION})")
     try:
         return Booster.from_dict(d)
-    except (KeyError, TypeError) as e:
-        raise ValueError(f"load_model: {path!r} is not a complete gbflow model ({e})") from e
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        detail = f"missing entry {e}" if isinstance(e, KeyError) else str(e)
+        raise ValueError(f"load_model: {path!r} is not a complete gbflow model ({detail})") \
+            from e

@@ -48,13 +48,18 @@ def check_container(data, what: str) -> None:
     if frames.is_frame(data):
         frames.check_unique_columns(data)
         return
+    if data is None or isinstance(data, (str, bytes, dict)):
+        raise TypeError(f"{what} must be a pandas DataFrame or a 2-D array, got "
+                        f"{type(data).__name__}")
     try:
         arr = np.asarray(data)
     except Exception as e:  # e.g. ragged lists
         raise TypeError(f"{what} must be a pandas DataFrame or a 2-D array, got "
-                        f"{type(data).__name__}") from e
+                        f"{type(data).__name__} (ragged rows?)") from e
     if arr.ndim != 2:
-        raise ValueError(f"{what} must be 2-D (rows x features), got shape {arr.shape}")
+        hint = "; use .to_frame() for a single feature" if type(data).__name__ == "Series" else ""
+        raise ValueError(f"{what} must be 2-D (rows x features), got a {type(data).__name__} "
+                         f"of shape {arr.shape}{hint}")
 
 
 def _target(data, value, role: str, what: str, n_rows: int):
@@ -69,20 +74,66 @@ def _target(data, value, role: str, what: str, n_rows: int):
         if value not in columns:
             raise KeyError(f"{role} column {value!r} is not in {what}; its columns are "
                            f"{_names(columns)}")
-        return frames.column_values(data, value), value
-    values = frames.as_vector(value, role)
+        # object and category columns may hold numbers (then they are used); dates, text are not
+        bad = frames.non_numeric_columns(data, [value])
+        dtype = _dtype_of(bad[0]) if bad else None
+        try:
+            if dtype not in (None, "object", "category"):
+                raise TypeError(dtype)
+            return frames.column_values(data, value), value
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{role} column {value!r} of {what} is not numeric ({dtype}); "
+                            f"encode it as numbers first") from e
+    if np.ndim(value) == 0:  # a scalar: perhaps a non-string column name
+        hint = ""
+        if frames.is_frame(data) and str(value) in frames.column_names(data):
+            hint = f"; to use the column {value!r}, pass {role}={str(value)!r}"
+        raise TypeError(f"{role} must be a column name (str) or an array with one value per row, "
+                        f"got {type(value).__name__} {value!r}{hint}")
+    desc = f"{role} of {what}"
+    try:
+        values = frames.as_vector(value, desc)
+    except (TypeError, ValueError) as e:
+        if "one-dimensional" in str(e):
+            raise
+        message = str(e) if str(e).startswith(desc) else f"{desc} must be numeric ({e})"
+        raise TypeError(message) from e
     if len(values) != n_rows:
         raise ValueError(f"{role} has {len(values)} values but {what} has {n_rows} rows")
     return values, None
 
 
-def _check_finite(values, role: str, what: str) -> None:
+def _describe(role: str, column: str | None, what: str) -> str:
+    return f"{role} column {column!r} of {what}" if column is not None else f"{role} of {what}"
+
+
+def _positions(where: np.ndarray) -> str:
+    shown = ", ".join(str(i) for i in where[:5])
+    return f"row position{'s' if len(where) > 1 else ''} {shown}" + \
+        (", ..." if len(where) > 5 else "")
+
+
+def _check_finite(values, role: str, what: str, column: str | None = None) -> None:
     bad = ~np.isfinite(values)
     if bad.any():
         where = np.flatnonzero(bad)
-        kinds = "NaN" if np.isnan(values[bad]).all() else "NaN or inf"
-        raise ValueError(f"{role} of {what} has {len(where)} {kinds} value(s), first at row "
-                         f"position(s) {where[:5].tolist()}")
+        n_nan = int(np.isnan(values[bad]).sum())
+        n_inf = len(where) - n_nan
+        kinds = " and ".join(part for part in (f"{n_nan} NaN" if n_nan else "",
+                                               f"{n_inf} infinite" if n_inf else "") if part)
+        raise ValueError(f"{_describe(role, column, what)} has {kinds} value(s), at "
+                         f"{_positions(where)}; {role}s must be finite numbers")
+
+
+def _dtype_of(entry: str) -> str:
+    # frames.non_numeric_columns gives "name (dtype)"; dtypes never contain " (".
+    return entry.rpartition(" (")[2][:-1]
+
+
+def _column_list(entries: list[str]) -> str:
+    """"name (dtype)" strings -> "'name' (dtype), ..." with at most _SHOW shown."""
+    shown = ", ".join(f"{e.rpartition(' (')[0]!r} ({_dtype_of(e)})" for e in entries[:_SHOW])
+    return shown + (f", ... ({len(entries)} in all)" if len(entries) > _SHOW else "")
 
 
 def check_features(X: np.ndarray, feature_names: list[str], what: str) -> None:
@@ -90,8 +141,9 @@ def check_features(X: np.ndarray, feature_names: list[str], what: str) -> None:
     infinite = np.isinf(X)
     if infinite.any():
         columns = [feature_names[j] for j in np.flatnonzero(infinite.any(axis=0))]
-        raise ValueError(f"{what} has infinite values in feature column(s) {_names(columns)}; "
-                         f"replace them (NaN means missing)")
+        raise ValueError(f"{what} has infinite values (+-inf, or beyond float32's range of about "
+                         f"3.4e38) in feature column(s) {_names(columns)}; replace them, for "
+                         f"example with NaN, which means missing")
 
 
 def load(data, label=None, weight=None, what: str = "data", feature_names=None,
@@ -118,19 +170,26 @@ def load(data, label=None, weight=None, what: str = "data", feature_names=None,
     if n_rows == 0:
         raise ValueError(f"{what} has no rows")
     if not features:
-        raise ValueError(f"{what} has no feature columns")
+        used = [c for c in columns if c in targets]
+        raise ValueError(f"{what} has no feature columns" +
+                         (f" (its only column(s), {_names(used)}, are label/weight)"
+                          if used else ""))
     bad = frames.non_numeric_columns(data, features)
     if bad:
-        raise TypeError(f"{what} has non-numeric feature column(s) {_names(bad)}; gbflow takes "
-                        f"numeric and boolean columns only (categorical support comes later)")
+        if not frames.is_frame(data):
+            raise TypeError(f"{what} is an array of dtype {_dtype_of(bad[0])}; gbflow takes "
+                            f"numeric or boolean features only")
+        raise TypeError(f"{what} has non-numeric feature column(s) {_column_list(bad)}; gbflow "
+                        f"takes numeric and boolean columns only (categorical support comes "
+                        f"later): encode or drop them")
     if label_values is not None:
-        _check_finite(label_values, "label", what)
+        _check_finite(label_values, "label", what, label_col)
     if weight_values is not None:
-        _check_finite(weight_values, "weight", what)
+        _check_finite(weight_values, "weight", what, weight_col)
         if (weight_values < 0).any():
             where = np.flatnonzero(weight_values < 0)
-            raise ValueError(f"weight of {what} has {len(where)} negative value(s), first at row "
-                             f"position(s) {where[:5].tolist()}")
+            raise ValueError(f"{_describe('weight', weight_col, what)} has {len(where)} negative "
+                             f"value(s), at {_positions(where)}; weights must be >= 0")
     X = frames.feature_matrix(data, features)
     check_features(X, features, what)
     return DataSet(X=X, label=label_values, weight=weight_values, feature_names=features,
@@ -155,5 +214,7 @@ def check_columns(data, feature_names: list[str], allowed_extra, what: str) -> N
     if extra:
         problems.append(f"has column(s) {_names(extra)} that were not features in training")
     if problems:
-        raise ValueError(f"{what} " + " and ".join(problems) + "; columns must match training "
-                         "(transform() keeps extra columns as passengers)")
+        hint = " (transform() keeps extra columns as passengers)" \
+            if extra and what.startswith("prediction") else ""
+        raise ValueError(f"{what} " + " and ".join(problems) + "; columns must match training"
+                         + hint)

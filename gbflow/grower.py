@@ -32,6 +32,38 @@ class Shard:
         return int(self.bins.shape[0])
 
 
+@dataclasses.dataclass
+class LeafRows:
+    """Where one shard's rows ended up in a tree: all the margin update needs.
+
+    Leaves above the last level own segments of ``row_index`` (leaf_start, leaf_count,
+    leaf_value). Nodes split at the last level were not partitioned: their segments
+    (split_start, split_count) and splits (feature, bin_threshold, default_left) send each row to
+    left_value or right_value. Host arrays, except row_index (device).
+    """
+
+    row_index: object
+    leaf_start: np.ndarray
+    leaf_count: np.ndarray
+    leaf_value: np.ndarray
+    split_start: np.ndarray
+    split_count: np.ndarray
+    feature: np.ndarray
+    bin_threshold: np.ndarray
+    default_left: np.ndarray
+    left_value: np.ndarray
+    right_value: np.ndarray
+
+    def add_to(self, kernels, bins, margin) -> None:
+        """margin[row] += the value of the row's leaf, for every row (margin: (n,) float64)."""
+        kernels.add_leaf_values(margin, self.row_index, self.leaf_start, self.leaf_count,
+                                self.leaf_value)
+        if len(self.split_start):
+            kernels.add_split_leaf_values(margin, bins, self.row_index, self.split_start,
+                                          self.split_count, self.feature, self.bin_threshold,
+                                          self.default_left, self.left_value, self.right_value)
+
+
 class Timers:
     """Seconds spent per stage, accumulated over a training run."""
 
@@ -85,35 +117,30 @@ class ShardSet:
 
     def partition(self, gh, seg_start, seg_count, feature, bin_threshold, default_left,
                   small_is_left, n_bins):
-        """Split every listed node's rows into its children, in every shard.
+        """Split every listed node's rows into its children, in every shard, and build the global
+        histograms of the children picked by ``small_is_left`` (bool per node) in the same pass.
 
-        With ``small_is_left`` (bool per node) also returns the global histograms of those
-        children, built in the same pass; with None, only partitions. Returns (per shard left
-        counts as host int64 arrays, histograms or None).
+        Returns (per shard left counts as host int64 arrays, histograms on the device).
         """
         xp, kernels = self.backend.xp, self.backend.kernels
-        feature, bin_threshold, default_left = (xp.asarray(a) for a in
-                                                (feature, bin_threshold, default_left))
+        feature, bin_threshold, default_left, small_is_left = (
+            xp.asarray(a) for a in (feature, bin_threshold, default_left, small_is_left))
         left_counts, total = [], None
         for s, shard in enumerate(self.shards):
-            if small_is_left is None:
-                left = kernels.partition_rows(shard.bins, self.row_index[s], seg_start[s],
-                                              seg_count[s], feature, bin_threshold, default_left)
-            else:
-                left, part = kernels.partition_and_histogram(
-                    shard.bins, gh[s], self.row_index[s], seg_start[s], seg_count[s], feature,
-                    bin_threshold, default_left, xp.asarray(small_is_left), n_bins)
-                total = part if total is None else total + part
+            left, part = kernels.partition_and_histogram(
+                shard.bins, gh[s], self.row_index[s], seg_start[s], seg_count[s], feature,
+                bin_threshold, default_left, small_is_left, n_bins)
+            total = part if total is None else total + part
             left_counts.append(self.backend.to_host(left))
-        return left_counts, None if total is None else self.allreduce_sum(total)
+        return left_counts, self.allreduce_sum(total)
 
 
 def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts, params,
-              feature_allowed: np.ndarray, group: int) -> tuple[Tree, list]:
-    """Grow one tree on fixed-point gradients ``gh`` (per shard (n_i, 2) int64) and return it.
+              feature_allowed: np.ndarray, group: int) -> tuple[Tree, list[LeafRows]]:
+    """Grow one tree on fixed-point gradients ``gh`` (per shard (n_i, 2) int64) and return it,
+    with each shard's ``LeafRows`` for the margin update.
 
-    Also returns, per shard, the leaf segments (row_index, seg_start, seg_count, leaf values) with
-    which the caller updates margins. No loop over nodes: each level is a handful of kernel calls.
+    No loop over nodes: each level is a handful of kernel calls over all its nodes.
     """
     backend, xp = shardset.backend, shardset.backend.xp
     timers = shardset.timers
@@ -128,6 +155,7 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
     levels = []  # per level: dict of node arrays
     leaves = [[] for _ in range(n_shards)]  # per shard and level: (start, count, value) of leaves
     next_id = 1
+    last_split = None  # nodes split at the last level: their rows are not moved
     for depth in range(params.max_depth + 1):
         n = len(totals)
         value = split.leaf_values(totals, scale_g, scale_h, params)
@@ -145,9 +173,10 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
                 found = split.find_splits(backend, hist, n_value_bins, feature_allowed, scale_g,
                                           scale_h, params)
             do_split = found.do_split
-        for s in range(n_shards):
-            stay = ~do_split
-            leaves[s].append((seg_start[s][stay], seg_count[s][stay], value[stay]))
+        if last_split is None:
+            for s in range(n_shards):
+                stay = ~do_split
+                leaves[s].append((seg_start[s][stay], seg_count[s][stay], value[stay]))
         if not do_split.any():
             break
         sp = np.flatnonzero(do_split)
@@ -166,27 +195,36 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
         left_sum = found.left_sum[sp]
         right_sum = totals[sp] - left_sum
         totals = np.stack([left_sum, right_sum], axis=1).reshape(-1, 2)
-        # The children's histograms are needed only if they may split in turn. Build the child
-        # with the smaller global hessian while partitioning; its sibling is parent minus it.
-        need_hist = depth + 1 < params.max_depth
-        small_is_left = left_sum[:, 1] <= right_sum[:, 1] if need_hist else None
-        with timers("partition" if not need_hist else "partition+histograms"):
-            starts = [st[sp] for st in seg_start]
-            counts = [ct[sp] for ct in seg_count]
+        # Children at the last level are leaves: their rows need not move, only their margins
+        # change. Otherwise build the child with the smaller global hessian while partitioning;
+        # its sibling is the parent minus it.
+        starts = [st[sp] for st in seg_start]
+        counts = [ct[sp] for ct in seg_count]
+        if depth + 1 == params.max_depth:
+            last_split = (starts, counts, feature, bin_threshold, default_left)
+            continue
+        small_is_left = left_sum[:, 1] <= right_sum[:, 1]
+        with timers("partition+histograms"):
             left_counts, small = shardset.partition(gh, starts, counts, feature, bin_threshold,
                                                     default_left, small_is_left, n_bins)
-            if need_hist:
-                big = histogram.subtract(hist[xp.asarray(sp)], small)
-                hist = histogram.children(xp, small, big, xp.asarray(small_is_left))
+            big = histogram.subtract(hist[xp.asarray(sp)], small)
+            hist = histogram.children(xp, small, big, xp.asarray(small_is_left))
         for s in range(n_shards):
             seg_start[s] = np.stack([starts[s], starts[s] + left_counts[s]], axis=1).reshape(-1)
             seg_count[s] = np.stack([left_counts[s], counts[s] - left_counts[s]],
                                     axis=1).reshape(-1)
     tree = Tree.concatenate_levels(levels, group)
-    segments = []
+    if last_split is not None:
+        child_values = levels[-1]["value"].reshape(-1, 2)
+        split_info = last_split[2:] + (child_values[:, 0], child_values[:, 1])
+    else:
+        empty = np.zeros(0, dtype=np.int64)
+        split_info = (empty, empty, np.zeros(0, dtype=bool), np.zeros(0), np.zeros(0))
+    result = []
     for s in range(n_shards):
-        starts = np.concatenate([lv[0] for lv in leaves[s]])
-        counts = np.concatenate([lv[1] for lv in leaves[s]])
-        values = np.concatenate([lv[2] for lv in leaves[s]])
-        segments.append((shardset.row_index[s], starts, counts, values))
-    return tree, segments
+        starts, counts, values = (np.concatenate(parts) for parts in zip(*leaves[s]))
+        split_rows = (last_split[0][s], last_split[1][s]) if last_split is not None else \
+            (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        result.append(LeafRows(shardset.row_index[s], starts, counts, values, *split_rows,
+                               *split_info))
+    return tree, result

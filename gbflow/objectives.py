@@ -80,7 +80,7 @@ class Logistic(Objective):
         bad = (label < 0) | (label > 1)
         if bad.any():
             raise ValueError(f"binary:logistic needs labels in [0, 1]; {where} has "
-                             f"{int(bad.sum())} outside, e.g. {label[bad][0]!r}")
+                             f"{int(bad.sum())} outside, e.g. {float(label[bad][0]):g}")
 
     def base_margin(self, xp, labels, weights, base_score):
         p = float(base_score) if base_score is not None else _weighted_mean(xp, labels, weights)
@@ -112,7 +112,7 @@ class Softprob(Objective):
         if bad.any():
             raise ValueError(f"multi:softprob with num_class={self.n_groups} needs integer labels "
                              f"0..{self.n_groups - 1}; {where} has {int(bad.sum())} others, "
-                             f"e.g. {label[bad][0]!r}")
+                             f"e.g. {float(label[bad][0]):g}")
 
     def base_margin(self, xp, labels, weights, base_score):
         # A common margin for every class leaves softmax unchanged: start from uniform.

@@ -4,6 +4,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import numbers
+
+import numpy as np
 
 from . import metrics, objectives
 from .backend import DEVICES
@@ -60,30 +63,76 @@ class Params:
 KNOWN = tuple(f.name for f in dataclasses.fields(Params))
 
 
-def _unknown(name: str) -> ValueError:
+# Names users bring from XGBoost/LightGBM that are not parameters here: say where they belong.
+_ELSEWHERE = {
+    **dict.fromkeys(("n_estimators", "num_boost_round", "num_round", "num_rounds", "nrounds",
+                     "num_iterations", "num_iteration", "n_iter"),
+                    "the number of rounds is train()'s num_boost_round argument "
+                    "(n_estimators in the scikit-learn estimators)"),
+    "early_stopping_rounds": "it is an argument of train(), not a parameter",
+    **dict.fromkeys(("verbosity", "verbose", "silent"),
+                    "progress output is train()'s verbose argument"),
+    **dict.fromkeys(("nthread", "n_jobs", "num_threads"),
+                    "gbflow has no thread-count parameter (numba's NUMBA_NUM_THREADS sets it)"),
+    **dict.fromkeys(("tree_method", "booster", "grow_policy", "max_leaves", "num_leaves",
+                     "scale_pos_weight", "colsample_bylevel", "colsample_bynode",
+                     "max_delta_step", "monotone_constraints", "interaction_constraints",
+                     "sampling_method", "enable_categorical", "max_cat_to_onehot"),
+                    "this version of gbflow does not support it"),
+}
+
+
+def _unknown(name) -> ValueError:
+    if name in _ELSEWHERE:
+        return ValueError(f"unknown parameter {name!r}: {_ELSEWHERE[name]}")
     choices = list(KNOWN) + list(ALIASES)
-    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
-    hint = f"; did you mean {close[0]!r}?" if close else f"; known parameters: {sorted(KNOWN)}"
+    close = difflib.get_close_matches(str(name), choices, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else \
+        f"; known parameters: {', '.join(sorted(KNOWN))}"
     return ValueError(f"unknown parameter {name!r}{hint}")
 
 
 def _number(name, value, kind=float):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            (kind is int and float(value) != int(value)) or not math.isfinite(float(value)):
-        raise ValueError(f"parameter {name} must be a finite {kind.__name__}, got {value!r}")
-    return kind(value)
+    """A parameter's value as a finite int/float: TypeError for non-numbers (bools and strings
+    included), ValueError for NaN/inf and for fractional values of integer parameters."""
+    noun = "an integer" if kind is int else "a number"
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"parameter {name} must be {noun}, got {type(value).__name__} {value!r}")
+    if isinstance(value, numbers.Integral):  # exact, however large
+        if kind is int:
+            return int(value)
+        try:
+            float(value)
+        except OverflowError:
+            raise ValueError(f"parameter {name} must be finite, got an integer beyond the "
+                             f"range of floats") from None
+    if not math.isfinite(float(value)):
+        raise ValueError(f"parameter {name} must be finite, got {value!r}")
+    if kind is int and not float(value).is_integer():
+        raise ValueError(f"parameter {name} must be a whole number, got {value!r}")
+    return kind(float(value)) if kind is float else int(float(value))
 
 
 def make_params(user: dict | None = None, **overrides) -> Params:
     """Validate a user's parameter dict (aliases allowed) into ``Params``; errors name the parameter."""
+    if isinstance(user, Params):
+        user = {k: v for k, v in dataclasses.asdict(user).items() if v is not None}
+    if user is not None and not isinstance(user, dict):
+        raise TypeError(f"params must be a dict of parameter names to values, got "
+                        f"{type(user).__name__}")
     merged: dict = {}
     for source in (user or {}, overrides):
+        spelled: dict = {}  # canonical name -> the name used for it in this source
         for name, value in source.items():
+            if not isinstance(name, str):
+                raise TypeError(f"parameter names must be strings, got {name!r}")
             canonical = ALIASES.get(name, name)
             if canonical not in KNOWN:
                 raise _unknown(name)
-            if canonical in merged and source is user and name != canonical:
-                raise ValueError(f"parameter {canonical} given twice (as {name!r} and by name)")
+            if canonical in spelled:
+                raise ValueError(f"parameter {canonical} given twice (as {spelled[canonical]!r} "
+                                 f"and as {name!r}); keep one")
+            spelled[canonical] = name
             merged[canonical] = value
     p = {}
     for name, kind, low, high, low_open in [
@@ -98,10 +147,16 @@ def make_params(user: dict | None = None, **overrides) -> Params:
             continue
         v = _number(name, merged[name], kind)
         if v < low or v > high or (low_open and v == low):
-            bound = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
-            raise ValueError(f"parameter {name} must lie in {bound}, got {merged[name]!r}")
+            if high == math.inf:
+                bound = f"be {'>' if low_open else '>='} {low}"
+            else:
+                bound = f"lie in {'(' if low_open else '['}{low}, {high}]"
+            raise ValueError(f"parameter {name} must {bound}, got {merged[name]!r}")
         p[name] = v
     objective = merged.get("objective", Params.objective)
+    if not isinstance(objective, str):
+        raise TypeError(f"parameter objective must be a string such as 'reg:squarederror', got "
+                        f"{type(objective).__name__} {objective!r}")
     if objective not in objectives.OBJECTIVES:
         close = difflib.get_close_matches(str(objective), objectives.OBJECTIVES, n=1, cutoff=0.4)
         hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -111,22 +166,38 @@ def make_params(user: dict | None = None, **overrides) -> Params:
     num_class = merged.get("num_class")
     if objective == "multi:softprob":
         if num_class is None:
-            raise ValueError("objective multi:softprob needs the parameter num_class")
+            raise ValueError("objective multi:softprob needs the parameter num_class (the number "
+                             "of classes, e.g. num_class=3)")
         num_class = _number("num_class", num_class, int)
         if num_class < 2:
             raise ValueError(f"parameter num_class must be at least 2, got {num_class}")
         p["num_class"] = num_class
     elif num_class not in (None, 1):
-        raise ValueError(f"parameter num_class={num_class!r} only goes with multi:softprob")
+        raise ValueError(f"parameter num_class={num_class!r} only goes with multi:softprob "
+                         f"(the objective is {objective})")
     if merged.get("base_score") is not None:
-        p["base_score"] = _number("base_score", merged["base_score"])
+        base_score = _number("base_score", merged["base_score"])
+        if objective == "binary:logistic" and not 0 < base_score < 1:
+            raise ValueError(f"parameter base_score must lie in (0, 1) for binary:logistic "
+                             f"(it is a probability), got {merged['base_score']!r}")
+        p["base_score"] = base_score
     device = merged.get("device", Params.device)
-    if device not in DEVICES:
-        raise ValueError(f"parameter device must be one of {DEVICES}, got {device!r}")
+    if not isinstance(device, str) or device not in DEVICES:
+        raise ValueError(f"parameter device must be one of {', '.join(map(repr, DEVICES))}, "
+                         f"got {device!r}")
     p["device"] = device
     metric = merged.get("eval_metric")
     if metric is not None:
-        names = (metric,) if isinstance(metric, str) else tuple(metric)
+        if isinstance(metric, str):
+            names = (metric,)
+        elif isinstance(metric, (list, tuple)) and all(isinstance(m, str) for m in metric):
+            names = tuple(metric)
+        else:
+            raise TypeError(f"parameter eval_metric must be a metric name or a list of them, "
+                            f"got {metric!r}")
+        if not names:
+            raise ValueError("parameter eval_metric is an empty list; leave it out for the "
+                             "objective's default metric")
         fits = {"reg:squarederror": {"rmse"}, "binary:logistic": {"logloss", "auc", "rmse"},
                 "multi:softprob": {"mlogloss"}}[objective]
         for m in names:

@@ -151,12 +151,10 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
                       for g, h in grad_hess]
             allowed = feature_sample(len(feature_names), params.seed, round_index, k,
                                      params.colsample_bytree)
-            tree, segments = grow_tree(shardset, gh, scale_g, scale_h, cuts, params, allowed, k)
+            tree, leaf_rows = grow_tree(shardset, gh, scale_g, scale_h, cuts, params, allowed, k)
             with timers("margins"):
-                for shard, (row_index, seg_start, seg_count, values) in zip(shardset.shards,
-                                                                            segments):
-                    backend.kernels.add_leaf_values(shard.margin[:, k], row_index, seg_start,
-                                                    seg_count, values)
+                for shard, rows in zip(shardset.shards, leaf_rows):
+                    rows.add_to(backend.kernels, shard.bins, shard.margin[:, k])
             round_trees.append(tree)
         trees.extend(round_trees)
         if not eval_sets:
@@ -189,9 +187,12 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
 
 
 def _eval_dataset(entry, label, weight, train: data_mod.DataSet, index: int):
-    if not (isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[1], str)):
+    if not (isinstance(entry, (tuple, list)) and len(entry) == 2):
         raise TypeError(f"evals[{index}] must be a (data, name) pair, got {type(entry).__name__}")
     data, name = entry
+    if not isinstance(name, str):
+        raise TypeError(f"evals[{index}] must be a (data, name) pair with a string name, "
+                        f"got a {type(name).__name__} as name")
     what = f"evals[{index}] ({name!r})"
     if isinstance(data, tuple):
         if len(data) not in (2, 3):
@@ -224,17 +225,22 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     if isinstance(num_boost_round, bool) or not isinstance(num_boost_round, (int, np.integer)) \
             or num_boost_round < 0:
         raise ValueError(f"num_boost_round must be a non-negative integer, got {num_boost_round!r}")
-    if early_stopping_rounds is not None and (not isinstance(early_stopping_rounds, (int, np.integer))
-                                              or early_stopping_rounds < 1):
+    if early_stopping_rounds is not None and (
+            isinstance(early_stopping_rounds, bool)
+            or not isinstance(early_stopping_rounds, (int, np.integer)) or early_stopping_rounds < 1):
         raise ValueError(f"early_stopping_rounds must be a positive integer, "
                          f"got {early_stopping_rounds!r}")
+    if evals is not None and not isinstance(evals, list):
+        raise TypeError(f"evals must be a list of (data, name) pairs, got {type(evals).__name__}"
+                        + ("; wrap a single pair in a list" if isinstance(evals, tuple) else ""))
     if early_stopping_rounds and not evals:
         raise ValueError("early_stopping_rounds needs at least one evaluation set in evals")
     if label is None:
         raise ValueError("train needs a label: a column name of data or an array")
     dataset = data_mod.load(data, label, weight, "training data")
     objective = objectives.get_objective(params.objective, params.num_class)
-    objective.check_label(dataset.label, "the training label")
+    objective.check_label(dataset.label, f"label column {dataset.label_name!r}"
+                          if dataset.label_name else "the training label")
     if dataset.weight is not None and not dataset.weight.sum() > 0:
         raise ValueError("weight: all training weights are zero")
     eval_sets = [_eval_dataset(e, label, weight, dataset, i) for i, e in enumerate(evals or [])]

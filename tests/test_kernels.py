@@ -61,9 +61,6 @@ def test_partition_and_histogram(kernels, n_rows, n_features, n_bins, n_nodes):
     assert np.array_equal(left, ref_left)
     assert np.array_equal(rows, ref_rows)
     assert np.array_equal(hist, ref_hist)
-    rows2 = row_index.copy()
-    left2 = kernels.partition_rows(bins, rows2, start, count, feature, threshold, default_left)
-    assert np.array_equal(left2, ref_left) and np.array_equal(rows2, ref_rows)
     # children partition their parent, and stay in ascending row order (stable)
     for s, c, lc in zip(start, count, left):
         assert sorted(rows[s:s + c]) == sorted(row_index[s:s + c])
@@ -138,6 +135,29 @@ def test_add_leaf_values(kernels):
     numpy_kernels.add_leaf_values(expected[:, 1], row_index, start, count, values)
     kernels.add_leaf_values(margin[:, 1], row_index, start, count, values)
     assert np.array_equal(margin, expected) and np.all(margin[:, 0] == 0)
+
+
+@pytest.mark.parametrize("kernels", FAST)
+@pytest.mark.parametrize("n_rows,n_features,n_bins,n_nodes", CASES)
+def test_add_split_leaf_values(kernels, n_rows, n_features, n_bins, n_nodes):
+    rng = np.random.default_rng(11 + n_rows)
+    bins, _, row_index, start, count = random_level(rng, n_rows, n_features, n_bins, n_nodes)
+    split = (rng.integers(0, n_features, size=n_nodes),
+             rng.integers(1, max(2, n_bins - 1), size=n_nodes), rng.random(n_nodes) < 0.5,
+             rng.normal(size=n_nodes), rng.normal(size=n_nodes))
+    expected = np.full(n_rows, 0.25)
+    numpy_kernels.add_split_leaf_values(expected, bins, row_index, start, count, *split)
+    got = np.full(n_rows, 0.25)
+    kernels.add_split_leaf_values(got, bins, row_index, start, count, *split)
+    assert np.array_equal(got, expected)
+    # the same as partitioning the rows and adding each child's value to its segment
+    rows = row_index.copy()
+    left = numpy_kernels.partition_rows(bins, rows, start, count, *split[:3])
+    by_segments = np.full(n_rows, 0.25)
+    numpy_kernels.add_leaf_values(by_segments, rows, np.stack([start, start + left], 1).ravel(),
+                                  np.stack([left, count - left], 1).ravel(),
+                                  np.stack([split[3], split[4]], 1).ravel())
+    assert np.array_equal(got, by_segments)
 
 
 def _random_forest(rng, n_features, n_trees, n_groups):

@@ -169,42 +169,6 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
 
 
 @njit(parallel=True, **_JIT)
-def _partition_rows(bins, row_index, seg_start, seg_count, feature, bin_threshold, default_left,
-                    left_count):
-    for k in prange(seg_start.shape[0]):
-        lo = seg_start[k]
-        count = seg_count[k]
-        f = feature[k]
-        thr = bin_threshold[k]
-        dl = default_left[k]
-        right = np.empty(count, dtype=row_index.dtype)
-        n_left = 0
-        n_right = 0
-        for p in range(lo, lo + count):
-            r = row_index[p]
-            b = bins[r, f]
-            go_left = (b == 0 and dl) or (b != 0 and b <= thr)
-            # branch-free: write the row to both candidate places, advance one cursor
-            row_index[lo + n_left] = r  # never overtakes p: stable and safe in place
-            right[n_right] = r
-            n_left += go_left
-            n_right += 1 - go_left
-        for j in range(n_right):
-            row_index[lo + n_left + j] = right[j]
-        left_count[k] = n_left
-
-
-def partition_rows(bins, row_index, seg_start, seg_count, feature, bin_threshold, default_left):
-    """See numpy_kernels.partition_rows."""
-    left_count = np.zeros(len(seg_start), dtype=np.int64)
-    _partition_rows(bins, row_index, np.asarray(seg_start, dtype=np.int64),
-                    np.asarray(seg_count, dtype=np.int64), np.asarray(feature, dtype=np.int64),
-                    np.asarray(bin_threshold, dtype=np.int64),
-                    np.asarray(default_left, dtype=np.bool_), left_count)
-    return left_count
-
-
-@njit(parallel=True, **_JIT)
 def _partition_and_histogram(bins, gh, row_index, seg_start, seg_count, feature, bin_threshold,
                              default_left, small_is_left, hist, left_count, n_threads):
     n_features = bins.shape[1]
@@ -303,6 +267,38 @@ def add_leaf_values(margin, row_index, seg_start, seg_count, values):
     """See numpy_kernels.add_leaf_values."""
     _add_leaf_values(margin, row_index, np.asarray(seg_start, dtype=np.int64),
                      np.asarray(seg_count, dtype=np.int64), np.asarray(values, dtype=np.float64))
+
+
+@njit(parallel=True, **_JIT)
+def _add_split_leaf_values(margin, bins, row_index, seg_start, seg_count, feature, bin_threshold,
+                           default_left, left_value, right_value, n_threads):
+    # Threads split each node's rows (the deepest level may hold a single node).
+    for k in range(seg_start.shape[0]):
+        count = seg_count[k]
+        chunk = (count + n_threads - 1) // n_threads
+        f = feature[k]
+        thr = bin_threshold[k]
+        dl = default_left[k]
+        lv = left_value[k]
+        rv = right_value[k]
+        for t in prange(n_threads):
+            a = seg_start[k] + t * chunk
+            b = min(seg_start[k] + count, a + chunk)
+            for p in range(a, b):
+                r = row_index[p]
+                bb = bins[r, f]
+                go = (bb == 0 and dl) or (bb != 0 and bb <= thr)
+                margin[r] += lv if go else rv
+
+
+def add_split_leaf_values(margin, bins, row_index, seg_start, seg_count, feature, bin_threshold,
+                          default_left, left_value, right_value):
+    """See numpy_kernels.add_split_leaf_values."""
+    _add_split_leaf_values(margin, bins, row_index, np.asarray(seg_start, dtype=np.int64),
+                           np.asarray(seg_count, dtype=np.int64), np.asarray(feature, np.int64),
+                           np.asarray(bin_threshold, np.int64), np.asarray(default_left, np.bool_),
+                           np.asarray(left_value, np.float64), np.asarray(right_value, np.float64),
+                           numba.get_num_threads())
 
 
 @njit(parallel=True, **_JIT)

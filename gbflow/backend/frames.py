@@ -41,14 +41,15 @@ def non_numeric_columns(data, columns: Sequence[str]) -> list[str]:
     """The listed columns whose dtype is not numeric or boolean, as 'name (dtype)' strings."""
     if not is_frame(data):
         arr = np.asarray(data)
-        if arr.dtype.kind in "biuf":
+        if arr.dtype.kind in "biuf":  # complex ("c") is refused: its imaginary part would be lost
             return []
         return [f"<array> ({arr.dtype})"]
     by_name = {str(c): c for c in data.columns}
     bad = []
     for name in columns:
         dtype = data[by_name[name]].dtype
-        if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)):
+        numeric = pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_complex_dtype(dtype)
+        if not (numeric or pd.api.types.is_bool_dtype(dtype)):
             bad.append(f"{name} ({dtype})")
     return bad
 

@@ -155,6 +155,20 @@ def add_leaf_values(margin, row_index, seg_start, seg_count, values):
         margin[rows] += values[k]
 
 
+def add_split_leaf_values(margin, bins, row_index, seg_start, seg_count, feature, bin_threshold,
+                          default_left, left_value, right_value):
+    """For nodes split into two leaves: margin[row] += the value of the leaf the row goes to.
+
+    Takes the rows of each node's segment and the split (as in ``partition_rows``) without moving
+    any row. left_value/right_value: (n_nodes,) float64. margin (n_rows,) float64, in place.
+    """
+    for k in range(len(seg_start)):
+        rows = row_index[seg_start[k] : seg_start[k] + seg_count[k]]
+        b = bins[rows, feature[k]]
+        go_left = np.where(b == _dtypes.MISSING_BIN, bool(default_left[k]), b <= bin_threshold[k])
+        margin[rows] += np.where(go_left, left_value[k], right_value[k])
+
+
 def predict_margins(X, feature, threshold, default_left, left, right, value, tree_root, tree_group,
                     out):
     """Add every tree's leaf value to ``out``, walking the trees on raw values, in tree order.
