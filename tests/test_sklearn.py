@@ -1,0 +1,325 @@
+"""The scikit-learn estimators: contract, fitted attributes, and agreement with gbflow.train."""
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+from sklearn.model_selection import cross_val_score
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import gbflow
+from gbflow import GBFlowClassifier, GBFlowRegressor
+
+FAST = dict(n_estimators=20, max_depth=3)
+
+
+def regression_data(n=400, n_features=5, seed=0, noise=0.1):
+    """y depends on features 0 and 1 only; the others are pure noise."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, n_features))
+    y = 2.0 * X[:, 0] + np.sin(2.0 * X[:, 1]) + noise * rng.normal(size=n)
+    return X, y
+
+
+def three_class_data(n=450, seed=1):
+    """String labels decided by feature 0 (with a little help from feature 1)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 4))
+    score = X[:, 0] + 0.3 * X[:, 1]
+    y = np.array(["low", "mid", "high"])[np.digitize(score, [-0.5, 0.5])]
+    return X, y
+
+
+def r2(y, p):
+    return 1.0 - np.sum((y - p) ** 2) / np.sum((y - y.mean()) ** 2)
+
+
+# -- regression ----------------------------------------------------------------------------
+def test_regressor_fits_and_beats_the_mean():
+    X, y = regression_data()
+    model = GBFlowRegressor(**FAST).fit(X[:300], y[:300])
+    pred = model.predict(X[300:])
+    assert isinstance(pred, np.ndarray) and pred.shape == (100,) and pred.dtype == np.float64
+    # predicting the training mean scores about 0; the model must explain most of the variance
+    assert r2(y[300:], np.full(100, y[:300].mean())) < 0.05
+    assert r2(y[300:], pred) > 0.85
+    assert model.score(X[300:], y[300:]) == pytest.approx(r2(y[300:], pred))
+    assert model.n_features_in_ == 5
+    assert not hasattr(model, "feature_names_in_")  # arrays carry no names
+
+
+def test_regressor_on_dataframe_records_feature_names_and_keeps_nan_as_missing():
+    X, y = regression_data(n=200)
+    X[::7, 2] = np.nan
+    df = pd.DataFrame(X, columns=["a", "b", "c", "d", "e"])
+    model = GBFlowRegressor(**FAST).fit(df, pd.Series(y))
+    assert list(model.feature_names_in_) == ["a", "b", "c", "d", "e"]
+    assert model.get_booster().feature_names == ["a", "b", "c", "d", "e"]
+    pred = model.predict(df)
+    assert pred.shape == (200,) and np.isfinite(pred).all()
+    with pytest.raises(ValueError, match="feature names"):
+        model.predict(df[["b", "a", "c", "d", "e"]])  # reordered columns are refused
+
+
+# -- classification --------------------------------------------------------------------------
+def test_binary_classifier_with_string_labels():
+    X, _ = regression_data(n=400)
+    y = np.where(X[:, 0] + 0.5 * X[:, 1] > 0, "yes", "no")
+    model = GBFlowClassifier(**FAST).fit(X[:300], y[:300])
+    assert list(model.classes_) == ["no", "yes"] and model.n_classes_ == 2
+    assert model.get_booster().params.objective == "binary:logistic"
+    labels = model.predict(X[300:])
+    assert labels.shape == (100,) and set(labels) <= {"no", "yes"}
+    assert np.mean(labels == y[300:]) > 0.85  # chance is about 0.5
+    proba = model.predict_proba(X[300:])
+    assert proba.shape == (100, 2) and proba.dtype == np.float64
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    assert ((proba >= 0) & (proba <= 1)).all()
+    # predict is the more probable column
+    np.testing.assert_array_equal(labels, model.classes_[(proba[:, 1] > 0.5).astype(int)])
+
+
+def test_three_classes_with_string_labels():
+    X, y = three_class_data()
+    model = GBFlowClassifier(**FAST).fit(X[:300], y[:300])
+    assert list(model.classes_) == ["high", "low", "mid"]  # np.unique order
+    booster = model.get_booster()
+    assert booster.params.objective == "multi:softprob" and booster.params.num_class == 3
+    labels = model.predict(X[300:])
+    assert labels.shape == (150,) and set(labels) <= {"low", "mid", "high"}
+    assert model.score(X[300:], y[300:]) == np.mean(labels == y[300:])
+    assert np.mean(labels == y[300:]) > 0.8  # chance is about 1/3
+    proba = model.predict_proba(X[300:])
+    assert proba.shape == (150, 3)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    np.testing.assert_array_equal(labels, model.classes_[proba.argmax(axis=1)])
+
+
+def test_classifier_keeps_integer_and_bool_labels_and_their_dtype():
+    X, y = three_class_data(n=150)
+    y_int = np.select([y == "low", y == "mid"], [10, 20], 30)
+    model = GBFlowClassifier(n_estimators=5, max_depth=2).fit(X, y_int)
+    assert list(model.classes_) == [10, 20, 30]
+    assert model.predict(X).dtype == y_int.dtype and set(model.predict(X)) <= {10, 20, 30}
+    y_bool = X[:, 0] > 0
+    model = GBFlowClassifier(n_estimators=5, max_depth=2).fit(X, y_bool)
+    assert model.predict(X).dtype == bool and np.mean(model.predict(X) == y_bool) > 0.9
+
+
+def test_classifier_needs_two_classes():
+    X, _ = regression_data(n=50)
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        GBFlowClassifier(n_estimators=2).fit(X, np.full(50, "only"))
+    with pytest.raises(ValueError, match="Unknown label type"):
+        GBFlowClassifier(n_estimators=2).fit(X, X[:, 0])  # a continuous target
+
+
+def test_eval_set_labels_must_be_training_classes():
+    X, y = three_class_data(n=150)
+    y_bad = y.astype(object)
+    y_bad[:3] = "unseen"
+    with pytest.raises(ValueError, match="unseen"):
+        GBFlowClassifier(n_estimators=2).fit(X, y, eval_set=[(X, y_bad)])
+
+
+# -- scikit-learn machinery ------------------------------------------------------------------
+@parametrize_with_checks([GBFlowRegressor(n_estimators=5, max_depth=3),
+                          GBFlowClassifier(n_estimators=5, max_depth=3)])
+def test_scikit_learn_estimator_checks(estimator, check):
+    """scikit-learn's own API checks (input validation, clone, pickling, sample weights, ...)."""
+    check(estimator)
+
+
+def test_get_params_set_params_and_clone_round_trip():
+    model = GBFlowRegressor(max_depth=4, learning_rate=0.1, random_state=7,
+                            eval_metric="rmse", verbose=False)
+    params = model.get_params()
+    assert params["max_depth"] == 4 and params["random_state"] == 7
+    assert params["objective"] == "reg:squarederror" and params["n_estimators"] == 100
+    expected = {"n_estimators", "max_depth", "learning_rate", "min_child_weight", "gamma",
+                "reg_lambda", "reg_alpha", "subsample", "colsample_bytree", "max_bin",
+                "random_state", "base_score", "eval_metric", "early_stopping_rounds", "device",
+                "sparse_threshold", "verbose"}
+    assert set(params) == expected | {"objective"}
+    assert set(GBFlowClassifier().get_params()) == expected
+
+    assert model.set_params(max_depth=2, n_estimators=10) is model
+    assert model.get_params()["max_depth"] == 2 and model.max_depth == 2
+
+    X, y = regression_data(n=200)
+    model.fit(X, y)
+    copy = clone(model)
+    assert copy.get_params() == model.get_params()
+    assert not hasattr(copy, "booster_")  # a clone is unfitted
+    copy.fit(X, y)
+    np.testing.assert_array_equal(copy.predict(X), model.predict(X))
+    # the changed parameter reached training: depth-2 trees have at most 7 nodes
+    assert all(t.n_nodes <= 7 for t in model.get_booster().trees)
+    assert any(t.n_nodes > 7 for t in GBFlowRegressor(n_estimators=10).fit(X, y)
+               .get_booster().trees)
+
+
+def test_invalid_parameters_fail_at_fit_not_at_construction():
+    model = GBFlowRegressor(max_depth=0)  # stored verbatim
+    X, y = regression_data(n=30)
+    with pytest.raises(ValueError, match="max_depth"):
+        model.fit(X, y)
+    with pytest.raises(ValueError, match="eval_set"):
+        GBFlowRegressor(early_stopping_rounds=3).fit(X, y)
+
+
+def test_pipeline_and_cross_val_score():
+    X, y = regression_data(n=160)
+    pipe = make_pipeline(StandardScaler(), GBFlowRegressor(n_estimators=15, max_depth=3))
+    scores = cross_val_score(pipe, X, y, cv=2)
+    assert scores.shape == (2,) and (scores > 0.7).all()
+
+    Xc, yc = three_class_data(n=150)
+    pipe = make_pipeline(StandardScaler(), GBFlowClassifier(n_estimators=10, max_depth=3))
+    scores = cross_val_score(pipe, Xc, yc, cv=2)
+    assert scores.shape == (2,) and (scores > 0.7).all()
+
+
+# -- validation sets and early stopping ------------------------------------------------------
+def test_eval_set_and_early_stopping():
+    X, y = regression_data(n=300, noise=2.0)  # noisy: deep trees soon overfit
+    model = GBFlowRegressor(n_estimators=200, max_depth=6, learning_rate=0.5,
+                            early_stopping_rounds=5)
+    model.fit(X[:200], y[:200], eval_set=[(X[200:250], y[200:250]), (X[250:], y[250:])])
+    history = model.evals_result_
+    assert set(history) == {"validation_0", "validation_1"}
+    assert model.evals_result() == history
+    watched = history["validation_1"]["rmse"]  # the last set drives early stopping
+    best = model.best_iteration_
+    assert isinstance(best, int) and best < 200
+    assert model.get_booster().num_boosted_rounds() == best + 1
+    assert len(watched) == best + 1 + 5  # stopped 5 rounds after the best one
+    assert len(history["validation_0"]["rmse"]) == len(watched)
+    assert model.best_score_ == watched[best] == min(watched)
+
+    # a refit without early stopping drops the stale attributes
+    model.set_params(early_stopping_rounds=None, n_estimators=5).fit(X, y)
+    assert not hasattr(model, "best_iteration_") and not hasattr(model, "best_score_")
+    assert model.evals_result_ == {}
+
+
+def test_classifier_early_stopping_on_string_labels():
+    X, y = three_class_data(n=450)
+    model = GBFlowClassifier(n_estimators=100, max_depth=4, early_stopping_rounds=3)
+    model.fit(X[:300], y[:300], eval_set=[(X[300:], y[300:])])
+    watched = model.evals_result_["validation_0"]["mlogloss"]
+    assert model.get_booster().num_boosted_rounds() == model.best_iteration_ + 1
+    assert model.best_score_ == min(watched) and len(watched) < 100
+
+
+# -- fitted attributes -----------------------------------------------------------------------
+def test_feature_importances():
+    X, y = regression_data(n=300)  # only features 0 and 1 matter
+    model = GBFlowRegressor(**FAST).fit(X, y)
+    imp = model.feature_importances_
+    assert imp.shape == (5,) and imp.dtype == np.float64
+    assert (imp >= 0).all() and imp.sum() == pytest.approx(1.0)
+    assert imp.argmax() == 0 and imp[0] > imp[2:].max() and imp[1] > imp[2:].max()
+    # the same numbers as the booster's "gain", in training order, zero for unused features
+    gain = model.get_booster().feature_importances("gain")
+    raw = np.array([gain.get(f"f{j}", 0.0) for j in range(5)])
+    np.testing.assert_allclose(imp, raw / raw.sum())
+
+    stump = GBFlowRegressor(n_estimators=3, max_depth=1).fit(X, y)  # splits on feature 0 only
+    np.testing.assert_array_equal(stump.feature_importances_, [1.0, 0, 0, 0, 0])
+
+
+def test_transform_appends_prediction():
+    X, y = regression_data(n=120)
+    df = pd.DataFrame(X, columns=list("abcde"), index=np.arange(1000, 1120))
+    model = GBFlowRegressor(**FAST).fit(df, y)
+    out = model.transform(df)
+    assert list(out.columns) == ["a", "b", "c", "d", "e", "prediction"]
+    pd.testing.assert_frame_equal(out[list("abcde")], df)
+    assert out.index.equals(df.index)
+    np.testing.assert_array_equal(out["prediction"].to_numpy(), model.predict(df))
+    assert list(df.columns) == list("abcde")  # input untouched
+
+    arr_model = GBFlowRegressor(**FAST).fit(X, y)
+    out = arr_model.transform(X)
+    assert out.shape == (120, 6)
+    np.testing.assert_array_equal(out[:, :5], X)
+    np.testing.assert_array_equal(out[:, 5], arr_model.predict(X))
+
+    Xc, yc = three_class_data(n=150)
+    clf = GBFlowClassifier(n_estimators=5).fit(pd.DataFrame(Xc, columns=list("wxyz")), yc)
+    out = clf.transform(pd.DataFrame(Xc, columns=list("wxyz")))
+    assert list(out.columns) == ["w", "x", "y", "z", "prediction"]
+    np.testing.assert_array_equal(out["prediction"].to_numpy(),
+                                  clf.predict(pd.DataFrame(Xc, columns=list("wxyz"))))
+
+
+def test_not_fitted_errors():
+    X, _ = regression_data(n=10)
+    for model in (GBFlowRegressor(), GBFlowClassifier()):
+        for method in ("predict", "transform"):
+            with pytest.raises(NotFittedError):
+                getattr(model, method)(X)
+        with pytest.raises(NotFittedError):
+            model.get_booster()
+        assert not hasattr(model, "feature_importances_")
+    with pytest.raises(NotFittedError):
+        GBFlowClassifier().predict_proba(X)
+
+
+def test_predict_checks_feature_count():
+    X, y = regression_data(n=60)
+    model = GBFlowRegressor(n_estimators=3).fit(X, y)
+    with pytest.raises(ValueError, match="features"):
+        model.predict(X[:, :4])
+
+
+# -- agreement with gbflow.train -------------------------------------------------------------
+def test_regressor_equals_train_with_the_same_params():
+    X, y = regression_data(n=250)
+    w = np.random.default_rng(5).uniform(0.5, 2.0, size=250)
+    kwargs = dict(n_estimators=15, max_depth=4, learning_rate=0.2, min_child_weight=2.0,
+                  gamma=0.01, reg_lambda=2.0, reg_alpha=0.1, subsample=0.8,
+                  colsample_bytree=0.6, max_bin=64, random_state=11)
+    params = dict(objective="reg:squarederror", max_depth=4, learning_rate=0.2,
+                  min_child_weight=2.0, gamma=0.01, reg_lambda=2.0, reg_alpha=0.1,
+                  subsample=0.8, colsample_bytree=0.6, max_bin=64, seed=11)
+    booster = gbflow.train(X, y, params, num_boost_round=15, weight=w, verbose=False,
+                           evals=[((X[:40], y[:40], w[:40]), "validation_0")])
+    model = GBFlowRegressor(**kwargs).fit(X, y, sample_weight=w, eval_set=[(X[:40], y[:40])],
+                                          sample_weight_eval_set=[w[:40]])
+    np.testing.assert_array_equal(model.predict(X), booster.predict(X))
+    assert model.get_booster().to_json() == booster.to_json()
+    assert model.evals_result_ == booster.evals_result  # the eval weights were used too
+
+    df = pd.DataFrame(X, columns=list("abcde"))
+    frame_booster = gbflow.train(df, y, params, num_boost_round=15, weight=w, verbose=False)
+    frame_model = GBFlowRegressor(**kwargs).fit(df, y, sample_weight=w)
+    np.testing.assert_array_equal(frame_model.predict(df), frame_booster.predict(df).to_numpy())
+    assert frame_model.get_booster().to_json() == frame_booster.to_json()
+    # a different seed gives another model (random_state really reaches training)
+    other = GBFlowRegressor(**dict(kwargs, random_state=12)).fit(X, y, sample_weight=w)
+    assert not np.array_equal(other.predict(X), model.predict(X))
+
+
+def test_classifiers_equal_train_with_encoded_labels():
+    X, y = three_class_data(n=200)
+    codes = np.unique(y, return_inverse=True)[1]  # high=0, low=1, mid=2
+    multi = GBFlowClassifier(n_estimators=8, max_depth=3, random_state=3).fit(X, y)
+    booster = gbflow.train(X, codes, dict(objective="multi:softprob", num_class=3, max_depth=3,
+                                          seed=3), num_boost_round=8, verbose=False)
+    np.testing.assert_array_equal(multi.predict_proba(X), booster.predict(X))
+
+    y2 = np.where(codes == 1, "low", "other")
+    binary = GBFlowClassifier(n_estimators=8, max_depth=3, base_score=0.4,
+                              eval_metric="auc").fit(X, y2, eval_set=[(X[:50], y2[:50])])
+    booster = gbflow.train(X, (y2 == "other").astype(float),
+                           dict(objective="binary:logistic", max_depth=3, base_score=0.4,
+                                eval_metric="auc"), num_boost_round=8,
+                           evals=[((X[:50], (y2[:50] == "other").astype(float)),
+                                   "validation_0")], verbose=False)
+    p = booster.predict(X)
+    np.testing.assert_array_equal(binary.predict_proba(X), np.column_stack((1 - p, p)))
+    assert binary.evals_result_ == booster.evals_result
