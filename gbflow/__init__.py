@@ -4,8 +4,8 @@ from .params import Params
 from .training import train
 
 __version__ = "0.1.0"
-__all__ = ["Booster", "GBFlowClassifier", "GBFlowRegressor", "Params", "load_model", "train",
-           "__version__"]
+# The estimators are reached lazily (they need scikit-learn), so `import *` leaves them out.
+__all__ = ["Booster", "Params", "load_model", "train", "__version__"]
 
 
 def __getattr__(name):

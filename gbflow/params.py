@@ -140,7 +140,7 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         ("min_child_weight", float, 0, math.inf, False), ("gamma", float, 0, math.inf, False),
         ("reg_lambda", float, 0, math.inf, False), ("reg_alpha", float, 0, math.inf, False),
         ("subsample", float, 0, 1, True), ("colsample_bytree", float, 0, 1, True),
-        ("max_bin", int, 2, 65536, False), ("seed", int, -(2**63), 2**63 - 1, False),
+        ("max_bin", int, 3, 65536, False), ("seed", int, -(2**63), 2**63 - 1, False),
         ("sparse_threshold", float, 0, 1, False),
     ]:
         if name not in merged:

@@ -62,8 +62,8 @@ class _Progress:
         text = "  ".join(f"{name}-{metric}:{value:.6f}" for name, metric, value in scores)
         elapsed = time.perf_counter() - self.start
         width = len(str(self.n_rounds))
-        print(f"[{i + 1:>{width}}/{self.n_rounds}] {text}  ({elapsed:.1f}s)".replace("  (", " ("),
-              file=sys.stderr, flush=True)
+        print(f"[{i + 1:>{width}}/{self.n_rounds}] " + (f"{text}  " if text else "")
+              + f"({elapsed:.1f}s)", file=sys.stderr, flush=True)
 
     def say(self, text: str) -> None:
         if self.period:
@@ -92,11 +92,14 @@ class _EvalSet:
 
 def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round: int,
         evals: list[tuple[data_mod.DataSet, str]] = (), early_stopping_rounds: int | None = None,
-        verbose=True) -> Booster:
+        verbose=True, keep_training_margins: bool = False) -> Booster:
     """The boosting loop over in-process shards (one per part). Inputs are already validated.
 
-    The model depends only on the rows (in order) of the concatenated parts, not on how they are
-    split into parts. Side effect: progress lines on stderr unless ``verbose`` is False.
+    The model depends only on the rows of the concatenated parts, not on how they are split into
+    parts, nor (without ``subsample``, whose draws follow the global row number) on their order.
+    With ``keep_training_margins`` the booster gets ``training_margins``: per part the
+    (n_i, n_groups) float64 margins reached in training (for tests; not when early stopping cut
+    trees off). Side effect: progress lines on stderr unless ``verbose`` is False.
     """
     xp = backend.xp
     start = time.perf_counter()
@@ -174,15 +177,18 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
         if early_stopping_rounds and round_index - best_iteration >= early_stopping_rounds:
             progress.say(f"early stopping at round {round_index + 1}: best round "
                          f"{best_iteration + 1}, {scores[-1][0]}-{scores[-1][1]}={best_score:.6f}")
-            trees = trees[: (best_iteration + 1) * n_groups]
             break
+    truncated = bool(early_stopping_rounds) and len(trees) > (best_iteration + 1) * n_groups
+    if early_stopping_rounds:  # the model ends at its best round, whether or not it stopped early
+        trees = trees[: (best_iteration + 1) * n_groups]
     booster = Booster(trees, cuts, feature_names, params, base_margin,
                       label_name=parts[0].label_name, weight_name=parts[0].weight_name,
                       best_iteration=best_iteration if early_stopping_rounds else None,
                       best_score=best_score if early_stopping_rounds else None)
     booster.evals_result = evals_result
     booster.timings = dict(timers.seconds, total=time.perf_counter() - start)
-    booster._training_margins = [backend.to_host(s.margin) for s in shardset.shards]
+    if keep_training_margins and not truncated:
+        booster.training_margins = [backend.to_host(s.margin) for s in shardset.shards]
     return booster
 
 
@@ -246,6 +252,9 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     eval_sets = [_eval_dataset(e, label, weight, dataset, i) for i, e in enumerate(evals or [])]
     for d, name in eval_sets:
         objective.check_label(d.label, f"evaluation set {name!r}")
+        if "auc" in params.metrics and len(np.unique(d.label)) < 2:
+            raise ValueError(f"evaluation set {name!r} holds only one class: auc is undefined "
+                             f"there (early stopping could never see it improve)")
     backend = get_backend(params.device)
     return fit(backend, [dataset], params, int(num_boost_round), eval_sets,
                early_stopping_rounds, verbose)

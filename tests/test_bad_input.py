@@ -311,7 +311,7 @@ def test_parameters_that_belong_elsewhere(df, no_work, name, match):
     ({"learning_rate": -1}, r"parameter learning_rate must be > 0, got -1"),
     ({"eta": 0}, r"parameter learning_rate must be > 0"),
     ({"reg_lambda": -1.0}, r"parameter reg_lambda must be >= 0"),
-    ({"max_bin": 1}, r"parameter max_bin must lie in \[2, 65536\]"),
+    ({"max_bin": 1}, r"parameter max_bin must lie in \[3, 65536\]"),
     ({"learning_rate": float("nan")}, r"parameter learning_rate must be finite"),
     ({"gamma": float("inf")}, r"parameter gamma must be finite"),
     ({"reg_alpha": 10**400}, r"parameter reg_alpha must be finite"),

@@ -44,12 +44,12 @@ def test_same_model_on_one_or_many_shards(task, extra):
     params = make_params({**PARAMS[task], **extra})
     whole = data_mod.load(df, "y")
     backend = get_backend("cpu")
-    one = training.fit(backend, [whole], params, 12, verbose=False)
+    one = training.fit(backend, [whole], params, 12, verbose=False, keep_training_margins=True)
     bounds = [0, 1, 700, 701, 2000, len(df)]  # includes a one-row shard
     parts = [data_mod.load(df.iloc[a:b], "y") for a, b in zip(bounds[:-1], bounds[1:])]
-    many = training.fit(backend, parts, params, 12, verbose=False)
+    many = training.fit(backend, parts, params, 12, verbose=False, keep_training_margins=True)
     assert many.to_json() == one.to_json()
-    assert np.array_equal(np.concatenate(many._training_margins), one._training_margins[0])
+    assert np.array_equal(np.concatenate(many.training_margins), one.training_margins[0])
 
 
 @pytest.mark.parametrize("task", list(PARAMS))
@@ -64,10 +64,13 @@ def test_reference_kernels_give_the_same_model(task):
 @pytest.mark.parametrize("task", list(PARAMS))
 def test_training_margins_equal_predicted_margins(task):
     df = make_table(task=task, seed=6)
-    booster = _train(df, task, rounds=25, max_depth=6)
+    params = make_params({**PARAMS[task], "max_depth": 6})
+    booster = training.fit(get_backend("cpu"), [data_mod.load(df, "y")], params, 25,
+                           verbose=False, keep_training_margins=True)
     predicted = booster.predict(df, output_margin=True)
     predicted = predicted.to_numpy().reshape(len(df), -1)
-    assert np.array_equal(predicted, booster._training_margins[0])
+    assert np.array_equal(predicted, booster.training_margins[0])
+    assert not hasattr(_train(df, task, rounds=2), "training_margins")  # not kept by default
 
 
 def test_prediction_shapes_and_index():

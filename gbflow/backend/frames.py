@@ -90,15 +90,14 @@ def as_vector(values, what: str) -> np.ndarray:
     return arr.astype(np.float64)
 
 
-def wrap_prediction(values: np.ndarray, like, name: str, class_names: Sequence[str] | None = None):
+def wrap_prediction(values: np.ndarray, like, name: str):
     """Predictions shaped like the input: a Series (or a DataFrame of one column per class) with
     ``like``'s index for frame input, the bare array otherwise. values: (n,) or (n, n_classes)."""
     if not is_frame(like):
         return values
     if values.ndim == 1:
         return pd.Series(values, index=like.index, name=name)
-    columns = [f"{name}_{c}" for c in class_names] if class_names is not None else \
-        [f"{name}_{k}" for k in range(values.shape[1])]
+    columns = [f"{name}_{k}" for k in range(values.shape[1])]
     return pd.DataFrame(values, index=like.index, columns=columns)
 
 
