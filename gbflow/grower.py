@@ -16,12 +16,15 @@ from .tree import Tree
 class Shard:
     """One partition's training data after quantization, on the backend's device.
 
-    bins: (n, F) uint8/uint16. label: (n,) float64. weight: (n,) float64 or None.
+    bins: (n, F) uint8/uint16, row by row; bins_by_feature: (F, n), the same bins column by column
+    (a row's side at a split is read from one column; histograms read whole rows).
+    label: (n,) float64. weight: (n,) float64 or None.
     margin: (n, n_groups) float64, updated in place after every tree. row_offset: global row number
     of this shard's first row (keeps row sampling independent of how rows are split into shards).
     """
 
     bins: object
+    bins_by_feature: object
     label: object
     weight: object
     margin: object
@@ -54,12 +57,12 @@ class LeafRows:
     left_value: np.ndarray
     right_value: np.ndarray
 
-    def add_to(self, kernels, bins, margin) -> None:
+    def add_to(self, kernels, bins_by_feature, margin) -> None:
         """margin[row] += the value of the row's leaf, for every row (margin: (n,) float64)."""
         kernels.add_leaf_values(margin, self.row_index, self.leaf_start, self.leaf_count,
                                 self.leaf_value)
         if len(self.split_start):
-            kernels.add_split_leaf_values(margin, bins, self.row_index, self.split_start,
+            kernels.add_split_leaf_values(margin, bins_by_feature, self.row_index, self.split_start,
                                           self.split_count, self.feature, self.bin_threshold,
                                           self.default_left, self.left_value, self.right_value)
 
@@ -128,7 +131,7 @@ class ShardSet:
         left_counts, total = [], None
         for s, shard in enumerate(self.shards):
             left, part = kernels.partition_and_histogram(
-                shard.bins, gh[s], self.row_index[s], seg_start[s], seg_count[s], feature,
+                shard.bins, shard.bins_by_feature, gh[s], self.row_index[s], seg_start[s], seg_count[s], feature,
                 bin_threshold, default_left, small_is_left, n_bins)
             total = part if total is None else total + part
             left_counts.append(self.backend.to_host(left))

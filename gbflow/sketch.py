@@ -67,8 +67,20 @@ def fixed_weights(xp, weight, scale: float):
 
 def _flat_bucket_ids(xp, X):
     keys = ordered_keys(xp, X)
-    offsets = xp.arange(X.shape[1], dtype=xp.int64) * N_BUCKETS
-    return keys, (keys >> RADIX_BITS).astype(xp.int64) + offsets[None, :]
+    offsets = xp.arange(X.shape[1], dtype=xp.intp) * N_BUCKETS
+    return keys, (keys >> RADIX_BITS).astype(xp.intp) + offsets[None, :]
+
+
+# Values per block of rows in the summary passes: the temporaries (keys, bucket ids, masks) stay a
+# few MB and are reused, instead of several arrays the size of the data being allocated, touched
+# and returned to the operating system on every pass.
+BLOCK_VALUES = 1 << 20
+
+
+def _row_blocks(X, w_fixed):
+    step = max(1, BLOCK_VALUES // max(1, X.shape[1]))
+    for start in range(0, X.shape[0], step):
+        yield X[start : start + step], None if w_fixed is None else w_fixed[start : start + step]
 
 
 def coarse_summary(xp, X, w_fixed):
@@ -76,16 +88,18 @@ def coarse_summary(xp, X, w_fixed):
 
     X: (n_rows, n_features) float32. w_fixed: (n_rows,) integer-valued float64 or None.
     """
-    _, flat = _flat_bucket_ids(xp, X)
-    present = ~xp.isnan(X)
     n_features = X.shape[1]
-    if w_fixed is None:
-        counts = xp.bincount(flat[present], minlength=n_features * N_BUCKETS)
-    else:
-        weights = xp.broadcast_to(w_fixed[:, None], X.shape)[present]
-        counts = xp.rint(xp.bincount(flat[present], weights=weights,
-                                     minlength=n_features * N_BUCKETS))
-    return counts.astype(np.int64).reshape(n_features, N_BUCKETS)
+    counts = xp.zeros(n_features * N_BUCKETS, dtype=np.int64)
+    for block, w in _row_blocks(X, w_fixed):
+        _, flat = _flat_bucket_ids(xp, block)
+        present = ~xp.isnan(block)
+        if w is None:
+            counts += xp.bincount(flat[present], minlength=n_features * N_BUCKETS)
+        else:
+            weights = xp.broadcast_to(w[:, None], block.shape)[present]
+            counts += xp.rint(xp.bincount(flat[present], weights=weights,
+                                          minlength=n_features * N_BUCKETS)).astype(np.int64)
+    return counts.reshape(n_features, N_BUCKETS)
 
 
 def _target_ranks(total: int, n_value_bins: int) -> np.ndarray:
@@ -124,11 +138,18 @@ class FineSummary:
 
 def fine_summary(xp, X, w_fixed, candidates) -> FineSummary:
     """Pass 2: the distinct values of X in candidate buckets with their total weights."""
-    keys, flat = _flat_bucket_ids(xp, X)
-    selected = ~xp.isnan(X) & xp.asarray(candidates).reshape(-1)[flat]
+    candidates = xp.asarray(candidates).reshape(-1)
     feature_bits = (xp.arange(X.shape[1], dtype=xp.uint64) << xp.uint64(32))[None, :]
-    combined = (keys.astype(xp.uint64) | feature_bits)[selected]
-    weights = None if w_fixed is None else xp.broadcast_to(w_fixed[:, None], X.shape)[selected]
+    keys_parts, weight_parts = [], []
+    for block, w in _row_blocks(X, w_fixed):
+        keys, flat = _flat_bucket_ids(xp, block)
+        selected = ~xp.isnan(block) & candidates[flat]
+        keys_parts.append((keys.astype(xp.uint64) | feature_bits)[selected])
+        if w is not None:
+            weight_parts.append(xp.broadcast_to(w[:, None], block.shape)[selected])
+    combined = xp.concatenate(keys_parts) if keys_parts else xp.zeros(0, dtype=xp.uint64)
+    weights = None if w_fixed is None else (
+        xp.concatenate(weight_parts) if weight_parts else xp.zeros(0))
     return _summarise(xp, combined, weights)
 
 

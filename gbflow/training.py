@@ -116,8 +116,10 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
         for p, X in zip(parts, device_X):
             label = xp.asarray(p.label)
             weight = None if p.weight is None else xp.asarray(p.weight)
-            shardset.shards.append(Shard(bins=quantize.quantize(backend, X, cuts), label=label,
-                                         weight=weight, margin=None, row_offset=offset))
+            bins = quantize.quantize(backend, X, cuts)
+            shardset.shards.append(Shard(bins=bins, bins_by_feature=xp.ascontiguousarray(bins.T),
+                                         label=label, weight=weight, margin=None,
+                                         row_offset=offset))
             offset += p.n_rows
         del device_X  # only the binned shards stay
     base_margin = objective.base_margin(xp, [s.label for s in shardset.shards],
@@ -157,7 +159,7 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
             tree, leaf_rows = grow_tree(shardset, gh, scale_g, scale_h, cuts, params, allowed, k)
             with timers("margins"):
                 for shard, rows in zip(shardset.shards, leaf_rows):
-                    rows.add_to(backend.kernels, shard.bins, shard.margin[:, k])
+                    rows.add_to(backend.kernels, shard.bins_by_feature, shard.margin[:, k])
             round_trees.append(tree)
         trees.extend(round_trees)
         if not eval_sets:

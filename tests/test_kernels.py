@@ -54,10 +54,10 @@ def test_partition_and_histogram(kernels, n_rows, n_features, n_bins, n_nodes):
     small_is_left = rng.random(n_nodes) < 0.5
     ref_rows = row_index.copy()
     ref_left, ref_hist = numpy_kernels.partition_and_histogram(
-        bins, gh, ref_rows, start, count, feature, threshold, default_left, small_is_left, n_bins)
+        bins, np.ascontiguousarray(bins.T), gh, ref_rows, start, count, feature, threshold, default_left, small_is_left, n_bins)
     rows = row_index.copy()
     left, hist = kernels.partition_and_histogram(
-        bins, gh, rows, start, count, feature, threshold, default_left, small_is_left, n_bins)
+        bins, np.ascontiguousarray(bins.T), gh, rows, start, count, feature, threshold, default_left, small_is_left, n_bins)
     assert np.array_equal(left, ref_left)
     assert np.array_equal(rows, ref_rows)
     assert np.array_equal(hist, ref_hist)
@@ -146,9 +146,9 @@ def test_add_split_leaf_values(kernels, n_rows, n_features, n_bins, n_nodes):
              rng.integers(1, max(2, n_bins - 1), size=n_nodes), rng.random(n_nodes) < 0.5,
              rng.normal(size=n_nodes), rng.normal(size=n_nodes))
     expected = np.full(n_rows, 0.25)
-    numpy_kernels.add_split_leaf_values(expected, bins, row_index, start, count, *split)
+    numpy_kernels.add_split_leaf_values(expected, bins.T.copy(), row_index, start, count, *split)
     got = np.full(n_rows, 0.25)
-    kernels.add_split_leaf_values(got, bins, row_index, start, count, *split)
+    kernels.add_split_leaf_values(got, bins.T.copy(), row_index, start, count, *split)
     assert np.array_equal(got, expected)
     # the same as partitioning the rows and adding each child's value to its segment
     rows = row_index.copy()

@@ -169,7 +169,8 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
 
 
 @njit(parallel=True, **_JIT)
-def _partition_and_histogram(bins, gh, row_index, seg_start, seg_count, feature, bin_threshold,
+def _partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg_count, feature,
+                             bin_threshold,
                              default_left, small_is_left, hist, left_count, n_threads):
     n_features = bins.shape[1]
     n_bins = hist.shape[2]
@@ -200,7 +201,7 @@ def _partition_and_histogram(bins, gh, row_index, seg_start, seg_count, feature,
                 n_block = 0
                 for p in range(block_start, block_end):
                     r = row_index[p]
-                    bb = bins[r, f]
+                    bb = bins_by_feature[f, r]
                     go = (bb == 0 and dl) or (bb != 0 and bb <= thr)
                     goes_left[p - lo] = go
                     n_left += go
@@ -239,13 +240,13 @@ def _partition_and_histogram(bins, gh, row_index, seg_start, seg_count, feature,
         left_count[k] = total_left
 
 
-def partition_and_histogram(bins, gh, row_index, seg_start, seg_count, feature, bin_threshold,
-                            default_left, small_is_left, n_bins):
+def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg_count, feature,
+                            bin_threshold, default_left, small_is_left, n_bins):
     """See numpy_kernels.partition_and_histogram."""
     k = len(seg_start)
     hist = np.zeros((k, bins.shape[1], n_bins, 2), dtype=_dtypes.FIXED)
     left_count = np.zeros(k, dtype=np.int64)
-    _partition_and_histogram(bins, gh, row_index, np.asarray(seg_start, dtype=np.int64),
+    _partition_and_histogram(bins, bins_by_feature, gh, row_index, np.asarray(seg_start, dtype=np.int64),
                              np.asarray(seg_count, dtype=np.int64),
                              np.asarray(feature, dtype=np.int64),
                              np.asarray(bin_threshold, dtype=np.int64),
@@ -270,7 +271,7 @@ def add_leaf_values(margin, row_index, seg_start, seg_count, values):
 
 
 @njit(parallel=True, **_JIT)
-def _add_split_leaf_values(margin, bins, row_index, seg_start, seg_count, feature, bin_threshold,
+def _add_split_leaf_values(margin, bins_by_feature, row_index, seg_start, seg_count, feature, bin_threshold,
                            default_left, left_value, right_value, n_threads):
     # Threads split each node's rows (the deepest level may hold a single node).
     for k in range(seg_start.shape[0]):
@@ -286,15 +287,15 @@ def _add_split_leaf_values(margin, bins, row_index, seg_start, seg_count, featur
             b = min(seg_start[k] + count, a + chunk)
             for p in range(a, b):
                 r = row_index[p]
-                bb = bins[r, f]
+                bb = bins_by_feature[f, r]
                 go = (bb == 0 and dl) or (bb != 0 and bb <= thr)
                 margin[r] += lv if go else rv
 
 
-def add_split_leaf_values(margin, bins, row_index, seg_start, seg_count, feature, bin_threshold,
+def add_split_leaf_values(margin, bins_by_feature, row_index, seg_start, seg_count, feature, bin_threshold,
                           default_left, left_value, right_value):
     """See numpy_kernels.add_split_leaf_values."""
-    _add_split_leaf_values(margin, bins, row_index, np.asarray(seg_start, dtype=np.int64),
+    _add_split_leaf_values(margin, bins_by_feature, row_index, np.asarray(seg_start, dtype=np.int64),
                            np.asarray(seg_count, dtype=np.int64), np.asarray(feature, np.int64),
                            np.asarray(bin_threshold, np.int64), np.asarray(default_left, np.bool_),
                            np.asarray(left_value, np.float64), np.asarray(right_value, np.float64),

@@ -128,16 +128,18 @@ def partition_rows(bins, row_index, seg_start, seg_count, feature, bin_threshold
     return left_count
 
 
-def partition_and_histogram(bins, gh, row_index, seg_start, seg_count, feature, bin_threshold,
-                            default_left, small_is_left, n_bins):
+def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg_count, feature,
+                            bin_threshold, default_left, small_is_left, n_bins):
     """``partition_rows``, then the histograms of one child per node, in one call.
 
+    bins_by_feature: (n_features, n_rows), the same bins stored column by column; the side of a
+    row is read from it (one column scanned, instead of one scattered row per row).
     small_is_left: (n_nodes,) bool, which child's histogram to build (the other one is the parent's
     minus it). row_index is partitioned in place. Returns left_count (n_nodes,) int64 and
     hist (n_nodes, n_features, n_bins, 2) int64 of the chosen children.
     """
-    left_count = partition_rows(bins, row_index, seg_start, seg_count, feature, bin_threshold,
-                                default_left)
+    left_count = partition_rows(bins_by_feature.T, row_index, seg_start, seg_count, feature,
+                                bin_threshold, default_left)
     seg_start = np.asarray(seg_start, dtype=np.int64)
     seg_count = np.asarray(seg_count, dtype=np.int64)
     start = np.where(small_is_left, seg_start, seg_start + left_count)
@@ -155,16 +157,17 @@ def add_leaf_values(margin, row_index, seg_start, seg_count, values):
         margin[rows] += values[k]
 
 
-def add_split_leaf_values(margin, bins, row_index, seg_start, seg_count, feature, bin_threshold,
-                          default_left, left_value, right_value):
+def add_split_leaf_values(margin, bins_by_feature, row_index, seg_start, seg_count, feature,
+                          bin_threshold, default_left, left_value, right_value):
     """For nodes split into two leaves: margin[row] += the value of the leaf the row goes to.
 
     Takes the rows of each node's segment and the split (as in ``partition_rows``) without moving
-    any row. left_value/right_value: (n_nodes,) float64. margin (n_rows,) float64, in place.
+    any row. bins_by_feature: (n_features, n_rows) bins, column by column.
+    left_value/right_value: (n_nodes,) float64. margin (n_rows,) float64, in place.
     """
     for k in range(len(seg_start)):
         rows = row_index[seg_start[k] : seg_start[k] + seg_count[k]]
-        b = bins[rows, feature[k]]
+        b = bins_by_feature[feature[k], rows]
         go_left = np.where(b == _dtypes.MISSING_BIN, bool(default_left[k]), b <= bin_threshold[k])
         margin[rows] += np.where(go_left, left_value[k], right_value[k])
 
