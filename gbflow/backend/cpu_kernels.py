@@ -48,6 +48,17 @@ def bin_features(X, cut_values, cut_offsets, out):
     return out
 
 
+@njit(inline="always", **_JIT)
+def _add_row(acc, bins, gh, r):
+    # One row's gradient pair into every feature's bin of a (n_features, n_bins, 2) histogram.
+    g = gh[r, 0]
+    h = gh[r, 1]
+    for f in range(bins.shape[1]):
+        b = bins[r, f]
+        acc[f, b, 0] += g
+        acc[f, b, 1] += h
+
+
 @njit(parallel=True, **_JIT)
 def _build_histograms(bins, gh, row_index, seg_start, seg_count, hist, n_threads):
     n_features = bins.shape[1]
@@ -64,13 +75,7 @@ def _build_histograms(bins, gh, row_index, seg_start, seg_count, hist, n_threads
             acc = local[t]
             acc[:] = 0
             for p in range(lo, hi):
-                r = row_index[p]
-                g = gh[r, 0]
-                h = gh[r, 1]
-                for f in range(n_features):
-                    b = bins[r, f]
-                    acc[f, b, 0] += g
-                    acc[f, b, 1] += h
+                _add_row(acc, bins, gh, row_index[p])
         for t in range(n_threads):
             hist[k] += local[t]
 
@@ -208,13 +213,7 @@ def _partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, se
                     block[n_block] = r
                     n_block += go == build_left
                 for j in range(n_block):
-                    r = block[j]
-                    g = gh[r, 0]
-                    h = gh[r, 1]
-                    for ff in range(n_features):
-                        bf = bins[r, ff]
-                        acc[ff, bf, 0] += g
-                        acc[ff, bf, 1] += h
+                    _add_row(acc, bins, gh, block[j])
             n_left_of[t] = n_left
         total_left = 0
         for t in range(n_threads):
