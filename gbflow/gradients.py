@@ -11,11 +11,12 @@ import math
 from . import _dtypes
 
 
-def fixed_point_scale(max_abs: float, n_rows: int) -> float:
-    """Power-of-two factor such that n_rows values of magnitude <= max_abs sum below 2**62."""
+def fixed_point_scale(max_abs: float, n_rows: int, limit: float = _dtypes.FIXED_SUM_LIMIT) -> float:
+    """Power-of-two factor such that n_rows values of magnitude <= max_abs sum below ``limit``
+    (2**62 for gradients; the sketch passes 2**52 for weights summed in float64)."""
     if not (max_abs > 0) or n_rows == 0:
         return 1.0
-    exponent = math.floor(math.log2(_dtypes.FIXED_SUM_LIMIT / (n_rows * max_abs)))
+    exponent = math.floor(math.log2(limit / (n_rows * max_abs)))
     return 2.0 ** min(exponent, 1000)
 
 

@@ -94,6 +94,12 @@ class ShardSet:
         self.backend = backend
         self.shards = shards
         self.timers = Timers()
+        self.row_index: list = []  # per shard (n_i,) int32, rows grouped by tree node
+
+    def reset_row_index(self) -> None:
+        """Start a tree: every shard's rows in one segment (the root), in row order."""
+        xp = self.backend.xp
+        self.row_index = [xp.arange(s.n_rows, dtype=_dtypes.ROW_INDEX) for s in self.shards]
 
     def allreduce_sum(self, array):
         return array
@@ -131,8 +137,8 @@ class ShardSet:
         left_counts, total = [], None
         for s, shard in enumerate(self.shards):
             left, part = kernels.partition_and_histogram(
-                shard.bins, shard.bins_by_feature, gh[s], self.row_index[s], seg_start[s], seg_count[s], feature,
-                bin_threshold, default_left, small_is_left, n_bins)
+                shard.bins, shard.bins_by_feature, gh[s], self.row_index[s], seg_start[s],
+                seg_count[s], feature, bin_threshold, default_left, small_is_left, n_bins)
             total = part if total is None else total + part
             left_counts.append(self.backend.to_host(left))
         return left_counts, self.allreduce_sum(total)
@@ -149,7 +155,7 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
     timers = shardset.timers
     n_value_bins, n_bins = cuts.n_value_bins, cuts.n_bins
     n_shards = len(shardset.shards)
-    shardset.row_index = [xp.arange(s.n_rows, dtype=_dtypes.ROW_INDEX) for s in shardset.shards]
+    shardset.reset_row_index()
     seg_start = [np.zeros(1, dtype=np.int64) for _ in range(n_shards)]
     seg_count = [np.array([s.n_rows], dtype=np.int64) for s in shardset.shards]
     with timers("histograms"):

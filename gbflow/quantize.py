@@ -5,7 +5,7 @@ import dataclasses
 
 import numpy as np
 
-from . import _dtypes, sketch
+from . import _dtypes, gradients, sketch
 
 
 @dataclasses.dataclass
@@ -66,7 +66,8 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int) -> Cuts:
     n_rows = sum(int(p.shape[0]) for p in parts)
     scale = 1.0
     if weights is not None:
-        scale = sketch.weight_scale(max(float(w.max()) if len(w) else 0.0 for w in weights), n_rows)
+        max_weight = max(float(w.max()) if len(w) else 0.0 for w in weights)
+        scale = gradients.fixed_point_scale(max_weight, n_rows, _dtypes.SKETCH_SUM_LIMIT)
     fixed = [None] * len(parts) if weights is None else \
         [sketch.fixed_weights(xp, w, scale) for w in weights]
     coarse = sum(np.asarray(sketch.coarse_summary(xp, p, w)) for p, w in zip(parts, fixed))

@@ -14,7 +14,8 @@ How, in two passes over the data (a radix select on the float32 bit patterns):
 3. ``fine_summary``: the exact distinct values, with their weights, inside the candidate buckets.
 4. ``choose_cuts``: the exact value at each target rank becomes a cut.
 
-Weights are fixed-point integers (``weight_scale``) whose totals stay below 2**53, so float64
+Weights are fixed-point integers (``gradients.fixed_point_scale`` with a 2**52 limit) whose
+totals stay below 2**53, so float64
 bincounts (on NumPy and CuPy alike) add them exactly. Missing values (NaN) are not part of any
 summary; they get their own bin.
 """
@@ -49,13 +50,6 @@ def keys_to_values(keys: np.ndarray) -> np.ndarray:
     positive = (keys >> 31).astype(bool)
     bits = np.where(positive, keys & np.uint32(0x7FFFFFFF), ~keys)
     return bits.astype(np.uint32).view(np.float32)
-
-
-def weight_scale(max_weight: float, n_rows: int) -> float:
-    """Power-of-two factor turning weights into integers whose total stays below 2**52."""
-    if max_weight <= 0 or n_rows == 0:
-        return 1.0
-    return 2.0 ** math.floor(math.log2(_dtypes.SKETCH_SUM_LIMIT / (n_rows * max_weight)))
 
 
 def fixed_weights(xp, weight, scale: float):

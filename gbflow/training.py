@@ -113,18 +113,17 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
         weights = None if parts[0].weight is None else [xp.asarray(p.weight) for p in parts]
         cuts = quantize.compute_cuts(xp, device_X, weights, params.max_bin)
         offset = 0
-        for p, X in zip(parts, device_X):
+        for i, (p, X) in enumerate(zip(parts, device_X)):
             label = xp.asarray(p.label)
-            weight = None if p.weight is None else xp.asarray(p.weight)
+            weight = None if weights is None else weights[i]
             bins = quantize.quantize(backend, X, cuts)
             shardset.shards.append(Shard(bins=bins, bins_by_feature=xp.ascontiguousarray(bins.T),
                                          label=label, weight=weight, margin=None,
                                          row_offset=offset))
             offset += p.n_rows
         del device_X  # only the binned shards stay
-    base_margin = objective.base_margin(xp, [s.label for s in shardset.shards],
-                                        None if weights is None else
-                                        [s.weight for s in shardset.shards], params.base_score)
+    base_margin = objective.base_margin(xp, [s.label for s in shardset.shards], weights,
+                                        params.base_score)
     for shard in shardset.shards:
         shard.margin = xp.empty((shard.n_rows, n_groups), dtype=np.float64)
         shard.margin[:] = xp.asarray(base_margin)[None, :]

@@ -95,13 +95,12 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
         parent = _score(GP, HP, reg_lambda, reg_alpha)
         gain = (_score(GL, HL, reg_lambda, reg_alpha) + _score(GR, HR, reg_lambda, reg_alpha)) \
             - parent[:, None, None, None]
-    gain = np.where(valid, gain, -np.inf).reshape(n_nodes, -1)
-    best = np.argmax(gain, axis=1) if gain.shape[1] else np.zeros(n_nodes, dtype=np.int64)
-    best_gain = gain[np.arange(n_nodes), best] if gain.shape[1] else np.full(n_nodes, -np.inf)
-    f, t, d = np.unravel_index(best, (n_features, n_bins - 1, 2)) if gain.shape[1] else (best,) * 3
+    gain = np.where(valid, gain, -np.inf).reshape(n_nodes, -1)  # n_features >= 1, n_bins >= 2
+    best = np.argmax(gain, axis=1)  # the first of equal gains
+    best_gain = gain[np.arange(n_nodes), best]
+    f, t, d = np.unravel_index(best, (n_features, n_bins - 1, 2))
     found = best_gain > -np.inf
-    left_sum = left.reshape(n_nodes, -1, 2)[np.arange(n_nodes), best] if gain.shape[1] \
-        else np.zeros((n_nodes, 2), dtype=_dtypes.FIXED)
+    left_sum = left.reshape(n_nodes, -1, 2)[np.arange(n_nodes), best]
     return (
         best_gain.astype(np.float64),
         np.where(found, f, -1).astype(_dtypes.NODE),
