@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 
 from . import _dtypes, gradients, sketch
+from .backend import to_host
 
 
 @dataclasses.dataclass
@@ -70,7 +71,7 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int) -> Cuts:
         scale = gradients.fixed_point_scale(max_weight, n_rows, _dtypes.SKETCH_SUM_LIMIT)
     fixed = [None] * len(parts) if weights is None else \
         [sketch.fixed_weights(xp, w, scale) for w in weights]
-    coarse = sum(np.asarray(sketch.coarse_summary(xp, p, w)) for p, w in zip(parts, fixed))
+    coarse = sum(to_host(sketch.coarse_summary(xp, p, w)) for p, w in zip(parts, fixed))
     candidates = sketch.candidate_buckets(coarse, n_value_bins)
     fine = sketch.merge_fine([sketch.fine_summary(xp, p, w, candidates)
                               for p, w in zip(parts, fixed)])

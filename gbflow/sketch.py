@@ -27,6 +27,7 @@ import math
 import numpy as np
 
 from . import _dtypes
+from .backend import to_host
 
 RADIX_BITS = 16
 N_BUCKETS = 1 << RADIX_BITS
@@ -165,8 +166,8 @@ def _summarise(xp, combined, weights) -> FineSummary:
     else:
         cumulative = run_weight[run_end]
         run_total = xp.rint(xp.diff(cumulative, prepend=0.0))
-    unique = np.asarray(ordered[run_end] if xp is np else ordered[run_end].get())
-    totals = np.asarray(run_total if xp is np else run_total.get()).astype(np.int64)
+    unique = to_host(ordered[run_end])
+    totals = to_host(run_total).astype(np.int64)
     return FineSummary(feature=(unique >> np.uint64(32)).astype(np.int64),
                        key=(unique & np.uint64(0xFFFFFFFF)).astype(np.uint32), weight=totals)
 

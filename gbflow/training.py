@@ -8,7 +8,7 @@ import numpy as np
 
 from . import data as data_mod
 from . import gradients, metrics, objectives, predictor, quantize
-from .backend import get_backend
+from .backend import get_backend, on_gpu
 from .booster import Booster
 from .grower import Shard, ShardSet, grow_tree
 from .params import Params, make_params
@@ -75,7 +75,7 @@ class _EvalSet:
 
     def __init__(self, backend, dataset: data_mod.DataSet, name: str, base_margin):
         self.name, self.dataset, self.backend = name, dataset, backend
-        self.X = backend.xp.asarray(dataset.X)
+        self.X = backend.asarray(dataset.X)
         self.margin = predictor.predict_margin(backend, self.X, predictor.FlatForest.from_trees([]),
                                                base_margin)
 
@@ -86,7 +86,9 @@ class _EvalSet:
     def scores(self, objective, metric_names) -> list[tuple[str, str, float]]:
         prediction = self.backend.to_host(objective.transform(self.backend.xp, self.margin))
         d = self.dataset
-        return [(self.name, m, metrics.evaluate(m, d.label, prediction, d.weight))
+        label = self.backend.to_host(d.label)
+        weight = None if d.weight is None else self.backend.to_host(d.weight)
+        return [(self.name, m, metrics.evaluate(m, label, prediction, weight))
                 for m in metric_names]
 
 
@@ -109,12 +111,12 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
     shardset = ShardSet(backend, [])
     timers = shardset.timers
     with timers("quantize"):
-        device_X = [xp.asarray(p.X) for p in parts]
-        weights = None if parts[0].weight is None else [xp.asarray(p.weight) for p in parts]
+        device_X = [backend.asarray(p.X) for p in parts]
+        weights = None if parts[0].weight is None else [backend.asarray(p.weight) for p in parts]
         cuts = quantize.compute_cuts(xp, device_X, weights, params.max_bin)
         offset = 0
         for i, (p, X) in enumerate(zip(parts, device_X)):
-            label = xp.asarray(p.label)
+            label = backend.asarray(p.label)
             weight = None if weights is None else weights[i]
             bins = quantize.quantize(backend, X, cuts)
             shardset.shards.append(Shard(bins=bins, bins_by_feature=xp.ascontiguousarray(bins.T),
@@ -256,6 +258,6 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
         if "auc" in params.metrics and len(np.unique(d.label)) < 2:
             raise ValueError(f"evaluation set {name!r} holds only one class: auc is undefined "
                              f"there (early stopping could never see it improve)")
-    backend = get_backend(params.device)
+    backend = get_backend(params.device, data_on_gpu=on_gpu(dataset.X))
     return fit(backend, [dataset], params, int(num_boost_round), eval_sets,
                early_stopping_rounds, verbose)

@@ -1,7 +1,8 @@
 """Device selection: the only package that knows about devices and hands out array namespaces.
 
-A ``Backend`` bundles an array namespace ``xp`` (NumPy here; CuPy with the CUDA backend) with the
-kernels that work on its arrays. Core modules receive a backend and never test for a device.
+A ``Backend`` bundles an array namespace ``xp`` (NumPy, or CuPy for the CUDA backend) with the
+kernels that work on its arrays. Core modules receive a backend and never test for a device. CuPy is
+imported only when the CUDA backend is asked for, so ``import gbflow`` needs no GPU stack.
 """
 from __future__ import annotations
 
@@ -29,8 +30,29 @@ class Backend:
     kernels: types.ModuleType
 
     def to_host(self, array):
-        """The array as a NumPy array (a no-op on the CPU)."""
-        return np.asarray(array)
+        """The array as a NumPy array (a copy from the GPU; a no-op on the CPU)."""
+        return to_host(array)
+
+    def asarray(self, array):
+        """The array on this backend's device (host data is copied to the GPU, GPU data to the
+        host for the CPU backend); no copy when it is already there."""
+        return self.xp.asarray(array) if self.name == "cuda" else to_host(array)
+
+
+def on_gpu(array) -> bool:
+    """True for arrays (and frames) whose data lives on a GPU: CuPy, cuDF, anything exposing
+    ``__cuda_array_interface__``. Checked without importing CuPy."""
+    module = type(array).__module__.split(".")[0]
+    return module in ("cupy", "cupyx", "cudf", "dask_cudf") or \
+        hasattr(array, "__cuda_array_interface__")
+
+
+def to_host(array):
+    """Any array (NumPy, CuPy, a scalar) as a NumPy array; device arrays are copied to the host."""
+    if on_gpu(array):
+        import cupy
+        return cupy.asnumpy(array)
+    return np.asarray(array)
 
 
 _reference_only = False
@@ -56,16 +78,31 @@ def cuda_available() -> bool:
         return False
 
 
-def get_backend(device: str = "auto") -> Backend:
+def get_backend(device: str = "auto", data_on_gpu: bool = False) -> Backend:
     """The backend for ``device`` ("auto", "cpu" or "cuda").
 
-    "auto" is the CPU until the CUDA backend exists; "cuda" is refused with a clear error for now.
+    "auto" is the GPU when the data is already there (``data_on_gpu``) or a GPU is present, else
+    the CPU. "cuda" without a usable GPU and CuPy is an error that says what is missing.
     """
     if device not in DEVICES:
         raise ValueError(f"device={device!r} is not one of {DEVICES}")
+    if device == "auto":
+        device = "cuda" if data_on_gpu or cuda_available() else "cpu"
     if device == "cuda":
-        raise NotImplementedError(
-            "device='cuda': gbflow's CUDA backend is not part of this version yet; "
-            "use device='cpu' (or 'auto')")
+        return _cuda_backend()
     kernels = numpy_kernels if _reference_only else cpu_kernels
     return Backend(name="cpu", xp=np, kernels=kernels)
+
+
+def _cuda_backend() -> Backend:
+    try:
+        import cupy
+    except ImportError as e:
+        raise RuntimeError(
+            "device='cuda' needs CuPy (pip install 'gbflow[cuda13]', or the conda environment in "
+            "environment.yml); use device='cpu' otherwise") from e
+    if not cuda_available():
+        raise RuntimeError("device='cuda': CuPy is installed but sees no usable CUDA GPU; "
+                           "use device='cpu'")
+    from . import cuda_kernels
+    return Backend(name="cuda", xp=cupy, kernels=cuda_kernels)
