@@ -136,10 +136,13 @@ class Booster:
 
     # -- model file ------------------------------------------------------------------------
     def to_dict(self) -> dict:
+        # The device trained on is a run-time choice, not part of the model: CPU and GPU training
+        # of the same data give the same file, byte for byte.
+        params = {k: v for k, v in self.params.to_dict().items() if k != "device"}
         return {
             "format": FORMAT,
             "version": FORMAT_VERSION,
-            "params": self.params.to_dict(),
+            "params": params,
             "base_margin": [float(m) for m in self.base_margin],
             "feature_names": self.feature_names,
             "label_name": self.label_name,

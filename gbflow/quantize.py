@@ -54,12 +54,14 @@ class Cuts:
                    offsets=np.asarray(d["offsets"], dtype=np.int64), max_bin=int(d["max_bin"]))
 
 
-def compute_cuts(xp, parts: list, weights: list | None, max_bin: int) -> Cuts:
+def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
+                 block_values: int = sketch.BLOCK_VALUES) -> Cuts:
     """Exact weighted quantile cuts over all ``parts`` (in-process; Dask runs the same passes).
 
     parts: list of (n_i, n_features) float32 arrays in the ``xp`` namespace. weights: matching list
-    of (n_i,) float arrays, or None for unit weights. The result does not depend on how rows are
-    split into parts or ordered within them.
+    of (n_i,) float arrays, or None for unit weights. block_values: values per block of rows in
+    the summary passes. The result does not depend on how rows are split into parts or ordered
+    within them.
     """
     if max_bin < 2:
         raise ValueError(f"max_bin must be at least 2, got {max_bin}")
@@ -71,9 +73,10 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int) -> Cuts:
         scale = gradients.fixed_point_scale(max_weight, n_rows, _dtypes.SKETCH_SUM_LIMIT)
     fixed = [None] * len(parts) if weights is None else \
         [sketch.fixed_weights(xp, w, scale) for w in weights]
-    coarse = sum(to_host(sketch.coarse_summary(xp, p, w)) for p, w in zip(parts, fixed))
+    coarse = sum(to_host(sketch.coarse_summary(xp, p, w, block_values))
+                 for p, w in zip(parts, fixed))
     candidates = sketch.candidate_buckets(coarse, n_value_bins)
-    fine = sketch.merge_fine([sketch.fine_summary(xp, p, w, candidates)
+    fine = sketch.merge_fine([sketch.fine_summary(xp, p, w, candidates, block_values)
                               for p, w in zip(parts, fixed)])
     values, offsets = sketch.choose_cuts(coarse, candidates, fine, n_value_bins)
     return Cuts(values=values, offsets=offsets, max_bin=max_bin)

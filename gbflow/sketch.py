@@ -72,20 +72,21 @@ def _flat_bucket_ids(xp, X):
 BLOCK_VALUES = 1 << 20
 
 
-def _row_blocks(X, w_fixed):
-    step = max(1, BLOCK_VALUES // max(1, X.shape[1]))
+def _row_blocks(X, w_fixed, block_values):
+    step = max(1, block_values // max(1, X.shape[1]))
     for start in range(0, X.shape[0], step):
         yield X[start : start + step], None if w_fixed is None else w_fixed[start : start + step]
 
 
-def coarse_summary(xp, X, w_fixed):
+def coarse_summary(xp, X, w_fixed, block_values: int = BLOCK_VALUES):
     """Pass 1: (n_features, 65536) int64 total weight per feature and key bucket.
 
     X: (n_rows, n_features) float32. w_fixed: (n_rows,) integer-valued float64 or None.
+    block_values: values per block of rows (the GPU takes far larger blocks than the CPU).
     """
     n_features = X.shape[1]
     counts = xp.zeros(n_features * N_BUCKETS, dtype=np.int64)
-    for block, w in _row_blocks(X, w_fixed):
+    for block, w in _row_blocks(X, w_fixed, block_values):
         _, flat = _flat_bucket_ids(xp, block)
         present = ~xp.isnan(block)
         if w is None:
@@ -131,12 +132,12 @@ class FineSummary:
     weight: np.ndarray
 
 
-def fine_summary(xp, X, w_fixed, candidates) -> FineSummary:
+def fine_summary(xp, X, w_fixed, candidates, block_values: int = BLOCK_VALUES) -> FineSummary:
     """Pass 2: the distinct values of X in candidate buckets with their total weights."""
     candidates = xp.asarray(candidates).reshape(-1)
     feature_bits = (xp.arange(X.shape[1], dtype=xp.uint64) << xp.uint64(32))[None, :]
     keys_parts, weight_parts = [], []
-    for block, w in _row_blocks(X, w_fixed):
+    for block, w in _row_blocks(X, w_fixed, block_values):
         keys, flat = _flat_bucket_ids(xp, block)
         selected = ~xp.isnan(block) & candidates[flat]
         keys_parts.append((keys.astype(xp.uint64) | feature_bits)[selected])

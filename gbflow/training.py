@@ -113,7 +113,8 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
     with timers("quantize"):
         device_X = [backend.asarray(p.X) for p in parts]
         weights = None if parts[0].weight is None else [backend.asarray(p.weight) for p in parts]
-        cuts = quantize.compute_cuts(xp, device_X, weights, params.max_bin)
+        cuts = quantize.compute_cuts(xp, device_X, weights, params.max_bin,
+                                     backend.sketch_block_values)
         offset = 0
         for i, (p, X) in enumerate(zip(parts, device_X)):
             label = backend.asarray(p.label)

@@ -22,16 +22,33 @@ class Backend:
     """An array namespace and the kernels for its arrays.
 
     name: "cpu" or "cuda". xp: the array module. kernels: a module with the functions of
-    ``numpy_kernels`` (same names and signatures).
+    ``numpy_kernels`` (same names and signatures). sketch_block_values: values per block of rows
+    in the quantile sketch's passes (small on the CPU, where large temporaries are slow to fault
+    in; large on the GPU, where each block costs launches and a synchronisation).
     """
 
     name: str
     xp: types.ModuleType
     kernels: types.ModuleType
+    sketch_block_values: int = 1 << 20
 
     def to_host(self, array):
         """The array as a NumPy array (a copy from the GPU; a no-op on the CPU)."""
         return to_host(array)
+
+    def to_host_all(self, arrays) -> list:
+        """Several device arrays as NumPy arrays, in one device-to-host copy on the GPU (each
+        copy waits for the device, and split finding needs five small arrays per tree level)."""
+        if self.name != "cuda" or len(arrays) < 2:
+            return [to_host(a) for a in arrays]
+        xp = self.xp
+        packed = to_host(xp.concatenate([xp.ascontiguousarray(a).view(xp.uint8).ravel()
+                                         for a in arrays]))
+        out, offset = [], 0
+        for a in arrays:
+            out.append(packed[offset:offset + a.nbytes].view(a.dtype).reshape(a.shape))
+            offset += a.nbytes
+        return out
 
     def asarray(self, array):
         """The array on this backend's device (host data is copied to the GPU, GPU data to the
@@ -105,4 +122,4 @@ def _cuda_backend() -> Backend:
         raise RuntimeError("device='cuda': CuPy is installed but sees no usable CUDA GPU; "
                            "use device='cpu'")
     from . import cuda_kernels
-    return Backend(name="cuda", xp=cupy, kernels=cuda_kernels)
+    return Backend(name="cuda", xp=cupy, kernels=cuda_kernels, sketch_block_values=1 << 26)

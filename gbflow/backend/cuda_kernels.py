@@ -5,9 +5,8 @@ IEEE operations in the same order: the module is compiled with ``--fmad=false``)
 Segment arrays (``seg_start``/``seg_count``) may be host or device arrays: the host turns them
 into a work list of thread blocks, so a large node gets many blocks and an empty node none.
 
-Tuning knobs (environment, read once): ``GBFLOW_CUDA_SHARED_BYTES`` caps the shared memory of one
-histogram block (default: 100 KB, two blocks per multiprocessor); ``GBFLOW_CUDA_SPLIT_ATOMICS=1``
-builds the 64-bit shared-memory adds from two 32-bit atomics.
+Tuning knob (environment, read once): ``GBFLOW_CUDA_SHARED_BYTES`` caps the shared memory of one
+histogram block (default: 100 KB, two blocks per multiprocessor).
 """
 from __future__ import annotations
 
@@ -31,8 +30,6 @@ _MIN_ROWS_PER_BLOCK = 2048
 def _kernel(name: str, bin_itemsize: int):
     options = ("--std=c++17", "--fmad=false",
                f"-DBIN_T={'unsigned char' if bin_itemsize == 1 else 'unsigned short'}")
-    if os.environ.get("GBFLOW_CUDA_SPLIT_ATOMICS") == "1":
-        options += ("-DSPLIT_ATOMICS",)
     return cp.RawKernel(_SOURCE.read_text(), name, options=options)
 
 
@@ -78,10 +75,14 @@ def work_list(seg_start, seg_count, rows_per_block: int | None = None) -> np.nda
     return np.stack([node, begin, end, first[node], start[node]], axis=1)
 
 
+def _shared_feature_bytes(n_bins: int) -> int:
+    return 4 * (4 * n_bins + 1)  # see feature_words() in kernels.cu
+
+
 def _feature_groups(n_features: int, n_bins: int, reserved_bytes: int) -> tuple[int, int, int]:
     """(use_shared, group_size, n_groups): features per shared-memory histogram block."""
     _, budget = _limits()
-    per_feature = n_bins * 2 * 8
+    per_feature = _shared_feature_bytes(n_bins)
     most = (budget - reserved_bytes) // per_feature
     if most < 1:
         return 0, n_features, 1
@@ -132,7 +133,7 @@ def build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins):
     use_shared, group, n_groups = _feature_groups(n_features, n_bins, 0)
     name = "build_histograms_shared" if use_shared else "build_histograms_global"
     kernel = _kernel(name, bins.itemsize)
-    shared = group * n_bins * 16 if use_shared else 0
+    shared = group * _shared_feature_bytes(n_bins) if use_shared else 0
     _launch_shared(kernel, (len(work), n_groups), _HIST_THREADS, shared,
                    (bins, _i64(bins.strides[0] // bins.itemsize), _i32(n_features), _i32(n_bins),
                     cp.ascontiguousarray(gh), row_index, cp.asarray(work), _i32(group), hist))
@@ -181,7 +182,7 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
                                     (bins_by_feature, n_rows_total, row_index, work, *split,
                                      block_left))
     use_shared, group, n_groups = _feature_groups(max(n_features, 1), n_bins, _HIST_THREADS * 4)
-    shared = (group * n_bins * 16 if use_shared else 0) + _HIST_THREADS * 4
+    shared = (group * _shared_feature_bytes(n_bins) if use_shared else 0) + _HIST_THREADS * 4
     scratch = cp.empty_like(row_index)
     _launch_shared(_kernel("scatter_and_histogram", itemsize), (n_blocks, n_groups),
                    _HIST_THREADS, shared,
