@@ -76,9 +76,14 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
     coarse = sum(to_host(sketch.coarse_summary(xp, p, w, block_values))
                  for p, w in zip(parts, fixed))
     candidates = sketch.candidate_buckets(coarse, n_value_bins)
-    fine = sketch.merge_fine([sketch.fine_summary(xp, p, w, candidates, block_values)
+    slots = sketch.bucket_slots(candidates)
+    middle = sum(to_host(sketch.middle_summary(xp, p, w, slots, block_values))
+                 for p, w in zip(parts, fixed))
+    sub_candidates = sketch.candidate_sub_buckets(coarse, slots, middle, n_value_bins)
+    fine = sketch.merge_fine([sketch.fine_summary(xp, p, w, slots, sub_candidates, block_values)
                               for p, w in zip(parts, fixed)])
-    values, offsets = sketch.choose_cuts(coarse, candidates, fine, n_value_bins)
+    values, offsets = sketch.choose_cuts(coarse, candidates, middle, sub_candidates, fine,
+                                         n_value_bins)
     return Cuts(values=values, offsets=offsets, max_bin=max_bin)
 
 

@@ -5,13 +5,17 @@ is split into partitions or workers, and a lossy summary depends on the merge or
 summary is an integer table that merges by addition, so the cuts are the exact weighted quantiles
 of the float32 data, independent of row order and partitioning.
 
-How, in two passes over the data (a radix select on the float32 bit patterns):
+How, in three passes over the data (a radix select on the float32 bit patterns):
 
 1. ``coarse_summary``: per feature, the total weight in each of 65,536 buckets given by the top 16
-   bits of the order-preserving uint32 key of each value.
-2. ``candidate_buckets``: the buckets that hold a target quantile rank (or, for a feature with few
-   occupied buckets, all of them, so low-cardinality features get one bin per distinct value).
-3. ``fine_summary``: the exact distinct values, with their weights, inside the candidate buckets.
+   bits of the order-preserving uint32 key of each value. ``candidate_buckets`` then picks the
+   buckets that hold a target quantile rank (or, for a feature with few occupied buckets, all of
+   them, so low-cardinality features get one bin per distinct value); ``bucket_slots`` numbers
+   them.
+2. ``middle_summary``: inside candidate buckets, the total weight per next 8 bits of the key (a
+   dense (slots, 256) table). ``candidate_sub_buckets`` picks the sub-buckets that hold a target.
+3. ``fine_summary``: the exact distinct values, with their weights, inside candidate sub-buckets
+   (at most 256 distinct floats each, so this summary stays small even on continuous data).
 4. ``choose_cuts``: the exact value at each target rank becomes a cut.
 
 Weights are fixed-point integers (``gradients.fixed_point_scale`` with a 2**52 limit) whose
@@ -104,7 +108,7 @@ def _target_ranks(total: int, n_value_bins: int) -> np.ndarray:
 
 
 def candidate_buckets(coarse: np.ndarray, n_value_bins: int) -> np.ndarray:
-    """Pass 2 selection: (n_features, 65536) bool, the buckets whose exact values are needed.
+    """Pass 1 selection: (n_features, 65536) bool, the buckets whose contents are looked into.
 
     coarse: merged pass-1 summary (host array). n_value_bins: most value bins a feature may get.
     """
@@ -120,9 +124,78 @@ def candidate_buckets(coarse: np.ndarray, n_value_bins: int) -> np.ndarray:
     return candidates
 
 
+def bucket_slots(candidates: np.ndarray) -> np.ndarray:
+    """(n_features * 65536,) int32: each candidate bucket's row in the pass-2 table, -1 elsewhere.
+
+    Slots are numbered in (feature, bucket) order, so a feature's slots are consecutive."""
+    flat = candidates.reshape(-1)
+    slots = np.cumsum(flat, dtype=np.int64) - 1
+    return np.where(flat, slots, -1).astype(np.int32)
+
+
+SUB_BITS = 8
+N_SUB = 1 << SUB_BITS
+
+
+def _sub_bucket(xp, keys):
+    return ((keys >> (RADIX_BITS - SUB_BITS)) & xp.uint32(N_SUB - 1)).astype(xp.intp)
+
+
+def middle_summary(xp, X, w_fixed, slots, block_values: int = BLOCK_VALUES):
+    """Pass 2: (n_slots, 256) int64 total weight per candidate bucket and next 8 key bits.
+
+    slots: ``bucket_slots`` of the merged pass-1 selection (host array)."""
+    slots = xp.asarray(slots)
+    n_slots = int(slots.max()) + 1 if len(slots) else 0
+    counts = xp.zeros(n_slots * N_SUB, dtype=np.int64)
+    for block, w in _row_blocks(X, w_fixed, block_values):
+        keys, flat = _flat_bucket_ids(xp, block)
+        slot = slots[flat]
+        selected = ~xp.isnan(block) & (slot >= 0)
+        ids = (slot.astype(xp.intp) * N_SUB + _sub_bucket(xp, keys))[selected]
+        if w is None:
+            counts += xp.bincount(ids, minlength=n_slots * N_SUB)
+        else:
+            weights = xp.broadcast_to(w[:, None], block.shape)[selected]
+            counts += xp.rint(xp.bincount(ids, weights=weights,
+                                          minlength=n_slots * N_SUB)).astype(np.int64)
+    return counts.reshape(n_slots, N_SUB)
+
+
+def _slot_range(slots: np.ndarray, f: int) -> tuple[int, int]:
+    feature_slots = slots[f * N_BUCKETS:(f + 1) * N_BUCKETS]
+    used = feature_slots[feature_slots >= 0]
+    return (int(used[0]), int(used[-1]) + 1) if len(used) else (0, 0)
+
+
+def candidate_sub_buckets(coarse: np.ndarray, slots: np.ndarray, middle: np.ndarray,
+                          n_value_bins: int) -> np.ndarray:
+    """Pass 2 selection: (n_slots, 256) bool, the sub-buckets whose exact values are needed.
+
+    Those holding a target rank, or, for a feature with few occupied sub-buckets, all of them."""
+    selected = np.zeros(middle.shape, dtype=bool)
+    for f in range(coarse.shape[0]):
+        first, stop = _slot_range(slots, f)
+        table = middle[first:stop]
+        occupied = table > 0
+        if occupied.sum() <= n_value_bins:
+            selected[first:stop] = occupied
+        total = int(coarse[f].sum())
+        if total == 0 or n_value_bins <= 1:
+            continue
+        ranks = _target_ranks(total, n_value_bins)
+        cumulative = np.cumsum(coarse[f])
+        bucket = np.searchsorted(cumulative, ranks)
+        within = ranks - (cumulative[bucket] - coarse[f, bucket])  # rank inside the bucket
+        slot = slots[f * N_BUCKETS + bucket]
+        for s, r in zip(slot, within):
+            selected[s, np.searchsorted(np.cumsum(middle[s]), r)] = True
+    return selected
+
+
 @dataclasses.dataclass
 class FineSummary:
-    """Exact distinct values inside candidate buckets: sorted by (feature, key), unique.
+    """Exact distinct values inside candidate sub-buckets: sorted by (feature, key), unique.
 
     feature: (m,) int64, key: (m,) uint32 ordered keys, weight: (m,) int64. Host arrays.
     """
@@ -132,14 +205,19 @@ class FineSummary:
     weight: np.ndarray
 
 
-def fine_summary(xp, X, w_fixed, candidates, block_values: int = BLOCK_VALUES) -> FineSummary:
-    """Pass 2: the distinct values of X in candidate buckets with their total weights."""
-    candidates = xp.asarray(candidates).reshape(-1)
+def fine_summary(xp, X, w_fixed, slots, sub_candidates,
+                 block_values: int = BLOCK_VALUES) -> FineSummary:
+    """Pass 3: the distinct values of X in candidate sub-buckets with their total weights."""
+    slots = xp.asarray(slots)
+    wanted = xp.asarray(sub_candidates).reshape(-1)
     feature_bits = (xp.arange(X.shape[1], dtype=xp.uint64) << xp.uint64(32))[None, :]
     keys_parts, weight_parts = [], []
     for block, w in _row_blocks(X, w_fixed, block_values):
         keys, flat = _flat_bucket_ids(xp, block)
-        selected = ~xp.isnan(block) & candidates[flat]
+        slot = slots[flat].astype(xp.intp)
+        in_bucket = ~xp.isnan(block) & (slot >= 0)
+        sub_index = xp.where(in_bucket, slot * N_SUB + _sub_bucket(xp, keys), 0)
+        selected = in_bucket & wanted[sub_index] if len(wanted) else in_bucket & False
         keys_parts.append((keys.astype(xp.uint64) | feature_bits)[selected])
         if w is not None:
             weight_parts.append(xp.broadcast_to(w[:, None], block.shape)[selected])
@@ -183,9 +261,17 @@ def merge_fine(parts: list[FineSummary]) -> FineSummary:
     return _summarise(np, combined, weights)
 
 
-def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, fine: FineSummary,
+def _exclusive_cumsum_by_group(weights: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Weight before each entry within its run of equal ``group`` ids (entries sorted by group)."""
+    within = np.cumsum(weights)
+    first = np.searchsorted(group, group)  # index of the first entry of each entry's group
+    return within - weights - (within[first] - weights[first])
+
+
+def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, middle: np.ndarray,
+                sub_candidates: np.ndarray, fine: FineSummary,
                 n_value_bins: int) -> tuple[np.ndarray, np.ndarray]:
-    """Cut points per feature from the merged summaries.
+    """Cut points per feature from the merged summaries of the three passes.
 
     A feature whose distinct values number at most ``n_value_bins`` gets one bin per value;
     otherwise the exact value at each target rank W*i/n_value_bins starts a new bin. Returns
@@ -193,7 +279,10 @@ def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, fine: FineSummary,
     cut_offsets ((n_features + 1,) int64).
     """
     n_features = coarse.shape[0]
+    slots = bucket_slots(candidates)
     starts = np.searchsorted(fine.feature, np.arange(n_features + 1))
+    # weight before each sub-bucket inside its bucket
+    before_sub = np.cumsum(middle, axis=1) - middle
     per_feature = []
     for f in range(n_features):
         keys = fine.key[starts[f] : starts[f + 1]]
@@ -202,16 +291,20 @@ def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, fine: FineSummary,
         if total == 0:
             per_feature.append(np.empty(0, dtype=_dtypes.CUT))
             continue
-        occupied = coarse[f] > 0
-        if not (occupied & ~candidates[f]).any() and len(keys) <= n_value_bins:
+        first, stop = _slot_range(slots, f)
+        everything = not (coarse[f] > 0)[~candidates[f]].any() and \
+            not (middle[first:stop] > 0)[~sub_candidates[first:stop]].any()
+        if everything and len(keys) <= n_value_bins:
             per_feature.append(keys_to_values(keys[1:]))  # every distinct value, minus the lowest
             continue
         bucket = (keys >> np.uint32(RADIX_BITS)).astype(np.int64)
+        sub = ((keys >> np.uint32(RADIX_BITS - SUB_BITS)) & np.uint32(N_SUB - 1)).astype(np.int64)
         before_bucket = np.cumsum(coarse[f]) - coarse[f]
-        within = np.cumsum(weights)
-        first_in_bucket = np.searchsorted(bucket, bucket)  # index of each entry's bucket start
-        within_bucket = within - (within[first_in_bucket] - weights[first_in_bucket])
-        cumulative = before_bucket[bucket] + within_bucket  # exact global rank at each entry
+        slot = slots[f * N_BUCKETS + bucket]
+        group = (keys >> np.uint32(RADIX_BITS - SUB_BITS)).astype(np.int64)
+        # exact global rank (weight up to and including each entry)
+        cumulative = before_bucket[bucket] + before_sub[slot, sub] + \
+            _exclusive_cumsum_by_group(weights, group) + weights
         entry = np.searchsorted(cumulative, _target_ranks(total, n_value_bins))
         entry = np.unique(entry)
         entry = entry[cumulative[entry] - weights[entry] > 0]  # a cut at the minimum is no cut
