@@ -54,6 +54,17 @@ class Cuts:
                    offsets=np.asarray(d["offsets"], dtype=np.int64), max_bin=int(d["max_bin"]))
 
 
+def _sum_tables(tables):
+    """Sum of integer summary tables, added in place into the first (they can be large)."""
+    total = None
+    for table in tables:
+        if total is None:
+            total = table
+        else:
+            total += table
+    return total
+
+
 def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
                  block_values: int = sketch.BLOCK_VALUES) -> Cuts:
     """Exact weighted quantile cuts over all ``parts`` (in-process; Dask runs the same passes).
@@ -73,16 +84,16 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
         scale = gradients.fixed_point_scale(max_weight, n_rows, _dtypes.SKETCH_SUM_LIMIT)
     fixed = [None] * len(parts) if weights is None else \
         [sketch.fixed_weights(xp, w, scale) for w in weights]
-    coarse = sum(to_host(sketch.coarse_summary(xp, p, w, block_values))
-                 for p, w in zip(parts, fixed))
+    coarse = _sum_tables(to_host(sketch.coarse_summary(xp, p, w, block_values))
+                         for p, w in zip(parts, fixed))
     candidates = sketch.candidate_buckets(coarse, n_value_bins)
     slots = sketch.bucket_slots(candidates)
-    middle = sum(to_host(sketch.middle_summary(xp, p, w, slots, block_values))
-                 for p, w in zip(parts, fixed))
+    middle = _sum_tables(to_host(sketch.middle_summary(xp, p, w, slots, block_values))
+                         for p, w in zip(parts, fixed))
     sub_candidates = sketch.candidate_sub_buckets(coarse, slots, middle, n_value_bins)
     fine = sketch.merge_fine([sketch.fine_summary(xp, p, w, slots, sub_candidates, block_values)
                               for p, w in zip(parts, fixed)])
-    values, offsets = sketch.choose_cuts(coarse, candidates, middle, sub_candidates, fine,
+    values, offsets = sketch.choose_cuts(coarse, candidates, slots, middle, sub_candidates, fine,
                                          n_value_bins)
     return Cuts(values=values, offsets=offsets, max_bin=max_bin)
 

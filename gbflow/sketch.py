@@ -76,10 +76,16 @@ def _flat_bucket_ids(xp, X):
 BLOCK_VALUES = 1 << 20
 
 
-def _row_blocks(X, w_fixed, block_values):
-    step = max(1, block_values // max(1, X.shape[1]))
-    for start in range(0, X.shape[0], step):
-        yield X[start : start + step], None if w_fixed is None else w_fixed[start : start + step]
+def _blocks(X, w_fixed, block_values):
+    """(first feature, block of X, its weights): rows and, for wide data, groups of features, so
+    that a block's summary table (features x 65,536 buckets) stays about the size of the block."""
+    n_rows, n_features = X.shape
+    group = max(1, min(n_features, 2 * block_values // N_BUCKETS))
+    step = max(1, block_values // group)
+    for f0 in range(0, n_features, group):
+        for start in range(0, n_rows, step):
+            w = None if w_fixed is None else w_fixed[start : start + step]
+            yield f0, X[start : start + step, f0 : f0 + group], w
 
 
 def coarse_summary(xp, X, w_fixed, block_values: int = BLOCK_VALUES):
@@ -90,15 +96,16 @@ def coarse_summary(xp, X, w_fixed, block_values: int = BLOCK_VALUES):
     """
     n_features = X.shape[1]
     counts = xp.zeros(n_features * N_BUCKETS, dtype=np.int64)
-    for block, w in _row_blocks(X, w_fixed, block_values):
+    for f0, block, w in _blocks(X, w_fixed, block_values):
         _, flat = _flat_bucket_ids(xp, block)
         present = ~xp.isnan(block)
+        table = counts[f0 * N_BUCKETS : (f0 + block.shape[1]) * N_BUCKETS]
         if w is None:
-            counts += xp.bincount(flat[present], minlength=n_features * N_BUCKETS)
+            table += xp.bincount(flat[present], minlength=len(table))
         else:
             weights = xp.broadcast_to(w[:, None], block.shape)[present]
-            counts += xp.rint(xp.bincount(flat[present], weights=weights,
-                                          minlength=n_features * N_BUCKETS)).astype(np.int64)
+            table += xp.rint(xp.bincount(flat[present], weights=weights,
+                                         minlength=len(table))).astype(np.int64)
     return counts.reshape(n_features, N_BUCKETS)
 
 
@@ -128,9 +135,16 @@ def bucket_slots(candidates: np.ndarray) -> np.ndarray:
     """(n_features * 65536,) int32: each candidate bucket's row in the pass-2 table, -1 elsewhere.
 
     Slots are numbered in (feature, bucket) order, so a feature's slots are consecutive."""
-    flat = candidates.reshape(-1)
-    slots = np.cumsum(flat, dtype=np.int64) - 1
-    return np.where(flat, slots, -1).astype(np.int32)
+    where = np.flatnonzero(candidates.reshape(-1))
+    slots = np.full(candidates.size, -1, dtype=np.int32)
+    slots[where] = np.arange(len(where), dtype=np.int32)
+    return slots
+
+
+def _first_slots(slots: np.ndarray, n_features: int) -> np.ndarray:
+    """(n_features + 1,) int64: feature f's slots are first[f] .. first[f + 1] - 1."""
+    per_feature = (slots.reshape(n_features, N_BUCKETS) >= 0).sum(axis=1)
+    return np.concatenate([[0], np.cumsum(per_feature)]).astype(np.int64)
 
 
 SUB_BITS = 8
@@ -145,27 +159,23 @@ def middle_summary(xp, X, w_fixed, slots, block_values: int = BLOCK_VALUES):
     """Pass 2: (n_slots, 256) int64 total weight per candidate bucket and next 8 key bits.
 
     slots: ``bucket_slots`` of the merged pass-1 selection (host array)."""
+    first = _first_slots(slots, X.shape[1])
     slots = xp.asarray(slots)
-    n_slots = int(slots.max()) + 1 if len(slots) else 0
-    counts = xp.zeros(n_slots * N_SUB, dtype=np.int64)
-    for block, w in _row_blocks(X, w_fixed, block_values):
+    counts = xp.zeros(int(first[-1]) * N_SUB, dtype=np.int64)
+    for f0, block, w in _blocks(X, w_fixed, block_values):
         keys, flat = _flat_bucket_ids(xp, block)
-        slot = slots[flat]
+        slot = slots[flat + f0 * N_BUCKETS]
         selected = ~xp.isnan(block) & (slot >= 0)
-        ids = (slot.astype(xp.intp) * N_SUB + _sub_bucket(xp, keys))[selected]
+        lo, hi = int(first[f0]), int(first[f0 + block.shape[1]])
+        ids = ((slot.astype(xp.intp) - lo) * N_SUB + _sub_bucket(xp, keys))[selected]
+        table = counts[lo * N_SUB : hi * N_SUB]
         if w is None:
-            counts += xp.bincount(ids, minlength=n_slots * N_SUB)
+            table += xp.bincount(ids, minlength=len(table))
         else:
             weights = xp.broadcast_to(w[:, None], block.shape)[selected]
-            counts += xp.rint(xp.bincount(ids, weights=weights,
-                                          minlength=n_slots * N_SUB)).astype(np.int64)
-    return counts.reshape(n_slots, N_SUB)
-
-
-def _slot_range(slots: np.ndarray, f: int) -> tuple[int, int]:
-    feature_slots = slots[f * N_BUCKETS:(f + 1) * N_BUCKETS]
-    used = feature_slots[feature_slots >= 0]
-    return (int(used[0]), int(used[-1]) + 1) if len(used) else (0, 0)
+            table += xp.rint(xp.bincount(ids, weights=weights,
+                                         minlength=len(table))).astype(np.int64)
+    return counts.reshape(-1, N_SUB)
 
 
 def candidate_sub_buckets(coarse: np.ndarray, slots: np.ndarray, middle: np.ndarray,
@@ -174,8 +184,9 @@ def candidate_sub_buckets(coarse: np.ndarray, slots: np.ndarray, middle: np.ndar
 
     Those holding a target rank, or, for a feature with few occupied sub-buckets, all of them."""
     selected = np.zeros(middle.shape, dtype=bool)
+    first_slots = _first_slots(slots, coarse.shape[0])
     for f in range(coarse.shape[0]):
-        first, stop = _slot_range(slots, f)
+        first, stop = first_slots[f], first_slots[f + 1]
         table = middle[first:stop]
         occupied = table > 0
         if occupied.sum() <= n_value_bins:
@@ -188,8 +199,9 @@ def candidate_sub_buckets(coarse: np.ndarray, slots: np.ndarray, middle: np.ndar
         bucket = np.searchsorted(cumulative, ranks)
         within = ranks - (cumulative[bucket] - coarse[f, bucket])  # rank inside the bucket
         slot = slots[f * N_BUCKETS + bucket]
-        for s, r in zip(slot, within):
-            selected[s, np.searchsorted(np.cumsum(middle[s]), r)] = True
+        # first sub-bucket whose cumulative weight reaches the rank, for every target at once
+        sub = (np.cumsum(middle[slot], axis=1) < within[:, None]).sum(axis=1)
+        selected[slot, sub] = True
     return selected
 
 
@@ -210,11 +222,12 @@ def fine_summary(xp, X, w_fixed, slots, sub_candidates,
     """Pass 3: the distinct values of X in candidate sub-buckets with their total weights."""
     slots = xp.asarray(slots)
     wanted = xp.asarray(sub_candidates).reshape(-1)
-    feature_bits = (xp.arange(X.shape[1], dtype=xp.uint64) << xp.uint64(32))[None, :]
     keys_parts, weight_parts = [], []
-    for block, w in _row_blocks(X, w_fixed, block_values):
+    for f0, block, w in _blocks(X, w_fixed, block_values):
         keys, flat = _flat_bucket_ids(xp, block)
-        slot = slots[flat].astype(xp.intp)
+        feature_bits = (xp.arange(f0, f0 + block.shape[1], dtype=xp.uint64)
+                        << xp.uint64(32))[None, :]
+        slot = slots[flat + f0 * N_BUCKETS].astype(xp.intp)
         in_bucket = ~xp.isnan(block) & (slot >= 0)
         sub_index = xp.where(in_bucket, slot * N_SUB + _sub_bucket(xp, keys), 0)
         selected = in_bucket & wanted[sub_index] if len(wanted) else in_bucket & False
@@ -268,8 +281,8 @@ def _exclusive_cumsum_by_group(weights: np.ndarray, group: np.ndarray) -> np.nda
     return within - weights - (within[first] - weights[first])
 
 
-def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, middle: np.ndarray,
-                sub_candidates: np.ndarray, fine: FineSummary,
+def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, slots: np.ndarray,
+                middle: np.ndarray, sub_candidates: np.ndarray, fine: FineSummary,
                 n_value_bins: int) -> tuple[np.ndarray, np.ndarray]:
     """Cut points per feature from the merged summaries of the three passes.
 
@@ -279,7 +292,7 @@ def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, middle: np.ndarray,
     cut_offsets ((n_features + 1,) int64).
     """
     n_features = coarse.shape[0]
-    slots = bucket_slots(candidates)
+    first_slots = _first_slots(slots, n_features)
     starts = np.searchsorted(fine.feature, np.arange(n_features + 1))
     # weight before each sub-bucket inside its bucket
     before_sub = np.cumsum(middle, axis=1) - middle
@@ -291,7 +304,7 @@ def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, middle: np.ndarray,
         if total == 0:
             per_feature.append(np.empty(0, dtype=_dtypes.CUT))
             continue
-        first, stop = _slot_range(slots, f)
+        first, stop = first_slots[f], first_slots[f + 1]
         everything = not (coarse[f] > 0)[~candidates[f]].any() and \
             not (middle[first:stop] > 0)[~sub_candidates[first:stop]].any()
         if everything and len(keys) <= n_value_bins:
