@@ -30,6 +30,8 @@ _MIN_ROWS_PER_BLOCK = 2048
 def _kernel(name: str, bin_itemsize: int):
     options = ("--std=c++17", "--fmad=false",
                f"-DBIN_T={'unsigned char' if bin_itemsize == 1 else 'unsigned short'}")
+    if os.environ.get("GBFLOW_CUDA_ROW_PER_THREAD") == "1":
+        options += ("-DROW_PER_THREAD",)
     return cp.RawKernel(_SOURCE.read_text(), name, options=options)
 
 

@@ -95,6 +95,9 @@ __device__ __forceinline__ void flush_shared(const unsigned int* words, int grou
 }
 
 // Adds rows[0..n_rows) (row ids) to the shared histogram of features f0..f0+group.
+#ifndef ROW_PER_THREAD
+// One thread per (row, feature) pair, numbered row-major: the lanes of a warp update neighbouring
+// features of one or two rows and read consecutive bytes of a row.
 __device__ __forceinline__ void add_rows_shared(const BIN_T* bins, i64 bin_stride, const i64* gh,
                                                 const int* rows, int n_rows, int f0, int group,
                                                 int n_bins, unsigned int* words) {
@@ -110,6 +113,28 @@ __device__ __forceinline__ void add_rows_shared(const BIN_T* bins, i64 bin_strid
         shared_add64(cell + 2, gh[2 * row + 1]);
     }
 }
+#else
+// One thread per row, looping over the group's features; each lane starts at a different feature
+// so that the lanes of a warp update different features' counters at each step.
+__device__ __forceinline__ void add_rows_shared(const BIN_T* bins, i64 bin_stride, const i64* gh,
+                                                const int* rows, int n_rows, int f0, int group,
+                                                int n_bins, unsigned int* words) {
+    int stride = feature_words(n_bins);
+    int first = threadIdx.x % group;
+    for (int r = threadIdx.x; r < n_rows; r += blockDim.x) {
+        i64 row = rows[r];
+        i64 g = gh[2 * row], h = gh[2 * row + 1];
+        const BIN_T* row_bins = bins + row * bin_stride + f0;
+        int fl = first;
+        for (int j = 0; j < group; ++j) {
+            unsigned int* cell = words + fl * stride + 4 * (int)row_bins[fl];
+            shared_add64(cell, g);
+            shared_add64(cell + 2, h);
+            if (++fl == group) fl = 0;
+        }
+    }
+}
+#endif
 
 extern "C" __global__ void build_histograms_shared(
         const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,
