@@ -30,8 +30,6 @@ _MIN_ROWS_PER_BLOCK = 2048
 def _kernel(name: str, bin_itemsize: int):
     options = ("--std=c++17", "--fmad=false",
                f"-DBIN_T={'unsigned char' if bin_itemsize == 1 else 'unsigned short'}")
-    if os.environ.get("GBFLOW_CUDA_ROW_PER_THREAD") == "1":
-        options += ("-DROW_PER_THREAD",)
     return cp.RawKernel(_SOURCE.read_text(), name, options=options)
 
 
@@ -152,12 +150,21 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
     default_left = cp.empty(n_nodes, dtype=bool)
     left_sum = cp.empty((n_nodes, 2), dtype=_dtypes.FIXED)
     if n_nodes:
+        # enough feature blocks to fill the GPU on shallow levels, at least 16 features each
+        n_sm, _ = _limits()
+        per_block = max(16, -(-n_features // max(1, 4 * n_sm // n_nodes)))
+        n_blocks = -(-n_features // per_block)
+        partial = cp.empty((n_nodes, n_blocks, 4), dtype=np.int64)  # struct Best: 4 x 8 bytes
         _kernel("evaluate_splits", 1)(
-            (n_nodes,), (_THREADS,),
+            (n_nodes, n_blocks), (_THREADS,),
             (cp.ascontiguousarray(hist), _i32(n_features), _i32(n_bins),
              cp.asarray(n_value_bins, dtype=np.int32), cp.asarray(feature_allowed, dtype=bool),
              np.float64(inv_scale_g), np.float64(inv_scale_h), np.float64(reg_lambda),
-             np.float64(reg_alpha), np.float64(min_child_weight), gain, feature, threshold,
+             np.float64(reg_alpha), np.float64(min_child_weight), _i32(per_block), partial))
+        warps_per_block = _THREADS // 32
+        _kernel("reduce_splits", 1)(
+            (-(-n_nodes // warps_per_block),), (_THREADS,),
+            (partial, _i32(n_nodes), _i32(n_blocks), _i32(n_bins), gain, feature, threshold,
              default_left, left_sum))
     return gain, feature, threshold, default_left, left_sum
 

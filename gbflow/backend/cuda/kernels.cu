@@ -95,7 +95,6 @@ __device__ __forceinline__ void flush_shared(const unsigned int* words, int grou
 }
 
 // Adds rows[0..n_rows) (row ids) to the shared histogram of features f0..f0+group.
-#ifndef ROW_PER_THREAD
 // One thread per (row, feature) pair, numbered row-major: the lanes of a warp update neighbouring
 // features of one or two rows and read consecutive bytes of a row.
 __device__ __forceinline__ void add_rows_shared(const BIN_T* bins, i64 bin_stride, const i64* gh,
@@ -113,28 +112,6 @@ __device__ __forceinline__ void add_rows_shared(const BIN_T* bins, i64 bin_strid
         shared_add64(cell + 2, gh[2 * row + 1]);
     }
 }
-#else
-// One thread per row, looping over the group's features; each lane starts at a different feature
-// so that the lanes of a warp update different features' counters at each step.
-__device__ __forceinline__ void add_rows_shared(const BIN_T* bins, i64 bin_stride, const i64* gh,
-                                                const int* rows, int n_rows, int f0, int group,
-                                                int n_bins, unsigned int* words) {
-    int stride = feature_words(n_bins);
-    int first = threadIdx.x % group;
-    for (int r = threadIdx.x; r < n_rows; r += blockDim.x) {
-        i64 row = rows[r];
-        i64 g = gh[2 * row], h = gh[2 * row + 1];
-        const BIN_T* row_bins = bins + row * bin_stride + f0;
-        int fl = first;
-        for (int j = 0; j < group; ++j) {
-            unsigned int* cell = words + fl * stride + 4 * (int)row_bins[fl];
-            shared_add64(cell, g);
-            shared_add64(cell + 2, h);
-            if (++fl == group) fl = 0;
-        }
-    }
-}
-#endif
 
 extern "C" __global__ void build_histograms_shared(
         const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,
@@ -359,11 +336,12 @@ __device__ __forceinline__ void shuffle_best(Best& b, int offset) {
     if (better(g, i, b)) { b.gain = g; b.index = i; b.left_g = lg; b.left_h = lh; }
 }
 
+// Grid (n_nodes, feature blocks): block (n, k) scores features k*features_per_block .. +that of
+// node n and writes its best candidate to partial[n, k]; reduce_splits picks each node's best.
 extern "C" __global__ void evaluate_splits(
         const i64* hist, int n_features, int n_bins, const int* n_value_bins,
         const bool* feature_allowed, double inv_scale_g, double inv_scale_h, double lambda_,
-        double alpha, double min_child_weight, double* out_gain, int* out_feature,
-        int* out_threshold, bool* out_default_left, i64* out_left_sum) {
+        double alpha, double min_child_weight, int features_per_block, Best* partial) {
     __shared__ i64 total_parts[2][32];
     __shared__ Best warp_best[32];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
@@ -383,7 +361,8 @@ extern "C" __global__ void evaluate_splits(
     double parent = score(GP, HP, lambda_, alpha);
     const double NEG_INF = __longlong_as_double(0xfff0000000000000LL);
     Best best = {NEG_INF, 0x7fffffffffffffffLL, 0, 0};
-    for (int f = warp; f < n_features; f += n_warps) {
+    int f_end = min(n_features, (int)(blockIdx.y + 1) * features_per_block);
+    for (int f = blockIdx.y * features_per_block + warp; f < f_end; f += n_warps) {
         const i64* hf = h_node + (i64)f * n_bins * 2;
         i64 miss_g = hf[0], miss_h = hf[1];
         bool allowed = feature_allowed[f];
@@ -424,8 +403,27 @@ extern "C" __global__ void evaluate_splits(
             Best b = warp_best[i];
             if (better(b.gain, b.index, best)) best = b;
         }
+        partial[(i64)blockIdx.x * gridDim.y + blockIdx.y] = best;
+    }
+}
+
+// One warp per node: the best of its feature blocks' candidates, decoded into the outputs.
+extern "C" __global__ void reduce_splits(const Best* partial, int n_nodes, int n_blocks,
+                                         int n_bins, double* out_gain, int* out_feature,
+                                         int* out_threshold, bool* out_default_left,
+                                         i64* out_left_sum) {
+    int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (n >= n_nodes) return;
+    const double NEG_INF = __longlong_as_double(0xfff0000000000000LL);
+    Best best = {NEG_INF, 0x7fffffffffffffffLL, 0, 0};
+    for (int k = lane; k < n_blocks; k += 32) {
+        Best b = partial[(i64)n * n_blocks + k];
+        if (better(b.gain, b.index, best)) best = b;
+    }
+    for (int o = 16; o > 0; o >>= 1) shuffle_best(best, o);
+    if (lane == 0) {
         bool found = best.gain > NEG_INF;
-        i64 n = blockIdx.x;
         out_gain[n] = best.gain;
         out_feature[n] = found ? (int)(best.index / (2 * (i64)(n_bins - 1))) : -1;
         out_threshold[n] = found ? (int)((best.index / 2) % (n_bins - 1)) + 1 : 0;
