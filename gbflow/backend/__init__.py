@@ -122,4 +122,6 @@ def _cuda_backend() -> Backend:
         raise RuntimeError("device='cuda': CuPy is installed but sees no usable CUDA GPU; "
                            "use device='cpu'")
     from . import cuda_kernels
-    return Backend(name="cuda", xp=cupy, kernels=cuda_kernels, sketch_block_values=1 << 26)
+    # 2**24 values per sketch block: few enough blocks that launches do not matter, small enough
+    # that the passes' temporaries (keys, ids, masks: about 20 bytes a value) stay near 0.3 GB.
+    return Backend(name="cuda", xp=cupy, kernels=cuda_kernels, sketch_block_values=1 << 24)

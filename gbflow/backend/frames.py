@@ -145,7 +145,7 @@ def wrap_prediction(values, like, name: str):
 def append_prediction(data, prediction):
     """``data`` with the prediction column(s) appended (a new frame or array; ``data`` unchanged)."""
     if is_frame(data):
-        extra = prediction.to_frame() if isinstance(prediction, pd.Series) else prediction
+        extra = prediction if hasattr(prediction, "columns") else prediction.to_frame()
         clash = [c for c in extra.columns if c in data.columns]
         if clash:
             raise ValueError(f"transform: column(s) {clash} already exist in the data; "
