@@ -97,6 +97,24 @@ def _launch_shared(kernel, grid, threads, shared_bytes, args):
     kernel(grid, (threads,), args, shared_mem=shared_bytes)
 
 
+def _upload(work: np.ndarray, *arrays) -> list:
+    """The work list and small (array, dtype) pairs on the device, in one host-to-device copy
+    when they are host arrays (each separate copy waits for the device). Returns CuPy arrays."""
+    if any(isinstance(a, cp.ndarray) for a, _ in arrays):
+        return [cp.asarray(work)] + [cp.asarray(a, dtype=d) for a, d in arrays]
+    parts = [np.ascontiguousarray(work, dtype=np.int64)] + \
+        [np.ascontiguousarray(a, dtype=d) for a, d in arrays]
+    offsets, size = [], 0
+    for p in parts:
+        offsets.append(size)
+        size += -(-p.nbytes // 8) * 8  # keep every part 8-byte aligned
+    packed = np.zeros(size, dtype=np.uint8)
+    for p, o in zip(parts, offsets):
+        packed[o:o + p.nbytes] = p.view(np.uint8).reshape(-1)
+    device = cp.asarray(packed)
+    return [device[o:o + p.nbytes].view(p.dtype).reshape(p.shape) for p, o in zip(parts, offsets)]
+
+
 def _i64(x):
     return np.int64(x)
 
@@ -181,10 +199,10 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
     if len(work) == 0:
         return left_count, hist
     n_blocks = len(work)
-    work = cp.asarray(work)
+    work, *split, small_is_left = _upload(
+        work, (feature, np.int32), (bin_threshold, np.int32), (default_left, bool),
+        (small_is_left, bool))
     n_rows_total = np.int64(bins_by_feature.shape[1])
-    split = (cp.asarray(feature, dtype=np.int32), cp.asarray(bin_threshold, dtype=np.int32),
-             cp.asarray(default_left, dtype=bool))
     block_left = cp.empty(n_blocks, dtype=np.int64)
     itemsize = bins.itemsize
     _kernel("count_left", itemsize)((n_blocks,), (_THREADS,),
@@ -197,7 +215,7 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
                    _HIST_THREADS, shared,
                    (bins, _i64(bins.strides[0] // itemsize), bins_by_feature, n_rows_total,
                     _i32(n_features), _i32(n_bins), cp.ascontiguousarray(gh), row_index, scratch,
-                    work, block_left, *split, cp.asarray(small_is_left, dtype=bool), _i32(group),
+                    work, block_left, *split, small_is_left, _i32(group),
                     _i32(use_shared), hist, left_count))
     _kernel("copy_back", 1)((n_blocks,), (_THREADS,), (scratch, row_index, work))
     return left_count, hist
@@ -212,9 +230,9 @@ def add_leaf_values(margin, row_index, seg_start, seg_count, values):
     work = work_list(seg_start, seg_count)
     if len(work) == 0:
         return
+    work, values = _upload(work, (values, np.float64))
     _kernel("add_leaf_values", 1)((len(work),), (_THREADS,),
-                                  (margin, _margin_stride(margin), row_index, cp.asarray(work),
-                                   cp.asarray(values, dtype=np.float64)))
+                                  (margin, _margin_stride(margin), row_index, work, values))
 
 
 def add_split_leaf_values(margin, bins_by_feature, row_index, seg_start, seg_count, feature,
@@ -223,12 +241,13 @@ def add_split_leaf_values(margin, bins_by_feature, row_index, seg_start, seg_cou
     work = work_list(seg_start, seg_count)
     if len(work) == 0:
         return
+    work, *split = _upload(work, (feature, np.int32), (bin_threshold, np.int32),
+                           (default_left, bool), (left_value, np.float64),
+                           (right_value, np.float64))
     _kernel("add_split_leaf_values", bins_by_feature.itemsize)(
         (len(work),), (_THREADS,),
         (margin, _margin_stride(margin), bins_by_feature, np.int64(bins_by_feature.shape[1]),
-         row_index, cp.asarray(work), cp.asarray(feature, dtype=np.int32),
-         cp.asarray(bin_threshold, dtype=np.int32), cp.asarray(default_left, dtype=bool),
-         cp.asarray(left_value, dtype=np.float64), cp.asarray(right_value, dtype=np.float64)))
+         row_index, work, *split))
 
 
 def predict_margins(X, feature, threshold, default_left, left, right, value, tree_root, tree_group,
