@@ -20,7 +20,6 @@ import numpy as np
 from .. import _dtypes
 
 _SOURCE = pathlib.Path(__file__).with_name("cuda") / "kernels.cu"
-_WORK_WIDTH = 5  # int64 fields of one work item: node, begin, end, first block of node, seg start
 _THREADS = 256
 _HIST_THREADS = 1024
 _MIN_ROWS_PER_BLOCK = 2048
