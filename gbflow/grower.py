@@ -85,9 +85,11 @@ class Timers:
 class ShardSet:
     """The shards one process trains on, and how sums reach the other processes.
 
-    In one process ``allreduce_sum``/``allreduce_max`` return their input; the Dask integration
-    subclasses this with a collective over the workers. Every method that sums over shards adds
-    integers, so the result does not depend on the number or order of shards.
+    In one process ``allreduce_sum``/``allreduce_max``/``allgather`` return their input (a list of
+    it for ``allgather``); the Dask integration (``gbflow.dask.worker.CollectiveShardSet``)
+    overrides them with a collective over the workers. Every process calls them in the same order.
+    Every method that sums over shards adds integers, so the result does not depend on the number
+    or order of shards or processes.
     """
 
     def __init__(self, backend, shards: list[Shard]):
@@ -102,10 +104,17 @@ class ShardSet:
         self.row_index = [xp.arange(s.n_rows, dtype=_dtypes.ROW_INDEX) for s in self.shards]
 
     def allreduce_sum(self, array):
+        """Elementwise sum over all processes of an integer array (host or device); a new array
+        or ``array`` itself. Never modify the result in place: it may be ``array``."""
         return array
 
-    def allreduce_max(self, value: float) -> float:
+    def allreduce_max(self, value):
+        """Elementwise max over all processes of a float or a host float64 array."""
         return value
+
+    def allgather(self, value) -> list:
+        """Every process's ``value`` (any picklable object), in process order; read-only."""
+        return [value]
 
     @property
     def n_rows_total(self) -> int:

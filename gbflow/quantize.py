@@ -53,27 +53,36 @@ class Cuts:
                    offsets=np.asarray(d["offsets"], dtype=np.int64), max_bin=int(d["max_bin"]))
 
 
-def compute_cuts(xp, parts: list, weights: list | None, max_bin: int) -> Cuts:
-    """Exact weighted quantile cuts over all ``parts`` (in-process; Dask runs the same passes).
+def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
+                 collective=gradients.LOCAL) -> Cuts:
+    """Exact weighted quantile cuts over all ``parts`` of every process of ``collective``.
 
-    parts: list of (n_i, n_features) float32 arrays in the ``xp`` namespace. weights: matching list
-    of (n_i,) float arrays, or None for unit weights. The result does not depend on how rows are
-    split into parts or ordered within them.
+    parts: non-empty list of (n_i, n_features) float32 arrays in the ``xp`` namespace (n_i may be
+    0). weights: matching list of (n_i,) float arrays, or None for unit weights. The result does
+    not depend on how rows are split into parts or processes, nor on their order. Reductions
+    (every process calls them in the same order): row count, max weight, the coarse tables
+    (summed), the fine summaries (gathered, then merged).
     """
     if max_bin < 2:
         raise ValueError(f"max_bin must be at least 2, got {max_bin}")
     n_value_bins = max_bin - 1  # bin 0 is reserved for missing values
-    n_rows = sum(int(p.shape[0]) for p in parts)
+    n_rows = int(collective.allreduce_sum(
+        np.array([sum(int(p.shape[0]) for p in parts)], dtype=np.int64))[0])
     scale = 1.0
     if weights is not None:
-        max_weight = max(float(w.max()) if len(w) else 0.0 for w in weights)
+        max_weight = collective.allreduce_max(max(
+            (float(w.max()) for w in weights if len(w)), default=0.0))
         scale = gradients.fixed_point_scale(max_weight, n_rows, _dtypes.SKETCH_SUM_LIMIT)
     fixed = [None] * len(parts) if weights is None else \
         [sketch.fixed_weights(xp, w, scale) for w in weights]
-    coarse = sum(np.asarray(sketch.coarse_summary(xp, p, w)) for p, w in zip(parts, fixed))
+    coarse = np.zeros((int(parts[0].shape[1]), sketch.N_BUCKETS), dtype=np.int64)
+    for p, w in zip(parts, fixed):
+        coarse += np.asarray(sketch.coarse_summary(xp, p, w))
+    coarse = collective.allreduce_sum(coarse)  # integer tables: the sum is exact in any order
     candidates = sketch.candidate_buckets(coarse, n_value_bins)
     fine = sketch.merge_fine([sketch.fine_summary(xp, p, w, candidates)
                               for p, w in zip(parts, fixed)])
+    fine = sketch.merge_fine(collective.allgather(fine))  # exact, whatever the order
     values, offsets = sketch.choose_cuts(coarse, candidates, fine, n_value_bins)
     return Cuts(values=values, offsets=offsets, max_bin=max_bin)
 
