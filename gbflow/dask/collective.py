@@ -78,6 +78,12 @@ class _Mailbox:
                 self.abort_reason = reason
             self.condition.notify_all()
 
+    def wait_abort(self, seconds: float) -> str | None:
+        """The abort reason, waiting up to ``seconds`` for one to arrive."""
+        with self.condition:
+            self.condition.wait_for(lambda: self.abort_reason is not None, seconds)
+            return self.abort_reason
+
     def take(self, key, deadline: float, describe):
         """The message under ``key``, waiting until ``deadline`` (time.monotonic())."""
         with self.condition:
@@ -205,9 +211,10 @@ class DaskCollective:
             raise WorkerLostError(
                 f"lost contact with training worker {self.addresses[peer]} (rank {peer}) while "
                 f"sending to it: {type(e).__name__}: {e}") from e
-        if reply == "closed":
-            raise CollectiveAborted(f"training worker {self.addresses[peer]} (rank {peer}) has "
-                                    f"already left this training session")
+        if reply == "closed":  # the peer stopped; its reason is on its way to us, usually
+            raise CollectiveAborted(self.box.wait_abort(1.0) or (
+                f"training worker {self.addresses[peer]} (rank {peer}) has already left this "
+                f"training session"))
 
     def _receive(self, peer: int, tag):
         return self.box.take((tag, peer), time.monotonic() + self.timeout, lambda: (
