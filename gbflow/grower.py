@@ -20,7 +20,9 @@ class Shard:
     (a row's side at a split is read from one column; histograms read whole rows).
     label: (n,) float64. weight: (n,) float64 or None.
     margin: (n, n_groups) float64, updated in place after every tree. row_offset: global row number
-    of this shard's first row (keeps row sampling independent of how rows are split into shards).
+    of this shard's first row (keeps row sampling independent of how rows are split into shards),
+    or an (n,) uint64 host array of each row's global number when they do not follow each other
+    (a Dask worker's shard joining partitions that are not adjacent).
     """
 
     bins: object
@@ -28,7 +30,7 @@ class Shard:
     label: object
     weight: object
     margin: object
-    row_offset: int
+    row_offset: object  # int, or (n,) uint64 array
 
     @property
     def n_rows(self) -> int:

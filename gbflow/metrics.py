@@ -110,8 +110,10 @@ class AucTable:
     negative: np.ndarray
 
 
-def _grouped(prediction, positive, negative) -> AucTable:
-    order = np.argsort(prediction, kind="stable")
+def _grouped(prediction, positive, negative, presorted_runs: bool = False) -> AucTable:
+    # Tied predictions are totalled, so the sort need not be stable; a concatenation of sorted
+    # tables is merged by the run-aware stable sort (timsort), unsorted rows by quicksort.
+    order = np.argsort(prediction, kind="stable" if presorted_runs else "quicksort")
     p = prediction[order]
     starts = np.flatnonzero(np.r_[True, p[1:] != p[:-1]]) if len(p) else np.zeros(0, np.intp)
     if not len(p):
@@ -128,13 +130,23 @@ def auc_table(label, prediction, weight, scale: float) -> AucTable:
     return _grouped(np.asarray(prediction, dtype=np.float64), positive, negative)
 
 
+def _local_auc_table(parts: list[tuple], scale: float) -> AucTable:
+    """One table for all of this process's parts (one sort over their rows)."""
+    if not parts:
+        return AucTable(np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    weights = None if any(w is None for _, _, w in parts) else \
+        np.concatenate([w for _, _, w in parts])
+    return auc_table(np.concatenate([y for y, _, _ in parts]),
+                     np.concatenate([p for _, p, _ in parts]), weights, scale)
+
+
 def merge_auc_tables(tables: list[AucTable]) -> AucTable:
     """One table for the union of the tables' rows (exact; the order of ``tables`` is irrelevant)."""
     if len(tables) == 1:
         return tables[0]
     return _grouped(np.concatenate([t.prediction for t in tables]),
                     np.concatenate([t.positive for t in tables]),
-                    np.concatenate([t.negative for t in tables]))
+                    np.concatenate([t.negative for t in tables]), presorted_runs=True)
 
 
 def auc_from_table(table: AucTable) -> float:
@@ -178,9 +190,7 @@ def evaluate_many(requests: list[tuple[list[str], list[tuple]]],
             [max((float(_weights(label, weight).max())
                   for label, _, weight in parts if len(label)), default=0.0)
              for parts in auc_inputs], dtype=np.float64))
-        local = [merge_auc_tables([auc_table(*p, gradients.fixed_point_scale(float(m), int(c)))
-                                   for p in parts]) if parts else
-                 AucTable(np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        local = [_local_auc_table(parts, gradients.fixed_point_scale(float(m), int(c)))
                  for parts, c, m in zip(auc_inputs, n, big)]
         gathered = collective.allgather(local)
         aucs = [auc_from_table(merge_auc_tables([g[j] for g in gathered]))

@@ -21,15 +21,20 @@ def _mix64(x):
     return x ^ (x >> np.uint64(31))
 
 
-def row_sample_mask(xp, n_rows: int, row_offset: int, seed: int, round_index: int, rate: float):
+def row_sample_mask(xp, n_rows: int, row_offset, seed: int, round_index: int, rate: float):
     """(n_rows,) bool: rows kept by ``subsample`` in this round.
 
     Each row's draw depends only on (seed, round, global row number), never on how rows are split
-    into shards, so sharded and unsharded training sample the same rows.
+    into shards, so sharded and unsharded training sample the same rows. row_offset: the global
+    number of the shard's first row (its rows follow each other), or an (n_rows,) uint64 array of
+    every row's global number (a shard joining partitions that are not adjacent).
     """
     key = _mix64(xp.asarray([seed % 2**64], dtype=xp.uint64)
                  ^ _mix64(xp.asarray([round_index + 1], dtype=xp.uint64)))
-    rows = xp.arange(row_offset, row_offset + n_rows, dtype=xp.uint64)
+    if isinstance(row_offset, (int, np.integer)):
+        rows = xp.arange(row_offset, row_offset + n_rows, dtype=xp.uint64)
+    else:
+        rows = xp.asarray(row_offset, dtype=xp.uint64)
     u = (_mix64(rows ^ key) >> xp.uint64(11)).astype(xp.float64) * (1.0 / 2**53)
     return u < rate
 
@@ -96,6 +101,10 @@ class _EvalSet:
                               for p, m in zip(self.parts, self.margin)]
 
 
+def _row_offset(offset):
+    return int(offset) if isinstance(offset, (int, np.integer)) else np.asarray(offset, np.uint64)
+
+
 def _as_parts(entry) -> list[data_mod.DataSet]:
     return list(entry) if isinstance(entry, (list, tuple)) else [entry]
 
@@ -140,7 +149,8 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
     name) pairs; a list holds this process's parts of the set (possibly none). shardset: an empty
     ``ShardSet`` whose ``allreduce_*``/``allgather`` reach the other processes (default: this
     process only). row_offsets: global row number of each part's first row (default: the parts
-    one after the other from 0); row sampling follows it. drop_features: set each part's X to
+    one after the other from 0), or for a part whose rows are not numbered consecutively an
+    (n_i,) uint64 array of its rows' global numbers; row sampling follows them. drop_features: set each part's X to
     None once binned, so the raw float32 matrix can be freed. emit: where progress lines go
     (default stderr). after_quantize: called without arguments once every process has binned its
     parts (the Dask driver then lets the raw partitions go). Every process must call ``fit`` with the same params, round count and
@@ -174,7 +184,7 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
             bins = quantize.quantize(backend, X, cuts)
             shardset.shards.append(Shard(bins=bins, bins_by_feature=xp.ascontiguousarray(bins.T),
                                          label=label, weight=weight, margin=None,
-                                         row_offset=int(row_offsets[i])))
+                                         row_offset=_row_offset(row_offsets[i])))
         del device_X  # only the binned shards stay
         if drop_features:
             for p in parts:

@@ -8,8 +8,6 @@ import sys
 import time
 import uuid
 
-import numpy as np
-
 from .. import data as data_mod
 from .. import training
 from ..backend import get_backend
@@ -130,42 +128,34 @@ def train(data, label, params: Params, num_boost_round: int, evals, early_stoppi
     return _Cluster(client, ddf, evals, spec).run()
 
 
-def _load_all(frames: list, spec: task_mod.Spec, n_train: int, eval_counts: list[int]):
-    """Check and convert computed partitions in collection order; the first bad one raises."""
-    parts, eval_parts, lengths = [], [[] for _ in eval_counts], []
-    tables = [spec.train] + [table for _, table in spec.evals]
-    bounds = np.cumsum([0, n_train] + list(eval_counts))
-    for j, table in enumerate(tables):
-        for index, position in enumerate(range(bounds[j], bounds[j + 1])):
-            frame, frames[position] = frames[position], None  # let each raw partition go
-            part = task_mod.load_partition(frame, index, table, spec)
-            del frame
-            if j == 0:
-                lengths.append(part.n_rows)
-                parts.append(part)
-            elif part.n_rows:
-                eval_parts[j - 1].append(part)
-    return parts, eval_parts, lengths
-
-
 def _train_in_process(ddf, evals, spec: task_mod.Spec):
-    """No client: compute every partition here (one dask.compute, so shared inputs are computed
-    once), check each, and run ``training.fit`` over them in partition order."""
+    """No client: compute every partition here (one dask.compute, so inputs shared by the
+    training and evaluation sets are computed once), check and join them, and run
+    ``training.fit`` on them, as one worker of a cluster would."""
     import dask
+
+    from .. import gradients
     started = time.perf_counter()
     delayed = list(ddf.to_delayed()) + [d for frame, _, _ in evals for d in frame.to_delayed()]
     frames = list(dask.compute(*delayed))
     computed = time.perf_counter() - started
-    parts, eval_parts, lengths = _load_all(frames, spec, ddf.npartitions,
-                                           [frame.npartitions for frame, _, _ in evals])
-    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    kept = [(p, int(o)) for p, o in zip(parts, offsets) if p.n_rows]
-    parts = [p for p, _ in kept] or [task_mod.empty_part(spec)]
-    booster = training.fit(get_backend(spec.params.device), parts, spec.params,
-                           spec.num_boost_round,
-                           [(p, name) for p, (name, _) in zip(eval_parts, spec.evals)],
+    backend = get_backend(spec.params.device)
+    items, at = [], 0
+    for count in [ddf.npartitions] + [frame.npartitions for frame, _, _ in evals]:
+        items.append(list(enumerate(frames[at: at + count])))
+        at += count
+    del frames
+    tables = [spec.train] + [table for _, table in spec.evals]
+    joined = [task_mod.Joined(backend.xp, spec, table, key, part_items)
+              for key, (table, part_items) in enumerate(zip(tables, items))]
+    task_mod.first_error(gradients.LOCAL, [e for j in joined for e in j.errors])
+    train, evals_joined = joined[0], joined[1:]
+    offsets = task_mod.global_offsets(gradients.LOCAL, train.lengths)
+    booster = training.fit(backend, [train.part], spec.params, spec.num_boost_round,
+                           [([j.part] if j.part.n_rows else [], name)
+                            for j, (name, _) in zip(evals_joined, spec.evals)],
                            spec.early_stopping_rounds, spec.verbose,
-                           row_offsets=[o for _, o in kept] or [0], drop_features=True)
+                           row_offsets=[train.row_ids(offsets)], drop_features=True)
     booster.timings["dask_compute"] = computed
     booster.timings["dask_total"] = time.perf_counter() - started
     return booster

@@ -3,9 +3,13 @@ reductions go through the collective, and the one training task each worker runs
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
 import hashlib
 import itertools
+import os
+import platform
 import resource
 import sys
 import threading
@@ -82,14 +86,6 @@ def load_partition(frame, index: int, table: Table, spec: Spec) -> data_mod.Data
     return dataclasses.replace(
         dataset, label=np.array(dataset.label, copy=True),
         weight=None if dataset.weight is None else np.array(dataset.weight, copy=True))
-
-
-def empty_part(spec: Spec) -> data_mod.DataSet:
-    """A 0-row part: a process with no rows still takes part in every reduction."""
-    return data_mod.DataSet(
-        X=np.zeros((0, len(spec.features)), dtype=np.float32), label=np.zeros(0),
-        weight=None if spec.weight is None else np.zeros(0), feature_names=list(spec.features),
-        label_name=spec.label, weight_name=spec.weight)
 
 
 def raw_bytes(frame) -> int:
@@ -174,7 +170,7 @@ def _fetch(worker, ref: PartitionRef, what: str):
                               f"move or release it?); run train() again") from None
 
 
-def _first_error(collective, errors: list[tuple[tuple, BaseException]]):
+def first_error(collective, errors: list[tuple[tuple, BaseException]]):
     """Agree on the input error to raise: the one of the first partition (in collection order)
     over all ranks, so that every rank, and the driver, reports the same problem."""
     local = min(errors, key=lambda e: e[0]) if errors else None
@@ -195,17 +191,119 @@ def _nccl_communicator(backend, collective: DaskCollective, rank: int):
     return nccl.Communicator(collective.size, unique_id, rank)
 
 
+class Joined:
+    """One collection's partitions on this process, checked and joined into one part.
+
+    Partitions are loaded one at a time and copied into a single (rows, features) float32 matrix
+    (on ``xp``'s device), so that only one raw partition's float32 copy exists at a time besides
+    the joined matrix, and training sees one shard per worker (a shard per partition would cost a
+    kernel call per partition and level). errors: (sort key, exception) of partitions that failed
+    their checks. lengths: {partition index: rows}. raw_bytes: the partitions' size.
+    """
+
+    def __init__(self, xp, spec: Spec, table: Table, key: int, items: list):
+        """items: (partition index, frame) pairs, frames as pandas/cuDF partitions or callables
+        returning one; the list is emptied (the frames are let go as they are converted)."""
+        self.spec, self.errors, self.lengths, self.raw_bytes = spec, [], {}, 0
+        frames = [(i, f() if callable(f) else f) for i, f in items]
+        items.clear()
+        total = sum(len(f) for _, f in frames)
+        X = xp.empty((total, len(spec.features)), dtype=np.float32)
+        labels, weights, self.runs, at = [], [], [], 0  # runs: (partition index, rows)
+        for position in range(len(frames)):
+            index, frame = frames[position]
+            frames[position] = None  # the loop holds the only reference: let it go when done
+            try:
+                self.raw_bytes += raw_bytes(frame)
+                part = load_partition(frame, index, table, spec)
+            except Exception as e:  # reported once every process agrees on the first error
+                self.errors.append(((key, index), e))
+                continue
+            finally:
+                del frame
+            X[at: at + part.n_rows] = xp.asarray(part.X)
+            labels.append(part.label)
+            if part.weight is not None:
+                weights.append(part.weight)
+            self.lengths[index] = part.n_rows
+            self.runs.append((index, part.n_rows))
+            at += part.n_rows
+            del part
+        self.part = data_mod.DataSet(
+            X=X[:at], label=np.concatenate(labels) if labels else np.zeros(0),
+            weight=None if spec.weight is None else (
+                np.concatenate(weights) if weights else np.zeros(0)),
+            feature_names=list(spec.features), label_name=spec.label, weight_name=spec.weight)
+
+    def row_ids(self, offsets: dict[int, int]):
+        """The joined part's global row numbers, given every partition's first global row: an
+        int when its partitions follow each other in the global order, else a uint64 array."""
+        runs = [(offsets[i], n) for i, n in self.runs if n]
+        if not runs:
+            return 0
+        if all(a + n == b for (a, n), (b, _) in zip(runs[:-1], runs[1:])):
+            return int(runs[0][0])
+        return np.concatenate([np.arange(a, a + n, dtype=np.uint64) for a, n in runs])
+
+
+def global_offsets(collective, lengths: dict[int, int]) -> dict[int, int]:
+    """First global row of every training partition: partitions one after the other in partition
+    order, whichever process holds them, so that row sampling does not depend on placement."""
+    every = {}
+    for d in collective.allgather(lengths):
+        every.update(d)
+    starts = np.concatenate([[0], np.cumsum([every[i] for i in range(len(every))])])
+    return {i: int(starts[i]) for i in range(len(every))}
+
+
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_GLIBC_DEFAULT_MMAP_THRESHOLD = 128 * 1024
+
+
+@contextlib.contextmanager
+def _malloc_for_training():
+    """Let glibc keep freed memory for reuse while training, in a Dask worker process.
+
+    Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536, which also freezes glibc's mmap
+    threshold at 128 KiB: every temporary array above that (gradients, histograms, the kernels'
+    per-thread buffers) is then mapped and unmapped on each use, and its pages faulted in again,
+    which doubled training time in a worker (benchmarks/cpu_dask.py). While the task runs, glibc
+    gets thresholds like the ones it would reach by itself (32 MiB mmap, 64 MiB trim); afterwards
+    Dask's settings come back and the free memory is returned to the system (malloc_trim).
+    Nothing happens outside glibc or when MALLOC_TRIM_THRESHOLD_ is not set.
+    """
+    trim = os.environ.get("MALLOC_TRIM_THRESHOLD_")
+    libc = None
+    if trim is not None and platform.libc_ver()[0] == "glibc":
+        try:
+            libc = ctypes.CDLL("libc.so.6")
+        except OSError:
+            libc = None
+    if libc is None:
+        yield
+        return
+    libc.mallopt(_M_MMAP_THRESHOLD, 32 * 2**20)
+    libc.mallopt(_M_TRIM_THRESHOLD, 64 * 2**20)
+    try:
+        yield
+    finally:
+        libc.mallopt(_M_TRIM_THRESHOLD, int(trim))
+        libc.mallopt(_M_MMAP_THRESHOLD, _GLIBC_DEFAULT_MMAP_THRESHOLD)
+        libc.malloc_trim(0)
+
+
 def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[PartitionRef],
                eval_refs: list[list[PartitionRef]]) -> dict:
     """The training task of one worker (rank ``rank`` of ``addresses``), over its partitions.
 
-    Loads and checks the partitions (dropping each raw frame as soon as it is converted), agrees
-    with the other ranks on errors and on global row offsets (partition lengths in partition
-    order), then runs ``training.fit`` with a ``CollectiveShardSet``. Every rank builds the same
-    model. Returns {"rank", "address", "fingerprint" (sha256 of the model file), "booster" (rank 0
-    only), "lines" (progress lines, rank 0), "report" (memory and partition figures)}.
-    Side effects: progress events on ``spec.topic`` (rank 0); on failure, the other ranks are
-    told to abort.
+    Loads, checks and joins its partitions (dropping each raw frame as soon as it is converted),
+    agrees with the other ranks on errors and on global row numbers (partition lengths in
+    partition order), then runs ``training.fit`` with a ``CollectiveShardSet``. Every rank builds
+    the same model. Returns {"rank", "address", "fingerprint" (sha256 of the model file),
+    "booster" (rank 0 only), "lines" (progress lines, rank 0), "report" (memory and partition
+    figures)}. Side effects: progress events on ``spec.topic`` (rank 0); on failure, the other
+    ranks are told to abort; glibc malloc settings while it runs (``_malloc_for_training``).
     """
     from distributed import get_worker
 
@@ -215,63 +313,50 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
     started = time.perf_counter()
     shardset = None
     try:
-        train_parts, eval_parts, errors = [], [[] for _ in spec.evals], []
-        lengths, raw = {}, 0
-        wanted = [((0, r.index), r, spec.train) for r in train_refs] + \
-            [((1 + j, r.index), r, table) for j, (_, table) in enumerate(spec.evals)
-             for r in eval_refs[j]]
-        for order, ref, table in wanted:
-            try:
-                frame = _fetch(worker, ref, table.what)
-                raw += raw_bytes(frame)
-                part = load_partition(frame, ref.index, table, spec)
-                del frame
-            except Exception as e:  # reported after the ranks agree on the first one
-                errors.append((order, e))
-                continue
-            if order[0] == 0:
-                lengths[ref.index] = part.n_rows
-                train_parts.append((ref.index, part))
-            elif part.n_rows:
-                eval_parts[order[0] - 1].append(part)
-        _first_error(collective, errors)
-        rss_loaded = memory.now()
-        # Global row numbers: partitions one after the other in partition order, whichever
-        # worker holds them, so row sampling does not depend on placement.
-        all_lengths = {}
-        for d in collective.allgather(lengths):
-            all_lengths.update(d)
-        offsets = np.concatenate([[0], np.cumsum([all_lengths[i]
-                                                  for i in range(len(all_lengths))])])
-        kept = [(i, p) for i, p in sorted(train_parts, key=lambda t: t[0]) if p.n_rows]
-        parts = [p for _, p in kept] or [empty_part(spec)]
-        row_offsets = [int(offsets[i]) for i, _ in kept] or [0]
-        del train_parts
-        backend = get_backend(spec.params.device)
-        shardset = CollectiveShardSet(backend, collective,
-                                      _nccl_communicator(backend, collective, rank))
-        lines, events = [], itertools.count()
+        with _malloc_for_training():
+            backend = get_backend(spec.params.device)
 
-        def emit(line: str) -> None:
-            lines.append(line)
-            worker.log_event(spec.topic, {"seq": next(events), "line": line})
+            def supply(ref, what):
+                return lambda: _fetch(worker, ref, what)
 
-        report = {"rank": rank, "address": worker.address,
-                  "partitions": len(train_refs), "rows": int(sum(p.n_rows for p in parts)),
-                  "raw_bytes": raw, "rss_start": memory.start, "rss_loaded": rss_loaded}
+            train = Joined(backend.xp, spec, spec.train, 0,
+                           [(r.index, supply(r, spec.train.what)) for r in train_refs])
+            evals = [Joined(backend.xp, spec, table, 1 + j,
+                            [(r.index, supply(r, table.what)) for r in eval_refs[j]])
+                     for j, (_, table) in enumerate(spec.evals)]
+            first_error(collective, train.errors + [e for j in evals for e in j.errors])
+            rss_loaded = memory.now()
+            row_ids = train.row_ids(global_offsets(collective, train.lengths))
+            shardset = CollectiveShardSet(backend, collective,
+                                          _nccl_communicator(backend, collective, rank))
+            lines, events = [], itertools.count()
 
-        def after_quantize() -> None:
-            report["rss_quantized"] = memory.now()
-            if rank == 0:
-                worker.log_event(spec.topic, {"stage": "quantized"})
+            def emit(line: str) -> None:
+                lines.append(line)
+                worker.log_event(spec.topic, {"seq": next(events), "line": line})
 
-        booster = training.fit(
-            backend, parts, spec.params, spec.num_boost_round,
-            [(p, name) for p, (name, _) in zip(eval_parts, spec.evals)],
-            spec.early_stopping_rounds, spec.verbose if rank == 0 else False,
-            shardset=shardset, row_offsets=row_offsets, drop_features=True,
-            emit=emit if rank == 0 else None, after_quantize=after_quantize)
+            report = {"rank": rank, "address": worker.address, "partitions": len(train_refs),
+                      "rows": train.part.n_rows,
+                      "raw_bytes": train.raw_bytes + sum(j.raw_bytes for j in evals),
+                      "rss_start": memory.start, "rss_loaded": rss_loaded,
+                      "load_seconds": time.perf_counter() - started}
+
+            def after_quantize() -> None:
+                report["rss_quantized"] = memory.now()
+                if rank == 0:
+                    worker.log_event(spec.topic, {"stage": "quantized"})
+
+            parts = [train.part]
+            del train
+            booster = training.fit(
+                backend, parts, spec.params, spec.num_boost_round,
+                [([j.part] if j.part.n_rows else [], name)
+                 for j, (name, _) in zip(evals, spec.evals)],
+                spec.early_stopping_rounds, spec.verbose if rank == 0 else False,
+                shardset=shardset, row_offsets=[row_ids], drop_features=True,
+                emit=emit if rank == 0 else None, after_quantize=after_quantize)
         memory.stop()
+        booster.timings["load"] = report["load_seconds"]
         report.update(
             binned_bytes=int(sum(_nbytes(s.bins) + _nbytes(s.bins_by_feature) + _nbytes(s.label)
                                  + _nbytes(s.weight) + _nbytes(s.margin)
