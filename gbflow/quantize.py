@@ -61,7 +61,7 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
     0). weights: matching list of (n_i,) float arrays, or None for unit weights. The result does
     not depend on how rows are split into parts or processes, nor on their order. Reductions
     (every process calls them in the same order): row count, max weight, the coarse tables
-    (summed), the fine summaries (gathered, then merged).
+    (summed), the middle tables (summed), the fine summaries (gathered, then merged).
     """
     if max_bin < 2:
         raise ValueError(f"max_bin must be at least 2, got {max_bin}")
@@ -80,10 +80,17 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
         coarse += np.asarray(sketch.coarse_summary(xp, p, w))
     coarse = collective.allreduce_sum(coarse)  # integer tables: the sum is exact in any order
     candidates = sketch.candidate_buckets(coarse, n_value_bins)
-    fine = sketch.merge_fine([sketch.fine_summary(xp, p, w, candidates)
+    slots, n_slots = sketch.candidate_slots(candidates)
+    middle = np.zeros((n_slots, sketch.N_SUB), dtype=np.int64)
+    for p, w in zip(parts, fixed):
+        middle += np.asarray(sketch.middle_summary(xp, p, w, slots, n_slots))
+    middle = collective.allreduce_sum(middle)
+    subcandidates = sketch.candidate_subbuckets(coarse, candidates, middle, n_value_bins)
+    fine = sketch.merge_fine([sketch.fine_summary(xp, p, w, slots, subcandidates)
                               for p, w in zip(parts, fixed)])
     fine = sketch.merge_fine(collective.allgather(fine))  # exact, whatever the order
-    values, offsets = sketch.choose_cuts(coarse, candidates, fine, n_value_bins)
+    values, offsets = sketch.choose_cuts(coarse, candidates, middle, subcandidates, fine,
+                                         n_value_bins)
     return Cuts(values=values, offsets=offsets, max_bin=max_bin)
 
 

@@ -2,17 +2,30 @@
 
 Why exact and not a lossy sketch: gbflow's promise is the same model from the same data however it
 is split into partitions or workers, and a lossy summary depends on the merge order. Here every
-summary is an integer table that merges by addition, so the cuts are the exact weighted quantiles
-of the float32 data, independent of row order and partitioning.
+summary is an integer table that merges by addition (or, for the last, small one, by
+concatenation), so the cuts are the exact weighted quantiles of the float32 data, independent of
+row order and partitioning.
 
-How, in two passes over the data (a radix select on the float32 bit patterns):
+How, in three passes over the data (a radix select on the float32 bit patterns, 16 + 8 bits and
+then the exact values):
 
 1. ``coarse_summary``: per feature, the total weight in each of 65,536 buckets given by the top 16
    bits of the order-preserving uint32 key of each value.
 2. ``candidate_buckets``: the buckets that hold a target quantile rank (or, for a feature with few
    occupied buckets, all of them, so low-cardinality features get one bin per distinct value).
-3. ``fine_summary``: the exact distinct values, with their weights, inside the candidate buckets.
-4. ``choose_cuts``: the exact value at each target rank becomes a cut.
+3. ``middle_summary``: inside the candidate buckets only, the total weight in each of 256
+   sub-buckets given by the next 8 bits of the key (``candidate_slots`` numbers the candidate
+   buckets, so the table has one row of 256 per candidate bucket).
+4. ``candidate_subbuckets``: the sub-buckets that hold a target rank (all occupied ones for a
+   feature with few).
+5. ``fine_summary``: the exact distinct values, with their weights, inside candidate sub-buckets.
+6. ``choose_cuts``: the exact value at each target rank becomes a cut.
+
+Why the middle pass: with 255 target ranks and 16-bit buckets, the candidate buckets of a
+continuous feature hold a large share of its values (about 23% on Gaussian data), and the fine
+summary of them, sorted and merged, cost about 4x the data's memory and had to travel between Dask
+workers. The sub-buckets hold about 1/256 of that; the fine summary becomes a few thousand entries
+per feature, whatever the data size.
 
 Weights are fixed-point integers (``gradients.fixed_point_scale`` with a 2**52 limit) whose
 totals stay below 2**53, so float64
@@ -30,6 +43,8 @@ from . import _dtypes
 
 RADIX_BITS = 16
 N_BUCKETS = 1 << RADIX_BITS
+SUB_BITS = 8  # the middle pass's bits, below the top RADIX_BITS
+N_SUB = 1 << SUB_BITS
 
 
 def ordered_keys(xp, X):
@@ -118,6 +133,71 @@ def candidate_buckets(coarse: np.ndarray, n_value_bins: int) -> np.ndarray:
     return candidates
 
 
+def candidate_slots(candidates: np.ndarray) -> tuple[np.ndarray, int]:
+    """Number the candidate buckets: ((n_features * 65536,) int64 slot of each flat (feature,
+    bucket), -1 for the others; the number of slots). Slots follow feature, then bucket order."""
+    flat = candidates.reshape(-1)
+    slots = np.full(flat.shape, -1, dtype=np.int64)
+    slots[flat] = np.arange(int(flat.sum()), dtype=np.int64)
+    return slots, int(flat.sum())
+
+
+def _sub_bucket(xp, keys):
+    return ((keys >> np.uint32(RADIX_BITS - SUB_BITS)) & np.uint32(N_SUB - 1)).astype(xp.intp)
+
+
+def middle_summary(xp, X, w_fixed, slots, n_slots: int):
+    """Pass 2: (n_slots, 256) int64 total weight per candidate bucket and next-8-bit sub-bucket.
+
+    X, w_fixed as ``coarse_summary``; slots, n_slots from ``candidate_slots``.
+    """
+    slots = xp.asarray(slots)
+    counts = xp.zeros(n_slots * N_SUB, dtype=np.int64)
+    for block, w in _row_blocks(X, w_fixed):
+        keys, flat = _flat_bucket_ids(xp, block)
+        slot = slots[flat]
+        selected = ~xp.isnan(block) & (slot >= 0)
+        index = slot[selected] * N_SUB + _sub_bucket(xp, keys[selected])
+        if w is None:
+            counts += xp.bincount(index, minlength=n_slots * N_SUB)
+        else:
+            weights = xp.broadcast_to(w[:, None], block.shape)[selected]
+            counts += xp.rint(xp.bincount(index, weights=weights,
+                                          minlength=n_slots * N_SUB)).astype(np.int64)
+    return counts.reshape(n_slots, N_SUB)
+
+
+def _feature_slots(candidates: np.ndarray) -> np.ndarray:
+    """(n_features + 1,) first slot of each feature (slots are numbered feature by feature)."""
+    return np.concatenate([[0], np.cumsum(candidates.sum(axis=1))]).astype(np.int64)
+
+
+def candidate_subbuckets(coarse: np.ndarray, candidates: np.ndarray, middle: np.ndarray,
+                         n_value_bins: int) -> np.ndarray:
+    """Pass 3 selection: (n_slots, 256) bool, the sub-buckets whose exact values are needed.
+
+    A feature whose occupied buckets are all candidates and whose occupied sub-buckets number at
+    most ``n_value_bins`` may have few distinct values: all its sub-buckets are looked at.
+    Otherwise the sub-buckets holding a target rank are.
+    """
+    selected = np.zeros(middle.shape, dtype=bool)
+    first = _feature_slots(candidates)
+    for f in range(coarse.shape[0]):
+        sub = middle[first[f]: first[f + 1]]
+        if not len(sub):
+            continue
+        occupied = coarse[f] > 0
+        if not (occupied & ~candidates[f]).any() and (sub > 0).sum() <= n_value_bins:
+            selected[first[f]: first[f + 1]] = sub > 0
+        total = int(coarse[f].sum())
+        if total > 0 and n_value_bins > 1:
+            before = (np.cumsum(coarse[f]) - coarse[f])[np.flatnonzero(candidates[f])]
+            cumulative = (before[:, None] + np.cumsum(sub, axis=1)).reshape(-1)
+            hit = np.searchsorted(cumulative, _target_ranks(total, n_value_bins))
+            selected[first[f]: first[f + 1]].reshape(-1)[hit] = True
+    return selected
+
+
 @dataclasses.dataclass
 class FineSummary:
     """Exact distinct values inside candidate buckets: sorted by (feature, key), unique.
@@ -130,14 +210,20 @@ class FineSummary:
     weight: np.ndarray
 
 
-def fine_summary(xp, X, w_fixed, candidates) -> FineSummary:
-    """Pass 2: the distinct values of X in candidate buckets with their total weights."""
-    candidates = xp.asarray(candidates).reshape(-1)
+def fine_summary(xp, X, w_fixed, slots, subcandidates) -> FineSummary:
+    """Pass 3: the distinct values of X in candidate sub-buckets with their total weights.
+
+    slots: from ``candidate_slots``; subcandidates: from ``candidate_subbuckets``.
+    """
+    slots = xp.asarray(slots)
+    wanted = xp.asarray(subcandidates).reshape(-1)
     feature_bits = (xp.arange(X.shape[1], dtype=xp.uint64) << xp.uint64(32))[None, :]
     keys_parts, weight_parts = [], []
     for block, w in _row_blocks(X, w_fixed):
         keys, flat = _flat_bucket_ids(xp, block)
-        selected = ~xp.isnan(block) & candidates[flat]
+        slot = slots[flat]
+        # slot -1 (not a candidate bucket) reads entry -1; the slot test discards it
+        selected = ~xp.isnan(block) & (slot >= 0) & wanted[slot * N_SUB + _sub_bucket(xp, keys)]
         keys_parts.append((keys.astype(xp.uint64) | feature_bits)[selected])
         if w is not None:
             weight_parts.append(xp.broadcast_to(w[:, None], block.shape)[selected])
@@ -181,7 +267,8 @@ def merge_fine(parts: list[FineSummary]) -> FineSummary:
     return _summarise(np, combined, weights)
 
 
-def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, fine: FineSummary,
+def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, middle: np.ndarray,
+                subcandidates: np.ndarray, fine: FineSummary,
                 n_value_bins: int) -> tuple[np.ndarray, np.ndarray]:
     """Cut points per feature from the merged summaries.
 
@@ -192,6 +279,7 @@ def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, fine: FineSummary,
     """
     n_features = coarse.shape[0]
     starts = np.searchsorted(fine.feature, np.arange(n_features + 1))
+    first = _feature_slots(candidates)
     per_feature = []
     for f in range(n_features):
         keys = fine.key[starts[f] : starts[f + 1]]
@@ -201,15 +289,25 @@ def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, fine: FineSummary,
             per_feature.append(np.empty(0, dtype=_dtypes.CUT))
             continue
         occupied = coarse[f] > 0
-        if not (occupied & ~candidates[f]).any() and len(keys) <= n_value_bins:
+        sub = middle[first[f]: first[f + 1]]
+        if not (occupied & ~candidates[f]).any() and \
+                not ((sub > 0) & ~subcandidates[first[f]: first[f + 1]]).any() and \
+                len(keys) <= n_value_bins:
             per_feature.append(keys_to_values(keys[1:]))  # every distinct value, minus the lowest
             continue
+        # Exact global rank at each entry: weight before its bucket, before its sub-bucket within
+        # the bucket, and of the entries before it within the sub-bucket (keys are sorted).
         bucket = (keys >> np.uint32(RADIX_BITS)).astype(np.int64)
-        before_bucket = np.cumsum(coarse[f]) - coarse[f]
+        part = ((keys >> np.uint32(RADIX_BITS - SUB_BITS)) & np.uint32(N_SUB - 1)).astype(np.int64)
+        slot_of_bucket = np.cumsum(candidates[f]) - 1  # candidate buckets' slots, from first[f]
+        before_sub = np.cumsum(sub, axis=1) - sub
+        before = (np.cumsum(coarse[f]) - coarse[f])[bucket] + \
+            before_sub[slot_of_bucket[bucket], part]
+        group = bucket * N_SUB + part
         within = np.cumsum(weights)
-        first_in_bucket = np.searchsorted(bucket, bucket)  # index of each entry's bucket start
-        within_bucket = within - (within[first_in_bucket] - weights[first_in_bucket])
-        cumulative = before_bucket[bucket] + within_bucket  # exact global rank at each entry
+        group_start = np.searchsorted(group, group)  # index of each entry's sub-bucket start
+        within_group = within - (within[group_start] - weights[group_start])
+        cumulative = before + within_group
         entry = np.searchsorted(cumulative, _target_ranks(total, n_value_bins))
         entry = np.unique(entry)
         entry = entry[cumulative[entry] - weights[entry] > 0]  # a cut at the minimum is no cut
