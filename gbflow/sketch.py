@@ -215,6 +215,8 @@ def fine_summary(xp, X, w_fixed, slots, subcandidates) -> FineSummary:
 
     slots: from ``candidate_slots``; subcandidates: from ``candidate_subbuckets``.
     """
+    if not subcandidates.size:  # no candidate bucket at all (every value missing)
+        return _summarise(xp, xp.zeros(0, dtype=xp.uint64), None)
     slots = xp.asarray(slots)
     wanted = xp.asarray(subcandidates).reshape(-1)
     feature_bits = (xp.arange(X.shape[1], dtype=xp.uint64) << xp.uint64(32))[None, :]
