@@ -101,12 +101,21 @@ class Booster:
         Returns a pandas Series with data's index (a DataFrame with one column per class for
         multi:softprob) for frames, a NumPy array (n,) or (n, n_classes) for arrays. Values are
         probabilities for the classification objectives, or raw margins with ``output_margin``.
+        A Dask DataFrame gives a lazy Dask Series/DataFrame with its index and divisions
+        (``gbflow.dask.predict``).
         """
+        if data_mod.is_dask_collection(data):
+            from .dask import predict as dask_predict
+            return dask_predict.predict(self, data, output_margin, name)
         return self._predict(data, output_margin, name, passengers_allowed=False)
 
     def transform(self, data, name: str = "prediction", output_margin: bool = False):
         """``data`` with the prediction column(s) appended (a new frame; columns other than the
-        features ride along untouched). For arrays, the prediction is appended as last column(s)."""
+        features ride along untouched). For arrays, the prediction is appended as last column(s).
+        A Dask DataFrame gives a lazy Dask DataFrame (``gbflow.dask.predict.transform``)."""
+        if data_mod.is_dask_collection(data):
+            from .dask import predict as dask_predict
+            return dask_predict.transform(self, data, name, output_margin)
         prediction = self._predict(data, output_margin, name, passengers_allowed=True)
         return frames.append_prediction(data, prediction)
 

@@ -37,12 +37,18 @@ class DataSet:
         return int(self.X.shape[0])
 
 
+def is_dask_collection(data) -> bool:
+    """True for Dask (and dask_cudf) collections, found without importing dask."""
+    return type(data).__module__.split(".")[0] in ("dask", "dask_cudf", "dask_expr")
+
+
 def check_container(data, what: str) -> None:
     """Refuse anything that is not a pandas DataFrame or a 2-D numeric array, before any work."""
     module = type(data).__module__.split(".")[0]
-    if module in ("dask", "dask_cudf", "dask_expr"):
-        raise TypeError(f"{what}: Dask collections are not supported by this version yet; "
-                        f"compute() a pandas DataFrame first")
+    if is_dask_collection(data):
+        raise TypeError(f"{what} is a Dask collection, but the training data is not: give Dask "
+                        f"DataFrames for both (gbflow.train then trains on the partitions), or "
+                        f"compute() this one to pandas")
     if frames.is_frame(data):
         frames.check_unique_columns(data)
         return
@@ -153,12 +159,13 @@ def check_features(X: np.ndarray, feature_names: list[str], what: str) -> None:
 
 
 def load(data, label=None, weight=None, what: str = "data", feature_names=None,
-         label_name=None, weight_name=None) -> DataSet:
+         label_name=None, weight_name=None, allow_empty: bool = False) -> DataSet:
     """Validate ``data`` and its label/weight and return them as arrays where the data lives.
 
     label/weight: a column name (not a feature then) or an array of one value per row.
     feature_names: when given (evaluation data), the columns must be exactly these features
     (plus the label/weight columns). label_name/weight_name: training's column names.
+    allow_empty: accept 0 rows (a Dask partition, or a Dask DataFrame's meta).
     """
     check_container(data, what)
     n_rows = frames.n_rows(data)
@@ -173,7 +180,7 @@ def load(data, label=None, weight=None, what: str = "data", feature_names=None,
     else:
         features = list(feature_names)
         check_columns(data, features, targets, what)
-    if n_rows == 0:
+    if n_rows == 0 and not allow_empty:
         raise ValueError(f"{what} has no rows")
     if not features:
         used = [c for c in columns if c in targets]

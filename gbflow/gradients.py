@@ -3,12 +3,46 @@
 The scale is a power of two chosen from the global maximum |value| and the global row count, both of
 which reduce exactly (max and integer sum), so every shard and worker quantises with the same scale
 and every histogram sum is an exact integer: no float addition order can change a model.
+
+"Global" means over every process taking part in training. A *collective* is any object with
+``allreduce_sum(int array)``, ``allreduce_max(float or float array)`` and ``allgather(value)``
+(``grower.ShardSet`` and its Dask subclass are collectives); ``LOCAL`` is the collective of a
+single process, where each of them returns its input.
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from . import _dtypes
+
+
+class LocalCollective:
+    """The collective of one process: every reduction is the identity (``allgather`` -> [value])."""
+
+    def allreduce_sum(self, array):
+        return array
+
+    def allreduce_max(self, value):
+        return value
+
+    def allgather(self, value) -> list:
+        return [value]
+
+
+LOCAL = LocalCollective()
+
+
+def local_max_abs(xp, parts: list) -> float:
+    """max |value| over all arrays of ``parts`` on this process, 0.0 when they hold no value."""
+    return max((float(xp.abs(p).max()) for p in parts if p.size), default=0.0)
+
+
+def global_count(parts: list, collective=LOCAL) -> int:
+    """Number of values in ``parts`` summed over every process."""
+    n = sum(int(p.size) for p in parts)
+    return int(collective.allreduce_sum(np.array([n], dtype=np.int64))[0])
 
 
 def fixed_point_scale(max_abs: float, n_rows: int, limit: float = _dtypes.FIXED_SUM_LIMIT) -> float:
@@ -33,18 +67,23 @@ def quantise_gradients(xp, grad, hess, scale_g: float, scale_h: float):
     return gh
 
 
-def exact_sum(xp, parts: list, max_abs: float | None = None) -> float:
-    """Sum of all values of all ``parts`` (float arrays), independent of how they are split.
+def exact_sum(xp, parts: list, max_abs: float | None = None, collective=LOCAL) -> float:
+    """Sum of all values of all ``parts`` (float arrays) on every process of ``collective``,
+    independent of how the values are split into parts and processes.
 
     Each value is rounded to a fixed-point grid fine enough for the total (relative error about
-    2**-62 of the largest value times the count), then added as integers. ``max_abs`` may be given
-    when it is known globally (several workers); else it is taken from ``parts``.
+    2**-62 of the largest value times the count), then added as integers. The grid comes from the
+    global count and the global max |value| (``max_abs`` when given, else reduced from ``parts``).
+    Every process must call this at the same point: it runs three reductions (count, max, sum).
     """
-    n = sum(int(p.size) for p in parts)
+    n = global_count(parts, collective)
+    if max_abs is None:
+        max_abs = float(collective.allreduce_max(local_max_abs(xp, parts)))
     if n == 0:
         return 0.0
-    if max_abs is None:
-        max_abs = max(float(xp.abs(p).max()) if p.size else 0.0 for p in parts)
     scale = fixed_point_scale(max_abs, n)
+    # Each part's int64 sum, and this process's total, stay below 2**62 (the scale guarantees it
+    # for any subset of the n values), so the integers below are exact.
     total = sum(int(to_fixed(xp, p, scale).sum()) for p in parts)
+    total = int(collective.allreduce_sum(np.array([total], dtype=np.int64))[0])
     return total / scale

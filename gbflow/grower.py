@@ -20,7 +20,9 @@ class Shard:
     (a row's side at a split is read from one column; histograms read whole rows).
     label: (n,) float64. weight: (n,) float64 or None.
     margin: (n, n_groups) float64, updated in place after every tree. row_offset: global row number
-    of this shard's first row (keeps row sampling independent of how rows are split into shards).
+    of this shard's first row (keeps row sampling independent of how rows are split into shards),
+    or an (n,) uint64 host array of each row's global number when they do not follow each other
+    (a Dask worker's shard joining partitions that are not adjacent).
     """
 
     bins: object
@@ -28,7 +30,7 @@ class Shard:
     label: object
     weight: object
     margin: object
-    row_offset: int
+    row_offset: object  # int, or (n,) uint64 array
 
     @property
     def n_rows(self) -> int:
@@ -85,9 +87,11 @@ class Timers:
 class ShardSet:
     """The shards one process trains on, and how sums reach the other processes.
 
-    In one process ``allreduce_sum``/``allreduce_max`` return their input; the Dask integration
-    subclasses this with a collective over the workers. Every method that sums over shards adds
-    integers, so the result does not depend on the number or order of shards.
+    In one process ``allreduce_sum``/``allreduce_max``/``allgather`` return their input (a list of
+    it for ``allgather``); the Dask integration (``gbflow.dask.worker.CollectiveShardSet``)
+    overrides them with a collective over the workers. Every process calls them in the same order.
+    Every method that sums over shards adds integers, so the result does not depend on the number
+    or order of shards or processes.
     """
 
     def __init__(self, backend, shards: list[Shard]):
@@ -102,10 +106,17 @@ class ShardSet:
         self.row_index = [xp.arange(s.n_rows, dtype=_dtypes.ROW_INDEX) for s in self.shards]
 
     def allreduce_sum(self, array):
+        """Elementwise sum over all processes of an integer array (host or device); a new array
+        or ``array`` itself. Never modify the result in place: it may be ``array``."""
         return array
 
-    def allreduce_max(self, value: float) -> float:
+    def allreduce_max(self, value):
+        """Elementwise max over all processes of a float or a host float64 array."""
         return value
+
+    def allgather(self, value) -> list:
+        """Every process's ``value`` (any picklable object), in process order; read-only."""
+        return [value]
 
     @property
     def n_rows_total(self) -> int:

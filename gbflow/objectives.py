@@ -21,8 +21,11 @@ class Objective:
     def check_label(self, label: np.ndarray, where: str) -> None:
         """Raise ValueError naming ``where`` if the (host) label cannot be used with this loss."""
 
-    def base_margin(self, xp, labels: list, weights: list | None, base_score) -> np.ndarray:
-        """(n_groups,) float64 starting margin: from ``base_score`` if given, else estimated."""
+    def base_margin(self, xp, labels: list, weights: list | None, base_score,
+                    collective=gradients.LOCAL) -> np.ndarray:
+        """(n_groups,) float64 starting margin: from ``base_score`` if given, else estimated from
+        every process's ``labels``/``weights`` (lists of per-shard arrays) through ``collective``
+        with exact sums, so it does not depend on how rows are split. Every process must call it."""
         raise NotImplementedError
 
     def gradients(self, xp, margin, label, weight):
@@ -34,13 +37,15 @@ class Objective:
         raise NotImplementedError
 
 
-def _weighted_mean(xp, values: list, weights: list | None) -> float:
+def _weighted_mean(xp, values: list, weights: list | None, collective) -> float:
     if weights is None:
-        return gradients.exact_sum(xp, values) / sum(int(v.size) for v in values)
-    total_weight = gradients.exact_sum(xp, weights)
+        return gradients.exact_sum(xp, values, collective=collective) / \
+            gradients.global_count(values, collective)
+    total_weight = gradients.exact_sum(xp, weights, collective=collective)
     if total_weight <= 0:
         raise ValueError("the weights sum to zero: nothing to train on")
-    return gradients.exact_sum(xp, [v * w for v, w in zip(values, weights)]) / total_weight
+    return gradients.exact_sum(xp, [v * w for v, w in zip(values, weights)],
+                               collective=collective) / total_weight
 
 
 def _weighted(xp, grad, hess, weight):
@@ -54,10 +59,10 @@ class SquaredError(Objective):
     name = "reg:squarederror"
     default_metric = "rmse"
 
-    def base_margin(self, xp, labels, weights, base_score):
+    def base_margin(self, xp, labels, weights, base_score, collective=gradients.LOCAL):
         if base_score is not None:
             return np.array([float(base_score)])
-        return np.array([_weighted_mean(xp, labels, weights)])
+        return np.array([_weighted_mean(xp, labels, weights, collective)])
 
     def gradients(self, xp, margin, label, weight):
         grad = margin - label[:, None]
@@ -82,8 +87,9 @@ class Logistic(Objective):
             raise ValueError(f"binary:logistic needs labels in [0, 1]; {where} has "
                              f"{int(bad.sum())} outside, e.g. {float(label[bad][0]):g}")
 
-    def base_margin(self, xp, labels, weights, base_score):
-        p = float(base_score) if base_score is not None else _weighted_mean(xp, labels, weights)
+    def base_margin(self, xp, labels, weights, base_score, collective=gradients.LOCAL):
+        p = float(base_score) if base_score is not None else \
+            _weighted_mean(xp, labels, weights, collective)
         if not 0 < p < 1:
             if base_score is not None:
                 raise ValueError(f"base_score must lie in (0, 1) for binary:logistic, got {p}")
@@ -114,7 +120,7 @@ class Softprob(Objective):
                              f"0..{self.n_groups - 1}; {where} has {int(bad.sum())} others, "
                              f"e.g. {float(label[bad][0]):g}")
 
-    def base_margin(self, xp, labels, weights, base_score):
+    def base_margin(self, xp, labels, weights, base_score, collective=gradients.LOCAL):
         # A common margin for every class leaves softmax unchanged: start from uniform.
         return np.full(self.n_groups, float(base_score) if base_score is not None else 0.0)
 

@@ -66,33 +66,40 @@ def _sum_tables(tables):
 
 
 def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
-                 block_values: int = sketch.BLOCK_VALUES) -> Cuts:
-    """Exact weighted quantile cuts over all ``parts`` (in-process; Dask runs the same passes).
+                 collective=gradients.LOCAL, block_values: int = sketch.BLOCK_VALUES) -> Cuts:
+    """Exact weighted quantile cuts over all ``parts`` of every process of ``collective``.
 
-    parts: list of (n_i, n_features) float32 arrays in the ``xp`` namespace. weights: matching list
-    of (n_i,) float arrays, or None for unit weights. block_values: values per block of rows in
-    the summary passes. The result does not depend on how rows are split into parts or ordered
-    within them.
+    parts: non-empty list of (n_i, n_features) float32 arrays in the ``xp`` namespace (n_i may be
+    0). weights: matching list of (n_i,) float arrays, or None for unit weights. block_values:
+    values per block of rows in the summary passes. The result does not depend on how rows are
+    split into parts or processes, nor on their order. Reductions (every process calls them in
+    the same order): row count, max weight, the coarse tables (summed), the middle tables
+    (summed), the fine summaries (gathered, then merged).
     """
     if max_bin < 2:
         raise ValueError(f"max_bin must be at least 2, got {max_bin}")
     n_value_bins = max_bin - 1  # bin 0 is reserved for missing values
-    n_rows = sum(int(p.shape[0]) for p in parts)
+    n_rows = int(collective.allreduce_sum(
+        np.array([sum(int(p.shape[0]) for p in parts)], dtype=np.int64))[0])
     scale = 1.0
     if weights is not None:
-        max_weight = max(float(w.max()) if len(w) else 0.0 for w in weights)
+        max_weight = collective.allreduce_max(max(
+            (float(w.max()) for w in weights if len(w)), default=0.0))
         scale = gradients.fixed_point_scale(max_weight, n_rows, _dtypes.SKETCH_SUM_LIMIT)
     fixed = [None] * len(parts) if weights is None else \
         [sketch.fixed_weights(xp, w, scale) for w in weights]
-    coarse = _sum_tables(to_host(sketch.coarse_summary(xp, p, w, block_values))
-                         for p, w in zip(parts, fixed))
+    # integer tables: their sums are exact in any order
+    coarse = collective.allreduce_sum(_sum_tables(
+        to_host(sketch.coarse_summary(xp, p, w, block_values)) for p, w in zip(parts, fixed)))
     candidates = sketch.candidate_buckets(coarse, n_value_bins)
     slots = sketch.bucket_slots(candidates)
-    middle = _sum_tables(to_host(sketch.middle_summary(xp, p, w, slots, block_values))
-                         for p, w in zip(parts, fixed))
+    middle = collective.allreduce_sum(_sum_tables(
+        to_host(sketch.middle_summary(xp, p, w, slots, block_values))
+        for p, w in zip(parts, fixed)))
     sub_candidates = sketch.candidate_sub_buckets(coarse, slots, middle, n_value_bins)
     fine = sketch.merge_fine([sketch.fine_summary(xp, p, w, slots, sub_candidates, block_values)
                               for p, w in zip(parts, fixed)])
+    fine = sketch.merge_fine(collective.allgather(fine))  # exact, whatever the order
     values, offsets = sketch.choose_cuts(coarse, candidates, slots, middle, sub_candidates, fine,
                                          n_value_bins)
     return Cuts(values=values, offsets=offsets, max_bin=max_bin)

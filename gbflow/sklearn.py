@@ -6,6 +6,11 @@ XGBoost's scikit-learn wrapper where that contract leaves room (``eval_set`` nam
 ``validation_0``, ``validation_1``, ...; ``early_stopping_rounds`` as a constructor parameter;
 ``get_booster()``; ``evals_result()``; ``feature_importances_`` as normalized "gain").
 
+Dask DataFrames work too (X a Dask DataFrame, y and weights Dask Series partitioned like it):
+training then runs as ``gbflow.train`` does on Dask (on the active ``distributed.Client``'s
+workers), and predictions are lazy Dask collections; the Dask plumbing lives in
+``gbflow.dask.estimators``.
+
 Inputs are checked by scikit-learn's ``validate_data`` (NaN is allowed and means missing; +-inf,
 sparse matrices and non-numeric features are refused). A pandas DataFrame whose column names are
 all strings is handed to gbflow as a frame, so the booster knows the feature names; any other
@@ -41,6 +46,11 @@ _CHECK_X = dict(accept_sparse=False, dtype="numeric", ensure_all_finite="allow-n
                 ensure_min_samples=1, ensure_min_features=1)
 
 _PREDICTION_COLUMN = "prediction"
+
+
+def _is_dask(data) -> bool:
+    # Found without importing dask (only gbflow.dask imports it).
+    return type(data).__module__.split(".")[0] in ("dask", "dask_cudf", "dask_expr")
 
 # Attributes a fit sets; a new fit drops the old ones first so that nothing stale survives it.
 _FITTED = ("booster_", "classes_", "n_classes_", "best_iteration_", "best_score_",
@@ -180,6 +190,10 @@ class _GBFlowModel(BaseEstimator):
                         num_boost_round=self.n_estimators, evals=evals or None,
                         early_stopping_rounds=self.early_stopping_rounds, weight=sample_weight,
                         verbose=self.verbose)
+        return self._keep(booster)
+
+    def _keep(self, booster):
+        """Store the trained booster and what scikit-learn users read from it; returns self."""
         self.booster_ = booster
         self.evals_result_ = {name: {m: list(v) for m, v in per.items()}
                               for name, per in booster.evals_result.items()}
@@ -187,6 +201,58 @@ class _GBFlowModel(BaseEstimator):
             self.best_iteration_ = int(booster.best_iteration)
             self.best_score_ = float(booster.best_score)
         return self
+
+    # -- Dask collections ----------------------------------------------------------------------
+    def _dask_target(self, y):  # overridden per estimator: (encoded y, params)
+        raise NotImplementedError
+
+    def _encode_dask(self, y, what: str):  # overridden per estimator
+        raise NotImplementedError
+
+    def _fit_dask(self, X, y, sample_weight, eval_set, sample_weight_eval_set):
+        """fit() for a Dask DataFrame X with Dask Series y (and weights): one frame with label and
+        weight columns, trained by ``gbflow.train`` on Dask; nothing is computed here except the
+        classifier's distinct labels."""
+        from .dask import estimators as dask_est
+        X = dask_est.check_features(X)
+        y_train, params = self._dask_target(y)
+        weighted = sample_weight is not None
+        frame = dask_est.training_frame(X, y_train, sample_weight, "fit", weighted)
+        if eval_set is None and sample_weight_eval_set is not None:
+            raise ValueError("sample_weight_eval_set was given without eval_set")
+        eval_set = list(eval_set or [])
+        weights = list(sample_weight_eval_set) if sample_weight_eval_set is not None else \
+            [None] * len(eval_set)
+        if len(weights) != len(eval_set):
+            raise ValueError(f"sample_weight_eval_set has {len(weights)} entries but eval_set "
+                             f"has {len(eval_set)}")
+        evals = []
+        for i, (pair, w) in enumerate(zip(eval_set, weights)):
+            if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+                raise TypeError(f"eval_set[{i}] must be an (X, y) pair, got "
+                                f"{type(pair).__name__}")
+            what = f"eval_set[{i}]"
+            evals.append((dask_est.training_frame(pair[0], self._encode_dask(pair[1], what), w,
+                                                  what, weighted), f"validation_{i}"))
+        if self.early_stopping_rounds is not None and not evals:
+            raise ValueError("early_stopping_rounds needs a validation set: pass "
+                             "eval_set=[(X_valid, y_valid)] to fit")
+        self.n_features_in_ = len(X.columns)
+        self.feature_names_in_ = np.asarray(list(X.columns), dtype=object)
+        booster = train(frame, label=dask_est.LABEL,
+                        weight=dask_est.WEIGHT if weighted else None, params=params,
+                        num_boost_round=self.n_estimators, evals=evals or None,
+                        early_stopping_rounds=self.early_stopping_rounds, verbose=self.verbose)
+        # The label and weight columns were ours, not the user's: the model is then the same as
+        # one fitted on in-memory arrays.
+        booster.label_name = booster.weight_name = None
+        return self._keep(booster)
+
+    def _check_dask(self, X):
+        """Fitted-ness and a Dask DataFrame X (its columns are checked by the booster)."""
+        from .dask import estimators as dask_est
+        check_is_fitted(self)
+        return dask_est.check_features(X)
 
     def _eval_sets(self, eval_set, sample_weight_eval_set) -> list:
         """``eval_set`` as gbflow's evals: [((X, y[, w]), "validation_i"), ...], each checked."""
@@ -327,8 +393,10 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
     def fit(self, X, y, sample_weight=None, eval_set=None, sample_weight_eval_set=None):
         """Train the model.
 
-        X : pandas DataFrame or array-like of shape (n_samples, n_features)
-            Numeric features; NaN means missing.
+        X : pandas DataFrame or array-like of shape (n_samples, n_features), or Dask DataFrame
+            Numeric features; NaN means missing. With a Dask DataFrame, y, sample_weight and
+            the eval_set entries are Dask collections partitioned like it, and training runs
+            where the partitions live (``gbflow.train`` on Dask).
         y : array-like or Series of shape (n_samples,)
             Numeric target (in [0, 1] for objective "binary:logistic").
         sample_weight : array-like of shape (n_samples,), optional
@@ -345,18 +413,29 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
         if self.objective == "multi:softprob":
             raise ValueError("GBFlowRegressor does not take objective 'multi:softprob'; use "
                              "GBFlowClassifier for class labels")
+        if _is_dask(X):
+            return self._fit_dask(X, y, sample_weight, eval_set, sample_weight_eval_set)
         X_checked, y = validate_data(self, X, y, reset=True, y_numeric=True, **_CHECK_X)
         return self._fit_booster(X, X_checked, np.asarray(y, dtype=np.float64), sample_weight,
                                  eval_set, sample_weight_eval_set,
                                  self._train_params(self.objective))
+
+    def _dask_target(self, y):
+        return y, self._train_params(self.objective)
+
+    def _encode_dask(self, y, what):
+        return y
 
     def predict(self, X):
         """Predicted targets: float64 ndarray of shape (n_samples,).
 
         X : pandas DataFrame or array-like of shape (n_samples, n_features_in_), the training
         features in training order (a DataFrame fitted with string column names must have the
-        same names). Raises NotFittedError before fit.
+        same names). Raises NotFittedError before fit. For a Dask DataFrame: a lazy float64 Dask
+        Series named "prediction" with X's index and divisions.
         """
+        if _is_dask(X):
+            return self.booster_.predict(self._check_dask(X))
         _, data = self._check_X(X)
         return np.asarray(self.booster_.predict(data), dtype=np.float64)
 
@@ -365,8 +444,11 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
 
         For a pandas DataFrame: a new DataFrame, X's columns and index plus a float64 column
         "prediction" (X itself is not changed). For arrays: ``np.column_stack((X, predict(X)))``,
-        a float64 ndarray of shape (n_samples, n_features_in_ + 1).
+        a float64 ndarray of shape (n_samples, n_features_in_ + 1). For a Dask DataFrame: a lazy
+        Dask DataFrame, X's columns plus "prediction".
         """
+        if _is_dask(X):
+            return self.booster_.transform(self._check_dask(X), name=_PREDICTION_COLUMN)
         X_checked, data = self._check_X(X)
         if data is X:  # a frame whose names the booster knows: the booster's own transform
             return self.booster_.transform(X, name=_PREDICTION_COLUMN)
@@ -409,8 +491,10 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
     def fit(self, X, y, sample_weight=None, eval_set=None, sample_weight_eval_set=None):
         """Train the model.
 
-        X : pandas DataFrame or array-like of shape (n_samples, n_features)
-            Numeric features; NaN means missing.
+        X : pandas DataFrame or array-like of shape (n_samples, n_features), or Dask DataFrame
+            Numeric features; NaN means missing. With a Dask DataFrame, y, sample_weight and
+            the eval_set entries are Dask collections partitioned like it, and training runs
+            where the partitions live (``gbflow.train`` on Dask).
         y : array-like or Series of shape (n_samples,)
             Class labels of any sortable type; at least two distinct classes.
         sample_weight : array-like of shape (n_samples,), optional
@@ -425,25 +509,44 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
         Returns self.
         """
         self._clear_fit()
+        if _is_dask(X):
+            return self._fit_dask(X, y, sample_weight, eval_set, sample_weight_eval_set)
         X_checked, y = validate_data(self, X, y, reset=True, **_CHECK_X)
         check_classification_targets(y)
         classes, y_encoded = np.unique(y, return_inverse=True)
+        params = self._set_classes(classes)
+        return self._fit_booster(X, X_checked, y_encoded.astype(np.float64), sample_weight,
+                                 eval_set, sample_weight_eval_set, params)
+
+    def _set_classes(self, classes) -> dict:
+        """Record the classes; -> the training params (binary or multi-class)."""
         if len(classes) < 2:
             raise ValueError(f"GBFlowClassifier needs at least 2 classes in y, but y has only "
                              f"{len(classes)} class: {classes.tolist()}")
         self.classes_ = classes
         self.n_classes_ = len(classes)
         if self.n_classes_ == 2:
-            params = self._train_params("binary:logistic")
-        else:
-            params = self._train_params("multi:softprob", num_class=self.n_classes_)
-        return self._fit_booster(X, X_checked, y_encoded.astype(np.float64), sample_weight,
-                                 eval_set, sample_weight_eval_set, params)
+            return self._train_params("binary:logistic")
+        return self._train_params("multi:softprob", num_class=self.n_classes_)
+
+    def _dask_target(self, y):
+        from .dask import estimators as dask_est
+        params = self._set_classes(dask_est.classes(y))
+        return dask_est.encode(y, self.classes_, "fit"), params
+
+    def _encode_dask(self, y, what):
+        from .dask import estimators as dask_est
+        return dask_est.encode(y, self.classes_, what)
 
     def predict_proba(self, X):
         """Class probabilities: float64 ndarray of shape (n_samples, n_classes_), columns in the
         order of ``classes_``, rows summing to 1 (two classes: ``[1 - p, p]`` with p the
-        probability of ``classes_[1]``). Raises NotFittedError before fit."""
+        probability of ``classes_[1]``). Raises NotFittedError before fit. For a Dask DataFrame:
+        a lazy Dask DataFrame with X's index, one column per class named ``str(class)``."""
+        if _is_dask(X):
+            from .dask import estimators as dask_est
+            return dask_est.probabilities(self.booster_.predict(self._check_dask(X)),
+                                          self.classes_)
         _, data = self._check_X(X)
         p = np.asarray(self.booster_.predict(data), dtype=np.float64)
         if p.ndim == 1:
@@ -453,7 +556,11 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
     def predict(self, X):
         """Predicted labels: ndarray of shape (n_samples,) with ``classes_``'s dtype, the most
         probable class of each row (two classes: ``classes_[1]`` when its probability is > 0.5).
-        Raises NotFittedError before fit."""
+        Raises NotFittedError before fit. For a Dask DataFrame: a lazy Dask Series named
+        "prediction" with X's index and divisions."""
+        if _is_dask(X):
+            from .dask import estimators as dask_est
+            return dask_est.labels(self.booster_.predict(self._check_dask(X)), self.classes_)
         _, data = self._check_X(X)
         return self._labels(data)
 
@@ -469,7 +576,12 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
         "prediction" of ``classes_``'s dtype (X itself is not changed). For arrays:
         ``np.column_stack((X, predict(X)))`` of shape (n_samples, n_features_in_ + 1): numeric
         (NumPy's common dtype) for numeric labels, an object array (features as numbers, then
-        the labels) for others, e.g. strings.
+        the labels) for others, e.g. strings. For a Dask DataFrame: a lazy Dask DataFrame, X's
+        columns plus "prediction".
         """
+        if _is_dask(X):
+            if _PREDICTION_COLUMN in X.columns:
+                raise ValueError(f"transform: X already has a column {_PREDICTION_COLUMN!r}")
+            return X.assign(**{_PREDICTION_COLUMN: self.predict(X)})
         X_checked, data = self._check_X(X)
         return _append_column(X, X_checked, self._labels(data))

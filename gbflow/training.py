@@ -21,15 +21,20 @@ def _mix64(x):
     return x ^ (x >> np.uint64(31))
 
 
-def row_sample_mask(xp, n_rows: int, row_offset: int, seed: int, round_index: int, rate: float):
+def row_sample_mask(xp, n_rows: int, row_offset, seed: int, round_index: int, rate: float):
     """(n_rows,) bool: rows kept by ``subsample`` in this round.
 
     Each row's draw depends only on (seed, round, global row number), never on how rows are split
-    into shards, so sharded and unsharded training sample the same rows.
+    into shards, so sharded and unsharded training sample the same rows. row_offset: the global
+    number of the shard's first row (its rows follow each other), or an (n_rows,) uint64 array of
+    every row's global number (a shard joining partitions that are not adjacent).
     """
     key = _mix64(xp.asarray([seed % 2**64], dtype=xp.uint64)
                  ^ _mix64(xp.asarray([round_index + 1], dtype=xp.uint64)))
-    rows = xp.arange(row_offset, row_offset + n_rows, dtype=xp.uint64)
+    if isinstance(row_offset, (int, np.integer)):
+        rows = xp.arange(row_offset, row_offset + n_rows, dtype=xp.uint64)
+    else:
+        rows = xp.asarray(row_offset, dtype=xp.uint64)
     u = (_mix64(rows ^ key) >> xp.uint64(11)).astype(xp.float64) * (1.0 / 2**53)
     return u < rate
 
@@ -47,14 +52,19 @@ def feature_sample(n_features: int, seed: int, round_index: int, group: int, rat
 
 
 class _Progress:
-    """Per-round log lines on stderr: every ``period`` rounds, the first and the last."""
+    """Per-round log lines: every ``period`` rounds, the first and the last.
 
-    def __init__(self, verbose, n_rounds: int):
+    Lines go to stderr, or to ``emit`` (a callable taking one line) when given: on a Dask worker
+    they are sent to the client, which prints them.
+    """
+
+    def __init__(self, verbose, n_rounds: int, emit=None):
         if verbose is True:
             period = max(1, n_rounds // 20)
         else:
             period = int(verbose) if verbose else 0
         self.period, self.n_rounds, self.start = period, n_rounds, time.perf_counter()
+        self.emit = emit or (lambda line: print(line, file=sys.stderr, flush=True))
 
     def round(self, i: int, scores: list[tuple[str, str, float]]) -> None:
         if not self.period or not (i == 0 or (i + 1) % self.period == 0 or i + 1 == self.n_rounds):
@@ -62,79 +72,137 @@ class _Progress:
         text = "  ".join(f"{name}-{metric}:{value:.6f}" for name, metric, value in scores)
         elapsed = time.perf_counter() - self.start
         width = len(str(self.n_rounds))
-        print(f"[{i + 1:>{width}}/{self.n_rounds}] " + (f"{text}  " if text else "")
-              + f"({elapsed:.1f}s)", file=sys.stderr, flush=True)
+        self.emit(f"[{i + 1:>{width}}/{self.n_rounds}] " + (f"{text}  " if text else "")
+                  + f"({elapsed:.1f}s)")
 
     def say(self, text: str) -> None:
         if self.period:
-            print(text, file=sys.stderr, flush=True)
+            self.emit(text)
 
 
 class _EvalSet:
-    """A held-out table whose margins are kept up to date tree by tree."""
+    """A held-out table, as this process's parts, whose margins are kept up to date tree by tree."""
 
-    def __init__(self, backend, dataset: data_mod.DataSet, name: str, base_margin):
-        self.name, self.dataset, self.backend = name, dataset, backend
-        self.X = backend.asarray(dataset.X)
-        self.margin = predictor.predict_margin(backend, self.X, predictor.FlatForest.from_trees([]),
-                                               base_margin)
+    def __init__(self, backend, parts: list[data_mod.DataSet], name: str, base_margin):
+        self.name, self.parts, self.backend = name, parts, backend
+        self.X = [backend.asarray(p.X) for p in parts]
+        empty = predictor.FlatForest.from_trees([])
+        self.margin = [predictor.predict_margin(backend, X, empty, base_margin) for X in self.X]
 
     def add(self, trees) -> None:
-        predictor.add_trees(self.backend, self.X, predictor.FlatForest.from_trees(trees),
-                            self.margin)
+        forest = predictor.FlatForest.from_trees(trees)
+        for X, margin in zip(self.X, self.margin):
+            predictor.add_trees(self.backend, X, forest, margin)
 
-    def scores(self, objective, metric_names) -> list[tuple[str, str, float]]:
-        prediction = self.backend.to_host(objective.transform(self.backend.xp, self.margin))
-        d = self.dataset
-        label = self.backend.to_host(d.label)
-        weight = None if d.weight is None else self.backend.to_host(d.weight)
-        return [(self.name, m, metrics.evaluate(m, label, prediction, weight))
-                for m in metric_names]
+    def request(self, objective, metric_names) -> tuple[list[str], list[tuple]]:
+        """What ``metrics.evaluate_many`` needs: the names and (label, prediction, weight) per part."""
+        xp, to_host = self.backend.xp, self.backend.to_host
+        return metric_names, [(to_host(p.label), to_host(objective.transform(xp, m)),
+                               None if p.weight is None else to_host(p.weight))
+                              for p, m in zip(self.parts, self.margin)]
+
+
+def _row_offset(offset):
+    return int(offset) if isinstance(offset, (int, np.integer)) else np.asarray(offset, np.uint64)
+
+
+def _as_parts(entry) -> list[data_mod.DataSet]:
+    return list(entry) if isinstance(entry, (list, tuple)) else [entry]
+
+
+def _check_global_inputs(shardset: ShardSet, parts, eval_sets, params) -> None:
+    """Checks that need every process's data; every process raises the same error."""
+    n_rows = shardset.allreduce_sum(np.array([sum(p.n_rows for p in parts)], dtype=np.int64))
+    if int(n_rows[0]) == 0:
+        raise ValueError("training data has no rows")
+    if parts[0].weight is not None:
+        largest = shardset.allreduce_max(max((float(p.weight.max()) for p in parts
+                                              if p.n_rows), default=0.0))
+        if not largest > 0:
+            raise ValueError("weight: all training weights are zero")
+    if not eval_sets:
+        return
+    # Per evaluation set: row count, and the label range (auc needs two classes).
+    counts = shardset.allreduce_sum(np.array([sum(p.n_rows for p in e) for e, _ in eval_sets],
+                                             dtype=np.int64))
+    ranges = shardset.allreduce_max(np.array(
+        [[max((float(p.label.max()) for p in e if p.n_rows), default=-np.inf),
+          max((-float(p.label.min()) for p in e if p.n_rows), default=-np.inf)]
+         for e, _ in eval_sets], dtype=np.float64))
+    for (_, name), count, (high, minus_low) in zip(eval_sets, counts, ranges):
+        if count == 0:
+            raise ValueError(f"evaluation set {name!r} has no rows")
+        if "auc" in params.metrics and high == -minus_low:
+            raise ValueError(f"evaluation set {name!r} holds only one class: auc is undefined "
+                             f"there (early stopping could never see it improve)")
 
 
 def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round: int,
-        evals: list[tuple[data_mod.DataSet, str]] = (), early_stopping_rounds: int | None = None,
-        verbose=True, keep_training_margins: bool = False) -> Booster:
-    """The boosting loop over in-process shards (one per part). Inputs are already validated.
+        evals: list[tuple] = (), early_stopping_rounds: int | None = None,
+        verbose=True, keep_training_margins: bool = False, *, shardset: ShardSet | None = None,
+        row_offsets: list[int] | None = None, drop_features: bool = False,
+        emit=None, after_quantize=None) -> Booster:
+    """The boosting loop over this process's parts, with every cross-part reduction done by
+    ``shardset``'s collective. Inputs are already validated (each part on its own).
 
-    The model depends only on the rows of the concatenated parts, not on how they are split into
-    parts, nor (without ``subsample``, whose draws follow the global row number) on their order.
-    With ``keep_training_margins`` the booster gets ``training_margins``: per part the
-    (n_i, n_groups) float64 margins reached in training (for tests; not when early stopping cut
-    trees off). Side effect: progress lines on stderr unless ``verbose`` is False.
+    parts: non-empty list of ``DataSet`` (one shard each; 0-row parts are allowed), the same
+    feature names and label/weight presence everywhere. evals: (DataSet or list of DataSet,
+    name) pairs; a list holds this process's parts of the set (possibly none). shardset: an empty
+    ``ShardSet`` whose ``allreduce_*``/``allgather`` reach the other processes (default: this
+    process only). row_offsets: global row number of each part's first row (default: the parts
+    one after the other from 0), or for a part whose rows are not numbered consecutively an
+    (n_i,) uint64 array of its rows' global numbers; row sampling follows them. drop_features: set each part's X to
+    None once binned, so the raw float32 matrix can be freed. emit: where progress lines go
+    (default stderr). after_quantize: called without arguments once every process has binned its
+    parts (the Dask driver then lets the raw partitions go). Every process must call ``fit`` with the same params, round count and
+    evaluation set names, and gets the same model.
+
+    The model depends only on the rows of the concatenated parts (over all processes), not on how
+    they are split into parts or processes, nor (without ``subsample``, whose draws follow the
+    global row number) on their order. With ``keep_training_margins`` the booster gets
+    ``training_margins``: per part the (n_i, n_groups) float64 margins reached in training (for
+    tests; not when early stopping cut trees off). Side effect: progress lines unless ``verbose``
+    is False.
     """
     xp = backend.xp
     start = time.perf_counter()
     objective = objectives.get_objective(params.objective, params.num_class)
     n_groups = params.n_groups
     feature_names = parts[0].feature_names
-    shardset = ShardSet(backend, [])
+    shardset = ShardSet(backend, []) if shardset is None else shardset
+    if row_offsets is None:
+        row_offsets = np.concatenate([[0], np.cumsum([p.n_rows for p in parts])[:-1]]).tolist()
     timers = shardset.timers
+    eval_sets = [(_as_parts(d), name) for d, name in evals]
     with timers("quantize"):
+        _check_global_inputs(shardset, parts, eval_sets, params)
         device_X = [backend.asarray(p.X) for p in parts]
         weights = None if parts[0].weight is None else [backend.asarray(p.weight) for p in parts]
-        cuts = quantize.compute_cuts(xp, device_X, weights, params.max_bin,
-                                     backend.sketch_block_values)
-        offset = 0
+        cuts = quantize.compute_cuts(xp, device_X, weights, params.max_bin, collective=shardset,
+                                     block_values=backend.sketch_block_values)
         for i, (p, X) in enumerate(zip(parts, device_X)):
             label = backend.asarray(p.label)
             weight = None if weights is None else weights[i]
             bins = quantize.quantize(backend, X, cuts)
             shardset.shards.append(Shard(bins=bins, bins_by_feature=xp.ascontiguousarray(bins.T),
                                          label=label, weight=weight, margin=None,
-                                         row_offset=offset))
-            offset += p.n_rows
+                                         row_offset=_row_offset(row_offsets[i])))
         del device_X  # only the binned shards stay
+        if drop_features:
+            for p in parts:
+                p.X = None
     base_margin = objective.base_margin(xp, [s.label for s in shardset.shards], weights,
-                                        params.base_score)
+                                        params.base_score, collective=shardset)
+    if after_quantize is not None:  # the reductions above passed: every process has binned
+        after_quantize()
     for shard in shardset.shards:
         shard.margin = xp.empty((shard.n_rows, n_groups), dtype=np.float64)
         shard.margin[:] = xp.asarray(base_margin)[None, :]
     n_total = shardset.n_rows_total
-    eval_sets = [_EvalSet(backend, d, name, base_margin) for d, name in evals]
+    eval_sets = [_EvalSet(backend, e, name, base_margin) for e, name in eval_sets]
     metric_names = params.metrics
-    progress = _Progress(verbose, num_boost_round)
-    trees, evals_result = [], {name: {m: [] for m in metric_names} for _, name in evals}
+    progress = _Progress(verbose, num_boost_round, emit)
+    trees, evals_result = [], {e.name: {m: [] for m in metric_names} for e in eval_sets}
     best_score, best_iteration = None, None
     maximize = metric_names[-1] in metrics.MAXIMIZE
     for round_index in range(num_boost_round):
@@ -147,13 +215,16 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
                                            round_index, params.subsample)
                     g, h = g * keep[:, None], h * keep[:, None]
                 grad_hess.append((g, h))
+            # Global max |g| and |h| of every class in one reduction: (n_groups, 2).
+            largest = shardset.allreduce_max(np.array(
+                [[gradients.local_max_abs(xp, [g[:, k] for g, _ in grad_hess]),
+                  gradients.local_max_abs(xp, [h[:, k] for _, h in grad_hess])]
+                 for k in range(n_groups)], dtype=np.float64))
         round_trees = []
         for k in range(n_groups):
             with timers("gradients"):
-                max_g = shardset.allreduce_max(max(float(xp.abs(g[:, k]).max()) for g, _ in grad_hess))
-                max_h = shardset.allreduce_max(max(float(xp.abs(h[:, k]).max()) for _, h in grad_hess))
-                scale_g = gradients.fixed_point_scale(max_g, n_total)
-                scale_h = gradients.fixed_point_scale(max_h, n_total)
+                scale_g = gradients.fixed_point_scale(float(largest[k, 0]), n_total)
+                scale_h = gradients.fixed_point_scale(float(largest[k, 1]), n_total)
                 gh = [gradients.quantise_gradients(xp, g[:, k], h[:, k], scale_g, scale_h)
                       for g, h in grad_hess]
             allowed = feature_sample(len(feature_names), params.seed, round_index, k,
@@ -168,10 +239,12 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
             progress.round(round_index, [])
             continue
         with timers("evaluation"):
-            scores = []
             for e in eval_sets:
                 e.add(round_trees)
-                scores.extend(e.scores(objective, metric_names))
+            values = metrics.evaluate_many([e.request(objective, metric_names)
+                                            for e in eval_sets], collective=shardset)
+            scores = [(e.name, m, v) for e, per_set in zip(eval_sets, values)
+                      for m, v in zip(metric_names, per_set)]
         for name, m, value in scores:
             evals_result[name][m].append(value)
         progress.round(round_index, scores)
@@ -222,7 +295,9 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     """Train a gradient-boosted tree model.
 
     data: pandas DataFrame or 2-D NumPy array (features; float32 is used internally, NaN and
-    nulls are missing values). label: column name of ``data`` (then not a feature) or an array with
+    nulls are missing values), or a Dask DataFrame (then label/weight name columns, evals hold
+    Dask DataFrames, and training runs on the workers of the active ``distributed.Client``, or in
+    this process over the partitions without one: see ``gbflow.dask``). label: column name of ``data`` (then not a feature) or an array with
     one value per row. weight: likewise, optional, non-negative. params: XGBoost-style parameters
     (see ``gbflow.params.Params``); an unknown name is an error. evals: list of (data, name) pairs
     evaluated after every round (frames holding the label column, or (X, y[, w]) tuples);
@@ -247,6 +322,10 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
         raise ValueError("early_stopping_rounds needs at least one evaluation set in evals")
     if label is None:
         raise ValueError("train needs a label: a column name of data or an array")
+    if data_mod.is_dask_collection(data):  # trained where its partitions live: gbflow.dask
+        from .dask import driver
+        return driver.train(data, label, params, int(num_boost_round), evals,
+                            early_stopping_rounds, weight, verbose)
     dataset = data_mod.load(data, label, weight, "training data")
     objective = objectives.get_objective(params.objective, params.num_class)
     objective.check_label(dataset.label, f"label column {dataset.label_name!r}"
@@ -261,4 +340,4 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
                              f"there (early stopping could never see it improve)")
     backend = get_backend(params.device, data_on_gpu=on_gpu(dataset.X))
     return fit(backend, [dataset], params, int(num_boost_round), eval_sets,
-               early_stopping_rounds, verbose)
+               early_stopping_rounds, verbose, drop_features=True)

@@ -1,0 +1,57 @@
+"""NCCL allreduce of integer device arrays between GPUs (CuPy's NCCL binding), for the Dask collective.
+
+gbflow.dask hands every training task the same unique id (made by rank 0 with ``unique_id`` and
+sent through the Dask collective), then each task opens a ``Communicator`` on its GPU. Histograms
+are int64, so NCCL's ring or tree order cannot change a sum: the model stays the same as with the
+host (Dask) path. Everything here needs CuPy with NCCL and a GPU per rank; it is not exercised by
+the CPU test suite.
+"""
+from __future__ import annotations
+
+
+def available() -> bool:
+    """True when CuPy's NCCL binding imports and a GPU is visible."""
+    try:
+        import cupy
+        from cupy.cuda import nccl  # noqa: F401
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # ImportError, or a CUDA runtime error without a driver/GPU
+        return False
+
+
+def unique_id():
+    """A fresh NCCL unique id (a picklable tuple), made once by rank 0."""
+    from cupy.cuda import nccl
+    return nccl.get_unique_id()
+
+
+class Communicator:
+    """One rank's NCCL communicator on the current GPU.
+
+    Construction is collective: every rank must create its communicator with the same
+    ``unique_id`` (it blocks until all ``n_ranks`` have joined).
+    """
+
+    def __init__(self, n_ranks: int, unique_id, rank: int):
+        from cupy.cuda import nccl
+        self._nccl = nccl
+        self._comm = nccl.NcclCommunicator(n_ranks, unique_id, rank)
+
+    def allreduce_sum(self, array):
+        """Elementwise sum over the ranks of a CuPy int64/int32 array (a new array, same shape)."""
+        import cupy
+        types = {cupy.dtype(cupy.int64): self._nccl.NCCL_INT64,
+                 cupy.dtype(cupy.int32): self._nccl.NCCL_INT32}
+        if array.dtype not in types:
+            raise TypeError(f"NCCL allreduce_sum takes int32/int64 arrays (exact sums), "
+                            f"got {array.dtype}")
+        source = cupy.ascontiguousarray(array)
+        out = cupy.empty_like(source)
+        stream = cupy.cuda.get_current_stream()
+        self._comm.allReduce(source.data.ptr, out.data.ptr, source.size, types[array.dtype],
+                             self._nccl.NCCL_SUM, stream.ptr)
+        stream.synchronize()  # the grower reads the result on the host next
+        return out
+
+    def close(self) -> None:
+        self._comm.destroy()

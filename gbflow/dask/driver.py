@@ -1,0 +1,343 @@
+"""The client side of training on Dask DataFrames: checks on the meta, then one training task per
+worker where the partitions live (with a ``distributed.Client``), or in this process over the
+partitions (without one); it watches the tasks and the workers and fails fast when one is lost.
+"""
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+
+from .. import data as data_mod
+from .. import training
+from ..backend import get_backend
+from ..params import Params
+from . import task as task_mod
+from .collective import CollectiveAborted, CollectiveError, CollectivePlugin, WorkerLostError, \
+    abort_session
+
+# How long a training task waits for a peer's message before giving up (dask config key
+# "gbflow.collective-timeout", seconds or a duration such as "10 minutes"). Only a peer that
+# hangs without dying needs it: lost workers are detected within about a second.
+DEFAULT_TIMEOUT = "30 minutes"
+_POLL = 0.05  # seconds between looks at the tasks' states
+_LIVENESS_PERIOD = 0.5  # seconds between asking the scheduler which workers are alive
+
+
+def _dd():
+    import dask.dataframe as dd
+    return dd
+
+
+def _frame(data, what: str):
+    """``data`` as a Dask DataFrame; a pandas/cuDF frame (only for evals) becomes one partition."""
+    dd = _dd()
+    if isinstance(data, dd.DataFrame):
+        return data
+    if data_mod.is_dask_collection(data):
+        hint = ("; use .to_frame()" if isinstance(data, dd.Series) else
+                "; use dask.dataframe.from_dask_array(..., columns=[...]) and name the label "
+                "column" if type(data).__name__ == "Array" else "")
+        raise TypeError(f"{what} is a Dask {type(data).__name__}; gbflow takes Dask "
+                        f"DataFrames (features, label and weight as columns){hint}")
+    if what != "training data" and type(data).__name__ == "DataFrame" and \
+            type(data).__module__.split(".")[0] in ("pandas", "cudf"):
+        return dd.from_pandas(data, npartitions=1)  # a small in-memory evaluation set
+    raise TypeError(f"{what} must be a Dask DataFrame like the training data, got "
+                    f"{type(data).__name__}")
+
+
+def _column_name(value, role: str):
+    if value is None or isinstance(value, str):
+        return value
+    raise TypeError(f"with a Dask DataFrame, {role} must name one of its columns (a str), got "
+                    f"{type(value).__name__}; add the values as a column first, e.g. "
+                    f"ddf.assign({role}=...)")
+
+
+def _table(ddf, what: str) -> task_mod.Table:
+    return task_mod.Table(what=what, columns=tuple(str(c) for c in ddf._meta.columns))
+
+
+def check(data, label, weight, params: Params, evals):
+    """Everything that can be checked on the collections' metas, before any partition is computed.
+
+    Returns (training frame, feature names, its Table, [(eval frame, name, Table)]). Raises
+    TypeError/KeyError/ValueError naming the collection and column at fault.
+    """
+    ddf = _frame(data, "training data")
+    label, weight = _column_name(label, "label"), _column_name(weight, "weight")
+    meta = data_mod.load(ddf._meta, label, weight, "training data", allow_empty=True)
+    features = meta.feature_names
+    checked = []
+    for i, entry in enumerate(evals or []):
+        if not (isinstance(entry, (tuple, list)) and len(entry) == 2):
+            raise TypeError(f"evals[{i}] must be a (data, name) pair, got {type(entry).__name__}")
+        frame, name = entry
+        if not isinstance(name, str):
+            raise TypeError(f"evals[{i}] must be a (data, name) pair with a string name, "
+                            f"got a {type(name).__name__} as name")
+        what = f"evals[{i}] ({name!r})"
+        frame = _frame(frame, what)
+        data_mod.load(frame._meta, label, weight, what, feature_names=features, allow_empty=True)
+        checked.append((frame, name, _table(frame, what)))
+    return ddf, features, _table(ddf, "training data"), checked
+
+
+def _timeout() -> float:
+    import dask
+    from dask.utils import parse_timedelta
+    return float(parse_timedelta(dask.config.get("gbflow.collective-timeout", DEFAULT_TIMEOUT),
+                                 default="seconds"))
+
+
+def _spec(params, num_boost_round, early_stopping_rounds, verbose, label, weight, features,
+          train_table, evals, session="") -> task_mod.Spec:
+    return task_mod.Spec(
+        session=session, topic=f"gbflow-{session}", params=params,
+        num_boost_round=num_boost_round, early_stopping_rounds=early_stopping_rounds,
+        verbose=verbose, label=label, weight=weight, features=tuple(features), train=train_table,
+        evals=tuple((name, table) for _, name, table in evals), timeout=_timeout())
+
+
+def current_client():
+    """The active ``distributed.Client`` (``Client.as_current()`` or the default one), or None."""
+    try:
+        from distributed import default_client
+        return default_client()
+    except (ImportError, ValueError):
+        return None
+
+
+def train(data, label, params: Params, num_boost_round: int, evals, early_stopping_rounds,
+          weight, verbose, client=None):
+    """``gbflow.train`` for a Dask DataFrame (parameters as there, already checked).
+
+    With a client (given, or the active one) training runs on its workers; without one, in this
+    process over the partitions. Either way the model is the same bit for bit.
+    """
+    ddf, features, table, evals = check(data, label, weight, params, evals)
+    spec = _spec(params, num_boost_round, early_stopping_rounds, verbose, label, weight, features,
+                 table, evals)
+    client = client if client is not None else current_client()
+    if client is None:
+        return _train_in_process(ddf, evals, spec)
+    if client.asynchronous:
+        raise TypeError("gbflow.train needs a synchronous distributed.Client (this one was "
+                        "created with asynchronous=True)")
+    return _Cluster(client, ddf, evals, spec).run()
+
+
+def _train_in_process(ddf, evals, spec: task_mod.Spec):
+    """No client: compute every partition here (one dask.compute, so inputs shared by the
+    training and evaluation sets are computed once), check and join them, and run
+    ``training.fit`` on them, as one worker of a cluster would."""
+    import dask
+
+    from .. import gradients
+    started = time.perf_counter()
+    delayed = list(ddf.to_delayed()) + [d for frame, _, _ in evals for d in frame.to_delayed()]
+    frames = list(dask.compute(*delayed))
+    computed = time.perf_counter() - started
+    backend = get_backend(spec.params.device)
+    items, at = [], 0
+    for count in [ddf.npartitions] + [frame.npartitions for frame, _, _ in evals]:
+        items.append(list(enumerate(frames[at: at + count])))
+        at += count
+    del frames
+    tables = [spec.train] + [table for _, table in spec.evals]
+    joined = [task_mod.Joined(backend.xp, spec, table, key, part_items)
+              for key, (table, part_items) in enumerate(zip(tables, items))]
+    task_mod.first_error(gradients.LOCAL, [e for j in joined for e in j.errors])
+    train, evals_joined = joined[0], joined[1:]
+    offsets = task_mod.global_offsets(gradients.LOCAL, train.lengths)
+    booster = training.fit(backend, [train.part], spec.params, spec.num_boost_round,
+                           [([j.part] if j.part.n_rows else [], name)
+                            for j, (name, _) in zip(evals_joined, spec.evals)],
+                           spec.early_stopping_rounds, spec.verbose,
+                           row_offsets=[train.row_ids(offsets)], drop_features=True)
+    booster.timings["dask_compute"] = computed
+    booster.timings["dask_total"] = time.perf_counter() - started
+    return booster
+
+
+class _Cluster:
+    """One training run on a cluster: place, submit, watch, collect."""
+
+    def __init__(self, client, ddf, evals, spec: task_mod.Spec):
+        self.client, self.ddf, self.evals = client, ddf, evals
+        session = uuid.uuid4().hex
+        import dataclasses
+        self.spec = dataclasses.replace(spec, session=session, topic=f"gbflow-{session}")
+        self.progress = training._Progress(spec.verbose, max(1, spec.num_boost_round))
+        self.printed = -1  # sequence number of the last progress line printed
+        self.quantized = False
+        self.closed = False
+
+    # -- progress events from rank 0 -------------------------------------------------------------
+    def _on_event(self, event) -> None:
+        _, message = event
+        if self.closed or not isinstance(message, dict):
+            return
+        if message.get("stage") == "quantized":
+            self.quantized = True
+        elif "line" in message and message["seq"] > self.printed:
+            self.printed = message["seq"]
+            print(message["line"], file=sys.stderr, flush=True)
+
+    # -- the run ---------------------------------------------------------------------------------
+    def run(self):
+        from distributed import wait
+        client, spec = self.client, self.spec
+        started = time.perf_counter()
+        delayed = list(self.ddf.to_delayed())
+        eval_delayed = [list(frame.to_delayed()) for frame, _, _ in self.evals]
+        self.progress.say(f"gbflow.dask: computing {len(delayed)} training partition(s)"
+                          + (f" and {sum(map(len, eval_delayed))} evaluation partition(s)"
+                             if eval_delayed else "") + " on the cluster")
+        # One compute for every partition: inputs shared by training and evaluation sets (such
+        # as a random_split) are computed once. Already persisted partitions are not recomputed.
+        futures = client.compute(delayed + [d for ds in eval_delayed for d in ds])
+        wait(futures)
+        for f in futures:
+            if f.status == "error":
+                f.result()  # the pipeline's own error (raises it with its traceback)
+        train_futures = futures[: len(delayed)]
+        eval_futures, at = [], len(delayed)
+        for ds in eval_delayed:
+            eval_futures.append(futures[at: at + len(ds)])
+            at += len(ds)
+        addresses, train_refs, eval_refs = self._place(train_futures, eval_futures, futures)
+        computed = time.perf_counter() - started
+        self.progress.say(f"gbflow.dask: training on {len(addresses)} worker(s)")
+        client.register_plugin(CollectivePlugin(), name=CollectivePlugin.name)
+        client.subscribe_topic(spec.topic, self._on_event)
+        tasks = [client.submit(task_mod.train_task, spec, rank, addresses, train_refs[rank],
+                               eval_refs[rank], key=f"gbflow-train-{spec.session}-{rank}",
+                               workers=[address], allow_other_workers=False, pure=False)
+                 for rank, address in enumerate(addresses)]
+        finished = False
+        try:
+            self._watch(tasks, addresses, futures)
+            raise_first(tasks)
+            if any(t.status == "cancelled" for t in tasks):
+                raise CollectiveError("a gbflow training task was cancelled (by another client, "
+                                      "or the cluster is closing)")
+            results = [t.result() for t in tasks]
+            finished = True
+        finally:
+            self.closed = True
+            client.unsubscribe_topic(spec.topic)
+            futures.clear()
+            if not finished:
+                self._stop(tasks, addresses)
+        return self._collect(results, computed, started)
+
+    def _place(self, train_futures, eval_futures, futures):
+        """Ranks: the workers holding training partitions (each partition trained where it is).
+        Evaluation partitions go to a training worker holding them, else are copied to the one
+        with the fewest so far. Returns (addresses, training refs per rank, evaluation refs per
+        rank and set); copies are appended to ``futures`` (so they are released with the rest)."""
+        from distributed import wait
+        who_has = self.client.who_has(train_futures + [f for fs in eval_futures for f in fs])
+        load: dict[str, int] = {}
+        owner = []
+        for f in train_futures:
+            holders = sorted(who_has.get(f.key, ()))
+            if not holders:
+                raise CollectiveError(f"partition {f.key!r} is held by no worker after being "
+                                      f"computed (was it released?)")
+            chosen = min(holders, key=lambda a: (load.get(a, 0), a))
+            load[chosen] = load.get(chosen, 0) + 1
+            owner.append(chosen)
+        addresses = sorted(load)
+        rank_of = {a: r for r, a in enumerate(addresses)}
+        train_refs = [[] for _ in addresses]
+        for index, (f, address) in enumerate(zip(train_futures, owner)):
+            train_refs[rank_of[address]].append(task_mod.PartitionRef(index, f.key))
+        eval_refs = [[[] for _ in eval_futures] for _ in addresses]
+        eval_load = {a: 0 for a in addresses}
+        copies = []
+        for j, fs in enumerate(eval_futures):
+            for index, f in enumerate(fs):
+                local = [a for a in sorted(who_has.get(f.key, ())) if a in rank_of]
+                chosen = min(local or addresses, key=lambda a: (eval_load[a], a))
+                eval_load[chosen] += 1
+                if not local:  # held by a worker that does not train: copy it over, once
+                    f = self.client.submit(_same, f, workers=[chosen], allow_other_workers=False,
+                                           pure=False)
+                    copies.append(f)
+                eval_refs[rank_of[chosen]][j].append(task_mod.PartitionRef(index, f.key))
+        if copies:
+            wait(copies)
+            futures.extend(copies)
+        return addresses, train_refs, eval_refs
+
+    def _watch(self, tasks, addresses, futures) -> None:
+        """Wait for the tasks; let the raw partitions go once every worker has binned its data;
+        stop at the first failed task or lost worker."""
+        next_check = 0.0
+        while True:
+            if self.quantized and futures:
+                futures.clear()  # gbflow's references to the raw partitions
+            states = [t.status for t in tasks]
+            if any(s in ("error", "cancelled") for s in states) or \
+                    all(s == "finished" for s in states):
+                return
+            now = time.monotonic()
+            if now >= next_check:
+                alive = self.client.scheduler_info(n_workers=-1)["workers"]
+                gone = [a for a in addresses if a not in alive]
+                if gone:
+                    raise WorkerLostError(
+                        f"training worker(s) {gone} left the cluster during training (of "
+                        f"{len(addresses)} training workers); gbflow cannot recover from a lost "
+                        f"worker yet, so training was stopped on the others. Run train() again: "
+                        f"Dask recomputes the lost partitions")
+                next_check = now + _LIVENESS_PERIOD
+            time.sleep(_POLL)
+
+    def _stop(self, tasks, addresses) -> None:
+        """After a failure: tell the surviving tasks to stop, then cancel them."""
+        reason = "training was stopped by the driver after a failure elsewhere"
+        try:
+            alive = self.client.scheduler_info(n_workers=-1)["workers"]
+            self.client.run(abort_session, self.spec.session, reason,
+                            workers=[a for a in addresses if a in alive], wait=False,
+                            on_error="ignore")
+        except Exception:  # the cluster may be going away; cancelling is what matters
+            pass
+        self.client.cancel(tasks, force=True)
+
+    def _collect(self, results, computed: float, started: float):
+        fingerprints = {r["fingerprint"] for r in results}
+        if len(fingerprints) != 1:  # every rank grows the same trees; anything else is a bug
+            raise CollectiveError(f"the training workers built different models "
+                                  f"({len(fingerprints)} distinct); please report this")
+        lead = results[0]
+        for seq, line in enumerate(lead["lines"]):  # lines whose events had not arrived
+            if seq > self.printed:
+                print(line, file=sys.stderr, flush=True)
+        booster = lead["booster"]
+        booster.worker_report = [r["report"] for r in results]
+        booster.timings["dask_compute"] = computed
+        booster.timings["dask_total"] = time.perf_counter() - started
+        return booster
+
+
+def _same(frame):
+    """Identity task: a copy of a partition on the worker it runs on."""
+    return frame
+
+
+def raise_first(tasks):
+    """Raise the most telling error of failed tasks: an input or program error before a lost
+    worker, before an abort (which only echoes another task's failure)."""
+    failed = [(t, t.exception()) for t in tasks if t.status == "error"]
+    if not failed:
+        return
+    def rank(item):
+        e = item[1]
+        return 2 if isinstance(e, CollectiveAborted) else 1 if isinstance(e, CollectiveError) else 0
+    failed.sort(key=rank)
+    failed[0][0].result()

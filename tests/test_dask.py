@@ -1,0 +1,389 @@
+"""Dask integration on the CPU: the same model file in-process and on 1, 2 and 4 workers, lazy
+predict/transform, the scikit-learn estimators, bad input, progress and the memory report.
+
+Clusters are LocalClusters of threads (processes=False: no start-up cost, the collective runs over
+Dask's inproc comms), one per worker count, shared by the module. Worker loss and the TCP path
+need worker processes: tests/test_dask_faults.py.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+dask = pytest.importorskip("dask")
+dd = pytest.importorskip("dask.dataframe")
+distributed = pytest.importorskip("distributed")
+
+import gbflow  # noqa: E402
+import gbflow.dask  # noqa: E402
+from gbflow import data as data_mod  # noqa: E402
+from gbflow import training  # noqa: E402
+from gbflow.backend import get_backend  # noqa: E402
+from gbflow.params import make_params  # noqa: E402
+
+from conftest import make_table  # noqa: E402
+
+PARAMS = {
+    "regression": {"objective": "reg:squarederror", "max_depth": 4, "subsample": 0.8,
+                   "colsample_bytree": 0.7},
+    "binary": {"objective": "binary:logistic", "max_depth": 4, "subsample": 0.7,
+               "eval_metric": ["logloss", "auc"]},
+    "multiclass": {"objective": "multi:softprob", "num_class": 3, "max_depth": 3,
+                   "colsample_bytree": 0.6},
+}
+
+
+@pytest.fixture(scope="module")
+def clients():
+    """clients(n): a Client of a module-wide LocalCluster of n single-thread workers (threads of
+    this process). The clients are not made the default: each test picks one explicitly."""
+    made = {}
+
+    def get(n_workers: int):
+        if n_workers not in made:
+            cluster = distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1,
+                                               processes=False, dashboard_address=":0")
+            made[n_workers] = (cluster, distributed.Client(cluster, set_as_default=False))
+        return made[n_workers][1]
+
+    yield get
+    for cluster, client in made.values():
+        client.close()
+        cluster.close()
+
+
+def _partitions(df: pd.DataFrame, bounds) -> list[pd.DataFrame]:
+    return [df.iloc[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _dask_frame(parts: list[pd.DataFrame]):
+    """A Dask DataFrame with exactly these partitions (computed lazily, as a pipeline would)."""
+    return dd.from_delayed([dask.delayed(p.copy)() for p in parts], meta=parts[0].iloc[:0],
+                           verify_meta=False)
+
+
+def _model_bytes(booster, tmp_path, name: str) -> bytes:
+    path = tmp_path / f"{name}.json"
+    booster.save_model(path)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("task", list(PARAMS))
+def test_same_model_file_in_process_and_on_1_2_4_workers(task, clients, tmp_path):
+    """The key property: identical model bytes from pandas, from the Dask partitions in this
+    process, and from LocalClusters of 1, 2, 3 and 4 workers (the same partitions, one empty),
+    with weights, row and feature sampling, an evaluation set and (binary) early stopping."""
+    df = make_table(n_rows=2400, task=task, seed=21)
+    df["w"] = np.linspace(0.2, 3.0, len(df))
+    valid = make_table(n_rows=600, task=task, seed=22).assign(w=1.0)
+    bounds = [0, 400, 401, 900, 900, 1500, 2100, 2400]  # a one-row and an empty partition
+    train_parts = _partitions(df, bounds)
+    valid_parts = _partitions(valid, [0, 250, 600])
+    params = PARAMS[task]
+    stop = 3 if task == "binary" else None
+    kwargs = dict(label="y", weight="w", params=params, num_boost_round=8,
+                  early_stopping_rounds=stop, verbose=False)
+
+    expected = _model_bytes(gbflow.train(df, evals=[(valid, "valid")], **kwargs), tmp_path,
+                            "pandas")
+    fitted = training.fit(get_backend("cpu"),
+                          [data_mod.load(p, "y", "w", allow_empty=True) for p in train_parts],
+                          make_params(params), 8,
+                          [([data_mod.load(p, "y", "w") for p in valid_parts], "valid")], stop,
+                          verbose=False)
+    assert _model_bytes(fitted, tmp_path, "parts") == expected
+    local = gbflow.train(_dask_frame(train_parts), evals=[(_dask_frame(valid_parts), "valid")],
+                         **kwargs)
+    assert _model_bytes(local, tmp_path, "dask-local") == expected
+    for n_workers in (1, 2, 3, 4):  # 3: ranks fold into a power of two, and back
+        booster = gbflow.dask.train(_dask_frame(train_parts),
+                                    evals=[(_dask_frame(valid_parts), "valid")],
+                                    client=clients(n_workers), **kwargs)
+        assert len(booster.worker_report) == n_workers  # every worker took part
+        assert _model_bytes(booster, tmp_path, f"dask-{n_workers}") == expected, n_workers
+        assert booster.evals_result == local.evals_result
+
+
+def test_row_sampling_follows_the_global_row_number(clients, tmp_path):
+    """subsample draws per global row: another partitioning of the same rows, and any placement
+    on the workers, give the same model."""
+    df = make_table(n_rows=2000, seed=23)
+    params = {"subsample": 0.5, "max_depth": 3}
+    expected = _model_bytes(gbflow.train(df, label="y", params=params, num_boost_round=6,
+                                         verbose=False), tmp_path, "pandas")
+    ddf = dd.from_pandas(df, npartitions=5)
+    booster = gbflow.dask.train(ddf, label="y", params=params, num_boost_round=6, verbose=False,
+                                client=clients(2))
+    assert _model_bytes(booster, tmp_path, "dask") == expected
+
+
+def test_persisted_input_and_a_pandas_evaluation_set(clients):
+    df = make_table(n_rows=1500, task="binary", seed=24)
+    client = clients(2)
+    ddf = client.persist(dd.from_pandas(df.iloc[:1000], npartitions=3))
+    expected = gbflow.train(df.iloc[:1000], label="y", params=PARAMS["binary"],
+                            num_boost_round=5, evals=[(df.iloc[1000:], "v")], verbose=False)
+    booster = gbflow.dask.train(ddf, label="y", params=PARAMS["binary"], num_boost_round=5,
+                                evals=[(df.iloc[1000:], "v")], verbose=False, client=client)
+    assert booster.to_json() == expected.to_json()
+    assert len(client.compute(ddf).result()) == 1000  # the user's partitions are still there
+
+
+def test_worker_report_measures_memory(clients):
+    df = make_table(n_rows=3000, seed=25)
+    booster = gbflow.dask.train(dd.from_pandas(df, npartitions=4), label="y", num_boost_round=2,
+                                verbose=False, client=clients(2))
+    report = booster.worker_report
+    assert sum(r["rows"] for r in report) == 3000
+    assert sum(r["partitions"] for r in report) == 4
+    raw = df.memory_usage(index=True).sum()
+    assert 0.5 * raw < sum(r["raw_bytes"] for r in report) < 2 * raw
+    for r in report:
+        assert 0 < r["binned_bytes"] < r["raw_bytes"]
+        assert r["peak_rss"] >= max(r["rss_start"], r["rss_loaded"], r["rss_quantized"])
+    assert {"dask_compute", "dask_total", "quantize", "total"} <= set(booster.timings)
+
+
+def test_progress_lines_reach_the_client_once(clients, capsys):
+    df = make_table(n_rows=800, seed=26)
+    gbflow.dask.train(dd.from_pandas(df, npartitions=2), label="y", num_boost_round=6,
+                      evals=[(dd.from_pandas(df, npartitions=2), "train")], verbose=2,
+                      client=clients(2))
+    err = capsys.readouterr().err.splitlines()
+    rounds = [line.split("]")[0] for line in err if line.startswith("[")]
+    assert rounds == ["[2/6", "[4/6", "[6/6"] or rounds == ["[1/6", "[2/6", "[4/6", "[6/6"]
+    assert any(line.startswith("gbflow.dask: training on 2 worker(s)") for line in err)
+
+
+def test_without_a_client_training_runs_in_process():
+    df = make_table(n_rows=1000, seed=27)
+    ddf = dd.from_pandas(df, npartitions=3)
+    assert distributed.client._get_global_client() is None
+    booster = gbflow.train(ddf, label="y", num_boost_round=3, verbose=False)
+    assert not hasattr(booster, "worker_report")
+    assert booster.to_json() == gbflow.train(df, label="y", num_boost_round=3,
+                                             verbose=False).to_json()
+
+
+# -- prediction ------------------------------------------------------------------------------
+
+
+def test_predict_and_transform_are_lazy_and_keep_index_and_divisions(clients, tmp_path):
+    df = make_table(n_rows=1200, task="binary", seed=28)
+    df.index = pd.RangeIndex(0, 2 * len(df), 2)
+    ddf = dd.from_pandas(df, npartitions=4)
+    booster = gbflow.train(df, label="y", params={"objective": "binary:logistic"},
+                           num_boost_round=5, verbose=False)
+    with clients(2).as_current():
+        prediction = booster.predict(ddf)
+        assert isinstance(prediction, dd.Series) and prediction.name == "prediction"
+        assert prediction.divisions == ddf.divisions
+        pd.testing.assert_series_equal(prediction.compute(), booster.predict(df))
+        margin = booster.predict(ddf, output_margin=True, name="m").compute()
+        pd.testing.assert_series_equal(margin, booster.predict(df, output_margin=True, name="m"))
+        scored = booster.transform(ddf.assign(id=1), name="p_y")
+        assert list(scored.columns) == [*df.columns, "id", "p_y"]
+        assert scored.divisions == ddf.divisions
+        scored.to_parquet(tmp_path / "scored")
+        back = dd.read_parquet(tmp_path / "scored").compute()
+        pd.testing.assert_frame_equal(back, booster.transform(df.assign(id=1), name="p_y"),
+                                      check_dtype=False)
+
+    def explode(part):
+        raise RuntimeError("computed")
+
+    untouched = ddf.map_partitions(explode, meta=ddf._meta)
+    lazy = booster.predict(untouched)  # builds the graph only
+    with pytest.raises(RuntimeError, match="computed"):
+        lazy.compute()
+
+
+def test_multiclass_predict_on_dask_is_a_frame_of_classes():
+    df = make_table(n_rows=900, task="multiclass", seed=29)
+    booster = gbflow.train(df, label="y", params=PARAMS["multiclass"], num_boost_round=4,
+                           verbose=False)
+    proba = booster.predict(dd.from_pandas(df, npartitions=3), name="p")
+    assert isinstance(proba, dd.DataFrame) and list(proba.columns) == ["p_0", "p_1", "p_2"]
+    pd.testing.assert_frame_equal(proba.compute(), booster.predict(df, name="p"))
+
+
+def test_prediction_columns_are_checked_before_any_work():
+    df = make_table(n_rows=300, seed=30)
+    booster = gbflow.train(df, label="y", num_boost_round=2, verbose=False)
+    ddf = dd.from_pandas(df, npartitions=2)
+    with pytest.raises(ValueError, match="'extra'.*not features in training"):
+        booster.predict(ddf.assign(extra=1))
+    with pytest.raises(ValueError, match="lacks training feature column.*'x2'"):
+        booster.transform(ddf.drop(columns="x2"))
+    with pytest.raises(ValueError, match="already exist"):
+        booster.transform(ddf.assign(prediction=1.0))
+    with pytest.raises(TypeError, match="Dask Series"):
+        booster.predict(ddf["x0"])
+
+
+# -- scikit-learn estimators -------------------------------------------------------------------
+
+
+def test_classifier_on_dask_equals_the_in_memory_classifier(clients):
+    df = make_table(n_rows=1500, task="multiclass", seed=31)
+    df["y"] = np.array(["low", "mid", "high"])[df["y"].astype(int)]
+    X, y = df.drop(columns="y"), df["y"]
+    ddf = dd.from_pandas(df, npartitions=3)
+    dX, dy = ddf.drop(columns="y"), ddf["y"]
+    settings = dict(n_estimators=30, max_depth=3, learning_rate=0.5, early_stopping_rounds=2)
+    expected = gbflow.GBFlowClassifier(**settings).fit(X, y, eval_set=[(X.iloc[:500],
+                                                                        y.iloc[:500])])
+    with clients(2).as_current():
+        clf = gbflow.GBFlowClassifier(**settings).fit(
+            dX, dy, eval_set=[(dX.partitions[0], dy.partitions[0])])
+        assert clf.get_booster().to_json() == expected.get_booster().to_json()
+        assert list(clf.classes_) == ["high", "low", "mid"] and clf.n_features_in_ == 6
+        assert clf.best_iteration_ == expected.best_iteration_
+        labels = clf.predict(dX)
+        assert isinstance(labels, dd.Series) and labels.divisions == dX.divisions
+        np.testing.assert_array_equal(labels.compute().to_numpy(), expected.predict(X))
+        proba = clf.predict_proba(dX).compute()
+        assert list(proba.columns) == ["high", "low", "mid"]
+        np.testing.assert_array_equal(proba.to_numpy(), expected.predict_proba(X))
+        assert list(clf.transform(dX).columns) == [*X.columns, "prediction"]
+
+
+def test_regressor_on_dask_with_weights(clients):
+    df = make_table(n_rows=1200, seed=32, missing=0)
+    df["w"] = np.linspace(0.5, 2.0, len(df))
+    X, y, w = df.drop(columns=["y", "w"]), df["y"], df["w"]
+    ddf = dd.from_pandas(df, npartitions=3)
+    expected = gbflow.GBFlowRegressor(n_estimators=5).fit(X, y, sample_weight=w.to_numpy())
+    with clients(1).as_current():
+        reg = gbflow.GBFlowRegressor(n_estimators=5).fit(ddf.drop(columns=["y", "w"]),
+                                                         ddf["y"], sample_weight=ddf["w"])
+        assert reg.get_booster().to_json() == expected.get_booster().to_json()
+        prediction = reg.predict(ddf.drop(columns=["y", "w"])).compute()
+        np.testing.assert_array_equal(prediction.to_numpy(), expected.predict(X))
+        with pytest.raises(TypeError, match="y must be a Dask Series"):
+            gbflow.GBFlowRegressor().fit(ddf.drop(columns=["y", "w"]), y)
+
+
+# -- bad input -----------------------------------------------------------------------------------
+
+
+def _never_computed(df: pd.DataFrame, npartitions: int = 2):
+    """A Dask DataFrame whose partitions raise when computed: errors must come first."""
+    def explode(part):
+        raise AssertionError("a partition was computed before the input was checked")
+    return dd.from_pandas(df, npartitions=npartitions).map_partitions(explode, meta=df.iloc[:0])
+
+
+@pytest.mark.parametrize("change, error, match", [
+    (lambda d: d.drop(columns="y"), KeyError, "label column 'y' is not in training data"),
+    (lambda d: d.assign(name="text"), TypeError, "non-numeric feature column.*'name'"),
+    (lambda d: d[["y"]], ValueError, "no feature columns"),
+])
+def test_bad_training_frames_fail_on_the_meta(change, error, match):
+    df = make_table(n_rows=100, seed=33)
+    with pytest.raises(error, match=match):
+        gbflow.train(_never_computed(change(df)), label="y", verbose=False)
+
+
+def test_bad_arguments_with_dask_data():
+    df = make_table(n_rows=100, seed=34)
+    ddf = _never_computed(df)
+    with pytest.raises(TypeError, match="label must name one of its columns"):
+        gbflow.train(ddf, label=df["y"].to_numpy(), verbose=False)
+    with pytest.raises(TypeError, match="weight must name one of its columns"):
+        gbflow.train(ddf, label="y", weight=np.ones(100), verbose=False)
+    with pytest.raises(TypeError, match="Dask Series"):
+        gbflow.train(ddf["x0"], label="y", verbose=False)
+    with pytest.raises(KeyError, match=r"label column 'y' is not in evals\[0\] \('v'\)"):
+        gbflow.train(ddf, label="y", evals=[(ddf.drop(columns="y"), "v")], verbose=False)
+    with pytest.raises(ValueError, match=r"evals\[0\].*'extra'"):
+        gbflow.train(ddf, label="y", evals=[(ddf.assign(extra=1), "v")], verbose=False)
+    with pytest.raises(TypeError, match="must be a Dask DataFrame"):
+        gbflow.train(ddf, label="y", evals=[(df.to_numpy(), "v")], verbose=False)
+    with pytest.raises(TypeError, match="training data is not"):
+        gbflow.train(df, label="y", evals=[(ddf, "v")], verbose=False)
+
+
+def _mixed_columns(df: pd.DataFrame):
+    """Four partitions; the third lacks x3 and has z instead, while the meta says x3."""
+    parts = _partitions(df, [0, 100, 200, 300, 400])
+    parts[2] = parts[2].drop(columns="x3").assign(z=1.0)
+    return _dask_frame(parts)
+
+
+@pytest.mark.parametrize("n_workers", [0, 2])
+def test_partitions_with_other_columns_fail_before_training(n_workers, clients):
+    df = make_table(n_rows=400, seed=35)
+    client = clients(n_workers) if n_workers else None
+    with pytest.raises(ValueError, match=r"training data partition 2 lacks column\(s\) 'x3' "
+                                         r"and has unexpected column\(s\) 'z'"):
+        gbflow.dask.train(_mixed_columns(df), label="y", num_boost_round=2, verbose=False,
+                          client=client)
+
+
+@pytest.mark.parametrize("n_workers", [0, 2])
+@pytest.mark.parametrize("value, match", [
+    (np.nan, r"label column 'y' of training data partition 1 has 1 NaN"),
+    (2.0, r"binary:logistic needs labels in \[0, 1\]; label column 'y' of training data "
+          r"partition 1"),
+])
+def test_bad_labels_name_their_partition(n_workers, value, match, clients):
+    df = make_table(n_rows=300, task="binary", seed=36)
+    df.loc[150, "y"] = value
+    client = clients(n_workers) if n_workers else None
+    with pytest.raises(ValueError, match=match):
+        gbflow.dask.train(dd.from_pandas(df, npartitions=2), label="y",
+                          params={"objective": "binary:logistic"}, num_boost_round=2,
+                          verbose=False, client=client)
+
+
+@pytest.mark.parametrize("n_workers", [0, 2])
+def test_global_checks_see_every_partition(n_workers, clients):
+    df = make_table(n_rows=300, task="binary", seed=37)
+    client = clients(n_workers) if n_workers else None
+    empty = _dask_frame([df.iloc[:0], df.iloc[:0]])
+    with pytest.raises(ValueError, match="training data has no rows"):
+        gbflow.dask.train(empty, label="y", num_boost_round=2, verbose=False, client=client)
+    one_class = _dask_frame([df[df.y == 1].iloc[:20], df[df.y == 1].iloc[20:40]])
+    with pytest.raises(ValueError, match="'v' holds only one class"):
+        gbflow.dask.train(dd.from_pandas(df, npartitions=2), label="y",
+                          params={"objective": "binary:logistic", "eval_metric": "auc"},
+                          evals=[(one_class, "v")], num_boost_round=2, verbose=False,
+                          client=client)
+    zero = df.assign(w=0.0)
+    with pytest.raises(ValueError, match="all training weights are zero"):
+        gbflow.dask.train(dd.from_pandas(zero, npartitions=2), label="y", weight="w",
+                          num_boost_round=2, verbose=False, client=client)
+
+
+def test_a_failing_pipeline_raises_its_own_error(clients):
+    df = make_table(n_rows=200, seed=38)
+
+    def broken(part):
+        raise ZeroDivisionError("feature engineering went wrong")
+
+    ddf = dd.from_pandas(df, npartitions=2).map_partitions(broken, meta=df.iloc[:0])
+    with pytest.raises(ZeroDivisionError, match="feature engineering"):
+        gbflow.dask.train(ddf, label="y", verbose=False, client=clients(2))
+
+
+def test_a_workers_partitions_are_joined_with_their_global_row_numbers():
+    from gbflow.dask import task
+
+    df = make_table(n_rows=100, seed=39)
+    spec = task.Spec(session="", topic="", params=make_params({}), num_boost_round=1,
+                     early_stopping_rounds=None, verbose=False, label="y", weight=None,
+                     features=tuple(c for c in df.columns if c != "y"),
+                     train=task.Table("training data", tuple(df.columns)), evals=(), timeout=1.0)
+    parts = _partitions(df, [0, 10, 10, 40, 70, 100])  # partition 1 is empty
+    offsets = {0: 0, 1: 10, 2: 10, 3: 40, 4: 70}
+    items = [(0, parts[0]), (1, parts[1]), (2, parts[2])]
+    joined = task.Joined(np, spec, spec.train, 0, items)
+    assert items == [] and joined.lengths == {0: 10, 1: 0, 2: 30}
+    assert joined.row_ids(offsets) == 0  # adjacent, the empty one in between: one offset
+    np.testing.assert_array_equal(joined.part.X, df.iloc[:40].drop(columns="y").to_numpy())
+    apart = task.Joined(np, spec, spec.train, 0, [(2, parts[2]), (4, lambda: parts[4])])
+    ids = apart.row_ids(offsets)
+    np.testing.assert_array_equal(ids, np.r_[10:40, 70:100].astype(np.uint64))
+    np.testing.assert_array_equal(apart.part.label, df["y"].to_numpy()[np.r_[10:40, 70:100]])

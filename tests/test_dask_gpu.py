@@ -1,0 +1,64 @@
+"""Dask on GPUs (marked ``gpu``; skipped without a GPU, CuPy, dask_cudf and dask_cuda): dask_cudf
+partitions trained on a LocalCUDACluster give the model of in-process training, and predictions
+stay cuDF-backed. Not run on the CPU machines; written for the GPU machine."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gbflow.backend import cuda_available
+
+pytestmark = pytest.mark.gpu
+
+if not cuda_available():
+    pytest.skip("no CUDA GPU with CuPy on this machine", allow_module_level=True)
+
+cudf = pytest.importorskip("cudf")
+dask_cudf = pytest.importorskip("dask_cudf")
+dask_cuda = pytest.importorskip("dask_cuda")
+distributed = pytest.importorskip("distributed")
+dd = pytest.importorskip("dask.dataframe")
+
+import gbflow  # noqa: E402
+import gbflow.dask  # noqa: E402
+
+from conftest import make_table  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def gpu_client():
+    with dask_cuda.LocalCUDACluster() as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:
+        yield client
+
+
+def test_dask_cudf_on_every_gpu_gives_the_in_process_model(gpu_client):
+    df = make_table(n_rows=20_000, task="binary", seed=50)
+    params = {"objective": "binary:logistic", "max_depth": 5, "subsample": 0.8,
+              "device": "cuda", "eval_metric": ["logloss", "auc"]}
+    expected = gbflow.train(cudf.from_pandas(df.iloc[:16_000]), label="y", params=params,
+                            num_boost_round=10, evals=[(cudf.from_pandas(df.iloc[16_000:]), "v")],
+                            verbose=False)
+    train = dd.from_pandas(cudf.from_pandas(df.iloc[:16_000]), npartitions=8)
+    valid = dd.from_pandas(cudf.from_pandas(df.iloc[16_000:]), npartitions=2)
+    booster = gbflow.dask.train(train, label="y", params=params, num_boost_round=10,
+                                evals=[(valid, "v")], verbose=False, client=gpu_client)
+    assert booster.to_json() == expected.to_json()
+    n_gpus = len(gpu_client.scheduler_info(n_workers=-1)["workers"])
+    assert len(booster.worker_report) == min(n_gpus, 8)
+
+
+def test_predictions_of_dask_cudf_stay_on_the_gpu(gpu_client):
+    df = make_table(n_rows=5_000, seed=51)
+    booster = gbflow.train(df, label="y", params={"max_depth": 4}, num_boost_round=5,
+                           verbose=False)
+    ddf = dd.from_pandas(cudf.from_pandas(df), npartitions=4)
+    with gpu_client.as_current():
+        prediction = booster.predict(ddf)
+        assert prediction.divisions == ddf.divisions
+        assert type(prediction._meta).__module__.startswith("cudf")
+        computed = prediction.compute()
+        assert type(computed).__module__.startswith("cudf")
+        np.testing.assert_array_equal(computed.to_numpy(), booster.predict(df).to_numpy())
+        scored = booster.transform(ddf, name="p").compute()
+        assert type(scored).__module__.startswith("cudf") and "p" in scored.columns

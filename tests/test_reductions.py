@@ -1,0 +1,88 @@
+"""Cross-part reductions that the Dask collective relies on: metric sums and AUC tables do not
+depend on how rows are split, and evaluation sets split into parts give the same model file."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from gbflow import data as data_mod
+from gbflow import gradients, metrics, training
+from gbflow.backend import get_backend
+from gbflow.params import make_params
+
+from conftest import make_table
+
+
+def _splits(n: int, rng, k: int) -> list[np.ndarray]:
+    cuts = np.sort(rng.choice(np.arange(1, n), size=k - 1, replace=False))
+    return np.split(np.arange(n), cuts)
+
+
+def test_exact_totals_do_not_depend_on_the_split_and_round_correctly():
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=5000) * np.exp(rng.uniform(-20, 20, size=5000))  # wide range
+    whole = metrics.exact_totals([[values]])[0]
+    assert whole == pytest.approx(math.fsum(values), rel=1e-15)
+    for k in (2, 7, 50):
+        parts = [values[i] for i in _splits(len(values), rng, k)]
+        assert metrics.exact_totals([parts])[0] == whole
+        assert metrics.exact_totals([parts[::-1]])[0] == whole
+    assert metrics.exact_totals([[np.zeros(0)], [np.ones(3)]]) == [0.0, 3.0]
+
+
+def test_metrics_are_the_same_for_any_split_and_match_their_formulas():
+    rng = np.random.default_rng(1)
+    n = 3000
+    label = (rng.random(n) < 0.4).astype(np.float64)
+    prediction = np.round(rng.random(n), 2)  # many ties
+    weight = rng.uniform(0.1, 3.0, n)
+    for name in ("rmse", "logloss", "auc"):
+        whole = metrics.evaluate_many([([name], [(label, prediction, weight)])])[0][0]
+        parts = [(label[i], prediction[i], weight[i]) for i in _splits(n, rng, 6)]
+        assert metrics.evaluate_many([([name], parts)])[0][0] == whole
+    assert metrics.rmse(label, prediction, weight) == pytest.approx(
+        math.sqrt(np.sum(weight * (prediction - label) ** 2) / weight.sum()), rel=1e-14)
+    p = np.clip(prediction, 1e-15, 1 - 1e-15)
+    assert metrics.logloss(label, prediction) == pytest.approx(
+        -np.mean(label * np.log(p) + (1 - label) * np.log(1 - p)), rel=1e-14)
+    sklearn_metrics = pytest.importorskip("sklearn.metrics")
+    assert metrics.auc(label, prediction, weight) == pytest.approx(
+        sklearn_metrics.roc_auc_score(label, prediction, sample_weight=weight), rel=1e-12)
+    assert metrics.auc(label, prediction) == pytest.approx(
+        sklearn_metrics.roc_auc_score(label, prediction), rel=1e-14)
+    assert math.isnan(metrics.auc(np.ones(4), prediction[:4]))
+
+
+def test_exact_sum_with_a_collective_matches_the_local_one():
+    class Recorder(gradients.LocalCollective):
+        """One process, but counts the reductions made."""
+        calls = 0
+
+        def allreduce_sum(self, array):
+            Recorder.calls += 1
+            return array
+
+    values = [np.array([0.1, 0.2]), np.array([], dtype=np.float64), np.array([1e-3])]
+    assert gradients.exact_sum(np, values, collective=Recorder()) == gradients.exact_sum(np, values)
+    assert Recorder.calls == 2  # the count and the total: every process makes the same calls
+
+
+@pytest.mark.parametrize("task, metric", [("regression", "rmse"), ("binary", "auc"),
+                                          ("multiclass", "mlogloss")])
+def test_an_evaluation_set_split_into_parts_gives_the_same_model(task, metric):
+    params = {"regression": {}, "binary": {"objective": "binary:logistic"},
+              "multiclass": {"objective": "multi:softprob", "num_class": 3}}[task]
+    params = make_params({**params, "max_depth": 3, "eval_metric": metric})
+    df = make_table(n_rows=2000, task=task, seed=2)
+    train = [data_mod.load(df.iloc[:1500], "y")]
+    valid = df.iloc[1500:]
+    one = training.fit(get_backend("cpu"), train, params, 12,
+                       [(data_mod.load(valid, "y"), "v")], early_stopping_rounds=2,
+                       verbose=False)
+    pieces = [data_mod.load(valid.iloc[a:b], "y") for a, b in [(0, 1), (1, 260), (260, 500)]]
+    split = training.fit(get_backend("cpu"), train, params, 12, [(pieces, "v")],
+                         early_stopping_rounds=2, verbose=False)
+    assert split.to_json() == one.to_json()
+    assert split.evals_result == one.evals_result
