@@ -105,6 +105,16 @@ def test_same_model_file_in_process_and_on_1_2_4_workers(task, clients, tmp_path
         assert booster.evals_result == local.evals_result
 
 
+def test_a_worker_holding_only_an_empty_partition_takes_part(clients):
+    df = make_table(n_rows=1000, seed=41)
+    params = {"subsample": 0.8, "max_depth": 3}
+    booster = gbflow.dask.train(_dask_frame([df, df.iloc[:0]]), label="y", params=params,
+                                num_boost_round=4, verbose=False, client=clients(2))
+    assert sorted(r["rows"] for r in booster.worker_report) == [0, 1000]
+    assert booster.to_json() == gbflow.train(df, label="y", params=params, num_boost_round=4,
+                                             verbose=False).to_json()
+
+
 def test_row_sampling_follows_the_global_row_number(clients, tmp_path):
     """subsample draws per global row: another partitioning of the same rows, and any placement
     on the workers, give the same model."""

@@ -3,6 +3,7 @@ reductions go through the collective, and the one training task each worker runs
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import dataclasses
@@ -161,9 +162,16 @@ def _lifetime_peak_rss() -> int:
 
 
 def _fetch(worker, ref: PartitionRef, what: str):
-    """The partition's frame, from this worker's memory (the driver put it there)."""
-    try:
+    """The partition's frame, from this worker's memory (the driver put it there).
+
+    Read on the worker's event loop, which owns ``worker.data`` (it may be spilling or storing
+    other keys meanwhile), not from this task's thread.
+    """
+    async def read():
         return worker.data[ref.key]
+
+    try:
+        return asyncio.run_coroutine_threadsafe(read(), worker.loop.asyncio_loop).result()
     except KeyError:
         raise CollectiveError(f"{what} partition {ref.index} is no longer on worker "
                               f"{worker.address}, where training expected it (did the cluster "
