@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import data as data_mod
 from .. import objectives, training
-from ..backend import get_backend
+from ..backend import get_backend, to_host
 from ..grower import ShardSet
 from ..params import Params
 from .collective import CollectiveAborted, CollectiveError, DaskCollective
@@ -84,9 +84,11 @@ def load_partition(frame, index: int, table: Table, spec: Spec) -> data_mod.Data
     objective = objectives.get_objective(spec.params.objective, spec.params.num_class)
     objective.check_label(dataset.label, f"label column {spec.label!r} of {what}")
     # Label and weight may be views of the partition's memory; copies let the partition go.
+    # They are joined on the host (cuDF partitions give CuPy columns: copied to the host here,
+    # back to the GPU by training.fit; 8 bytes a row).
     return dataclasses.replace(
-        dataset, label=np.array(dataset.label, copy=True),
-        weight=None if dataset.weight is None else np.array(dataset.weight, copy=True))
+        dataset, label=np.array(to_host(dataset.label), copy=True),
+        weight=None if dataset.weight is None else np.array(to_host(dataset.weight), copy=True))
 
 
 def raw_bytes(frame) -> int:
