@@ -146,7 +146,7 @@ def _train_in_process(ddf, evals, spec: task_mod.Spec):
         at += count
     del frames
     tables = [spec.train] + [table for _, table in spec.evals]
-    joined = [task_mod.Joined(backend.xp, spec, table, key, part_items)
+    joined = [task_mod.Joined(backend, spec, table, key, part_items)
               for key, (table, part_items) in enumerate(zip(tables, items))]
     task_mod.first_error(gradients.LOCAL, [e for j in joined for e in j.errors])
     train, evals_joined = joined[0], joined[1:]

@@ -63,7 +63,8 @@ class Spec:
 
 
 def load_partition(frame, index: int, table: Table, spec: Spec) -> data_mod.DataSet:
-    """One partition (pandas/cuDF frame) -> a checked ``DataSet`` that shares no memory with it.
+    """One partition (pandas/cuDF frame) -> a checked ``DataSet`` (its label and weight may be
+    views of the partition's memory; ``Joined`` copies them).
 
     Raises ValueError/TypeError/KeyError naming the partition and the column at fault: columns
     other than the collection's, non-numeric values, labels the objective cannot take, NaN or
@@ -83,10 +84,7 @@ def load_partition(frame, index: int, table: Table, spec: Spec) -> data_mod.Data
                             feature_names=list(spec.features), allow_empty=True)
     objective = objectives.get_objective(spec.params.objective, spec.params.num_class)
     objective.check_label(dataset.label, f"label column {spec.label!r} of {what}")
-    # Label and weight may be views of the partition's memory; copies let the partition go.
-    return dataclasses.replace(
-        dataset, label=np.array(dataset.label, copy=True),
-        weight=None if dataset.weight is None else np.array(dataset.weight, copy=True))
+    return dataset
 
 
 def raw_bytes(frame) -> int:
@@ -203,19 +201,20 @@ class Joined:
     """One collection's partitions on this process, checked and joined into one part.
 
     Partitions are loaded one at a time and copied into a single (rows, features) float32 matrix
-    (on ``xp``'s device), so that only one raw partition's float32 copy exists at a time besides
+    (on the backend's device), so that only one raw partition's float32 copy exists at a time besides
     the joined matrix, and training sees one shard per worker (a shard per partition would cost a
     kernel call per partition and level). errors: (sort key, exception) of partitions that failed
     their checks. lengths: {partition index: rows}. raw_bytes: the partitions' size.
     """
 
-    def __init__(self, xp, spec: Spec, table: Table, key: int, items: list):
+    def __init__(self, backend, spec: Spec, table: Table, key: int, items: list):
         """items: (partition index, frame) pairs, frames as pandas/cuDF partitions or callables
         returning one; the list is emptied (the frames are let go as they are converted)."""
         self.spec, self.errors, self.lengths, self.raw_bytes = spec, [], {}, 0
         frames = [(i, f() if callable(f) else f) for i, f in items]
         items.clear()
         total = sum(len(f) for _, f in frames)
+        xp = backend.xp
         X = xp.empty((total, len(spec.features)), dtype=np.float32)
         labels, weights, self.runs, at = [], [], [], 0  # runs: (partition index, rows)
         for position in range(len(frames)):
@@ -230,9 +229,10 @@ class Joined:
             finally:
                 del frame
             X[at: at + part.n_rows] = xp.asarray(part.X)
-            labels.append(part.label)
+            # Host copies (np.concatenate below copies): nothing keeps the partition alive.
+            labels.append(backend.to_host(part.label))
             if part.weight is not None:
-                weights.append(part.weight)
+                weights.append(backend.to_host(part.weight))
             self.lengths[index] = part.n_rows
             self.runs.append((index, part.n_rows))
             at += part.n_rows
@@ -327,9 +327,9 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
             def supply(ref, what):
                 return lambda: _fetch(worker, ref, what)
 
-            train = Joined(backend.xp, spec, spec.train, 0,
+            train = Joined(backend, spec, spec.train, 0,
                            [(r.index, supply(r, spec.train.what)) for r in train_refs])
-            evals = [Joined(backend.xp, spec, table, 1 + j,
+            evals = [Joined(backend, spec, table, 1 + j,
                             [(r.index, supply(r, table.what)) for r in eval_refs[j]])
                      for j, (_, table) in enumerate(spec.evals)]
             first_error(collective, train.errors + [e for j in evals for e in j.errors])
