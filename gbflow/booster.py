@@ -9,7 +9,7 @@ import numpy as np
 
 from . import data as data_mod
 from . import objectives, predictor
-from .backend import frames, get_backend
+from .backend import frames, get_backend, on_gpu
 from .params import Params, make_params
 from .quantize import Cuts
 from .tree import Tree
@@ -62,7 +62,7 @@ class Booster:
                 f"{self.num_features} features>")
 
     # -- prediction ------------------------------------------------------------------------
-    def _features(self, data, passengers_allowed: bool) -> np.ndarray:
+    def _features(self, data, passengers_allowed: bool):
         data_mod.check_container(data, "prediction data")
         if frames.is_frame(data):
             allowed = set(frames.column_names(data)) if passengers_allowed else \
@@ -77,18 +77,20 @@ class Booster:
         data_mod.check_features(X, self.feature_names, "prediction data")
         return X
 
-    def _margin(self, X: np.ndarray) -> np.ndarray:
+    def _margin(self, X):
+        """(n, n_groups) float64 margins of X, computed where X lives (NumPy or CuPy array)."""
         if self._forest is None:
             self._forest = predictor.FlatForest.from_trees(self.trees)
-        backend = get_backend("cpu")
-        return backend.to_host(predictor.predict_margin(backend, X, self._forest, self.base_margin))
+        backend = get_backend("cuda" if on_gpu(X) else "cpu")
+        return predictor.predict_margin(backend, X, self._forest, self.base_margin)
 
     def _predict(self, data, output_margin: bool, name: str, passengers_allowed: bool):
         X = self._features(data, passengers_allowed)
         margin = self._margin(X)
+        xp = get_backend("cuda" if on_gpu(X) else "cpu").xp
         values = margin if self.n_groups > 1 else margin[:, 0]
         if not output_margin:
-            values = self._objective.transform(np, margin)
+            values = self._objective.transform(xp, margin)
         return frames.wrap_prediction(values, data, name)
 
     def predict(self, data, output_margin: bool = False, name: str = "prediction"):
@@ -143,10 +145,13 @@ class Booster:
 
     # -- model file ------------------------------------------------------------------------
     def to_dict(self) -> dict:
+        # The device trained on is a run-time choice, not part of the model: CPU and GPU training
+        # of the same data give the same file, byte for byte.
+        params = {k: v for k, v in self.params.to_dict().items() if k != "device"}
         return {
             "format": FORMAT,
             "version": FORMAT_VERSION,
-            "params": self.params.to_dict(),
+            "params": params,
             "base_margin": [float(m) for m in self.base_margin],
             "feature_names": self.feature_names,
             "label_name": self.label_name,

@@ -18,7 +18,8 @@ def _names(items) -> str:
 
 @dataclasses.dataclass
 class DataSet:
-    """Features and targets of one table, checked, on the host.
+    """Features and targets of one table, checked: NumPy arrays for pandas/NumPy input, CuPy
+    arrays on the GPU for cuDF/CuPy input (they never visit the host).
 
     X: (n, F) float32, NaN = missing. label: (n,) float64 or None. weight: (n,) float64 or None.
     feature_names: F names. label_name / weight_name: the column names they came from, or None.
@@ -48,12 +49,17 @@ def check_container(data, what: str) -> None:
         raise TypeError(f"{what} is a Dask collection, but the training data is not: give Dask "
                         f"DataFrames for both (gbflow.train then trains on the partitions), or "
                         f"compute() this one to pandas")
-    if module in ("cudf", "cupy"):
-        raise TypeError(f"{what}: cuDF/CuPy input needs the CUDA backend, which this version "
-                        f"does not have yet; use .to_pandas() / .get() first")
     if frames.is_frame(data):
         frames.check_unique_columns(data)
         return
+    if frames.is_device_array(data):
+        if data.ndim != 2:
+            raise ValueError(f"{what} must be 2-D (rows x features), got a {type(data).__name__} "
+                             f"of shape {data.shape}")
+        return
+    if module == "cudf":
+        raise TypeError(f"{what} must be a DataFrame or a 2-D array, got a cuDF "
+                        f"{type(data).__name__}; use .to_frame() for a single feature")
     if data is None or isinstance(data, (str, bytes, dict)):
         raise TypeError(f"{what} must be a pandas DataFrame or a 2-D array, got "
                         f"{type(data).__name__}")
@@ -154,7 +160,7 @@ def check_features(X: np.ndarray, feature_names: list[str], what: str) -> None:
 
 def load(data, label=None, weight=None, what: str = "data", feature_names=None,
          label_name=None, weight_name=None, allow_empty: bool = False) -> DataSet:
-    """Validate ``data`` and its label/weight and return them as host arrays.
+    """Validate ``data`` and its label/weight and return them as arrays where the data lives.
 
     label/weight: a column name (not a feature then) or an array of one value per row.
     feature_names: when given (evaluation data), the columns must be exactly these features
@@ -206,7 +212,7 @@ def load(data, label=None, weight=None, what: str = "data", feature_names=None,
 def check_columns(data, feature_names: list[str], allowed_extra, what: str) -> None:
     """Frames must hold every training feature; other columns only if in ``allowed_extra``."""
     if not frames.is_frame(data):
-        width = np.shape(data)[1]
+        width = data.shape[1] if hasattr(data, "shape") else np.shape(data)[1]
         if width != len(feature_names):
             raise ValueError(f"{what} has {width} columns but the model was trained on "
                              f"{len(feature_names)} features")

@@ -142,9 +142,7 @@ class ShardSet:
 
         Returns (per shard left counts as host int64 arrays, histograms on the device).
         """
-        xp, kernels = self.backend.xp, self.backend.kernels
-        feature, bin_threshold, default_left, small_is_left = (
-            xp.asarray(a) for a in (feature, bin_threshold, default_left, small_is_left))
+        kernels = self.backend.kernels  # the split arrays stay on the host: kernels take either
         left_counts, total = [], None
         for s, shard in enumerate(self.shards):
             left, part = kernels.partition_and_histogram(
@@ -164,7 +162,9 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
     """
     backend, xp = shardset.backend, shardset.backend.xp
     timers = shardset.timers
-    n_value_bins, n_bins = cuts.n_value_bins, cuts.n_bins
+    n_bins = cuts.n_bins
+    # on the device once per tree, not once per level
+    n_value_bins, feature_allowed = xp.asarray(cuts.n_value_bins), xp.asarray(feature_allowed)
     n_shards = len(shardset.shards)
     shardset.reset_row_index()
     seg_start = [np.zeros(1, dtype=np.int64) for _ in range(n_shards)]

@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 
 from . import _dtypes, gradients, sketch
+from .backend import to_host
 
 
 @dataclasses.dataclass
@@ -53,15 +54,27 @@ class Cuts:
                    offsets=np.asarray(d["offsets"], dtype=np.int64), max_bin=int(d["max_bin"]))
 
 
+def _sum_tables(tables):
+    """Sum of integer summary tables, added in place into the first (they can be large)."""
+    total = None
+    for table in tables:
+        if total is None:
+            total = table
+        else:
+            total += table
+    return total
+
+
 def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
-                 collective=gradients.LOCAL) -> Cuts:
+                 collective=gradients.LOCAL, block_values: int = sketch.BLOCK_VALUES) -> Cuts:
     """Exact weighted quantile cuts over all ``parts`` of every process of ``collective``.
 
     parts: non-empty list of (n_i, n_features) float32 arrays in the ``xp`` namespace (n_i may be
-    0). weights: matching list of (n_i,) float arrays, or None for unit weights. The result does
-    not depend on how rows are split into parts or processes, nor on their order. Reductions
-    (every process calls them in the same order): row count, max weight, the coarse tables
-    (summed), the middle tables (summed), the fine summaries (gathered, then merged).
+    0). weights: matching list of (n_i,) float arrays, or None for unit weights. block_values:
+    values per block of rows in the summary passes. The result does not depend on how rows are
+    split into parts or processes, nor on their order. Reductions (every process calls them in
+    the same order): row count, max weight, the coarse tables (summed), the middle tables
+    (summed), the fine summaries (gathered, then merged).
     """
     if max_bin < 2:
         raise ValueError(f"max_bin must be at least 2, got {max_bin}")
@@ -75,21 +88,19 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
         scale = gradients.fixed_point_scale(max_weight, n_rows, _dtypes.SKETCH_SUM_LIMIT)
     fixed = [None] * len(parts) if weights is None else \
         [sketch.fixed_weights(xp, w, scale) for w in weights]
-    coarse = np.zeros((int(parts[0].shape[1]), sketch.N_BUCKETS), dtype=np.int64)
-    for p, w in zip(parts, fixed):
-        coarse += np.asarray(sketch.coarse_summary(xp, p, w))
-    coarse = collective.allreduce_sum(coarse)  # integer tables: the sum is exact in any order
+    # integer tables: their sums are exact in any order
+    coarse = collective.allreduce_sum(_sum_tables(
+        to_host(sketch.coarse_summary(xp, p, w, block_values)) for p, w in zip(parts, fixed)))
     candidates = sketch.candidate_buckets(coarse, n_value_bins)
-    slots, n_slots = sketch.candidate_slots(candidates)
-    middle = np.zeros((n_slots, sketch.N_SUB), dtype=np.int64)
-    for p, w in zip(parts, fixed):
-        middle += np.asarray(sketch.middle_summary(xp, p, w, slots, n_slots))
-    middle = collective.allreduce_sum(middle)
-    subcandidates = sketch.candidate_subbuckets(coarse, candidates, middle, n_value_bins)
-    fine = sketch.merge_fine([sketch.fine_summary(xp, p, w, slots, subcandidates)
+    slots = sketch.bucket_slots(candidates)
+    middle = collective.allreduce_sum(_sum_tables(
+        to_host(sketch.middle_summary(xp, p, w, slots, block_values))
+        for p, w in zip(parts, fixed)))
+    sub_candidates = sketch.candidate_sub_buckets(coarse, slots, middle, n_value_bins)
+    fine = sketch.merge_fine([sketch.fine_summary(xp, p, w, slots, sub_candidates, block_values)
                               for p, w in zip(parts, fixed)])
     fine = sketch.merge_fine(collective.allgather(fine))  # exact, whatever the order
-    values, offsets = sketch.choose_cuts(coarse, candidates, middle, subcandidates, fine,
+    values, offsets = sketch.choose_cuts(coarse, candidates, slots, middle, sub_candidates, fine,
                                          n_value_bins)
     return Cuts(values=values, offsets=offsets, max_bin=max_bin)
 

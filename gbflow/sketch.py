@@ -2,30 +2,21 @@
 
 Why exact and not a lossy sketch: gbflow's promise is the same model from the same data however it
 is split into partitions or workers, and a lossy summary depends on the merge order. Here every
-summary is an integer table that merges by addition (or, for the last, small one, by
-concatenation), so the cuts are the exact weighted quantiles of the float32 data, independent of
-row order and partitioning.
+summary is an integer table that merges by addition, so the cuts are the exact weighted quantiles
+of the float32 data, independent of row order and partitioning.
 
-How, in three passes over the data (a radix select on the float32 bit patterns, 16 + 8 bits and
-then the exact values):
+How, in three passes over the data (a radix select on the float32 bit patterns):
 
 1. ``coarse_summary``: per feature, the total weight in each of 65,536 buckets given by the top 16
-   bits of the order-preserving uint32 key of each value.
-2. ``candidate_buckets``: the buckets that hold a target quantile rank (or, for a feature with few
-   occupied buckets, all of them, so low-cardinality features get one bin per distinct value).
-3. ``middle_summary``: inside the candidate buckets only, the total weight in each of 256
-   sub-buckets given by the next 8 bits of the key (``candidate_slots`` numbers the candidate
-   buckets, so the table has one row of 256 per candidate bucket).
-4. ``candidate_subbuckets``: the sub-buckets that hold a target rank (all occupied ones for a
-   feature with few).
-5. ``fine_summary``: the exact distinct values, with their weights, inside candidate sub-buckets.
-6. ``choose_cuts``: the exact value at each target rank becomes a cut.
-
-Why the middle pass: with 255 target ranks and 16-bit buckets, the candidate buckets of a
-continuous feature hold a large share of its values (about 23% on Gaussian data), and the fine
-summary of them, sorted and merged, cost about 4x the data's memory and had to travel between Dask
-workers. The sub-buckets hold about 1/256 of that; the fine summary becomes a few thousand entries
-per feature, whatever the data size.
+   bits of the order-preserving uint32 key of each value. ``candidate_buckets`` then picks the
+   buckets that hold a target quantile rank (or, for a feature with few occupied buckets, all of
+   them, so low-cardinality features get one bin per distinct value); ``bucket_slots`` numbers
+   them.
+2. ``middle_summary``: inside candidate buckets, the total weight per next 8 bits of the key (a
+   dense (slots, 256) table). ``candidate_sub_buckets`` picks the sub-buckets that hold a target.
+3. ``fine_summary``: the exact distinct values, with their weights, inside candidate sub-buckets
+   (at most 256 distinct floats each, so this summary stays small even on continuous data).
+4. ``choose_cuts``: the exact value at each target rank becomes a cut.
 
 Weights are fixed-point integers (``gradients.fixed_point_scale`` with a 2**52 limit) whose
 totals stay below 2**53, so float64
@@ -40,11 +31,10 @@ import math
 import numpy as np
 
 from . import _dtypes
+from .backend import to_host
 
 RADIX_BITS = 16
 N_BUCKETS = 1 << RADIX_BITS
-SUB_BITS = 8  # the middle pass's bits, below the top RADIX_BITS
-N_SUB = 1 << SUB_BITS
 
 
 def ordered_keys(xp, X):
@@ -86,28 +76,36 @@ def _flat_bucket_ids(xp, X):
 BLOCK_VALUES = 1 << 20
 
 
-def _row_blocks(X, w_fixed):
-    step = max(1, BLOCK_VALUES // max(1, X.shape[1]))
-    for start in range(0, X.shape[0], step):
-        yield X[start : start + step], None if w_fixed is None else w_fixed[start : start + step]
+def _blocks(X, w_fixed, block_values):
+    """(first feature, block of X, its weights): rows and, for wide data, groups of features, so
+    that a block's summary table (features x 65,536 buckets) stays about the size of the block."""
+    n_rows, n_features = X.shape
+    group = max(1, min(n_features, 2 * block_values // N_BUCKETS))
+    step = max(1, block_values // group)
+    for f0 in range(0, n_features, group):
+        for start in range(0, n_rows, step):
+            w = None if w_fixed is None else w_fixed[start : start + step]
+            yield f0, X[start : start + step, f0 : f0 + group], w
 
 
-def coarse_summary(xp, X, w_fixed):
+def coarse_summary(xp, X, w_fixed, block_values: int = BLOCK_VALUES):
     """Pass 1: (n_features, 65536) int64 total weight per feature and key bucket.
 
     X: (n_rows, n_features) float32. w_fixed: (n_rows,) integer-valued float64 or None.
+    block_values: values per block of rows (the GPU takes far larger blocks than the CPU).
     """
     n_features = X.shape[1]
     counts = xp.zeros(n_features * N_BUCKETS, dtype=np.int64)
-    for block, w in _row_blocks(X, w_fixed):
+    for f0, block, w in _blocks(X, w_fixed, block_values):
         _, flat = _flat_bucket_ids(xp, block)
         present = ~xp.isnan(block)
+        table = counts[f0 * N_BUCKETS : (f0 + block.shape[1]) * N_BUCKETS]
         if w is None:
-            counts += xp.bincount(flat[present], minlength=n_features * N_BUCKETS)
+            table += xp.bincount(flat[present], minlength=len(table))
         else:
             weights = xp.broadcast_to(w[:, None], block.shape)[present]
-            counts += xp.rint(xp.bincount(flat[present], weights=weights,
-                                          minlength=n_features * N_BUCKETS)).astype(np.int64)
+            table += xp.rint(xp.bincount(flat[present], weights=weights,
+                                         minlength=len(table))).astype(np.int64)
     return counts.reshape(n_features, N_BUCKETS)
 
 
@@ -117,7 +115,7 @@ def _target_ranks(total: int, n_value_bins: int) -> np.ndarray:
 
 
 def candidate_buckets(coarse: np.ndarray, n_value_bins: int) -> np.ndarray:
-    """Pass 2 selection: (n_features, 65536) bool, the buckets whose exact values are needed.
+    """Pass 1 selection: (n_features, 65536) bool, the buckets whose contents are looked into.
 
     coarse: merged pass-1 summary (host array). n_value_bins: most value bins a feature may get.
     """
@@ -133,74 +131,83 @@ def candidate_buckets(coarse: np.ndarray, n_value_bins: int) -> np.ndarray:
     return candidates
 
 
-def candidate_slots(candidates: np.ndarray) -> tuple[np.ndarray, int]:
-    """Number the candidate buckets: ((n_features * 65536,) int64 slot of each flat (feature,
-    bucket), -1 for the others; the number of slots). Slots follow feature, then bucket order."""
-    flat = candidates.reshape(-1)
-    slots = np.full(flat.shape, -1, dtype=np.int64)
-    slots[flat] = np.arange(int(flat.sum()), dtype=np.int64)
-    return slots, int(flat.sum())
+def bucket_slots(candidates: np.ndarray) -> np.ndarray:
+    """(n_features * 65536,) int32: each candidate bucket's row in the pass-2 table, -1 elsewhere.
+
+    Slots are numbered in (feature, bucket) order, so a feature's slots are consecutive."""
+    where = np.flatnonzero(candidates.reshape(-1))
+    slots = np.full(candidates.size, -1, dtype=np.int32)
+    slots[where] = np.arange(len(where), dtype=np.int32)
+    return slots
+
+
+def _first_slots(slots: np.ndarray, n_features: int) -> np.ndarray:
+    """(n_features + 1,) int64: feature f's slots are first[f] .. first[f + 1] - 1."""
+    per_feature = (slots.reshape(n_features, N_BUCKETS) >= 0).sum(axis=1)
+    return np.concatenate([[0], np.cumsum(per_feature)]).astype(np.int64)
+
+
+SUB_BITS = 8
+N_SUB = 1 << SUB_BITS
 
 
 def _sub_bucket(xp, keys):
-    return ((keys >> np.uint32(RADIX_BITS - SUB_BITS)) & np.uint32(N_SUB - 1)).astype(xp.intp)
+    return ((keys >> (RADIX_BITS - SUB_BITS)) & xp.uint32(N_SUB - 1)).astype(xp.intp)
 
 
-def middle_summary(xp, X, w_fixed, slots, n_slots: int):
-    """Pass 2: (n_slots, 256) int64 total weight per candidate bucket and next-8-bit sub-bucket.
+def middle_summary(xp, X, w_fixed, slots, block_values: int = BLOCK_VALUES):
+    """Pass 2: (n_slots, 256) int64 total weight per candidate bucket and next 8 key bits.
 
-    X, w_fixed as ``coarse_summary``; slots, n_slots from ``candidate_slots``.
-    """
+    slots: ``bucket_slots`` of the merged pass-1 selection (host array)."""
+    first = _first_slots(slots, X.shape[1])
     slots = xp.asarray(slots)
-    counts = xp.zeros(n_slots * N_SUB, dtype=np.int64)
-    for block, w in _row_blocks(X, w_fixed):
+    counts = xp.zeros(int(first[-1]) * N_SUB, dtype=np.int64)
+    for f0, block, w in _blocks(X, w_fixed, block_values):
         keys, flat = _flat_bucket_ids(xp, block)
-        slot = slots[flat]
+        slot = slots[flat + f0 * N_BUCKETS]
         selected = ~xp.isnan(block) & (slot >= 0)
-        index = slot[selected] * N_SUB + _sub_bucket(xp, keys[selected])
+        lo, hi = int(first[f0]), int(first[f0 + block.shape[1]])
+        ids = ((slot.astype(xp.intp) - lo) * N_SUB + _sub_bucket(xp, keys))[selected]
+        table = counts[lo * N_SUB : hi * N_SUB]
         if w is None:
-            counts += xp.bincount(index, minlength=n_slots * N_SUB)
+            table += xp.bincount(ids, minlength=len(table))
         else:
             weights = xp.broadcast_to(w[:, None], block.shape)[selected]
-            counts += xp.rint(xp.bincount(index, weights=weights,
-                                          minlength=n_slots * N_SUB)).astype(np.int64)
-    return counts.reshape(n_slots, N_SUB)
+            table += xp.rint(xp.bincount(ids, weights=weights,
+                                         minlength=len(table))).astype(np.int64)
+    return counts.reshape(-1, N_SUB)
 
 
-def _feature_slots(candidates: np.ndarray) -> np.ndarray:
-    """(n_features + 1,) first slot of each feature (slots are numbered feature by feature)."""
-    return np.concatenate([[0], np.cumsum(candidates.sum(axis=1))]).astype(np.int64)
+def candidate_sub_buckets(coarse: np.ndarray, slots: np.ndarray, middle: np.ndarray,
+                          n_value_bins: int) -> np.ndarray:
+    """Pass 2 selection: (n_slots, 256) bool, the sub-buckets whose exact values are needed.
 
-
-def candidate_subbuckets(coarse: np.ndarray, candidates: np.ndarray, middle: np.ndarray,
-                         n_value_bins: int) -> np.ndarray:
-    """Pass 3 selection: (n_slots, 256) bool, the sub-buckets whose exact values are needed.
-
-    A feature whose occupied buckets are all candidates and whose occupied sub-buckets number at
-    most ``n_value_bins`` may have few distinct values: all its sub-buckets are looked at.
-    Otherwise the sub-buckets holding a target rank are.
-    """
+    Those holding a target rank, or, for a feature with few occupied sub-buckets, all of them."""
     selected = np.zeros(middle.shape, dtype=bool)
-    first = _feature_slots(candidates)
+    first_slots = _first_slots(slots, coarse.shape[0])
     for f in range(coarse.shape[0]):
-        sub = middle[first[f]: first[f + 1]]
-        if not len(sub):
-            continue
-        occupied = coarse[f] > 0
-        if not (occupied & ~candidates[f]).any() and (sub > 0).sum() <= n_value_bins:
-            selected[first[f]: first[f + 1]] = sub > 0
+        first, stop = first_slots[f], first_slots[f + 1]
+        table = middle[first:stop]
+        occupied = table > 0
+        if occupied.sum() <= n_value_bins:
+            selected[first:stop] = occupied
         total = int(coarse[f].sum())
-        if total > 0 and n_value_bins > 1:
-            before = (np.cumsum(coarse[f]) - coarse[f])[np.flatnonzero(candidates[f])]
-            cumulative = (before[:, None] + np.cumsum(sub, axis=1)).reshape(-1)
-            hit = np.searchsorted(cumulative, _target_ranks(total, n_value_bins))
-            selected[first[f]: first[f + 1]].reshape(-1)[hit] = True
+        if total == 0 or n_value_bins <= 1:
+            continue
+        ranks = _target_ranks(total, n_value_bins)
+        cumulative = np.cumsum(coarse[f])
+        bucket = np.searchsorted(cumulative, ranks)
+        within = ranks - (cumulative[bucket] - coarse[f, bucket])  # rank inside the bucket
+        slot = slots[f * N_BUCKETS + bucket]
+        # first sub-bucket whose cumulative weight reaches the rank, for every target at once
+        sub = (np.cumsum(middle[slot], axis=1) < within[:, None]).sum(axis=1)
+        selected[slot, sub] = True
     return selected
 
 
 @dataclasses.dataclass
 class FineSummary:
-    """Exact distinct values inside candidate buckets: sorted by (feature, key), unique.
+    """Exact distinct values inside candidate sub-buckets: sorted by (feature, key), unique.
 
     feature: (m,) int64, key: (m,) uint32 ordered keys, weight: (m,) int64. Host arrays.
     """
@@ -210,22 +217,20 @@ class FineSummary:
     weight: np.ndarray
 
 
-def fine_summary(xp, X, w_fixed, slots, subcandidates) -> FineSummary:
-    """Pass 3: the distinct values of X in candidate sub-buckets with their total weights.
-
-    slots: from ``candidate_slots``; subcandidates: from ``candidate_subbuckets``.
-    """
-    if not subcandidates.size:  # no candidate bucket at all (every value missing)
-        return _summarise(xp, xp.zeros(0, dtype=xp.uint64), None)
+def fine_summary(xp, X, w_fixed, slots, sub_candidates,
+                 block_values: int = BLOCK_VALUES) -> FineSummary:
+    """Pass 3: the distinct values of X in candidate sub-buckets with their total weights."""
     slots = xp.asarray(slots)
-    wanted = xp.asarray(subcandidates).reshape(-1)
-    feature_bits = (xp.arange(X.shape[1], dtype=xp.uint64) << xp.uint64(32))[None, :]
+    wanted = xp.asarray(sub_candidates).reshape(-1)
     keys_parts, weight_parts = [], []
-    for block, w in _row_blocks(X, w_fixed):
+    for f0, block, w in _blocks(X, w_fixed, block_values):
         keys, flat = _flat_bucket_ids(xp, block)
-        slot = slots[flat]
-        # slot -1 (not a candidate bucket) reads entry -1; the slot test discards it
-        selected = ~xp.isnan(block) & (slot >= 0) & wanted[slot * N_SUB + _sub_bucket(xp, keys)]
+        feature_bits = (xp.arange(f0, f0 + block.shape[1], dtype=xp.uint64)
+                        << xp.uint64(32))[None, :]
+        slot = slots[flat + f0 * N_BUCKETS].astype(xp.intp)
+        in_bucket = ~xp.isnan(block) & (slot >= 0)
+        sub_index = xp.where(in_bucket, slot * N_SUB + _sub_bucket(xp, keys), 0)
+        selected = in_bucket & wanted[sub_index] if len(wanted) else in_bucket & False
         keys_parts.append((keys.astype(xp.uint64) | feature_bits)[selected])
         if w is not None:
             weight_parts.append(xp.broadcast_to(w[:, None], block.shape)[selected])
@@ -253,8 +258,8 @@ def _summarise(xp, combined, weights) -> FineSummary:
     else:
         cumulative = run_weight[run_end]
         run_total = xp.rint(xp.diff(cumulative, prepend=0.0))
-    unique = np.asarray(ordered[run_end] if xp is np else ordered[run_end].get())
-    totals = np.asarray(run_total if xp is np else run_total.get()).astype(np.int64)
+    unique = to_host(ordered[run_end])
+    totals = to_host(run_total).astype(np.int64)
     return FineSummary(feature=(unique >> np.uint64(32)).astype(np.int64),
                        key=(unique & np.uint64(0xFFFFFFFF)).astype(np.uint32), weight=totals)
 
@@ -269,10 +274,17 @@ def merge_fine(parts: list[FineSummary]) -> FineSummary:
     return _summarise(np, combined, weights)
 
 
-def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, middle: np.ndarray,
-                subcandidates: np.ndarray, fine: FineSummary,
+def _exclusive_cumsum_by_group(weights: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Weight before each entry within its run of equal ``group`` ids (entries sorted by group)."""
+    within = np.cumsum(weights)
+    first = np.searchsorted(group, group)  # index of the first entry of each entry's group
+    return within - weights - (within[first] - weights[first])
+
+
+def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, slots: np.ndarray,
+                middle: np.ndarray, sub_candidates: np.ndarray, fine: FineSummary,
                 n_value_bins: int) -> tuple[np.ndarray, np.ndarray]:
-    """Cut points per feature from the merged summaries.
+    """Cut points per feature from the merged summaries of the three passes.
 
     A feature whose distinct values number at most ``n_value_bins`` gets one bin per value;
     otherwise the exact value at each target rank W*i/n_value_bins starts a new bin. Returns
@@ -280,8 +292,10 @@ def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, middle: np.ndarray,
     cut_offsets ((n_features + 1,) int64).
     """
     n_features = coarse.shape[0]
+    first_slots = _first_slots(slots, n_features)
     starts = np.searchsorted(fine.feature, np.arange(n_features + 1))
-    first = _feature_slots(candidates)
+    # weight before each sub-bucket inside its bucket
+    before_sub = np.cumsum(middle, axis=1) - middle
     per_feature = []
     for f in range(n_features):
         keys = fine.key[starts[f] : starts[f + 1]]
@@ -290,26 +304,20 @@ def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, middle: np.ndarray,
         if total == 0:
             per_feature.append(np.empty(0, dtype=_dtypes.CUT))
             continue
-        occupied = coarse[f] > 0
-        sub = middle[first[f]: first[f + 1]]
-        if not (occupied & ~candidates[f]).any() and \
-                not ((sub > 0) & ~subcandidates[first[f]: first[f + 1]]).any() and \
-                len(keys) <= n_value_bins:
+        first, stop = first_slots[f], first_slots[f + 1]
+        everything = not (coarse[f] > 0)[~candidates[f]].any() and \
+            not (middle[first:stop] > 0)[~sub_candidates[first:stop]].any()
+        if everything and len(keys) <= n_value_bins:
             per_feature.append(keys_to_values(keys[1:]))  # every distinct value, minus the lowest
             continue
-        # Exact global rank at each entry: weight before its bucket, before its sub-bucket within
-        # the bucket, and of the entries before it within the sub-bucket (keys are sorted).
         bucket = (keys >> np.uint32(RADIX_BITS)).astype(np.int64)
-        part = ((keys >> np.uint32(RADIX_BITS - SUB_BITS)) & np.uint32(N_SUB - 1)).astype(np.int64)
-        slot_of_bucket = np.cumsum(candidates[f]) - 1  # candidate buckets' slots, from first[f]
-        before_sub = np.cumsum(sub, axis=1) - sub
-        before = (np.cumsum(coarse[f]) - coarse[f])[bucket] + \
-            before_sub[slot_of_bucket[bucket], part]
-        group = bucket * N_SUB + part
-        within = np.cumsum(weights)
-        group_start = np.searchsorted(group, group)  # index of each entry's sub-bucket start
-        within_group = within - (within[group_start] - weights[group_start])
-        cumulative = before + within_group
+        sub = ((keys >> np.uint32(RADIX_BITS - SUB_BITS)) & np.uint32(N_SUB - 1)).astype(np.int64)
+        before_bucket = np.cumsum(coarse[f]) - coarse[f]
+        slot = slots[f * N_BUCKETS + bucket]
+        group = (keys >> np.uint32(RADIX_BITS - SUB_BITS)).astype(np.int64)
+        # exact global rank (weight up to and including each entry)
+        cumulative = before_bucket[bucket] + before_sub[slot, sub] + \
+            _exclusive_cumsum_by_group(weights, group) + weights
         entry = np.searchsorted(cumulative, _target_ranks(total, n_value_bins))
         entry = np.unique(entry)
         entry = entry[cumulative[entry] - weights[entry] > 0]  # a cut at the minimum is no cut

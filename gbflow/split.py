@@ -36,7 +36,7 @@ def find_splits(backend, hist, n_value_bins, feature_allowed, scale_g, scale_h, 
     result = backend.kernels.evaluate_splits(
         hist, xp.asarray(n_value_bins), xp.asarray(feature_allowed), 1.0 / scale_g, 1.0 / scale_h,
         params.reg_lambda, params.reg_alpha, params.min_child_weight)
-    gain, feature, bin_threshold, default_left, left_sum = (backend.to_host(a) for a in result)
+    gain, feature, bin_threshold, default_left, left_sum = backend.to_host_all(result)
     do_split = (feature >= 0) & (gain > max(params.gamma, _dtypes.MIN_SPLIT_IMPROVEMENT))
     return LevelSplits(gain, feature, bin_threshold, default_left, left_sum, do_split)
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from . import data as data_mod
 from . import gradients, metrics, objectives, predictor, quantize
-from .backend import get_backend
+from .backend import get_backend, on_gpu
 from .booster import Booster
 from .grower import Shard, ShardSet, grow_tree
 from .params import Params, make_params
@@ -85,7 +85,7 @@ class _EvalSet:
 
     def __init__(self, backend, parts: list[data_mod.DataSet], name: str, base_margin):
         self.name, self.parts, self.backend = name, parts, backend
-        self.X = [backend.xp.asarray(p.X) for p in parts]
+        self.X = [backend.asarray(p.X) for p in parts]
         empty = predictor.FlatForest.from_trees([])
         self.margin = [predictor.predict_margin(backend, X, empty, base_margin) for X in self.X]
 
@@ -97,7 +97,8 @@ class _EvalSet:
     def request(self, objective, metric_names) -> tuple[list[str], list[tuple]]:
         """What ``metrics.evaluate_many`` needs: the names and (label, prediction, weight) per part."""
         xp, to_host = self.backend.xp, self.backend.to_host
-        return metric_names, [(p.label, to_host(objective.transform(xp, m)), p.weight)
+        return metric_names, [(to_host(p.label), to_host(objective.transform(xp, m)),
+                               None if p.weight is None else to_host(p.weight))
                               for p, m in zip(self.parts, self.margin)]
 
 
@@ -175,11 +176,12 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
     eval_sets = [(_as_parts(d), name) for d, name in evals]
     with timers("quantize"):
         _check_global_inputs(shardset, parts, eval_sets, params)
-        device_X = [xp.asarray(p.X) for p in parts]
-        weights = None if parts[0].weight is None else [xp.asarray(p.weight) for p in parts]
-        cuts = quantize.compute_cuts(xp, device_X, weights, params.max_bin, collective=shardset)
+        device_X = [backend.asarray(p.X) for p in parts]
+        weights = None if parts[0].weight is None else [backend.asarray(p.weight) for p in parts]
+        cuts = quantize.compute_cuts(xp, device_X, weights, params.max_bin, collective=shardset,
+                                     block_values=backend.sketch_block_values)
         for i, (p, X) in enumerate(zip(parts, device_X)):
-            label = xp.asarray(p.label)
+            label = backend.asarray(p.label)
             weight = None if weights is None else weights[i]
             bins = quantize.quantize(backend, X, cuts)
             shardset.shards.append(Shard(bins=bins, bins_by_feature=xp.ascontiguousarray(bins.T),
@@ -336,6 +338,6 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
         if "auc" in params.metrics and len(np.unique(d.label)) < 2:
             raise ValueError(f"evaluation set {name!r} holds only one class: auc is undefined "
                              f"there (early stopping could never see it improve)")
-    backend = get_backend(params.device)
+    backend = get_backend(params.device, data_on_gpu=on_gpu(dataset.X))
     return fit(backend, [dataset], params, int(num_boost_round), eval_sets,
                early_stopping_rounds, verbose, drop_features=True)

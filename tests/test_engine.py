@@ -23,27 +23,27 @@ PARAMS = {
 }
 
 
-def _train(df, task, rounds=15, **extra):
-    return gbflow.train(df, label="y", params={**PARAMS[task], **extra}, num_boost_round=rounds,
-                        verbose=False)
+def _train(df, task, rounds=15, device="cpu", **extra):
+    return gbflow.train(df, label="y", params={**PARAMS[task], "device": device, **extra},
+                        num_boost_round=rounds, verbose=False)
 
 
 @pytest.mark.parametrize("task", list(PARAMS))
-def test_same_model_twice_and_with_rows_permuted(task):
+def test_same_model_twice_and_with_rows_permuted(task, device):
     df = make_table(task=task)
-    first = _train(df, task)
-    assert first.to_json() == _train(df, task).to_json()
+    first = _train(df, task, device=device)
+    assert first.to_json() == _train(df, task, device=device).to_json()
     permuted = df.sample(frac=1.0, random_state=3)
-    assert _train(permuted, task).to_json() == first.to_json()
+    assert _train(permuted, task, device=device).to_json() == first.to_json()
 
 
 @pytest.mark.parametrize("task", list(PARAMS))
 @pytest.mark.parametrize("extra", [{}, {"subsample": 0.7, "colsample_bytree": 0.5}])
-def test_same_model_on_one_or_many_shards(task, extra):
+def test_same_model_on_one_or_many_shards(task, extra, device):
     df = make_table(task=task, seed=4)
     params = make_params({**PARAMS[task], **extra})
     whole = data_mod.load(df, "y")
-    backend = get_backend("cpu")
+    backend = get_backend(device)
     one = training.fit(backend, [whole], params, 12, verbose=False, keep_training_margins=True)
     bounds = [0, 1, 700, 701, 2000, len(df)]  # includes a one-row shard
     parts = [data_mod.load(df.iloc[a:b], "y") for a, b in zip(bounds[:-1], bounds[1:])]
@@ -53,19 +53,23 @@ def test_same_model_on_one_or_many_shards(task, extra):
 
 
 @pytest.mark.parametrize("task", list(PARAMS))
-def test_reference_kernels_give_the_same_model(task):
+def test_reference_kernels_give_the_same_model(task, device):
+    if device == "cuda" and task != "regression":
+        pytest.skip("the GPU's exp() differs from NumPy's in the last bits: test_gpu.py bounds "
+                    "the difference")
     df = make_table(n_rows=800, task=task, seed=5)
-    fast = _train(df, task, rounds=5, subsample=0.8)
+    fast = _train(df, task, rounds=5, subsample=0.8, device=device)
     with reference_kernels():
         reference = _train(df, task, rounds=5, subsample=0.8)
     assert reference.to_json() == fast.to_json()
 
 
 @pytest.mark.parametrize("task", list(PARAMS))
-def test_training_margins_equal_predicted_margins(task):
+def test_training_margins_equal_predicted_margins(task, device):
+    """Margins reached in training (on ``device``) equal those predicted on the CPU."""
     df = make_table(task=task, seed=6)
     params = make_params({**PARAMS[task], "max_depth": 6})
-    booster = training.fit(get_backend("cpu"), [data_mod.load(df, "y")], params, 25,
+    booster = training.fit(get_backend(device), [data_mod.load(df, "y")], params, 25,
                            verbose=False, keep_training_margins=True)
     predicted = booster.predict(df, output_margin=True)
     predicted = predicted.to_numpy().reshape(len(df), -1)
@@ -73,10 +77,10 @@ def test_training_margins_equal_predicted_margins(task):
     assert not hasattr(_train(df, task, rounds=2), "training_margins")  # not kept by default
 
 
-def test_prediction_shapes_and_index():
+def test_prediction_shapes_and_index(device):
     df = make_table(task="multiclass", seed=7)
     df.index = pd.RangeIndex(100, 100 + len(df)) * 3
-    booster = _train(df, "multiclass", rounds=5)
+    booster = _train(df, "multiclass", rounds=5, device=device)
     proba = booster.predict(df)
     assert isinstance(proba, pd.DataFrame) and proba.shape == (len(df), 3)
     assert proba.index.equals(df.index)
@@ -105,12 +109,12 @@ def test_missing_values_learn_a_default_direction():
     assert abs(pred[0] - 5.0) < 0.2 and abs(pred[1]) < 0.5
 
 
-def test_evals_and_early_stopping():
+def test_evals_and_early_stopping(device):
     df = make_table(task="binary", seed=10, n_rows=4000)
     train, valid = df.iloc[:3000], df.iloc[3000:]
     booster = gbflow.train(train, label="y",
                            params={"objective": "binary:logistic", "learning_rate": 0.5,
-                                   "eval_metric": ["logloss", "auc"]},
+                                   "eval_metric": ["logloss", "auc"], "device": device},
                            num_boost_round=300, evals=[(train, "train"), (valid, "valid")],
                            early_stopping_rounds=5, verbose=False)
     history = booster.evals_result["valid"]["auc"]
@@ -144,23 +148,23 @@ def test_feature_importances_rank_the_signal():
     assert total["x0"] == pytest.approx(gain["x0"] * split["x0"])
 
 
-def test_sampling_changes_the_model_but_stays_deterministic():
+def test_sampling_changes_the_model_but_stays_deterministic(device):
     df = make_table(seed=12)
-    plain = _train(df, "regression")
-    sampled = _train(df, "regression", subsample=0.5, colsample_bytree=0.5, seed=1)
+    plain = _train(df, "regression", device=device)
+    sampled = _train(df, "regression", subsample=0.5, colsample_bytree=0.5, seed=1, device=device)
     assert sampled.to_json() != plain.to_json()
     assert sampled.to_json() == _train(df, "regression", subsample=0.5, colsample_bytree=0.5,
-                                       seed=1).to_json()
+                                       seed=1, device=device).to_json()
     assert sampled.to_json() != _train(df, "regression", subsample=0.5, colsample_bytree=0.5,
-                                       seed=2).to_json()
-    one_feature = _train(df, "regression", colsample_bytree=0.01)
+                                       seed=2, device=device).to_json()
+    one_feature = _train(df, "regression", colsample_bytree=0.01, device=device)
     assert all(len(set(t.feature[t.feature >= 0])) <= 1 for t in one_feature.trees)
 
 
 @pytest.mark.parametrize("task", list(PARAMS))
-def test_model_file_round_trip(task, tmp_path):
+def test_model_file_round_trip(task, tmp_path, device):
     df = make_table(task=task, seed=13)
-    booster = _train(df, task)
+    booster = _train(df, task, device=device)
     path = tmp_path / "model.json"
     booster.save_model(path)
     loaded = gbflow.load_model(path)
@@ -171,25 +175,26 @@ def test_model_file_round_trip(task, tmp_path):
     assert d["feature_names"] == [c for c in df.columns if c != "y"]
 
 
-def test_weights_matter_and_zero_weight_rows_are_ignored_by_the_cuts():
+def test_weights_matter_and_zero_weight_rows_are_ignored_by_the_cuts(device):
     df = make_table(seed=14)
     w = np.where(df["x0"] > 0, 10.0, 0.1)
-    plain = _train(df, "regression")
-    weighted = gbflow.train(df, label="y", weight=w, params=PARAMS["regression"],
+    plain = _train(df, "regression", device=device)
+    weighted = gbflow.train(df, label="y", weight=w,
+                            params={**PARAMS["regression"], "device": device},
                             num_boost_round=15, verbose=False)
     assert weighted.to_json() != plain.to_json()
     assert weighted.base_margin[0] == pytest.approx(np.average(df["y"], weights=w), rel=1e-12)
 
 
-def test_hyperparameters_act_like_xgboost():
+def test_hyperparameters_act_like_xgboost(device):
     df = make_table(seed=15, missing=0)
-    shallow = _train(df, "regression", max_depth=1)
+    shallow = _train(df, "regression", max_depth=1, device=device)
     assert all(t.n_nodes <= 3 for t in shallow.trees)
-    stump_free = _train(df, "regression", gamma=1e9)
+    stump_free = _train(df, "regression", gamma=1e9, device=device)
     assert all(t.n_nodes == 1 for t in stump_free.trees)
-    heavy = _train(df, "regression", min_child_weight=len(df) / 3)
+    heavy = _train(df, "regression", min_child_weight=len(df) / 3, device=device)
     assert all((t.cover[t.feature < 0] >= len(df) / 3).all() for t in heavy.trees)
-    alpha = _train(df, "regression", reg_alpha=1e9)
+    alpha = _train(df, "regression", reg_alpha=1e9, device=device)
     assert all(np.all(t.value == 0) for t in alpha.trees)
 
 

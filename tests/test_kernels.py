@@ -7,14 +7,51 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gbflow import _dtypes, quantize
-from gbflow.backend import cpu_kernels, numpy_kernels
+from gbflow.backend import cpu_kernels, cuda_available, numpy_kernels
 
-FAST = [cpu_kernels]
+
+class _OnDevice:
+    """A kernel module called with NumPy arrays: each array argument is copied to the GPU, the
+    kernel runs there, and every array argument (in-place outputs) and result is copied back."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def __getattr__(self, name):
+        import cupy
+        function = getattr(self.module, name)
+
+        def host(value):
+            if isinstance(value, tuple):
+                return tuple(host(v) for v in value)
+            return cupy.asnumpy(value) if isinstance(value, cupy.ndarray) else value
+
+        def call(*args):
+            on_device = [cupy.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
+            result = function(*on_device)
+            for a, d in zip(args, on_device):
+                if isinstance(a, np.ndarray):
+                    a[...] = cupy.asnumpy(d)
+            return host(result)
+        return call
+
+
+@pytest.fixture(params=["numba", pytest.param("cuda", marks=pytest.mark.gpu)])
+def kernels(request):
+    """The fast kernels under test: numba on the CPU, and CUDA where a GPU is present."""
+    if request.param == "numba":
+        return cpu_kernels
+    if not cuda_available():
+        pytest.skip("no CUDA GPU with CuPy on this machine")
+    from gbflow.backend import cuda_kernels
+    return _OnDevice(cuda_kernels)
 
 
 def random_level(rng, n_rows, n_features, n_bins, n_nodes, missing=0.1):
     bins = rng.integers(1, n_bins, size=(n_rows, n_features)).astype(_dtypes.bin_dtype(n_bins))
     bins[rng.random((n_rows, n_features)) < missing] = 0
+    if n_features >= 3:
+        bins[:, 2] = 0  # an all-missing column
     gh = np.stack([rng.integers(-2**40, 2**40, n_rows), rng.integers(0, 2**40, n_rows)], axis=1)
     node = rng.integers(0, n_nodes, size=n_rows)
     row_index = np.argsort(node, kind="stable").astype(_dtypes.ROW_INDEX)
@@ -25,11 +62,12 @@ def random_level(rng, n_rows, n_features, n_bins, n_nodes, missing=0.1):
 
 CASES = [  # n_rows, n_features, n_bins, n_nodes
     (0, 3, 16, 1), (1, 3, 16, 1), (1000, 5, 2, 3), (1000, 4, 256, 7), (777, 3, 300, 5),
-    (5000, 2, 64, 64),
+    (5000, 2, 64, 64), (3001, 3, 16, 300),  # many nodes in one launch, most tiny or empty
+    (30011, 40, 256, 3),  # several thread blocks per node; features in two shared-memory groups
+    (2000, 2, 9000, 2),  # one feature's histogram too large for shared memory
 ]
 
 
-@pytest.mark.parametrize("kernels", FAST)
 @pytest.mark.parametrize("n_rows,n_features,n_bins,n_nodes", CASES)
 def test_build_histograms(kernels, n_rows, n_features, n_bins, n_nodes):
     rng = np.random.default_rng(n_rows + n_bins)
@@ -43,7 +81,6 @@ def test_build_histograms(kernels, n_rows, n_features, n_bins, n_nodes):
         assert np.array_equal(got.sum(axis=2), np.repeat(totals[:, None, :], n_features, axis=1))
 
 
-@pytest.mark.parametrize("kernels", FAST)
 @pytest.mark.parametrize("n_rows,n_features,n_bins,n_nodes", CASES)
 def test_partition_and_histogram(kernels, n_rows, n_features, n_bins, n_nodes):
     rng = np.random.default_rng(7 + n_rows)
@@ -67,7 +104,6 @@ def test_partition_and_histogram(kernels, n_rows, n_features, n_bins, n_nodes):
         assert np.all(np.diff(rows[s:s + lc]) > 0) and np.all(np.diff(rows[s + lc:s + c]) > 0)
 
 
-@pytest.mark.parametrize("kernels", FAST)
 @pytest.mark.parametrize("n_nodes,n_features,n_bins", [(1, 1, 2), (3, 4, 16), (64, 5, 256),
                                                         (2, 3, 300)])
 @pytest.mark.parametrize("reg_alpha,min_child_weight", [(0.0, 1.0), (0.5, 0.0), (2.0, 50.0)])
@@ -85,7 +121,6 @@ def test_evaluate_splits(kernels, n_nodes, n_features, n_bins, reg_alpha, min_ch
         assert e.dtype == g.dtype and np.array_equal(e, g), (e, g)
 
 
-@pytest.mark.parametrize("kernels", FAST)
 def test_evaluate_splits_prefers_the_first_of_equal_gains(kernels):
     hist = np.zeros((1, 2, 3, 2), dtype=np.int64)
     hist[0, :, 1] = [-10, 5]  # both features identical: the lower feature id must win
@@ -96,7 +131,6 @@ def test_evaluate_splits_prefers_the_first_of_equal_gains(kernels):
     assert out[3][0]  # no missing values: missing-left is listed first
 
 
-@pytest.mark.parametrize("kernels", FAST)
 def test_evaluate_splits_nothing_valid(kernels):
     hist = np.zeros((2, 3, 4, 2), dtype=np.int64)
     hist[:, :, 1] = [3, 1]  # a node holding only one bin: no threshold separates anything
@@ -105,7 +139,6 @@ def test_evaluate_splits_nothing_valid(kernels):
     assert np.all(out[0] == -np.inf) and np.all(out[1] == -1)
 
 
-@pytest.mark.parametrize("kernels", FAST)
 @pytest.mark.parametrize("n_cuts", [0, 1, 2, 7, 254, 300])
 def test_bin_features(kernels, n_cuts):
     rng = np.random.default_rng(n_cuts)
@@ -124,7 +157,6 @@ def test_bin_features(kernels, n_cuts):
     assert np.all(expected[np.isnan(X)] == 0) and np.all(expected[~np.isnan(X)] >= 1)
 
 
-@pytest.mark.parametrize("kernels", FAST)
 def test_add_leaf_values(kernels):
     rng = np.random.default_rng(3)
     row_index = rng.permutation(500).astype(np.int32)
@@ -137,7 +169,6 @@ def test_add_leaf_values(kernels):
     assert np.array_equal(margin, expected) and np.all(margin[:, 0] == 0)
 
 
-@pytest.mark.parametrize("kernels", FAST)
 @pytest.mark.parametrize("n_rows,n_features,n_bins,n_nodes", CASES)
 def test_add_split_leaf_values(kernels, n_rows, n_features, n_bins, n_nodes):
     rng = np.random.default_rng(11 + n_rows)
@@ -174,7 +205,6 @@ def _random_forest(rng, n_features, n_trees, n_groups):
     return trees
 
 
-@pytest.mark.parametrize("kernels", FAST)
 @pytest.mark.parametrize("n_groups", [1, 3])
 def test_predict_margins(kernels, n_groups):
     from gbflow.predictor import FlatForest

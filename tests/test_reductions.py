@@ -104,8 +104,8 @@ def test_the_sketch_gathers_few_values_and_still_cuts_exactly():
         assert np.array_equal(cuts.feature_cuts(f), _reference_cuts(X[:, f], None, 256)), f
     coarse = sketch.coarse_summary(np, X, None)
     candidates = sketch.candidate_buckets(coarse, 255)
-    slots, n_slots = sketch.candidate_slots(candidates)
-    middle = sketch.middle_summary(np, X, None, slots, n_slots)
+    slots = sketch.bucket_slots(candidates)
+    middle = sketch.middle_summary(np, X, None, slots)
     fine = sketch.fine_summary(np, X, None, slots,
-                               sketch.candidate_subbuckets(coarse, candidates, middle, 255))
+                               sketch.candidate_sub_buckets(coarse, slots, middle, 255))
     assert len(fine.key) < 0.05 * X.size

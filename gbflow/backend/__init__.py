@@ -1,7 +1,8 @@
 """Device selection: the only package that knows about devices and hands out array namespaces.
 
-A ``Backend`` bundles an array namespace ``xp`` (NumPy here; CuPy with the CUDA backend) with the
-kernels that work on its arrays. Core modules receive a backend and never test for a device.
+A ``Backend`` bundles an array namespace ``xp`` (NumPy, or CuPy for the CUDA backend) with the
+kernels that work on its arrays. Core modules receive a backend and never test for a device. CuPy is
+imported only when the CUDA backend is asked for, so ``import gbflow`` needs no GPU stack.
 """
 from __future__ import annotations
 
@@ -21,16 +22,54 @@ class Backend:
     """An array namespace and the kernels for its arrays.
 
     name: "cpu" or "cuda". xp: the array module. kernels: a module with the functions of
-    ``numpy_kernels`` (same names and signatures).
+    ``numpy_kernels`` (same names and signatures). sketch_block_values: values per block of rows
+    in the quantile sketch's passes (small on the CPU, where large temporaries are slow to fault
+    in; large on the GPU, where each block costs launches and a synchronisation).
     """
 
     name: str
     xp: types.ModuleType
     kernels: types.ModuleType
+    sketch_block_values: int = 1 << 20
 
     def to_host(self, array):
-        """The array as a NumPy array (a no-op on the CPU)."""
-        return np.asarray(array)
+        """The array as a NumPy array (a copy from the GPU; a no-op on the CPU)."""
+        return to_host(array)
+
+    def to_host_all(self, arrays) -> list:
+        """Several device arrays as NumPy arrays, in one device-to-host copy on the GPU (each
+        copy waits for the device, and split finding needs five small arrays per tree level)."""
+        if self.name != "cuda" or len(arrays) < 2:
+            return [to_host(a) for a in arrays]
+        xp = self.xp
+        packed = to_host(xp.concatenate([xp.ascontiguousarray(a).view(xp.uint8).ravel()
+                                         for a in arrays]))
+        out, offset = [], 0
+        for a in arrays:
+            out.append(packed[offset:offset + a.nbytes].view(a.dtype).reshape(a.shape))
+            offset += a.nbytes
+        return out
+
+    def asarray(self, array):
+        """The array on this backend's device (host data is copied to the GPU, GPU data to the
+        host for the CPU backend); no copy when it is already there."""
+        return self.xp.asarray(array) if self.name == "cuda" else to_host(array)
+
+
+def on_gpu(array) -> bool:
+    """True for arrays (and frames) whose data lives on a GPU: CuPy, cuDF, anything exposing
+    ``__cuda_array_interface__``. Checked without importing CuPy."""
+    module = type(array).__module__.split(".")[0]
+    return module in ("cupy", "cupyx", "cudf", "dask_cudf") or \
+        hasattr(array, "__cuda_array_interface__")
+
+
+def to_host(array):
+    """Any array (NumPy, CuPy, a scalar) as a NumPy array; device arrays are copied to the host."""
+    if on_gpu(array):
+        import cupy
+        return cupy.asnumpy(array)
+    return np.asarray(array)
 
 
 _reference_only = False
@@ -56,16 +95,33 @@ def cuda_available() -> bool:
         return False
 
 
-def get_backend(device: str = "auto") -> Backend:
+def get_backend(device: str = "auto", data_on_gpu: bool = False) -> Backend:
     """The backend for ``device`` ("auto", "cpu" or "cuda").
 
-    "auto" is the CPU until the CUDA backend exists; "cuda" is refused with a clear error for now.
+    "auto" is the GPU when the data is already there (``data_on_gpu``) or a GPU is present, else
+    the CPU. "cuda" without a usable GPU and CuPy is an error that says what is missing.
     """
     if device not in DEVICES:
         raise ValueError(f"device={device!r} is not one of {DEVICES}")
+    if device == "auto":
+        device = "cuda" if data_on_gpu or cuda_available() else "cpu"
     if device == "cuda":
-        raise NotImplementedError(
-            "device='cuda': gbflow's CUDA backend is not part of this version yet; "
-            "use device='cpu' (or 'auto')")
+        return _cuda_backend()
     kernels = numpy_kernels if _reference_only else cpu_kernels
     return Backend(name="cpu", xp=np, kernels=kernels)
+
+
+def _cuda_backend() -> Backend:
+    try:
+        import cupy
+    except ImportError as e:
+        raise RuntimeError(
+            "device='cuda' needs CuPy (pip install 'gbflow[cuda13]', or the conda environment in "
+            "environment.yml); use device='cpu' otherwise") from e
+    if not cuda_available():
+        raise RuntimeError("device='cuda': CuPy is installed but sees no usable CUDA GPU; "
+                           "use device='cpu'")
+    from . import cuda_kernels
+    # 2**24 values per sketch block: few enough blocks that launches do not matter, small enough
+    # that the passes' temporaries (keys, ids, masks: about 20 bytes a value) stay near 0.3 GB.
+    return Backend(name="cuda", xp=cupy, kernels=cuda_kernels, sketch_block_values=1 << 24)

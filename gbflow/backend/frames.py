@@ -1,6 +1,8 @@
-"""Tables in, tables out: pandas (and NumPy) partitions -> float32 feature arrays, and back.
+"""Tables in, tables out: pandas/cuDF frames and NumPy/CuPy arrays -> float32 feature arrays, and back.
 
-Everything that knows a container type lives here; the engine sees only arrays.
+Everything that knows a container type lives here; the engine sees only arrays. GPU containers
+(cuDF frames and series, CuPy arrays) stay on the GPU: their values come out as CuPy arrays, and
+predictions for them go back as cuDF/CuPy. cuDF and CuPy are imported only when such data is seen.
 """
 from __future__ import annotations
 
@@ -12,9 +14,29 @@ import pandas as pd
 from .. import _dtypes
 
 
+def _module(data) -> str:
+    return type(data).__module__.split(".")[0]
+
+
+def is_cudf(data) -> bool:
+    """True for a cuDF DataFrame or Series (checked without importing cuDF)."""
+    return _module(data) == "cudf"
+
+
+def is_device_array(data) -> bool:
+    """True for a CuPy array (or any array exposing ``__cuda_array_interface__``), not cuDF."""
+    return not is_cudf(data) and (_module(data) == "cupy"
+                                  or hasattr(data, "__cuda_array_interface__"))
+
+
 def is_frame(data) -> bool:
-    """True for a pandas DataFrame."""
-    return isinstance(data, pd.DataFrame)
+    """True for a pandas or cuDF DataFrame."""
+    return isinstance(data, pd.DataFrame) or (is_cudf(data) and hasattr(data, "columns"))
+
+
+def _cupy():
+    import cupy
+    return cupy
 
 
 def column_names(data) -> list[str]:
@@ -40,7 +62,7 @@ def check_unique_columns(data) -> None:
 def non_numeric_columns(data, columns: Sequence[str]) -> list[str]:
     """The listed columns whose dtype is not numeric or boolean, as 'name (dtype)' strings."""
     if not is_frame(data):
-        arr = np.asarray(data)
+        arr = data if is_device_array(data) else np.asarray(data)
         if arr.dtype.kind in "biuf":  # complex ("c") is refused: its imaginary part would be lost
             return []
         return [f"<array> ({arr.dtype})"]
@@ -54,22 +76,32 @@ def non_numeric_columns(data, columns: Sequence[str]) -> list[str]:
     return bad
 
 
-def column_values(data, name: str) -> np.ndarray:
-    """One column of a frame as a float64 NumPy array, nulls as NaN."""
+def column_values(data, name: str):
+    """One column of a frame as a float64 array, nulls as NaN: NumPy for pandas, CuPy for cuDF."""
     by_name = {str(c): c for c in data.columns}
-    return data[by_name[name]].to_numpy(dtype=np.float64, na_value=np.nan)
+    column = data[by_name[name]]
+    if is_cudf(data):
+        return column.astype(np.float64).to_cupy(na_value=np.nan)
+    return column.to_numpy(dtype=np.float64, na_value=np.nan)
 
 
 def feature_matrix(data, feature_names: Sequence[str] | None = None) -> np.ndarray:
     """The features as a (n_rows, n_features) float32 C-ordered array, nulls as NaN.
 
     data: pandas DataFrame (columns picked by name, in ``feature_names`` order) or a 2-D array
-    (taken as is). Returns a new host array.
+    (taken as is). Returns a new host array; for cuDF or CuPy data a new CuPy array on the same
+    GPU (column-major for cuDF: that is how cuDF stores columns, and it costs no transpose).
     """
+    if is_device_array(data):
+        return _cupy().ascontiguousarray(_cupy().asarray(data, dtype=_dtypes.FEATURE))
     if not is_frame(data):
         return np.ascontiguousarray(np.asarray(data, dtype=_dtypes.FEATURE))
     by_name = {str(c): c for c in data.columns}
     names = list(feature_names) if feature_names is not None else list(by_name)
+    if is_cudf(data):
+        if not names:
+            return _cupy().empty((len(data), 0), dtype=_dtypes.FEATURE)
+        return data[[by_name[n] for n in names]].astype(_dtypes.FEATURE).to_cupy(na_value=np.nan)
     out = np.empty((len(data), len(names)), dtype=_dtypes.FEATURE)
     for j, name in enumerate(names):
         out[:, j] = data[by_name[name]].to_numpy(dtype=_dtypes.FEATURE, na_value=np.nan)
@@ -80,7 +112,9 @@ def as_vector(values, what: str) -> np.ndarray:
     """A 1-D float64 array from a Series, list or array (nulls as NaN); ``what`` names it in errors."""
     if isinstance(values, (pd.Series, pd.Index)):
         return values.to_numpy(dtype=np.float64, na_value=np.nan)
-    arr = np.asarray(values)
+    if is_cudf(values):
+        return values.astype(np.float64).to_cupy(na_value=np.nan)
+    arr = values if is_device_array(values) else np.asarray(values)
     if arr.ndim == 2 and arr.shape[1] == 1:
         arr = arr[:, 0]
     if arr.ndim != 1:
@@ -90,11 +124,18 @@ def as_vector(values, what: str) -> np.ndarray:
     return arr.astype(np.float64)
 
 
-def wrap_prediction(values: np.ndarray, like, name: str):
+def wrap_prediction(values, like, name: str):
     """Predictions shaped like the input: a Series (or a DataFrame of one column per class) with
-    ``like``'s index for frame input, the bare array otherwise. values: (n,) or (n, n_classes)."""
+    ``like``'s index for frame input, the bare array otherwise. values: (n,) or (n, n_classes),
+    NumPy for pandas/NumPy input, CuPy for cuDF/CuPy input (a cuDF Series/DataFrame then)."""
     if not is_frame(like):
         return values
+    if is_cudf(like):
+        import cudf
+        if values.ndim == 1:
+            return cudf.Series(values, index=like.index, name=name)
+        return cudf.DataFrame({f"{name}_{k}": values[:, k] for k in range(values.shape[1])},
+                              index=like.index)
     if values.ndim == 1:
         return pd.Series(values, index=like.index, name=name)
     columns = [f"{name}_{k}" for k in range(values.shape[1])]
@@ -104,11 +145,18 @@ def wrap_prediction(values: np.ndarray, like, name: str):
 def append_prediction(data, prediction):
     """``data`` with the prediction column(s) appended (a new frame or array; ``data`` unchanged)."""
     if is_frame(data):
-        extra = prediction.to_frame() if isinstance(prediction, pd.Series) else prediction
+        extra = prediction if hasattr(prediction, "columns") else prediction.to_frame()
         clash = [c for c in extra.columns if c in data.columns]
         if clash:
             raise ValueError(f"transform: column(s) {clash} already exist in the data; "
                              f"pass another name=")
+        if is_cudf(data):
+            out = data.copy(deep=False)
+            for column in extra.columns:
+                out[column] = extra[column]
+            return out
         return pd.concat([data, extra], axis=1)
     pred = prediction if prediction.ndim == 2 else prediction[:, None]
+    if is_device_array(data):
+        return _cupy().concatenate([data.astype(np.float64), pred], axis=1)
     return np.concatenate([np.asarray(data, dtype=np.float64), pred], axis=1)

@@ -1,0 +1,458 @@
+// gbflow's CUDA kernels: binning, histograms, split search, row partition, margins, prediction.
+//
+// Compiled at first use by cuda_kernels.py through cupy.RawKernel (NVRTC) with --fmad=false, so
+// that every float64 expression rounds exactly as the NumPy twins in numpy_kernels.py do.
+// BIN_T (uint8 or uint16 bin ids) is set by a -D option: one module per bin width.
+//
+// Memory layout (shared with the NumPy twins):
+//   bins             (n_rows, bin_stride) BIN_T, row-major; the first n_features columns are used
+//   bins_by_feature  (n_features, n_rows) BIN_T, the same bins column by column
+//   gh               (n_rows, 2) int64 fixed-point [gradient, hessian]
+//   row_index        (n_rows,) int32 row positions, each node owning one contiguous segment
+//   hist             (n_nodes, n_features, n_bins, 2) int64
+//
+// Segment kernels take a "work list": one row per thread block, int64
+//   [node, begin, end, first_block_of_node, seg_start_of_node]
+// built on the host from the (host) segment arrays, so that a large node gets many blocks and an
+// empty node none. All sums are integers, so the result does not depend on how rows are dealt to
+// blocks or in which order atomics land: every kernel here is deterministic.
+
+typedef long long i64;
+typedef unsigned long long u64;
+
+#define WORK_WIDTH 5
+
+// Shared-memory histograms hold each int64 counter as two 32-bit words (low, high), added with two
+// 32-bit atomics: a carry out of the low word goes into the high word, which is integer addition
+// mod 2**64, exact and order independent. (A 64-bit shared atomic measured slower on the H200.)
+// Word layout of a feature group: feature fl's counters start at word fl * feature_words(n_bins),
+// where counter (bin b, component c) is words 4b + 2c (low) and 4b + 2c + 1 (high). The one word
+// of padding per feature puts the same bin of neighbouring features in different banks: the lanes
+// of a warp update neighbouring features of one row at once.
+__device__ __forceinline__ int feature_words(int n_bins) { return 4 * n_bins + 1; }
+
+__device__ __forceinline__ void shared_add64(unsigned int* words, i64 value) {
+    unsigned int low = static_cast<unsigned int>(value);
+    unsigned int high = static_cast<unsigned int>(static_cast<u64>(value) >> 32);
+    unsigned int old_low = atomicAdd(words, low);
+    high += (old_low + low < old_low) ? 1u : 0u;
+    if (high) atomicAdd(words + 1, high);
+}
+
+// ---------------------------------------------------------------------------------------------
+// bin_features: one thread per (row, feature) value. Threads of a warp take consecutive rows of
+// one feature when X is column-major (x_row_stride == 1), consecutive features of one row
+// otherwise, so reads are coalesced either way.
+// out[row, f] = 0 for NaN, else 1 + (number of cuts <= x) (binary search over feature f's cuts).
+extern "C" __global__ void bin_features(const float* X, i64 n_rows, int n_features,
+                                        i64 x_row_stride, i64 x_col_stride,
+                                        const float* cut_values, const i64* cut_offsets,
+                                        BIN_T* out, i64 out_stride) {
+    i64 n = n_rows * n_features;
+    bool column_major = x_row_stride == 1;
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n;
+         i += (i64)gridDim.x * blockDim.x) {
+        i64 row; int f;
+        if (column_major) { f = (int)(i / n_rows); row = i - (i64)f * n_rows; }
+        else { row = i / n_features; f = (int)(i - row * n_features); }
+        float x = X[row * x_row_stride + (i64)f * x_col_stride];
+        BIN_T id = 0;
+        if (!isnan(x)) {
+            i64 lo = cut_offsets[f], hi = cut_offsets[f + 1];
+            while (lo < hi) {  // first cut > x
+                i64 mid = (lo + hi) >> 1;
+                if (cut_values[mid] <= x) lo = mid + 1; else hi = mid;
+            }
+            id = (BIN_T)(1 + (lo - cut_offsets[f]));
+        }
+        out[row * out_stride + f] = id;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Histograms in shared memory. Block (b, g) adds the rows of work item b for the features of
+// group g (features g*group_size .. +group_size) into a shared (group_size, n_bins, 2) int64
+// histogram, then adds its non-zero entries into hist[node] in global memory.
+// Thread mapping: the block's (row, feature) pairs are numbered row-major, so the lanes of a warp
+// update different features of one or two rows (no two lanes of a step hit the same counter
+// unless a feature repeats) and read consecutive bytes of a row.
+
+__device__ __forceinline__ void zero_shared(unsigned int* words, int n) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) words[i] = 0;
+}
+
+// Adds the group's counters (group features x n_bins x 2) into hist_node, skipping zeros.
+__device__ __forceinline__ void flush_shared(const unsigned int* words, int group, int n_bins,
+                                             i64* hist_node, int f0) {
+    int per_feature = 2 * n_bins;
+    for (int i = threadIdx.x; i < group * per_feature; i += blockDim.x) {
+        int fl = i / per_feature;
+        int rest = i - fl * per_feature;
+        const unsigned int* w = words + fl * feature_words(n_bins) + 2 * rest;
+        u64 v = static_cast<u64>(w[0]) | (static_cast<u64>(w[1]) << 32);
+        if (v != 0) atomicAdd(reinterpret_cast<u64*>(hist_node + (i64)f0 * per_feature + i), v);
+    }
+}
+
+// Adds rows[0..n_rows) (row ids) to the shared histogram of features f0..f0+group.
+// One thread per (row, feature) pair, numbered row-major: the lanes of a warp update neighbouring
+// features of one or two rows and read consecutive bytes of a row.
+__device__ __forceinline__ void add_rows_shared(const BIN_T* bins, i64 bin_stride, const i64* gh,
+                                                const int* rows, int n_rows, int f0, int group,
+                                                int n_bins, unsigned int* words) {
+    int n_pairs = n_rows * group;
+    int stride = feature_words(n_bins);
+    for (int i = threadIdx.x; i < n_pairs; i += blockDim.x) {
+        int r = i / group;
+        int fl = i - r * group;
+        i64 row = rows[r];
+        int b = bins[row * bin_stride + f0 + fl];
+        unsigned int* cell = words + fl * stride + 4 * b;
+        shared_add64(cell, gh[2 * row]);
+        shared_add64(cell + 2, gh[2 * row + 1]);
+    }
+}
+
+extern "C" __global__ void build_histograms_shared(
+        const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,
+        const int* row_index, const i64* work, int group_size, i64* hist) {
+    extern __shared__ unsigned int words[];
+    const i64* w = work + WORK_WIDTH * blockIdx.x;
+    i64 node = w[0], begin = w[1], end = w[2];
+    int f0 = blockIdx.y * group_size;
+    int group = min(group_size, n_features - f0);
+    zero_shared(words, group * feature_words(n_bins));
+    __syncthreads();
+    add_rows_shared(bins, bin_stride, gh, row_index + begin, (int)(end - begin), f0, group, n_bins,
+                    words);
+    __syncthreads();
+    flush_shared(words, group, n_bins, hist + node * (i64)n_features * n_bins * 2, f0);
+}
+
+// The same without shared memory, for bin counts whose histogram of one feature does not fit.
+extern "C" __global__ void build_histograms_global(
+        const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,
+        const int* row_index, const i64* work, int unused_group_size, i64* hist) {
+    const i64* w = work + WORK_WIDTH * blockIdx.x;
+    i64 node = w[0], begin = w[1], end = w[2];
+    i64* hist_node = hist + node * (i64)n_features * n_bins * 2;
+    i64 n_pairs = (end - begin) * n_features;
+    for (i64 i = threadIdx.x; i < n_pairs; i += blockDim.x) {
+        i64 r = i / n_features;
+        int f = (int)(i - r * n_features);
+        i64 row = row_index[begin + r];
+        int b = bins[row * bin_stride + f];
+        u64* cell = reinterpret_cast<u64*>(hist_node + 2 * ((i64)f * n_bins + b));
+        atomicAdd(cell, static_cast<u64>(gh[2 * row]));
+        atomicAdd(cell + 1, static_cast<u64>(gh[2 * row + 1]));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row partition of the nodes of a level, with the histogram of one child per node.
+//
+// Pass 1 (count_left): each block counts the rows of its work item that go left.
+// Pass 2 (scatter_and_histogram): each block finds its place among its node's blocks from the
+// pass-1 counts (blocks of a node are consecutive in the work list), ranks its rows with a block
+// scan (stable: left rows keep their order, and so do right rows), writes them to `scratch` at
+// their new positions, and adds the rows that go to the child picked by small_is_left into a
+// shared histogram (feature group blockIdx.y), flushed to hist[node] at the end. Only the blocks
+// of feature group 0 write rows.
+// Pass 3 (copy_back): scratch -> row_index over the same positions.
+
+__device__ __forceinline__ bool goes_left(const BIN_T* bins_by_feature, i64 n_rows_total, int row,
+                                          int feature, int threshold, bool default_left) {
+    int b = bins_by_feature[(i64)feature * n_rows_total + row];
+    return b == 0 ? default_left : b <= threshold;
+}
+
+extern "C" __global__ void count_left(const BIN_T* bins_by_feature, i64 n_rows_total,
+                                      const int* row_index, const i64* work, const int* feature,
+                                      const int* bin_threshold, const bool* default_left,
+                                      i64* block_left) {
+    __shared__ i64 warp_sums[32];
+    const i64* w = work + WORK_WIDTH * blockIdx.x;
+    i64 node = w[0], begin = w[1], end = w[2];
+    int f = feature[node], t = bin_threshold[node];
+    bool dl = default_left[node];
+    i64 count = 0;
+    for (i64 p = begin + threadIdx.x; p < end; p += blockDim.x)
+        count += goes_left(bins_by_feature, n_rows_total, row_index[p], f, t, dl);
+    for (int o = 16; o > 0; o >>= 1) count += __shfl_down_sync(0xffffffffu, count, o);
+    if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = count;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        i64 total = 0;
+        for (int i = 0; i < (int)(blockDim.x >> 5); ++i) total += warp_sums[i];
+        block_left[blockIdx.x] = total;
+    }
+}
+
+// Dynamic shared memory: [histogram words of the group] [tile rows of the small side (int)].
+extern "C" __global__ void scatter_and_histogram(
+        const BIN_T* bins, i64 bin_stride, const BIN_T* bins_by_feature, i64 n_rows_total,
+        int n_features, int n_bins, const i64* gh, const int* row_index, int* scratch,
+        const i64* work, const i64* block_left, const int* feature, const int* bin_threshold,
+        const bool* default_left, const bool* small_is_left, int group_size, int use_shared,
+        i64* hist, i64* node_left) {
+    extern __shared__ unsigned int words[];
+    __shared__ int warp_left[32];
+    __shared__ int warp_small[32];
+    __shared__ i64 base[2];  // left rows and right rows of this node written before this block
+    const i64* w = work + WORK_WIDTH * blockIdx.x;
+    i64 node = w[0], begin = w[1], end = w[2], first_block = w[3], seg_start = w[4];
+    int f0 = blockIdx.y * group_size;
+    int group = min(group_size, n_features - f0);
+    int n_words = use_shared ? group * feature_words(n_bins) : 0;
+    int* small_rows = reinterpret_cast<int*>(words + n_words);
+    int f = feature[node], t = bin_threshold[node];
+    bool dl = default_left[node], small_left = small_is_left[node];
+    zero_shared(words, n_words);
+    if (threadIdx.x == 0) {
+        i64 left_before = 0, node_total_left = 0;
+        for (i64 b = first_block; b < (i64)gridDim.x; ++b) {
+            const i64* wb = work + WORK_WIDTH * b;
+            if (wb[0] != node) break;
+            if (b < (i64)blockIdx.x) left_before += block_left[b];
+            node_total_left += block_left[b];
+        }
+        base[0] = seg_start + left_before;
+        base[1] = seg_start + node_total_left + ((begin - seg_start) - left_before);
+        if (blockIdx.x == first_block && blockIdx.y == 0) node_left[node] = node_total_left;
+    }
+    __syncthreads();
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    i64* hist_node = hist + node * (i64)n_features * n_bins * 2;
+    for (i64 tile = begin; tile < end; tile += blockDim.x) {
+        i64 p = tile + threadIdx.x;
+        bool active = p < end;
+        int row = active ? row_index[p] : 0;
+        bool left = active && goes_left(bins_by_feature, n_rows_total, row, f, t, dl);
+        bool right = active && !left;
+        bool small = small_left ? left : right;
+        unsigned left_mask = __ballot_sync(0xffffffffu, left);
+        unsigned small_mask = __ballot_sync(0xffffffffu, small);
+        if (lane == 0) { warp_left[warp] = __popc(left_mask); warp_small[warp] = __popc(small_mask); }
+        __syncthreads();
+        int left_rank = 0, small_rank = 0, tile_left = 0, tile_small = 0;
+        for (int i = 0; i < n_warps; ++i) {
+            if (i < warp) { left_rank += warp_left[i]; small_rank += warp_small[i]; }
+            tile_left += warp_left[i];
+            tile_small += warp_small[i];
+        }
+        unsigned below = (1u << lane) - 1u;
+        left_rank += __popc(left_mask & below);
+        small_rank += __popc(small_mask & below);
+        int right_rank = (int)(threadIdx.x - left_rank);  // active threads come first in a tile
+        if (blockIdx.y == 0 && active) {
+            i64 dest = left ? base[0] + left_rank : base[1] + right_rank;
+            scratch[dest] = row;
+        }
+        if (small) small_rows[small_rank] = row;
+        __syncthreads();
+        if (use_shared) {
+            add_rows_shared(bins, bin_stride, gh, small_rows, tile_small, f0, group, n_bins, words);
+        } else {
+            int n_pairs = tile_small * n_features;
+            for (int i = threadIdx.x; i < n_pairs; i += blockDim.x) {
+                int r = i / n_features;
+                int fe = i - r * n_features;
+                i64 rw = small_rows[r];
+                int b = bins[rw * bin_stride + fe];
+                u64* cell = reinterpret_cast<u64*>(hist_node + 2 * ((i64)fe * n_bins + b));
+                atomicAdd(cell, static_cast<u64>(gh[2 * rw]));
+                atomicAdd(cell + 1, static_cast<u64>(gh[2 * rw + 1]));
+            }
+        }
+        if (threadIdx.x == 0) { base[0] += tile_left; base[1] += (i64)(min((i64)blockDim.x, end - tile) - tile_left); }
+        __syncthreads();
+    }
+    if (use_shared) flush_shared(words, group, n_bins, hist_node, f0);
+}
+
+extern "C" __global__ void copy_back(const int* scratch, int* row_index, const i64* work) {
+    const i64* w = work + WORK_WIDTH * blockIdx.x;
+    for (i64 p = w[1] + threadIdx.x; p < w[2]; p += blockDim.x) row_index[p] = scratch[p];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Margin updates from leaf positions (one work item = a chunk of one leaf's or split's segment).
+// margin is a column view: element of row r at margin[r * margin_stride].
+
+extern "C" __global__ void add_leaf_values(double* margin, i64 margin_stride, const int* row_index,
+                                           const i64* work, const double* values) {
+    const i64* w = work + WORK_WIDTH * blockIdx.x;
+    double v = values[w[0]];
+    for (i64 p = w[1] + threadIdx.x; p < w[2]; p += blockDim.x)
+        margin[(i64)row_index[p] * margin_stride] += v;
+}
+
+extern "C" __global__ void add_split_leaf_values(
+        double* margin, i64 margin_stride, const BIN_T* bins_by_feature, i64 n_rows_total,
+        const int* row_index, const i64* work, const int* feature, const int* bin_threshold,
+        const bool* default_left, const double* left_value, const double* right_value) {
+    const i64* w = work + WORK_WIDTH * blockIdx.x;
+    i64 k = w[0];
+    int f = feature[k], t = bin_threshold[k];
+    bool dl = default_left[k];
+    double lv = left_value[k], rv = right_value[k];
+    for (i64 p = w[1] + threadIdx.x; p < w[2]; p += blockDim.x) {
+        int row = row_index[p];
+        margin[(i64)row * margin_stride] +=
+            goes_left(bins_by_feature, n_rows_total, row, f, t, dl) ? lv : rv;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Split search: one block per node, one warp per feature at a time. A warp walks the bins in
+// chunks of 32 with an inclusive integer scan (exact), scores both missing-value directions of
+// every threshold, and keeps its best candidate; ties go to the smaller candidate index
+// (feature, threshold, direction), as NumPy's argmax keeps the first maximum.
+
+__device__ __forceinline__ double l1_threshold(double G, double alpha) {
+    return G > alpha ? G - alpha : (G < -alpha ? G + alpha : 0.0);
+}
+
+__device__ __forceinline__ double score(double G, double H, double lambda_, double alpha) {
+    double t = l1_threshold(G, alpha);
+    return t * t / (H + lambda_);
+}
+
+struct Best {
+    double gain;
+    i64 index;
+    i64 left_g, left_h;
+};
+
+__device__ __forceinline__ bool better(double gain, i64 index, const Best& b) {
+    return gain > b.gain || (gain == b.gain && index < b.index);
+}
+
+__device__ __forceinline__ void shuffle_best(Best& b, int offset) {
+    double g = __shfl_down_sync(0xffffffffu, b.gain, offset);
+    i64 i = __shfl_down_sync(0xffffffffu, b.index, offset);
+    i64 lg = __shfl_down_sync(0xffffffffu, b.left_g, offset);
+    i64 lh = __shfl_down_sync(0xffffffffu, b.left_h, offset);
+    if (better(g, i, b)) { b.gain = g; b.index = i; b.left_g = lg; b.left_h = lh; }
+}
+
+// Grid (n_nodes, feature blocks): block (n, k) scores features k*features_per_block .. +that of
+// node n and writes its best candidate to partial[n, k]; reduce_splits picks each node's best.
+extern "C" __global__ void evaluate_splits(
+        const i64* hist, int n_features, int n_bins, const int* n_value_bins,
+        const bool* feature_allowed, double inv_scale_g, double inv_scale_h, double lambda_,
+        double alpha, double min_child_weight, int features_per_block, Best* partial) {
+    __shared__ i64 total_parts[2][32];
+    __shared__ Best warp_best[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    const i64* h_node = hist + (i64)blockIdx.x * n_features * n_bins * 2;
+    // Node total: every row sits in one bin of feature 0.
+    i64 tg = 0, th = 0;
+    for (int b = threadIdx.x; b < n_bins; b += blockDim.x) { tg += h_node[2 * b]; th += h_node[2 * b + 1]; }
+    for (int o = 16; o > 0; o >>= 1) {
+        tg += __shfl_down_sync(0xffffffffu, tg, o);
+        th += __shfl_down_sync(0xffffffffu, th, o);
+    }
+    if (lane == 0) { total_parts[0][warp] = tg; total_parts[1][warp] = th; }
+    __syncthreads();
+    tg = 0; th = 0;
+    for (int i = 0; i < n_warps; ++i) { tg += total_parts[0][i]; th += total_parts[1][i]; }
+    double GP = (double)tg * inv_scale_g, HP = (double)th * inv_scale_h;
+    double parent = score(GP, HP, lambda_, alpha);
+    const double NEG_INF = __longlong_as_double(0xfff0000000000000LL);
+    Best best = {NEG_INF, 0x7fffffffffffffffLL, 0, 0};
+    int f_end = min(n_features, (int)(blockIdx.y + 1) * features_per_block);
+    for (int f = blockIdx.y * features_per_block + warp; f < f_end; f += n_warps) {
+        const i64* hf = h_node + (i64)f * n_bins * 2;
+        i64 miss_g = hf[0], miss_h = hf[1];
+        bool allowed = feature_allowed[f];
+        int nvb = n_value_bins[f];
+        i64 carry_g = 0, carry_h = 0;
+        for (int chunk = 1; chunk < n_bins; chunk += 32) {
+            int t = chunk + lane;  // threshold: bins 1..t go left
+            i64 vg = 0, vh = 0;
+            if (t < n_bins) { vg = hf[2 * t]; vh = hf[2 * t + 1]; }
+            for (int o = 1; o < 32; o <<= 1) {
+                i64 ug = __shfl_up_sync(0xffffffffu, vg, o);
+                i64 uh = __shfl_up_sync(0xffffffffu, vh, o);
+                if (lane >= o) { vg += ug; vh += uh; }
+            }
+            i64 cg = carry_g + vg, ch = carry_h + vh;
+            carry_g += __shfl_sync(0xffffffffu, vg, 31);
+            carry_h += __shfl_sync(0xffffffffu, vh, 31);
+            if (t < n_bins && allowed && t < nvb) {
+                for (int d = 0; d < 2; ++d) {
+                    i64 lg = d == 0 ? cg + miss_g : cg, lh = d == 0 ? ch + miss_h : ch;
+                    double GL = (double)lg * inv_scale_g, HL = (double)lh * inv_scale_h;
+                    double GR = (double)(tg - lg) * inv_scale_g, HR = (double)(th - lh) * inv_scale_h;
+                    if (!(HL >= min_child_weight && HR >= min_child_weight &&
+                          HL + lambda_ > 0 && HR + lambda_ > 0)) continue;
+                    double gain = (score(GL, HL, lambda_, alpha) + score(GR, HR, lambda_, alpha))
+                                  - parent;
+                    i64 index = ((i64)f * (n_bins - 1) + (t - 1)) * 2 + d;
+                    if (better(gain, index, best)) { best.gain = gain; best.index = index; best.left_g = lg; best.left_h = lh; }
+                }
+            }
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) shuffle_best(best, o);
+    if (lane == 0) warp_best[warp] = best;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < n_warps; ++i) {
+            Best b = warp_best[i];
+            if (better(b.gain, b.index, best)) best = b;
+        }
+        partial[(i64)blockIdx.x * gridDim.y + blockIdx.y] = best;
+    }
+}
+
+// One warp per node: the best of its feature blocks' candidates, decoded into the outputs.
+extern "C" __global__ void reduce_splits(const Best* partial, int n_nodes, int n_blocks,
+                                         int n_bins, double* out_gain, int* out_feature,
+                                         int* out_threshold, bool* out_default_left,
+                                         i64* out_left_sum) {
+    int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (n >= n_nodes) return;
+    const double NEG_INF = __longlong_as_double(0xfff0000000000000LL);
+    Best best = {NEG_INF, 0x7fffffffffffffffLL, 0, 0};
+    for (int k = lane; k < n_blocks; k += 32) {
+        Best b = partial[(i64)n * n_blocks + k];
+        if (better(b.gain, b.index, best)) best = b;
+    }
+    for (int o = 16; o > 0; o >>= 1) shuffle_best(best, o);
+    if (lane == 0) {
+        bool found = best.gain > NEG_INF;
+        out_gain[n] = best.gain;
+        out_feature[n] = found ? (int)(best.index / (2 * (i64)(n_bins - 1))) : -1;
+        out_threshold[n] = found ? (int)((best.index / 2) % (n_bins - 1)) + 1 : 0;
+        out_default_left[n] = found ? (best.index % 2) == 0 : false;
+        out_left_sum[2 * n] = found ? best.left_g : 0;
+        out_left_sum[2 * n + 1] = found ? best.left_h : 0;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prediction on raw float32 values: one thread per row walks every tree in tree order and adds
+// the leaf value to out[row, group] (the same float64 additions, in the same order, as NumPy).
+extern "C" __global__ void predict_margins(
+        const float* X, i64 n_rows, i64 x_row_stride, i64 x_col_stride, const int* feature,
+        const float* threshold, const bool* default_left, const int* left, const int* right,
+        const double* value, const i64* tree_root, const int* tree_group, int n_trees,
+        double* out, int n_groups) {
+    for (i64 row = blockIdx.x * (i64)blockDim.x + threadIdx.x; row < n_rows;
+         row += (i64)gridDim.x * blockDim.x) {
+        const float* x_row = X + row * x_row_stride;
+        for (int t = 0; t < n_trees; ++t) {
+            i64 node = tree_root[t];
+            int f;
+            while ((f = feature[node]) >= 0) {
+                float x = x_row[(i64)f * x_col_stride];
+                bool go_left = isnan(x) ? default_left[node] : x < threshold[node];
+                node = go_left ? left[node] : right[node];
+            }
+            out[row * n_groups + tree_group[t]] += value[node];
+        }
+    }
+}

@@ -1,0 +1,270 @@
+"""CuPy twins of every kernel: the CUDA sources in ``cuda/kernels.cu``, compiled at first use.
+
+Same names, signatures and results as ``numpy_kernels`` (integers bit for bit, float64 by the same
+IEEE operations in the same order: the module is compiled with ``--fmad=false``), on CuPy arrays.
+Segment arrays (``seg_start``/``seg_count``) may be host or device arrays: the host turns them
+into a work list of thread blocks, so a large node gets many blocks and an empty node none.
+
+Tuning knob (environment, read once): ``GBFLOW_CUDA_SHARED_BYTES`` caps the shared memory of one
+histogram block (default: 100 KB, two blocks per multiprocessor).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import pathlib
+
+import cupy as cp
+import numpy as np
+
+from .. import _dtypes
+
+_SOURCE = pathlib.Path(__file__).with_name("cuda") / "kernels.cu"
+_THREADS = 256
+_HIST_THREADS = 1024
+_MIN_ROWS_PER_BLOCK = 2048
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(name: str, bin_itemsize: int):
+    options = ("--std=c++17", "--fmad=false",
+               f"-DBIN_T={'unsigned char' if bin_itemsize == 1 else 'unsigned short'}")
+    return cp.RawKernel(_SOURCE.read_text(), name, options=options)
+
+
+@functools.lru_cache(maxsize=None)
+def _device_limits(device_id: int) -> tuple[int, int]:
+    """(multiprocessors, shared bytes one block may use) of the current device."""
+    attributes = cp.cuda.Device(device_id).attributes
+    optin = attributes.get("MaxSharedMemoryPerBlockOptin", 48 * 1024)
+    wanted = int(os.environ.get("GBFLOW_CUDA_SHARED_BYTES", 100 * 1024))
+    return attributes["MultiProcessorCount"], min(optin, wanted)
+
+
+def _limits():
+    return _device_limits(cp.cuda.Device().id)
+
+
+def _host(a) -> np.ndarray:
+    return cp.asnumpy(a) if isinstance(a, cp.ndarray) else np.asarray(a)
+
+
+def _rows_per_block(total_rows: int) -> int:
+    n_sm, _ = _limits()
+    return max(_MIN_ROWS_PER_BLOCK, -(-total_rows // (2 * n_sm)))
+
+
+def work_list(seg_start, seg_count, rows_per_block: int | None = None) -> np.ndarray:
+    """(n_blocks, 5) int64 host array: per block [node, begin, end, first block of node, start].
+
+    Node k's segment [start_k, start_k + count_k) is dealt to consecutive blocks of at most
+    ``rows_per_block`` positions; empty nodes get no block.
+    """
+    start = _host(seg_start).astype(np.int64)
+    count = _host(seg_count).astype(np.int64)
+    if rows_per_block is None:
+        rows_per_block = _rows_per_block(int(count.sum()))
+    blocks = -(-count // rows_per_block)
+    n_blocks = int(blocks.sum())
+    node = np.repeat(np.arange(len(start), dtype=np.int64), blocks)
+    first = np.cumsum(blocks) - blocks
+    j = np.arange(n_blocks, dtype=np.int64) - first[node]
+    begin = start[node] + j * rows_per_block
+    end = np.minimum(begin + rows_per_block, start[node] + count[node])
+    return np.stack([node, begin, end, first[node], start[node]], axis=1)
+
+
+def _shared_feature_bytes(n_bins: int) -> int:
+    return 4 * (4 * n_bins + 1)  # see feature_words() in kernels.cu
+
+
+def _feature_groups(n_features: int, n_bins: int, reserved_bytes: int) -> tuple[int, int, int]:
+    """(use_shared, group_size, n_groups): features per shared-memory histogram block."""
+    _, budget = _limits()
+    per_feature = _shared_feature_bytes(n_bins)
+    most = (budget - reserved_bytes) // per_feature
+    if most < 1:
+        return 0, n_features, 1
+    n_groups = -(-n_features // most)
+    group = -(-n_features // n_groups)
+    return 1, group, n_groups
+
+
+def _launch_shared(kernel, grid, threads, shared_bytes, args):
+    if shared_bytes > 48 * 1024 and kernel.max_dynamic_shared_size_bytes < shared_bytes:
+        kernel.max_dynamic_shared_size_bytes = shared_bytes
+    kernel(grid, (threads,), args, shared_mem=shared_bytes)
+
+
+def _upload(work: np.ndarray, *arrays) -> list:
+    """The work list and small (array, dtype) pairs on the device, in one host-to-device copy
+    when they are host arrays (each separate copy waits for the device). Returns CuPy arrays."""
+    if any(isinstance(a, cp.ndarray) for a, _ in arrays):
+        return [cp.asarray(work)] + [cp.asarray(a, dtype=d) for a, d in arrays]
+    parts = [np.ascontiguousarray(work, dtype=np.int64)] + \
+        [np.ascontiguousarray(a, dtype=d) for a, d in arrays]
+    offsets, size = [], 0
+    for p in parts:
+        offsets.append(size)
+        size += -(-p.nbytes // 8) * 8  # keep every part 8-byte aligned
+    packed = np.zeros(size, dtype=np.uint8)
+    for p, o in zip(parts, offsets):
+        packed[o:o + p.nbytes] = p.view(np.uint8).reshape(-1)
+    device = cp.asarray(packed)
+    return [device[o:o + p.nbytes].view(p.dtype).reshape(p.shape) for p, o in zip(parts, offsets)]
+
+
+def _i64(x):
+    return np.int64(x)
+
+
+def _i32(x):
+    return np.int32(x)
+
+
+def bin_features(X, cut_values, cut_offsets, out):
+    """See ``numpy_kernels.bin_features``. X: (n, F) float32 CuPy, any strides; out: (n, F) view
+    with unit column stride (e.g. of a padded array)."""
+    n_rows, n_features = X.shape
+    if n_rows == 0 or n_features == 0:
+        return out
+    itemsize = X.itemsize
+    n = n_rows * n_features
+    grid = min(-(-n // _THREADS), 65535 * 16)
+    _kernel("bin_features", out.itemsize)(
+        (grid,), (_THREADS,),
+        (X, _i64(n_rows), _i32(n_features), _i64(X.strides[0] // itemsize),
+         _i64(X.strides[1] // itemsize), cp.asarray(cut_values, dtype=np.float32),
+         cp.asarray(cut_offsets, dtype=np.int64), out, _i64(out.strides[0] // out.itemsize)))
+    return out
+
+
+def build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins):
+    """See ``numpy_kernels.build_histograms``. Returns (n_nodes, F, n_bins, 2) int64 CuPy."""
+    n_features = bins.shape[1]
+    n_nodes = len(seg_start)
+    hist = cp.zeros((n_nodes, n_features, n_bins, 2), dtype=_dtypes.FIXED)
+    work = work_list(seg_start, seg_count)
+    if len(work) == 0 or n_features == 0:
+        return hist
+    use_shared, group, n_groups = _feature_groups(n_features, n_bins, 0)
+    name = "build_histograms_shared" if use_shared else "build_histograms_global"
+    kernel = _kernel(name, bins.itemsize)
+    shared = group * _shared_feature_bytes(n_bins) if use_shared else 0
+    _launch_shared(kernel, (len(work), n_groups), _HIST_THREADS, shared,
+                   (bins, _i64(bins.strides[0] // bins.itemsize), _i32(n_features), _i32(n_bins),
+                    cp.ascontiguousarray(gh), row_index, cp.asarray(work), _i32(group), hist))
+    return hist
+
+
+def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_h, reg_lambda,
+                    reg_alpha, min_child_weight):
+    """See ``numpy_kernels.evaluate_splits``; the five results are CuPy arrays."""
+    n_nodes, n_features, n_bins, _ = hist.shape
+    gain = cp.empty(n_nodes, dtype=np.float64)
+    feature = cp.empty(n_nodes, dtype=_dtypes.NODE)
+    threshold = cp.empty(n_nodes, dtype=np.int32)
+    default_left = cp.empty(n_nodes, dtype=bool)
+    left_sum = cp.empty((n_nodes, 2), dtype=_dtypes.FIXED)
+    if n_nodes:
+        # enough feature blocks to fill the GPU on shallow levels, at least 16 features each
+        n_sm, _ = _limits()
+        per_block = max(16, -(-n_features // max(1, 4 * n_sm // n_nodes)))
+        n_blocks = -(-n_features // per_block)
+        partial = cp.empty((n_nodes, n_blocks, 4), dtype=np.int64)  # struct Best: 4 x 8 bytes
+        _kernel("evaluate_splits", 1)(
+            (n_nodes, n_blocks), (_THREADS,),
+            (cp.ascontiguousarray(hist), _i32(n_features), _i32(n_bins),
+             cp.asarray(n_value_bins, dtype=np.int32), cp.asarray(feature_allowed, dtype=bool),
+             np.float64(inv_scale_g), np.float64(inv_scale_h), np.float64(reg_lambda),
+             np.float64(reg_alpha), np.float64(min_child_weight), _i32(per_block), partial))
+        warps_per_block = _THREADS // 32
+        _kernel("reduce_splits", 1)(
+            (-(-n_nodes // warps_per_block),), (_THREADS,),
+            (partial, _i32(n_nodes), _i32(n_blocks), _i32(n_bins), gain, feature, threshold,
+             default_left, left_sum))
+    return gain, feature, threshold, default_left, left_sum
+
+
+def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg_count, feature,
+                            bin_threshold, default_left, small_is_left, n_bins):
+    """See ``numpy_kernels.partition_and_histogram``. row_index (CuPy int32) is partitioned in
+    place. Returns left_count (n_nodes,) int64 and hist (n_nodes, F, n_bins, 2) int64, CuPy."""
+    n_features = bins.shape[1]
+    n_nodes = len(seg_start)
+    hist = cp.zeros((n_nodes, n_features, n_bins, 2), dtype=_dtypes.FIXED)
+    left_count = cp.zeros(n_nodes, dtype=np.int64)
+    work = work_list(seg_start, seg_count)
+    if len(work) == 0:
+        return left_count, hist
+    n_blocks = len(work)
+    work, *split, small_is_left = _upload(
+        work, (feature, np.int32), (bin_threshold, np.int32), (default_left, bool),
+        (small_is_left, bool))
+    n_rows_total = np.int64(bins_by_feature.shape[1])
+    block_left = cp.empty(n_blocks, dtype=np.int64)
+    itemsize = bins.itemsize
+    _kernel("count_left", itemsize)((n_blocks,), (_THREADS,),
+                                    (bins_by_feature, n_rows_total, row_index, work, *split,
+                                     block_left))
+    use_shared, group, n_groups = _feature_groups(max(n_features, 1), n_bins, _HIST_THREADS * 4)
+    shared = (group * _shared_feature_bytes(n_bins) if use_shared else 0) + _HIST_THREADS * 4
+    scratch = cp.empty_like(row_index)
+    _launch_shared(_kernel("scatter_and_histogram", itemsize), (n_blocks, n_groups),
+                   _HIST_THREADS, shared,
+                   (bins, _i64(bins.strides[0] // itemsize), bins_by_feature, n_rows_total,
+                    _i32(n_features), _i32(n_bins), cp.ascontiguousarray(gh), row_index, scratch,
+                    work, block_left, *split, small_is_left, _i32(group),
+                    _i32(use_shared), hist, left_count))
+    _kernel("copy_back", 1)((n_blocks,), (_THREADS,), (scratch, row_index, work))
+    return left_count, hist
+
+
+def _margin_stride(margin) -> np.int64:
+    return np.int64(margin.strides[0] // margin.itemsize)
+
+
+def add_leaf_values(margin, row_index, seg_start, seg_count, values):
+    """See ``numpy_kernels.add_leaf_values``. margin: (n,) float64 CuPy, may be a column view."""
+    work = work_list(seg_start, seg_count)
+    if len(work) == 0:
+        return
+    work, values = _upload(work, (values, np.float64))
+    _kernel("add_leaf_values", 1)((len(work),), (_THREADS,),
+                                  (margin, _margin_stride(margin), row_index, work, values))
+
+
+def add_split_leaf_values(margin, bins_by_feature, row_index, seg_start, seg_count, feature,
+                          bin_threshold, default_left, left_value, right_value):
+    """See ``numpy_kernels.add_split_leaf_values`` (rows are not moved)."""
+    work = work_list(seg_start, seg_count)
+    if len(work) == 0:
+        return
+    work, *split = _upload(work, (feature, np.int32), (bin_threshold, np.int32),
+                           (default_left, bool), (left_value, np.float64),
+                           (right_value, np.float64))
+    _kernel("add_split_leaf_values", bins_by_feature.itemsize)(
+        (len(work),), (_THREADS,),
+        (margin, _margin_stride(margin), bins_by_feature, np.int64(bins_by_feature.shape[1]),
+         row_index, work, *split))
+
+
+def predict_margins(X, feature, threshold, default_left, left, right, value, tree_root, tree_group,
+                    out):
+    """See ``numpy_kernels.predict_margins``. X: (n, F) float32 CuPy, any strides; out: (n, G)
+    float64 C-contiguous CuPy, updated in place and returned."""
+    n_rows = X.shape[0]
+    if n_rows == 0 or len(tree_root) == 0:
+        return out
+    if not out.flags.c_contiguous:
+        raise ValueError("predict_margins: out must be C-contiguous")
+    grid = min(-(-n_rows // _THREADS), 65535 * 16)
+    _kernel("predict_margins", 1)(
+        (grid,), (_THREADS,),
+        (X, _i64(n_rows), _i64(X.strides[0] // X.itemsize), _i64(X.strides[1] // X.itemsize),
+         cp.asarray(feature, dtype=np.int32), cp.asarray(threshold, dtype=np.float32),
+         cp.asarray(default_left, dtype=bool), cp.asarray(left, dtype=np.int32),
+         cp.asarray(right, dtype=np.int32), cp.asarray(value, dtype=np.float64),
+         cp.asarray(tree_root, dtype=np.int64), cp.asarray(tree_group, dtype=np.int32),
+         _i32(len(tree_root)), out, _i32(out.shape[1])))
+    return out

@@ -1,0 +1,109 @@
+"""The GPU against the CPU: the same model bit for bit (squared error), bounded differences
+(logistic, softmax), cuDF and CuPy in and out, device selection. Runs only where a GPU is present."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import gbflow
+from gbflow.backend import cuda_available, get_backend
+from gbflow.metrics import auc
+
+from conftest import make_table
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU with CuPy here")]
+
+
+def _fit(data, device, rounds=20, weight=None, **params):
+    return gbflow.train(data, label="y", weight=weight, num_boost_round=rounds, verbose=False,
+                        params={"device": device, **params})
+
+
+@pytest.mark.parametrize("params", [
+    {"max_depth": 6},
+    {"max_depth": 8, "max_bin": 64, "reg_alpha": 0.3, "min_child_weight": 3.0},
+    {"max_depth": 4, "max_bin": 1000, "subsample": 0.7, "colsample_bytree": 0.6, "gamma": 0.01},
+])
+def test_squared_error_same_trees_on_gpu_and_cpu(params):
+    """Splits, thresholds, default directions, leaf values: the model files are equal bytes."""
+    df = make_table(n_rows=20000, n_features=8, seed=21)
+    weight = np.random.default_rng(1).uniform(0.2, 3.0, len(df))
+    cpu = _fit(df, "cpu", weight=weight, **params)
+    gpu = _fit(df, "cuda", weight=weight, **params)
+    assert gpu.to_json() == cpu.to_json()
+    assert np.array_equal(gpu.predict(df).to_numpy(), cpu.predict(df).to_numpy())
+
+
+@pytest.mark.parametrize("task,params", [
+    ("binary", {"objective": "binary:logistic"}),
+    ("multiclass", {"objective": "multi:softprob", "num_class": 3}),
+])
+def test_logistic_and_softmax_stay_close_to_the_cpu(task, params):
+    """exp() on the GPU may differ from NumPy's in the last bit, so gradients may differ by an
+    ulp: the models are not bit-identical, but their predictions agree to 1e-6."""
+    df = make_table(n_rows=20000, n_features=8, task=task, seed=22)
+    cpu = _fit(df, "cpu", max_depth=6, **params)
+    gpu = _fit(df, "cuda", max_depth=6, **params)
+    p_cpu, p_gpu = np.asarray(cpu.predict(df)), np.asarray(gpu.predict(df))
+    assert np.max(np.abs(p_cpu - p_gpu)) < 1e-6
+    if task == "binary":
+        assert abs(auc(df["y"].to_numpy(), p_cpu) - auc(df["y"].to_numpy(), p_gpu)) < 1e-6
+
+
+def test_margin_update_on_a_column_view():
+    """The margin kernels write through a strided column view (one column of (n, groups))."""
+    import cupy as cp
+    from gbflow.backend import cuda_kernels, numpy_kernels
+    rng = np.random.default_rng(3)
+    row_index = rng.permutation(5000).astype(np.int32)
+    start, count = np.array([0, 100, 100, 4500]), np.array([100, 0, 4400, 500])
+    values = rng.normal(size=4)
+    expected = np.zeros((5000, 3))
+    numpy_kernels.add_leaf_values(expected[:, 1], row_index, start, count, values)
+    margin = cp.zeros((5000, 3))
+    cuda_kernels.add_leaf_values(margin[:, 1], cp.asarray(row_index), start, count, values)
+    assert np.array_equal(cp.asnumpy(margin), expected)
+
+
+def test_cupy_arrays_in_and_out():
+    import cupy as cp
+    df = make_table(n_rows=5000, seed=23)
+    X = df.drop(columns="y").to_numpy(dtype=np.float32)
+    y = df["y"].to_numpy()
+    on_host = gbflow.train(X, y, params={"device": "cpu"}, num_boost_round=10, verbose=False)
+    on_gpu = gbflow.train(cp.asarray(X), cp.asarray(y), num_boost_round=10, verbose=False)
+    assert on_gpu.to_json() == on_host.to_json()
+    prediction = on_gpu.predict(cp.asarray(X))
+    assert isinstance(prediction, cp.ndarray)
+    assert np.array_equal(cp.asnumpy(prediction), on_host.predict(X))
+
+
+def test_cudf_in_and_out():
+    cudf = pytest.importorskip("cudf")
+    df = make_table(n_rows=5000, seed=24)
+    df.index = pd.RangeIndex(7, 7 + 3 * len(df), 3)
+    gdf = cudf.from_pandas(df)
+    assert get_backend("auto", data_on_gpu=True).name == "cuda"
+    on_gpu = _fit(gdf, "auto", rounds=10)  # "auto" trains where the data is
+    on_cpu = _fit(df, "cpu", rounds=10)
+    assert on_gpu.to_json() == on_cpu.to_json()
+    prediction = on_gpu.predict(gdf)
+    assert isinstance(prediction, cudf.Series) and prediction.name == "prediction"
+    assert prediction.index.to_pandas().equals(df.index)
+    assert np.array_equal(prediction.to_numpy(), on_cpu.predict(df).to_numpy())
+    out = on_gpu.transform(gdf.assign(id=np.arange(len(gdf))), name="score")
+    assert isinstance(out, cudf.DataFrame) and list(out.columns[-2:]) == ["id", "score"]
+    assert np.array_equal(out["score"].to_numpy(), prediction.to_numpy())
+    with pytest.raises(KeyError, match="label column 'target' is not in training data"):
+        gbflow.train(gdf, label="target", verbose=False)
+
+
+def test_cudf_nulls_are_missing_values():
+    cudf = pytest.importorskip("cudf")
+    df = make_table(n_rows=3000, seed=25)
+    gdf = cudf.from_pandas(df)
+    gdf["x0"] = gdf["x0"].nans_to_nulls()  # cuDF nulls, not NaN
+    assert gdf["x0"].null_count > 0
+    assert _fit(gdf, "cuda", rounds=5).to_json() == _fit(df, "cuda", rounds=5).to_json()
