@@ -60,6 +60,7 @@ class Spec:
     train: Table
     evals: tuple[tuple[str, Table], ...]  # (name, table) per evaluation set
     timeout: float
+    data_on_gpu: bool = False  # cuDF partitions: device="auto" then means the GPU
 
 
 def load_partition(frame, index: int, table: Table, spec: Spec) -> data_mod.DataSet:
@@ -114,7 +115,7 @@ class CollectiveShardSet(ShardSet):
             if self.nccl is not None:
                 return self.nccl.allreduce_sum(array)
             host = self.collective.allreduce_sum(self.backend.to_host(array))
-            return self.backend.xp.asarray(host)
+            return self.backend.asarray(host)
 
     def allreduce_max(self, value):
         if self.collective.size == 1:
@@ -228,7 +229,7 @@ class Joined:
                 continue
             finally:
                 del frame
-            X[at: at + part.n_rows] = xp.asarray(part.X)
+            X[at: at + part.n_rows] = backend.asarray(part.X)
             # Host copies (np.concatenate below copies): nothing keeps the partition alive.
             labels.append(backend.to_host(part.label))
             if part.weight is not None:
@@ -322,7 +323,7 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
     shardset = None
     try:
         with _malloc_for_training():
-            backend = get_backend(spec.params.device)
+            backend = get_backend(spec.params.device, data_on_gpu=spec.data_on_gpu)
 
             def supply(ref, what):
                 return lambda: _fetch(worker, ref, what)
