@@ -10,7 +10,7 @@ import uuid
 
 from .. import data as data_mod
 from .. import training
-from ..backend import get_backend
+from ..backend import get_backend, on_gpu
 from ..params import Params
 from . import task as task_mod
 from .collective import CollectiveAborted, CollectiveError, CollectivePlugin, WorkerLostError, \
@@ -92,12 +92,13 @@ def _timeout() -> float:
 
 
 def _spec(params, num_boost_round, early_stopping_rounds, verbose, label, weight, features,
-          train_table, evals, session="") -> task_mod.Spec:
+          train_table, evals, data_on_gpu: bool, session="") -> task_mod.Spec:
     return task_mod.Spec(
         session=session, topic=f"gbflow-{session}", params=params,
         num_boost_round=num_boost_round, early_stopping_rounds=early_stopping_rounds,
         verbose=verbose, label=label, weight=weight, features=tuple(features), train=train_table,
-        evals=tuple((name, table) for _, name, table in evals), timeout=_timeout())
+        evals=tuple((name, table) for _, name, table in evals), timeout=_timeout(),
+        data_on_gpu=data_on_gpu)
 
 
 def current_client():
@@ -118,7 +119,7 @@ def train(data, label, params: Params, num_boost_round: int, evals, early_stoppi
     """
     ddf, features, table, evals = check(data, label, weight, params, evals)
     spec = _spec(params, num_boost_round, early_stopping_rounds, verbose, label, weight, features,
-                 table, evals)
+                 table, evals, data_on_gpu=on_gpu(ddf._meta))
     client = client if client is not None else current_client()
     if client is None:
         return _train_in_process(ddf, evals, spec)
@@ -139,14 +140,14 @@ def _train_in_process(ddf, evals, spec: task_mod.Spec):
     delayed = list(ddf.to_delayed()) + [d for frame, _, _ in evals for d in frame.to_delayed()]
     frames = list(dask.compute(*delayed))
     computed = time.perf_counter() - started
-    backend = get_backend(spec.params.device)
+    backend = get_backend(spec.params.device, data_on_gpu=spec.data_on_gpu)
     items, at = [], 0
     for count in [ddf.npartitions] + [frame.npartitions for frame, _, _ in evals]:
         items.append(list(enumerate(frames[at: at + count])))
         at += count
     del frames
     tables = [spec.train] + [table for _, table in spec.evals]
-    joined = [task_mod.Joined(backend.xp, spec, table, key, part_items)
+    joined = [task_mod.Joined(backend, spec, table, key, part_items)
               for key, (table, part_items) in enumerate(zip(tables, items))]
     task_mod.first_error(gradients.LOCAL, [e for j in joined for e in j.errors])
     train, evals_joined = joined[0], joined[1:]

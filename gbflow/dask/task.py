@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import data as data_mod
 from .. import objectives, training
-from ..backend import get_backend, to_host
+from ..backend import get_backend
 from ..grower import ShardSet
 from ..params import Params
 from .collective import CollectiveAborted, CollectiveError, DaskCollective
@@ -60,10 +60,12 @@ class Spec:
     train: Table
     evals: tuple[tuple[str, Table], ...]  # (name, table) per evaluation set
     timeout: float
+    data_on_gpu: bool = False  # cuDF partitions: device="auto" then means the GPU
 
 
 def load_partition(frame, index: int, table: Table, spec: Spec) -> data_mod.DataSet:
-    """One partition (pandas/cuDF frame) -> a checked ``DataSet`` that shares no memory with it.
+    """One partition (pandas/cuDF frame) -> a checked ``DataSet`` (its label and weight may be
+    views of the partition's memory; ``Joined`` copies them).
 
     Raises ValueError/TypeError/KeyError naming the partition and the column at fault: columns
     other than the collection's, non-numeric values, labels the objective cannot take, NaN or
@@ -83,12 +85,7 @@ def load_partition(frame, index: int, table: Table, spec: Spec) -> data_mod.Data
                             feature_names=list(spec.features), allow_empty=True)
     objective = objectives.get_objective(spec.params.objective, spec.params.num_class)
     objective.check_label(dataset.label, f"label column {spec.label!r} of {what}")
-    # Label and weight may be views of the partition's memory; copies let the partition go.
-    # They are joined on the host (cuDF partitions give CuPy columns: copied to the host here,
-    # back to the GPU by training.fit; 8 bytes a row).
-    return dataclasses.replace(
-        dataset, label=np.array(to_host(dataset.label), copy=True),
-        weight=None if dataset.weight is None else np.array(to_host(dataset.weight), copy=True))
+    return dataset
 
 
 def raw_bytes(frame) -> int:
@@ -118,7 +115,7 @@ class CollectiveShardSet(ShardSet):
             if self.nccl is not None:
                 return self.nccl.allreduce_sum(array)
             host = self.collective.allreduce_sum(self.backend.to_host(array))
-            return self.backend.xp.asarray(host)
+            return self.backend.asarray(host)
 
     def allreduce_max(self, value):
         if self.collective.size == 1:
@@ -134,7 +131,9 @@ class CollectiveShardSet(ShardSet):
 
 
 class _MemoryWatch:
-    """Resident memory of this process: now, and the peak while watching (sampled every 10 ms)."""
+    """Resident memory of this process: now, and the peak while watching (sampled every 25 ms:
+    often enough to see the sketch's short peak, rarely enough not to disturb the kernels'
+    threads on a busy machine)."""
 
     def __init__(self):
         import psutil  # a dependency of distributed
@@ -148,7 +147,7 @@ class _MemoryWatch:
         return int(self._process.memory_info().rss)
 
     def _run(self):
-        while not self._stop.wait(0.01):
+        while not self._stop.wait(0.025):
             self.peak = max(self.peak, self.now())
 
     def stop(self) -> None:
@@ -205,19 +204,20 @@ class Joined:
     """One collection's partitions on this process, checked and joined into one part.
 
     Partitions are loaded one at a time and copied into a single (rows, features) float32 matrix
-    (on ``xp``'s device), so that only one raw partition's float32 copy exists at a time besides
+    (on the backend's device), so that only one raw partition's float32 copy exists at a time besides
     the joined matrix, and training sees one shard per worker (a shard per partition would cost a
     kernel call per partition and level). errors: (sort key, exception) of partitions that failed
     their checks. lengths: {partition index: rows}. raw_bytes: the partitions' size.
     """
 
-    def __init__(self, xp, spec: Spec, table: Table, key: int, items: list):
+    def __init__(self, backend, spec: Spec, table: Table, key: int, items: list):
         """items: (partition index, frame) pairs, frames as pandas/cuDF partitions or callables
         returning one; the list is emptied (the frames are let go as they are converted)."""
         self.spec, self.errors, self.lengths, self.raw_bytes = spec, [], {}, 0
         frames = [(i, f() if callable(f) else f) for i, f in items]
         items.clear()
         total = sum(len(f) for _, f in frames)
+        xp = backend.xp
         X = xp.empty((total, len(spec.features)), dtype=np.float32)
         labels, weights, self.runs, at = [], [], [], 0  # runs: (partition index, rows)
         for position in range(len(frames)):
@@ -231,10 +231,11 @@ class Joined:
                 continue
             finally:
                 del frame
-            X[at: at + part.n_rows] = xp.asarray(part.X)
-            labels.append(part.label)
+            X[at: at + part.n_rows] = backend.asarray(part.X)
+            # Host copies (np.concatenate below copies): nothing keeps the partition alive.
+            labels.append(backend.to_host(part.label))
             if part.weight is not None:
-                weights.append(part.weight)
+                weights.append(backend.to_host(part.weight))
             self.lengths[index] = part.n_rows
             self.runs.append((index, part.n_rows))
             at += part.n_rows
@@ -324,14 +325,14 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
     shardset = None
     try:
         with _malloc_for_training():
-            backend = get_backend(spec.params.device)
+            backend = get_backend(spec.params.device, data_on_gpu=spec.data_on_gpu)
 
             def supply(ref, what):
                 return lambda: _fetch(worker, ref, what)
 
-            train = Joined(backend.xp, spec, spec.train, 0,
+            train = Joined(backend, spec, spec.train, 0,
                            [(r.index, supply(r, spec.train.what)) for r in train_refs])
-            evals = [Joined(backend.xp, spec, table, 1 + j,
+            evals = [Joined(backend, spec, table, 1 + j,
                             [(r.index, supply(r, table.what)) for r in eval_refs[j]])
                      for j, (_, table) in enumerate(spec.evals)]
             first_error(collective, train.errors + [e for j in evals for e in j.errors])
