@@ -34,7 +34,7 @@ def make_partition(index: int, rows: int, n_features: int, seed: int, gpu: bool)
         import pandas as frames
     rng = xp.random.default_rng([seed, index]) if not gpu else xp.random.default_rng(
         seed * 100_003 + index)
-    mix_rng = xp.random.default_rng(seed)  # the same mixing matrix in every partition
+    mix_rng = xp.random.default_rng(2026)  # the same problem in every partition and table
     mix = mix_rng.standard_normal((n_features, n_features)) / n_features ** 0.5
     X = (rng.standard_normal((rows, n_features)) @ (xp.eye(n_features) + 0.5 * mix))
     X = X.astype(xp.float32)
@@ -42,7 +42,7 @@ def make_partition(index: int, rows: int, n_features: int, seed: int, gpu: bool)
     logit = (X @ w) * 0.3 + xp.sin(2 * X[:, 0]) * X[:, 1] + 0.5 * (X[:, 2] > 0.3) * X[:, 3] \
         - 0.4 * X[:, 4] ** 2 + 0.8 * xp.tanh(X[:, 5] * X[:, 6])
     y = (rng.random(rows) < 1 / (1 + xp.exp(-logit))).astype(xp.float32)
-    frame = frames.DataFrame({f"f{i}": X[:, i] for i in range(n_features)})
+    frame = frames.DataFrame(X, columns=[f"f{i}" for i in range(n_features)])  # one copy
     frame["y"] = y
     return frame
 

@@ -143,3 +143,31 @@ def test_a_lost_worker_fails_training_fast():
                                     num_boost_round=2, verbose=False, client=client)
         assert booster.to_json() == gbflow.train(df, label="y", num_boost_round=2,
                                                  verbose=False).to_json()
+
+
+def test_an_error_on_one_worker_mid_training_is_the_error_raised(monkeypatch):
+    """A task failing mid-training aborts the others at once, and train() raises the failing
+    task's own error, not the others' echoes of it."""
+    from gbflow import training
+
+    grow = training.grow_tree
+    calls = {}
+
+    def failing_grow(shardset, *args, **kwargs):
+        address = distributed.get_worker().address
+        calls[address] = calls.get(address, 0) + 1
+        if shardset.collective.rank == 1 and calls[address] == 3:
+            raise RuntimeError("boom on purpose")
+        return grow(shardset, *args, **kwargs)
+
+    monkeypatch.setattr(training, "grow_tree", failing_grow)
+    df = make_table(n_rows=1200, seed=42)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=":0") as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match="boom on purpose"):
+            gbflow.dask.train(dd.from_pandas(df, npartitions=4), label="y", num_boost_round=50,
+                              verbose=False, client=client)
+        assert time.monotonic() - start < 20
+        assert all(not s for s in client.run(collective.active_sessions).values())

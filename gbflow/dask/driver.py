@@ -282,8 +282,14 @@ class _Cluster:
             if self.quantized and futures:
                 futures.clear()  # gbflow's references to the raw partitions
             states = [t.status for t in tasks]
-            if any(s in ("error", "cancelled") for s in states) or \
-                    all(s == "finished" for s in states):
+            if all(s == "finished" for s in states):
+                return
+            if any(s in ("error", "cancelled") for s in states):
+                # The others stop within moments (aborted by the failing task); wait for them so
+                # that raise_first can choose the original error over their echoes of it.
+                settle = time.monotonic() + 2.0
+                while time.monotonic() < settle and not all(t.done() for t in tasks):
+                    time.sleep(_POLL)
                 return
             now = time.monotonic()
             if now >= next_check:
@@ -337,6 +343,7 @@ def raise_first(tasks):
     failed = [(t, t.exception()) for t in tasks if t.status == "error"]
     if not failed:
         return
+
     def rank(item):
         e = item[1]
         return 2 if isinstance(e, CollectiveAborted) else 1 if isinstance(e, CollectiveError) else 0
