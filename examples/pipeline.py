@@ -153,7 +153,7 @@ def main() -> None:
     scored = booster.transform(test, name="p_default")
     scored.to_parquet(f"{args.out}/scored", write_index=False)
     result = dd.read_parquet(f"{args.out}/scored", columns=["default", "p_default"]).compute()
-    if args.gpu:
+    if hasattr(result, "to_pandas"):  # cuDF, when Dask's DataFrame backend is cuDF
         result = result.to_pandas()
     y, p = result["default"].to_numpy(np.float64), result["p_default"].to_numpy()
     print(f"wrote {len(result):,} scored test rows to {args.out}/scored: test auc "
