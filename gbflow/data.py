@@ -42,6 +42,18 @@ def is_dask_collection(data) -> bool:
     return type(data).__module__.split(".")[0] in ("dask", "dask_cudf", "dask_expr")
 
 
+def eval_pair(entry, index: int) -> tuple[object, str, str]:
+    """One entry of ``evals``: checks it is a (data, name) pair with a string name and returns
+    (data, name, how errors call it)."""
+    if not (isinstance(entry, (tuple, list)) and len(entry) == 2):
+        raise TypeError(f"evals[{index}] must be a (data, name) pair, got {type(entry).__name__}")
+    data, name = entry
+    if not isinstance(name, str):
+        raise TypeError(f"evals[{index}] must be a (data, name) pair with a string name, "
+                        f"got a {type(name).__name__} as name")
+    return data, name, f"evals[{index}] ({name!r})"
+
+
 def check_container(data, what: str) -> None:
     """Refuse anything that is not a pandas DataFrame or a 2-D numeric array, before any work."""
     module = type(data).__module__.split(".")[0]

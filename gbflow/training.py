@@ -270,13 +270,7 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
 
 
 def _eval_dataset(entry, label, weight, train: data_mod.DataSet, index: int):
-    if not (isinstance(entry, (tuple, list)) and len(entry) == 2):
-        raise TypeError(f"evals[{index}] must be a (data, name) pair, got {type(entry).__name__}")
-    data, name = entry
-    if not isinstance(name, str):
-        raise TypeError(f"evals[{index}] must be a (data, name) pair with a string name, "
-                        f"got a {type(name).__name__} as name")
-    what = f"evals[{index}] ({name!r})"
+    data, name, what = data_mod.eval_pair(entry, index)
     if isinstance(data, tuple):
         if len(data) not in (2, 3):
             raise TypeError(f"{what}: give (X, y) or (X, y, weight) as data")

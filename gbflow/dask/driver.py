@@ -71,13 +71,7 @@ def check(data, label, weight, params: Params, evals):
     features = meta.feature_names
     checked = []
     for i, entry in enumerate(evals or []):
-        if not (isinstance(entry, (tuple, list)) and len(entry) == 2):
-            raise TypeError(f"evals[{i}] must be a (data, name) pair, got {type(entry).__name__}")
-        frame, name = entry
-        if not isinstance(name, str):
-            raise TypeError(f"evals[{i}] must be a (data, name) pair with a string name, "
-                            f"got a {type(name).__name__} as name")
-        what = f"evals[{i}] ({name!r})"
+        frame, name, what = data_mod.eval_pair(entry, i)
         frame = _frame(frame, what)
         data_mod.load(frame._meta, label, weight, what, feature_names=features, allow_empty=True)
         checked.append((frame, name, _table(frame, what)))
