@@ -14,7 +14,7 @@ Both are warmed up first (CUDA contexts, kernel compilation) by a small untimed 
 computed on held-out partitions with each library's Dask prediction.
 
 Needs a CUDA machine with RAPIDS (cudf, dask_cudf, dask_cuda), CuPy and xgboost with CUDA; it
-was written before gbflow's CUDA backend and has only been run in its --cpu smoke mode.
+ran on one and two H200s on 2026-11-22 (numbers in docs/benchmarks.md).
 """
 from __future__ import annotations
 
