@@ -77,20 +77,15 @@ class Booster:
         data_mod.check_features(X, self.feature_names, "prediction data")
         return X
 
-    def _margin(self, X):
-        """(n, n_groups) float64 margins of X, computed where X lives (NumPy or CuPy array)."""
-        if self._forest is None:
-            self._forest = predictor.FlatForest.from_trees(self.trees)
-        backend = get_backend("cuda" if on_gpu(X) else "cpu")
-        return predictor.predict_margin(backend, X, self._forest, self.base_margin)
-
     def _predict(self, data, output_margin: bool, name: str, passengers_allowed: bool):
         X = self._features(data, passengers_allowed)
-        margin = self._margin(X)
-        xp = get_backend("cuda" if on_gpu(X) else "cpu").xp
+        backend = get_backend("cuda" if on_gpu(X) else "cpu")  # predict where the data lives
+        if self._forest is None:
+            self._forest = predictor.FlatForest.from_trees(self.trees)
+        margin = predictor.predict_margin(backend, X, self._forest, self.base_margin)
         values = margin if self.n_groups > 1 else margin[:, 0]
         if not output_margin:
-            values = self._objective.transform(xp, margin)
+            values = self._objective.transform(backend.xp, margin)
         return frames.wrap_prediction(values, data, name)
 
     def predict(self, data, output_margin: bool = False, name: str = "prediction"):

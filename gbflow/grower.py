@@ -88,7 +88,7 @@ class ShardSet:
     """The shards one process trains on, and how sums reach the other processes.
 
     In one process ``allreduce_sum``/``allreduce_max``/``allgather`` return their input (a list of
-    it for ``allgather``); the Dask integration (``gbflow.dask.worker.CollectiveShardSet``)
+    it for ``allgather``); the Dask integration (``gbflow.dask.task.CollectiveShardSet``)
     overrides them with a collective over the workers. Every process calls them in the same order.
     Every method that sums over shards adds integers, so the result does not depend on the number
     or order of shards or processes.
