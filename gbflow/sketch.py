@@ -131,20 +131,25 @@ def candidate_buckets(coarse: np.ndarray, n_value_bins: int) -> np.ndarray:
     return candidates
 
 
-def bucket_slots(candidates: np.ndarray) -> np.ndarray:
-    """(n_features * 65536,) int32: each candidate bucket's row in the pass-2 table, -1 elsewhere.
+@dataclasses.dataclass
+class Slots:
+    """Rows of the pass-2 table: one per candidate bucket, numbered in (feature, bucket) order.
 
-    Slots are numbered in (feature, bucket) order, so a feature's slots are consecutive."""
+    of_bucket: (n_features * 65536,) int32, each candidate bucket's slot, -1 elsewhere.
+    first: (n_features + 1,) int64, feature f's slots are first[f] .. first[f + 1] - 1. Host arrays.
+    """
+
+    of_bucket: np.ndarray
+    first: np.ndarray
+
+
+def bucket_slots(candidates: np.ndarray) -> Slots:
+    """The slots of the candidate buckets ((n_features, 65536) bool)."""
     where = np.flatnonzero(candidates.reshape(-1))
-    slots = np.full(candidates.size, -1, dtype=np.int32)
-    slots[where] = np.arange(len(where), dtype=np.int32)
-    return slots
-
-
-def _first_slots(slots: np.ndarray, n_features: int) -> np.ndarray:
-    """(n_features + 1,) int64: feature f's slots are first[f] .. first[f + 1] - 1."""
-    per_feature = (slots.reshape(n_features, N_BUCKETS) >= 0).sum(axis=1)
-    return np.concatenate([[0], np.cumsum(per_feature)]).astype(np.int64)
+    of_bucket = np.full(candidates.size, -1, dtype=np.int32)
+    of_bucket[where] = np.arange(len(where), dtype=np.int32)
+    first = np.concatenate([[0], np.cumsum(candidates.sum(axis=1))]).astype(np.int64)
+    return Slots(of_bucket=of_bucket, first=first)
 
 
 SUB_BITS = 8
@@ -158,9 +163,9 @@ def _sub_bucket(xp, keys):
 def middle_summary(xp, X, w_fixed, slots, block_values: int = BLOCK_VALUES):
     """Pass 2: (n_slots, 256) int64 total weight per candidate bucket and next 8 key bits.
 
-    slots: ``bucket_slots`` of the merged pass-1 selection (host array)."""
-    first = _first_slots(slots, X.shape[1])
-    slots = xp.asarray(slots)
+    slots: ``bucket_slots`` of the merged pass-1 selection."""
+    first = slots.first
+    slots = xp.asarray(slots.of_bucket)
     counts = xp.zeros(int(first[-1]) * N_SUB, dtype=np.int64)
     for f0, block, w in _blocks(X, w_fixed, block_values):
         keys, flat = _flat_bucket_ids(xp, block)
@@ -178,15 +183,14 @@ def middle_summary(xp, X, w_fixed, slots, block_values: int = BLOCK_VALUES):
     return counts.reshape(-1, N_SUB)
 
 
-def candidate_sub_buckets(coarse: np.ndarray, slots: np.ndarray, middle: np.ndarray,
+def candidate_sub_buckets(coarse: np.ndarray, slots: Slots, middle: np.ndarray,
                           n_value_bins: int) -> np.ndarray:
     """Pass 2 selection: (n_slots, 256) bool, the sub-buckets whose exact values are needed.
 
     Those holding a target rank, or, for a feature with few occupied sub-buckets, all of them."""
     selected = np.zeros(middle.shape, dtype=bool)
-    first_slots = _first_slots(slots, coarse.shape[0])
     for f in range(coarse.shape[0]):
-        first, stop = first_slots[f], first_slots[f + 1]
+        first, stop = slots.first[f], slots.first[f + 1]
         table = middle[first:stop]
         occupied = table > 0
         if occupied.sum() <= n_value_bins:
@@ -198,7 +202,7 @@ def candidate_sub_buckets(coarse: np.ndarray, slots: np.ndarray, middle: np.ndar
         cumulative = np.cumsum(coarse[f])
         bucket = np.searchsorted(cumulative, ranks)
         within = ranks - (cumulative[bucket] - coarse[f, bucket])  # rank inside the bucket
-        slot = slots[f * N_BUCKETS + bucket]
+        slot = slots.of_bucket[f * N_BUCKETS + bucket]
         # first sub-bucket whose cumulative weight reaches the rank, for every target at once
         sub = (np.cumsum(middle[slot], axis=1) < within[:, None]).sum(axis=1)
         selected[slot, sub] = True
@@ -220,7 +224,7 @@ class FineSummary:
 def fine_summary(xp, X, w_fixed, slots, sub_candidates,
                  block_values: int = BLOCK_VALUES) -> FineSummary:
     """Pass 3: the distinct values of X in candidate sub-buckets with their total weights."""
-    slots = xp.asarray(slots)
+    slots = xp.asarray(slots.of_bucket)
     wanted = xp.asarray(sub_candidates).reshape(-1)
     keys_parts, weight_parts = [], []
     for f0, block, w in _blocks(X, w_fixed, block_values):
@@ -281,7 +285,7 @@ def _exclusive_cumsum_by_group(weights: np.ndarray, group: np.ndarray) -> np.nda
     return within - weights - (within[first] - weights[first])
 
 
-def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, slots: np.ndarray,
+def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, slots: Slots,
                 middle: np.ndarray, sub_candidates: np.ndarray, fine: FineSummary,
                 n_value_bins: int) -> tuple[np.ndarray, np.ndarray]:
     """Cut points per feature from the merged summaries of the three passes.
@@ -292,7 +296,6 @@ def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, slots: np.ndarray,
     cut_offsets ((n_features + 1,) int64).
     """
     n_features = coarse.shape[0]
-    first_slots = _first_slots(slots, n_features)
     starts = np.searchsorted(fine.feature, np.arange(n_features + 1))
     # weight before each sub-bucket inside its bucket
     before_sub = np.cumsum(middle, axis=1) - middle
@@ -304,7 +307,7 @@ def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, slots: np.ndarray,
         if total == 0:
             per_feature.append(np.empty(0, dtype=_dtypes.CUT))
             continue
-        first, stop = first_slots[f], first_slots[f + 1]
+        first, stop = slots.first[f], slots.first[f + 1]
         everything = not (coarse[f] > 0)[~candidates[f]].any() and \
             not (middle[first:stop] > 0)[~sub_candidates[first:stop]].any()
         if everything and len(keys) <= n_value_bins:
@@ -313,7 +316,7 @@ def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, slots: np.ndarray,
         bucket = (keys >> np.uint32(RADIX_BITS)).astype(np.int64)
         sub = ((keys >> np.uint32(RADIX_BITS - SUB_BITS)) & np.uint32(N_SUB - 1)).astype(np.int64)
         before_bucket = np.cumsum(coarse[f]) - coarse[f]
-        slot = slots[f * N_BUCKETS + bucket]
+        slot = slots.of_bucket[f * N_BUCKETS + bucket]
         group = (keys >> np.uint32(RADIX_BITS - SUB_BITS)).astype(np.int64)
         # exact global rank (weight up to and including each entry)
         cumulative = before_bucket[bucket] + before_sub[slot, sub] + \
