@@ -18,6 +18,7 @@ import cupy as cp
 import numpy as np
 
 from .. import _dtypes
+from . import to_host
 
 _SOURCE = pathlib.Path(__file__).with_name("cuda") / "kernels.cu"
 _THREADS = 256
@@ -45,10 +46,6 @@ def _limits():
     return _device_limits(cp.cuda.Device().id)
 
 
-def _host(a) -> np.ndarray:
-    return cp.asnumpy(a) if isinstance(a, cp.ndarray) else np.asarray(a)
-
-
 def _rows_per_block(total_rows: int) -> int:
     n_sm, _ = _limits()
     return max(_MIN_ROWS_PER_BLOCK, -(-total_rows // (2 * n_sm)))
@@ -60,8 +57,8 @@ def work_list(seg_start, seg_count, rows_per_block: int | None = None) -> np.nda
     Node k's segment [start_k, start_k + count_k) is dealt to consecutive blocks of at most
     ``rows_per_block`` positions; empty nodes get no block.
     """
-    start = _host(seg_start).astype(np.int64)
-    count = _host(seg_count).astype(np.int64)
+    start = to_host(seg_start).astype(np.int64)
+    count = to_host(seg_count).astype(np.int64)
     if rows_per_block is None:
         rows_per_block = _rows_per_block(int(count.sum()))
     blocks = -(-count // rows_per_block)

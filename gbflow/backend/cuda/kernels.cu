@@ -129,23 +129,30 @@ extern "C" __global__ void build_histograms_shared(
     flush_shared(words, group, n_bins, hist + node * (i64)n_features * n_bins * 2, f0);
 }
 
-// The same without shared memory, for bin counts whose histogram of one feature does not fit.
-extern "C" __global__ void build_histograms_global(
-        const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,
-        const int* row_index, const i64* work, int unused_group_size, i64* hist) {
-    const i64* w = work + WORK_WIDTH * blockIdx.x;
-    i64 node = w[0], begin = w[1], end = w[2];
-    i64* hist_node = hist + node * (i64)n_features * n_bins * 2;
-    i64 n_pairs = (end - begin) * n_features;
+// Adds rows[0..n_rows) straight into the global histogram of one node (all features), for bin
+// counts whose histogram of one feature does not fit in shared memory.
+__device__ __forceinline__ void add_rows_global(const BIN_T* bins, i64 bin_stride, const i64* gh,
+                                                const int* rows, i64 n_rows, int n_features,
+                                                int n_bins, i64* hist_node) {
+    i64 n_pairs = n_rows * n_features;
     for (i64 i = threadIdx.x; i < n_pairs; i += blockDim.x) {
         i64 r = i / n_features;
         int f = (int)(i - r * n_features);
-        i64 row = row_index[begin + r];
+        i64 row = rows[r];
         int b = bins[row * bin_stride + f];
         u64* cell = reinterpret_cast<u64*>(hist_node + 2 * ((i64)f * n_bins + b));
         atomicAdd(cell, static_cast<u64>(gh[2 * row]));
         atomicAdd(cell + 1, static_cast<u64>(gh[2 * row + 1]));
     }
+}
+
+extern "C" __global__ void build_histograms_global(
+        const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,
+        const int* row_index, const i64* work, int unused_group_size, i64* hist) {
+    const i64* w = work + WORK_WIDTH * blockIdx.x;
+    i64 node = w[0], begin = w[1], end = w[2];
+    add_rows_global(bins, bin_stride, gh, row_index + begin, end - begin, n_features, n_bins,
+                    hist + node * (i64)n_features * n_bins * 2);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -253,16 +260,8 @@ extern "C" __global__ void scatter_and_histogram(
         if (use_shared) {
             add_rows_shared(bins, bin_stride, gh, small_rows, tile_small, f0, group, n_bins, words);
         } else {
-            int n_pairs = tile_small * n_features;
-            for (int i = threadIdx.x; i < n_pairs; i += blockDim.x) {
-                int r = i / n_features;
-                int fe = i - r * n_features;
-                i64 rw = small_rows[r];
-                int b = bins[rw * bin_stride + fe];
-                u64* cell = reinterpret_cast<u64*>(hist_node + 2 * ((i64)fe * n_bins + b));
-                atomicAdd(cell, static_cast<u64>(gh[2 * rw]));
-                atomicAdd(cell + 1, static_cast<u64>(gh[2 * rw + 1]));
-            }
+            add_rows_global(bins, bin_stride, gh, small_rows, tile_small, n_features, n_bins,
+                            hist_node);
         }
         if (threadIdx.x == 0) { base[0] += tile_left; base[1] += (i64)(min((i64)blockDim.x, end - tile) - tile_left); }
         __syncthreads();
