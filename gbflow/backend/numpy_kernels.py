@@ -195,3 +195,128 @@ def predict_margins(X, feature, threshold, default_left, left, right, value, tre
             node[inner] = np.where(go_left, left[n], right[n])
         out[:, tree_group[t]] += value[node]
     return out
+
+
+# Sparse columns (see ``gbflow.routing``). A shard's sparse store holds, row by row, only the
+# entries of its sparse features whose bin is not that feature's common bin:
+#
+# - ``indptr``: (n_rows + 1,) int64, row r's entries at ``indptr[r]:indptr[r + 1]``;
+# - ``entry_feature``: (nnz,) int32 sparse-local feature ids (0..S-1), ascending within a row;
+# - ``entry_bin``: (nnz,) uint8/uint16 bin ids (never the feature's ``common_bin``).
+#
+# Their histograms are compact: ``sparse_hist`` (n_nodes, n_slots, 2) int64, feature s's bins
+# 0..n_value_bins[s] at slots ``bin_offsets[s]..bin_offsets[s + 1] - 1``.
+
+
+def bin_entries(values, entry_feature, cut_values, cut_offsets, out):
+    """Bin ids of single entries, in place: ``bin_features`` for a list of (feature, value).
+
+    values: (nnz,) float32, NaN = missing. entry_feature: (nnz,) int32 feature of each entry (an
+    index into ``cut_offsets``). out: (nnz,) uint8/uint16, written: 0 for NaN, else
+    1 + (number of the feature's cuts <= value). Returns ``out``.
+    """
+    for k in range(len(values)):
+        f = entry_feature[k]
+        if np.isnan(values[k]):
+            out[k] = _dtypes.MISSING_BIN
+        else:
+            cuts = cut_values[cut_offsets[f] : cut_offsets[f + 1]]
+            out[k] = 1 + np.searchsorted(cuts, values[k], side="right")
+    return out
+
+
+def build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, row_index,
+                            seg_start, seg_count, n_slots):
+    """Compact histograms of each listed node, from the stored entries of its rows only.
+
+    The common bin of every feature stays 0 here (``fill_common_bins`` sets it from the node
+    totals). bin_offsets: (S + 1,) int64. Returns (n_nodes, n_slots, 2) int64, newly allocated.
+    """
+    hist = np.zeros((len(seg_start), n_slots, 2), dtype=_dtypes.FIXED)
+    for k in range(len(seg_start)):
+        for row in row_index[seg_start[k] : seg_start[k] + seg_count[k]]:
+            for e in range(indptr[row], indptr[row + 1]):
+                hist[k, bin_offsets[entry_feature[e]] + entry_bin[e]] += gh[row]
+    return hist
+
+
+def fill_common_bins(hist, totals, bin_offsets, common_bin):
+    """Set each feature's common bin to the node total minus its other bins, in place.
+
+    hist: (n_nodes, n_slots, 2) int64 whose common bins hold 0. totals: (n_nodes, 2) int64 node
+    totals. common_bin: (S,) int32. Exact: every row sits in one bin of every feature.
+    Returns ``hist``.
+    """
+    for s in range(len(common_bin)):
+        lo, hi = bin_offsets[s], bin_offsets[s + 1]
+        hist[:, lo + common_bin[s]] = totals - hist[:, lo:hi].sum(axis=1)
+    return hist
+
+
+def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv_scale_g,
+                           inv_scale_h, reg_lambda, reg_alpha, min_child_weight):
+    """``evaluate_splits`` on compact histograms (common bins filled in).
+
+    hist: (n_nodes, n_slots, 2) int64; feature s has bins 0..n_value_bins[s]. Same candidates,
+    float operations, order and results as ``evaluate_splits`` on the features padded to one
+    width, which is how this twin is written; features are sparse-local ids.
+    """
+    n_nodes = hist.shape[0]
+    n_features = len(n_value_bins)
+    width = int(np.max(np.diff(bin_offsets))) if n_features else 2
+    padded = np.zeros((n_nodes, n_features, max(width, 2), 2), dtype=_dtypes.FIXED)
+    for s in range(n_features):
+        lo, hi = bin_offsets[s], bin_offsets[s + 1]
+        padded[:, s, : hi - lo] = hist[:, lo:hi]
+    return evaluate_splits(padded, n_value_bins, feature_allowed, inv_scale_g, inv_scale_h,
+                           reg_lambda, reg_alpha, min_child_weight)
+
+
+def sparse_bin(indptr, entry_feature, entry_bin, common_bin, row, s):
+    """The bin of row ``row`` in sparse feature ``s``: its stored entry, else the common bin."""
+    lo, hi = indptr[row], indptr[row + 1]
+    e = lo + np.searchsorted(entry_feature[lo:hi], s)
+    return entry_bin[e] if e < hi and entry_feature[e] == s else common_bin[s]
+
+
+def split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, row_index,
+                 seg_start, seg_count, dense_feature, sparse_feature, out):
+    """Every listed node's rows' bins of the node's split feature, gathered into one column.
+
+    Node k splits on dense feature ``dense_feature[k]`` (a row of bins_by_feature, (D, n_rows))
+    when it is >= 0, else on sparse feature ``sparse_feature[k]``. out: (n_rows,) bins, written
+    at the rows of the listed segments only. The partition and margin kernels then read the
+    split bins from ``out[None, :]`` with feature 0. Returns ``out``.
+    """
+    for k in range(len(seg_start)):
+        rows = row_index[seg_start[k] : seg_start[k] + seg_count[k]]
+        if dense_feature[k] >= 0:
+            out[rows] = bins_by_feature[dense_feature[k], rows]
+        else:
+            for row in rows:
+                out[row] = sparse_bin(indptr, entry_feature, entry_bin, common_bin, row,
+                                      sparse_feature[k])
+    return out
+
+
+def predict_margins_csr(indptr, indices, data, feature, threshold, default_left, left, right,
+                        value, tree_root, tree_group, out):
+    """``predict_margins`` on a CSR matrix: absent entries are missing (NaN).
+
+    indptr (n_rows + 1,) int64, indices (nnz,) int32 ascending within each row, data (nnz,)
+    float32. The other arguments and the result as in ``predict_margins``.
+    """
+    n_rows = len(indptr) - 1
+    for r in range(n_rows):
+        lo, hi = indptr[r], indptr[r + 1]
+        columns = indices[lo:hi]
+        for t in range(len(tree_root)):
+            node = tree_root[t]
+            while feature[node] >= 0:
+                f = feature[node]
+                e = lo + np.searchsorted(columns, f)
+                x = data[e] if e < hi and indices[e] == f else np.float32(np.nan)
+                go_left = default_left[node] if np.isnan(x) else x < threshold[node]
+                node = left[node] if go_left else right[node]
+            out[r, tree_group[t]] += value[node]
+    return out
