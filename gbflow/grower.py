@@ -9,6 +9,8 @@ import time
 import numpy as np
 
 from . import _dtypes, histogram, split
+from .histogram import Histograms
+from .routing import DeviceRouting, Routing, SparseBins
 from .tree import Tree
 
 
@@ -16,8 +18,11 @@ from .tree import Tree
 class Shard:
     """One partition's training data after quantization, on the backend's device.
 
-    bins: (n, F) uint8/uint16, row by row; bins_by_feature: (F, n), the same bins column by column
-    (a row's side at a split is read from one column; histograms read whole rows).
+    bins: (n, D) uint8/uint16 bins of the dense features (all features without sparse routing),
+    row by row; bins_by_feature: (D, n), the same bins column by column (a row's side at a split
+    is read from one column; histograms read whole rows). sparse: the sparse features' entries
+    (``routing.SparseBins``) or None. split_bins: (n,) bins scratch column used when features
+    are sparse: each level gathers the rows' bins of their node's split feature into it.
     label: (n,) float64. weight: (n,) float64 or None.
     margin: (n, n_groups) float64, updated in place after every tree. row_offset: global row number
     of this shard's first row (keeps row sampling independent of how rows are split into shards),
@@ -31,6 +36,8 @@ class Shard:
     weight: object
     margin: object
     row_offset: object  # int, or (n,) uint64 array
+    sparse: SparseBins | None = None
+    split_bins: object = None
 
     @property
     def n_rows(self) -> int:
@@ -44,7 +51,9 @@ class LeafRows:
     Leaves above the last level own segments of ``row_index`` (leaf_start, leaf_count,
     leaf_value). Nodes split at the last level were not partitioned: their segments
     (split_start, split_count) and splits (feature, bin_threshold, default_left) send each row to
-    left_value or right_value. Host arrays, except row_index (device).
+    left_value or right_value. Host arrays, except row_index (device). split_bins: None, or a
+    (n,) device column holding each row's bin of its last-level node's split feature (sparse
+    routing); ``feature`` then holds zeros.
     """
 
     row_index: object
@@ -58,12 +67,15 @@ class LeafRows:
     default_left: np.ndarray
     left_value: np.ndarray
     right_value: np.ndarray
+    split_bins: object = None
 
     def add_to(self, kernels, bins_by_feature, margin) -> None:
         """margin[row] += the value of the row's leaf, for every row (margin: (n,) float64)."""
         kernels.add_leaf_values(margin, self.row_index, self.leaf_start, self.leaf_count,
                                 self.leaf_value)
         if len(self.split_start):
+            if self.split_bins is not None:
+                bins_by_feature = self.split_bins[None, :]
             kernels.add_split_leaf_values(margin, bins_by_feature, self.row_index, self.split_start,
                                           self.split_count, self.feature, self.bin_threshold,
                                           self.default_left, self.left_value, self.right_value)
@@ -99,6 +111,15 @@ class ShardSet:
         self.shards = shards
         self.timers = Timers()
         self.row_index: list = []  # per shard (n_i,) int32, rows grouped by tree node
+        self.routing: DeviceRouting | None = None  # set once the features are routed
+
+    def set_routing(self, routing: DeviceRouting) -> None:
+        """Where the features live; every shard's stores follow it. Allocates each shard's
+        split column when some features are sparse."""
+        self.routing = routing
+        if routing.routing.has_sparse:
+            for shard in self.shards:
+                shard.split_bins = self.backend.xp.zeros(shard.n_rows, dtype=shard.bins.dtype)
 
     def reset_row_index(self) -> None:
         """Start a tree: every shard's rows in one segment (the root), in row order."""
@@ -122,35 +143,89 @@ class ShardSet:
     def n_rows_total(self) -> int:
         return int(self.allreduce_sum(np.array([sum(s.n_rows for s in self.shards)]))[0])
 
-    def build_histograms(self, gh, seg_start, seg_count, n_bins):
+    def _allreduce_histograms(self, dense, sparse) -> Histograms:
+        """Both stores' local histograms summed over all processes, in one reduction."""
+        if sparse is None:
+            return Histograms(self.allreduce_sum(dense))
+        xp = self.backend.xp
+        total = self.allreduce_sum(xp.concatenate([dense.reshape(-1), sparse.reshape(-1)]))
+        # the sparse part is filled in place later: a copy, as the reduction's result may be
+        # shared or read-only
+        return Histograms(total[: dense.size].reshape(dense.shape),
+                          total[dense.size :].reshape(sparse.shape).copy())
+
+    def _sparse_histograms(self, s: int, gh, seg_start, seg_count):
+        shard, r = self.shards[s], self.routing
+        kernels = self.backend.kernels
+        return kernels.build_sparse_histograms(
+            shard.sparse.indptr, shard.sparse.entry_feature, shard.sparse.entry_bin,
+            r.bin_offsets, gh, self.row_index[s], seg_start, seg_count, r.routing.n_slots)
+
+    def build_histograms(self, gh, seg_start, seg_count, n_bins) -> Histograms:
         """Global histograms of the listed node segments: local shards summed, then all-reduced.
 
         gh: per shard (n_i, 2) int64. seg_start/seg_count: per shard (n_nodes,) int64 host arrays.
-        Returns (n_nodes, F, n_bins, 2) int64 on the device.
+        Returns ``Histograms`` on the device; the sparse features' common bins are still 0
+        (``fill_common_bins``).
         """
-        total = None
+        dense = sparse = None
+        has_sparse = self.routing is not None and self.routing.routing.has_sparse
         for s, shard in enumerate(self.shards):
             part = self.backend.kernels.build_histograms(shard.bins, gh[s], self.row_index[s],
                                                          seg_start[s], seg_count[s], n_bins)
-            total = part if total is None else total + part
-        return self.allreduce_sum(total)
+            dense = part if dense is None else dense + part
+            if has_sparse:
+                part = self._sparse_histograms(s, gh[s], seg_start[s], seg_count[s])
+                sparse = part if sparse is None else sparse + part
+        return self._allreduce_histograms(dense, sparse)
+
+    def fill_common_bins(self, hist: Histograms, totals: np.ndarray) -> None:
+        """Set the sparse features' common bins from the nodes' global (n_nodes, 2) int64 totals."""
+        if hist.sparse is not None:
+            r = self.routing
+            self.backend.kernels.fill_common_bins(hist.sparse, self.backend.xp.asarray(totals),
+                                                  r.bin_offsets, r.common_bin)
+
+    def gather_split_bins(self, s: int, seg_start, seg_count, feature):
+        """Shard s's rows' bins of their node's split feature (global ids (n_nodes,)), in its
+        split column; returns the column as a (1, n) bins_by_feature for feature 0."""
+        shard, r = self.shards[s], self.routing
+        dense_feature, sparse_feature = r.split_features(feature)
+        self.backend.kernels.split_column(
+            shard.bins_by_feature, shard.sparse.indptr, shard.sparse.entry_feature,
+            shard.sparse.entry_bin, r.common_bin, self.row_index[s], seg_start, seg_count,
+            dense_feature, sparse_feature, shard.split_bins)
+        return shard.split_bins[None, :]
 
     def partition(self, gh, seg_start, seg_count, feature, bin_threshold, default_left,
                   small_is_left, n_bins):
         """Split every listed node's rows into its children, in every shard, and build the global
         histograms of the children picked by ``small_is_left`` (bool per node) in the same pass.
 
-        Returns (per shard left counts as host int64 arrays, histograms on the device).
+        feature: (n_nodes,) global feature ids. Returns (per shard left counts as host int64
+        arrays, ``Histograms`` on the device, sparse common bins still 0).
         """
         kernels = self.backend.kernels  # the split arrays stay on the host: kernels take either
-        left_counts, total = [], None
+        has_sparse = self.routing is not None and self.routing.routing.has_sparse
+        left_counts, dense, sparse = [], None, None
         for s, shard in enumerate(self.shards):
+            if has_sparse:  # the split bins come from one gathered column
+                by_feature = self.gather_split_bins(s, seg_start[s], seg_count[s], feature)
+                store_feature = np.zeros(len(feature), dtype=np.int32)
+            else:
+                by_feature, store_feature = shard.bins_by_feature, feature
             left, part = kernels.partition_and_histogram(
-                shard.bins, shard.bins_by_feature, gh[s], self.row_index[s], seg_start[s],
-                seg_count[s], feature, bin_threshold, default_left, small_is_left, n_bins)
-            total = part if total is None else total + part
-            left_counts.append(self.backend.to_host(left))
-        return left_counts, self.allreduce_sum(total)
+                shard.bins, by_feature, gh[s], self.row_index[s], seg_start[s],
+                seg_count[s], store_feature, bin_threshold, default_left, small_is_left, n_bins)
+            dense = part if dense is None else dense + part
+            left = self.backend.to_host(left)
+            left_counts.append(left)
+            if has_sparse:
+                start = np.where(small_is_left, seg_start[s], seg_start[s] + left)
+                count = np.where(small_is_left, left, seg_count[s] - left)
+                part = self._sparse_histograms(s, gh[s], start, count)
+                sparse = part if sparse is None else sparse + part
+        return left_counts, self._allreduce_histograms(dense, sparse)
 
 
 def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts, params,
@@ -163,15 +238,24 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
     backend, xp = shardset.backend, shardset.backend.xp
     timers = shardset.timers
     n_bins = cuts.n_bins
-    # on the device once per tree, not once per level
-    n_value_bins, feature_allowed = xp.asarray(cuts.n_value_bins), xp.asarray(feature_allowed)
+    if shardset.routing is None:
+        shardset.set_routing(DeviceRouting.build(backend, Routing.all_dense(cuts.n_features),
+                                                 cuts))
+    routing = shardset.routing
+    has_sparse = routing.routing.has_sparse
+    allowed = routing.allowed(xp, feature_allowed)  # on the device once per tree
     n_shards = len(shardset.shards)
     shardset.reset_row_index()
     seg_start = [np.zeros(1, dtype=np.int64) for _ in range(n_shards)]
     seg_count = [np.array([s.n_rows], dtype=np.int64) for s in shardset.shards]
     with timers("histograms"):
         hist = shardset.build_histograms(gh, seg_start, seg_count, n_bins)
-        totals = backend.to_host(histogram.node_totals(hist))
+        if len(routing.routing.dense):
+            totals = backend.to_host(histogram.node_totals(hist.dense))
+        else:  # no dense feature to read the root's total from: sum the gradients
+            totals = backend.to_host(shardset.allreduce_sum(
+                sum(g.sum(axis=0) for g in gh)[None, :]))
+        shardset.fill_common_bins(hist, totals)
     levels = []  # per level: dict of node arrays
     leaves = [[] for _ in range(n_shards)]  # per shard and level: (start, count, value) of leaves
     next_id = 1
@@ -190,8 +274,8 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
             do_split = np.zeros(n, dtype=bool)
         else:
             with timers("splits"):
-                found = split.find_splits(backend, hist, n_value_bins, feature_allowed, scale_g,
-                                          scale_h, params)
+                found = split.find_splits(backend, hist, routing, allowed, scale_g, scale_h,
+                                          params)
             do_split = found.do_split
         if last_split is None:
             for s in range(n_shards):
@@ -221,14 +305,21 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
         starts = [st[sp] for st in seg_start]
         counts = [ct[sp] for ct in seg_count]
         if depth + 1 == params.max_depth:
-            last_split = (starts, counts, feature, bin_threshold, default_left)
+            if has_sparse:  # the margin update reads the split bins from each shard's column
+                for s in range(n_shards):
+                    shardset.gather_split_bins(s, starts[s], counts[s], feature)
+                last_split = (starts, counts, np.zeros(n_split, dtype=np.int32), bin_threshold,
+                              default_left)
+            else:
+                last_split = (starts, counts, feature, bin_threshold, default_left)
             continue
         small_is_left = left_sum[:, 1] <= right_sum[:, 1]
         with timers("partition+histograms"):
             left_counts, small = shardset.partition(gh, starts, counts, feature, bin_threshold,
                                                     default_left, small_is_left, n_bins)
-            big = histogram.subtract(hist[xp.asarray(sp)], small)
-            hist = histogram.children(xp, small, big, xp.asarray(small_is_left))
+            shardset.fill_common_bins(small, np.where(small_is_left[:, None], left_sum, right_sum))
+            big = hist.take(xp, sp).minus(small)
+            hist = Histograms.interleave(xp, small, big, small_is_left)
         for s in range(n_shards):
             seg_start[s] = np.stack([starts[s], starts[s] + left_counts[s]], axis=1).reshape(-1)
             seg_count[s] = np.stack([left_counts[s], counts[s] - left_counts[s]],
@@ -246,5 +337,6 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
         split_rows = (last_split[0][s], last_split[1][s]) if last_split is not None else \
             (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
         result.append(LeafRows(shardset.row_index[s], starts, counts, values, *split_rows,
-                               *split_info))
+                               *split_info, split_bins=shardset.shards[s].split_bins
+                               if has_sparse and last_split is not None else None))
     return tree, result

@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 
 from . import _dtypes
+from .csr import CSR
 from .tree import Tree
 
 
@@ -53,7 +54,7 @@ class FlatForest:
 def add_trees(backend, X, forest: FlatForest, margin):
     """margin += every tree of ``forest`` on X, in tree order (in place; returns margin).
 
-    X: (n_rows, F) float32 on the device; margin: (n_rows, n_groups) float64 on the device.
+    X: (n_rows, F) float32 or a ``CSR`` (absent entries missing) on the device; margin: (n_rows, n_groups) float64 on the device.
     """
     if len(forest.tree_root) == 0 or X.shape[0] == 0:
         return margin
@@ -61,6 +62,8 @@ def add_trees(backend, X, forest: FlatForest, margin):
     arrays = [xp.asarray(a) for a in (forest.feature, forest.threshold, forest.default_left,
                                       forest.left, forest.right, forest.value, forest.tree_root,
                                       forest.tree_group)]
+    if isinstance(X, CSR):
+        return backend.kernels.predict_margins_csr(X.indptr, X.indices, X.data, *arrays, margin)
     return backend.kernels.predict_margins(X, *arrays, margin)
 
 

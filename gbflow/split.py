@@ -25,18 +25,41 @@ class LevelSplits:
     do_split: np.ndarray
 
 
-def find_splits(backend, hist, n_value_bins, feature_allowed, scale_g, scale_h, params) -> LevelSplits:
+def find_splits(backend, hist, routing, allowed, scale_g, scale_h, params) -> LevelSplits:
     """Evaluate every candidate of every node in ``hist`` and keep each node's best.
 
-    hist: (n_nodes, F, B, 2) int64 on the backend's device. A split is taken when it improves the
-    loss by more than ``gamma`` (and more than XGBoost's epsilon) and both children keep a hessian
-    of at least ``min_child_weight``.
+    hist: ``histogram.Histograms`` on the backend's device (sparse common bins filled in).
+    routing: ``routing.DeviceRouting``. allowed: (dense, sparse) bool device masks of the
+    features this tree may use. Features come back as global ids. The dense and the sparse
+    features are searched separately and the better result kept, a tie going to the lower
+    feature id: the same choice as one search over all features in order. A split is taken when
+    it improves the loss by more than ``gamma`` (and more than XGBoost's epsilon) and both
+    children keep a hessian of at least ``min_child_weight``.
     """
-    xp = backend.xp
-    result = backend.kernels.evaluate_splits(
-        hist, xp.asarray(n_value_bins), xp.asarray(feature_allowed), 1.0 / scale_g, 1.0 / scale_h,
-        params.reg_lambda, params.reg_alpha, params.min_child_weight)
-    gain, feature, bin_threshold, default_left, left_sum = backend.to_host_all(result)
+    r = routing.routing
+    constants = (1.0 / scale_g, 1.0 / scale_h, params.reg_lambda, params.reg_alpha,
+                 params.min_child_weight)
+    found = []
+    if len(r.dense):
+        found.append(backend.kernels.evaluate_splits(hist.dense, routing.n_value_bins_dense,
+                                                     allowed[0], *constants))
+    if r.has_sparse:
+        found.append(backend.kernels.evaluate_sparse_splits(
+            hist.sparse, routing.bin_offsets, routing.n_value_bins_sparse, allowed[1],
+            *constants))
+    on_host = backend.to_host_all([a for result in found for a in result])
+    results = [on_host[i : i + 5] for i in range(0, len(on_host), 5)]
+    stores = ([r.dense] if len(r.dense) else []) + ([r.sparse] if r.has_sparse else [])
+    best = None
+    for (gain, feature, bin_threshold, default_left, left_sum), ids in zip(results, stores):
+        feature = np.where(feature >= 0, ids[np.maximum(feature, 0)], -1).astype(feature.dtype)
+        if best is None:
+            best = [gain, feature, bin_threshold, default_left, left_sum]
+            continue
+        take = (feature >= 0) & ((gain > best[0]) | ((gain == best[0]) & (feature < best[1])))
+        for i, values in enumerate((gain, feature, bin_threshold, default_left, left_sum)):
+            best[i] = np.where(take.reshape((-1,) + (1,) * (values.ndim - 1)), values, best[i])
+    gain, feature, bin_threshold, default_left, left_sum = best
     do_split = (feature >= 0) & (gain > max(params.gamma, _dtypes.MIN_SPLIT_IMPROVEMENT))
     return LevelSplits(gain, feature, bin_threshold, default_left, left_sum, do_split)
 

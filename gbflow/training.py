@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from . import data as data_mod
-from . import gradients, metrics, objectives, predictor, quantize
+from . import gradients, metrics, objectives, predictor, quantize, routing
 from .backend import get_backend, on_gpu
 from .booster import Booster
 from .grower import Shard, ShardSet, grow_tree
@@ -180,14 +180,21 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
         weights = None if parts[0].weight is None else [backend.asarray(p.weight) for p in parts]
         cuts = quantize.compute_cuts(xp, device_X, weights, params.max_bin, collective=shardset,
                                      block_values=backend.sketch_block_values)
-        for i, (p, X) in enumerate(zip(parts, device_X)):
-            label = backend.asarray(p.label)
-            weight = None if weights is None else weights[i]
-            bins = quantize.quantize(backend, X, cuts)
-            shardset.shards.append(Shard(bins=bins, bins_by_feature=xp.ascontiguousarray(bins.T),
-                                         label=label, weight=weight, margin=None,
-                                         row_offset=_row_offset(row_offsets[i])))
+        binned = [routing.bin_part(backend, X, cuts) for X in device_X]
         del device_X  # only the binned shards stay
+        route = routing.Routing.all_dense(cuts.n_features)
+        if params.sparse_threshold < 1.0:  # rows per (feature, bin), over every process
+            counts = shardset.allreduce_sum(
+                np.sum([routing.bin_counts(backend, b, cuts) for b in binned], axis=0))
+            route = routing.decide(counts, cuts, params.sparse_threshold)
+        for i, p in enumerate(parts):
+            dense, dense_by_feature, sparse = routing.build_stores(backend, binned[i], cuts, route)
+            binned[i] = None
+            shardset.shards.append(Shard(
+                bins=dense, bins_by_feature=dense_by_feature, label=backend.asarray(p.label),
+                weight=None if weights is None else weights[i], margin=None,
+                row_offset=_row_offset(row_offsets[i]), sparse=sparse))
+        shardset.set_routing(routing.DeviceRouting.build(backend, route, cuts))
         if drop_features:
             for p in parts:
                 p.X = None

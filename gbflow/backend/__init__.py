@@ -12,6 +12,7 @@ import types
 
 import numpy as np
 
+from ..csr import CSR
 from . import cpu_kernels, numpy_kernels
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -51,8 +52,12 @@ class Backend:
         return out
 
     def asarray(self, array):
-        """The array on this backend's device (host data is copied to the GPU, GPU data to the
-        host for the CPU backend); no copy when it is already there."""
+        """The array (or ``gbflow.csr.CSR``, array by array) on this backend's device (host data
+        is copied to the GPU, GPU data to the host for the CPU backend); no copy when it is
+        already there."""
+        if isinstance(array, CSR):
+            return CSR(indptr=self.asarray(array.indptr), indices=self.asarray(array.indices),
+                       data=self.asarray(array.data), n_cols=array.n_cols)
         return self.xp.asarray(array) if self.name == "cuda" else to_host(array)
 
 
