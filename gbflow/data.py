@@ -5,7 +5,8 @@ import dataclasses
 
 import numpy as np
 
-from .backend import frames
+from .backend import frames, to_host
+from .csr import CSR
 
 _SHOW = 10  # how many names an error lists before "..."
 
@@ -63,6 +64,11 @@ def check_container(data, what: str) -> None:
                         f"compute() this one to pandas")
     if frames.is_frame(data):
         frames.check_unique_columns(data)
+        return
+    if frames.is_sparse_matrix(data):
+        if len(data.shape) != 2:
+            raise ValueError(f"{what} must be 2-D (rows x features), got a sparse "
+                             f"{type(data).__name__} of shape {data.shape}")
         return
     if frames.is_device_array(data):
         if data.ndim != 2:
@@ -160,14 +166,20 @@ def _column_list(entries: list[str]) -> str:
     return shown + (f", ... ({len(entries)} in all)" if len(entries) > _SHOW else "")
 
 
-def check_features(X: np.ndarray, feature_names: list[str], what: str) -> None:
-    """Refuse +-inf in features (NaN is fine: it is a missing value), naming the columns."""
-    infinite = np.isinf(X)
-    if infinite.any():
-        columns = [feature_names[j] for j in np.flatnonzero(infinite.any(axis=0))]
+def check_features(X, feature_names: list[str], what: str) -> None:
+    """Refuse +-inf in features (NaN is fine: it is a missing value), naming the columns.
+
+    X: (n, F) float32 array, or a ``CSR`` (its stored values are checked)."""
+    if isinstance(X, CSR):
+        infinite = np.isinf(X.data)
+        columns = np.unique(to_host(X.indices[infinite])) if bool(infinite.any()) else []
+    else:
+        infinite = np.isinf(X)
+        columns = np.flatnonzero(infinite.any(axis=0)) if infinite.any() else []
+    if len(columns):
         raise ValueError(f"{what} has infinite values (+-inf, or beyond float32's range of about "
-                         f"3.4e38) in feature column(s) {_names(columns)}; replace them, for "
-                         f"example with NaN, which means missing")
+                         f"3.4e38) in feature column(s) {_names(feature_names[j] for j in columns)}"
+                         f"; replace them, for example with NaN, which means missing")
 
 
 def load(data, label=None, weight=None, what: str = "data", feature_names=None,

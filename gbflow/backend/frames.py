@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .. import _dtypes
+from ..csr import CSR
 
 
 def _module(data) -> str:
@@ -29,6 +30,29 @@ def is_device_array(data) -> bool:
                                   or hasattr(data, "__cuda_array_interface__"))
 
 
+def is_sparse_matrix(data) -> bool:
+    """True for a scipy.sparse or cupyx.scipy.sparse matrix or array (checked without imports)."""
+    return _module(data) in ("scipy", "cupyx") and hasattr(data, "tocsr") \
+        and hasattr(data, "nnz")
+
+
+def csr_from_matrix(matrix) -> CSR:
+    """A scipy.sparse (host) or cupyx.scipy.sparse (GPU) matrix as gbflow's canonical ``CSR``.
+
+    The user's matrix is not modified: duplicate entries are summed and column ids sorted in a
+    copy (as scipy does for arithmetic). Values become float32, column ids int32, row pointers
+    int64; the arrays stay where the matrix lives.
+    """
+    csr = matrix.tocsr(copy=True)
+    csr.sum_duplicates()  # also sorts the column ids of every row
+    csr.sort_indices()
+    xp = _cupy() if _module(matrix) == "cupyx" else np
+    return CSR(indptr=xp.asarray(csr.indptr, dtype=xp.int64),
+               indices=xp.asarray(csr.indices, dtype=xp.int32),
+               data=xp.ascontiguousarray(xp.asarray(csr.data, dtype=_dtypes.FEATURE)),
+               n_cols=int(csr.shape[1]))
+
+
 def is_frame(data) -> bool:
     """True for a pandas or cuDF DataFrame."""
     return isinstance(data, pd.DataFrame) or (is_cudf(data) and hasattr(data, "columns"))
@@ -43,12 +67,13 @@ def column_names(data) -> list[str]:
     """Column names of a frame as strings, or f0..f{k-1} for a 2-D array."""
     if is_frame(data):
         return [str(c) for c in data.columns]
-    return [f"f{i}" for i in range(np.shape(data)[1])]
+    width = data.shape[1] if is_sparse_matrix(data) else np.shape(data)[1]
+    return [f"f{i}" for i in range(width)]
 
 
 def n_rows(data) -> int:
-    """Number of rows of a frame or array."""
-    return len(data)
+    """Number of rows of a frame, array or sparse matrix."""
+    return int(data.shape[0]) if is_sparse_matrix(data) else len(data)
 
 
 def check_unique_columns(data) -> None:
@@ -62,7 +87,7 @@ def check_unique_columns(data) -> None:
 def non_numeric_columns(data, columns: Sequence[str]) -> list[str]:
     """The listed columns whose dtype is not numeric or boolean, as 'name (dtype)' strings."""
     if not is_frame(data):
-        arr = data if is_device_array(data) else np.asarray(data)
+        arr = data if is_device_array(data) or is_sparse_matrix(data) else np.asarray(data)
         if arr.dtype.kind in "biuf":  # complex ("c") is refused: its imaginary part would be lost
             return []
         return [f"<array> ({arr.dtype})"]
@@ -86,12 +111,15 @@ def column_values(data, name: str):
 
 
 def feature_matrix(data, feature_names: Sequence[str] | None = None) -> np.ndarray:
-    """The features as a (n_rows, n_features) float32 C-ordered array, nulls as NaN.
+    """The features as a (n_rows, n_features) float32 C-ordered array, nulls as NaN (a ``CSR``
+    for a sparse matrix: see ``gbflow.csr``).
 
     data: pandas DataFrame (columns picked by name, in ``feature_names`` order) or a 2-D array
     (taken as is). Returns a new host array; for cuDF or CuPy data a new CuPy array on the same
     GPU (column-major for cuDF: that is how cuDF stores columns, and it costs no transpose).
     """
+    if is_sparse_matrix(data):
+        return csr_from_matrix(data)
     if is_device_array(data):
         return _cupy().ascontiguousarray(_cupy().asarray(data, dtype=_dtypes.FEATURE))
     if not is_frame(data):
@@ -156,6 +184,9 @@ def append_prediction(data, prediction):
                 out[column] = extra[column]
             return out
         return pd.concat([data, extra], axis=1)
+    if is_sparse_matrix(data):
+        raise TypeError("transform() appends a column to a frame or a dense array; for a sparse "
+                        "matrix use predict()")
     pred = prediction if prediction.ndim == 2 else prediction[:, None]
     if is_device_array(data):
         return _cupy().concatenate([data.astype(np.float64), pred], axis=1)
