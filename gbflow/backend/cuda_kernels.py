@@ -351,7 +351,7 @@ def build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, r
     _launch_shared(_sparse_kernel("build_sparse_histograms", entry_bin.itemsize), (len(work),),
                    _THREADS, shared if use_shared else 0,
                    (_dev(indptr, np.int64), _dev(entry_feature, np.int32),
-                    cp.ascontiguousarray(entry_bin), cp.ascontiguousarray(offsets),
+                    _dev(entry_bin, entry_bin.dtype), cp.ascontiguousarray(offsets),
                     _dev(gh, _dtypes.FIXED), _dev(row_index, _dtypes.ROW_INDEX),
                     cp.ascontiguousarray(work), _i64(n_slots), _i32(use_shared), hist))
     return hist
