@@ -323,3 +323,291 @@ def predict_margins(X, feature, threshold, default_left, left, right, value, tre
     _predict_margins(X, feature, threshold, default_left, left, right, value, tree_root,
                      tree_group, out)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Sparse columns: see the "Sparse columns" section of numpy_kernels for the sparse store and the
+# compact histograms (n_nodes, n_slots, 2), feature s at slots bin_offsets[s]..bin_offsets[s+1]-1.
+
+# Row positions per parallel chunk of split_column (enough to amortise a chunk's start).
+_MIN_CHUNK = 4096
+
+
+def _chunks(seg_start, seg_count, n_threads):
+    """Each node's segment cut into chunks of consecutive positions, about 4 per thread over all
+    nodes: (node, begin, end) int64 arrays, empty segments giving no chunk."""
+    start = np.asarray(seg_start, dtype=np.int64)
+    count = np.asarray(seg_count, dtype=np.int64)
+    size = max(_MIN_CHUNK, -(-int(count.sum()) // (4 * n_threads)))
+    blocks = -(-count // size)
+    node = np.repeat(np.arange(len(start), dtype=np.int64), blocks)
+    j = np.arange(len(node), dtype=np.int64) - (np.cumsum(blocks) - blocks)[node]
+    begin = start[node] + j * size
+    end = np.minimum(begin + size, start[node] + count[node])
+    return node, begin, end
+
+
+@njit(parallel=True, **_JIT)
+def _bin_entries(values, entry_feature, cut_values, cut_offsets, out):
+    for k in prange(values.shape[0]):
+        x = values[k]
+        if x != x:
+            out[k] = 0
+            continue
+        f = entry_feature[k]
+        lo = cut_offsets[f]
+        n = cut_offsets[f + 1] - lo
+        if n == 0:
+            out[k] = 1
+            continue
+        base = lo  # the branch-free upper bound of _bin_features
+        while n > 1:
+            half = n >> 1
+            base += half if cut_values[base + half] <= x else 0
+            n -= half
+        out[k] = base - lo + (2 if cut_values[base] <= x else 1)
+
+
+def bin_entries(values, entry_feature, cut_values, cut_offsets, out):
+    """See numpy_kernels.bin_entries. out (nnz,) uint8/uint16, written and returned."""
+    _bin_entries(values, entry_feature, cut_values, np.asarray(cut_offsets, dtype=np.int64), out)
+    return out
+
+
+@njit(inline="always", **_JIT)
+def _add_entries(acc, indptr, entry_feature, entry_bin, bin_offsets, gh, r):
+    # One row's gradient pair into the slots of its stored entries, of a (n_slots, 2) histogram.
+    g = gh[r, 0]
+    h = gh[r, 1]
+    for e in range(indptr[r], indptr[r + 1]):
+        slot = bin_offsets[entry_feature[e]] + entry_bin[e]
+        acc[slot, 0] += g
+        acc[slot, 1] += h
+
+
+@njit(parallel=True, **_JIT)
+def _build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, row_index,
+                             seg_start, seg_count, hist, n_threads):
+    n_nodes = seg_start.shape[0]
+    if n_nodes >= n_threads:
+        # Enough nodes to keep every thread busy: one node per iteration, straight into its own
+        # histogram (no two threads share a node).
+        for k in prange(n_nodes):
+            acc = hist[k]
+            for p in range(seg_start[k], seg_start[k] + seg_count[k]):
+                _add_entries(acc, indptr, entry_feature, entry_bin, bin_offsets, gh, row_index[p])
+    else:
+        # Few nodes: threads split each node's rows into per-thread histograms, added after.
+        local = np.zeros((n_threads, hist.shape[1], 2), dtype=np.int64)
+        for k in range(n_nodes):
+            count = seg_count[k]
+            if count == 0:
+                continue
+            chunk = (count + n_threads - 1) // n_threads
+            for t in prange(n_threads):
+                lo = seg_start[k] + t * chunk
+                hi = min(seg_start[k] + count, lo + chunk)
+                acc = local[t]
+                acc[:] = 0
+                for p in range(lo, hi):
+                    _add_entries(acc, indptr, entry_feature, entry_bin, bin_offsets, gh,
+                                 row_index[p])
+            for t in range(n_threads):
+                hist[k] += local[t]
+
+
+def build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, row_index,
+                            seg_start, seg_count, n_slots):
+    """See numpy_kernels.build_sparse_histograms. Returns (n_nodes, n_slots, 2) int64, common
+    bins 0."""
+    hist = np.zeros((len(seg_start), int(n_slots), 2), dtype=_dtypes.FIXED)
+    if len(seg_start) and len(entry_bin):
+        _build_sparse_histograms(indptr, entry_feature, entry_bin,
+                                 np.asarray(bin_offsets, dtype=np.int64), gh, row_index,
+                                 np.asarray(seg_start, dtype=np.int64),
+                                 np.asarray(seg_count, dtype=np.int64), hist,
+                                 numba.get_num_threads())
+    return hist
+
+
+@njit(parallel=True, **_JIT)
+def _fill_common_bins(hist, totals, bin_offsets, common_bin):
+    for k in prange(hist.shape[0]):
+        for s in range(common_bin.shape[0]):
+            lo = bin_offsets[s]
+            sum_g = np.int64(0)
+            sum_h = np.int64(0)
+            for b in range(lo, bin_offsets[s + 1]):  # the common bin too, as the twin sums it
+                sum_g += hist[k, b, 0]
+                sum_h += hist[k, b, 1]
+            c = lo + common_bin[s]
+            hist[k, c, 0] = totals[k, 0] - sum_g
+            hist[k, c, 1] = totals[k, 1] - sum_h
+
+
+def fill_common_bins(hist, totals, bin_offsets, common_bin):
+    """See numpy_kernels.fill_common_bins. hist modified in place and returned."""
+    _fill_common_bins(hist, np.asarray(totals, dtype=_dtypes.FIXED),
+                      np.asarray(bin_offsets, dtype=np.int64),
+                      np.asarray(common_bin, dtype=np.int64))
+    return hist
+
+
+@njit(parallel=True, **_JIT)
+def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, padded_bins,
+                            inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, min_child_weight,
+                            gain, feature, bin_threshold, default_left, left_sum):
+    # _evaluate_splits on the twin's padded histogram (width padded_bins) without building it:
+    # feature f's bins past its own width are 0 there, and its thresholds run to
+    # min(n_value_bins[f], padded_bins) - 1. Same float operations, same candidate order.
+    n_nodes = hist.shape[0]
+    n_features = n_value_bins.shape[0]
+    for k in prange(n_nodes):
+        tot_g = np.int64(0)
+        tot_h = np.int64(0)
+        for b in range(bin_offsets[0], bin_offsets[1]):  # feature 0's bins, as the twin
+            tot_g += hist[k, b, 0]
+            tot_h += hist[k, b, 1]
+        GP = np.float64(tot_g) * inv_scale_g
+        HP = np.float64(tot_h) * inv_scale_h
+        parent = _score(GP, HP, reg_lambda, reg_alpha)
+        best = -np.inf
+        best_f = -1
+        best_t = 0
+        best_d = False
+        best_lg = np.int64(0)
+        best_lh = np.int64(0)
+        for f in range(n_features):
+            if not feature_allowed[f]:
+                continue
+            lo = bin_offsets[f]
+            width = bin_offsets[f + 1] - lo
+            miss_g = hist[k, lo, 0] if width > 0 else np.int64(0)
+            miss_h = hist[k, lo, 1] if width > 0 else np.int64(0)
+            cum_g = np.int64(0)
+            cum_h = np.int64(0)
+            for t in range(1, min(n_value_bins[f], padded_bins)):
+                if t < width:
+                    cum_g += hist[k, lo + t, 0]
+                    cum_h += hist[k, lo + t, 1]
+                for d in range(2):  # 0: missing goes left, 1: missing goes right
+                    lg = cum_g + miss_g if d == 0 else cum_g
+                    lh = cum_h + miss_h if d == 0 else cum_h
+                    GL = np.float64(lg) * inv_scale_g
+                    HL = np.float64(lh) * inv_scale_h
+                    GR = np.float64(tot_g - lg) * inv_scale_g
+                    HR = np.float64(tot_h - lh) * inv_scale_h
+                    if HL < min_child_weight or HR < min_child_weight:
+                        continue
+                    if not (HL + reg_lambda > 0) or not (HR + reg_lambda > 0):
+                        continue
+                    g = (_score(GL, HL, reg_lambda, reg_alpha)
+                         + _score(GR, HR, reg_lambda, reg_alpha)) - parent
+                    if g > best:
+                        best = g
+                        best_f = f
+                        best_t = t
+                        best_d = d == 0
+                        best_lg = lg
+                        best_lh = lh
+        gain[k] = best
+        feature[k] = best_f
+        bin_threshold[k] = best_t
+        default_left[k] = best_d
+        left_sum[k, 0] = best_lg
+        left_sum[k, 1] = best_lh
+
+
+def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv_scale_g,
+                           inv_scale_h, reg_lambda, reg_alpha, min_child_weight):
+    """See numpy_kernels.evaluate_sparse_splits (the same five results, bit for bit). With no
+    sparse feature (S = 0) every node gets no split (gain -inf, feature -1)."""
+    n_nodes = hist.shape[0]
+    bin_offsets = np.asarray(bin_offsets, dtype=np.int64)
+    n_value_bins = np.asarray(n_value_bins, dtype=np.int32)
+    gain = np.full(n_nodes, -np.inf, dtype=np.float64)
+    feature = np.full(n_nodes, -1, dtype=_dtypes.NODE)
+    bin_threshold = np.zeros(n_nodes, dtype=np.int32)
+    default_left = np.zeros(n_nodes, dtype=np.bool_)
+    left_sum = np.zeros((n_nodes, 2), dtype=_dtypes.FIXED)
+    if len(n_value_bins) == 0:
+        return gain, feature, bin_threshold, default_left, left_sum
+    padded_bins = max(int(np.max(np.diff(bin_offsets))), 2)  # the twin's padded width
+    _evaluate_sparse_splits(hist, bin_offsets, n_value_bins,
+                            np.asarray(feature_allowed, dtype=np.bool_), padded_bins,
+                            float(inv_scale_g), float(inv_scale_h), float(reg_lambda),
+                            float(reg_alpha), float(min_child_weight), gain, feature,
+                            bin_threshold, default_left, left_sum)
+    return gain, feature, bin_threshold, default_left, left_sum
+
+
+@njit(inline="always", **_JIT)
+def _lower_bound(keys, lo, hi, key):
+    # First position e in [lo, hi) with keys[e] >= key (keys ascending), else hi.
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if keys[mid] < key:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(parallel=True, **_JIT)
+def _split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, row_index,
+                  chunk_node, chunk_begin, chunk_end, dense_feature, sparse_feature, out):
+    for c in prange(chunk_node.shape[0]):
+        k = chunk_node[c]
+        d = dense_feature[k]
+        if d >= 0:
+            for p in range(chunk_begin[c], chunk_end[c]):
+                r = row_index[p]
+                out[r] = bins_by_feature[d, r]
+        else:
+            s = sparse_feature[k]
+            common = common_bin[s]
+            for p in range(chunk_begin[c], chunk_end[c]):
+                r = row_index[p]
+                hi = indptr[r + 1]
+                e = _lower_bound(entry_feature, indptr[r], hi, s)
+                out[r] = entry_bin[e] if e < hi and entry_feature[e] == s else common
+
+
+def split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, row_index,
+                 seg_start, seg_count, dense_feature, sparse_feature, out):
+    """See numpy_kernels.split_column. out written at the listed segments' rows and returned."""
+    node, begin, end = _chunks(seg_start, seg_count, numba.get_num_threads())
+    if len(node):
+        _split_column(bins_by_feature, indptr, entry_feature, entry_bin,
+                      np.asarray(common_bin, dtype=np.int64), row_index, node, begin, end,
+                      np.asarray(dense_feature, dtype=np.int64),
+                      np.asarray(sparse_feature, dtype=np.int64), out)
+    return out
+
+
+@njit(parallel=True, **_JIT)
+def _predict_margins_csr(indptr, indices, data, feature, threshold, default_left, left, right,
+                         value, tree_root, tree_group, out):
+    for i in prange(indptr.shape[0] - 1):
+        lo = indptr[i]
+        hi = indptr[i + 1]
+        for t in range(tree_root.shape[0]):
+            node = tree_root[t]
+            while feature[node] >= 0:
+                f = feature[node]
+                e = _lower_bound(indices, lo, hi, f)
+                if e < hi and indices[e] == f and data[e] == data[e]:
+                    go_left = data[e] < threshold[node]
+                else:  # absent or NaN: missing
+                    go_left = default_left[node]
+                node = left[node] if go_left else right[node]
+            out[i, tree_group[t]] += value[node]
+
+
+def predict_margins_csr(indptr, indices, data, feature, threshold, default_left, left, right,
+                        value, tree_root, tree_group, out):
+    """See numpy_kernels.predict_margins_csr. out (n_rows, n_groups) float64, updated in place
+    and returned."""
+    _predict_margins_csr(indptr, indices, data, feature, threshold, default_left, left, right,
+                         value, tree_root, tree_group, out)
+    return out

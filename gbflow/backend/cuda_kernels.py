@@ -1,4 +1,5 @@
-"""CuPy twins of every kernel: the CUDA sources in ``cuda/kernels.cu``, compiled at first use.
+"""CuPy twins of every kernel: the CUDA sources in ``cuda/kernels.cu`` (dense columns) and
+``cuda/sparse.cu`` (sparse columns), compiled at first use.
 
 Same names, signatures and results as ``numpy_kernels`` (integers bit for bit, float64 by the same
 IEEE operations in the same order: the module is compiled with ``--fmad=false``), on CuPy arrays.
@@ -20,17 +21,37 @@ import numpy as np
 from .. import _dtypes
 from . import to_host
 
-_SOURCE = pathlib.Path(__file__).with_name("cuda") / "kernels.cu"
+_CUDA_DIR = pathlib.Path(__file__).with_name("cuda")
 _THREADS = 256
 _HIST_THREADS = 1024
 _MIN_ROWS_PER_BLOCK = 2048
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(name: str, bin_itemsize: int):
+def _source(file_name: str) -> str:
+    """A CUDA source with ``common.cuh`` pasted in place of its #include: CuPy's compile cache is
+    keyed on the source text, so an edit of the header must change the text it sees."""
+    text = (_CUDA_DIR / file_name).read_text()
+    header = (_CUDA_DIR / "common.cuh").read_text()
+    return text.replace('#include "common.cuh"', header)
+
+
+def _compile(file_name: str, name: str, bin_itemsize: int):
     options = ("--std=c++17", "--fmad=false",
                f"-DBIN_T={'unsigned char' if bin_itemsize == 1 else 'unsigned short'}")
-    return cp.RawKernel(_SOURCE.read_text(), name, options=options)
+    return cp.RawKernel(_source(file_name), name, options=options)
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(name: str, bin_itemsize: int):
+    """A kernel of kernels.cu (dense columns) for one bin width."""
+    return _compile("kernels.cu", name, bin_itemsize)
+
+
+@functools.lru_cache(maxsize=None)
+def _sparse_kernel(name: str, bin_itemsize: int):
+    """A kernel of sparse.cu (sparse columns) for one bin width."""
+    return _compile("sparse.cu", name, bin_itemsize)
 
 
 @functools.lru_cache(maxsize=None)
@@ -264,4 +285,164 @@ def predict_margins(X, feature, threshold, default_left, left, right, value, tre
          cp.asarray(right, dtype=np.int32), cp.asarray(value, dtype=np.float64),
          cp.asarray(tree_root, dtype=np.int64), cp.asarray(tree_group, dtype=np.int32),
          _i32(len(tree_root)), out, _i32(out.shape[1])))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Sparse columns (cuda/sparse.cu): see the "Sparse columns" section of numpy_kernels. The small
+# per-level or per-model arrays (bin_offsets, common_bin, n_value_bins, feature_allowed,
+# dense_feature, sparse_feature, the segments) may be host arrays; the entry arrays, gh,
+# row_index and histograms are CuPy arrays.
+
+def _grid(n: int) -> tuple[int]:
+    """Blocks of a grid-stride kernel over n items (n > 0)."""
+    return (min(-(-n // _THREADS), 65535 * 16),)
+
+
+def _dev(array, dtype):
+    """``array`` (host or device) as a C-contiguous CuPy array of ``dtype`` (no copy when it
+    already is one)."""
+    return cp.ascontiguousarray(cp.asarray(array, dtype=dtype))
+
+
+def _upload_small(*arrays) -> list:
+    """Small (array, dtype) pairs on the device, C-contiguous, in one copy when all are host."""
+    _, *device = _upload(np.empty((0, 5), dtype=np.int64), *arrays)
+    return [cp.ascontiguousarray(d) for d in device]
+
+
+def _check_out(out, name: str, dtype=None):
+    if not isinstance(out, cp.ndarray) or not out.flags.c_contiguous or \
+            (dtype is not None and out.dtype != dtype):
+        raise ValueError(f"{name}: the output must be a C-contiguous CuPy array"
+                         + (f" of {np.dtype(dtype)}" if dtype is not None else ""))
+
+
+def bin_entries(values, entry_feature, cut_values, cut_offsets, out):
+    """See ``numpy_kernels.bin_entries``. out: (nnz,) uint8/uint16 C-contiguous CuPy, written
+    and returned."""
+    nnz = len(values)
+    if nnz == 0:
+        return out
+    _check_out(out, "bin_entries")
+    _sparse_kernel("bin_entries", out.itemsize)(
+        _grid(nnz), (_THREADS,),
+        (_dev(values, np.float32), _i64(nnz), _dev(entry_feature, np.int32),
+         _dev(cut_values, np.float32), _dev(cut_offsets, np.int64), out))
+    return out
+
+
+def build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, row_index,
+                            seg_start, seg_count, n_slots):
+    """See ``numpy_kernels.build_sparse_histograms``. Returns (n_nodes, n_slots, 2) int64 CuPy,
+    common bins 0. A node's compact histogram is built in shared memory when it fits
+    (16 bytes a slot), else with global atomics."""
+    n_slots = int(n_slots)
+    hist = cp.zeros((len(seg_start), n_slots, 2), dtype=_dtypes.FIXED)
+    if n_slots == 0 or len(entry_bin) == 0:
+        return hist
+    work = work_list(seg_start, seg_count)
+    if len(work) == 0:
+        return hist
+    work, offsets = _upload(work, (bin_offsets, np.int64))
+    _, budget = _limits()
+    shared = 16 * n_slots  # 4 words (two int64 counters as low/high pairs) per slot
+    use_shared = shared <= budget
+    _launch_shared(_sparse_kernel("build_sparse_histograms", entry_bin.itemsize), (len(work),),
+                   _THREADS, shared if use_shared else 0,
+                   (_dev(indptr, np.int64), _dev(entry_feature, np.int32),
+                    _dev(entry_bin, entry_bin.dtype), cp.ascontiguousarray(offsets),
+                    _dev(gh, _dtypes.FIXED), _dev(row_index, _dtypes.ROW_INDEX),
+                    cp.ascontiguousarray(work), _i64(n_slots), _i32(use_shared), hist))
+    return hist
+
+
+def fill_common_bins(hist, totals, bin_offsets, common_bin):
+    """See ``numpy_kernels.fill_common_bins``. hist: (n_nodes, n_slots, 2) int64 C-contiguous
+    CuPy, modified in place and returned; totals (n_nodes, 2) int64."""
+    n_nodes, n_slots, _ = hist.shape
+    n_features = len(common_bin)
+    if n_nodes == 0 or n_features == 0:
+        return hist
+    _check_out(hist, "fill_common_bins", _dtypes.FIXED)
+    offsets, common = _upload_small((bin_offsets, np.int64), (common_bin, np.int32))
+    _sparse_kernel("fill_common_bins", 1)(
+        _grid(n_nodes * n_features), (_THREADS,),
+        (hist, _i64(n_nodes), _i64(n_slots), _i32(n_features), _dev(totals, _dtypes.FIXED),
+         offsets, common))
+    return hist
+
+
+def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv_scale_g,
+                           inv_scale_h, reg_lambda, reg_alpha, min_child_weight):
+    """See ``numpy_kernels.evaluate_sparse_splits``; the five results are CuPy arrays. With no
+    sparse feature (S = 0) every node gets no split (gain -inf, feature -1)."""
+    n_nodes, n_slots, _ = hist.shape
+    n_features = len(n_value_bins)
+    if n_nodes == 0 or n_features == 0:
+        return (cp.full(n_nodes, -np.inf, dtype=np.float64),
+                cp.full(n_nodes, -1, dtype=_dtypes.NODE), cp.zeros(n_nodes, dtype=np.int32),
+                cp.zeros(n_nodes, dtype=bool), cp.zeros((n_nodes, 2), dtype=_dtypes.FIXED))
+    offsets_host = to_host(bin_offsets).astype(np.int64)
+    # the twin's padded width: candidate indices are numbered in its (feature, t, d) order
+    padded_bins = max(int(np.max(np.diff(offsets_host))), 2)
+    offsets, n_value_bins, feature_allowed = _upload_small(
+        (offsets_host, np.int64), (n_value_bins, np.int32), (feature_allowed, bool))
+    threads = min(_THREADS, 32 * -(-n_features // 32))  # whole warps: the reductions shuffle
+    n_blocks = -(-n_features // threads)
+    partial = cp.empty((n_nodes, n_blocks, 4), dtype=np.int64)  # struct Best: 4 x 8 bytes
+    _sparse_kernel("evaluate_sparse_splits", 1)(
+        (n_nodes, n_blocks), (threads,),
+        (_dev(hist, _dtypes.FIXED), _i64(n_slots), _i32(n_features), offsets, n_value_bins,
+         feature_allowed, _i32(padded_bins), np.float64(inv_scale_g), np.float64(inv_scale_h),
+         np.float64(reg_lambda), np.float64(reg_alpha), np.float64(min_child_weight), partial))
+    gain = cp.empty(n_nodes, dtype=np.float64)
+    feature = cp.empty(n_nodes, dtype=_dtypes.NODE)
+    threshold = cp.empty(n_nodes, dtype=np.int32)
+    default_left = cp.empty(n_nodes, dtype=bool)
+    left_sum = cp.empty((n_nodes, 2), dtype=_dtypes.FIXED)
+    warps_per_block = _THREADS // 32
+    _kernel("reduce_splits", 1)(
+        (-(-n_nodes // warps_per_block),), (_THREADS,),
+        (partial, _i32(n_nodes), _i32(n_blocks), _i32(padded_bins), gain, feature, threshold,
+         default_left, left_sum))
+    return gain, feature, threshold, default_left, left_sum
+
+
+def split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, row_index,
+                 seg_start, seg_count, dense_feature, sparse_feature, out):
+    """See ``numpy_kernels.split_column``. out: (n_rows,) C-contiguous CuPy of the bins' dtype,
+    written at the rows of the listed segments and returned."""
+    work = work_list(seg_start, seg_count)
+    if len(work) == 0:
+        return out
+    _check_out(out, "split_column")
+    work, dense_feature, sparse_feature, common_bin = _upload(
+        work, (dense_feature, np.int32), (sparse_feature, np.int32), (common_bin, np.int32))
+    bins_by_feature = _dev(bins_by_feature, out.dtype)  # (D, n_rows); D may be 0
+    _sparse_kernel("split_column", out.itemsize)(
+        (len(work),), (_THREADS,),
+        (bins_by_feature, _i64(bins_by_feature.shape[1]), _dev(indptr, np.int64),
+         _dev(entry_feature, np.int32), _dev(entry_bin, out.dtype),
+         cp.ascontiguousarray(common_bin), _dev(row_index, _dtypes.ROW_INDEX),
+         cp.ascontiguousarray(work), cp.ascontiguousarray(dense_feature),
+         cp.ascontiguousarray(sparse_feature), out))
+    return out
+
+
+def predict_margins_csr(indptr, indices, data, feature, threshold, default_left, left, right,
+                        value, tree_root, tree_group, out):
+    """See ``numpy_kernels.predict_margins_csr``. indptr/indices/data: CuPy CSR arrays;
+    out: (n, G) float64 C-contiguous CuPy, updated in place and returned."""
+    n_rows = len(indptr) - 1
+    if n_rows <= 0 or len(tree_root) == 0:
+        return out
+    _check_out(out, "predict_margins_csr", np.float64)
+    _sparse_kernel("predict_margins_csr", 1)(
+        _grid(n_rows), (_THREADS,),
+        (_dev(indptr, np.int64), _i64(n_rows), _dev(indices, np.int32), _dev(data, np.float32),
+         _dev(feature, np.int32), _dev(threshold, np.float32), _dev(default_left, bool),
+         _dev(left, np.int32), _dev(right, np.int32), _dev(value, np.float64),
+         _dev(tree_root, np.int64), _dev(tree_group, np.int32), _i32(len(tree_root)), out,
+         _i32(out.shape[1])))
     return out

@@ -16,28 +16,20 @@
 // built on the host from the (host) segment arrays, so that a large node gets many blocks and an
 // empty node none. All sums are integers, so the result does not depend on how rows are dealt to
 // blocks or in which order atomics land: every kernel here is deterministic.
+//
+// common.cuh (i64/u64, shared_add64, the split score and the Best candidate) is shared with
+// sparse.cu; cuda_kernels.py pastes it in place of the #include before compiling.
 
-typedef long long i64;
-typedef unsigned long long u64;
+#include "common.cuh"
 
 #define WORK_WIDTH 5
 
-// Shared-memory histograms hold each int64 counter as two 32-bit words (low, high), added with two
-// 32-bit atomics: a carry out of the low word goes into the high word, which is integer addition
-// mod 2**64, exact and order independent. (A 64-bit shared atomic measured slower on the H200.)
-// Word layout of a feature group: feature fl's counters start at word fl * feature_words(n_bins),
-// where counter (bin b, component c) is words 4b + 2c (low) and 4b + 2c + 1 (high). The one word
-// of padding per feature puts the same bin of neighbouring features in different banks: the lanes
-// of a warp update neighbouring features of one row at once.
+// Shared-memory histograms (see shared_add64 in common.cuh): word layout of a feature group:
+// feature fl's counters start at word fl * feature_words(n_bins), where counter (bin b,
+// component c) is words 4b + 2c (low) and 4b + 2c + 1 (high). The one word of padding per
+// feature puts the same bin of neighbouring features in different banks: the lanes of a warp
+// update neighbouring features of one row at once.
 __device__ __forceinline__ int feature_words(int n_bins) { return 4 * n_bins + 1; }
-
-__device__ __forceinline__ void shared_add64(unsigned int* words, i64 value) {
-    unsigned int low = static_cast<unsigned int>(value);
-    unsigned int high = static_cast<unsigned int>(static_cast<u64>(value) >> 32);
-    unsigned int old_low = atomicAdd(words, low);
-    high += (old_low + low < old_low) ? 1u : 0u;
-    if (high) atomicAdd(words + 1, high);
-}
 
 // ---------------------------------------------------------------------------------------------
 // bin_features: one thread per (row, feature) value. Threads of a warp take consecutive rows of
@@ -306,34 +298,8 @@ extern "C" __global__ void add_split_leaf_values(
 // Split search: one block per node, one warp per feature at a time. A warp walks the bins in
 // chunks of 32 with an inclusive integer scan (exact), scores both missing-value directions of
 // every threshold, and keeps its best candidate; ties go to the smaller candidate index
-// (feature, threshold, direction), as NumPy's argmax keeps the first maximum.
-
-__device__ __forceinline__ double l1_threshold(double G, double alpha) {
-    return G > alpha ? G - alpha : (G < -alpha ? G + alpha : 0.0);
-}
-
-__device__ __forceinline__ double score(double G, double H, double lambda_, double alpha) {
-    double t = l1_threshold(G, alpha);
-    return t * t / (H + lambda_);
-}
-
-struct Best {
-    double gain;
-    i64 index;
-    i64 left_g, left_h;
-};
-
-__device__ __forceinline__ bool better(double gain, i64 index, const Best& b) {
-    return gain > b.gain || (gain == b.gain && index < b.index);
-}
-
-__device__ __forceinline__ void shuffle_best(Best& b, int offset) {
-    double g = __shfl_down_sync(0xffffffffu, b.gain, offset);
-    i64 i = __shfl_down_sync(0xffffffffu, b.index, offset);
-    i64 lg = __shfl_down_sync(0xffffffffu, b.left_g, offset);
-    i64 lh = __shfl_down_sync(0xffffffffu, b.left_h, offset);
-    if (better(g, i, b)) { b.gain = g; b.index = i; b.left_g = lg; b.left_h = lh; }
-}
+// (feature, threshold, direction), as NumPy's argmax keeps the first maximum. score(), Best,
+// better() and shuffle_best() are in common.cuh.
 
 // Grid (n_nodes, feature blocks): block (n, k) scores features k*features_per_block .. +that of
 // node n and writes its best candidate to partial[n, k]; reduce_splits picks each node's best.
