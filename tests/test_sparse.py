@@ -1,0 +1,218 @@
+"""Sparse routing and sparse input: routing never changes the model, CSR equals dense-with-NaN."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+
+import gbflow
+from gbflow import data as data_mod
+from gbflow import quantize, routing, training
+from gbflow.backend import get_backend, reference_kernels
+from gbflow.params import make_params
+
+PARAMS = {
+    "regression": {"objective": "reg:squarederror", "max_depth": 5},
+    "binary": {"objective": "binary:logistic", "max_depth": 4},
+    "multiclass": {"objective": "multi:softprob", "num_class": 3, "max_depth": 3},
+}
+
+
+def make_mixed(n_rows=2000, task="regression", seed=0) -> pd.DataFrame:
+    """Dense, mostly-missing, mostly-zero, mostly-one-value (with NaN), constant, all-missing and
+    one-hot-like columns, with a target that uses several of them."""
+    rng = np.random.default_rng(seed)
+    n = n_rows
+    cols = {
+        "dense": rng.normal(size=n),
+        "mostly_missing": np.where(rng.random(n) < 0.9, np.nan, rng.normal(size=n)),
+        "mostly_zero": np.where(rng.random(n) < 0.85, 0.0, rng.exponential(size=n)),
+        "mostly_seven": np.where(rng.random(n) < 0.9, 7.0,
+                                 np.where(rng.random(n) < 0.5, np.nan, rng.normal(size=n))),
+        "constant": np.full(n, 3.0),
+        "all_missing": np.full(n, np.nan),
+        "low_card": rng.integers(0, 4, n).astype(float),
+    }
+    category = rng.integers(0, 12, n)
+    for k in range(12):  # one-hot: 1 where the row is in category k, missing elsewhere
+        cols[f"hot{k}"] = np.where(category == k, 1.0, np.nan)
+    df = pd.DataFrame(cols).astype(np.float32)
+    signal = (df["dense"] + np.nan_to_num(df["mostly_missing"], nan=-1.0) + df["mostly_zero"]
+              + 0.8 * (category % 3 == 0) - 0.5 * df["mostly_seven"].isna()).to_numpy()
+    if task == "regression":
+        df["y"] = signal + 0.2 * rng.normal(size=n)
+    elif task == "binary":
+        df["y"] = (rng.random(n) < 1 / (1 + np.exp(-signal))).astype(np.float64)
+    else:
+        df["y"] = np.digitize(signal + 0.3 * rng.normal(size=n), [-0.5, 1.0]).astype(np.float64)
+    return df
+
+
+def _model(booster) -> dict:
+    """The model file as a dict, without the routing parameter (which must not matter)."""
+    d = json.loads(booster.to_json())
+    d["params"].pop("sparse_threshold")
+    return d
+
+
+def _train(data, label, threshold, device="cpu", rounds=6, params=None, **kw):
+    params = {**(params or PARAMS["regression"]), "device": device,
+              "sparse_threshold": threshold}
+    return gbflow.train(data, label=label, params=params, num_boost_round=rounds, verbose=False,
+                        **kw)
+
+
+def _routing_of(df: pd.DataFrame, threshold: float) -> routing.Routing:
+    dataset = data_mod.load(df, "y")
+    backend = get_backend("cpu")
+    cuts = quantize.compute_cuts(np, [dataset.X], None, 256)
+    part = routing.bin_part(backend, dataset.X, cuts)
+    return routing.decide(routing.bin_counts(backend, part, cuts), cuts, threshold)
+
+
+def test_routing_follows_the_most_common_bins_share():
+    df = make_mixed(n_rows=1000)
+    names = [c for c in df.columns if c != "y"]
+    route = _routing_of(df, 0.8)
+    sparse = {names[j] for j in route.sparse}
+    # The first three fall in their common bin in nearly every row (mostly-zero: 85% +- 1%).
+    assert {"mostly_missing", "mostly_seven", "constant", "all_missing"} <= sparse
+    assert {f"hot{k}" for k in range(12)} <= sparse
+    assert "mostly_zero" in sparse and "dense" not in sparse and "low_card" not in sparse
+    common = dict(zip((names[j] for j in route.sparse), route.common_bin))
+    assert common["mostly_missing"] == 0 and common["hot3"] == 0  # the missing bin
+    assert common["mostly_seven"] != 0 and common["mostly_zero"] != 0  # a value bin
+    assert len(route.dense) + len(route.sparse) == len(names)
+    assert not _routing_of(df, 1.0).has_sparse
+    assert len(_routing_of(df, 0.0).dense) == 0  # every feature has a most common bin
+
+
+@pytest.mark.parametrize("task", list(PARAMS))
+def test_routing_never_changes_the_model(task, device):
+    """Routing off (1.0), the default (0.8) and everything sparse (0.0) give identical trees
+    (splits, thresholds, default directions, leaf values) and identical predictions."""
+    df = make_mixed(task=task, seed=3)
+    df["w"] = np.linspace(0.5, 2.0, len(df))
+    params = {**PARAMS[task], "subsample": 0.8, "colsample_bytree": 0.7, "reg_alpha": 0.1}
+    models = [_train(df, "y", t, device, params=params, weight="w") for t in (1.0, 0.8, 0.0)]
+    assert sum(not t.is_leaf.all() for t in models[0].trees) > 3  # the trees do split
+    expected = _model(models[0])
+    reference = models[0].predict(df)
+    for booster in models[1:]:
+        assert _model(booster) == expected
+        assert np.array_equal(booster.predict(df), reference)
+
+
+def test_routing_with_the_numpy_twins_equals_routing_off():
+    """The same property with the plain NumPy kernels (the definitions)."""
+    df = make_mixed(n_rows=300, seed=5)
+    with reference_kernels():
+        off = _train(df, "y", 1.0, rounds=3)
+        routed = _train(df, "y", 0.8, rounds=3)
+    assert _model(routed) == _model(off)
+
+
+def test_routed_training_on_many_shards_equals_one_shard():
+    df = make_mixed(n_rows=1500, seed=7)
+    params = make_params({**PARAMS["regression"], "sparse_threshold": 0.8})
+    backend = get_backend("cpu")
+    whole = training.fit(backend, [data_mod.load(df, "y")], params, 5, verbose=False)
+    bounds = [0, 1, 400, 400, 1100, 1500]  # a one-row and an empty shard
+    parts = [data_mod.load(df.iloc[a:b], "y", allow_empty=True)
+             for a, b in zip(bounds[:-1], bounds[1:])]
+    many = training.fit(backend, parts, params, 5, verbose=False)
+    assert many.to_json() == whole.to_json()
+
+
+def _csr_pair(n_rows=1500, n_cols=40, seed=0):
+    """A CSR matrix (with explicit zeros and a stored NaN) and the equal dense matrix with NaN in
+    the absent places, plus a target."""
+    rng = np.random.default_rng(seed)
+    m = sp.random(n_rows, n_cols, density=0.08, format="csr", random_state=seed,
+                  dtype=np.float32)
+    m.data[::9] = 0.0  # stored zeros are values, not missing
+    m.data[5] = np.nan  # a stored NaN is missing
+    dense_column = sp.csr_matrix(rng.normal(size=(n_rows, 1)).astype(np.float32))
+    m = sp.hstack([m[:, :3], dense_column, m[:, 4:]], format="csr")  # column 3 is dense
+    coo = m.tocoo()
+    dense = np.full(m.shape, np.nan, dtype=np.float32)
+    dense[coo.row, coo.col] = coo.data
+    y = np.nan_to_num(dense[:, :6]).sum(axis=1) + (~np.isnan(dense[:, 7])) \
+        + 0.1 * rng.normal(size=n_rows)
+    return m, dense, y
+
+
+def _on_device(matrix, device):
+    if device != "cuda":
+        return matrix
+    import cupy
+    import cupyx.scipy.sparse as cusp
+    return cusp.csr_matrix(matrix) if sp.issparse(matrix) else cupy.asarray(matrix)
+
+
+def _host(values):
+    return values.get() if hasattr(values, "get") else np.asarray(values)
+
+
+@pytest.mark.parametrize("threshold", [1.0, 0.8])
+def test_csr_and_dense_with_nan_give_the_same_model(threshold, device):
+    m, dense, y = _csr_pair()
+    from_csr = _train(_on_device(m, device), y, threshold, device)
+    from_dense = _train(_on_device(dense, device), y, threshold, device)
+    assert from_csr.to_json() == from_dense.to_json()
+    predictions = _host(from_csr.predict(_on_device(m, device)))
+    assert np.array_equal(predictions, _host(from_dense.predict(_on_device(dense, device))))
+    assert np.array_equal(predictions, _host(from_csr.predict(dense)))
+
+
+def test_csr_weights_evals_and_other_sparse_formats():
+    m, dense, y = _csr_pair(seed=2)
+    w = np.linspace(0.1, 1.0, len(y))
+    evals_csr = [((m[:300], y[:300]), "valid")]
+    evals_dense = [((dense[:300], y[:300]), "valid")]
+    a = _train(m, y, 0.8, weight=w, evals=evals_csr)
+    b = _train(dense, y, 0.8, weight=w, evals=evals_dense)
+    assert a.to_json() == b.to_json() and a.evals_result == b.evals_result
+    assert _train(m.tocsc(), y, 0.8, weight=w, evals=evals_csr).to_json() == a.to_json()
+    coo = m.tocoo()  # duplicates are summed, as scipy defines them
+    doubled = sp.coo_matrix((np.concatenate([coo.data / 2, coo.data / 2]),
+                             (np.concatenate([coo.row, coo.row]),
+                              np.concatenate([coo.col, coo.col]))), shape=m.shape)
+    assert np.array_equal(a.predict(doubled), a.predict(m))
+
+
+def test_sparse_input_errors():
+    m, _, y = _csr_pair(n_rows=200)
+    booster = _train(m, y, 0.8, rounds=2)
+    with pytest.raises(TypeError, match="sparse matrix use predict"):
+        booster.transform(m)
+    bad = m.copy()
+    bad.data[bad.indices == 4] = np.inf
+    with pytest.raises(ValueError, match="infinite values .* 'f4'"):
+        _train(bad, y, 0.8)
+    with pytest.raises(ValueError, match="40 columns"):
+        booster.predict(sp.random(5, 30, format="csr"))
+    with pytest.raises(ValueError, match="label has 10 values"):
+        _train(m, y[:10], 0.8)
+
+
+def test_routing_on_dask_workers_equals_routing_off_in_process():
+    distributed = pytest.importorskip("distributed")
+    import gbflow.dask
+    import dask
+    import dask.dataframe as dd
+    df = make_mixed(n_rows=1200, seed=11)
+    parts = [df.iloc[a:b] for a, b in [(0, 500), (500, 501), (501, 1200)]]
+    frame = dd.from_delayed([dask.delayed(p.copy)() for p in parts], meta=parts[0].iloc[:0],
+                            verify_meta=False)
+    expected = _model(_train(df, "y", 1.0))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=":0") as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:
+        booster = gbflow.dask.train(frame, label="y", params={**PARAMS["regression"],
+                                                              "sparse_threshold": 0.8},
+                                    num_boost_round=6, verbose=False, client=client)
+    assert _model(booster) == expected
