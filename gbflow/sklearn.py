@@ -11,8 +11,9 @@ training then runs as ``gbflow.train`` does on Dask (on the active ``distributed
 workers), and predictions are lazy Dask collections; the Dask plumbing lives in
 ``gbflow.dask.estimators``.
 
-Inputs are checked by scikit-learn's ``validate_data`` (NaN is allowed and means missing; +-inf,
-sparse matrices and non-numeric features are refused). A pandas DataFrame whose column names are
+Inputs are checked by scikit-learn's ``validate_data`` (NaN is allowed and means missing; +-inf
+and non-numeric features are refused; a scipy sparse matrix is taken as CSR, its absent entries
+being missing values as in ``gbflow.train``). A pandas DataFrame whose column names are
 all strings is handed to gbflow as a frame, so the booster knows the feature names; any other
 input is handed over as the checked NumPy array (features named f0, f1, ...). Either way gbflow
 uses float32 features, exactly as ``gbflow.train`` does for the same data.
@@ -42,7 +43,7 @@ __all__ = ["GBFlowClassifier", "GBFlowRegressor"]
 # How every feature matrix is checked: dense, numeric, NaN allowed (a missing value), at least
 # one row and one feature. dtype "numeric" keeps float32/float64/int/bool arrays as they are
 # (gbflow converts them to float32 itself) and converts object arrays to float64.
-_CHECK_X = dict(accept_sparse=False, dtype="numeric", ensure_all_finite="allow-nan",
+_CHECK_X = dict(accept_sparse="csr", dtype="numeric", ensure_all_finite="allow-nan",
                 ensure_min_samples=1, ensure_min_features=1)
 
 _PREDICTION_COLUMN = "prediction"
@@ -67,6 +68,13 @@ def _append_column(X, X_checked, values):
         out[_PREDICTION_COLUMN] = values
         return out
     values = np.asarray(values)
+    if hasattr(X_checked, "tocsr"):  # scipy sparse: the prediction becomes one more column
+        if values.dtype.kind not in "biuf":
+            raise TypeError("transform: a sparse X cannot hold non-numeric class labels; use "
+                            "predict()")
+        import scipy.sparse
+        return scipy.sparse.hstack([X_checked, scipy.sparse.csr_matrix(values[:, None])],
+                                   format="csr")
     if values.dtype.kind not in "biuf":  # e.g. string class labels: keep the features as numbers
         X_checked = X_checked.astype(object)
         values = values.astype(object)

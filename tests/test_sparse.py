@@ -216,3 +216,17 @@ def test_routing_on_dask_workers_equals_routing_off_in_process():
                                                               "sparse_threshold": 0.8},
                                     num_boost_round=6, verbose=False, client=client)
     assert _model(booster) == expected
+
+
+def test_sklearn_estimators_take_sparse_matrices():
+    pytest.importorskip("sklearn")
+    from gbflow import GBFlowClassifier
+    m, dense, y = _csr_pair(n_rows=600, seed=4)
+    labels = (y > np.median(y)).astype(int)
+    from_csr = GBFlowClassifier(n_estimators=5, max_depth=3).fit(m, labels)
+    from_dense = GBFlowClassifier(n_estimators=5, max_depth=3).fit(dense, labels)
+    assert from_csr.booster_.to_json() == from_dense.booster_.to_json()
+    assert np.array_equal(from_csr.predict_proba(m), from_dense.predict_proba(dense))
+    stacked = from_csr.transform(m)
+    assert stacked.shape == (600, 41)
+    assert np.array_equal(stacked[:, -1].toarray().ravel(), from_csr.predict(m))

@@ -63,7 +63,10 @@ class Backend:
 
 def on_gpu(array) -> bool:
     """True for arrays (and frames) whose data lives on a GPU: CuPy, cuDF, anything exposing
-    ``__cuda_array_interface__``. Checked without importing CuPy."""
+    ``__cuda_array_interface__``, and a ``gbflow.csr.CSR`` of such arrays. Checked without
+    importing CuPy."""
+    if isinstance(array, CSR):
+        return on_gpu(array.data)
     module = type(array).__module__.split(".")[0]
     return module in ("cupy", "cupyx", "cudf", "dask_cudf") or \
         hasattr(array, "__cuda_array_interface__")
