@@ -110,6 +110,7 @@ class _GBFlowModel(BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True  # NaN is a missing value, routed by each split
+        tags.input_tags.sparse = True  # CSR: absent entries are missing values
         # transform() appends the prediction: a transformer too (float64 out for float64 in,
         # except for a classifier's non-numeric labels).
         tags.transformer_tags = TransformerTags(
