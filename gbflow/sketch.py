@@ -97,7 +97,7 @@ def fixed_weights(xp, weight, scale: float):
 class Summary:
     """Total weight per id, for the ids that carry weight only. Host arrays.
 
-    ids: (m,) int64, sorted and unique: ``feature << shift | top (shift - 0) bits of the key``
+    ids: (m,) int64, sorted and unique: ``feature << shift | the key's top `shift` bits``
     (shift 16: coarse buckets, 24: sub-buckets, 32: the exact key). weight: (m,) int64, > 0.
     n_features: the matrix's width (features without values have no ids).
     """
@@ -156,6 +156,16 @@ def _before_within(weight: np.ndarray, group: np.ndarray) -> np.ndarray:
     starts = np.flatnonzero(np.concatenate([[True], group[1:] != group[:-1]]))
     before -= np.repeat(before[starts], np.diff(np.append(starts, len(w))))
     return before.astype(np.int64)
+
+
+def _positions(ids: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(ids, queries)`` for sorted queries with long runs of equal values (the
+    buckets of sub-buckets, of values): one search per run. Host arrays."""
+    if len(queries) == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.concatenate([[True], queries[1:] != queries[:-1]]))
+    run_lengths = np.diff(np.append(starts, len(queries)))
+    return np.repeat(np.searchsorted(ids, queries[starts]), run_lengths)
 
 
 def _tally(xp, ids, weights, ordered: bool = False):
@@ -257,14 +267,25 @@ def merge(summaries: list) -> Summary:
 class _Block:
     """Some values of one group of features, in ``xp``.
 
-    keys: uint32 ordered keys, (rows, features) for a dense matrix or (entries,) for a CSR.
-    feature: int64 feature ids, broadcastable to keys. weight: integer-valued float64 weights
-    broadcastable to keys, or None. present: bool, keys' shape (False for missing values)."""
+    xp: the namespace. values: float32, (rows, features) for a dense matrix or (entries,) for a
+    CSR. feature: int64 feature ids, broadcastable to values. weight: integer-valued float64
+    weights broadcastable to values, or None. Keys and the missing-value mask are computed when
+    first asked for (the passes after the first often need no mask)."""
 
-    keys: object
+    xp: object
+    values: object
     feature: object
     weight: object
-    present: object
+
+    @functools.cached_property
+    def keys(self):
+        """uint32 ordered keys, values' shape (meaningless for NaN)."""
+        return ordered_keys(self.xp, self.values)
+
+    @functools.cached_property
+    def present(self):
+        """bool, values' shape: False for missing values (NaN)."""
+        return ~self.xp.isnan(self.values)
 
     def weights(self, xp, selected):
         """(k,) float64 weights of the selected values, or None."""
@@ -305,6 +326,17 @@ class _Group:
         return max(lookup, table_size) <= 4 * block_values and 16 * self.n_values >= lookup
 
 
+def _nan_may_match(buckets: np.ndarray) -> bool:
+    """Whether a NaN's key could fall in one of these coarse buckets (sorted coarse ids).
+
+    NaN keys lie above +inf's and below -inf's, in the 128 buckets at either end of the key
+    range, which no finite value shares (and ``ordered_keys``' addition quiets NaN, which moves
+    them further out than an infinity's bucket). Unless such a bucket is a candidate, the slot
+    lookup alone rejects NaN and the passes skip testing for it."""
+    low = buckets & (N_BUCKETS - 1)
+    return bool(np.any((low >= N_BUCKETS - 128) | (low < 128)))
+
+
 def _entry_rows(xp, matrix: CSR):
     """(nnz,) int64: the row of each entry, by a scan of row starts (linear; CuPy's repeat takes
     no device array of counts before v14)."""
@@ -333,8 +365,7 @@ def _groups(xp, X, w_fixed, block_values: int):
             for r0, r1 in zip(bounds[:-1], bounds[1:]):
                 part = X.rows(r0, r1)
                 w = None if w_fixed is None else w_fixed[r0:r1][_entry_rows(xp, part)]
-                yield _Block(ordered_keys(xp, part.data), part.indices.astype(xp.int64), w,
-                             ~xp.isnan(part.data))
+                yield _Block(xp, part.data, part.indices.astype(xp.int64), w)
 
         yield _Group(0, int(X.n_cols), nnz, csr_blocks)
         return
@@ -349,7 +380,7 @@ def _groups(xp, X, w_fixed, block_values: int):
             for start in range(0, n_rows, step):
                 block = X[start : start + step, f0:f1]
                 w = None if w_fixed is None else w_fixed[start : start + step, None]
-                yield _Block(ordered_keys(xp, block), feature, w, ~xp.isnan(block))
+                yield _Block(xp, block, feature, w)
 
         yield _Group(f0, f1, n_rows * (f1 - f0), dense_blocks)
 
@@ -414,12 +445,6 @@ def coarse_summary(xp, X, w_fixed, block_values: int = BLOCK_VALUES) -> Summary:
     return _host_summary(xp, pieces, COARSE_SHIFT, _n_features(X))
 
 
-def _target_ranks(total, i, n_value_bins: int):
-    """``total * i // n_value_bins + 1`` for int64 arrays, exactly: total * i itself may not fit
-    in int64 (fixed-point totals reach 2**52 and i 65,535)."""
-    return (total // n_value_bins) * i + (total % n_value_bins) * i // n_value_bins + 1
-
-
 def _holds_target(before, weight, total, n_value_bins: int):
     """bool (m,): whether an entry spanning ranks before + 1 .. before + weight holds a target
     rank ``total * i // n_value_bins + 1`` for some i in 1 .. n_value_bins - 1.
@@ -430,11 +455,16 @@ def _holds_target(before, weight, total, n_value_bins: int):
     n = n_value_bins
     if n <= 1:
         return np.zeros(len(before), dtype=bool)
+    quotient, remainder = np.divmod(total, n)
+
+    def rank(i):  # total * i // n + 1, exactly: total * i itself may not fit in int64
+        return quotient * i + remainder * i // n + 1
+
     i = np.ceil(before.astype(np.float64) * n / total.astype(np.float64)).astype(np.int64)
     i = np.clip(i, 1, n)
-    i = np.where((i > 1) & (_target_ranks(total, i - 1, n) > before), i - 1, i)
-    i = np.where((i < n) & (_target_ranks(total, i, n) <= before), i + 1, i)
-    return (i < n) & (_target_ranks(total, i, n) <= before + weight)
+    i = np.where((i > 1) & (rank(i - 1) > before), i - 1, i)
+    i = np.where((i < n) & (rank(i) <= before), i + 1, i)
+    return (i < n) & (rank(i) <= before + weight)
 
 
 def candidate_buckets(coarse: Summary, n_value_bins: int) -> np.ndarray:
@@ -464,7 +494,8 @@ class Slots:
     def sub_ids(self, xp, fine_ids, position):
         """The sub-bucket id (int64) of each fine id (feature << 32 | key) whose bucket is slot
         ``position`` (positions of absent buckets give ids of no candidate sub-bucket)."""
-        return (fine_ids >> (FINE_SHIFT - MIDDLE_SHIFT)) & (xp.asarray(self.mask)[position] | -N_SUB)
+        keep = xp.asarray(self.mask)[position] | -N_SUB  # the bucket's bits and the mask's
+        return (fine_ids >> (FINE_SHIFT - MIDDLE_SHIFT)) & keep
 
 
 # Pass 2 splits a candidate bucket into sub-buckets of about this many values (at most 256 of
@@ -508,10 +539,11 @@ def middle_summary(xp, X, w_fixed, slots: Slots, block_values: int = BLOCK_VALUE
         size = (hi - lo) * N_SUB
         if group.dense_table(size, block_values):
             slot_of = _slot_table(xp, local, group)
+            may_be_nan = _nan_may_match(buckets[lo:hi])
             table = xp.zeros(size, dtype=xp.int64)
             for b in group.blocks():
                 slot = slot_of[b.local_buckets(xp, group.f0)]
-                selected = b.present & (slot >= 0)
+                selected = b.present & (slot >= 0) if may_be_nan else slot >= 0
                 ids = slot.astype(xp.intp) * N_SUB + _sub_bucket(xp, b.keys)
                 table += _bincount(xp, ids[selected], b.weights(xp, selected), size)
             # Counted at full resolution (no per-value mask); the coarser sub-buckets of some
@@ -543,7 +575,7 @@ def candidate_sub_buckets(coarse: Summary, slots: Slots, middle: Summary,
     bucket = middle.ids >> SUB_BITS
     # rank before a sub-bucket: the feature's weight below its bucket, plus the weight of the
     # bucket's lower sub-buckets (a candidate bucket's sub-buckets are all in ``middle``)
-    before = coarse.before[np.searchsorted(coarse.ids, bucket)] + \
+    before = coarse.before[_positions(coarse.ids, bucket)] + \
         _before_within(middle.weight, bucket)
     keep = np.diff(middle.bounds)[feature] <= n_value_bins
     keep |= _holds_target(before, middle.weight, coarse.totals[feature], n_value_bins)
@@ -570,6 +602,7 @@ def fine_summary(xp, X, w_fixed, slots: Slots, sub_candidates: np.ndarray,
         acc = _Accumulator(xp, block_values)
         if group.dense_table(size, block_values):
             slot_of = _slot_table(xp, local, group)
+            may_be_nan = _nan_may_match(buckets[lo:hi])
             wanted = xp.zeros(size, dtype=bool)
             wanted[xp.searchsorted(local, wanted_subs >> SUB_BITS) * N_SUB
                    + (wanted_subs & (N_SUB - 1))] = True
@@ -579,7 +612,7 @@ def fine_summary(xp, X, w_fixed, slots: Slots, sub_candidates: np.ndarray,
             wanted = wanted[index - (index % N_SUB) + (index % N_SUB & masks[index // N_SUB])]
             for b in group.blocks():
                 slot = slot_of[b.local_buckets(xp, group.f0)].astype(xp.intp)
-                in_bucket = b.present & (slot >= 0)
+                in_bucket = b.present & (slot >= 0) if may_be_nan else slot >= 0
                 index = xp.where(in_bucket, slot * N_SUB + _sub_bucket(xp, b.keys), 0)
                 selected = in_bucket & wanted[index]
                 ids = ((b.feature << FINE_SHIFT) | b.keys.astype(xp.int64))[selected]
@@ -617,10 +650,10 @@ def choose_cuts(coarse: Summary, candidates: np.ndarray, slots: Slots, middle: S
     feature = fine.feature
     lowest = np.arange(len(fine.ids)) == fine.bounds[feature]
     # exact rank before each value: below its bucket + below its sub-bucket + inside it
-    sub = slots.sub_ids(np, fine.ids, np.searchsorted(slots.bucket,
-                                                      fine.ids >> (FINE_SHIFT - COARSE_SHIFT)))
-    before = coarse.before[np.searchsorted(coarse.ids, fine.ids >> (FINE_SHIFT - COARSE_SHIFT))] \
-        + _before_within(middle.weight, middle.ids >> SUB_BITS)[np.searchsorted(middle.ids, sub)] \
+    bucket = fine.ids >> (FINE_SHIFT - COARSE_SHIFT)
+    sub = slots.sub_ids(np, fine.ids, _positions(slots.bucket, bucket))
+    before = coarse.before[_positions(coarse.ids, bucket)] \
+        + _before_within(middle.weight, middle.ids >> SUB_BITS)[_positions(middle.ids, sub)] \
         + _before_within(fine.weight, sub)
     # a cut at the minimum is no cut
     at_target = _holds_target(before, fine.weight, coarse.totals[feature], n_value_bins) & \

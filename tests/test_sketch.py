@@ -236,3 +236,33 @@ def test_zero_weights_act_like_absent_rows():
     X = np.array([[1.0], [1.5], [2.0], [3.0]], np.float32)
     w = np.array([1.0, 0.0, 1.0, 1.0])
     assert list(quantize.compute_cuts(np, [X], [w], 256).feature_cuts(0)) == [2.0, 3.0]
+
+
+@pytest.mark.parametrize("block_values", [sketch.BLOCK_VALUES, 3000])
+def test_infinities_and_nan_payloads(block_values):
+    """NaNs of any bit pattern are missing, also those whose key shares infinity's bucket."""
+    rng = np.random.default_rng(12)
+    n = 20000
+    X = np.stack([rng.normal(size=n), rng.integers(0, 5, n).astype(float),
+                  rng.normal(size=n)], axis=1).astype(np.float32)
+    X[rng.random(n) < 0.3, 0] = np.inf
+    X[rng.random(n) < 0.2, 0] = -np.inf
+    X[rng.random(n) < 0.2, 1] = np.inf
+    X[:, 2] = np.where(rng.random(n) < 0.5, -np.inf, X[:, 2])
+    bits = X.view(np.uint32)
+    odd_nans = np.array([0x7F800001, 0xFF800001, 0x7FC00000, 0xFFFFFFFF], np.uint32)
+    for f in range(3):
+        rows = rng.random(n) < 0.1
+        bits[rows, f] = odd_nans[rng.integers(0, 4, rows.sum())]
+    assert np.isnan(X).any(axis=0).all()
+    with np.errstate(invalid="ignore"):  # signalling NaNs, quieted by the key's addition
+        _check_infinities(X, block_values)
+
+
+def _check_infinities(X, block_values):
+    for max_bin in (4, 256):
+        cuts = quantize.compute_cuts(np, [X], None, max_bin, block_values=block_values)
+        for f in range(3):
+            assert np.array_equal(cuts.feature_cuts(f), _reference_cuts(X[:, f], None, max_bin)), f
+        assert _same(cuts, quantize.compute_cuts(np, [_csr(X)], None, max_bin,
+                                                 block_values=block_values))
