@@ -212,8 +212,9 @@ class _Accumulator:
         self.parts: list = []  # (ids, totals); parts[0] is the running tally once merged
         self.pending = 0
 
-    def add(self, ids, weights) -> None:
-        unique, totals = _tally(self.xp, ids, weights)
+    def add(self, ids, weights, ordered: bool = False) -> None:
+        """Tally (k,) int64 ids with (k,) weights (or None); ``ordered``: ids are sorted."""
+        unique, totals = _tally(self.xp, ids, weights, ordered)
         if len(unique):
             self.parts.append((unique, totals))
             self.pending += len(unique)
@@ -293,10 +294,19 @@ class _Block:
             return None
         return xp.broadcast_to(self.weight, self.keys.shape)[selected]
 
-    def fine_ids(self, xp):
-        """(k,) int64 fine ids (feature << 32 | key) of the present values, and their weights."""
+    def fine_ids(self, xp, ordered: bool = False):
+        """(k,) int64 fine ids (feature << 32 | key) of the present values, and their weights;
+        sorted if ``ordered`` (searching sorted ids in a large table touches memory in order,
+        and a sorted selection of them is tallied without sorting again)."""
         ids = ((self.feature << FINE_SHIFT) | self.keys.astype(xp.int64))[self.present]
-        return ids, self.weights(xp, self.present)
+        weights = self.weights(xp, self.present)
+        if ordered:
+            if weights is None:
+                ids = xp.sort(ids)
+            else:
+                order = xp.argsort(ids)
+                ids, weights = ids[order], weights[order]
+        return ids, weights
 
     def local_buckets(self, xp, f0: int):
         """Keys' shape, intp: (feature - f0) * 65,536 + top 16 key bits (a dense table index)."""
@@ -556,10 +566,10 @@ def middle_summary(xp, X, w_fixed, slots: Slots, block_values: int = BLOCK_VALUE
             acc = _Accumulator(xp, block_values)
             local_slots = Slots(bucket=local, mask=masks)
             for b in group.blocks():
-                ids, w = b.fine_ids(xp)
+                ids, w = b.fine_ids(xp, ordered=True)
                 position, inside = _find(xp, local, ids >> (FINE_SHIFT - COARSE_SHIFT))
                 acc.add(local_slots.sub_ids(xp, ids[inside], position[inside]),
-                        None if w is None else w[inside])
+                        None if w is None else w[inside], ordered=True)
             pieces.append(acc.result())
     return _host_summary(xp, pieces, MIDDLE_SHIFT, _n_features(X))
 
@@ -620,11 +630,11 @@ def fine_summary(xp, X, w_fixed, slots: Slots, sub_candidates: np.ndarray,
         else:
             local_slots = Slots(bucket=local, mask=masks)
             for b in group.blocks():
-                ids, w = b.fine_ids(xp)
+                ids, w = b.fine_ids(xp, ordered=True)
                 # a value outside the candidate buckets gets the sub id of no candidate
                 position, _ = _find(xp, local, ids >> (FINE_SHIFT - COARSE_SHIFT))
                 _, inside = _find(xp, wanted_subs, local_slots.sub_ids(xp, ids, position))
-                acc.add(ids[inside], None if w is None else w[inside])
+                acc.add(ids[inside], None if w is None else w[inside], ordered=True)
         pieces.append(acc.result())
     return _host_summary(xp, pieces, FINE_SHIFT, _n_features(X))
 
