@@ -6,7 +6,6 @@ import dataclasses
 import numpy as np
 
 from . import _dtypes, gradients, sketch
-from .backend import to_host
 
 
 @dataclasses.dataclass
@@ -54,27 +53,18 @@ class Cuts:
                    offsets=np.asarray(d["offsets"], dtype=np.int64), max_bin=int(d["max_bin"]))
 
 
-def _sum_tables(tables):
-    """Sum of integer summary tables, added in place into the first (they can be large)."""
-    total = None
-    for table in tables:
-        if total is None:
-            total = table
-        else:
-            total += table
-    return total
-
-
 def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
                  collective=gradients.LOCAL, block_values: int = sketch.BLOCK_VALUES) -> Cuts:
     """Exact weighted quantile cuts over all ``parts`` of every process of ``collective``.
 
-    parts: non-empty list of (n_i, n_features) float32 arrays in the ``xp`` namespace (n_i may be
-    0). weights: matching list of (n_i,) float arrays, or None for unit weights. block_values:
-    values per block of rows in the summary passes. The result does not depend on how rows are
-    split into parts or processes, nor on their order. Reductions (every process calls them in
-    the same order): row count, max weight, the coarse tables (summed), the middle tables
-    (summed), the fine summaries (gathered, then merged).
+    parts: non-empty list, each a (n_i, n_features) float32 array (NaN = missing) or a
+    ``csr.CSR`` (absent entries and stored NaN = missing), in the ``xp`` namespace (n_i may be 0);
+    a CSR part costs time in proportion to its stored entries. weights: matching list of (n_i,)
+    float arrays, or None for unit weights; a row's weight applies to each of its values.
+    block_values: values per block in the summary passes. The result does not depend on how rows
+    are split into parts or processes, nor on their order, nor on whether a part is dense or CSR.
+    Reductions (every process calls them in the same order): row count, max weight, then per pass
+    the sparse summary (gathered, then merged by adding the weights of equal ids).
     """
     if max_bin < 2:
         raise ValueError(f"max_bin must be at least 2, got {max_bin}")
@@ -88,18 +78,19 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
         scale = gradients.fixed_point_scale(max_weight, n_rows, _dtypes.SKETCH_SUM_LIMIT)
     fixed = [None] * len(parts) if weights is None else \
         [sketch.fixed_weights(xp, w, scale) for w in weights]
-    # integer tables: their sums are exact in any order
-    coarse = collective.allreduce_sum(_sum_tables(
-        to_host(sketch.coarse_summary(xp, p, w, block_values)) for p, w in zip(parts, fixed)))
+
+    def merged(summaries):
+        # local parts first (one message per process), then every process's: exact in any order
+        return sketch.merge(collective.allgather(sketch.merge(summaries)))
+
+    coarse = merged([sketch.coarse_summary(xp, p, w, block_values) for p, w in zip(parts, fixed)])
     candidates = sketch.candidate_buckets(coarse, n_value_bins)
-    slots = sketch.bucket_slots(candidates)
-    middle = collective.allreduce_sum(_sum_tables(
-        to_host(sketch.middle_summary(xp, p, w, slots, block_values))
-        for p, w in zip(parts, fixed)))
+    slots = sketch.bucket_slots(candidates, coarse, None if weights is None else n_rows)
+    middle = merged([sketch.middle_summary(xp, p, w, slots, block_values)
+                     for p, w in zip(parts, fixed)])
     sub_candidates = sketch.candidate_sub_buckets(coarse, slots, middle, n_value_bins)
-    fine = sketch.merge_fine([sketch.fine_summary(xp, p, w, slots, sub_candidates, block_values)
-                              for p, w in zip(parts, fixed)])
-    fine = sketch.merge_fine(collective.allgather(fine))  # exact, whatever the order
+    fine = merged([sketch.fine_summary(xp, p, w, slots, sub_candidates, block_values)
+                   for p, w in zip(parts, fixed)])
     values, offsets = sketch.choose_cuts(coarse, candidates, slots, middle, sub_candidates, fine,
                                          n_value_bins)
     return Cuts(values=values, offsets=offsets, max_bin=max_bin)

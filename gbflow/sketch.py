@@ -2,46 +2,71 @@
 
 Why exact and not a lossy sketch: gbflow's promise is the same model from the same data however it
 is split into partitions or workers, and a lossy summary depends on the merge order. Here every
-summary is an integer table that merges by addition, so the cuts are the exact weighted quantiles
-of the float32 data, independent of row order and partitioning.
+summary is a table of integer weights that merges by adding the weights of equal ids, so the cuts
+are the exact weighted quantiles of the float32 data, independent of row order and partitioning.
 
 How, in three passes over the data (a radix select on the float32 bit patterns):
 
-1. ``coarse_summary``: per feature, the total weight in each of 65,536 buckets given by the top 16
-   bits of the order-preserving uint32 key of each value. ``candidate_buckets`` then picks the
-   buckets that hold a target quantile rank (or, for a feature with few occupied buckets, all of
-   them, so low-cardinality features get one bin per distinct value); ``bucket_slots`` numbers
-   them.
-2. ``middle_summary``: inside candidate buckets, the total weight per next 8 bits of the key (a
-   dense (slots, 256) table). ``candidate_sub_buckets`` picks the sub-buckets that hold a target.
+1. ``coarse_summary``: per feature, the total weight in each bucket given by the top 16 bits of
+   the order-preserving uint32 key of each value. ``candidate_buckets`` then picks the buckets
+   that hold a target quantile rank (or, for a feature with few occupied buckets, all of them, so
+   low-cardinality features get one bin per distinct value).
+2. ``middle_summary``: inside candidate buckets, the total weight per next 8 bits of the key.
+   ``candidate_sub_buckets`` picks the sub-buckets that hold a target rank (or all of them).
 3. ``fine_summary``: the exact distinct values, with their weights, inside candidate sub-buckets
    (at most 256 distinct floats each, so this summary stays small even on continuous data).
 4. ``choose_cuts``: the exact value at each target rank becomes a cut.
 
-Weights are fixed-point integers (``gradients.fixed_point_scale`` with a 2**52 limit) whose
-totals stay below 2**53, so float64
-bincounts (on NumPy and CuPy alike) add them exactly. Missing values (NaN) are not part of any
-summary; they get their own bin.
+Every summary is *sparse*: a ``Summary`` holds only the ids that carry weight, sorted, where an id
+is ``feature << shift | top bits of the key`` (shift 16, 24 and 32 for the three passes, so a fine
+id shifted right by 8 is its sub-bucket's id and by 16 its bucket's). Host memory is therefore
+proportional to the occupied buckets, never to n_features * 65,536, and the selections are
+vectorised segment operations over these sorted arrays (no loop over features): 20,000-column
+sparse data costs what its stored entries cost.
+
+The passes read dense (n_rows, n_features) float32 matrices (NaN is missing) and ``csr.CSR``
+matrices (absent entries and stored NaN are missing) in their own namespace ``xp`` (NumPy or
+CuPy); only the summaries go to the host. A group of features with many values is tallied in a
+dense per-group table (a bincount, compressed with flatnonzero before it leaves the device); a
+group with few values per bucket (wide sparse data, small partitions) by sorting its ids. Both
+give the same integers.
+
+Weights are fixed-point integers (``gradients.fixed_point_scale`` with a 2**52 limit) whose totals
+per feature stay below 2**53, so float64 bincounts (on NumPy and CuPy alike) add them exactly.
+Sums over several features may pass 2**63; they are taken in uint64, whose wrap-around leaves
+every difference of partial sums that lies inside one feature exact. Values of zero weight count
+as absent (like rows repeated zero times). Missing values are not part of any summary; they get
+their own bin.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
+import functools
 
 import numpy as np
 
 from . import _dtypes
 from .backend import to_host
+from .csr import CSR
 
 RADIX_BITS = 16
 N_BUCKETS = 1 << RADIX_BITS
+SUB_BITS = 8
+N_SUB = 1 << SUB_BITS
+# Bits below the feature id in the ids of the three summaries (the top bits of the uint32 key).
+COARSE_SHIFT = RADIX_BITS
+MIDDLE_SHIFT = RADIX_BITS + SUB_BITS
+FINE_SHIFT = 32
+
+# Values per block of rows in the summary passes: the temporaries (keys, bucket ids, masks) stay a
+# few MB and are reused, instead of several arrays the size of the data being allocated, touched
+# and returned to the operating system on every pass.
+BLOCK_VALUES = 1 << 20
 
 
 def ordered_keys(xp, X):
-    """uint32 keys whose unsigned order is the float order of X (float32; -0.0 taken as +0.0).
-
-    X: (n_rows, n_features) float32. NaN entries get meaningless keys; callers mask them out.
-    """
+    """uint32 keys whose unsigned order is the float order of X (float32, any shape; -0.0 taken
+    as +0.0). NaN entries get meaningless keys; callers mask them out."""
     bits = (X + _dtypes.FEATURE(0.0)).view(xp.uint32)  # -0.0 + 0.0 == +0.0
     # Negative floats: flip every bit; others: flip the sign bit. The arithmetic shift of the
     # sign gives all ones for negatives, zero otherwise.
@@ -64,268 +89,586 @@ def fixed_weights(xp, weight, scale: float):
     return xp.rint(weight.astype(xp.float64) * scale)
 
 
-def _flat_bucket_ids(xp, X):
-    keys = ordered_keys(xp, X)
-    offsets = xp.arange(X.shape[1], dtype=xp.intp) * N_BUCKETS
-    return keys, (keys >> RADIX_BITS).astype(xp.intp) + offsets[None, :]
+# ---------------------------------------------------------------------------------------------
+# Sparse integer tables
 
 
-# Values per block of rows in the summary passes: the temporaries (keys, bucket ids, masks) stay a
-# few MB and are reused, instead of several arrays the size of the data being allocated, touched
-# and returned to the operating system on every pass.
-BLOCK_VALUES = 1 << 20
+@dataclasses.dataclass
+class Summary:
+    """Total weight per id, for the ids that carry weight only. Host arrays.
+
+    ids: (m,) int64, sorted and unique: ``feature << shift | the key's top `shift` bits``
+    (shift 16: coarse buckets, 24: sub-buckets, 32: the exact key). weight: (m,) int64, > 0.
+    n_features: the matrix's width (features without values have no ids).
+    """
+
+    ids: np.ndarray
+    weight: np.ndarray
+    shift: int
+    n_features: int
+
+    @property
+    def feature(self) -> np.ndarray:
+        """(m,) int64: each entry's feature."""
+        return self.ids >> self.shift
+
+    @property
+    def key(self) -> np.ndarray:
+        """(m,) uint32: each entry's key bits below the feature id (the whole key for shift 32)."""
+        return (self.ids & ((1 << self.shift) - 1)).astype(np.uint32)
+
+    @functools.cached_property
+    def bounds(self) -> np.ndarray:
+        """(n_features + 1,) int64: feature f's entries are bounds[f] .. bounds[f + 1] - 1."""
+        return _feature_bounds(self.ids, self.shift, self.n_features)
+
+    @functools.cached_property
+    def totals(self) -> np.ndarray:
+        """(n_features,) int64: each feature's total weight."""
+        cumulative = np.zeros(len(self.ids) + 1, dtype=np.uint64)
+        np.cumsum(self.weight.astype(np.uint64), out=cumulative[1:])
+        # uint64 wrap-around: the difference is exact, as each feature's total is below 2**53
+        return (cumulative[self.bounds[1:]] - cumulative[self.bounds[:-1]]).astype(np.int64)
+
+    @functools.cached_property
+    def before(self) -> np.ndarray:
+        """(m,) int64: the weight of the feature's entries before each entry (exclusive rank)."""
+        return _before_within(self.weight, self.feature)
 
 
-def _blocks(X, w_fixed, block_values):
-    """(first feature, block of X, its weights): rows and, for wide data, groups of features, so
-    that a block's summary table (features x 65,536 buckets) stays about the size of the block."""
+def _feature_bounds(ids: np.ndarray, shift: int, n_features: int) -> np.ndarray:
+    """Where each feature's run starts in sorted ``ids``; (n_features + 1,) int64."""
+    starts = np.arange(n_features + 1, dtype=np.int64) << shift
+    return np.searchsorted(ids, starts).astype(np.int64)
+
+
+def _before_within(weight: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """(m,) int64: the weight before each entry within its run of equal ``group`` ids (sorted).
+
+    Host arrays, linear time. The running sum is in uint64: it may pass 2**64 over many
+    features, but each difference of two partial sums inside one run is below 2**53 and comes
+    out exact."""
+    if len(weight) == 0:
+        return np.zeros(0, dtype=np.int64)
+    w = weight.astype(np.uint64)
+    before = np.cumsum(w)
+    before -= w  # exclusive running sum
+    starts = np.flatnonzero(np.concatenate([[True], group[1:] != group[:-1]]))
+    before -= np.repeat(before[starts], np.diff(np.append(starts, len(w))))
+    return before.astype(np.int64)
+
+
+def _positions(ids: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(ids, queries)`` for sorted queries with long runs of equal values (the
+    buckets of sub-buckets, of values): one search per run. Host arrays."""
+    if len(queries) == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.concatenate([[True], queries[1:] != queries[:-1]]))
+    run_lengths = np.diff(np.append(starts, len(queries)))
+    return np.repeat(np.searchsorted(ids, queries[starts]), run_lengths)
+
+
+def _tally(xp, ids, weights, ordered: bool = False):
+    """Total weight per distinct id, in ``xp``: (sorted unique ids int64, totals int64 > 0).
+
+    ids: (k,) int64 (already sorted if ``ordered``). weights: (k,) integer-valued float64 or
+    int64, or None for unit weights. Totals are differences of a uint64 running sum (exact, see
+    ``_before_within``)."""
+    if len(ids) == 0:
+        return ids.astype(xp.int64), xp.zeros(0, dtype=xp.int64)
+    if ordered:
+        ordered = ids
+    elif weights is None:
+        ordered = xp.sort(ids)
+    else:
+        order = xp.argsort(ids)
+        ordered = ids[order]
+        weights = weights[order]
+    last = xp.empty(len(ordered), dtype=bool)  # last entry of each run of equal ids
+    last[:-1] = ordered[1:] != ordered[:-1]
+    last[-1] = True
+    ends = xp.flatnonzero(last)
+    cumulative = ends + 1 if weights is None else xp.cumsum(weights.astype(xp.uint64))[ends]
+    totals = xp.empty(len(ends), dtype=cumulative.dtype)
+    totals[:1] = cumulative[:1]
+    totals[1:] = cumulative[1:] - cumulative[:-1]
+    totals = totals.astype(xp.int64)
+    unique = ordered[ends]
+    if weights is not None:  # values of zero weight count as absent
+        carries = totals > 0
+        unique, totals = unique[carries], totals[carries]
+    return unique, totals
+
+
+class _Accumulator:
+    """Sorted tallies of one group of features, block by block, on the device.
+
+    Pending block tallies are merged into the running one once they are as large as it (or as a
+    block): each id is re-sorted a logarithmic number of times, and memory stays about twice
+    the running tally plus a block."""
+
+    def __init__(self, xp, block_values: int):
+        self.xp, self.block_values = xp, block_values
+        self.parts: list = []  # (ids, totals); parts[0] is the running tally once merged
+        self.pending = 0
+
+    def add(self, ids, weights, ordered: bool = False) -> None:
+        """Tally (k,) int64 ids with (k,) weights (or None); ``ordered``: ids are sorted."""
+        unique, totals = _tally(self.xp, ids, weights, ordered)
+        if len(unique):
+            self.parts.append((unique, totals))
+            self.pending += len(unique)
+        if len(self.parts) > 1 and self.pending >= max(self.block_values, len(self.parts[0][0])):
+            self._merge()
+
+    def _merge(self) -> None:
+        xp = self.xp
+        if len(self.parts) > 1:
+            self.parts = [_tally(xp, xp.concatenate([p[0] for p in self.parts]),
+                                 xp.concatenate([p[1] for p in self.parts]))]
+        self.pending = 0
+
+    def result(self):
+        """(ids, totals): sorted unique int64 ids and their int64 totals, on the device."""
+        self._merge()
+        if not self.parts:
+            return self.xp.zeros(0, dtype=self.xp.int64), self.xp.zeros(0, dtype=self.xp.int64)
+        return self.parts[0]
+
+
+def _host_summary(xp, pieces: list, shift: int, n_features: int) -> Summary:
+    """One Summary (host) from device tallies of disjoint feature groups, in feature order."""
+    pieces = [p for p in pieces if len(p[0])]
+    if not pieces:
+        return Summary(np.zeros(0, np.int64), np.zeros(0, np.int64), shift, n_features)
+    ids = to_host(xp.concatenate([p[0] for p in pieces])).astype(np.int64, copy=False)
+    weight = to_host(xp.concatenate([p[1] for p in pieces])).astype(np.int64, copy=False)
+    return Summary(ids, weight, shift, n_features)
+
+
+def merge(summaries: list) -> Summary:
+    """Merge summaries of the same pass (exact: weights of equal ids add up; any order)."""
+    summaries = list(summaries)
+    first = summaries[0]
+    if any(s.n_features != first.n_features or s.shift != first.shift for s in summaries):
+        raise ValueError("cannot merge sketch summaries of different widths or passes: "
+                         f"{sorted({(s.n_features, s.shift) for s in summaries})}")
+    if len(summaries) == 1:
+        return first
+    ids, weight = _tally(np, np.concatenate([s.ids for s in summaries]),
+                         np.concatenate([s.weight for s in summaries]))
+    return Summary(ids, weight, first.shift, first.n_features)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the data: groups of features, blocks of values
+
+
+@dataclasses.dataclass
+class _Block:
+    """Some values of one group of features, in ``xp``.
+
+    xp: the namespace. values: float32, (rows, features) for a dense matrix or (entries,) for a
+    CSR. feature: int64 feature ids, broadcastable to values. weight: integer-valued float64
+    weights broadcastable to values, or None. Keys and the missing-value mask are computed when
+    first asked for (the passes after the first often need no mask)."""
+
+    xp: object
+    values: object
+    feature: object
+    weight: object
+
+    @functools.cached_property
+    def keys(self):
+        """uint32 ordered keys, values' shape (meaningless for NaN)."""
+        return ordered_keys(self.xp, self.values)
+
+    @functools.cached_property
+    def present(self):
+        """bool, values' shape: False for missing values (NaN)."""
+        return ~self.xp.isnan(self.values)
+
+    def weights(self, xp, selected):
+        """(k,) float64 weights of the selected values, or None."""
+        if self.weight is None:
+            return None
+        return xp.broadcast_to(self.weight, self.keys.shape)[selected]
+
+    def fine_ids(self, xp, ordered: bool = False):
+        """(k,) int64 fine ids (feature << 32 | key) of the present values, and their weights;
+        sorted if ``ordered`` (searching sorted ids in a large table touches memory in order,
+        and a sorted selection of them is tallied without sorting again)."""
+        ids = ((self.feature << FINE_SHIFT) | self.keys.astype(xp.int64))[self.present]
+        weights = self.weights(xp, self.present)
+        if ordered:
+            if weights is None:
+                ids = xp.sort(ids)
+            else:
+                order = xp.argsort(ids)
+                ids, weights = ids[order], weights[order]
+        return ids, weights
+
+    def local_buckets(self, xp, f0: int):
+        """Keys' shape, intp: (feature - f0) * 65,536 + top 16 key bits (a dense table index)."""
+        return (self.keys >> RADIX_BITS).astype(xp.intp) + (self.feature - f0) * N_BUCKETS
+
+
+@dataclasses.dataclass
+class _Group:
+    """Features f0 .. f1 - 1 of one matrix: n_values values (missing ones included), read
+    block by block by ``blocks()``."""
+
+    f0: int
+    f1: int
+    n_values: int
+    blocks: object
+
+    def id_range(self, ids: np.ndarray, shift: int) -> tuple[int, int]:
+        """The slice of sorted host ``ids`` (with ``shift``) that belongs to this group."""
+        lo, hi = np.searchsorted(ids, [self.f0 << shift, self.f1 << shift])
+        return int(lo), int(hi)
+
+    def dense_table(self, table_size: int, block_values: int) -> bool:
+        """Whether to tally into a dense table of ``table_size`` (plus a 65,536-per-feature
+        lookup table): only while both stay a few blocks large, and the group has enough values
+        to pay for clearing and scanning them; else its ids are sorted instead."""
+        lookup = (self.f1 - self.f0) * N_BUCKETS
+        return max(lookup, table_size) <= 4 * block_values and 16 * self.n_values >= lookup
+
+
+def _nan_may_match(buckets: np.ndarray) -> bool:
+    """Whether a NaN's key could fall in one of these coarse buckets (sorted coarse ids).
+
+    NaN keys lie above +inf's and below -inf's, in the 128 buckets at either end of the key
+    range, which no finite value shares (and ``ordered_keys``' addition quiets NaN, which moves
+    them further out than an infinity's bucket). Unless such a bucket is a candidate, the slot
+    lookup alone rejects NaN and the passes skip testing for it."""
+    low = buckets & (N_BUCKETS - 1)
+    return bool(np.any((low >= N_BUCKETS - 128) | (low < 128)))
+
+
+def _entry_rows(xp, matrix: CSR):
+    """(nnz,) int64: the row of each entry, by a scan of row starts (linear; CuPy's repeat takes
+    no device array of counts before v14)."""
+    starts = xp.bincount(matrix.indptr[1:-1], minlength=matrix.nnz + 1)[: matrix.nnz]
+    return xp.cumsum(starts).astype(xp.int64)
+
+
+def _groups(xp, X, w_fixed, block_values: int):
+    """The feature groups of X (dense (n_rows, n_features) float32, or a CSR), in feature order.
+
+    Dense: groups of features whose 65,536-bucket tables stay about two blocks large, read in
+    blocks of rows of about ``block_values`` values. CSR: one group of all columns (its entries
+    are not ordered by column), read in blocks of whole rows of about ``block_values`` entries,
+    in time proportional to the stored entries."""
+    if isinstance(X, CSR):
+        n_rows, nnz = X.n_rows, X.nnz
+        if nnz == 0 or n_rows == 0 or X.n_cols == 0:
+            return
+        # Rows that hold every block_values-th entry start the blocks (a device search; only
+        # the few block boundaries come to the host).
+        marks = xp.arange(block_values, nnz, block_values, dtype=xp.int64)
+        rows = to_host(xp.searchsorted(X.indptr, marks, side="right") - 1)
+        bounds = np.unique(np.concatenate([[0], rows, [n_rows]])).tolist()
+
+        def csr_blocks():
+            for r0, r1 in zip(bounds[:-1], bounds[1:]):
+                part = X.rows(r0, r1)
+                w = None if w_fixed is None else w_fixed[r0:r1][_entry_rows(xp, part)]
+                yield _Block(xp, part.data, part.indices.astype(xp.int64), w)
+
+        yield _Group(0, int(X.n_cols), nnz, csr_blocks)
+        return
     n_rows, n_features = X.shape
     group = max(1, min(n_features, 2 * block_values // N_BUCKETS))
     step = max(1, block_values // group)
     for f0 in range(0, n_features, group):
-        for start in range(0, n_rows, step):
-            w = None if w_fixed is None else w_fixed[start : start + step]
-            yield f0, X[start : start + step, f0 : f0 + group], w
+        f1 = min(n_features, f0 + group)
+
+        def dense_blocks(f0=f0, f1=f1):
+            feature = xp.arange(f0, f1, dtype=xp.int64)[None, :]
+            for start in range(0, n_rows, step):
+                block = X[start : start + step, f0:f1]
+                w = None if w_fixed is None else w_fixed[start : start + step, None]
+                yield _Block(xp, block, feature, w)
+
+        yield _Group(f0, f1, n_rows * (f1 - f0), dense_blocks)
 
 
-def coarse_summary(xp, X, w_fixed, block_values: int = BLOCK_VALUES):
-    """Pass 1: (n_features, 65536) int64 total weight per feature and key bucket.
-
-    X: (n_rows, n_features) float32. w_fixed: (n_rows,) integer-valued float64 or None.
-    block_values: values per block of rows (the GPU takes far larger blocks than the CPU).
-    """
-    n_features = X.shape[1]
-    counts = xp.zeros(n_features * N_BUCKETS, dtype=np.int64)
-    for f0, block, w in _blocks(X, w_fixed, block_values):
-        _, flat = _flat_bucket_ids(xp, block)
-        present = ~xp.isnan(block)
-        table = counts[f0 * N_BUCKETS : (f0 + block.shape[1]) * N_BUCKETS]
-        if w is None:
-            table += xp.bincount(flat[present], minlength=len(table))
-        else:
-            weights = xp.broadcast_to(w[:, None], block.shape)[present]
-            table += xp.rint(xp.bincount(flat[present], weights=weights,
-                                         minlength=len(table))).astype(np.int64)
-    return counts.reshape(n_features, N_BUCKETS)
+def _n_features(X) -> int:
+    return int(X.n_cols) if isinstance(X, CSR) else int(X.shape[1])
 
 
-def _target_ranks(total: int, n_value_bins: int) -> np.ndarray:
-    # Python integers: total * i may exceed int64 for large fixed-point totals.
-    return np.array([total * i // n_value_bins + 1 for i in range(1, n_value_bins)], dtype=np.int64)
+def _bincount(xp, ids, weights, size: int):
+    """(size,) int64 total weight per id (weights: integer-valued float64 or None)."""
+    if weights is None:
+        return xp.bincount(ids, minlength=size).astype(xp.int64, copy=False)
+    return xp.rint(xp.bincount(ids, weights=weights, minlength=size)).astype(xp.int64)
 
 
-def candidate_buckets(coarse: np.ndarray, n_value_bins: int) -> np.ndarray:
-    """Pass 1 selection: (n_features, 65536) bool, the buckets whose contents are looked into.
-
-    coarse: merged pass-1 summary (host array). n_value_bins: most value bins a feature may get.
-    """
-    candidates = np.zeros(coarse.shape, dtype=bool)
-    for f in range(coarse.shape[0]):
-        occupied = coarse[f] > 0
-        if occupied.sum() <= n_value_bins:
-            candidates[f] = occupied  # maybe few distinct values: look at all of them
-        total = int(coarse[f].sum())
-        if total > 0 and n_value_bins > 1:
-            cumulative = np.cumsum(coarse[f])
-            candidates[f, np.searchsorted(cumulative, _target_ranks(total, n_value_bins))] = True
-    return candidates
+def _find(xp, sorted_ids, ids):
+    """Where each of ``ids`` is in non-empty ``sorted_ids`` (int64, in ``xp``): (position,
+    found), ids' shape; position is a valid index but meaningless where not found."""
+    position = xp.minimum(xp.searchsorted(sorted_ids, ids), len(sorted_ids) - 1)
+    return position, sorted_ids[position] == ids
 
 
-@dataclasses.dataclass
-class Slots:
-    """Rows of the pass-2 table: one per candidate bucket, numbered in (feature, bucket) order.
-
-    of_bucket: (n_features * 65536,) int32, each candidate bucket's slot, -1 elsewhere.
-    first: (n_features + 1,) int64, feature f's slots are first[f] .. first[f + 1] - 1. Host arrays.
-    """
-
-    of_bucket: np.ndarray
-    first: np.ndarray
-
-
-def bucket_slots(candidates: np.ndarray) -> Slots:
-    """The slots of the candidate buckets ((n_features, 65536) bool)."""
-    where = np.flatnonzero(candidates.reshape(-1))
-    of_bucket = np.full(candidates.size, -1, dtype=np.int32)
-    of_bucket[where] = np.arange(len(where), dtype=np.int32)
-    first = np.concatenate([[0], np.cumsum(candidates.sum(axis=1))]).astype(np.int64)
-    return Slots(of_bucket=of_bucket, first=first)
-
-
-SUB_BITS = 8
-N_SUB = 1 << SUB_BITS
+def _slot_table(xp, local_buckets, group: _Group):
+    """((f1 - f0) * 65,536,) int32 dense lookup: each candidate bucket of the group -> its
+    position in ``local_buckets`` (the group's sorted coarse ids), -1 elsewhere."""
+    table = xp.full((group.f1 - group.f0) * N_BUCKETS, -1, dtype=xp.int32)
+    table[local_buckets - (group.f0 << COARSE_SHIFT)] = xp.arange(len(local_buckets),
+                                                                   dtype=xp.int32)
+    return table
 
 
 def _sub_bucket(xp, keys):
     return ((keys >> (RADIX_BITS - SUB_BITS)) & xp.uint32(N_SUB - 1)).astype(xp.intp)
 
 
-def middle_summary(xp, X, w_fixed, slots, block_values: int = BLOCK_VALUES):
-    """Pass 2: (n_slots, 256) int64 total weight per candidate bucket and next 8 key bits.
+# ---------------------------------------------------------------------------------------------
+# The three passes (device work, host summaries)
 
-    slots: ``bucket_slots`` of the merged pass-1 selection."""
-    first = slots.first
-    slots = xp.asarray(slots.of_bucket)
-    counts = xp.zeros(int(first[-1]) * N_SUB, dtype=np.int64)
-    for f0, block, w in _blocks(X, w_fixed, block_values):
-        keys, flat = _flat_bucket_ids(xp, block)
-        slot = slots[flat + f0 * N_BUCKETS]
-        selected = ~xp.isnan(block) & (slot >= 0)
-        lo, hi = int(first[f0]), int(first[f0 + block.shape[1]])
-        ids = ((slot.astype(xp.intp) - lo) * N_SUB + _sub_bucket(xp, keys))[selected]
-        table = counts[lo * N_SUB : hi * N_SUB]
-        if w is None:
-            table += xp.bincount(ids, minlength=len(table))
+
+def coarse_summary(xp, X, w_fixed, block_values: int = BLOCK_VALUES) -> Summary:
+    """Pass 1: total weight per feature and top 16 key bits, as a host ``Summary`` (shift 16).
+
+    X: (n_rows, n_features) float32 (NaN missing) or a ``csr.CSR``, in ``xp``. w_fixed:
+    (n_rows,) integer-valued float64 or None. block_values: values per block (the GPU takes
+    far larger blocks than the CPU)."""
+    pieces = []
+    for group in _groups(xp, X, w_fixed, block_values):
+        size = (group.f1 - group.f0) * N_BUCKETS
+        if group.dense_table(size, block_values):
+            table = xp.zeros(size, dtype=xp.int64)
+            for b in group.blocks():
+                table += _bincount(xp, b.local_buckets(xp, group.f0)[b.present],
+                                   b.weights(xp, b.present), size)
+            occupied = xp.flatnonzero(table)
+            pieces.append((occupied + (group.f0 << COARSE_SHIFT), table[occupied]))
         else:
-            weights = xp.broadcast_to(w[:, None], block.shape)[selected]
-            table += xp.rint(xp.bincount(ids, weights=weights,
-                                         minlength=len(table))).astype(np.int64)
-    return counts.reshape(-1, N_SUB)
+            acc = _Accumulator(xp, block_values)
+            for b in group.blocks():
+                ids, w = b.fine_ids(xp)
+                acc.add(ids >> (FINE_SHIFT - COARSE_SHIFT), w)
+            pieces.append(acc.result())
+    return _host_summary(xp, pieces, COARSE_SHIFT, _n_features(X))
 
 
-def candidate_sub_buckets(coarse: np.ndarray, slots: Slots, middle: np.ndarray,
-                          n_value_bins: int) -> np.ndarray:
-    """Pass 2 selection: (n_slots, 256) bool, the sub-buckets whose exact values are needed.
+def _holds_target(before, weight, total, n_value_bins: int):
+    """bool (m,): whether an entry spanning ranks before + 1 .. before + weight holds a target
+    rank ``total * i // n_value_bins + 1`` for some i in 1 .. n_value_bins - 1.
 
-    Those holding a target rank, or, for a feature with few occupied sub-buckets, all of them."""
-    selected = np.zeros(middle.shape, dtype=bool)
-    for f in range(coarse.shape[0]):
-        first, stop = slots.first[f], slots.first[f + 1]
-        table = middle[first:stop]
-        occupied = table > 0
-        if occupied.sum() <= n_value_bins:
-            selected[first:stop] = occupied
-        total = int(coarse[f].sum())
-        if total == 0 or n_value_bins <= 1:
-            continue
-        ranks = _target_ranks(total, n_value_bins)
-        cumulative = np.cumsum(coarse[f])
-        bucket = np.searchsorted(cumulative, ranks)
-        within = ranks - (cumulative[bucket] - coarse[f, bucket])  # rank inside the bucket
-        slot = slots.of_bucket[f * N_BUCKETS + bucket]
-        # first sub-bucket whose cumulative weight reaches the rank, for every target at once
-        sub = (np.cumsum(middle[slot], axis=1) < within[:, None]).sum(axis=1)
-        selected[slot, sub] = True
-    return selected
+    Host int64 arrays, weight > 0 (so total > 0). The smallest i whose rank exceeds ``before``
+    is ceil(before * n / total); its float64 estimate is off by less than 2**-30, so one exact
+    step down or up corrects it."""
+    n = n_value_bins
+    if n <= 1:
+        return np.zeros(len(before), dtype=bool)
+    quotient, remainder = np.divmod(total, n)
+
+    def rank(i):  # total * i // n + 1, exactly: total * i itself may not fit in int64
+        return quotient * i + remainder * i // n + 1
+
+    i = np.ceil(before.astype(np.float64) * n / total.astype(np.float64)).astype(np.int64)
+    i = np.clip(i, 1, n)
+    i = np.where((i > 1) & (rank(i - 1) > before), i - 1, i)
+    i = np.where((i < n) & (rank(i) <= before), i + 1, i)
+    return (i < n) & (rank(i) <= before + weight)
+
+
+def candidate_buckets(coarse: Summary, n_value_bins: int) -> np.ndarray:
+    """Pass 1 selection: sorted int64 coarse ids (feature << 16 | bucket) to look into.
+
+    Those holding a target rank, or, for a feature with at most ``n_value_bins`` occupied
+    buckets (maybe few distinct values), all of them. coarse: the merged pass-1 summary."""
+    feature = coarse.feature
+    keep = np.diff(coarse.bounds)[feature] <= n_value_bins
+    keep |= _holds_target(coarse.before, coarse.weight, coarse.totals[feature], n_value_bins)
+    return coarse.ids[keep]
 
 
 @dataclasses.dataclass
-class FineSummary:
-    """Exact distinct values inside candidate sub-buckets: sorted by (feature, key), unique.
+class Slots:
+    """The candidate buckets, numbered, and how finely pass 2 splits each. Host arrays.
 
-    feature: (m,) int64, key: (m,) uint32 ordered keys, weight: (m,) int64. Host arrays.
+    bucket: (n_slots,) int64 sorted coarse ids (feature << 16 | top 16 key bits) of slot s.
+    mask: (n_slots,) int64, which of the next 8 key bits tell the bucket's sub-buckets apart:
+    0xFF gives 256 sub-buckets, 0xF0 16, 0 one (all the bucket's values go to pass 3). A
+    sub-bucket's id is ``bucket << 8 | (key >> 8 & 0xFF & mask)``.
     """
 
-    feature: np.ndarray
-    key: np.ndarray
-    weight: np.ndarray
+    bucket: np.ndarray
+    mask: np.ndarray
+
+    def sub_ids(self, xp, fine_ids, position):
+        """The sub-bucket id (int64) of each fine id (feature << 32 | key) whose bucket is slot
+        ``position`` (positions of absent buckets give ids of no candidate sub-bucket)."""
+        keep = xp.asarray(self.mask)[position] | -N_SUB  # the bucket's bits and the mask's
+        return (fine_ids >> (FINE_SHIFT - MIDDLE_SHIFT)) & keep
 
 
-def fine_summary(xp, X, w_fixed, slots, sub_candidates,
-                 block_values: int = BLOCK_VALUES) -> FineSummary:
-    """Pass 3: the distinct values of X in candidate sub-buckets with their total weights."""
-    slots = xp.asarray(slots.of_bucket)
-    wanted = xp.asarray(sub_candidates).reshape(-1)
-    keys_parts, weight_parts = [], []
-    for f0, block, w in _blocks(X, w_fixed, block_values):
-        keys, flat = _flat_bucket_ids(xp, block)
-        feature_bits = (xp.arange(f0, f0 + block.shape[1], dtype=xp.uint64)
-                        << xp.uint64(32))[None, :]
-        slot = slots[flat + f0 * N_BUCKETS].astype(xp.intp)
-        in_bucket = ~xp.isnan(block) & (slot >= 0)
-        sub_index = xp.where(in_bucket, slot * N_SUB + _sub_bucket(xp, keys), 0)
-        selected = in_bucket & wanted[sub_index] if len(wanted) else in_bucket & False
-        keys_parts.append((keys.astype(xp.uint64) | feature_bits)[selected])
-        if w is not None:
-            weight_parts.append(xp.broadcast_to(w[:, None], block.shape)[selected])
-    combined = xp.concatenate(keys_parts) if keys_parts else xp.zeros(0, dtype=xp.uint64)
-    weights = None if w_fixed is None else (
-        xp.concatenate(weight_parts) if weight_parts else xp.zeros(0))
-    return _summarise(xp, combined, weights)
+# Pass 2 splits a candidate bucket into sub-buckets of about this many values (at most 256 of
+# them). Fewer sub-buckets mean fewer host ids in pass 2 but more values kept (and sorted) in pass
+# 3; with about 8, pass 3 keeps about 8 values per target rank, and a bucket of fewer values than
+# that skips pass 2 (one sub-bucket).
+VALUES_PER_SUB_BUCKET = 8
 
 
-def _summarise(xp, combined, weights) -> FineSummary:
-    # Sort, then total each run of equal keys. Weight totals are integers below 2**53, so the
-    # float64 cumulative sum is exact and run totals are differences of it.
-    if weights is None:
-        ordered = xp.sort(combined)
-        run_weight = None
-    else:
-        order = xp.argsort(combined)
-        ordered = combined[order]
-        run_weight = xp.cumsum(weights[order])
-    if len(ordered) == 0:
-        return FineSummary(np.empty(0, np.int64), np.empty(0, np.uint32), np.empty(0, np.int64))
-    run_end = xp.flatnonzero(xp.concatenate([ordered[1:] != ordered[:-1], xp.ones(1, bool)]))
-    if run_weight is None:
-        run_total = xp.diff(run_end, prepend=-1)
-    else:
-        cumulative = run_weight[run_end]
-        run_total = xp.rint(xp.diff(cumulative, prepend=0.0))
-    unique = to_host(ordered[run_end])
-    totals = to_host(run_total).astype(np.int64)
-    return FineSummary(feature=(unique >> np.uint64(32)).astype(np.int64),
-                       key=(unique & np.uint64(0xFFFFFFFF)).astype(np.uint32), weight=totals)
+def bucket_slots(candidates: np.ndarray, coarse: Summary | None = None,
+                 n_rows: int | None = None) -> Slots:
+    """The slots of the candidate buckets (sorted int64 coarse ids).
+
+    coarse (the merged pass-1 summary): split each bucket into about sqrt(its values)
+    sub-buckets, which about minimises pass 2's ids (one per sub-bucket) plus pass 3's (the
+    values of the sub-buckets that hold a target), instead of 256 (coarse None). n_rows: the
+    global row count, to estimate a bucket's values from its weight share (None: weights are
+    counts). Only the work depends on this choice, never the cuts."""
+    bucket = np.asarray(candidates, dtype=np.int64)
+    if coarse is None:
+        return Slots(bucket=bucket, mask=np.full(len(bucket), N_SUB - 1, dtype=np.int64))
+    values = coarse.weight[np.searchsorted(coarse.ids, bucket)].astype(np.float64)
+    if n_rows is not None:
+        values *= n_rows / coarse.totals[bucket >> RADIX_BITS]
+    bits = np.clip(np.ceil(np.log2(np.maximum(values / VALUES_PER_SUB_BUCKET, 1.0))), 0,
+                   SUB_BITS).astype(np.int64)
+    return Slots(bucket=bucket, mask=(N_SUB - 1) & ~((1 << (SUB_BITS - bits)) - 1))
 
 
-def merge_fine(parts: list[FineSummary]) -> FineSummary:
-    """Merge fine summaries of several partitions (exact; order of ``parts`` does not matter)."""
-    if len(parts) == 1:
-        return parts[0]
-    combined = np.concatenate([(p.feature.astype(np.uint64) << np.uint64(32))
-                               | p.key.astype(np.uint64) for p in parts])
-    weights = np.concatenate([p.weight for p in parts]).astype(np.float64)
-    return _summarise(np, combined, weights)
+def middle_summary(xp, X, w_fixed, slots: Slots, block_values: int = BLOCK_VALUES) -> Summary:
+    """Pass 2: total weight per sub-bucket (top 24 key bits) inside candidate buckets, as a host
+    ``Summary`` (shift 24). slots: ``bucket_slots`` of the merged pass-1 selection."""
+    buckets = slots.bucket
+    device_buckets, device_masks = xp.asarray(buckets), xp.asarray(slots.mask)
+    pieces = []
+    for group in _groups(xp, X, w_fixed, block_values):
+        lo, hi = group.id_range(buckets, COARSE_SHIFT)
+        if lo == hi:
+            continue
+        local, masks = device_buckets[lo:hi], device_masks[lo:hi]
+        size = (hi - lo) * N_SUB
+        if group.dense_table(size, block_values):
+            slot_of = _slot_table(xp, local, group)
+            may_be_nan = _nan_may_match(buckets[lo:hi])
+            table = xp.zeros(size, dtype=xp.int64)
+            for b in group.blocks():
+                slot = slot_of[b.local_buckets(xp, group.f0)]
+                selected = b.present & (slot >= 0) if may_be_nan else slot >= 0
+                ids = slot.astype(xp.intp) * N_SUB + _sub_bucket(xp, b.keys)
+                table += _bincount(xp, ids[selected], b.weights(xp, selected), size)
+            # Counted at full resolution (no per-value mask); the coarser sub-buckets of some
+            # buckets are unions of consecutive ones: merged here, on the occupied ids only.
+            occupied = xp.flatnonzero(table)
+            slot = occupied // N_SUB
+            ids = (local[slot] << SUB_BITS) | (occupied % N_SUB & masks[slot])
+            pieces.append(_tally(xp, ids, table[occupied], ordered=True))
+        else:
+            acc = _Accumulator(xp, block_values)
+            local_slots = Slots(bucket=local, mask=masks)
+            for b in group.blocks():
+                ids, w = b.fine_ids(xp, ordered=True)
+                position, inside = _find(xp, local, ids >> (FINE_SHIFT - COARSE_SHIFT))
+                acc.add(local_slots.sub_ids(xp, ids[inside], position[inside]),
+                        None if w is None else w[inside], ordered=True)
+            pieces.append(acc.result())
+    return _host_summary(xp, pieces, MIDDLE_SHIFT, _n_features(X))
 
 
-def _exclusive_cumsum_by_group(weights: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """Weight before each entry within its run of equal ``group`` ids (entries sorted by group)."""
-    within = np.cumsum(weights)
-    first = np.searchsorted(group, group)  # index of the first entry of each entry's group
-    return within - weights - (within[first] - weights[first])
+def candidate_sub_buckets(coarse: Summary, slots: Slots, middle: Summary,
+                          n_value_bins: int) -> np.ndarray:
+    """Pass 2 selection: sorted int64 middle ids (feature << 24 | top 24 key bits) whose exact
+    values are needed.
+
+    Those holding a target rank, or, for a feature with at most ``n_value_bins`` occupied
+    sub-buckets (in its candidate buckets), all of them. Merged summaries; host arrays."""
+    feature = middle.feature
+    bucket = middle.ids >> SUB_BITS
+    # rank before a sub-bucket: the feature's weight below its bucket, plus the weight of the
+    # bucket's lower sub-buckets (a candidate bucket's sub-buckets are all in ``middle``)
+    before = coarse.before[_positions(coarse.ids, bucket)] + \
+        _before_within(middle.weight, bucket)
+    keep = np.diff(middle.bounds)[feature] <= n_value_bins
+    keep |= _holds_target(before, middle.weight, coarse.totals[feature], n_value_bins)
+    return middle.ids[keep]
 
 
-def choose_cuts(coarse: np.ndarray, candidates: np.ndarray, slots: Slots,
-                middle: np.ndarray, sub_candidates: np.ndarray, fine: FineSummary,
+def fine_summary(xp, X, w_fixed, slots: Slots, sub_candidates: np.ndarray,
+                 block_values: int = BLOCK_VALUES) -> Summary:
+    """Pass 3: the distinct values of X in candidate sub-buckets with their total weights, as a
+    host ``Summary`` (shift 32: ids are feature << 32 | the value's ordered key)."""
+    buckets = slots.bucket
+    subs = np.asarray(sub_candidates, dtype=np.int64)
+    device_buckets, device_subs = xp.asarray(buckets), xp.asarray(subs)
+    device_masks = xp.asarray(slots.mask)
+    pieces = []
+    for group in _groups(xp, X, w_fixed, block_values):
+        s_lo, s_hi = group.id_range(subs, MIDDLE_SHIFT)
+        if s_lo == s_hi:
+            continue
+        wanted_subs = device_subs[s_lo:s_hi]
+        lo, hi = group.id_range(buckets, COARSE_SHIFT)
+        local, masks = device_buckets[lo:hi], device_masks[lo:hi]
+        size = (hi - lo) * N_SUB
+        acc = _Accumulator(xp, block_values)
+        if group.dense_table(size, block_values):
+            slot_of = _slot_table(xp, local, group)
+            may_be_nan = _nan_may_match(buckets[lo:hi])
+            wanted = xp.zeros(size, dtype=bool)
+            wanted[xp.searchsorted(local, wanted_subs >> SUB_BITS) * N_SUB
+                   + (wanted_subs & (N_SUB - 1))] = True
+            # at full resolution: each of the 256 sub-buckets of a slot takes the mark of the
+            # (coarser) sub-bucket it belongs to
+            index = xp.arange(size, dtype=xp.int64)
+            wanted = wanted[index - (index % N_SUB) + (index % N_SUB & masks[index // N_SUB])]
+            for b in group.blocks():
+                slot = slot_of[b.local_buckets(xp, group.f0)].astype(xp.intp)
+                in_bucket = b.present & (slot >= 0) if may_be_nan else slot >= 0
+                index = xp.where(in_bucket, slot * N_SUB + _sub_bucket(xp, b.keys), 0)
+                selected = in_bucket & wanted[index]
+                ids = ((b.feature << FINE_SHIFT) | b.keys.astype(xp.int64))[selected]
+                acc.add(ids, b.weights(xp, selected))
+        else:
+            local_slots = Slots(bucket=local, mask=masks)
+            for b in group.blocks():
+                ids, w = b.fine_ids(xp, ordered=True)
+                # a value outside the candidate buckets gets the sub id of no candidate
+                position, _ = _find(xp, local, ids >> (FINE_SHIFT - COARSE_SHIFT))
+                _, inside = _find(xp, wanted_subs, local_slots.sub_ids(xp, ids, position))
+                acc.add(ids[inside], None if w is None else w[inside], ordered=True)
+        pieces.append(acc.result())
+    return _host_summary(xp, pieces, FINE_SHIFT, _n_features(X))
+
+
+def choose_cuts(coarse: Summary, candidates: np.ndarray, slots: Slots, middle: Summary,
+                sub_candidates: np.ndarray, fine: Summary,
                 n_value_bins: int) -> tuple[np.ndarray, np.ndarray]:
     """Cut points per feature from the merged summaries of the three passes.
 
     A feature whose distinct values number at most ``n_value_bins`` gets one bin per value;
     otherwise the exact value at each target rank W*i/n_value_bins starts a new bin. Returns
     cut_values (float32, all features concatenated, each ascending and unique) and
-    cut_offsets ((n_features + 1,) int64).
+    cut_offsets ((n_features + 1,) int64). Host arrays; no loop over features.
     """
-    n_features = coarse.shape[0]
-    starts = np.searchsorted(fine.feature, np.arange(n_features + 1))
-    # weight before each sub-bucket inside its bucket
-    before_sub = np.cumsum(middle, axis=1) - middle
-    per_feature = []
-    for f in range(n_features):
-        keys = fine.key[starts[f] : starts[f + 1]]
-        weights = fine.weight[starts[f] : starts[f + 1]]
-        total = int(coarse[f].sum())
-        if total == 0:
-            per_feature.append(np.empty(0, dtype=_dtypes.CUT))
-            continue
-        first, stop = slots.first[f], slots.first[f + 1]
-        everything = not (coarse[f] > 0)[~candidates[f]].any() and \
-            not (middle[first:stop] > 0)[~sub_candidates[first:stop]].any()
-        if everything and len(keys) <= n_value_bins:
-            per_feature.append(keys_to_values(keys[1:]))  # every distinct value, minus the lowest
-            continue
-        bucket = (keys >> np.uint32(RADIX_BITS)).astype(np.int64)
-        sub = ((keys >> np.uint32(RADIX_BITS - SUB_BITS)) & np.uint32(N_SUB - 1)).astype(np.int64)
-        before_bucket = np.cumsum(coarse[f]) - coarse[f]
-        slot = slots.of_bucket[f * N_BUCKETS + bucket]
-        group = (keys >> np.uint32(RADIX_BITS - SUB_BITS)).astype(np.int64)
-        # exact global rank (weight up to and including each entry)
-        cumulative = before_bucket[bucket] + before_sub[slot, sub] + \
-            _exclusive_cumsum_by_group(weights, group) + weights
-        entry = np.searchsorted(cumulative, _target_ranks(total, n_value_bins))
-        entry = np.unique(entry)
-        entry = entry[cumulative[entry] - weights[entry] > 0]  # a cut at the minimum is no cut
-        per_feature.append(keys_to_values(keys[entry]))
-    offsets = np.zeros(n_features + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum([len(c) for c in per_feature])
-    values = np.concatenate(per_feature) if per_feature else np.empty(0, dtype=_dtypes.CUT)
-    return values.astype(_dtypes.CUT), offsets
+    n_features = coarse.n_features
+    # Features whose every occupied bucket and sub-bucket was looked into: the fine summary
+    # holds all their distinct values.
+    everything = (np.diff(_feature_bounds(candidates, COARSE_SHIFT, n_features))
+                  == np.diff(coarse.bounds)) & \
+        (np.diff(_feature_bounds(sub_candidates, MIDDLE_SHIFT, n_features))
+         == np.diff(middle.bounds))
+    few = everything & (np.diff(fine.bounds) <= n_value_bins)
+    feature = fine.feature
+    lowest = np.arange(len(fine.ids)) == fine.bounds[feature]
+    # exact rank before each value: below its bucket + below its sub-bucket + inside it
+    bucket = fine.ids >> (FINE_SHIFT - COARSE_SHIFT)
+    sub = slots.sub_ids(np, fine.ids, _positions(slots.bucket, bucket))
+    before = coarse.before[_positions(coarse.ids, bucket)] \
+        + _before_within(middle.weight, middle.ids >> SUB_BITS)[_positions(middle.ids, sub)] \
+        + _before_within(fine.weight, sub)
+    # a cut at the minimum is no cut
+    at_target = _holds_target(before, fine.weight, coarse.totals[feature], n_value_bins) & \
+        (before > 0)
+    cut = np.where(few[feature], ~lowest, at_target)  # every distinct value, minus the lowest
+    values = keys_to_values(fine.key[cut]).astype(_dtypes.CUT)
+    offsets = np.searchsorted(feature[cut], np.arange(n_features + 1)).astype(np.int64)
+    return values, offsets

@@ -78,3 +78,191 @@ def test_all_missing_and_constant_columns():
     cuts = quantize.compute_cuts(np, [X], None, 256)
     assert cuts.feature_cuts(0).size == 0 and cuts.feature_cuts(1).size == 0
     assert list(cuts.n_value_bins) == [1, 1]
+
+
+def _csr(dense):
+    """A gbflow CSR of ``dense`` where NaN entries are absent (host arrays)."""
+    from gbflow.csr import CSR
+    rows, cols = np.nonzero(~np.isnan(dense))
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=dense.shape[0]))])
+    return CSR(indptr=indptr.astype(np.int64), indices=cols.astype(np.int32),
+               data=dense[rows, cols].astype(np.float32), n_cols=dense.shape[1])
+
+
+def _same(a, b):
+    return np.array_equal(a.values, b.values) and np.array_equal(a.offsets, b.offsets)
+
+
+def _sparse_matrix(rng, n_rows, n_cols, density):
+    """Dense float32 with NaN where absent: mixed columns (continuous, few values, zeros)."""
+    X = np.full((n_rows, n_cols), np.nan, dtype=np.float32)
+    mask = rng.random((n_rows, n_cols)) < density
+    values = np.where(rng.random((n_rows, n_cols)) < 0.5, rng.normal(size=(n_rows, n_cols)),
+                      rng.integers(-3, 4, size=(n_rows, n_cols)))
+    X[mask] = values[mask]
+    return X
+
+
+@pytest.mark.parametrize("block_values", [sketch.BLOCK_VALUES, 1000])
+def test_csr_cuts_equal_dense_cuts(block_values):
+    """Absent entries and stored NaN are missing, stored 0.0 is a value; weights per row; parts
+    mixing CSR and dense; a column with no entries. Small blocks take the sorted tallies."""
+    rng = np.random.default_rng(7)
+    X = _sparse_matrix(rng, 3000, 40, 0.2)
+    X[:, 5] = np.nan  # no entries at all
+    X[rng.random(3000) < 0.3, 6] = 0.0  # stored zeros
+    csr = _csr(X)
+    stored_nan = rng.random(csr.nnz) < 0.05  # stored NaN: missing, like absent
+    csr.data[stored_nan] = np.nan
+    X = csr.to_dense(np)
+    w = rng.random(3000) * 3
+    for weights in (None, [w]):
+        dense = quantize.compute_cuts(np, [X], weights, 64, block_values=block_values)
+        sparse = quantize.compute_cuts(np, [csr], weights, 64, block_values=block_values)
+        assert _same(dense, sparse)
+        assert dense.feature_cuts(5).size == 0
+        assert 0.0 in dense.feature_cuts(6)
+    split = [0, 700, 701, 1900, 3000]
+    parts = [csr.rows(a, b) if i % 2 else X[a:b] for i, (a, b) in enumerate(zip(split, split[1:]))]
+    mixed = quantize.compute_cuts(np, parts, [w[a:b] for a, b in zip(split, split[1:])], 64,
+                                  block_values=block_values)
+    assert _same(mixed, quantize.compute_cuts(np, [X], [w], 64, block_values=block_values))
+
+
+def test_wide_mixed_columns_match_the_reference():
+    rng = np.random.default_rng(8)
+    X = _sparse_matrix(rng, 5000, 3000, 0.5)
+    X[:, ::7] = rng.normal(size=(5000, len(range(0, 3000, 7))))  # dense continuous columns
+    X[:, 3::11] = rng.integers(0, 400, size=(5000, len(range(3, 3000, 11))))
+    X[:, 10] = np.nan
+    cuts = quantize.compute_cuts(np, [X], None, 256)
+    for f in range(X.shape[1]):
+        assert np.array_equal(cuts.feature_cuts(f), _reference_cuts(X[:, f], None, 256)), f
+    assert _same(cuts, quantize.compute_cuts(np, [_csr(X)], None, 256))
+
+
+@pytest.mark.parametrize("block_values", [sketch.BLOCK_VALUES, 5000])
+def test_partitions_and_table_choice_do_not_change_cuts(block_values):
+    """Dense tables and sorted tallies, one part or many, CSR or dense: the same integers."""
+    rng = np.random.default_rng(9)
+    X = _sparse_matrix(rng, 20000, 12, 0.7)
+    X[:, 0] = rng.standard_t(2, size=20000)
+    w = rng.random(20000)
+    base = quantize.compute_cuts(np, [X], [w], 256)
+    split = np.array_split(rng.permutation(20000), 5)
+    parts = [_csr(X[i]) if k % 2 else X[i] for k, i in enumerate(split)]
+    other = quantize.compute_cuts(np, parts, [w[i] for i in split], 256, block_values=block_values)
+    assert _same(base, other)
+
+
+class _ThreadCollective:
+    """One simulated process of several, each in its own thread: every call waits for all of
+    them, and answers from their values in process order."""
+
+    def __init__(self, rank, slots, barrier):
+        self.rank, self.slots, self.barrier = rank, slots, barrier
+
+    def _exchange(self, value):
+        self.slots[self.rank] = value
+        self.barrier.wait()
+        values = list(self.slots)
+        self.barrier.wait()
+        return values
+
+    def allreduce_sum(self, array):
+        return sum(self._exchange(array))
+
+    def allreduce_max(self, value):
+        return max(self._exchange(value))
+
+    def allgather(self, value):
+        return self._exchange(value)
+
+
+def _cuts_in_processes(process_parts, process_weights, max_bin):
+    import threading
+    barrier, slots = threading.Barrier(len(process_parts)), [None] * len(process_parts)
+    results = [None] * len(process_parts)
+
+    def work(rank):
+        try:
+            results[rank] = quantize.compute_cuts(
+                np, process_parts[rank], process_weights[rank], max_bin,
+                collective=_ThreadCollective(rank, slots, barrier))
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            barrier.abort()
+            results[rank] = error
+
+    threads = [threading.Thread(target=work, args=(r,)) for r in range(len(process_parts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def test_processes_merge_exactly():
+    """Three processes (one with no rows): each gets the cuts of all the rows, in any order."""
+    rng = np.random.default_rng(10)
+    X = _sparse_matrix(rng, 6000, 9, 0.6)
+    w = rng.random(6000)
+    expected = quantize.compute_cuts(np, [X], [w], 32)
+    parts = [[X[:2500], _csr(X[2500:4000])], [X[:0]], [_csr(X[4000:])]]
+    weights = [[w[:2500], w[2500:4000]], [w[:0]], [w[4000:]]]
+    for order in ([0, 1, 2], [2, 1, 0]):
+        for cuts in _cuts_in_processes([parts[i] for i in order], [weights[i] for i in order], 32):
+            assert not isinstance(cuts, BaseException), cuts
+            assert _same(cuts, expected)
+
+
+def test_large_fixed_point_totals_stay_exact():
+    """Fixed-point totals near 2**52 with i up to 8,190 (total * i passes int64), and a sum over
+    6,000 such features that passes 2**64 (the sorted tallies' running sums wrap)."""
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(20000, 3)).astype(np.float32)
+    w = rng.integers(1, 5, size=20000).astype(np.float64)
+    weighted = quantize.compute_cuts(np, [X], [w], 8192)
+    repeated = quantize.compute_cuts(np, [np.repeat(X, w.astype(int), axis=0)], None, 8192)
+    assert _same(weighted, repeated) and weighted.n_value_bins.max() > 4000
+    X = rng.normal(size=(3000, 6000)).astype(np.float32)
+    w = rng.integers(3, 5, size=3000).astype(np.float64)
+    wide = quantize.compute_cuts(np, [X], [w], 64)
+    narrow = quantize.compute_cuts(np, [X[:, :5]], [w], 64)
+    assert np.array_equal(wide.values[: wide.offsets[5]], narrow.values)
+    assert np.array_equal(wide.offsets[:6], narrow.offsets)
+
+
+def test_zero_weights_act_like_absent_rows():
+    X = np.array([[1.0], [1.5], [2.0], [3.0]], np.float32)
+    w = np.array([1.0, 0.0, 1.0, 1.0])
+    assert list(quantize.compute_cuts(np, [X], [w], 256).feature_cuts(0)) == [2.0, 3.0]
+
+
+@pytest.mark.parametrize("block_values", [sketch.BLOCK_VALUES, 3000])
+def test_infinities_and_nan_payloads(block_values):
+    """NaNs of any bit pattern are missing, also those whose key shares infinity's bucket."""
+    rng = np.random.default_rng(12)
+    n = 20000
+    X = np.stack([rng.normal(size=n), rng.integers(0, 5, n).astype(float),
+                  rng.normal(size=n)], axis=1).astype(np.float32)
+    X[rng.random(n) < 0.3, 0] = np.inf
+    X[rng.random(n) < 0.2, 0] = -np.inf
+    X[rng.random(n) < 0.2, 1] = np.inf
+    X[:, 2] = np.where(rng.random(n) < 0.5, -np.inf, X[:, 2])
+    bits = X.view(np.uint32)
+    odd_nans = np.array([0x7F800001, 0xFF800001, 0x7FC00000, 0xFFFFFFFF], np.uint32)
+    for f in range(3):
+        rows = rng.random(n) < 0.1
+        bits[rows, f] = odd_nans[rng.integers(0, 4, rows.sum())]
+    assert np.isnan(X).any(axis=0).all()
+    with np.errstate(invalid="ignore"):  # signalling NaNs, quieted by the key's addition
+        _check_infinities(X, block_values)
+
+
+def _check_infinities(X, block_values):
+    for max_bin in (4, 256):
+        cuts = quantize.compute_cuts(np, [X], None, max_bin, block_values=block_values)
+        for f in range(3):
+            assert np.array_equal(cuts.feature_cuts(f), _reference_cuts(X[:, f], None, max_bin)), f
+        assert _same(cuts, quantize.compute_cuts(np, [_csr(X)], None, max_bin,
+                                                 block_values=block_values))
