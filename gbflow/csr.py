@@ -45,8 +45,10 @@ class CSR:
 
     def row_ids(self, xp):
         """(nnz,) int64: the row of every entry (in the matrix's namespace ``xp``)."""
-        counts = xp.diff(self.indptr)
-        return xp.repeat(xp.arange(self.n_rows, dtype=xp.int64), counts)
+        # entry e belongs to the row whose range holds it (xp.repeat with device counts is not
+        # in every CuPy version)
+        return xp.searchsorted(self.indptr[1:], xp.arange(self.nnz, dtype=xp.int64),
+                               side="right").astype(xp.int64)
 
     def rows(self, start: int, stop: int) -> "CSR":
         """Rows start..stop-1 as a CSR sharing this matrix's entry arrays (indptr rebased)."""
