@@ -16,6 +16,7 @@ import numpy as np
 
 from . import _dtypes
 from .csr import CSR
+from .backend import to_host
 from .quantize import Cuts, padded_width
 
 
@@ -86,6 +87,11 @@ class BinnedPart:
         return int(self.bins.shape[0]) if self.csr is None else self.csr.n_rows
 
 
+# Stored entries per block when a CSR's bins are counted and its stores built: bounds the
+# temporaries (row ids, local ids, masks) to some tens of MB however many entries it holds.
+_ENTRY_BLOCK = 1 << 22
+
+
 def _slot_offsets(cuts: Cuts) -> np.ndarray:
     """(F + 1,) int64 offsets of every feature's bins 0..n_value_bins in a compact table."""
     return np.concatenate([[0], np.cumsum(cuts.n_value_bins.astype(np.int64) + 1)])
@@ -125,10 +131,15 @@ def bin_counts(backend, part: BinnedPart, cuts: Cuts) -> np.ndarray:
         mask = np.arange(table.shape[1])[None, :] < widths[:, None]
         return table[mask].astype(np.int64)
     csr = part.csr
-    features = csr.indices.astype(xp.int64)
-    flat = xp.asarray(offsets[:-1])[features] + part.entry_bins.astype(xp.int64)
-    counts = backend.to_host(xp.bincount(flat, minlength=int(offsets[-1]))).astype(np.int64)
-    present = backend.to_host(xp.bincount(features, minlength=n_features)).astype(np.int64)
+    starts = xp.asarray(offsets[:-1])
+    counts = xp.zeros(int(offsets[-1]), dtype=xp.int64)
+    present = xp.zeros(n_features, dtype=xp.int64)
+    for lo in range(0, csr.nnz, _ENTRY_BLOCK):  # bounded temporaries
+        features = csr.indices[lo : lo + _ENTRY_BLOCK]
+        counts += xp.bincount(starts[features] + part.entry_bins[lo : lo + _ENTRY_BLOCK],
+                              minlength=len(counts))
+        present += xp.bincount(features, minlength=n_features)
+    counts, present = backend.to_host_all([counts, present])
     counts[offsets[:-1]] += csr.n_rows - present  # absent entries are missing values
     return counts
 
@@ -164,17 +175,6 @@ _EXTRACT_VALUES = 1 << 24
 def _empty_dense(xp, n_rows: int, n_dense: int, dtype):
     storage = xp.zeros((n_rows, padded_width(n_dense, np.dtype(dtype).itemsize)), dtype=dtype)
     return storage[:, :n_dense]
-
-
-def _to_store(xp, rows, features, entry_bins, n_rows: int, n_sparse: int) -> SparseBins:
-    """Entries (any order; rows int64, features sparse-local ids) -> a SparseBins sorted by
-    (row, feature)."""
-    order = xp.argsort(rows * n_sparse + features)
-    rows, features, entry_bins = rows[order], features[order], entry_bins[order]
-    indptr = xp.zeros(n_rows + 1, dtype=xp.int64)
-    indptr[1:] = xp.cumsum(xp.bincount(rows, minlength=n_rows))
-    return SparseBins(indptr=indptr, entry_feature=features.astype(xp.int32),
-                      entry_bin=entry_bins)
 
 
 def build_stores(backend, part: BinnedPart, cuts: Cuts, routing: Routing):
@@ -213,51 +213,76 @@ def build_stores(backend, part: BinnedPart, cuts: Cuts, routing: Routing):
     return _stores_from_csr(backend, part, cuts, routing)
 
 
+def _row_blocks(indptr_host: np.ndarray, block: int) -> list[tuple[int, int]]:
+    """Consecutive row ranges holding about ``block`` entries each (at least one row)."""
+    n = len(indptr_host) - 1
+    marks = np.searchsorted(indptr_host, np.arange(block, indptr_host[-1], block), side="right")
+    edges = np.unique(np.concatenate([[0], np.clip(marks - 1, 1, n), [n]]))
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a] or [(0, n)]
+
+
 def _stores_from_csr(backend, part: BinnedPart, cuts: Cuts, routing: Routing):
     xp = backend.xp
     csr, entry_bins = part.csr, part.entry_bins
     n, n_features = csr.n_rows, cuts.n_features
     dtype = cuts.bin_dtype
-    rows = csr.row_ids(xp)
-    features = csr.indices.astype(xp.int64)
-    local = np.full(n_features, -1, dtype=np.int64)  # dense or sparse local id of each feature
+    n_sparse = len(routing.sparse)
+    local = np.full(n_features, -1, dtype=np.int32)  # dense or sparse local id of each feature
     local[routing.dense] = np.arange(len(routing.dense))
-    local[routing.sparse] = np.arange(len(routing.sparse))
+    local[routing.sparse] = np.arange(n_sparse)
     is_sparse = np.zeros(n_features, dtype=bool)
     is_sparse[routing.sparse] = True
-    local_of_entry = xp.asarray(local)[features]
-    sparse_entry = xp.asarray(is_sparse)[features]
-    # Dense features: missing everywhere, then the stored entries.
-    dense = _empty_dense(xp, n, len(routing.dense), dtype)
-    take = ~sparse_entry
-    dense[rows[take], local_of_entry[take]] = entry_bins[take]
-    if not routing.has_sparse:
-        return dense, xp.ascontiguousarray(dense.T), None
-    # Sparse features: the stored entries outside the common bin ...
+    local, is_sparse = xp.asarray(local), xp.asarray(is_sparse)
     common = xp.asarray(routing.common_bin)
-    s_rows, s_local, s_bins = rows[sparse_entry], local_of_entry[sparse_entry], \
-        entry_bins[sparse_entry]
-    keep = s_bins != common[s_local]
-    rows_parts, feature_parts, bin_parts = [s_rows[keep]], [s_local[keep]], [s_bins[keep]]
-    # ... and, for a feature whose common bin is a value bin, its absent entries (missing).
+    # Sparse features whose common bin is a value bin: their absent entries become entries of the
+    # missing bin. They are found through a (rows x such features) mask, a block of rows at a time.
     valued = np.flatnonzero(routing.common_bin != _dtypes.MISSING_BIN)
-    if len(valued):
-        slot_of = np.full(len(routing.sparse), -1, dtype=np.int64)
-        slot_of[valued] = np.arange(len(valued))
-        slot = xp.asarray(slot_of)[s_local]
-        mine = slot >= 0
-        step = max(1, _EXTRACT_VALUES // len(valued))
-        for start in range(0, n, step):
-            stop = min(n, start + step)
-            seen = xp.zeros((stop - start, len(valued)), dtype=bool)
-            inside = mine & (s_rows >= start) & (s_rows < stop)
-            seen[s_rows[inside] - start, slot[inside]] = True
-            absent_rows, absent_slots = xp.nonzero(~seen)
-            rows_parts.append(absent_rows.astype(xp.int64) + start)
-            feature_parts.append(xp.asarray(valued)[absent_slots])
-            bin_parts.append(xp.zeros(len(absent_rows), dtype=dtype))
-    sparse = _to_store(xp, xp.concatenate(rows_parts), xp.concatenate(feature_parts),
-                       xp.concatenate(bin_parts).astype(dtype), n, len(routing.sparse))
+    slot_of = np.full(max(n_sparse, 1), -1, dtype=np.int32)
+    slot_of[valued] = np.arange(len(valued))
+    slot_of, valued_ids = xp.asarray(slot_of), xp.asarray(valued.astype(np.int32))
+    dense = _empty_dense(xp, n, len(routing.dense), dtype)
+    row_counts = xp.zeros(n, dtype=xp.int64)
+    feature_parts, bin_parts = [], []
+    for r0, r1 in _row_blocks(to_host(csr.indptr), _ENTRY_BLOCK):
+        block = csr.rows(r0, r1)
+        lo = int(csr.indptr[r0])
+        rows = block.row_ids(xp)  # block-relative
+        bins = entry_bins[lo : lo + block.nnz]
+        ids = local[block.indices]
+        sparse_entry = is_sparse[block.indices]
+        take = ~sparse_entry  # dense features: missing everywhere, then the stored entries
+        dense[rows[take] + r0, ids[take]] = bins[take]
+        if not n_sparse:
+            continue
+        s_rows, s_ids, s_bins = rows[sparse_entry], ids[sparse_entry], bins[sparse_entry]
+        keep = s_bins != common[s_ids]  # row-major, features ascending within a row
+        rows_b, ids_b, bins_b = s_rows[keep], s_ids[keep], s_bins[keep]
+        if len(valued):
+            added_rows, added_ids = [rows_b], [ids_b]
+            slot = slot_of[s_ids]
+            mine = slot >= 0
+            step = max(1, _EXTRACT_VALUES // len(valued))
+            for a in range(0, r1 - r0, step):
+                b = min(r1 - r0, a + step)
+                seen = xp.zeros((b - a, len(valued)), dtype=bool)
+                inside = mine & (s_rows >= a) & (s_rows < b)
+                seen[s_rows[inside] - a, slot[inside]] = True
+                absent_rows, absent_slots = xp.nonzero(~seen)
+                added_rows.append(absent_rows.astype(rows_b.dtype) + a)
+                added_ids.append(valued_ids[absent_slots])
+            rows_b, ids_b = xp.concatenate(added_rows), xp.concatenate(added_ids)
+            bins_b = xp.concatenate([bins_b, xp.zeros(len(rows_b) - len(bins_b), dtype=dtype)])
+            order = xp.argsort(rows_b.astype(xp.int64) * n_sparse + ids_b)
+            rows_b, ids_b, bins_b = rows_b[order], ids_b[order], bins_b[order]
+        row_counts[r0:r1] = xp.bincount(rows_b, minlength=r1 - r0)
+        feature_parts.append(ids_b.astype(xp.int32))
+        bin_parts.append(bins_b.astype(dtype))
+    if not n_sparse:
+        return dense, xp.ascontiguousarray(dense.T), None
+    indptr = xp.zeros(n + 1, dtype=xp.int64)
+    indptr[1:] = xp.cumsum(row_counts)
+    sparse = SparseBins(indptr=indptr, entry_feature=xp.concatenate(feature_parts),
+                        entry_bin=xp.concatenate(bin_parts))
     return dense, xp.ascontiguousarray(dense.T), sparse
 
 
