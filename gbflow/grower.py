@@ -131,6 +131,13 @@ class ShardSet:
         or ``array`` itself. Never modify the result in place: it may be ``array``."""
         return array
 
+    def allreduce_sum_many(self, arrays: list) -> list:
+        """``allreduce_sum`` of several integer arrays of one namespace, in one reduction.
+
+        Returns a list of arrays of the same shapes; each is its input (here) or a new array
+        (with other processes), so callers may write into results whose inputs they own."""
+        return list(arrays)
+
     def allreduce_max(self, value):
         """Elementwise max over all processes of a float or a host float64 array."""
         return value
@@ -147,12 +154,8 @@ class ShardSet:
         """Both stores' local histograms summed over all processes, in one reduction."""
         if sparse is None:
             return Histograms(self.allreduce_sum(dense))
-        xp = self.backend.xp
-        total = self.allreduce_sum(xp.concatenate([dense.reshape(-1), sparse.reshape(-1)]))
-        # the sparse part is filled in place later: a copy, as the reduction's result may be
-        # shared or read-only
-        return Histograms(total[: dense.size].reshape(dense.shape),
-                          total[dense.size :].reshape(sparse.shape).copy())
+        # both built here: the results may be written (fill_common_bins works in place)
+        return Histograms(*self.allreduce_sum_many([dense, sparse]))
 
     def _sparse_histograms(self, s: int, gh, seg_start, seg_count):
         shard, r = self.shards[s], self.routing

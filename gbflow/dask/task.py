@@ -117,6 +117,17 @@ class CollectiveShardSet(ShardSet):
             host = self.collective.allreduce_sum(self.backend.to_host(array))
             return self.backend.asarray(host)
 
+    def allreduce_sum_many(self, arrays: list) -> list:
+        if self.collective.size == 1:
+            return list(arrays)
+        xp = self.backend.xp
+        total = self.allreduce_sum(xp.concatenate([xp.asarray(a).reshape(-1) for a in arrays]))
+        out, offset = [], 0
+        for a in arrays:  # copies: the reduction's buffer may be shared or read-only
+            out.append(total[offset : offset + a.size].reshape(a.shape).copy())
+            offset += a.size
+        return out
+
     def allreduce_max(self, value):
         if self.collective.size == 1:
             return value
