@@ -10,44 +10,7 @@ import numpy as np
 import pytest
 
 from gbflow import _dtypes
-from gbflow.backend import cpu_kernels, cuda_available, numpy_kernels
-
-
-class _OnDevice:
-    """A kernel module called with NumPy arrays: each array argument is copied to the GPU, the
-    kernel runs there, and every array argument (in-place outputs) and result is copied back."""
-
-    def __init__(self, module):
-        self.module = module
-
-    def __getattr__(self, name):
-        import cupy
-        function = getattr(self.module, name)
-
-        def host(value):
-            if isinstance(value, tuple):
-                return tuple(host(v) for v in value)
-            return cupy.asnumpy(value) if isinstance(value, cupy.ndarray) else value
-
-        def call(*args):
-            on_device = [cupy.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
-            result = function(*on_device)
-            for a, d in zip(args, on_device):
-                if isinstance(a, np.ndarray):
-                    a[...] = cupy.asnumpy(d)
-            return host(result)
-        return call
-
-
-@pytest.fixture(params=["numba", pytest.param("cuda", marks=pytest.mark.gpu)])
-def kernels(request):
-    """The fast kernels under test: numba on the CPU, and CUDA where a GPU is present."""
-    if request.param == "numba":
-        return cpu_kernels
-    if not cuda_available():
-        pytest.skip("no CUDA GPU with CuPy on this machine")
-    from gbflow.backend import cuda_kernels
-    return _OnDevice(cuda_kernels)
+from gbflow.backend import numpy_kernels
 
 
 # ---------------------------------------------------------------------------------------------

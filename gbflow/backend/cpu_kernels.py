@@ -99,6 +99,22 @@ def _score(G, H, reg_lambda, reg_alpha):
     return t * t / (H + reg_lambda)
 
 
+@njit(**_JIT)
+def _candidate_gain(lg, lh, tot_g, tot_h, parent, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
+                    min_child_weight):
+    """Gain of the split whose left child sums to (lg, lh) of the node's (tot_g, tot_h), with the
+    twin's float operations in its order; -inf where the candidate is not valid."""
+    GL = np.float64(lg) * inv_scale_g
+    HL = np.float64(lh) * inv_scale_h
+    GR = np.float64(tot_g - lg) * inv_scale_g
+    HR = np.float64(tot_h - lh) * inv_scale_h
+    if HL < min_child_weight or HR < min_child_weight:
+        return -np.inf
+    if not (HL + reg_lambda > 0) or not (HR + reg_lambda > 0):
+        return -np.inf
+    return (_score(GL, HL, reg_lambda, reg_alpha) + _score(GR, HR, reg_lambda, reg_alpha)) - parent
+
+
 @njit(parallel=True, **_JIT)
 def _evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_h, reg_lambda,
                      reg_alpha, min_child_weight, gain, feature, bin_threshold, default_left,
@@ -132,16 +148,8 @@ def _evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale
                 for d in range(2):  # 0: missing goes left, 1: missing goes right
                     lg = cum_g + miss_g if d == 0 else cum_g
                     lh = cum_h + miss_h if d == 0 else cum_h
-                    GL = np.float64(lg) * inv_scale_g
-                    HL = np.float64(lh) * inv_scale_h
-                    GR = np.float64(tot_g - lg) * inv_scale_g
-                    HR = np.float64(tot_h - lh) * inv_scale_h
-                    if HL < min_child_weight or HR < min_child_weight:
-                        continue
-                    if not (HL + reg_lambda > 0) or not (HR + reg_lambda > 0):
-                        continue
-                    g = (_score(GL, HL, reg_lambda, reg_alpha)
-                         + _score(GR, HR, reg_lambda, reg_alpha)) - parent
+                    g = _candidate_gain(lg, lh, tot_g, tot_h, parent, inv_scale_g, inv_scale_h,
+                                        reg_lambda, reg_alpha, min_child_weight)
                     if g > best:
                         best = g
                         best_f = f
@@ -493,16 +501,8 @@ def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, pa
                 for d in range(2):  # 0: missing goes left, 1: missing goes right
                     lg = cum_g + miss_g if d == 0 else cum_g
                     lh = cum_h + miss_h if d == 0 else cum_h
-                    GL = np.float64(lg) * inv_scale_g
-                    HL = np.float64(lh) * inv_scale_h
-                    GR = np.float64(tot_g - lg) * inv_scale_g
-                    HR = np.float64(tot_h - lh) * inv_scale_h
-                    if HL < min_child_weight or HR < min_child_weight:
-                        continue
-                    if not (HL + reg_lambda > 0) or not (HR + reg_lambda > 0):
-                        continue
-                    g = (_score(GL, HL, reg_lambda, reg_alpha)
-                         + _score(GR, HR, reg_lambda, reg_alpha)) - parent
+                    g = _candidate_gain(lg, lh, tot_g, tot_h, parent, inv_scale_g, inv_scale_h,
+                                        reg_lambda, reg_alpha, min_child_weight)
                     if g > best:
                         best = g
                         best_f = f
