@@ -55,3 +55,22 @@ __device__ __forceinline__ void shuffle_best(Best& b, int offset) {
 }
 
 #endif  // GBFLOW_COMMON_CUH
+
+// The sum of the (gradient, hessian) pairs h[2b], h[2b+1] for b in lo..hi-1 over the whole block:
+// every thread gets it in (tg, th). The node total of split search: every row sits in one bin of
+// feature 0, so its bins add up to the node's sums. Integer adds: exact in any order. blockDim.x
+// must be a multiple of 32; parts: __shared__ i64[2][32] scratch of the caller.
+__device__ __forceinline__ void block_total(const i64* h, i64 lo, i64 hi, i64 (*parts)[32],
+                                            i64& tg, i64& th) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    tg = 0; th = 0;
+    for (i64 b = lo + threadIdx.x; b < hi; b += blockDim.x) { tg += h[2 * b]; th += h[2 * b + 1]; }
+    for (int o = 16; o > 0; o >>= 1) {
+        tg += __shfl_down_sync(0xffffffffu, tg, o);
+        th += __shfl_down_sync(0xffffffffu, th, o);
+    }
+    if (lane == 0) { parts[0][warp] = tg; parts[1][warp] = th; }
+    __syncthreads();
+    tg = 0; th = 0;
+    for (int i = 0; i < n_warps; ++i) { tg += parts[0][i]; th += parts[1][i]; }
+}

@@ -145,20 +145,8 @@ extern "C" __global__ void evaluate_sparse_splits(
     __shared__ Best warp_best[32];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
     const i64* h_node = hist + (i64)blockIdx.x * n_slots * 2;
-    i64 lo0 = bin_offsets[0], hi0 = bin_offsets[1];
-    i64 tg = 0, th = 0;
-    for (i64 b = lo0 + threadIdx.x; b < hi0; b += blockDim.x) {
-        tg += h_node[2 * b];
-        th += h_node[2 * b + 1];
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        tg += __shfl_down_sync(0xffffffffu, tg, o);
-        th += __shfl_down_sync(0xffffffffu, th, o);
-    }
-    if (lane == 0) { total_parts[0][warp] = tg; total_parts[1][warp] = th; }
-    __syncthreads();
-    tg = 0; th = 0;
-    for (int i = 0; i < n_warps; ++i) { tg += total_parts[0][i]; th += total_parts[1][i]; }
+    i64 tg, th;  // the node total, from feature 0's bins (filled in)
+    block_total(h_node, bin_offsets[0], bin_offsets[1], total_parts, tg, th);
     double GP = (double)tg * inv_scale_g, HP = (double)th * inv_scale_h;
     double parent = score(GP, HP, lambda_, alpha);
     const double NEG_INF = __longlong_as_double(0xfff0000000000000LL);
