@@ -123,17 +123,19 @@ class Summary:
         return _feature_bounds(self.ids, self.shift, self.n_features)
 
     @functools.cached_property
-    def totals(self) -> np.ndarray:
-        """(n_features,) int64: each feature's total weight."""
+    def cumulative(self) -> np.ndarray:
+        """(m + 1,) uint64: the running sum of the weights before each entry (0 first, the sum of
+        all last). It may wrap past 2**64 over many features, but the difference of two of its
+        values inside one feature is below 2**53 and exact (uint64 arithmetic is modular)."""
         cumulative = np.zeros(len(self.ids) + 1, dtype=np.uint64)
-        np.cumsum(self.weight.astype(np.uint64), out=cumulative[1:])
-        # uint64 wrap-around: the difference is exact, as each feature's total is below 2**53
-        return (cumulative[self.bounds[1:]] - cumulative[self.bounds[:-1]]).astype(np.int64)
+        np.cumsum(self.weight, out=cumulative[1:], dtype=np.uint64)
+        return cumulative
 
     @functools.cached_property
-    def before(self) -> np.ndarray:
-        """(m,) int64: the weight of the feature's entries before each entry (exclusive rank)."""
-        return _before_within(self.weight, self.feature)
+    def totals(self) -> np.ndarray:
+        """(n_features,) int64: each feature's total weight."""
+        cumulative = self.cumulative
+        return (cumulative[self.bounds[1:]] - cumulative[self.bounds[:-1]]).astype(np.int64)
 
 
 def _feature_bounds(ids: np.ndarray, shift: int, n_features: int) -> np.ndarray:
@@ -142,30 +144,44 @@ def _feature_bounds(ids: np.ndarray, shift: int, n_features: int) -> np.ndarray:
     return np.searchsorted(ids, starts).astype(np.int64)
 
 
-def _before_within(weight: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """(m,) int64: the weight before each entry within its run of equal ``group`` ids (sorted).
+def _search_segments(cumulative: np.ndarray, lo: np.ndarray, hi: np.ndarray, rank: np.ndarray):
+    """In each segment ``lo .. hi - 1`` of a summary's entries, the entry that holds ``rank``.
 
-    Host arrays, linear time. The running sum is in uint64: it may pass 2**64 over many
-    features, but each difference of two partial sums inside one run is below 2**53 and comes
-    out exact."""
-    if len(weight) == 0:
-        return np.zeros(0, dtype=np.int64)
-    w = weight.astype(np.uint64)
-    before = np.cumsum(w)
-    before -= w  # exclusive running sum
-    starts = np.flatnonzero(np.concatenate([[True], group[1:] != group[:-1]]))
-    before -= np.repeat(before[starts], np.diff(np.append(starts, len(w))))
-    return before.astype(np.int64)
+    cumulative: the summary's (m + 1,) uint64 ``cumulative``. lo, hi: (q,) int64, non-empty
+    segments. rank: (q,) uint64, 1 <= rank <= the segment's weight. Returns (q,) int64 positions
+    p with ``S(p) < rank <= S(p + 1)``, where S(p) = cumulative[p] - cumulative[lo] is the
+    segment's weight before entry p, and (q,) uint64 S(p). Host arrays.
+
+    A binary search per query, all queries a step at a time: q * log2(longest segment) work,
+    whatever the number of entries (the running sums of different segments are not one sorted
+    array, so one ``np.searchsorted`` cannot do it)."""
+    base = cumulative[lo]
+    lo = lo.astype(np.int64, copy=True)
+    hi = hi - 1  # the answer lies in lo .. hi
+    for _ in range(int(np.max(hi - lo, initial=0)).bit_length()):
+        mid = (lo + hi) >> 1
+        right = cumulative[mid + 1] - base < rank
+        np.copyto(lo, mid + 1, where=right)
+        np.copyto(hi, mid, where=~right)
+    return lo, cumulative[lo] - base
 
 
-def _positions(ids: np.ndarray, queries: np.ndarray) -> np.ndarray:
-    """``np.searchsorted(ids, queries)`` for sorted queries with long runs of equal values (the
-    buckets of sub-buckets, of values): one search per run. Host arrays."""
-    if len(queries) == 0:
-        return np.zeros(0, dtype=np.int64)
-    starts = np.flatnonzero(np.concatenate([[True], queries[1:] != queries[:-1]]))
-    run_lengths = np.diff(np.append(starts, len(queries)))
-    return np.repeat(np.searchsorted(ids, queries[starts]), run_lengths)
+def _runs(bounds: np.ndarray, features: np.ndarray, skip_first: bool = False) -> np.ndarray:
+    """(k,) int64 sorted positions of all entries of ``features`` (sorted int64) in a summary
+    with feature ``bounds``; without each feature's first entry if ``skip_first``. Host arrays;
+    work in proportion to the entries returned."""
+    starts = bounds[features] + (1 if skip_first else 0)
+    lengths = np.maximum(bounds[features + 1] - starts, 0)
+    shift = starts - (np.cumsum(lengths) - lengths)  # first position minus first output index
+    return np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(shift, lengths)
+
+
+def _union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Sorted unique union of two sorted int64 position arrays (duplicates allowed in each)."""
+    both = np.sort(np.concatenate([a, b]), kind="stable")  # two sorted runs: a linear merge
+    if len(both) == 0:
+        return both
+    return both[np.concatenate([[True], both[1:] != both[:-1]])]
 
 
 def _tally(xp, ids, weights, ordered: bool = False):
@@ -455,37 +471,79 @@ def coarse_summary(xp, X, w_fixed, block_values: int = BLOCK_VALUES) -> Summary:
     return _host_summary(xp, pieces, COARSE_SHIFT, _n_features(X))
 
 
-def _holds_target(before, weight, total, n_value_bins: int):
-    """bool (m,): whether an entry spanning ranks before + 1 .. before + weight holds a target
-    rank ``total * i // n_value_bins + 1`` for some i in 1 .. n_value_bins - 1.
+@dataclasses.dataclass
+class _Targets:
+    """Target ranks of some features, and where the summaries place them. Host arrays, (q,) each.
 
-    Host int64 arrays, weight > 0 (so total > 0). The smallest i whose rank exceeds ``before``
-    is ceil(before * n / total); its float64 estimate is off by less than 2**-30, so one exact
-    step down or up corrects it."""
-    n = n_value_bins
-    if n <= 1:
-        return np.zeros(len(before), dtype=bool)
-    quotient, remainder = np.divmod(total, n)
+    feature: int64. rank: uint64, ``total * i // n_value_bins + 1`` for i = 1 .. n_value_bins - 1
+    (total: the feature's weight), ascending within a feature. entry: int64 position, in the
+    summary last searched, of the entry that holds the rank. below: uint64, the feature's weight
+    before that entry. Targets are sorted by feature and rank, so ``entry`` is non-decreasing.
+    """
 
-    def rank(i):  # total * i // n + 1, exactly: total * i itself may not fit in int64
-        return quotient * i + remainder * i // n + 1
+    feature: np.ndarray
+    rank: np.ndarray
+    entry: np.ndarray | None = None
+    below: np.ndarray | None = None
 
-    i = np.ceil(before.astype(np.float64) * n / total.astype(np.float64)).astype(np.int64)
-    i = np.clip(i, 1, n)
-    i = np.where((i > 1) & (rank(i - 1) > before), i - 1, i)
-    i = np.where((i < n) & (rank(i) <= before), i + 1, i)
-    return (i < n) & (rank(i) <= before + weight)
+    @classmethod
+    def of(cls, totals: np.ndarray, features: np.ndarray, n_value_bins: int) -> "_Targets":
+        """The targets of ``features`` (sorted int64, each with totals[f] > 0)."""
+        n = n_value_bins
+        total = totals[features]
+        quotient, remainder = np.divmod(total, n)
+        i = np.arange(1, max(n, 1), dtype=np.int64)
+        # total * i // n + 1, exactly: total * i itself may pass int64, remainder * i does not
+        rank = quotient[:, None] * i + remainder[:, None] * i // n + 1
+        return cls(feature=np.repeat(features, len(i)), rank=rank.ravel().astype(np.uint64))
+
+    def in_coarse(self, coarse: Summary) -> "_Targets":
+        """The coarse bucket of each target: searched among its feature's buckets."""
+        bounds = coarse.bounds
+        entry, below = _search_segments(coarse.cumulative, bounds[self.feature],
+                                        bounds[self.feature + 1], self.rank)
+        return dataclasses.replace(self, entry=entry, below=below)
+
+    def in_middle(self, coarse: Summary, middle: Summary) -> "_Targets":
+        """From coarse buckets (``in_coarse``) to sub-buckets: searched among the sub-buckets of
+        the target's bucket, all of which are in ``middle`` (the bucket holds a target, so it is
+        a candidate)."""
+        bucket = coarse.ids[self.entry] << SUB_BITS
+        lo = np.searchsorted(middle.ids, bucket)
+        hi = np.searchsorted(middle.ids, bucket + N_SUB)
+        entry, below = _search_segments(middle.cumulative, lo, hi, self.rank - self.below)
+        return dataclasses.replace(self, entry=entry, below=self.below + below)
+
+    def in_fine(self, slots: Slots, middle: Summary, fine: Summary) -> "_Targets":
+        """From sub-buckets (``in_middle``) to values: searched among the values of the target's
+        sub-bucket (a candidate, so all its values are in ``fine``). A sub-bucket whose slot
+        mask keeps fewer than 8 bits spans 2**(8 - kept bits) consecutive full-width ones."""
+        sub = middle.ids[self.entry]
+        mask = slots.mask[np.searchsorted(slots.bucket, sub >> SUB_BITS)]
+        first = sub << (FINE_SHIFT - MIDDLE_SHIFT)  # the lowest fine id of the sub-bucket
+        width = ((~mask & (N_SUB - 1)) + 1) << (FINE_SHIFT - MIDDLE_SHIFT)
+        lo = np.searchsorted(fine.ids, first)
+        hi = np.searchsorted(fine.ids, first + width)
+        entry, below = _search_segments(fine.cumulative, lo, hi, self.rank - self.below)
+        return dataclasses.replace(self, entry=entry, below=self.below + below)
+
+
+def _selection(summary: Summary, everything: np.ndarray, entries: np.ndarray) -> np.ndarray:
+    """Sorted unique positions in ``summary``: every entry of the features flagged in
+    ``everything`` ((n_features,) bool) and ``entries`` (sorted int64 positions)."""
+    return _union(_runs(summary.bounds, np.flatnonzero(everything)), entries)
 
 
 def candidate_buckets(coarse: Summary, n_value_bins: int) -> np.ndarray:
     """Pass 1 selection: sorted int64 coarse ids (feature << 16 | bucket) to look into.
 
     Those holding a target rank, or, for a feature with at most ``n_value_bins`` occupied
-    buckets (maybe few distinct values), all of them. coarse: the merged pass-1 summary."""
-    feature = coarse.feature
-    keep = np.diff(coarse.bounds)[feature] <= n_value_bins
-    keep |= _holds_target(coarse.before, coarse.weight, coarse.totals[feature], n_value_bins)
-    return coarse.ids[keep]
+    buckets (maybe few distinct values), all of them. coarse: the merged pass-1 summary. Host
+    work in proportion to the targets and the buckets kept, not to the occupied buckets."""
+    counts = np.diff(coarse.bounds)
+    targets = _Targets.of(coarse.totals, np.flatnonzero(counts > n_value_bins),
+                          n_value_bins).in_coarse(coarse)
+    return coarse.ids[_selection(coarse, counts <= n_value_bins, targets.entry)]
 
 
 @dataclasses.dataclass
@@ -580,16 +638,12 @@ def candidate_sub_buckets(coarse: Summary, slots: Slots, middle: Summary,
     values are needed.
 
     Those holding a target rank, or, for a feature with at most ``n_value_bins`` occupied
-    sub-buckets (in its candidate buckets), all of them. Merged summaries; host arrays."""
-    feature = middle.feature
-    bucket = middle.ids >> SUB_BITS
-    # rank before a sub-bucket: the feature's weight below its bucket, plus the weight of the
-    # bucket's lower sub-buckets (a candidate bucket's sub-buckets are all in ``middle``)
-    before = coarse.before[_positions(coarse.ids, bucket)] + \
-        _before_within(middle.weight, bucket)
-    keep = np.diff(middle.bounds)[feature] <= n_value_bins
-    keep |= _holds_target(before, middle.weight, coarse.totals[feature], n_value_bins)
-    return middle.ids[keep]
+    sub-buckets (in its candidate buckets), all of them. Merged summaries; host arrays, work in
+    proportion to the targets and the sub-buckets kept."""
+    counts = np.diff(middle.bounds)
+    targets = _Targets.of(coarse.totals, np.flatnonzero(counts > n_value_bins), n_value_bins)
+    targets = targets.in_coarse(coarse).in_middle(coarse, middle)
+    return middle.ids[_selection(middle, counts <= n_value_bins, targets.entry)]
 
 
 def fine_summary(xp, X, w_fixed, slots: Slots, sub_candidates: np.ndarray,
@@ -657,18 +711,14 @@ def choose_cuts(coarse: Summary, candidates: np.ndarray, slots: Slots, middle: S
         (np.diff(_feature_bounds(sub_candidates, MIDDLE_SHIFT, n_features))
          == np.diff(middle.bounds))
     few = everything & (np.diff(fine.bounds) <= n_value_bins)
-    feature = fine.feature
-    lowest = np.arange(len(fine.ids)) == fine.bounds[feature]
-    # exact rank before each value: below its bucket + below its sub-bucket + inside it
-    bucket = fine.ids >> (FINE_SHIFT - COARSE_SHIFT)
-    sub = slots.sub_ids(np, fine.ids, _positions(slots.bucket, bucket))
-    before = coarse.before[_positions(coarse.ids, bucket)] \
-        + _before_within(middle.weight, middle.ids >> SUB_BITS)[_positions(middle.ids, sub)] \
-        + _before_within(fine.weight, sub)
-    # a cut at the minimum is no cut
-    at_target = _holds_target(before, fine.weight, coarse.totals[feature], n_value_bins) & \
-        (before > 0)
-    cut = np.where(few[feature], ~lowest, at_target)  # every distinct value, minus the lowest
-    values = keys_to_values(fine.key[cut]).astype(_dtypes.CUT)
-    offsets = np.searchsorted(feature[cut], np.arange(n_features + 1)).astype(np.int64)
+    # every distinct value of a few-valued feature, minus its lowest
+    chosen = _runs(fine.bounds, np.flatnonzero(few), skip_first=True)
+    # the value holding each target rank of the others, unless it is the minimum (no cut there)
+    targets = _Targets.of(coarse.totals, np.flatnonzero(~few & (coarse.totals > 0)),
+                          n_value_bins)
+    targets = targets.in_coarse(coarse).in_middle(coarse, middle).in_fine(slots, middle, fine)
+    chosen = _union(chosen, targets.entry[targets.below > 0])
+    ids = fine.ids[chosen]
+    values = keys_to_values((ids & 0xFFFFFFFF).astype(np.uint32)).astype(_dtypes.CUT)
+    offsets = np.searchsorted(ids >> FINE_SHIFT, np.arange(n_features + 1)).astype(np.int64)
     return values, offsets
