@@ -106,6 +106,9 @@ class Summary:
     weight: np.ndarray
     shift: int
     n_features: int
+    # targets located in this summary, for the next selection (see ``_Targets.located``)
+    _located: dict = dataclasses.field(default_factory=dict, init=False, repr=False,
+                                       compare=False)
 
     @property
     def feature(self) -> np.ndarray:
@@ -128,7 +131,9 @@ class Summary:
         all last). It may wrap past 2**64 over many features, but the difference of two of its
         values inside one feature is below 2**53 and exact (uint64 arithmetic is modular)."""
         cumulative = np.zeros(len(self.ids) + 1, dtype=np.uint64)
-        np.cumsum(self.weight, out=cumulative[1:], dtype=np.uint64)
+        # the same bits as uint64 (weights are positive): a cast inside cumsum would take a
+        # buffered loop many times slower
+        np.cumsum(np.asarray(self.weight, dtype=np.int64).view(np.uint64), out=cumulative[1:])
         return cumulative
 
     @functools.cached_property
@@ -137,6 +142,12 @@ class Summary:
         cumulative = self.cumulative
         return (cumulative[self.bounds[1:]] - cumulative[self.bounds[:-1]]).astype(np.int64)
 
+    @functools.cached_property
+    def ascending(self) -> bool:
+        """Whether ``cumulative`` did not wrap (all the weight, over every feature, is well below
+        2**64): it is then strictly ascending, and one ``np.searchsorted`` finds any rank."""
+        return float(self.totals.sum(dtype=np.float64)) < ONE_SEARCH_LIMIT
+
 
 def _feature_bounds(ids: np.ndarray, shift: int, n_features: int) -> np.ndarray:
     """Where each feature's run starts in sorted ``ids``; (n_features + 1,) int64."""
@@ -144,20 +155,30 @@ def _feature_bounds(ids: np.ndarray, shift: int, n_features: int) -> np.ndarray:
     return np.searchsorted(ids, starts).astype(np.int64)
 
 
-def _search_segments(cumulative: np.ndarray, lo: np.ndarray, hi: np.ndarray, rank: np.ndarray):
+# Below this total weight (over all features) a summary's running sum cannot wrap, and ranks are
+# found by one search in it; above, by a binary search per segment (tests lower it to check both).
+ONE_SEARCH_LIMIT = 2.0**63
+
+
+def _search_segments(summary: Summary, lo: np.ndarray, rank: np.ndarray, hi):
     """In each segment ``lo .. hi - 1`` of a summary's entries, the entry that holds ``rank``.
 
-    cumulative: the summary's (m + 1,) uint64 ``cumulative``. lo, hi: (q,) int64, non-empty
-    segments. rank: (q,) uint64, 1 <= rank <= the segment's weight. Returns (q,) int64 positions
-    p with ``S(p) < rank <= S(p + 1)``, where S(p) = cumulative[p] - cumulative[lo] is the
-    segment's weight before entry p, and (q,) uint64 S(p). Host arrays.
+    lo: (q,) int64 starts of non-empty segments. rank: (q,) uint64, 1 <= rank <= the segment's
+    weight. hi: a function giving the (q,) int64 ends, called only when needed. Returns (q,)
+    int64 positions p with ``S(p) < rank <= S(p + 1)``, where S(p) = cumulative[p] -
+    cumulative[lo] is the segment's weight before entry p, and (q,) uint64 S(p). Host arrays.
 
-    A binary search per query, all queries a step at a time: q * log2(longest segment) work,
-    whatever the number of entries (the running sums of different segments are not one sorted
-    array, so one ``np.searchsorted`` cannot do it)."""
+    Weights are positive, so while the running sum ``cumulative`` does not wrap it is strictly
+    ascending and p + 1 is where cumulative[lo] + rank sorts into it: one search for all
+    queries. Otherwise a binary search per query inside its segment, all queries a step at a
+    time (q * log2(longest segment) work)."""
+    cumulative = summary.cumulative
     base = cumulative[lo]
+    if summary.ascending:
+        position = np.searchsorted(cumulative, base + rank) - 1
+        return position, cumulative[position] - base
     lo = lo.astype(np.int64, copy=True)
-    hi = hi - 1  # the answer lies in lo .. hi
+    hi = hi() - 1  # the answer lies in lo .. hi
     for _ in range(int(np.max(hi - lo, initial=0)).bit_length()):
         mid = (lo + hi) >> 1
         right = cumulative[mid + 1] - base < rank
@@ -500,8 +521,8 @@ class _Targets:
     def in_coarse(self, coarse: Summary) -> "_Targets":
         """The coarse bucket of each target: searched among its feature's buckets."""
         bounds = coarse.bounds
-        entry, below = _search_segments(coarse.cumulative, bounds[self.feature],
-                                        bounds[self.feature + 1], self.rank)
+        entry, below = _search_segments(coarse, bounds[self.feature], self.rank,
+                                        lambda: bounds[self.feature + 1])
         return dataclasses.replace(self, entry=entry, below=below)
 
     def in_middle(self, coarse: Summary, middle: Summary) -> "_Targets":
@@ -509,9 +530,9 @@ class _Targets:
         the target's bucket, all of which are in ``middle`` (the bucket holds a target, so it is
         a candidate)."""
         bucket = coarse.ids[self.entry] << SUB_BITS
-        lo = np.searchsorted(middle.ids, bucket)
-        hi = np.searchsorted(middle.ids, bucket + N_SUB)
-        entry, below = _search_segments(middle.cumulative, lo, hi, self.rank - self.below)
+        entry, below = _search_segments(middle, np.searchsorted(middle.ids, bucket),
+                                        self.rank - self.below,
+                                        lambda: np.searchsorted(middle.ids, bucket + N_SUB))
         return dataclasses.replace(self, entry=entry, below=self.below + below)
 
     def in_fine(self, slots: Slots, middle: Summary, fine: Summary) -> "_Targets":
@@ -519,13 +540,37 @@ class _Targets:
         sub-bucket (a candidate, so all its values are in ``fine``). A sub-bucket whose slot
         mask keeps fewer than 8 bits spans 2**(8 - kept bits) consecutive full-width ones."""
         sub = middle.ids[self.entry]
-        mask = slots.mask[np.searchsorted(slots.bucket, sub >> SUB_BITS)]
         first = sub << (FINE_SHIFT - MIDDLE_SHIFT)  # the lowest fine id of the sub-bucket
-        width = ((~mask & (N_SUB - 1)) + 1) << (FINE_SHIFT - MIDDLE_SHIFT)
-        lo = np.searchsorted(fine.ids, first)
-        hi = np.searchsorted(fine.ids, first + width)
-        entry, below = _search_segments(fine.cumulative, lo, hi, self.rank - self.below)
+
+        def ends():
+            mask = slots.mask[np.searchsorted(slots.bucket, sub >> SUB_BITS)]
+            width = ((~mask & (N_SUB - 1)) + 1) << (FINE_SHIFT - MIDDLE_SHIFT)
+            return np.searchsorted(fine.ids, first + width)
+
+        entry, below = _search_segments(fine, np.searchsorted(fine.ids, first),
+                                        self.rank - self.below, ends)
         return dataclasses.replace(self, entry=entry, below=self.below + below)
+
+    @staticmethod
+    def located(features: np.ndarray, n_value_bins: int, coarse: Summary,
+                middle: Summary | None = None) -> "_Targets":
+        """The targets of ``features`` located in ``coarse`` (and then ``middle``, if given).
+
+        The selections of the three passes locate the same targets (on continuous data, of the
+        same features): each summary remembers its latest, and a later selection starts from
+        it when the features and summaries are the same."""
+        last = middle if middle is not None else coarse
+        key = (n_value_bins, features.tobytes())
+        kept = last._located.get(key)
+        if kept is not None and kept[0] is coarse:
+            return kept[1]
+        if middle is None:
+            targets = _Targets.of(coarse.totals, features, n_value_bins).in_coarse(coarse)
+        else:
+            targets = _Targets.located(features, n_value_bins, coarse).in_middle(coarse, middle)
+        last._located.clear()  # one set of targets per summary is enough
+        last._located[key] = (coarse, targets)
+        return targets
 
 
 def _selection(summary: Summary, everything: np.ndarray, entries: np.ndarray) -> np.ndarray:
@@ -541,8 +586,7 @@ def candidate_buckets(coarse: Summary, n_value_bins: int) -> np.ndarray:
     buckets (maybe few distinct values), all of them. coarse: the merged pass-1 summary. Host
     work in proportion to the targets and the buckets kept, not to the occupied buckets."""
     counts = np.diff(coarse.bounds)
-    targets = _Targets.of(coarse.totals, np.flatnonzero(counts > n_value_bins),
-                          n_value_bins).in_coarse(coarse)
+    targets = _Targets.located(np.flatnonzero(counts > n_value_bins), n_value_bins, coarse)
     return coarse.ids[_selection(coarse, counts <= n_value_bins, targets.entry)]
 
 
@@ -641,8 +685,8 @@ def candidate_sub_buckets(coarse: Summary, slots: Slots, middle: Summary,
     sub-buckets (in its candidate buckets), all of them. Merged summaries; host arrays, work in
     proportion to the targets and the sub-buckets kept."""
     counts = np.diff(middle.bounds)
-    targets = _Targets.of(coarse.totals, np.flatnonzero(counts > n_value_bins), n_value_bins)
-    targets = targets.in_coarse(coarse).in_middle(coarse, middle)
+    targets = _Targets.located(np.flatnonzero(counts > n_value_bins), n_value_bins, coarse,
+                               middle)
     return middle.ids[_selection(middle, counts <= n_value_bins, targets.entry)]
 
 
@@ -714,9 +758,8 @@ def choose_cuts(coarse: Summary, candidates: np.ndarray, slots: Slots, middle: S
     # every distinct value of a few-valued feature, minus its lowest
     chosen = _runs(fine.bounds, np.flatnonzero(few), skip_first=True)
     # the value holding each target rank of the others, unless it is the minimum (no cut there)
-    targets = _Targets.of(coarse.totals, np.flatnonzero(~few & (coarse.totals > 0)),
-                          n_value_bins)
-    targets = targets.in_coarse(coarse).in_middle(coarse, middle).in_fine(slots, middle, fine)
+    targets = _Targets.located(np.flatnonzero(~few & (coarse.totals > 0)), n_value_bins,
+                               coarse, middle).in_fine(slots, middle, fine)
     chosen = _union(chosen, targets.entry[targets.below > 0])
     ids = fine.ids[chosen]
     values = keys_to_values((ids & 0xFFFFFFFF).astype(np.uint32)).astype(_dtypes.CUT)
