@@ -306,7 +306,8 @@ class _Block:
     """Some values of one group of features, in ``xp``.
 
     xp: the namespace. values: float32, (rows, features) for a dense matrix or (entries,) for a
-    CSR. feature: int64 feature ids, broadcastable to values. weight: integer-valued float64
+    CSR. feature: integer feature ids (int64 (1, features) dense, a CSR's int32 column ids),
+    broadcastable to values. weight: integer-valued float64
     weights broadcastable to values, or None. Keys and the missing-value mask are computed when
     first asked for (the passes after the first often need no mask)."""
 
@@ -331,15 +332,24 @@ class _Block:
             return None
         return xp.broadcast_to(self.weight, self.keys.shape)[selected]
 
+    def all_fine_ids(self, xp):
+        """int64, values' shape: feature << 32 | key (meaningless for NaN). Built in place: one
+        array of the block's size, not three (shifted features, widened keys, their union)."""
+        ids = self.keys.astype(xp.int64)
+        high = self.feature.astype(xp.int64)  # (1, features) for a dense block, (entries,) CSR
+        high <<= FINE_SHIFT
+        ids |= high
+        return ids
+
     def fine_ids(self, xp, ordered: bool = False):
         """(k,) int64 fine ids (feature << 32 | key) of the present values, and their weights;
         sorted if ``ordered`` (searching sorted ids in a large table touches memory in order,
         and a sorted selection of them is tallied without sorting again)."""
-        ids = ((self.feature << FINE_SHIFT) | self.keys.astype(xp.int64))[self.present]
+        ids = self.all_fine_ids(xp)[self.present]
         weights = self.weights(xp, self.present)
         if ordered:
             if weights is None:
-                ids = xp.sort(ids)
+                ids.sort()
             else:
                 order = xp.argsort(ids)
                 ids, weights = ids[order], weights[order]
@@ -347,7 +357,12 @@ class _Block:
 
     def local_buckets(self, xp, f0: int):
         """Keys' shape, intp: (feature - f0) * 65,536 + top 16 key bits (a dense table index)."""
-        return (self.keys >> RADIX_BITS).astype(xp.intp) + (self.feature - f0) * N_BUCKETS
+        offset = self.feature.astype(xp.intp)  # a CSR's int32 column ids would overflow
+        offset -= f0
+        offset *= N_BUCKETS
+        index = (self.keys >> RADIX_BITS).astype(xp.intp)
+        index += offset
+        return index
 
 
 @dataclasses.dataclass
@@ -385,10 +400,17 @@ def _nan_may_match(buckets: np.ndarray) -> bool:
 
 
 def _entry_rows(xp, matrix: CSR):
-    """(nnz,) int64: the row of each entry, by a scan of row starts (linear; CuPy's repeat takes
-    no device array of counts before v14)."""
+    """(nnz,) int32 (int64 past 2**31 rows): the row of each entry, by a scan of row starts
+    (linear; CuPy's repeat takes no device array of counts before v14)."""
     starts = xp.bincount(matrix.indptr[1:-1], minlength=matrix.nnz + 1)[: matrix.nnz]
-    return xp.cumsum(starts).astype(xp.int64)
+    return xp.cumsum(starts, dtype=xp.int32 if matrix.n_rows < 2**31 else xp.int64)
+
+
+# Stored entries per block of a CSR (at most): its ids are tallied by sorting, which keeps some
+# ten entry-sized temporaries (ids, sort order, positions, weights, masks) alive at once against
+# two or three per value in a dense table, so its blocks are smaller than dense ones (a few
+# hundred MB of temporaries at most, and still millions of entries per device call).
+CSR_BLOCK_ENTRIES = 1 << 22
 
 
 def _groups(xp, X, w_fixed, block_values: int):
@@ -396,12 +418,13 @@ def _groups(xp, X, w_fixed, block_values: int):
 
     Dense: groups of features whose 65,536-bucket tables stay about two blocks large, read in
     blocks of rows of about ``block_values`` values. CSR: one group of all columns (its entries
-    are not ordered by column), read in blocks of whole rows of about ``block_values`` entries,
-    in time proportional to the stored entries."""
+    are not ordered by column), read in blocks of whole rows of about ``block_values`` entries
+    (at most ``CSR_BLOCK_ENTRIES``), in time proportional to the stored entries."""
     if isinstance(X, CSR):
         n_rows, nnz = X.n_rows, X.nnz
         if nnz == 0 or n_rows == 0 or X.n_cols == 0:
             return
+        block_values = min(block_values, CSR_BLOCK_ENTRIES)
         # Rows that hold every block_values-th entry start the blocks (a device search; only
         # the few block boundaries come to the host).
         marks = xp.arange(block_values, nnz, block_values, dtype=xp.int64)
@@ -412,7 +435,8 @@ def _groups(xp, X, w_fixed, block_values: int):
             for r0, r1 in zip(bounds[:-1], bounds[1:]):
                 part = X.rows(r0, r1)
                 w = None if w_fixed is None else w_fixed[r0:r1][_entry_rows(xp, part)]
-                yield _Block(xp, part.data, part.indices.astype(xp.int64), w)
+                # int32 column ids (widened only where ids are built): 4 bytes an entry, not 12
+                yield _Block(xp, part.data, part.indices, w)
 
         yield _Group(0, int(X.n_cols), nnz, csr_blocks)
         return
@@ -723,7 +747,7 @@ def fine_summary(xp, X, w_fixed, slots: Slots, sub_candidates: np.ndarray,
                 in_bucket = b.present & (slot >= 0) if may_be_nan else slot >= 0
                 index = xp.where(in_bucket, slot * N_SUB + _sub_bucket(xp, b.keys), 0)
                 selected = in_bucket & wanted[index]
-                ids = ((b.feature << FINE_SHIFT) | b.keys.astype(xp.int64))[selected]
+                ids = b.all_fine_ids(xp)[selected]
                 acc.add(ids, b.weights(xp, selected))
         else:
             local_slots = Slots(bucket=local, mask=masks)
