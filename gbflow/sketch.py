@@ -20,9 +20,15 @@ How, in three passes over the data (a radix select on the float32 bit patterns):
 Every summary is *sparse*: a ``Summary`` holds only the ids that carry weight, sorted, where an id
 is ``feature << shift | top bits of the key`` (shift 16, 24 and 32 for the three passes, so a fine
 id shifted right by 8 is its sub-bucket's id and by 16 its bucket's). Host memory is therefore
-proportional to the occupied buckets, never to n_features * 65,536, and the selections are
-vectorised segment operations over these sorted arrays (no loop over features): 20,000-column
-sparse data costs what its stored entries cost.
+proportional to the occupied buckets, never to n_features * 65,536: 20,000-column sparse data
+costs what its stored entries cost.
+
+The selections do not test every entry of a summary (the middle one holds tens of millions of
+sub-buckets on wide continuous data). They start from the target ranks, n_value_bins - 1 per
+feature with more than n_value_bins entries, and find the entry holding each by a search in the
+summary's running sum of weights (``_Targets``), then keep those entries and every entry of the
+features with few: host work in proportion to the targets and one cumulative sum per summary,
+vectorised over all features.
 
 The passes read dense (n_rows, n_features) float32 matrices (NaN is missing) and ``csr.CSR``
 matrices (absent entries and stored NaN are missing) in their own namespace ``xp`` (NumPy or
@@ -307,9 +313,9 @@ class _Block:
 
     xp: the namespace. values: float32, (rows, features) for a dense matrix or (entries,) for a
     CSR. feature: integer feature ids (int64 (1, features) dense, a CSR's int32 column ids),
-    broadcastable to values. weight: integer-valued float64
-    weights broadcastable to values, or None. Keys and the missing-value mask are computed when
-    first asked for (the passes after the first often need no mask)."""
+    broadcastable to values. weight: integer-valued float64 weights broadcastable to values, or
+    None. Keys and the missing-value mask are computed when first asked for (the passes after
+    the first often need no mask)."""
 
     xp: object
     values: object
@@ -537,7 +543,7 @@ class _Targets:
         n = n_value_bins
         total = totals[features]
         quotient, remainder = np.divmod(total, n)
-        i = np.arange(1, max(n, 1), dtype=np.int64)
+        i = np.arange(1, n, dtype=np.int64)  # none for a single value bin
         # total * i // n + 1, exactly: total * i itself may pass int64, remainder * i does not
         rank = quotient[:, None] * i + remainder[:, None] * i // n + 1
         return cls(feature=np.repeat(features, len(i)), rank=rank.ravel().astype(np.uint64))
