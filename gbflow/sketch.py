@@ -216,9 +216,10 @@ def _tally(xp, ids, weights, ordered: bool = False):
 
     ids: (k,) int64 (already sorted if ``ordered``). weights: (k,) integer-valued float64 or
     int64, or None for unit weights. Totals are differences of a uint64 running sum (exact, see
-    ``_before_within``)."""
+    ``Summary.cumulative``)."""
     if len(ids) == 0:
         return ids.astype(xp.int64), xp.zeros(0, dtype=xp.int64)
+    weighted = False
     if ordered:
         ordered = ids
     elif weights is None:
@@ -227,17 +228,24 @@ def _tally(xp, ids, weights, ordered: bool = False):
         order = xp.argsort(ids)
         ordered = ids[order]
         weights = weights[order]
+        del order
     last = xp.empty(len(ordered), dtype=bool)  # last entry of each run of equal ids
     last[:-1] = ordered[1:] != ordered[:-1]
     last[-1] = True
     ends = xp.flatnonzero(last)
-    cumulative = ends + 1 if weights is None else xp.cumsum(weights.astype(xp.uint64))[ends]
+    del last
+    if weights is None:
+        cumulative = ends + 1
+    else:
+        weighted = True
+        cumulative = xp.cumsum(weights.astype(xp.uint64))[ends]
+        weights = None  # drops the permuted copy (the caller may still hold its own)
     totals = xp.empty(len(ends), dtype=cumulative.dtype)
     totals[:1] = cumulative[:1]
     totals[1:] = cumulative[1:] - cumulative[:-1]
     totals = totals.astype(xp.int64)
     unique = ordered[ends]
-    if weights is not None:  # values of zero weight count as absent
+    if weighted:  # values of zero weight count as absent
         carries = totals > 0
         unique, totals = unique[carries], totals[carries]
     return unique, totals
@@ -380,18 +388,20 @@ class _Group:
     f1: int
     n_values: int
     blocks: object
+    block_values: int  # values per block (a CSR's blocks are smaller than dense ones)
 
     def id_range(self, ids: np.ndarray, shift: int) -> tuple[int, int]:
         """The slice of sorted host ``ids`` (with ``shift``) that belongs to this group."""
         lo, hi = np.searchsorted(ids, [self.f0 << shift, self.f1 << shift])
         return int(lo), int(hi)
 
-    def dense_table(self, table_size: int, block_values: int) -> bool:
+    def dense_table(self, table_size: int) -> bool:
         """Whether to tally into a dense table of ``table_size`` (plus a 65,536-per-feature
         lookup table): only while both stay a few blocks large, and the group has enough values
         to pay for clearing and scanning them; else its ids are sorted instead."""
         lookup = (self.f1 - self.f0) * N_BUCKETS
-        return max(lookup, table_size) <= 4 * block_values and 16 * self.n_values >= lookup
+        return max(lookup, table_size) <= 4 * self.block_values and \
+            16 * self.n_values >= lookup
 
 
 def _nan_may_match(buckets: np.ndarray) -> bool:
@@ -414,9 +424,9 @@ def _entry_rows(xp, matrix: CSR):
 
 # Stored entries per block of a CSR (at most): its ids are tallied by sorting, which keeps some
 # ten entry-sized temporaries (ids, sort order, positions, weights, masks) alive at once against
-# two or three per value in a dense table, so its blocks are smaller than dense ones (a few
-# hundred MB of temporaries at most, and still millions of entries per device call).
-CSR_BLOCK_ENTRIES = 1 << 22
+# two or three per value in a dense table, so its blocks are smaller than dense ones: some 60
+# bytes an entry, about 130 MB for a block, and still millions of entries per device call.
+CSR_BLOCK_ENTRIES = 1 << 21
 
 
 def _groups(xp, X, w_fixed, block_values: int):
@@ -444,7 +454,7 @@ def _groups(xp, X, w_fixed, block_values: int):
                 # int32 column ids (widened only where ids are built): 4 bytes an entry, not 12
                 yield _Block(xp, part.data, part.indices, w)
 
-        yield _Group(0, int(X.n_cols), nnz, csr_blocks)
+        yield _Group(0, int(X.n_cols), nnz, csr_blocks, block_values)
         return
     n_rows, n_features = X.shape
     group = max(1, min(n_features, 2 * block_values // N_BUCKETS))
@@ -459,7 +469,7 @@ def _groups(xp, X, w_fixed, block_values: int):
                 w = None if w_fixed is None else w_fixed[start : start + step, None]
                 yield _Block(xp, block, feature, w)
 
-        yield _Group(f0, f1, n_rows * (f1 - f0), dense_blocks)
+        yield _Group(f0, f1, n_rows * (f1 - f0), dense_blocks, block_values)
 
 
 def _n_features(X) -> int:
@@ -476,7 +486,8 @@ def _bincount(xp, ids, weights, size: int):
 def _find(xp, sorted_ids, ids):
     """Where each of ``ids`` is in non-empty ``sorted_ids`` (int64, in ``xp``): (position,
     found), ids' shape; position is a valid index but meaningless where not found."""
-    position = xp.minimum(xp.searchsorted(sorted_ids, ids), len(sorted_ids) - 1)
+    position = xp.searchsorted(sorted_ids, ids)
+    xp.minimum(position, len(sorted_ids) - 1, out=position)
     return position, sorted_ids[position] == ids
 
 
@@ -506,7 +517,7 @@ def coarse_summary(xp, X, w_fixed, block_values: int = BLOCK_VALUES) -> Summary:
     pieces = []
     for group in _groups(xp, X, w_fixed, block_values):
         size = (group.f1 - group.f0) * N_BUCKETS
-        if group.dense_table(size, block_values):
+        if group.dense_table(size):
             table = xp.zeros(size, dtype=xp.int64)
             for b in group.blocks():
                 table += _bincount(xp, b.local_buckets(xp, group.f0)[b.present],
@@ -514,10 +525,12 @@ def coarse_summary(xp, X, w_fixed, block_values: int = BLOCK_VALUES) -> Summary:
             occupied = xp.flatnonzero(table)
             pieces.append((occupied + (group.f0 << COARSE_SHIFT), table[occupied]))
         else:
-            acc = _Accumulator(xp, block_values)
+            acc = _Accumulator(xp, group.block_values)
             for b in group.blocks():
                 ids, w = b.fine_ids(xp)
-                acc.add(ids >> (FINE_SHIFT - COARSE_SHIFT), w)
+                ids >>= FINE_SHIFT - COARSE_SHIFT  # the coarse ids, in place
+                acc.add(ids, w)
+                del b, ids, w  # freed before the next block's temporaries are made
             pieces.append(acc.result())
     return _host_summary(xp, pieces, COARSE_SHIFT, _n_features(X))
 
@@ -679,7 +692,7 @@ def middle_summary(xp, X, w_fixed, slots: Slots, block_values: int = BLOCK_VALUE
             continue
         local, masks = device_buckets[lo:hi], device_masks[lo:hi]
         size = (hi - lo) * N_SUB
-        if group.dense_table(size, block_values):
+        if group.dense_table(size):
             slot_of = _slot_table(xp, local, group)
             may_be_nan = _nan_may_match(buckets[lo:hi])
             table = xp.zeros(size, dtype=xp.int64)
@@ -695,13 +708,17 @@ def middle_summary(xp, X, w_fixed, slots: Slots, block_values: int = BLOCK_VALUE
             ids = (local[slot] << SUB_BITS) | (occupied % N_SUB & masks[slot])
             pieces.append(_tally(xp, ids, table[occupied], ordered=True))
         else:
-            acc = _Accumulator(xp, block_values)
+            acc = _Accumulator(xp, group.block_values)
             local_slots = Slots(bucket=local, mask=masks)
             for b in group.blocks():
                 ids, w = b.fine_ids(xp, ordered=True)
-                position, inside = _find(xp, local, ids >> (FINE_SHIFT - COARSE_SHIFT))
-                acc.add(local_slots.sub_ids(xp, ids[inside], position[inside]),
-                        None if w is None else w[inside], ordered=True)
+                del b
+                ids >>= FINE_SHIFT - MIDDLE_SHIFT  # full-resolution sub-bucket ids, in place
+                position, inside = _find(xp, local, ids >> SUB_BITS)
+                ids, position = ids[inside], position[inside]
+                ids &= masks[position] | -N_SUB  # as ``Slots.sub_ids``; still sorted
+                acc.add(ids, None if w is None else w[inside], ordered=True)
+                del ids, w, position, inside
             pieces.append(acc.result())
     return _host_summary(xp, pieces, MIDDLE_SHIFT, _n_features(X))
 
@@ -737,8 +754,8 @@ def fine_summary(xp, X, w_fixed, slots: Slots, sub_candidates: np.ndarray,
         lo, hi = group.id_range(buckets, COARSE_SHIFT)
         local, masks = device_buckets[lo:hi], device_masks[lo:hi]
         size = (hi - lo) * N_SUB
-        acc = _Accumulator(xp, block_values)
-        if group.dense_table(size, block_values):
+        acc = _Accumulator(xp, group.block_values)
+        if group.dense_table(size):
             slot_of = _slot_table(xp, local, group)
             may_be_nan = _nan_may_match(buckets[lo:hi])
             wanted = xp.zeros(size, dtype=bool)
@@ -759,10 +776,13 @@ def fine_summary(xp, X, w_fixed, slots: Slots, sub_candidates: np.ndarray,
             local_slots = Slots(bucket=local, mask=masks)
             for b in group.blocks():
                 ids, w = b.fine_ids(xp, ordered=True)
+                del b
                 # a value outside the candidate buckets gets the sub id of no candidate
                 position, _ = _find(xp, local, ids >> (FINE_SHIFT - COARSE_SHIFT))
                 _, inside = _find(xp, wanted_subs, local_slots.sub_ids(xp, ids, position))
+                del position
                 acc.add(ids[inside], None if w is None else w[inside], ordered=True)
+                del ids, w, inside
         pieces.append(acc.result())
     return _host_summary(xp, pieces, FINE_SHIFT, _n_features(X))
 
