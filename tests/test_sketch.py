@@ -286,3 +286,16 @@ def test_segment_searches_match_the_single_search(monkeypatch):
         if weights is None:
             for f in range(x.shape[1]):
                 assert np.array_equal(cuts.feature_cuts(f), _reference_cuts(x[:, f], None, b)), f
+
+
+def test_csr_blocks_are_capped(monkeypatch):
+    """A CSR is read in blocks of at most ``CSR_BLOCK_ENTRIES`` entries whatever block_values
+    says (bounded temporaries): the same cuts as the dense matrix, weighted or not."""
+    rng = np.random.default_rng(14)
+    X = _sparse_matrix(rng, 4000, 50, 0.3)
+    X[:, 0] = rng.normal(size=4000)
+    w = rng.random(4000)
+    monkeypatch.setattr(sketch, "CSR_BLOCK_ENTRIES", 700)
+    for weights in (None, [w]):
+        assert _same(quantize.compute_cuts(np, [X], weights, 64),
+                     quantize.compute_cuts(np, [_csr(X)], weights, 64))
