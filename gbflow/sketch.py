@@ -20,9 +20,15 @@ How, in three passes over the data (a radix select on the float32 bit patterns):
 Every summary is *sparse*: a ``Summary`` holds only the ids that carry weight, sorted, where an id
 is ``feature << shift | top bits of the key`` (shift 16, 24 and 32 for the three passes, so a fine
 id shifted right by 8 is its sub-bucket's id and by 16 its bucket's). Host memory is therefore
-proportional to the occupied buckets, never to n_features * 65,536, and the selections are
-vectorised segment operations over these sorted arrays (no loop over features): 20,000-column
-sparse data costs what its stored entries cost.
+proportional to the occupied buckets, never to n_features * 65,536: 20,000-column sparse data
+costs what its stored entries cost.
+
+The selections do not test every entry of a summary (the middle one holds tens of millions of
+sub-buckets on wide continuous data). They start from the target ranks, n_value_bins - 1 per
+feature with more than n_value_bins entries, and find the entry holding each by a search in the
+summary's running sum of weights (``_Targets``), then keep those entries and every entry of the
+features with few: host work in proportion to the targets and one cumulative sum per summary,
+vectorised over all features.
 
 The passes read dense (n_rows, n_features) float32 matrices (NaN is missing) and ``csr.CSR``
 matrices (absent entries and stored NaN are missing) in their own namespace ``xp`` (NumPy or
@@ -106,6 +112,9 @@ class Summary:
     weight: np.ndarray
     shift: int
     n_features: int
+    # targets located in this summary, for the next selection (see ``_Targets.located``)
+    _located: dict = dataclasses.field(default_factory=dict, init=False, repr=False,
+                                       compare=False)
 
     @property
     def feature(self) -> np.ndarray:
@@ -123,17 +132,27 @@ class Summary:
         return _feature_bounds(self.ids, self.shift, self.n_features)
 
     @functools.cached_property
+    def cumulative(self) -> np.ndarray:
+        """(m + 1,) uint64: the running sum of the weights before each entry (0 first, the sum of
+        all last). It may wrap past 2**64 over many features, but the difference of two of its
+        values inside one feature is below 2**53 and exact (uint64 arithmetic is modular)."""
+        cumulative = np.zeros(len(self.ids) + 1, dtype=np.uint64)
+        # the same bits as uint64 (weights are positive): a cast inside cumsum would take a
+        # buffered loop many times slower
+        np.cumsum(np.asarray(self.weight, dtype=np.int64).view(np.uint64), out=cumulative[1:])
+        return cumulative
+
+    @functools.cached_property
     def totals(self) -> np.ndarray:
         """(n_features,) int64: each feature's total weight."""
-        cumulative = np.zeros(len(self.ids) + 1, dtype=np.uint64)
-        np.cumsum(self.weight.astype(np.uint64), out=cumulative[1:])
-        # uint64 wrap-around: the difference is exact, as each feature's total is below 2**53
+        cumulative = self.cumulative
         return (cumulative[self.bounds[1:]] - cumulative[self.bounds[:-1]]).astype(np.int64)
 
     @functools.cached_property
-    def before(self) -> np.ndarray:
-        """(m,) int64: the weight of the feature's entries before each entry (exclusive rank)."""
-        return _before_within(self.weight, self.feature)
+    def ascending(self) -> bool:
+        """Whether ``cumulative`` did not wrap (all the weight, over every feature, is well below
+        2**64): it is then strictly ascending, and one ``np.searchsorted`` finds any rank."""
+        return float(self.totals.sum(dtype=np.float64)) < ONE_SEARCH_LIMIT
 
 
 def _feature_bounds(ids: np.ndarray, shift: int, n_features: int) -> np.ndarray:
@@ -142,30 +161,54 @@ def _feature_bounds(ids: np.ndarray, shift: int, n_features: int) -> np.ndarray:
     return np.searchsorted(ids, starts).astype(np.int64)
 
 
-def _before_within(weight: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """(m,) int64: the weight before each entry within its run of equal ``group`` ids (sorted).
-
-    Host arrays, linear time. The running sum is in uint64: it may pass 2**64 over many
-    features, but each difference of two partial sums inside one run is below 2**53 and comes
-    out exact."""
-    if len(weight) == 0:
-        return np.zeros(0, dtype=np.int64)
-    w = weight.astype(np.uint64)
-    before = np.cumsum(w)
-    before -= w  # exclusive running sum
-    starts = np.flatnonzero(np.concatenate([[True], group[1:] != group[:-1]]))
-    before -= np.repeat(before[starts], np.diff(np.append(starts, len(w))))
-    return before.astype(np.int64)
+# Below this total weight (over all features) a summary's running sum cannot wrap, and ranks are
+# found by one search in it; above, by a binary search per segment (tests lower it to check both).
+ONE_SEARCH_LIMIT = 2.0**63
 
 
-def _positions(ids: np.ndarray, queries: np.ndarray) -> np.ndarray:
-    """``np.searchsorted(ids, queries)`` for sorted queries with long runs of equal values (the
-    buckets of sub-buckets, of values): one search per run. Host arrays."""
-    if len(queries) == 0:
-        return np.zeros(0, dtype=np.int64)
-    starts = np.flatnonzero(np.concatenate([[True], queries[1:] != queries[:-1]]))
-    run_lengths = np.diff(np.append(starts, len(queries)))
-    return np.repeat(np.searchsorted(ids, queries[starts]), run_lengths)
+def _search_segments(summary: Summary, lo: np.ndarray, rank: np.ndarray, hi):
+    """In each segment ``lo .. hi - 1`` of a summary's entries, the entry that holds ``rank``.
+
+    lo: (q,) int64 starts of non-empty segments. rank: (q,) uint64, 1 <= rank <= the segment's
+    weight. hi: a function giving the (q,) int64 ends, called only when needed. Returns (q,)
+    int64 positions p with ``S(p) < rank <= S(p + 1)``, where S(p) = cumulative[p] -
+    cumulative[lo] is the segment's weight before entry p, and (q,) uint64 S(p). Host arrays.
+
+    Weights are positive, so while the running sum ``cumulative`` does not wrap it is strictly
+    ascending and p + 1 is where cumulative[lo] + rank sorts into it: one search for all
+    queries. Otherwise a binary search per query inside its segment, all queries a step at a
+    time (q * log2(longest segment) work)."""
+    cumulative = summary.cumulative
+    base = cumulative[lo]
+    if summary.ascending:
+        position = np.searchsorted(cumulative, base + rank) - 1
+        return position, cumulative[position] - base
+    lo = lo.astype(np.int64, copy=True)
+    hi = hi() - 1  # the answer lies in lo .. hi
+    for _ in range(int(np.max(hi - lo, initial=0)).bit_length()):
+        mid = (lo + hi) >> 1
+        right = cumulative[mid + 1] - base < rank
+        np.copyto(lo, mid + 1, where=right)
+        np.copyto(hi, mid, where=~right)
+    return lo, cumulative[lo] - base
+
+
+def _runs(bounds: np.ndarray, features: np.ndarray, skip_first: bool = False) -> np.ndarray:
+    """(k,) int64 sorted positions of all entries of ``features`` (sorted int64) in a summary
+    with feature ``bounds``; without each feature's first entry if ``skip_first``. Host arrays;
+    work in proportion to the entries returned."""
+    starts = bounds[features] + (1 if skip_first else 0)
+    lengths = np.maximum(bounds[features + 1] - starts, 0)
+    shift = starts - (np.cumsum(lengths) - lengths)  # first position minus first output index
+    return np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(shift, lengths)
+
+
+def _union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Sorted unique union of two sorted int64 position arrays (duplicates allowed in each)."""
+    both = np.sort(np.concatenate([a, b]), kind="stable")  # two sorted runs: a linear merge
+    if len(both) == 0:
+        return both
+    return both[np.concatenate([[True], both[1:] != both[:-1]])]
 
 
 def _tally(xp, ids, weights, ordered: bool = False):
@@ -173,9 +216,10 @@ def _tally(xp, ids, weights, ordered: bool = False):
 
     ids: (k,) int64 (already sorted if ``ordered``). weights: (k,) integer-valued float64 or
     int64, or None for unit weights. Totals are differences of a uint64 running sum (exact, see
-    ``_before_within``)."""
+    ``Summary.cumulative``)."""
     if len(ids) == 0:
         return ids.astype(xp.int64), xp.zeros(0, dtype=xp.int64)
+    weighted = False
     if ordered:
         ordered = ids
     elif weights is None:
@@ -184,17 +228,24 @@ def _tally(xp, ids, weights, ordered: bool = False):
         order = xp.argsort(ids)
         ordered = ids[order]
         weights = weights[order]
+        del order
     last = xp.empty(len(ordered), dtype=bool)  # last entry of each run of equal ids
     last[:-1] = ordered[1:] != ordered[:-1]
     last[-1] = True
     ends = xp.flatnonzero(last)
-    cumulative = ends + 1 if weights is None else xp.cumsum(weights.astype(xp.uint64))[ends]
+    del last
+    if weights is None:
+        cumulative = ends + 1
+    else:
+        weighted = True
+        cumulative = xp.cumsum(weights.astype(xp.uint64))[ends]
+        weights = None  # drops the permuted copy (the caller may still hold its own)
     totals = xp.empty(len(ends), dtype=cumulative.dtype)
     totals[:1] = cumulative[:1]
     totals[1:] = cumulative[1:] - cumulative[:-1]
     totals = totals.astype(xp.int64)
     unique = ordered[ends]
-    if weights is not None:  # values of zero weight count as absent
+    if weighted:  # values of zero weight count as absent
         carries = totals > 0
         unique, totals = unique[carries], totals[carries]
     return unique, totals
@@ -269,9 +320,10 @@ class _Block:
     """Some values of one group of features, in ``xp``.
 
     xp: the namespace. values: float32, (rows, features) for a dense matrix or (entries,) for a
-    CSR. feature: int64 feature ids, broadcastable to values. weight: integer-valued float64
-    weights broadcastable to values, or None. Keys and the missing-value mask are computed when
-    first asked for (the passes after the first often need no mask)."""
+    CSR. feature: integer feature ids (int64 (1, features) dense, a CSR's int32 column ids),
+    broadcastable to values. weight: integer-valued float64 weights broadcastable to values, or
+    None. Keys and the missing-value mask are computed when first asked for (the passes after
+    the first often need no mask)."""
 
     xp: object
     values: object
@@ -294,15 +346,24 @@ class _Block:
             return None
         return xp.broadcast_to(self.weight, self.keys.shape)[selected]
 
+    def all_fine_ids(self, xp):
+        """int64, values' shape: feature << 32 | key (meaningless for NaN). Built in place: one
+        array of the block's size, not three (shifted features, widened keys, their union)."""
+        ids = self.keys.astype(xp.int64)
+        high = self.feature.astype(xp.int64)  # (1, features) for a dense block, (entries,) CSR
+        high <<= FINE_SHIFT
+        ids |= high
+        return ids
+
     def fine_ids(self, xp, ordered: bool = False):
         """(k,) int64 fine ids (feature << 32 | key) of the present values, and their weights;
         sorted if ``ordered`` (searching sorted ids in a large table touches memory in order,
         and a sorted selection of them is tallied without sorting again)."""
-        ids = ((self.feature << FINE_SHIFT) | self.keys.astype(xp.int64))[self.present]
+        ids = self.all_fine_ids(xp)[self.present]
         weights = self.weights(xp, self.present)
         if ordered:
             if weights is None:
-                ids = xp.sort(ids)
+                ids.sort()
             else:
                 order = xp.argsort(ids)
                 ids, weights = ids[order], weights[order]
@@ -310,7 +371,12 @@ class _Block:
 
     def local_buckets(self, xp, f0: int):
         """Keys' shape, intp: (feature - f0) * 65,536 + top 16 key bits (a dense table index)."""
-        return (self.keys >> RADIX_BITS).astype(xp.intp) + (self.feature - f0) * N_BUCKETS
+        offset = self.feature.astype(xp.intp)  # a CSR's int32 column ids would overflow
+        offset -= f0
+        offset *= N_BUCKETS
+        index = (self.keys >> RADIX_BITS).astype(xp.intp)
+        index += offset
+        return index
 
 
 @dataclasses.dataclass
@@ -322,18 +388,20 @@ class _Group:
     f1: int
     n_values: int
     blocks: object
+    block_values: int  # values per block (a CSR's blocks are smaller than dense ones)
 
     def id_range(self, ids: np.ndarray, shift: int) -> tuple[int, int]:
         """The slice of sorted host ``ids`` (with ``shift``) that belongs to this group."""
         lo, hi = np.searchsorted(ids, [self.f0 << shift, self.f1 << shift])
         return int(lo), int(hi)
 
-    def dense_table(self, table_size: int, block_values: int) -> bool:
+    def dense_table(self, table_size: int) -> bool:
         """Whether to tally into a dense table of ``table_size`` (plus a 65,536-per-feature
         lookup table): only while both stay a few blocks large, and the group has enough values
         to pay for clearing and scanning them; else its ids are sorted instead."""
         lookup = (self.f1 - self.f0) * N_BUCKETS
-        return max(lookup, table_size) <= 4 * block_values and 16 * self.n_values >= lookup
+        return max(lookup, table_size) <= 4 * self.block_values and \
+            16 * self.n_values >= lookup
 
 
 def _nan_may_match(buckets: np.ndarray) -> bool:
@@ -348,10 +416,17 @@ def _nan_may_match(buckets: np.ndarray) -> bool:
 
 
 def _entry_rows(xp, matrix: CSR):
-    """(nnz,) int64: the row of each entry, by a scan of row starts (linear; CuPy's repeat takes
-    no device array of counts before v14)."""
+    """(nnz,) int32 (int64 past 2**31 rows): the row of each entry, by a scan of row starts
+    (linear; CuPy's repeat takes no device array of counts before v14)."""
     starts = xp.bincount(matrix.indptr[1:-1], minlength=matrix.nnz + 1)[: matrix.nnz]
-    return xp.cumsum(starts).astype(xp.int64)
+    return xp.cumsum(starts, dtype=xp.int32 if matrix.n_rows < 2**31 else xp.int64)
+
+
+# Stored entries per block of a CSR (at most): its ids are tallied by sorting, which keeps some
+# ten entry-sized temporaries (ids, sort order, positions, weights, masks) alive at once against
+# two or three per value in a dense table, so its blocks are smaller than dense ones: some 60
+# bytes an entry, about 130 MB for a block, and still millions of entries per device call.
+CSR_BLOCK_ENTRIES = 1 << 21
 
 
 def _groups(xp, X, w_fixed, block_values: int):
@@ -359,12 +434,13 @@ def _groups(xp, X, w_fixed, block_values: int):
 
     Dense: groups of features whose 65,536-bucket tables stay about two blocks large, read in
     blocks of rows of about ``block_values`` values. CSR: one group of all columns (its entries
-    are not ordered by column), read in blocks of whole rows of about ``block_values`` entries,
-    in time proportional to the stored entries."""
+    are not ordered by column), read in blocks of whole rows of about ``block_values`` entries
+    (at most ``CSR_BLOCK_ENTRIES``), in time proportional to the stored entries."""
     if isinstance(X, CSR):
         n_rows, nnz = X.n_rows, X.nnz
         if nnz == 0 or n_rows == 0 or X.n_cols == 0:
             return
+        block_values = min(block_values, CSR_BLOCK_ENTRIES)
         # Rows that hold every block_values-th entry start the blocks (a device search; only
         # the few block boundaries come to the host).
         marks = xp.arange(block_values, nnz, block_values, dtype=xp.int64)
@@ -375,9 +451,10 @@ def _groups(xp, X, w_fixed, block_values: int):
             for r0, r1 in zip(bounds[:-1], bounds[1:]):
                 part = X.rows(r0, r1)
                 w = None if w_fixed is None else w_fixed[r0:r1][_entry_rows(xp, part)]
-                yield _Block(xp, part.data, part.indices.astype(xp.int64), w)
+                # int32 column ids (widened only where ids are built): 4 bytes an entry, not 12
+                yield _Block(xp, part.data, part.indices, w)
 
-        yield _Group(0, int(X.n_cols), nnz, csr_blocks)
+        yield _Group(0, int(X.n_cols), nnz, csr_blocks, block_values)
         return
     n_rows, n_features = X.shape
     group = max(1, min(n_features, 2 * block_values // N_BUCKETS))
@@ -392,7 +469,7 @@ def _groups(xp, X, w_fixed, block_values: int):
                 w = None if w_fixed is None else w_fixed[start : start + step, None]
                 yield _Block(xp, block, feature, w)
 
-        yield _Group(f0, f1, n_rows * (f1 - f0), dense_blocks)
+        yield _Group(f0, f1, n_rows * (f1 - f0), dense_blocks, block_values)
 
 
 def _n_features(X) -> int:
@@ -409,7 +486,8 @@ def _bincount(xp, ids, weights, size: int):
 def _find(xp, sorted_ids, ids):
     """Where each of ``ids`` is in non-empty ``sorted_ids`` (int64, in ``xp``): (position,
     found), ids' shape; position is a valid index but meaningless where not found."""
-    position = xp.minimum(xp.searchsorted(sorted_ids, ids), len(sorted_ids) - 1)
+    position = xp.searchsorted(sorted_ids, ids)
+    xp.minimum(position, len(sorted_ids) - 1, out=position)
     return position, sorted_ids[position] == ids
 
 
@@ -439,7 +517,7 @@ def coarse_summary(xp, X, w_fixed, block_values: int = BLOCK_VALUES) -> Summary:
     pieces = []
     for group in _groups(xp, X, w_fixed, block_values):
         size = (group.f1 - group.f0) * N_BUCKETS
-        if group.dense_table(size, block_values):
+        if group.dense_table(size):
             table = xp.zeros(size, dtype=xp.int64)
             for b in group.blocks():
                 table += _bincount(xp, b.local_buckets(xp, group.f0)[b.present],
@@ -447,45 +525,112 @@ def coarse_summary(xp, X, w_fixed, block_values: int = BLOCK_VALUES) -> Summary:
             occupied = xp.flatnonzero(table)
             pieces.append((occupied + (group.f0 << COARSE_SHIFT), table[occupied]))
         else:
-            acc = _Accumulator(xp, block_values)
+            acc = _Accumulator(xp, group.block_values)
             for b in group.blocks():
                 ids, w = b.fine_ids(xp)
-                acc.add(ids >> (FINE_SHIFT - COARSE_SHIFT), w)
+                ids >>= FINE_SHIFT - COARSE_SHIFT  # the coarse ids, in place
+                acc.add(ids, w)
+                del b, ids, w  # freed before the next block's temporaries are made
             pieces.append(acc.result())
     return _host_summary(xp, pieces, COARSE_SHIFT, _n_features(X))
 
 
-def _holds_target(before, weight, total, n_value_bins: int):
-    """bool (m,): whether an entry spanning ranks before + 1 .. before + weight holds a target
-    rank ``total * i // n_value_bins + 1`` for some i in 1 .. n_value_bins - 1.
+@dataclasses.dataclass
+class _Targets:
+    """Target ranks of some features, and where the summaries place them. Host arrays, (q,) each.
 
-    Host int64 arrays, weight > 0 (so total > 0). The smallest i whose rank exceeds ``before``
-    is ceil(before * n / total); its float64 estimate is off by less than 2**-30, so one exact
-    step down or up corrects it."""
-    n = n_value_bins
-    if n <= 1:
-        return np.zeros(len(before), dtype=bool)
-    quotient, remainder = np.divmod(total, n)
+    feature: int64. rank: uint64, ``total * i // n_value_bins + 1`` for i = 1 .. n_value_bins - 1
+    (total: the feature's weight), ascending within a feature. entry: int64 position, in the
+    summary last searched, of the entry that holds the rank. below: uint64, the feature's weight
+    before that entry. Targets are sorted by feature and rank, so ``entry`` is non-decreasing.
+    """
 
-    def rank(i):  # total * i // n + 1, exactly: total * i itself may not fit in int64
-        return quotient * i + remainder * i // n + 1
+    feature: np.ndarray
+    rank: np.ndarray
+    entry: np.ndarray | None = None
+    below: np.ndarray | None = None
 
-    i = np.ceil(before.astype(np.float64) * n / total.astype(np.float64)).astype(np.int64)
-    i = np.clip(i, 1, n)
-    i = np.where((i > 1) & (rank(i - 1) > before), i - 1, i)
-    i = np.where((i < n) & (rank(i) <= before), i + 1, i)
-    return (i < n) & (rank(i) <= before + weight)
+    @classmethod
+    def of(cls, totals: np.ndarray, features: np.ndarray, n_value_bins: int) -> "_Targets":
+        """The targets of ``features`` (sorted int64, each with totals[f] > 0)."""
+        n = n_value_bins
+        total = totals[features]
+        quotient, remainder = np.divmod(total, n)
+        i = np.arange(1, n, dtype=np.int64)  # none for a single value bin
+        # total * i // n + 1, exactly: total * i itself may pass int64, remainder * i does not
+        rank = quotient[:, None] * i + remainder[:, None] * i // n + 1
+        return cls(feature=np.repeat(features, len(i)), rank=rank.ravel().astype(np.uint64))
+
+    def in_coarse(self, coarse: Summary) -> "_Targets":
+        """The coarse bucket of each target: searched among its feature's buckets."""
+        bounds = coarse.bounds
+        entry, below = _search_segments(coarse, bounds[self.feature], self.rank,
+                                        lambda: bounds[self.feature + 1])
+        return dataclasses.replace(self, entry=entry, below=below)
+
+    def in_middle(self, coarse: Summary, middle: Summary) -> "_Targets":
+        """From coarse buckets (``in_coarse``) to sub-buckets: searched among the sub-buckets of
+        the target's bucket, all of which are in ``middle`` (the bucket holds a target, so it is
+        a candidate)."""
+        bucket = coarse.ids[self.entry] << SUB_BITS
+        entry, below = _search_segments(middle, np.searchsorted(middle.ids, bucket),
+                                        self.rank - self.below,
+                                        lambda: np.searchsorted(middle.ids, bucket + N_SUB))
+        return dataclasses.replace(self, entry=entry, below=self.below + below)
+
+    def in_fine(self, slots: Slots, middle: Summary, fine: Summary) -> "_Targets":
+        """From sub-buckets (``in_middle``) to values: searched among the values of the target's
+        sub-bucket (a candidate, so all its values are in ``fine``). A sub-bucket whose slot
+        mask keeps fewer than 8 bits spans 2**(8 - kept bits) consecutive full-width ones."""
+        sub = middle.ids[self.entry]
+        first = sub << (FINE_SHIFT - MIDDLE_SHIFT)  # the lowest fine id of the sub-bucket
+
+        def ends():
+            mask = slots.mask[np.searchsorted(slots.bucket, sub >> SUB_BITS)]
+            width = ((~mask & (N_SUB - 1)) + 1) << (FINE_SHIFT - MIDDLE_SHIFT)
+            return np.searchsorted(fine.ids, first + width)
+
+        entry, below = _search_segments(fine, np.searchsorted(fine.ids, first),
+                                        self.rank - self.below, ends)
+        return dataclasses.replace(self, entry=entry, below=self.below + below)
+
+    @staticmethod
+    def located(features: np.ndarray, n_value_bins: int, coarse: Summary,
+                middle: Summary | None = None) -> "_Targets":
+        """The targets of ``features`` located in ``coarse`` (and then ``middle``, if given).
+
+        The selections of the three passes locate the same targets (on continuous data, of the
+        same features): each summary remembers its latest, and a later selection starts from
+        it when the features and summaries are the same."""
+        last = middle if middle is not None else coarse
+        key = (n_value_bins, features.tobytes())
+        kept = last._located.get(key)
+        if kept is not None and kept[0] is coarse:
+            return kept[1]
+        if middle is None:
+            targets = _Targets.of(coarse.totals, features, n_value_bins).in_coarse(coarse)
+        else:
+            targets = _Targets.located(features, n_value_bins, coarse).in_middle(coarse, middle)
+        last._located.clear()  # one set of targets per summary is enough
+        last._located[key] = (coarse, targets)
+        return targets
+
+
+def _selection(summary: Summary, everything: np.ndarray, entries: np.ndarray) -> np.ndarray:
+    """Sorted unique positions in ``summary``: every entry of the features flagged in
+    ``everything`` ((n_features,) bool) and ``entries`` (sorted int64 positions)."""
+    return _union(_runs(summary.bounds, np.flatnonzero(everything)), entries)
 
 
 def candidate_buckets(coarse: Summary, n_value_bins: int) -> np.ndarray:
     """Pass 1 selection: sorted int64 coarse ids (feature << 16 | bucket) to look into.
 
     Those holding a target rank, or, for a feature with at most ``n_value_bins`` occupied
-    buckets (maybe few distinct values), all of them. coarse: the merged pass-1 summary."""
-    feature = coarse.feature
-    keep = np.diff(coarse.bounds)[feature] <= n_value_bins
-    keep |= _holds_target(coarse.before, coarse.weight, coarse.totals[feature], n_value_bins)
-    return coarse.ids[keep]
+    buckets (maybe few distinct values), all of them. coarse: the merged pass-1 summary. Host
+    work in proportion to the targets and the buckets kept, not to the occupied buckets."""
+    counts = np.diff(coarse.bounds)
+    targets = _Targets.located(np.flatnonzero(counts > n_value_bins), n_value_bins, coarse)
+    return coarse.ids[_selection(coarse, counts <= n_value_bins, targets.entry)]
 
 
 @dataclasses.dataclass
@@ -547,7 +692,7 @@ def middle_summary(xp, X, w_fixed, slots: Slots, block_values: int = BLOCK_VALUE
             continue
         local, masks = device_buckets[lo:hi], device_masks[lo:hi]
         size = (hi - lo) * N_SUB
-        if group.dense_table(size, block_values):
+        if group.dense_table(size):
             slot_of = _slot_table(xp, local, group)
             may_be_nan = _nan_may_match(buckets[lo:hi])
             table = xp.zeros(size, dtype=xp.int64)
@@ -563,13 +708,17 @@ def middle_summary(xp, X, w_fixed, slots: Slots, block_values: int = BLOCK_VALUE
             ids = (local[slot] << SUB_BITS) | (occupied % N_SUB & masks[slot])
             pieces.append(_tally(xp, ids, table[occupied], ordered=True))
         else:
-            acc = _Accumulator(xp, block_values)
+            acc = _Accumulator(xp, group.block_values)
             local_slots = Slots(bucket=local, mask=masks)
             for b in group.blocks():
                 ids, w = b.fine_ids(xp, ordered=True)
-                position, inside = _find(xp, local, ids >> (FINE_SHIFT - COARSE_SHIFT))
-                acc.add(local_slots.sub_ids(xp, ids[inside], position[inside]),
-                        None if w is None else w[inside], ordered=True)
+                del b
+                ids >>= FINE_SHIFT - MIDDLE_SHIFT  # full-resolution sub-bucket ids, in place
+                position, inside = _find(xp, local, ids >> SUB_BITS)
+                ids, position = ids[inside], position[inside]
+                ids &= masks[position] | -N_SUB  # as ``Slots.sub_ids``; still sorted
+                acc.add(ids, None if w is None else w[inside], ordered=True)
+                del ids, w, position, inside
             pieces.append(acc.result())
     return _host_summary(xp, pieces, MIDDLE_SHIFT, _n_features(X))
 
@@ -580,16 +729,12 @@ def candidate_sub_buckets(coarse: Summary, slots: Slots, middle: Summary,
     values are needed.
 
     Those holding a target rank, or, for a feature with at most ``n_value_bins`` occupied
-    sub-buckets (in its candidate buckets), all of them. Merged summaries; host arrays."""
-    feature = middle.feature
-    bucket = middle.ids >> SUB_BITS
-    # rank before a sub-bucket: the feature's weight below its bucket, plus the weight of the
-    # bucket's lower sub-buckets (a candidate bucket's sub-buckets are all in ``middle``)
-    before = coarse.before[_positions(coarse.ids, bucket)] + \
-        _before_within(middle.weight, bucket)
-    keep = np.diff(middle.bounds)[feature] <= n_value_bins
-    keep |= _holds_target(before, middle.weight, coarse.totals[feature], n_value_bins)
-    return middle.ids[keep]
+    sub-buckets (in its candidate buckets), all of them. Merged summaries; host arrays, work in
+    proportion to the targets and the sub-buckets kept."""
+    counts = np.diff(middle.bounds)
+    targets = _Targets.located(np.flatnonzero(counts > n_value_bins), n_value_bins, coarse,
+                               middle)
+    return middle.ids[_selection(middle, counts <= n_value_bins, targets.entry)]
 
 
 def fine_summary(xp, X, w_fixed, slots: Slots, sub_candidates: np.ndarray,
@@ -609,8 +754,8 @@ def fine_summary(xp, X, w_fixed, slots: Slots, sub_candidates: np.ndarray,
         lo, hi = group.id_range(buckets, COARSE_SHIFT)
         local, masks = device_buckets[lo:hi], device_masks[lo:hi]
         size = (hi - lo) * N_SUB
-        acc = _Accumulator(xp, block_values)
-        if group.dense_table(size, block_values):
+        acc = _Accumulator(xp, group.block_values)
+        if group.dense_table(size):
             slot_of = _slot_table(xp, local, group)
             may_be_nan = _nan_may_match(buckets[lo:hi])
             wanted = xp.zeros(size, dtype=bool)
@@ -625,16 +770,19 @@ def fine_summary(xp, X, w_fixed, slots: Slots, sub_candidates: np.ndarray,
                 in_bucket = b.present & (slot >= 0) if may_be_nan else slot >= 0
                 index = xp.where(in_bucket, slot * N_SUB + _sub_bucket(xp, b.keys), 0)
                 selected = in_bucket & wanted[index]
-                ids = ((b.feature << FINE_SHIFT) | b.keys.astype(xp.int64))[selected]
+                ids = b.all_fine_ids(xp)[selected]
                 acc.add(ids, b.weights(xp, selected))
         else:
             local_slots = Slots(bucket=local, mask=masks)
             for b in group.blocks():
                 ids, w = b.fine_ids(xp, ordered=True)
+                del b
                 # a value outside the candidate buckets gets the sub id of no candidate
                 position, _ = _find(xp, local, ids >> (FINE_SHIFT - COARSE_SHIFT))
                 _, inside = _find(xp, wanted_subs, local_slots.sub_ids(xp, ids, position))
+                del position
                 acc.add(ids[inside], None if w is None else w[inside], ordered=True)
+                del ids, w, inside
         pieces.append(acc.result())
     return _host_summary(xp, pieces, FINE_SHIFT, _n_features(X))
 
@@ -657,18 +805,13 @@ def choose_cuts(coarse: Summary, candidates: np.ndarray, slots: Slots, middle: S
         (np.diff(_feature_bounds(sub_candidates, MIDDLE_SHIFT, n_features))
          == np.diff(middle.bounds))
     few = everything & (np.diff(fine.bounds) <= n_value_bins)
-    feature = fine.feature
-    lowest = np.arange(len(fine.ids)) == fine.bounds[feature]
-    # exact rank before each value: below its bucket + below its sub-bucket + inside it
-    bucket = fine.ids >> (FINE_SHIFT - COARSE_SHIFT)
-    sub = slots.sub_ids(np, fine.ids, _positions(slots.bucket, bucket))
-    before = coarse.before[_positions(coarse.ids, bucket)] \
-        + _before_within(middle.weight, middle.ids >> SUB_BITS)[_positions(middle.ids, sub)] \
-        + _before_within(fine.weight, sub)
-    # a cut at the minimum is no cut
-    at_target = _holds_target(before, fine.weight, coarse.totals[feature], n_value_bins) & \
-        (before > 0)
-    cut = np.where(few[feature], ~lowest, at_target)  # every distinct value, minus the lowest
-    values = keys_to_values(fine.key[cut]).astype(_dtypes.CUT)
-    offsets = np.searchsorted(feature[cut], np.arange(n_features + 1)).astype(np.int64)
+    # every distinct value of a few-valued feature, minus its lowest
+    chosen = _runs(fine.bounds, np.flatnonzero(few), skip_first=True)
+    # the value holding each target rank of the others, unless it is the minimum (no cut there)
+    targets = _Targets.located(np.flatnonzero(~few & (coarse.totals > 0)), n_value_bins,
+                               coarse, middle).in_fine(slots, middle, fine)
+    chosen = _union(chosen, targets.entry[targets.below > 0])
+    ids = fine.ids[chosen]
+    values = keys_to_values((ids & 0xFFFFFFFF).astype(np.uint32)).astype(_dtypes.CUT)
+    offsets = np.searchsorted(ids >> FINE_SHIFT, np.arange(n_features + 1)).astype(np.int64)
     return values, offsets

@@ -266,3 +266,36 @@ def _check_infinities(X, block_values):
             assert np.array_equal(cuts.feature_cuts(f), _reference_cuts(X[:, f], None, max_bin)), f
         assert _same(cuts, quantize.compute_cuts(np, [_csr(X)], None, max_bin,
                                                  block_values=block_values))
+
+
+def test_segment_searches_match_the_single_search(monkeypatch):
+    """Ranks are found by one search in a summary's running sums while they cannot wrap, else by a
+    binary search per feature, bucket and sub-bucket: both give the same cuts (mixed columns,
+    weights, coarser sub-buckets, few-valued features, empty and missing columns)."""
+    rng = np.random.default_rng(13)
+    X = _sparse_matrix(rng, 6000, 30, 0.6)
+    X[:, 0] = rng.standard_t(2, size=6000)
+    X[:, 1] = rng.integers(0, 300, 6000)
+    X[:, 2] = np.nan
+    w = rng.random(6000) * 5
+    cases = [(X, None, 256), (X, [w], 256), (X, [w], 16), (X, None, 2)]
+    expected = [quantize.compute_cuts(np, [x], weights, b) for x, weights, b in cases]
+    monkeypatch.setattr(sketch, "ONE_SEARCH_LIMIT", 0.0)
+    for (x, weights, b), cuts in zip(cases, expected):
+        assert _same(cuts, quantize.compute_cuts(np, [x], weights, b))
+        if weights is None:
+            for f in range(x.shape[1]):
+                assert np.array_equal(cuts.feature_cuts(f), _reference_cuts(x[:, f], None, b)), f
+
+
+def test_csr_blocks_are_capped(monkeypatch):
+    """A CSR is read in blocks of at most ``CSR_BLOCK_ENTRIES`` entries whatever block_values
+    says (bounded temporaries): the same cuts as the dense matrix, weighted or not."""
+    rng = np.random.default_rng(14)
+    X = _sparse_matrix(rng, 4000, 50, 0.3)
+    X[:, 0] = rng.normal(size=4000)
+    w = rng.random(4000)
+    monkeypatch.setattr(sketch, "CSR_BLOCK_ENTRIES", 700)
+    for weights in (None, [w]):
+        assert _same(quantize.compute_cuts(np, [X], weights, 64),
+                     quantize.compute_cuts(np, [_csr(X)], weights, 64))
