@@ -88,8 +88,8 @@ class BinnedPart:
 
 
 # Stored entries per block when a CSR's bins are counted and its stores built: bounds the
-# temporaries (row ids, local ids, masks) to some tens of MB however many entries it holds.
-_ENTRY_BLOCK = 1 << 22
+# temporaries (row ids, local ids, masks) to about 20 MB however many entries it holds.
+_ENTRY_BLOCK = 1 << 20
 
 
 def _slot_offsets(cuts: Cuts) -> np.ndarray:

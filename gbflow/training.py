@@ -180,6 +180,7 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
         weights = None if parts[0].weight is None else [backend.asarray(p.weight) for p in parts]
         cuts = quantize.compute_cuts(xp, device_X, weights, params.max_bin, collective=shardset,
                                      block_values=backend.sketch_block_values)
+        backend.free_cached_memory()  # the sketch's temporaries
         binned = [routing.bin_part(backend, X, cuts) for X in device_X]
         del device_X  # only the binned shards stay
         route = routing.Routing.all_dense(cuts.n_features)
@@ -195,6 +196,7 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
                 weight=None if weights is None else weights[i], margin=None,
                 row_offset=_row_offset(row_offsets[i]), sparse=sparse))
         shardset.set_routing(routing.DeviceRouting.build(backend, route, cuts))
+        backend.free_cached_memory()  # the full binned matrix and routing's temporaries
         if drop_features:
             for p in parts:
                 p.X = None

@@ -51,6 +51,14 @@ class Backend:
             offset += a.nbytes
         return out
 
+    def free_cached_memory(self) -> None:
+        """Give the device memory that CuPy's pool holds but no array uses back to the GPU (a
+        no-op on the CPU). Called between stages whose temporaries differ in size (sketch,
+        routing, training), so that cached blocks of one stage do not add to the next one's
+        peak; other users of the GPU (cuDF, other processes) get it back too."""
+        if self.name == "cuda":
+            self.xp.get_default_memory_pool().free_all_blocks()
+
     def asarray(self, array):
         """The array (or ``gbflow.csr.CSR``, array by array) on this backend's device (host data
         is copied to the GPU, GPU data to the host for the CPU backend); no copy when it is
