@@ -74,3 +74,20 @@ __device__ __forceinline__ void block_total(const i64* h, i64 lo, i64 hi, i64 (*
     tg = 0; th = 0;
     for (int i = 0; i < n_warps; ++i) { tg += parts[0][i]; th += parts[1][i]; }
 }
+
+// The block's best candidate (each thread holds its own in best) written by thread 0 to *out:
+// warp shuffles, then thread 0 over the warps' bests. Ties keep the smaller index (better()).
+// warp_best: __shared__ Best[32] scratch of the caller.
+__device__ __forceinline__ void block_best(Best best, Best* warp_best, Best* out) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) shuffle_best(best, o);
+    if (lane == 0) warp_best[warp] = best;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < n_warps; ++i) {
+            Best b = warp_best[i];
+            if (better(b.gain, b.index, best)) best = b;
+        }
+        *out = best;
+    }
+}

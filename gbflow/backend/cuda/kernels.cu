@@ -351,16 +351,7 @@ extern "C" __global__ void evaluate_splits(
             }
         }
     }
-    for (int o = 16; o > 0; o >>= 1) shuffle_best(best, o);
-    if (lane == 0) warp_best[warp] = best;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int i = 1; i < n_warps; ++i) {
-            Best b = warp_best[i];
-            if (better(b.gain, b.index, best)) best = b;
-        }
-        partial[(i64)blockIdx.x * gridDim.y + blockIdx.y] = best;
-    }
+    block_best(best, warp_best, &partial[(i64)blockIdx.x * gridDim.y + blockIdx.y]);
 }
 
 // One warp per node: the best of its feature blocks' candidates, decoded into the outputs.

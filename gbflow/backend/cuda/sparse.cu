@@ -143,7 +143,6 @@ extern "C" __global__ void evaluate_sparse_splits(
         double min_child_weight, Best* partial) {
     __shared__ i64 total_parts[2][32];
     __shared__ Best warp_best[32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
     const i64* h_node = hist + (i64)blockIdx.x * n_slots * 2;
     i64 tg, th;  // the node total, from feature 0's bins (filled in)
     block_total(h_node, bin_offsets[0], bin_offsets[1], total_parts, tg, th);
@@ -175,16 +174,7 @@ extern "C" __global__ void evaluate_sparse_splits(
             }
         }
     }
-    for (int o = 16; o > 0; o >>= 1) shuffle_best(best, o);
-    if (lane == 0) warp_best[warp] = best;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int i = 1; i < n_warps; ++i) {
-            Best b = warp_best[i];
-            if (better(b.gain, b.index, best)) best = b;
-        }
-        partial[(i64)blockIdx.x * gridDim.y + blockIdx.y] = best;
-    }
+    block_best(best, warp_best, &partial[(i64)blockIdx.x * gridDim.y + blockIdx.y]);
 }
 
 // ---------------------------------------------------------------------------------------------
