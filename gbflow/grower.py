@@ -321,8 +321,14 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
             left_counts, small = shardset.partition(gh, starts, counts, feature, bin_threshold,
                                                     default_left, small_is_left, n_bins)
             shardset.fill_common_bins(small, np.where(small_is_left[:, None], left_sum, right_sum))
-            big = hist.take(xp, sp).minus(small)
+            # The siblings: the split parents' histograms (a copy) minus the built children, in
+            # place. The level's histograms and the halves are let go as soon as they are used,
+            # so that at most the parents, the built children and the next level are alive.
+            big = hist.take(xp, sp)
+            hist = None
+            big.subtract(small)
             hist = Histograms.interleave(xp, small, big, small_is_left)
+            small = big = None
         for s in range(n_shards):
             seg_start[s] = np.stack([starts[s], starts[s] + left_counts[s]], axis=1).reshape(-1)
             seg_count[s] = np.stack([left_counts[s], counts[s] - left_counts[s]],

@@ -19,11 +19,6 @@ def node_totals(hist):
     return hist[:, 0, :, :].sum(axis=1)
 
 
-def subtract(parent, child):
-    """The sibling's histogram: ``parent - child`` (same shape, exact)."""
-    return parent - child
-
-
 @dataclasses.dataclass
 class Histograms:
     """A level's histograms in the two stores' layouts (see ``gbflow.routing``).
@@ -40,10 +35,12 @@ class Histograms:
         index = xp.asarray(nodes)
         return Histograms(self.dense[index], None if self.sparse is None else self.sparse[index])
 
-    def minus(self, other: "Histograms") -> "Histograms":
-        """The sibling's histograms: self (the parents) minus other (the built children)."""
-        return Histograms(subtract(self.dense, other.dense),
-                          None if self.sparse is None else subtract(self.sparse, other.sparse))
+    def subtract(self, other: "Histograms") -> None:
+        """self -= other, in place (exact): turns the parents' histograms into the siblings' of
+        the built children ``other``."""
+        self.dense -= other.dense
+        if self.sparse is not None:
+            self.sparse -= other.sparse
 
     @staticmethod
     def interleave(xp, small: "Histograms", big: "Histograms", small_is_left) -> "Histograms":

@@ -149,22 +149,29 @@ class _MemoryWatch:
     def __init__(self):
         import psutil  # a dependency of distributed
         self._process = psutil.Process()
-        self.start = self.peak = self.now()
+        self._lock = threading.Lock()
+        self.peak = 0
+        self.start = self.now()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="gbflow-memory")
         self._thread.start()
 
     def now(self) -> int:
-        return int(self._process.memory_info().rss)
+        """The resident memory now; every reading counts towards the peak (under a lock: the
+        sampling thread and the training thread both read)."""
+        rss = int(self._process.memory_info().rss)
+        with self._lock:
+            self.peak = max(self.peak, rss)
+        return rss
 
     def _run(self):
         while not self._stop.wait(0.025):
-            self.peak = max(self.peak, self.now())
+            self.now()
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, self.now())
+        self.now()
 
 
 def _lifetime_peak_rss() -> int:
@@ -382,6 +389,7 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
         report.update(
             binned_bytes=int(sum(_nbytes(s.bins) + _nbytes(s.bins_by_feature) + _nbytes(s.label)
                                  + _nbytes(s.weight) + _nbytes(s.margin)
+                                 + (s.sparse.nbytes if s.sparse is not None else 0)
                                  for s in shardset.shards)),
             peak_rss=memory.peak, lifetime_peak_rss=_lifetime_peak_rss(),
             communication_seconds=collective.seconds, task_seconds=time.perf_counter() - started)
