@@ -154,11 +154,10 @@ def decide(counts: np.ndarray, cuts: Cuts, threshold: float) -> Routing:
         return Routing.all_dense(n_features)
     feature_of_slot = np.repeat(np.arange(n_features), np.diff(offsets))
     largest = np.maximum.reduceat(counts, offsets[:-1])
-    # first slot of each feature holding its largest count
-    is_largest = counts == largest[feature_of_slot]
-    first = np.flatnonzero(is_largest)
-    first = first[np.concatenate([[True], feature_of_slot[first][1:] != feature_of_slot[first][:-1]])]
-    common = (first - offsets[:-1]).astype(np.int32)
+    # the first slot of each feature holding its largest count (np.unique: first occurrences)
+    holding = np.flatnonzero(counts == largest[feature_of_slot])
+    _, first = np.unique(feature_of_slot[holding], return_index=True)
+    common = (holding[first] - offsets[:-1]).astype(np.int32)
     sparse = largest > threshold * n_rows_total
     nvb = cuts.n_value_bins[sparse]
     return Routing(dense=np.flatnonzero(~sparse).astype(np.int64),
