@@ -256,3 +256,15 @@ def test_stores_built_in_small_blocks_give_the_same_model(monkeypatch):
     monkeypatch.setattr(routing, "_EXTRACT_VALUES", 50)
     assert trees(_train(m, y, 0.8)) == reference
     assert trees(_train(df, "y", 0.8)) == reference
+
+
+def test_decide_takes_the_first_of_equal_counts_and_a_strict_threshold():
+    cuts = quantize.Cuts(values=np.array([0.5, 2.0], np.float32), offsets=np.array([0, 1, 2]),
+                         max_bin=256)  # two features, bins 0 (missing), 1, 2 each
+    counts = np.array([5, 5, 0,   0, 1, 9])  # 10 rows
+    route = routing.decide(counts, cuts, 0.4)
+    assert route.sparse.tolist() == [0, 1] and route.common_bin.tolist() == [0, 2]
+    assert route.bin_offsets.tolist() == [0, 3, 6]
+    route = routing.decide(counts, cuts, 0.5)  # 5 of 10 is not more than half
+    assert route.sparse.tolist() == [1] and route.dense.tolist() == [0]
+    assert not routing.decide(counts, cuts, 1.0).has_sparse
