@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _dtypes, histogram, split
 from .histogram import Histograms
-from .routing import DeviceRouting, Routing, SparseBins
+from .routing import DeviceRouting, SparseBins
 from .tree import Tree
 
 
@@ -22,7 +22,8 @@ class Shard:
     row by row; bins_by_feature: (D, n), the same bins column by column (a row's side at a split
     is read from one column; histograms read whole rows). sparse: the sparse features' entries
     (``routing.SparseBins``) or None. split_bins: (n,) bins scratch column used when features
-    are sparse: each level gathers the rows' bins of their node's split feature into it.
+    are sparse: a level that splits on a sparse feature gathers the rows' bins of their node's
+    split feature into it.
     label: (n,) float64. weight: (n,) float64 or None.
     margin: (n, n_groups) float64, updated in place after every tree. row_offset: global row number
     of this shard's first row (keeps row sampling independent of how rows are split into shards),
@@ -51,9 +52,9 @@ class LeafRows:
     Leaves above the last level own segments of ``row_index`` (leaf_start, leaf_count,
     leaf_value). Nodes split at the last level were not partitioned: their segments
     (split_start, split_count) and splits (feature, bin_threshold, default_left) send each row to
-    left_value or right_value. Host arrays, except row_index (device). split_bins: None, or a
-    (n,) device column holding each row's bin of its last-level node's split feature (sparse
-    routing); ``feature`` then holds zeros.
+    left_value or right_value. Host arrays, except row_index (device). ``feature`` indexes the
+    rows of ``bins_by_feature``: the shard's dense bins when None, else a (1, n) device column
+    holding each row's bin of its last-level node's split feature (then ``feature`` is zeros).
     """
 
     row_index: object
@@ -67,15 +68,15 @@ class LeafRows:
     default_left: np.ndarray
     left_value: np.ndarray
     right_value: np.ndarray
-    split_bins: object = None
+    bins_by_feature: object = None
 
     def add_to(self, kernels, bins_by_feature, margin) -> None:
         """margin[row] += the value of the row's leaf, for every row (margin: (n,) float64)."""
         kernels.add_leaf_values(margin, self.row_index, self.leaf_start, self.leaf_count,
                                 self.leaf_value)
         if len(self.split_start):
-            if self.split_bins is not None:
-                bins_by_feature = self.split_bins[None, :]
+            if self.bins_by_feature is not None:
+                bins_by_feature = self.bins_by_feature
             kernels.add_split_leaf_values(margin, bins_by_feature, self.row_index, self.split_start,
                                           self.split_count, self.feature, self.bin_threshold,
                                           self.default_left, self.left_value, self.right_value)
@@ -111,7 +112,11 @@ class ShardSet:
         self.shards = shards
         self.timers = Timers()
         self.row_index: list = []  # per shard (n_i,) int32, rows grouped by tree node
-        self.routing: DeviceRouting | None = None  # set once the features are routed
+        self.routing: DeviceRouting | None = None  # set_routing, before any tree is grown
+
+    @property
+    def has_sparse(self) -> bool:
+        return self.routing.routing.has_sparse
 
     def set_routing(self, routing: DeviceRouting) -> None:
         """Where the features live; every shard's stores follow it. Allocates each shard's
@@ -172,12 +177,11 @@ class ShardSet:
         (``fill_common_bins``).
         """
         dense = sparse = None
-        has_sparse = self.routing is not None and self.routing.routing.has_sparse
         for s, shard in enumerate(self.shards):
             part = self.backend.kernels.build_histograms(shard.bins, gh[s], self.row_index[s],
                                                          seg_start[s], seg_count[s], n_bins)
             dense = part if dense is None else dense + part
-            if has_sparse:
+            if self.has_sparse:
                 part = self._sparse_histograms(s, gh[s], seg_start[s], seg_count[s])
                 sparse = part if sparse is None else sparse + part
         return self._allreduce_histograms(dense, sparse)
@@ -189,16 +193,25 @@ class ShardSet:
             self.backend.kernels.fill_common_bins(hist.sparse, self.backend.xp.asarray(totals),
                                                   r.bin_offsets, r.common_bin)
 
-    def gather_split_bins(self, s: int, seg_start, seg_count, feature):
-        """Shard s's rows' bins of their node's split feature (global ids (n_nodes,)), in its
-        split column; returns the column as a (1, n) bins_by_feature for feature 0."""
+    def split_source(self, s: int, seg_start, seg_count, feature) -> tuple:
+        """Where the partition and margin kernels read shard s's split bins from: (bins_by_feature,
+        feature ids into it) for the listed nodes' global split ``feature`` (n_nodes,).
+
+        Without sparse features: the shard's bins_by_feature and ``feature`` itself. When every
+        node splits on a dense feature: the same, with the dense features' ids. Otherwise the
+        rows' bins of their node's split feature are gathered into the shard's split column,
+        read as a (1, n) matrix with feature 0."""
         shard, r = self.shards[s], self.routing
+        if not self.has_sparse:
+            return shard.bins_by_feature, feature
         dense_feature, sparse_feature = r.split_features(feature)
+        if (sparse_feature < 0).all():
+            return shard.bins_by_feature, dense_feature
         self.backend.kernels.split_column(
             shard.bins_by_feature, shard.sparse.indptr, shard.sparse.entry_feature,
             shard.sparse.entry_bin, r.common_bin, self.row_index[s], seg_start, seg_count,
             dense_feature, sparse_feature, shard.split_bins)
-        return shard.split_bins[None, :]
+        return shard.split_bins[None, :], np.zeros(len(feature), dtype=np.int32)
 
     def partition(self, gh, seg_start, seg_count, feature, bin_threshold, default_left,
                   small_is_left, n_bins):
@@ -209,21 +222,16 @@ class ShardSet:
         arrays, ``Histograms`` on the device, sparse common bins still 0).
         """
         kernels = self.backend.kernels  # the split arrays stay on the host: kernels take either
-        has_sparse = self.routing is not None and self.routing.routing.has_sparse
         left_counts, dense, sparse = [], None, None
         for s, shard in enumerate(self.shards):
-            if has_sparse:  # the split bins come from one gathered column
-                by_feature = self.gather_split_bins(s, seg_start[s], seg_count[s], feature)
-                store_feature = np.zeros(len(feature), dtype=np.int32)
-            else:
-                by_feature, store_feature = shard.bins_by_feature, feature
+            by_feature, store_feature = self.split_source(s, seg_start[s], seg_count[s], feature)
             left, part = kernels.partition_and_histogram(
                 shard.bins, by_feature, gh[s], self.row_index[s], seg_start[s],
                 seg_count[s], store_feature, bin_threshold, default_left, small_is_left, n_bins)
             dense = part if dense is None else dense + part
             left = self.backend.to_host(left)
             left_counts.append(left)
-            if has_sparse:
+            if self.has_sparse:
                 start = np.where(small_is_left, seg_start[s], seg_start[s] + left)
                 count = np.where(small_is_left, left, seg_count[s] - left)
                 part = self._sparse_histograms(s, gh[s], start, count)
@@ -241,11 +249,7 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
     backend, xp = shardset.backend, shardset.backend.xp
     timers = shardset.timers
     n_bins = cuts.n_bins
-    if shardset.routing is None:
-        shardset.set_routing(DeviceRouting.build(backend, Routing.all_dense(cuts.n_features),
-                                                 cuts))
     routing = shardset.routing
-    has_sparse = routing.routing.has_sparse
     allowed = routing.allowed(xp, feature_allowed)  # on the device once per tree
     n_shards = len(shardset.shards)
     shardset.reset_row_index()
@@ -308,13 +312,11 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
         starts = [st[sp] for st in seg_start]
         counts = [ct[sp] for ct in seg_count]
         if depth + 1 == params.max_depth:
-            if has_sparse:  # the margin update reads the split bins from each shard's column
-                for s in range(n_shards):
-                    shardset.gather_split_bins(s, starts[s], counts[s], feature)
-                last_split = (starts, counts, np.zeros(n_split, dtype=np.int32), bin_threshold,
-                              default_left)
-            else:
-                last_split = (starts, counts, feature, bin_threshold, default_left)
+            sources = [shardset.split_source(s, starts[s], counts[s], feature)
+                       for s in range(n_shards)]  # where the margin update reads split bins
+            last_split = (starts, counts, sources[0][1], bin_threshold, default_left,
+                          [None if by is shard.bins_by_feature else by
+                           for (by, _), shard in zip(sources, shardset.shards)])
             continue
         small_is_left = left_sum[:, 1] <= right_sum[:, 1]
         with timers("partition+histograms"):
@@ -336,7 +338,7 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
     tree = Tree.concatenate_levels(levels, group)
     if last_split is not None:
         child_values = levels[-1]["value"].reshape(-1, 2)
-        split_info = last_split[2:] + (child_values[:, 0], child_values[:, 1])
+        split_info = last_split[2:5] + (child_values[:, 0], child_values[:, 1])
     else:
         empty = np.zeros(0, dtype=np.int64)
         split_info = (empty, empty, np.zeros(0, dtype=bool), np.zeros(0), np.zeros(0))
@@ -346,6 +348,6 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
         split_rows = (last_split[0][s], last_split[1][s]) if last_split is not None else \
             (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
         result.append(LeafRows(shardset.row_index[s], starts, counts, values, *split_rows,
-                               *split_info, split_bins=shardset.shards[s].split_bins
-                               if has_sparse and last_split is not None else None))
+                               *split_info, bins_by_feature=last_split[5][s]
+                               if last_split is not None else None))
     return tree, result
