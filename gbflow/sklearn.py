@@ -402,8 +402,9 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
     def fit(self, X, y, sample_weight=None, eval_set=None, sample_weight_eval_set=None):
         """Train the model.
 
-        X : pandas DataFrame or array-like of shape (n_samples, n_features), or Dask DataFrame
-            Numeric features; NaN means missing. With a Dask DataFrame, y, sample_weight and
+        X : pandas DataFrame, array-like or scipy sparse matrix of shape (n_samples,
+            n_features), or Dask DataFrame
+            Numeric features; NaN (and an entry absent from a sparse matrix) means missing. With a Dask DataFrame, y, sample_weight and
             the eval_set entries are Dask collections partitioned like it, and training runs
             where the partitions live (``gbflow.train`` on Dask).
         y : array-like or Series of shape (n_samples,)
@@ -500,8 +501,9 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
     def fit(self, X, y, sample_weight=None, eval_set=None, sample_weight_eval_set=None):
         """Train the model.
 
-        X : pandas DataFrame or array-like of shape (n_samples, n_features), or Dask DataFrame
-            Numeric features; NaN means missing. With a Dask DataFrame, y, sample_weight and
+        X : pandas DataFrame, array-like or scipy sparse matrix of shape (n_samples,
+            n_features), or Dask DataFrame
+            Numeric features; NaN (and an entry absent from a sparse matrix) means missing. With a Dask DataFrame, y, sample_weight and
             the eval_set entries are Dask collections partitioned like it, and training runs
             where the partitions live (``gbflow.train`` on Dask).
         y : array-like or Series of shape (n_samples,)

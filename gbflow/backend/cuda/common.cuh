@@ -42,6 +42,20 @@ struct Best {
     i64 left_g, left_h;
 };
 
+// Gain of the split whose left child sums to (lg, lh) of the node's (tg, th), with the NumPy
+// twin's float operations in its order; -inf where the candidate is not valid (a child's hessian
+// below min_child_weight, or H + lambda not positive).
+__device__ __forceinline__ double candidate_gain(i64 lg, i64 lh, i64 tg, i64 th, double parent,
+                                                 double inv_scale_g, double inv_scale_h,
+                                                 double lambda_, double alpha,
+                                                 double min_child_weight) {
+    double GL = (double)lg * inv_scale_g, HL = (double)lh * inv_scale_h;
+    double GR = (double)(tg - lg) * inv_scale_g, HR = (double)(th - lh) * inv_scale_h;
+    if (!(HL >= min_child_weight && HR >= min_child_weight && HL + lambda_ > 0 && HR + lambda_ > 0))
+        return __longlong_as_double(0xfff0000000000000LL);
+    return (score(GL, HL, lambda_, alpha) + score(GR, HR, lambda_, alpha)) - parent;
+}
+
 __device__ __forceinline__ bool better(double gain, i64 index, const Best& b) {
     return gain > b.gain || (gain == b.gain && index < b.index);
 }

@@ -161,12 +161,9 @@ extern "C" __global__ void evaluate_sparse_splits(
             if (t < width) { cg += hf[2 * t]; ch += hf[2 * t + 1]; }
             for (int d = 0; d < 2; ++d) {  // 0: missing goes left, 1: missing goes right
                 i64 lg = d == 0 ? cg + miss_g : cg, lh = d == 0 ? ch + miss_h : ch;
-                double GL = (double)lg * inv_scale_g, HL = (double)lh * inv_scale_h;
-                double GR = (double)(tg - lg) * inv_scale_g, HR = (double)(th - lh) * inv_scale_h;
-                if (!(HL >= min_child_weight && HR >= min_child_weight &&
-                      HL + lambda_ > 0 && HR + lambda_ > 0)) continue;
-                double gain = (score(GL, HL, lambda_, alpha) + score(GR, HR, lambda_, alpha))
-                              - parent;
+                double gain = candidate_gain(lg, lh, tg, th, parent, inv_scale_g, inv_scale_h,
+                                             lambda_, alpha, min_child_weight);
+                if (gain == NEG_INF) continue;  // not a valid candidate
                 i64 index = ((i64)f * (padded_bins - 1) + (t - 1)) * 2 + d;
                 if (better(gain, index, best)) {
                     best.gain = gain; best.index = index; best.left_g = lg; best.left_h = lh;
