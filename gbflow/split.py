@@ -44,9 +44,10 @@ def find_splits(backend, hist, routing, allowed, scale_g, scale_h, params) -> Le
         found.append(backend.kernels.evaluate_splits(hist.dense, routing.n_value_bins_dense,
                                                      allowed[0], *constants))
     if r.has_sparse:
+        # the host offsets: the CUDA wrapper needs their widest feature, which would otherwise
+        # cost a device-to-host copy per level
         found.append(backend.kernels.evaluate_sparse_splits(
-            hist.sparse, routing.bin_offsets, routing.n_value_bins_sparse, allowed[1],
-            *constants))
+            hist.sparse, r.bin_offsets, routing.n_value_bins_sparse, allowed[1], *constants))
     on_host = backend.to_host_all([a for result in found for a in result])
     results = [on_host[i : i + 5] for i in range(0, len(on_host), 5)]
     stores = ([r.dense] if len(r.dense) else []) + ([r.sparse] if r.has_sparse else [])
