@@ -218,8 +218,10 @@ class ShardSet:
         """Split every listed node's rows into its children, in every shard, and build the global
         histograms of the children picked by ``small_is_left`` (bool per node) in the same pass.
 
-        feature: (n_nodes,) global feature ids. Returns (per shard left counts as host int64
-        arrays, ``Histograms`` on the device, sparse common bins still 0).
+        feature: (n_nodes,) global feature ids. Returns (per shard (n_nodes,) int64 left counts,
+        ``Histograms`` on the device, sparse common bins still 0). The left counts stay on the
+        device (the caller fetches them with the next level's splits, in one wait) unless the
+        sparse histograms needed them on the host.
         """
         kernels = self.backend.kernels  # the split arrays stay on the host: kernels take either
         left_counts, dense, sparse = [], None, None
@@ -229,13 +231,13 @@ class ShardSet:
                 shard.bins, by_feature, gh[s], self.row_index[s], seg_start[s],
                 seg_count[s], store_feature, bin_threshold, default_left, small_is_left, n_bins)
             dense = part if dense is None else dense + part
-            left = self.backend.to_host(left)
-            left_counts.append(left)
-            if self.has_sparse:
+            if self.has_sparse:  # the built children's segments, for the sparse work list
+                left = self.backend.to_host(left)
                 start = np.where(small_is_left, seg_start[s], seg_start[s] + left)
                 count = np.where(small_is_left, left, seg_count[s] - left)
                 part = self._sparse_histograms(s, gh[s], start, count)
                 sparse = part if sparse is None else sparse + part
+            left_counts.append(left)
         return left_counts, self._allreduce_histograms(dense, sparse)
 
 
@@ -244,7 +246,10 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
     """Grow one tree on fixed-point gradients ``gh`` (per shard (n_i, 2) int64) and return it,
     with each shard's ``LeafRows`` for the margin update.
 
-    No loop over nodes: each level is a handful of kernel calls over all its nodes.
+    No loop over nodes: each level is a handful of kernel calls over all its nodes, and one wait
+    for the device (the split search's results, fetched with the previous partition's left
+    counts). The next level's kernels are queued before the host records the level, so the
+    device works while the host does its bookkeeping.
     """
     backend, xp = shardset.backend, shardset.backend.xp
     timers = shardset.timers
@@ -267,34 +272,74 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
     leaves = [[] for _ in range(n_shards)]  # per shard and level: (start, count, value) of leaves
     next_id = 1
     last_split = None  # nodes split at the last level: their rows are not moved
+    moved = None  # the last partition's (starts, counts, per shard left counts, maybe on device)
     for depth in range(params.max_depth + 1):
+        record_leaves = last_split is None
+        pending_left = [] if moved is None else moved[2]
+        if depth == params.max_depth:
+            found = None
+            pending_left = backend.to_host_all(pending_left)
+        else:
+            with timers("splits"):
+                found, pending_left = split.find_splits(backend, hist, routing, allowed, scale_g,
+                                                        scale_h, params, fetch=pending_left)
+        if moved is not None:  # this level's segments: each split parent's rows, left then right
+            starts, counts = moved[:2]
+            for s in range(n_shards):
+                left = pending_left[s].astype(np.int64)
+                seg_start[s] = np.stack([starts[s], starts[s] + left], axis=1).reshape(-1)
+                seg_count[s] = np.stack([left, counts[s] - left], axis=1).reshape(-1)
+            moved = None
         n = len(totals)
-        value = split.leaf_values(totals, scale_g, scale_h, params)
+        do_split = np.zeros(n, dtype=bool) if found is None else found.do_split
+        sp = np.flatnonzero(do_split)
+        n_split = len(sp)
+        level_totals = totals
+        if n_split:
+            feature = found.feature[sp]
+            bin_threshold = found.bin_threshold[sp]
+            default_left = found.default_left[sp]
+            left_sum = found.left_sum[sp]
+            right_sum = totals[sp] - left_sum
+            totals = np.stack([left_sum, right_sum], axis=1).reshape(-1, 2)
+            starts = [st[sp] for st in seg_start]
+            counts = [ct[sp] for ct in seg_count]
+            if depth + 1 == params.max_depth:
+                # Children at the last level are leaves: their rows need not move, only their
+                # margins change.
+                sources = [shardset.split_source(s, starts[s], counts[s], feature)
+                           for s in range(n_shards)]  # where the margin update reads split bins
+                last_split = (starts, counts, sources[0][1], bin_threshold, default_left,
+                              [None if by is shard.bins_by_feature else by
+                               for (by, _), shard in zip(sources, shardset.shards)])
+            else:
+                # Build the child with the smaller global hessian while partitioning; its
+                # sibling is the parent minus it.
+                small_is_left = left_sum[:, 1] <= right_sum[:, 1]
+                with timers("partition+histograms"):
+                    left_counts, small = shardset.partition(gh, starts, counts, feature,
+                                                            bin_threshold, default_left,
+                                                            small_is_left, n_bins)
+                    shardset.fill_common_bins(small, np.where(small_is_left[:, None], left_sum,
+                                                              right_sum))
+                    hist = Histograms.children(backend.kernels, hist, sp, small, small_is_left)
+                    small = None
+                moved = (starts, counts, left_counts)
+        # The level's record, while the device builds the next level's histograms.
+        value = split.leaf_values(level_totals, scale_g, scale_h, params)
         level = {
             "feature": np.full(n, _dtypes.LEAF), "bin_threshold": np.zeros(n),
             "threshold": np.zeros(n), "default_left": np.zeros(n, dtype=bool),
             "left": np.full(n, -1), "right": np.full(n, -1), "value": value,
-            "gain": np.zeros(n), "cover": totals[:, 1] * (1.0 / scale_h),
+            "gain": np.zeros(n), "cover": level_totals[:, 1] * (1.0 / scale_h),
         }
         levels.append(level)
-        if depth == params.max_depth:
-            do_split = np.zeros(n, dtype=bool)
-        else:
-            with timers("splits"):
-                found = split.find_splits(backend, hist, routing, allowed, scale_g, scale_h,
-                                          params)
-            do_split = found.do_split
-        if last_split is None:
+        if record_leaves:
+            stay = ~do_split
             for s in range(n_shards):
-                stay = ~do_split
                 leaves[s].append((seg_start[s][stay], seg_count[s][stay], value[stay]))
-        if not do_split.any():
+        if not n_split:
             break
-        sp = np.flatnonzero(do_split)
-        n_split = len(sp)
-        feature = found.feature[sp]
-        bin_threshold = found.bin_threshold[sp]
-        default_left = found.default_left[sp]
         level["feature"][sp] = feature
         level["bin_threshold"][sp] = bin_threshold
         level["threshold"][sp] = cuts.values[cuts.offsets[feature] + bin_threshold - 1]
@@ -303,38 +348,6 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
         level["left"][sp] = next_id + 2 * np.arange(n_split)
         level["right"][sp] = next_id + 2 * np.arange(n_split) + 1
         next_id += 2 * n_split
-        left_sum = found.left_sum[sp]
-        right_sum = totals[sp] - left_sum
-        totals = np.stack([left_sum, right_sum], axis=1).reshape(-1, 2)
-        # Children at the last level are leaves: their rows need not move, only their margins
-        # change. Otherwise build the child with the smaller global hessian while partitioning;
-        # its sibling is the parent minus it.
-        starts = [st[sp] for st in seg_start]
-        counts = [ct[sp] for ct in seg_count]
-        if depth + 1 == params.max_depth:
-            sources = [shardset.split_source(s, starts[s], counts[s], feature)
-                       for s in range(n_shards)]  # where the margin update reads split bins
-            last_split = (starts, counts, sources[0][1], bin_threshold, default_left,
-                          [None if by is shard.bins_by_feature else by
-                           for (by, _), shard in zip(sources, shardset.shards)])
-            continue
-        small_is_left = left_sum[:, 1] <= right_sum[:, 1]
-        with timers("partition+histograms"):
-            left_counts, small = shardset.partition(gh, starts, counts, feature, bin_threshold,
-                                                    default_left, small_is_left, n_bins)
-            shardset.fill_common_bins(small, np.where(small_is_left[:, None], left_sum, right_sum))
-            # The siblings: the split parents' histograms (a copy) minus the built children, in
-            # place. The level's histograms and the halves are let go as soon as they are used,
-            # so that at most the parents, the built children and the next level are alive.
-            big = hist.take(xp, sp)
-            hist = None
-            big.subtract(small)
-            hist = Histograms.interleave(xp, small, big, small_is_left)
-            small = big = None
-        for s in range(n_shards):
-            seg_start[s] = np.stack([starts[s], starts[s] + left_counts[s]], axis=1).reshape(-1)
-            seg_count[s] = np.stack([left_counts[s], counts[s] - left_counts[s]],
-                                    axis=1).reshape(-1)
     tree = Tree.concatenate_levels(levels, group)
     if last_split is not None:
         child_values = levels[-1]["value"].reshape(-1, 2)

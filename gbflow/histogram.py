@@ -31,35 +31,13 @@ class Histograms:
     dense: object
     sparse: object = None
 
-    def take(self, xp, nodes: np.ndarray) -> "Histograms":
-        index = xp.asarray(nodes)
-        return Histograms(self.dense[index], None if self.sparse is None else self.sparse[index])
-
-    def subtract(self, other: "Histograms") -> None:
-        """self -= other, in place (exact): turns the parents' histograms into the siblings' of
-        the built children ``other``."""
-        self.dense -= other.dense
-        if self.sparse is not None:
-            self.sparse -= other.sparse
-
     @staticmethod
-    def interleave(xp, small: "Histograms", big: "Histograms", small_is_left) -> "Histograms":
-        """``children`` of both stores."""
-        mask = xp.asarray(small_is_left)
-        return Histograms(children(xp, small.dense, big.dense, mask),
-                          None if small.sparse is None else
-                          children(xp, small.sparse, big.sparse, mask))
-
-
-def children(xp, small, big, small_is_left):
-    """Interleave the built and the subtracted child histograms as [left0, right0, left1, ...].
-
-    small, big: (n_splits, ...) of any trailing shape; small_is_left: (n_splits,) bool.
-    Returns (2 * n_splits, ...).
-    """
-    n = small.shape[0]
-    out = xp.empty((2 * n,) + small.shape[1:], dtype=small.dtype)
-    mask = small_is_left.reshape((n,) + (1,) * (small.ndim - 1))
-    out[0::2] = xp.where(mask, small, big)
-    out[1::2] = xp.where(mask, big, small)
-    return out
+    def children(kernels, parent: "Histograms", split_nodes, small: "Histograms",
+                 small_is_left) -> "Histograms":
+        """The next level's histograms in both stores (``kernels.children_histograms``): the
+        built children ``small`` of the parents ``split_nodes`` and their siblings, the parents'
+        minus them (exact), as [left0, right0, left1, ...]."""
+        return Histograms(
+            kernels.children_histograms(parent.dense, split_nodes, small.dense, small_is_left),
+            None if small.sparse is None else
+            kernels.children_histograms(parent.sparse, split_nodes, small.sparse, small_is_left))

@@ -25,7 +25,8 @@ class LevelSplits:
     do_split: np.ndarray
 
 
-def find_splits(backend, hist, routing, allowed, scale_g, scale_h, params) -> LevelSplits:
+def find_splits(backend, hist, routing, allowed, scale_g, scale_h, params,
+                fetch: list = ()) -> tuple[LevelSplits, list]:
     """Evaluate every candidate of every node in ``hist`` and keep each node's best.
 
     hist: ``histogram.Histograms`` on the backend's device (sparse common bins filled in).
@@ -35,6 +36,10 @@ def find_splits(backend, hist, routing, allowed, scale_g, scale_h, params) -> Le
     feature id: the same choice as one search over all features in order. A split is taken when
     it improves the loss by more than ``gamma`` (and more than XGBoost's epsilon) and both
     children keep a hessian of at least ``min_child_weight``.
+
+    fetch: other arrays (host or device) the caller needs on the host; they come back in the
+    same device-to-host copy as the split results (one wait for the device per level). Returns
+    (the splits, host copies of ``fetch``).
     """
     r = routing.routing
     constants = (1.0 / scale_g, 1.0 / scale_h, params.reg_lambda, params.reg_alpha,
@@ -48,8 +53,9 @@ def find_splits(backend, hist, routing, allowed, scale_g, scale_h, params) -> Le
         # cost a device-to-host copy per level
         found.append(backend.kernels.evaluate_sparse_splits(
             hist.sparse, r.bin_offsets, routing.n_value_bins_sparse, allowed[1], *constants))
-    on_host = backend.to_host_all([a for result in found for a in result])
-    results = [on_host[i : i + 5] for i in range(0, len(on_host), 5)]
+    on_host = backend.to_host_all([a for result in found for a in result] + list(fetch))
+    fetched = on_host[5 * len(found):]
+    results = [on_host[i : i + 5] for i in range(0, 5 * len(found), 5)]
     stores = ([r.dense] if len(r.dense) else []) + ([r.sparse] if r.has_sparse else [])
     best = None
     for (gain, feature, bin_threshold, default_left, left_sum), ids in zip(results, stores):
@@ -62,7 +68,7 @@ def find_splits(backend, hist, routing, allowed, scale_g, scale_h, params) -> Le
             best[i] = np.where(take.reshape((-1,) + (1,) * (values.ndim - 1)), values, best[i])
     gain, feature, bin_threshold, default_left, left_sum = best
     do_split = (feature >= 0) & (gain > max(params.gamma, _dtypes.MIN_SPLIT_IMPROVEMENT))
-    return LevelSplits(gain, feature, bin_threshold, default_left, left_sum, do_split)
+    return LevelSplits(gain, feature, bin_threshold, default_left, left_sum, do_split), fetched
 
 
 def leaf_values(totals: np.ndarray, scale_g: float, scale_h: float, params) -> np.ndarray:

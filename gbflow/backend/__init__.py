@@ -38,15 +38,20 @@ class Backend:
         return to_host(array)
 
     def to_host_all(self, arrays) -> list:
-        """Several device arrays as NumPy arrays, in one device-to-host copy on the GPU (each
-        copy waits for the device, and split finding needs five small arrays per tree level)."""
-        if self.name != "cuda" or len(arrays) < 2:
+        """Several arrays as NumPy arrays, the device ones in one device-to-host copy on the GPU
+        (each copy waits for the device, and a tree level needs its split results and the
+        previous partition's left counts); host arrays pass through."""
+        device = [a for a in arrays if on_gpu(a)]
+        if self.name != "cuda" or len(device) < 2:
             return [to_host(a) for a in arrays]
         xp = self.xp
         packed = to_host(xp.concatenate([xp.ascontiguousarray(a).view(xp.uint8).ravel()
-                                         for a in arrays]))
+                                         for a in device]))
         out, offset = [], 0
         for a in arrays:
+            if not on_gpu(a):  # host arrays pass through
+                out.append(np.asarray(a))
+                continue
             out.append(packed[offset:offset + a.nbytes].view(a.dtype).reshape(a.shape))
             offset += a.nbytes
         return out
