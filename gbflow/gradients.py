@@ -59,14 +59,6 @@ def to_fixed(xp, values, scale: float):
     return xp.rint(values.astype(xp.float64) * scale).astype(_dtypes.FIXED)
 
 
-def quantise_gradients(xp, grad, hess, scale_g: float, scale_h: float):
-    """(n_rows,) float32 gradient and hessian -> (n_rows, 2) int64 [g, h] in fixed point (new array)."""
-    gh = xp.empty((grad.shape[0], 2), dtype=_dtypes.FIXED)
-    gh[:, 0] = to_fixed(xp, grad, scale_g)
-    gh[:, 1] = to_fixed(xp, hess, scale_h)
-    return gh
-
-
 def exact_sum(xp, parts: list, max_abs: float | None = None, collective=LOCAL) -> float:
     """Sum of all values of all ``parts`` (float arrays) on every process of ``collective``,
     independent of how the values are split into parts and processes.

@@ -224,17 +224,18 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
                                            round_index, params.subsample)
                     g, h = g * keep[:, None], h * keep[:, None]
                 grad_hess.append((g, h))
-            # Global max |g| and |h| of every class in one reduction: (n_groups, 2).
-            largest = shardset.allreduce_max(np.array(
-                [[gradients.local_max_abs(xp, [g[:, k] for g, _ in grad_hess]),
-                  gradients.local_max_abs(xp, [h[:, k] for _, h in grad_hess])]
-                 for k in range(n_groups)], dtype=np.float64))
+            # Global max |g| and |h| of every class in one reduction: (n_groups, 2), read from
+            # the device in one copy.
+            local = backend.to_host_all([xp.stack([xp.abs(g).max(axis=0), xp.abs(h).max(axis=0)],
+                                                  axis=1) for g, h in grad_hess if len(g)])
+            largest = shardset.allreduce_max(np.max(local, axis=0) if local else
+                                             np.zeros((n_groups, 2), dtype=np.float64))
         round_trees = []
         for k in range(n_groups):
             with timers("gradients"):
                 scale_g = gradients.fixed_point_scale(float(largest[k, 0]), n_total)
                 scale_h = gradients.fixed_point_scale(float(largest[k, 1]), n_total)
-                gh = [gradients.quantise_gradients(xp, g[:, k], h[:, k], scale_g, scale_h)
+                gh = [backend.kernels.quantise_gradients(g[:, k], h[:, k], scale_g, scale_h)
                       for g, h in grad_hess]
             allowed = feature_sample(len(feature_names), params.seed, round_index, k,
                                      params.colsample_bytree)

@@ -67,6 +67,22 @@ def test_partition_and_histogram(kernels, n_rows, n_features, n_bins, n_nodes):
         assert np.all(np.diff(rows[s:s + lc]) > 0) and np.all(np.diff(rows[s + lc:s + c]) > 0)
 
 
+@pytest.mark.parametrize("n_rows", [0, 1, 1000, 70001])
+def test_quantise_gradients(kernels, n_rows):
+    rng = np.random.default_rng(n_rows)
+    grad = rng.normal(size=(n_rows, 3)) * 10.0  # a column of a (n, groups) array: strided
+    hess = rng.random(size=(n_rows, 3))
+    scale_g, scale_h = 2.0**3, 2.0**40
+    quarter = grad[: n_rows // 4, 1]
+    grad[: n_rows // 4, 1] = (np.floor(quarter * scale_g) + 0.5) / scale_g  # ties: x.5 after scaling
+    expected = numpy_kernels.quantise_gradients(grad[:, 1], hess[:, 2], scale_g, scale_h)
+    got = kernels.quantise_gradients(grad[:, 1], hess[:, 2], scale_g, scale_h)
+    assert got.shape == (n_rows, 2) and got.dtype == np.int64
+    assert np.array_equal(got, expected)
+    # rounding half to even, exactly as np.rint
+    assert np.array_equal(expected[:, 0], np.rint(grad[:, 1] * scale_g).astype(np.int64))
+
+
 @pytest.mark.parametrize("n_parents,n_split,shape", [
     (1, 1, (3, 16, 2)), (7, 4, (4, 256, 2)), (300, 200, (2, 2, 2)),  # dense layouts
     (5, 5, (1001, 2)),  # a sparse (n_slots, 2) layout, every parent split

@@ -264,6 +264,21 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
 
 
 @njit(parallel=True, **_JIT)
+def _quantise_gradients(grad, hess, scale_g, scale_h, gh):
+    for i in prange(grad.shape[0]):
+        gh[i, 0] = np.int64(np.rint(grad[i] * scale_g))
+        gh[i, 1] = np.int64(np.rint(hess[i] * scale_h))
+
+
+def quantise_gradients(grad, hess, scale_g, scale_h):
+    """See numpy_kernels.quantise_gradients."""
+    gh = np.empty((len(grad), 2), dtype=_dtypes.FIXED)
+    _quantise_gradients(np.asarray(grad, dtype=np.float64), np.asarray(hess, dtype=np.float64),
+                        np.float64(scale_g), np.float64(scale_h), gh)
+    return gh
+
+
+@njit(parallel=True, **_JIT)
 def _children_histograms(parent, split_nodes, small, small_is_left, out):
     for k in prange(split_nodes.shape[0]):
         built = 2 * k if small_is_left[k] else 2 * k + 1

@@ -238,6 +238,21 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
     return left_count, hist
 
 
+def quantise_gradients(grad, hess, scale_g, scale_h):
+    """See ``numpy_kernels.quantise_gradients``. grad, hess: (n,) CuPy, any strides (cast to
+    float64 when they are not). Returns (n, 2) int64 CuPy."""
+    n = len(grad)
+    gh = cp.empty((n, 2), dtype=_dtypes.FIXED)
+    if n == 0:
+        return gh
+    grad, hess = grad.astype(np.float64, copy=False), hess.astype(np.float64, copy=False)
+    _kernel("quantise_gradients", 1)(
+        _grid(n), (_THREADS,),
+        (grad, _i64(grad.strides[0] // 8), hess, _i64(hess.strides[0] // 8), _i64(n),
+         np.float64(scale_g), np.float64(scale_h), gh))
+    return gh
+
+
 def children_histograms(parent, split_nodes, small, small_is_left):
     """See ``numpy_kernels.children_histograms``. parent, small: C-contiguous int64 CuPy;
     split_nodes, small_is_left: host or device. Returns (2 * n_split, ...) int64 CuPy."""

@@ -267,6 +267,20 @@ extern "C" __global__ void copy_back(const int* scratch, int* row_index, const i
 }
 
 // ---------------------------------------------------------------------------------------------
+// quantise_gradients: gh[i] = [rint(grad[i * grad_stride] * scale_g), rint(hess[...] * scale_h)]
+// as int64, one thread per row (grid-stride); the product of a double and a power of two is exact
+// and rint rounds half to even, as NumPy's rint.
+extern "C" __global__ void quantise_gradients(const double* grad, i64 grad_stride,
+                                              const double* hess, i64 hess_stride, i64 n_rows,
+                                              double scale_g, double scale_h, i64* gh) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n_rows;
+         i += (i64)gridDim.x * blockDim.x) {
+        gh[2 * i] = (i64)rint(grad[i * grad_stride] * scale_g);
+        gh[2 * i + 1] = (i64)rint(hess[i * hess_stride] * scale_h);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // children_histograms: the next level's histograms, children of split k at 2k (left) and 2k + 1
 // (right): the built child (small, from scatter_and_histogram) and its sibling, the parent's
 // minus it. Histograms of any layout, as words_per_node int64 words per node. Grid-stride, one
