@@ -268,3 +268,20 @@ def test_decide_takes_the_first_of_equal_counts_and_a_strict_threshold():
     route = routing.decide(counts, cuts, 0.5)  # 5 of 10 is not more than half
     assert route.sparse.tolist() == [1] and route.dense.tolist() == [0]
     assert not routing.decide(counts, cuts, 1.0).has_sparse
+
+
+def test_canonical_csr_is_shared_and_others_are_copied(device):
+    """A canonical float32 CSR is read in place (no second copy of the input while it is
+    binned); any other matrix is canonicalised in a copy, the user's matrix left unchanged."""
+    from gbflow.backend import frames
+    m, _, _ = _csr_pair(n_rows=300)
+    m = _on_device(m, device)
+    assert m.has_canonical_format
+    shared = frames.csr_from_matrix(m)
+    xp = np if device == "cpu" else __import__("cupy")
+    assert xp.shares_memory(shared.data, m.data) and xp.shares_memory(shared.indices, m.indices)
+    copied = frames.csr_from_matrix(m.tocsc())
+    assert not xp.shares_memory(copied.data, m.data)
+    assert np.array_equal(_host(copied.data), _host(shared.data), equal_nan=True)
+    assert np.array_equal(_host(copied.indices), _host(shared.indices))
+    assert np.array_equal(_host(copied.indptr), _host(shared.indptr))

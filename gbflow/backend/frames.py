@@ -40,12 +40,17 @@ def csr_from_matrix(matrix) -> CSR:
     """A scipy.sparse (host) or cupyx.scipy.sparse (GPU) matrix as gbflow's canonical ``CSR``.
 
     The user's matrix is not modified: duplicate entries are summed and column ids sorted in a
-    copy (as scipy does for arithmetic). Values become float32, column ids int32, row pointers
-    int64; the arrays stay where the matrix lives.
+    copy (as scipy does for arithmetic). A CSR matrix already in canonical form (sorted column
+    ids, no duplicates) is not copied: its float32 values and int32 column ids are shared, read
+    only (a copy would double the input's memory while it is binned). Values become float32,
+    column ids int32, row pointers int64; the arrays stay where the matrix lives.
     """
-    csr = matrix.tocsr(copy=True)
-    csr.sum_duplicates()  # also sorts the column ids of every row
-    csr.sort_indices()
+    if matrix.format == "csr" and matrix.has_canonical_format:
+        csr = matrix
+    else:
+        csr = matrix.tocsr(copy=True)
+        csr.sum_duplicates()  # also sorts the column ids of every row
+        csr.sort_indices()
     xp = _cupy() if _module(matrix) == "cupyx" else np
     return CSR(indptr=xp.asarray(csr.indptr, dtype=xp.int64),
                indices=xp.asarray(csr.indices, dtype=xp.int32),
