@@ -225,9 +225,12 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
                     g, h = g * keep[:, None], h * keep[:, None]
                 grad_hess.append((g, h))
             # Global max |g| and |h| of every class in one reduction: (n_groups, 2), read from
-            # the device in one copy.
-            local = backend.to_host_all([xp.stack([xp.abs(g).max(axis=0), xp.abs(h).max(axis=0)],
-                                                  axis=1) for g, h in grad_hess if len(g)])
+            # the device in one copy. Whole-column reductions: CuPy's max(axis=0) over a tall
+            # (n, n_groups) array was one slow segmented reduction (9 ms at 10M rows on an H200).
+            local = backend.to_host_all([xp.stack([xp.stack([xp.abs(g[:, k]).max(),
+                                                             xp.abs(h[:, k]).max()])
+                                                   for k in range(n_groups)])
+                                         for g, h in grad_hess if len(g)])
             largest = shardset.allreduce_max(np.max(local, axis=0) if local else
                                              np.zeros((n_groups, 2), dtype=np.float64))
         round_trees = []

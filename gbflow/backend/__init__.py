@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 import types
 
 import numpy as np
@@ -41,20 +42,9 @@ class Backend:
         """Several arrays as NumPy arrays, the device ones in one device-to-host copy on the GPU
         (each copy waits for the device, and a tree level needs its split results and the
         previous partition's left counts); host arrays pass through."""
-        device = [a for a in arrays if on_gpu(a)]
-        if self.name != "cuda" or len(device) < 2:
+        if self.name != "cuda" or not any(on_gpu(a) for a in arrays):
             return [to_host(a) for a in arrays]
-        xp = self.xp
-        packed = to_host(xp.concatenate([xp.ascontiguousarray(a).view(xp.uint8).ravel()
-                                         for a in device]))
-        out, offset = [], 0
-        for a in arrays:
-            if not on_gpu(a):  # host arrays pass through
-                out.append(np.asarray(a))
-                continue
-            out.append(packed[offset:offset + a.nbytes].view(a.dtype).reshape(a.shape))
-            offset += a.nbytes
-        return out
+        return _cuda_to_host_all(self.xp, arrays)
 
     def free_cached_memory(self) -> None:
         """Give the device memory that CuPy's pool holds but no array uses back to the GPU (a
@@ -91,6 +81,34 @@ def to_host(array):
         import cupy
         return cupy.asnumpy(array)
     return np.asarray(array)
+
+
+_pinned = threading.local()  # per thread: training tasks of one process may run side by side
+
+
+def _cuda_to_host_all(cupy, arrays) -> list:
+    """``Backend.to_host_all`` on the GPU: every device array copied asynchronously into one
+    reused page-locked buffer (8-byte aligned slots), one wait for the stream, then host copies
+    of the slots (the buffer is reused by the next call)."""
+    device = [cupy.ascontiguousarray(a) if on_gpu(a) else None for a in arrays]
+    slots = [0 if d is None else -(-d.nbytes // 8) * 8 for d in device]
+    total = max(sum(slots), 8)
+    if getattr(_pinned, "size", 0) < total:
+        _pinned.size = max(total, 2 * getattr(_pinned, "size", 0), 1 << 16)
+        _pinned.memory = cupy.cuda.alloc_pinned_memory(_pinned.size)
+        _pinned.buffer = np.frombuffer(_pinned.memory, dtype=np.uint8, count=_pinned.size)
+    stream = cupy.cuda.get_current_stream()
+    views, offset = [], 0
+    for d, slot in zip(device, slots):
+        view = None
+        if d is not None:
+            view = _pinned.buffer[offset:offset + d.nbytes].view(d.dtype).reshape(d.shape)
+            if d.size:
+                d.get(stream=stream, out=view, blocking=False)
+        views.append(view)
+        offset += slot
+    stream.synchronize()
+    return [np.asarray(a) if v is None else v.copy() for a, v in zip(arrays, views)]
 
 
 _reference_only = False

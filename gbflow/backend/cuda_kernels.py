@@ -116,20 +116,23 @@ def _launch_shared(kernel, grid, threads, shared_bytes, args):
 
 def _upload(work: np.ndarray, *arrays) -> list:
     """The work list and small (array, dtype) pairs on the device, in one host-to-device copy
-    when they are host arrays (each separate copy waits for the device). Returns CuPy arrays."""
+    when they are host arrays (each copy costs host time, and a level has up to seven small
+    arrays). Returns CuPy arrays (views of one allocation, 8-byte aligned)."""
     if any(isinstance(a, cp.ndarray) for a, _ in arrays):
         return [cp.asarray(work)] + [cp.asarray(a, dtype=d) for a, d in arrays]
     parts = [np.ascontiguousarray(work, dtype=np.int64)] + \
         [np.ascontiguousarray(a, dtype=d) for a, d in arrays]
-    offsets, size = [], 0
+    images, offsets, size = [], [], 0
     for p in parts:
         offsets.append(size)
-        size += -(-p.nbytes // 8) * 8  # keep every part 8-byte aligned
-    packed = np.zeros(size, dtype=np.uint8)
-    for p, o in zip(parts, offsets):
-        packed[o:o + p.nbytes] = p.view(np.uint8).reshape(-1)
-    device = cp.asarray(packed)
-    return [device[o:o + p.nbytes].view(p.dtype).reshape(p.shape) for p, o in zip(parts, offsets)]
+        images.append(p.reshape(-1).view(np.uint8))
+        padding = -p.nbytes % 8
+        if padding:
+            images.append(np.zeros(padding, dtype=np.uint8))
+        size += p.nbytes + padding
+    device = cp.asarray(np.concatenate(images) if size else np.zeros(8, dtype=np.uint8))
+    return [cp.ndarray(p.shape, dtype=p.dtype, memptr=device.data + o)
+            for p, o in zip(parts, offsets)]
 
 
 def _i64(x):
