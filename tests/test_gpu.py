@@ -107,3 +107,26 @@ def test_cudf_nulls_are_missing_values():
     gdf["x0"] = gdf["x0"].nans_to_nulls()  # cuDF nulls, not NaN
     assert gdf["x0"].null_count > 0
     assert _fit(gdf, "cuda", rounds=5).to_json() == _fit(df, "cuda", rounds=5).to_json()
+
+
+def test_own_memory_pool_bypasses_the_process_allocator():
+    """Dask-CUDA workers set RMM's allocator (a cudaMalloc per array): training tasks use CuPy's
+    pool instead, for their thread only, and give its cached blocks back afterwards."""
+    import cupy
+    pool = cupy.get_default_memory_pool()
+    calls = []
+
+    def counting(size):
+        calls.append(size)
+        return pool.malloc(size)
+
+    backend = get_backend("cuda")
+    with cupy.cuda.using_allocator(counting):
+        with backend.own_memory_pool():
+            inside = cupy.zeros(1000)
+            df = make_table(n_rows=2000, seed=3)
+            _fit(df, "cuda", rounds=3)
+        assert calls == []
+        outside = cupy.zeros(1000)
+        assert len(calls) == 1
+    del inside, outside

@@ -342,8 +342,8 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
     started = time.perf_counter()
     shardset = None
     try:
-        with _malloc_for_training():
-            backend = get_backend(spec.params.device, data_on_gpu=spec.data_on_gpu)
+        backend = get_backend(spec.params.device, data_on_gpu=spec.data_on_gpu)
+        with _malloc_for_training(), backend.own_memory_pool():
 
             def supply(ref, what):
                 return lambda: _fetch(worker, ref, what)

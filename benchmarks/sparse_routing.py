@@ -1,8 +1,8 @@
 """Sparse benchmark: gbflow with sparse routing, gbflow with routing off, and XGBoost, same CSR data.
 
-    python benchmarks/sparse.py --device cuda                 # the issue's case: 1M x 20,000
-    python benchmarks/sparse.py --device cuda --rounds-off 20 # routing off for fewer rounds
-    python benchmarks/sparse.py --device cpu --rows 100000 --cols 2000 --rounds 20
+    python benchmarks/sparse_routing.py --device cuda                 # the issue's case: 1M x 20,000
+    python benchmarks/sparse_routing.py --device cuda --rounds-off 20 # routing off for fewer rounds
+    python benchmarks/sparse_routing.py --device cpu --rows 100000 --cols 2000 --rounds 20
 
 The data is a CSR matrix of one-hot-like blocks (``--groups`` categorical variables, each one-hot
 over its share of the columns: one stored 1.0 per row and group, absent elsewhere) plus
