@@ -48,9 +48,10 @@ class Communicator:
         source = cupy.ascontiguousarray(array)
         out = cupy.empty_like(source)
         stream = cupy.cuda.get_current_stream()
+        # Queued on the current stream, no wait: the kernels that read ``out`` are queued after
+        # it, and the grower's next device-to-host copy waits for all of them.
         self._comm.allReduce(source.data.ptr, out.data.ptr, source.size, types[array.dtype],
                              self._nccl.NCCL_SUM, stream.ptr)
-        stream.synchronize()  # the grower reads the result on the host next
         return out
 
     def close(self) -> None:
