@@ -54,5 +54,23 @@ class Communicator:
                              self._nccl.NCCL_SUM, stream.ptr)
         return out
 
+    def allreduce_max(self, value):
+        """Elementwise max over the ranks of a float or a host float64 array, through the GPUs
+        (a copy up, the reduction, a copy down: far quicker than a round trip through Dask's
+        event loop and TCP, which each boosting round paid for its gradient scale). Returns a
+        float or a host float64 array, like the value."""
+        import cupy
+        import numpy as np
+        host = np.asarray(value, dtype=np.float64)
+        if host.size == 0:
+            return host
+        source = cupy.asarray(host.reshape(-1))
+        out = cupy.empty_like(source)
+        stream = cupy.cuda.get_current_stream()
+        self._comm.allReduce(source.data.ptr, out.data.ptr, source.size,
+                             self._nccl.NCCL_FLOAT64, self._nccl.NCCL_MAX, stream.ptr)
+        result = cupy.asnumpy(out, stream=stream).reshape(host.shape)
+        return float(result) if np.ndim(value) == 0 else result
+
     def close(self) -> None:
         self._comm.destroy()

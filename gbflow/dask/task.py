@@ -132,6 +132,8 @@ class CollectiveShardSet(ShardSet):
         if self.collective.size == 1:
             return value
         with self.timers("communication"):
+            if self.nccl is not None:
+                return self.nccl.allreduce_max(value)
             return self.collective.allreduce_max(value)
 
     def allgather(self, value) -> list:
