@@ -28,6 +28,8 @@ CASES = [  # n_rows, n_features, n_bins, n_nodes
     (5000, 2, 64, 64), (3001, 3, 16, 300),  # many nodes in one launch, most tiny or empty
     (30011, 40, 256, 3),  # several thread blocks per node; features in two shared-memory groups
     (2000, 2, 9000, 2),  # one feature's histogram too large for shared memory
+    (20000, 200, 256, 6),  # wide: on the GPU the partition and the children's histograms are
+                           # two passes (more feature groups than GBFLOW_CUDA_FUSED_MAX_GROUPS)
 ]
 
 

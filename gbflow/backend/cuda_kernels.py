@@ -6,8 +6,10 @@ IEEE operations in the same order: the module is compiled with ``--fmad=false``)
 Segment arrays (``seg_start``/``seg_count``) may be host or device arrays: the host turns them
 into a work list of thread blocks, so a large node gets many blocks and an empty node none.
 
-Tuning knob (environment, read once): ``GBFLOW_CUDA_SHARED_BYTES`` caps the shared memory of one
-histogram block (default: 100 KB, two blocks per multiprocessor).
+Tuning knobs (environment, read once): ``GBFLOW_CUDA_SHARED_BYTES`` caps the shared memory of one
+histogram block (default: 100 KB, two blocks per multiprocessor); ``GBFLOW_CUDA_FUSED_MAX_GROUPS``
+is the most feature groups for which a level's partition also builds the children's histograms
+(default 2; wider data gets a second pass).
 """
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ _CUDA_DIR = pathlib.Path(__file__).with_name("cuda")
 _THREADS = 256
 _HIST_THREADS = 1024
 _MIN_ROWS_PER_BLOCK = 2048
+# Up to this many shared-memory feature groups, a level's partition builds the children's
+# histograms in the same pass; above it (wide data), in a second pass over the moved rows.
+_FUSED_MAX_GROUPS = int(os.environ.get("GBFLOW_CUDA_FUSED_MAX_GROUPS", 2))
 
 
 @functools.lru_cache(maxsize=None)
@@ -229,15 +234,26 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
                                     (bins_by_feature, n_rows_total, row_index, work, *split,
                                      block_left))
     use_shared, group, n_groups = _feature_groups(max(n_features, 1), n_bins, _HIST_THREADS * 4)
-    shared = (group * _shared_feature_bytes(n_bins) if use_shared else 0) + _HIST_THREADS * 4
+    # Wide data: partition alone, then the children's histograms from their new segments (each
+    # of many feature groups would otherwise rank every row of the parents again).
+    separate = use_shared and n_groups > _FUSED_MAX_GROUPS
+    fused_features = 0 if separate else n_features
+    shared = (group * _shared_feature_bytes(n_bins) if use_shared and not separate else 0) \
+        + _HIST_THREADS * 4
     scratch = cp.empty_like(row_index)
-    _launch_shared(_kernel("scatter_and_histogram", itemsize), (n_blocks, n_groups),
-                   _HIST_THREADS, shared,
-                   (bins, _i64(bins.strides[0] // itemsize), bins_by_feature, n_rows_total,
-                    _i32(n_features), _i32(n_bins), cp.ascontiguousarray(gh), row_index, scratch,
-                    work, block_left, *split, small_is_left, _i32(group),
-                    _i32(use_shared), hist, left_count))
+    gh = cp.ascontiguousarray(gh)
+    bin_stride = _i64(bins.strides[0] // itemsize)
+    _launch_shared(_kernel("scatter_and_histogram", itemsize),
+                   (n_blocks, 1 if separate else n_groups), _HIST_THREADS, shared,
+                   (bins, bin_stride, bins_by_feature, n_rows_total, _i32(fused_features),
+                    _i32(n_bins), gh, row_index, scratch, work, block_left, *split,
+                    small_is_left, _i32(group), _i32(use_shared), hist, left_count))
     _kernel("copy_back", 1)((n_blocks,), (_THREADS,), (scratch, row_index, work))
+    if separate:
+        _launch_shared(_kernel("build_child_histograms_shared", itemsize), (n_blocks, n_groups),
+                       _HIST_THREADS, group * _shared_feature_bytes(n_bins),
+                       (bins, bin_stride, _i32(n_features), _i32(n_bins), gh, row_index, work,
+                        left_count, small_is_left, _i32(group), hist))
     return left_count, hist
 
 

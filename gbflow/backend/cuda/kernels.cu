@@ -121,6 +121,31 @@ extern "C" __global__ void build_histograms_shared(
     flush_shared(words, group, n_bins, hist + node * (i64)n_features * n_bins * 2, f0);
 }
 
+// The histograms of the built children after a partition-only scatter_and_histogram (wide data:
+// there every feature group's blocks would redo the partition's ranking). Work items are the
+// parents' (as for the partition); each block keeps the part of its rows that now holds the built
+// child: [seg_start, seg_start + left) when small_is_left, else [seg_start + left, end of the
+// parent), with left = node_left[node] from the partition (no trip to the host).
+extern "C" __global__ void build_child_histograms_shared(
+        const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,
+        const int* row_index, const i64* work, const i64* node_left, const bool* small_is_left,
+        int group_size, i64* hist) {
+    extern __shared__ unsigned int words[];
+    const i64* w = work + WORK_WIDTH * blockIdx.x;
+    i64 node = w[0], begin = w[1], end = w[2], seg_start = w[4];
+    i64 split = seg_start + node_left[node];
+    if (small_is_left[node]) end = min(end, split); else begin = max(begin, split);
+    if (begin >= end) return;  // the whole block: no barrier is skipped by some threads only
+    int f0 = blockIdx.y * group_size;
+    int group = min(group_size, n_features - f0);
+    zero_shared(words, group * feature_words(n_bins));
+    __syncthreads();
+    add_rows_shared(bins, bin_stride, gh, row_index + begin, (int)(end - begin), f0, group, n_bins,
+                    words);
+    __syncthreads();
+    flush_shared(words, group, n_bins, hist + node * (i64)n_features * n_bins * 2, f0);
+}
+
 // Adds rows[0..n_rows) straight into the global histogram of one node (all features), for bin
 // counts whose histogram of one feature does not fit in shared memory.
 __device__ __forceinline__ void add_rows_global(const BIN_T* bins, i64 bin_stride, const i64* gh,
