@@ -132,27 +132,6 @@ def test_sibling_histograms(kernels, n_parents, n_split, shape):
     assert np.array_equal(children[:n_split] + children[n_split:], parent[split_nodes])
 
 
-@pytest.mark.parametrize("n_parents,n_split,shape", [
-    (1, 1, (3, 16, 2)), (7, 4, (4, 256, 2)), (300, 200, (2, 2, 2)),  # dense layouts
-    (5, 5, (1001, 2)),  # a sparse (n_slots, 2) layout, every parent split
-    (3, 0, (4, 16, 2)), (2, 2, (0, 256, 2)),  # nothing split; no dense feature
-])
-def test_children_histograms(kernels, n_parents, n_split, shape):
-    rng = np.random.default_rng(n_parents + n_split)
-    parent = rng.integers(-2**50, 2**50, size=(n_parents,) + shape)
-    split_nodes = np.sort(rng.choice(n_parents, size=n_split, replace=False)).astype(np.int64)
-    small = rng.integers(-2**50, 2**50, size=(n_split,) + shape)
-    small_is_left = rng.random(n_split) < 0.5
-    expected = numpy_kernels.children_histograms(parent, split_nodes, small, small_is_left)
-    got = kernels.children_histograms(parent, split_nodes, small, small_is_left)
-    assert got.shape == (2 * n_split,) + shape and got.dtype == np.int64
-    assert np.array_equal(got, expected)
-    # each pair of children adds up to its parent, and the built child sits on its side
-    assert np.array_equal(got[0::2] + got[1::2], parent[split_nodes])
-    built = np.where(small_is_left, 0, 1) + 2 * np.arange(n_split)
-    assert np.array_equal(got[built], small)
-
-
 @pytest.mark.parametrize("n_nodes,n_features,n_bins", [(1, 1, 2), (3, 4, 16), (64, 5, 256),
                                                         (2, 3, 300)])
 @pytest.mark.parametrize("reg_alpha,min_child_weight", [(0.0, 1.0), (0.5, 0.0), (2.0, 50.0)])

@@ -316,29 +316,6 @@ def sibling_histograms(parent, split_nodes, children):
 
 
 @njit(parallel=True, **_JIT)
-def _children_histograms(parent, split_nodes, small, small_is_left, out):
-    for k in prange(split_nodes.shape[0]):
-        built = 2 * k if small_is_left[k] else 2 * k + 1
-        other = 2 * k + 1 if small_is_left[k] else 2 * k
-        p = split_nodes[k]
-        for w in range(small.shape[1]):
-            out[built, w] = small[k, w]
-            out[other, w] = parent[p, w] - small[k, w]
-
-
-def children_histograms(parent, split_nodes, small, small_is_left):
-    """See numpy_kernels.children_histograms."""
-    n = len(split_nodes)
-    out = np.empty((2 * n,) + small.shape[1:], dtype=small.dtype)
-    if n and out.size:
-        _children_histograms(np.ascontiguousarray(parent).reshape(parent.shape[0], -1),
-                             np.asarray(split_nodes, dtype=np.int64),
-                             np.ascontiguousarray(small).reshape(n, -1),
-                             np.asarray(small_is_left, dtype=np.bool_), out.reshape(2 * n, -1))
-    return out
-
-
-@njit(parallel=True, **_JIT)
 def _add_leaf_values(margin, row_index, seg_start, seg_count, values):
     for k in prange(seg_start.shape[0]):
         v = values[k]

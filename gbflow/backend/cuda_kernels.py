@@ -277,23 +277,6 @@ def sibling_histograms(parent, split_nodes, children):
     return children
 
 
-def children_histograms(parent, split_nodes, small, small_is_left):
-    """See ``numpy_kernels.children_histograms``. parent, small: C-contiguous int64 CuPy;
-    split_nodes, small_is_left: host or device. Returns (2 * n_split, ...) int64 CuPy."""
-    n = len(split_nodes)
-    out = cp.empty((2 * n,) + small.shape[1:], dtype=small.dtype)
-    if out.size == 0:
-        return out
-    _check_out(parent, "children_histograms (parent)", _dtypes.FIXED)
-    _check_out(small, "children_histograms (small)", _dtypes.FIXED)
-    split_nodes, small_is_left = _upload_small((split_nodes, np.int64), (small_is_left, bool))
-    words = small.size // n
-    _kernel("children_histograms", 1)(
-        _grid(small.size), (_THREADS,),
-        (parent, small, split_nodes, small_is_left, _i64(n), _i64(words), out))
-    return out
-
-
 def _margin_stride(margin) -> np.int64:
     return np.int64(margin.strides[0] // margin.itemsize)
 

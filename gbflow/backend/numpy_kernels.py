@@ -188,28 +188,6 @@ def sibling_histograms(parent, split_nodes, children):
     return children
 
 
-def children_histograms(parent, split_nodes, small, small_is_left):
-    """The next level's histograms from the split parents' and the built children's.
-
-    parent: (n_parents, ...) int64 histograms of a level (dense or sparse layout).
-    split_nodes: (n_split,) int indices into parent of the nodes that split. small: (n_split,
-    ...) int64 histograms of the child built for each (``partition_and_histogram``);
-    small_is_left: (n_split,) bool, whether that child is the left one. Returns (2 * n_split,
-    ...) int64, newly allocated, children in order [left of split 0, right of split 0, left of
-    split 1, ...]: the built child and its sibling, the parent's histogram minus the built one
-    (exact integers).
-    """
-    split_nodes = np.asarray(split_nodes, dtype=np.int64)
-    small_is_left = np.asarray(small_is_left, dtype=bool)
-    n = len(split_nodes)
-    sibling = parent[split_nodes] - small
-    out = np.empty((2 * n,) + small.shape[1:], dtype=small.dtype)
-    mask = small_is_left.reshape((n,) + (1,) * (small.ndim - 1))
-    out[0::2] = np.where(mask, small, sibling)
-    out[1::2] = np.where(mask, sibling, small)
-    return out
-
-
 def add_leaf_values(margin, row_index, seg_start, seg_count, values):
     """margin[row] += values[k] for every row of leaf k's segment, in place.
 

@@ -302,27 +302,6 @@ extern "C" __global__ void sibling_histograms(const i64* parent, const i64* spli
 }
 
 // ---------------------------------------------------------------------------------------------
-// children_histograms: the next level's histograms, children of split k at 2k (left) and 2k + 1
-// (right): the built child (small, from scatter_and_histogram) and its sibling, the parent's
-// minus it. Histograms of any layout, as words_per_node int64 words per node. Grid-stride, one
-// thread per word of a split: consecutive threads read and write consecutive words.
-extern "C" __global__ void children_histograms(const i64* parent, const i64* small,
-                                               const i64* split_node, const bool* small_is_left,
-                                               i64 n_split, i64 words_per_node, i64* out) {
-    i64 total = n_split * words_per_node;
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (i64)gridDim.x * blockDim.x) {
-        i64 k = i / words_per_node, w = i - k * words_per_node;
-        i64 built = small[i];
-        i64 sibling = parent[split_node[k] * words_per_node + w] - built;
-        i64 left = 2 * k * words_per_node + w, right = left + words_per_node;
-        bool built_left = small_is_left[k];
-        out[built_left ? left : right] = built;
-        out[built_left ? right : left] = sibling;
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 // Margin updates from leaf positions (one work item = a chunk of one leaf's or split's segment).
 // margin is a column view: element of row r at margin[r * margin_stride].
 
