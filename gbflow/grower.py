@@ -140,7 +140,9 @@ class ShardSet:
         """``allreduce_sum`` of several integer arrays of one namespace, in one reduction.
 
         Returns a list of arrays of the same shapes; each is its input (here) or a new array
-        (with other processes), so callers may write into results whose inputs they own."""
+        (with other processes), so callers may write into results whose inputs they own. The
+        inputs themselves are never handed to other processes (several processes reduce a copy,
+        their concatenation), so callers may also write into them once this returns."""
         return list(arrays)
 
     def allreduce_max(self, value):
@@ -155,19 +157,25 @@ class ShardSet:
     def n_rows_total(self) -> int:
         return int(self.allreduce_sum(np.array([sum(s.n_rows for s in self.shards)]))[0])
 
-    def _allreduce_histograms(self, dense, sparse) -> Histograms:
-        """Both stores' local histograms summed over all processes, in one reduction."""
-        if sparse is None:
-            return Histograms(self.allreduce_sum(dense))
-        # both built here: the results may be written (fill_common_bins works in place)
-        return Histograms(*self.allreduce_sum_many([dense, sparse]))
+    def _allreduce_histograms(self, hist: Histograms) -> Histograms:
+        """Both stores' local histograms summed over all processes, in one reduction, in place:
+        where the collective returns new arrays (several processes) they are copied back into
+        ``hist``'s arrays, which may be views into a level's histograms. Returns ``hist``."""
+        local = [hist.dense] if hist.sparse is None else [hist.dense, hist.sparse]
+        # allreduce_sum_many even for one array: its inputs are not shared with other processes
+        # (allreduce_sum's may be, on threads of one process), so they may be written here.
+        for array, total in zip(local, self.allreduce_sum_many(local)):
+            if total is not array:
+                array[...] = total
+        return hist
 
-    def _sparse_histograms(self, s: int, gh, seg_start, seg_count):
+    def _sparse_histograms(self, s: int, gh, seg_start, seg_count, out=None):
         shard, r = self.shards[s], self.routing
         kernels = self.backend.kernels
         return kernels.build_sparse_histograms(
             shard.sparse.indptr, shard.sparse.entry_feature, shard.sparse.entry_bin,
-            r.bin_offsets, gh, self.row_index[s], seg_start, seg_count, r.routing.n_slots)
+            r.bin_offsets, gh, self.row_index[s], seg_start, seg_count, r.routing.n_slots,
+            out=out)
 
     def build_histograms(self, gh, seg_start, seg_count, n_bins) -> Histograms:
         """Global histograms of the listed node segments: local shards summed, then all-reduced.
@@ -184,7 +192,7 @@ class ShardSet:
             if self.has_sparse:
                 part = self._sparse_histograms(s, gh[s], seg_start[s], seg_count[s])
                 sparse = part if sparse is None else sparse + part
-        return self._allreduce_histograms(dense, sparse)
+        return self._allreduce_histograms(Histograms(dense, sparse))
 
     def fill_common_bins(self, hist: Histograms, totals: np.ndarray) -> None:
         """Set the sparse features' common bins from the nodes' global (n_nodes, 2) int64 totals."""
@@ -214,31 +222,42 @@ class ShardSet:
         return shard.split_bins[None, :], np.zeros(len(feature), dtype=np.int32)
 
     def partition(self, gh, seg_start, seg_count, feature, bin_threshold, default_left,
-                  small_is_left, n_bins):
-        """Split every listed node's rows into its children, in every shard, and build the global
-        histograms of the children picked by ``small_is_left`` (bool per node) in the same pass.
+                  small_is_left, n_bins, out: Histograms) -> list:
+        """Split every listed node's rows into its children, in every shard, and add the global
+        histograms of the children picked by ``small_is_left`` (bool per node) into ``out`` in
+        the same pass.
 
-        feature: (n_nodes,) global feature ids. Returns (per shard (n_nodes,) int64 left counts,
-        ``Histograms`` on the device, sparse common bins still 0). The left counts stay on the
-        device (the caller fetches them with the next level's splits, in one wait) unless the
-        sparse histograms needed them on the host.
+        feature: (n_nodes,) global feature ids. out: ``Histograms`` of n_nodes nodes, zeroed
+        (the built half of the next level, ``Histograms.next_level``): every shard's kernels add
+        into it, then it is all-reduced in place; its sparse common bins are left 0. Returns per
+        shard (n_nodes,) int64 left counts. They stay on the device (the caller fetches them
+        with the next level's splits, in one wait) unless the sparse histograms needed them on
+        the host.
         """
         kernels = self.backend.kernels  # the split arrays stay on the host: kernels take either
-        left_counts, dense, sparse = [], None, None
+        left_counts = []
         for s, shard in enumerate(self.shards):
             by_feature, store_feature = self.split_source(s, seg_start[s], seg_count[s], feature)
-            left, part = kernels.partition_and_histogram(
+            left, _ = kernels.partition_and_histogram(
                 shard.bins, by_feature, gh[s], self.row_index[s], seg_start[s],
-                seg_count[s], store_feature, bin_threshold, default_left, small_is_left, n_bins)
-            dense = part if dense is None else dense + part
+                seg_count[s], store_feature, bin_threshold, default_left, small_is_left, n_bins,
+                out=out.dense)
             if self.has_sparse:  # the built children's segments, for the sparse work list
                 left = self.backend.to_host(left)
                 start = np.where(small_is_left, seg_start[s], seg_start[s] + left)
                 count = np.where(small_is_left, left, seg_count[s] - left)
-                part = self._sparse_histograms(s, gh[s], start, count)
-                sparse = part if sparse is None else sparse + part
+                self._sparse_histograms(s, gh[s], start, count, out=out.sparse)
             left_counts.append(left)
-        return left_counts, self._allreduce_histograms(dense, sparse)
+        self._allreduce_histograms(out)
+        return left_counts
+
+
+def _next_level_order(left, right, built_left):
+    """Per split node, its left and right children's values (arrays with one entry per split, in
+    the split order) in the next level's histogram order: the siblings, then the built
+    children."""
+    built_left = np.reshape(built_left, (-1,) + (1,) * (np.ndim(left) - 1))
+    return np.concatenate([np.where(built_left, right, left), np.where(built_left, left, right)])
 
 
 def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts, params,
@@ -250,6 +269,11 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
     for the device (the split search's results, fetched with the previous partition's left
     counts). The next level's kernels are queued before the host records the level, so the
     device works while the host does its bookkeeping.
+
+    A level's nodes are kept in the order of its histograms (``gbflow.histogram``: the siblings,
+    then the built children), which is not the tree's breadth-first order: ``node_id`` holds
+    each node's tree id, and the level's records are scattered to id order at the end of its
+    step. The nodes that split are listed in id order, so their children get consecutive ids.
     """
     backend, xp = shardset.backend, shardset.backend.xp
     timers = shardset.timers
@@ -268,14 +292,16 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
             totals = backend.to_host(shardset.allreduce_sum(
                 sum(g.sum(axis=0) for g in gh)[None, :]))
         shardset.fill_common_bins(hist, totals)
-    levels = []  # per level: dict of node arrays
+    node_id = np.zeros(1, dtype=np.int64)  # each node's tree id, in the level's order
+    first_id = 0  # the level's ids are first_id .. first_id + n_nodes - 1
+    levels = []  # per level: dict of node arrays, in id order
     leaves = [[] for _ in range(n_shards)]  # per shard and level: (start, count, value) of leaves
     next_id = 1
     last_split = None  # nodes split at the last level: their rows are not moved
-    moved = None  # the last partition's (starts, counts, per shard left counts, maybe on device)
+    moved = None  # the last partition's (starts, counts, built_left, per shard left counts)
     for depth in range(params.max_depth + 1):
         record_leaves = last_split is None
-        pending_left = [] if moved is None else moved[2]
+        pending_left = [] if moved is None else moved[3]
         if depth == params.max_depth:
             found = None
             pending_left = backend.to_host_all(pending_left)
@@ -283,25 +309,32 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
             with timers("splits"):
                 found, pending_left = split.find_splits(backend, hist, routing, allowed, scale_g,
                                                         scale_h, params, fetch=pending_left)
-        if moved is not None:  # this level's segments: each split parent's rows, left then right
-            starts, counts = moved[:2]
+        if moved is not None:  # this level's segments, in its order; a parent's rows: left, right
+            starts, counts, built_left = moved[:3]
             for s in range(n_shards):
                 left = pending_left[s].astype(np.int64)
-                seg_start[s] = np.stack([starts[s], starts[s] + left], axis=1).reshape(-1)
-                seg_count[s] = np.stack([left, counts[s] - left], axis=1).reshape(-1)
+                seg_start[s] = _next_level_order(starts[s], starts[s] + left, built_left)
+                seg_count[s] = _next_level_order(left, counts[s] - left, built_left)
             moved = None
         n = len(totals)
         do_split = np.zeros(n, dtype=bool) if found is None else found.do_split
         sp = np.flatnonzero(do_split)
+        sp = sp[np.argsort(node_id[sp], kind="stable")]  # the split nodes in id order
         n_split = len(sp)
-        level_totals = totals
+        level_totals, level_id = totals, node_id
         if n_split:
             feature = found.feature[sp]
             bin_threshold = found.bin_threshold[sp]
             default_left = found.default_left[sp]
             left_sum = found.left_sum[sp]
             right_sum = totals[sp] - left_sum
-            totals = np.stack([left_sum, right_sum], axis=1).reshape(-1, 2)
+            left_id = next_id + 2 * np.arange(n_split, dtype=np.int64)
+            # Build the child with the smaller global hessian while partitioning; its sibling is
+            # the parent minus it. (Children at the last level are ordered the same way, though
+            # nothing is built for them.)
+            built_left = left_sum[:, 1] <= right_sum[:, 1]
+            totals = _next_level_order(left_sum, right_sum, built_left)
+            node_id = _next_level_order(left_id, left_id + 1, built_left)
             starts = [st[sp] for st in seg_start]
             counts = [ct[sp] for ct in seg_count]
             if depth + 1 == params.max_depth:
@@ -313,19 +346,16 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
                               [None if by is shard.bins_by_feature else by
                                for (by, _), shard in zip(sources, shardset.shards)])
             else:
-                # Build the child with the smaller global hessian while partitioning; its
-                # sibling is the parent minus it.
-                small_is_left = left_sum[:, 1] <= right_sum[:, 1]
                 with timers("partition+histograms"):
-                    left_counts, small = shardset.partition(gh, starts, counts, feature,
-                                                            bin_threshold, default_left,
-                                                            small_is_left, n_bins)
-                    shardset.fill_common_bins(small, np.where(small_is_left[:, None], left_sum,
-                                                              right_sum))
-                    hist = Histograms.children(backend.kernels, hist, sp, small, small_is_left)
-                    small = None
-                moved = (starts, counts, left_counts)
-        # The level's record, while the device builds the next level's histograms.
+                    children = Histograms.next_level(xp, hist, n_split)
+                    built = children.nodes(n_split, 2 * n_split)
+                    left_counts = shardset.partition(gh, starts, counts, feature, bin_threshold,
+                                                     default_left, built_left, n_bins, built)
+                    shardset.fill_common_bins(built, totals[n_split:])
+                    hist = children.fill_siblings(backend.kernels, hist, sp)  # parent freed
+                moved = (starts, counts, built_left, left_counts)
+        # The level's record, while the device builds the next level's histograms: made in the
+        # level's order, then scattered to id order (a node's id is its place in the tree).
         value = split.leaf_values(level_totals, scale_g, scale_h, params)
         level = {
             "feature": np.full(n, _dtypes.LEAF), "bin_threshold": np.zeros(n),
@@ -333,6 +363,18 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
             "left": np.full(n, -1), "right": np.full(n, -1), "value": value,
             "gain": np.zeros(n), "cover": level_totals[:, 1] * (1.0 / scale_h),
         }
+        if n_split:
+            level["feature"][sp] = feature
+            level["bin_threshold"][sp] = bin_threshold
+            level["threshold"][sp] = cuts.values[cuts.offsets[feature] + bin_threshold - 1]
+            level["default_left"][sp] = default_left
+            level["gain"][sp] = found.gain[sp]
+            level["left"][sp] = left_id
+            level["right"][sp] = left_id + 1
+        at = level_id - first_id
+        for name, values in level.items():
+            level[name] = np.empty_like(values)
+            level[name][at] = values
         levels.append(level)
         if record_leaves:
             stay = ~do_split
@@ -340,16 +382,10 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
                 leaves[s].append((seg_start[s][stay], seg_count[s][stay], value[stay]))
         if not n_split:
             break
-        level["feature"][sp] = feature
-        level["bin_threshold"][sp] = bin_threshold
-        level["threshold"][sp] = cuts.values[cuts.offsets[feature] + bin_threshold - 1]
-        level["default_left"][sp] = default_left
-        level["gain"][sp] = found.gain[sp]
-        level["left"][sp] = next_id + 2 * np.arange(n_split)
-        level["right"][sp] = next_id + 2 * np.arange(n_split) + 1
+        first_id = next_id
         next_id += 2 * n_split
     tree = Tree.concatenate_levels(levels, group)
-    if last_split is not None:
+    if last_split is not None:  # the last level in id order: split k's children at 2k, 2k + 1
         child_values = levels[-1]["value"].reshape(-1, 2)
         split_info = last_split[2:5] + (child_values[:, 0], child_values[:, 1])
     else:

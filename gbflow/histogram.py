@@ -6,6 +6,13 @@ feature and bin, bin 0 holding missing values. Because the entries are exact int
 
 - every feature's bins add up to the same node total (each row sits in one bin of each feature);
 - a sibling's histogram is the parent's minus the other child's, exactly.
+
+The root level holds one node. Below it, a level made by splitting n nodes holds 2n, in the
+order [sibling of split 0, ..., sibling of split n-1, built child of split 0, ..., built child of
+split n-1]: the built children (the ones with the smaller hessian) are accumulated straight into
+the second half by the partition kernels, and the siblings are then written into the first half
+from the parents (``Histograms.next_level``, ``Histograms.fill_siblings``). So the order of a
+level's nodes is not their tree order: the grower keeps each node's tree id beside it.
 """
 from __future__ import annotations
 
@@ -25,19 +32,37 @@ class Histograms:
 
     dense: (n_nodes, D, n_bins, 2) int64 of the dense features (D may be 0). sparse: (n_nodes,
     n_slots, 2) int64 compact histograms of the sparse features, or None when there are none.
-    Device arrays.
+    Device arrays, in the level's node order (see the module docstring); C-contiguous, or
+    contiguous node ranges of such arrays (``nodes``).
     """
 
     dense: object
     sparse: object = None
 
-    @staticmethod
-    def children(kernels, parent: "Histograms", split_nodes, small: "Histograms",
-                 small_is_left) -> "Histograms":
-        """The next level's histograms in both stores (``kernels.children_histograms``): the
-        built children ``small`` of the parents ``split_nodes`` and their siblings, the parents'
-        minus them (exact), as [left0, right0, left1, ...]."""
-        return Histograms(
-            kernels.children_histograms(parent.dense, split_nodes, small.dense, small_is_left),
-            None if small.sparse is None else
-            kernels.children_histograms(parent.sparse, split_nodes, small.sparse, small_is_left))
+    @classmethod
+    def next_level(cls, xp, parent: "Histograms", n_split: int) -> "Histograms":
+        """The arrays of the level below ``parent`` when ``n_split`` of its nodes split: 2 *
+        n_split nodes per store, the parent's layout. The built children's half (the second) is
+        zeroed, as the partition kernels add into it; the siblings' half is left unset for
+        ``fill_siblings``. Allocated before the partition, so that a level's histograms are one
+        array per store and the built children need no arrays of their own."""
+        def allocate(like):
+            array = xp.empty((2 * n_split,) + like.shape[1:], dtype=like.dtype)
+            array[n_split:] = 0
+            return array
+        return cls(allocate(parent.dense), None if parent.sparse is None else
+                   allocate(parent.sparse))
+
+    def nodes(self, start: int, stop: int) -> "Histograms":
+        """Views of nodes start..stop-1 of both stores (contiguous: written in place)."""
+        return Histograms(self.dense[start:stop],
+                          None if self.sparse is None else self.sparse[start:stop])
+
+    def fill_siblings(self, kernels, parent: "Histograms", split_nodes) -> "Histograms":
+        """Write the siblings' half of this level (``next_level``) in place, in both stores:
+        sibling k is ``parent``'s node ``split_nodes[k]`` minus built child k (exact integers;
+        ``kernels.sibling_histograms``). Returns self."""
+        kernels.sibling_histograms(parent.dense, split_nodes, self.dense)
+        if self.sparse is not None:
+            kernels.sibling_histograms(parent.sparse, split_nodes, self.sparse)
+        return self

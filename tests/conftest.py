@@ -17,8 +17,10 @@ def device(request):
 
 
 class _OnDevice:
-    """A kernel module called with NumPy arrays: each array argument is copied to the GPU, the
-    kernel runs there, and every array argument (in-place outputs) and result is copied back."""
+    """A kernel module called with NumPy arrays: each array argument (positional or keyword) is
+    copied to the GPU, the kernel runs there, and every array argument (in-place outputs) and
+    result is copied back. A result that is one of the argument copies (an ``out`` returned)
+    comes back as the caller's own array, so tests can check that ``out`` is returned."""
 
     def __init__(self, module):
         self.module = module
@@ -27,17 +29,26 @@ class _OnDevice:
         import cupy
         function = getattr(self.module, name)
 
-        def host(value):
-            if isinstance(value, tuple):
-                return tuple(host(v) for v in value)
-            return cupy.asnumpy(value) if isinstance(value, cupy.ndarray) else value
+        def call(*args, **kwargs):
+            def device(a):
+                return cupy.asarray(a) if isinstance(a, np.ndarray) else a
 
-        def call(*args):
-            on_device = [cupy.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
-            result = function(*on_device)
-            for a, d in zip(args, on_device):
-                if isinstance(a, np.ndarray):
-                    a[...] = cupy.asnumpy(d)
+            on_device = [device(a) for a in args]
+            kw_device = {k: device(v) for k, v in kwargs.items()}
+            result = function(*on_device, **kw_device)
+            pairs = [(a, d) for a, d in zip(list(args) + list(kwargs.values()),
+                                            on_device + list(kw_device.values()))
+                     if isinstance(a, np.ndarray)]
+            for a, d in pairs:
+                a[...] = cupy.asnumpy(d)
+
+            def host(value):
+                if isinstance(value, tuple):
+                    return tuple(host(v) for v in value)
+                for a, d in pairs:
+                    if value is d:
+                        return a
+                return cupy.asnumpy(value) if isinstance(value, cupy.ndarray) else value
             return host(result)
         return call
 

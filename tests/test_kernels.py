@@ -85,25 +85,53 @@ def test_quantise_gradients(kernels, n_rows):
     assert np.array_equal(expected[:, 0], np.rint(grad[:, 1] * scale_g).astype(np.int64))
 
 
+@pytest.mark.parametrize("n_rows,n_features,n_bins,n_nodes", CASES)
+def test_partition_and_histogram_adds_into_out(kernels, n_rows, n_features, n_bins, n_nodes):
+    rng = np.random.default_rng(17 + n_rows)
+    bins, gh, row_index, start, count = random_level(rng, n_rows, n_features, n_bins, n_nodes)
+    split = (rng.integers(0, n_features, size=n_nodes),
+             rng.integers(1, max(2, n_bins - 1), size=n_nodes), rng.random(n_nodes) < 0.5,
+             rng.random(n_nodes) < 0.5)
+    by_feature = np.ascontiguousarray(bins.T)
+    ref_rows = row_index.copy()
+    ref_left, ref_hist = numpy_kernels.partition_and_histogram(
+        bins, by_feature, gh, ref_rows, start, count, *split, n_bins)
+    # out: the second half of a level's array, holding other shards' sums already
+    level = rng.integers(-2**50, 2**50, size=(2 * n_nodes, n_features, n_bins, 2))
+    out = level[n_nodes:]
+    prefill, siblings = out.copy(), level[:n_nodes].copy()
+    rows = row_index.copy()
+    left, hist = kernels.partition_and_histogram(
+        bins, by_feature, gh, rows, start, count, *split, n_bins, out=out)
+    assert hist is out
+    assert np.array_equal(left, ref_left) and np.array_equal(rows, ref_rows)
+    assert np.array_equal(out, prefill + ref_hist)
+    assert np.array_equal(level[:n_nodes], siblings)  # nothing written outside out
+    # out=None still allocates a new array
+    _, fresh = kernels.partition_and_histogram(bins, by_feature, gh, row_index.copy(), start,
+                                               count, *split, n_bins)
+    assert np.array_equal(fresh, ref_hist)
+
+
 @pytest.mark.parametrize("n_parents,n_split,shape", [
     (1, 1, (3, 16, 2)), (7, 4, (4, 256, 2)), (300, 200, (2, 2, 2)),  # dense layouts
     (5, 5, (1001, 2)),  # a sparse (n_slots, 2) layout, every parent split
     (3, 0, (4, 16, 2)), (2, 2, (0, 256, 2)),  # nothing split; no dense feature
 ])
-def test_children_histograms(kernels, n_parents, n_split, shape):
+def test_sibling_histograms(kernels, n_parents, n_split, shape):
     rng = np.random.default_rng(n_parents + n_split)
     parent = rng.integers(-2**50, 2**50, size=(n_parents,) + shape)
-    split_nodes = np.sort(rng.choice(n_parents, size=n_split, replace=False)).astype(np.int64)
-    small = rng.integers(-2**50, 2**50, size=(n_split,) + shape)
-    small_is_left = rng.random(n_split) < 0.5
-    expected = numpy_kernels.children_histograms(parent, split_nodes, small, small_is_left)
-    got = kernels.children_histograms(parent, split_nodes, small, small_is_left)
-    assert got.shape == (2 * n_split,) + shape and got.dtype == np.int64
-    assert np.array_equal(got, expected)
-    # each pair of children adds up to its parent, and the built child sits on its side
-    assert np.array_equal(got[0::2] + got[1::2], parent[split_nodes])
-    built = np.where(small_is_left, 0, 1) + 2 * np.arange(n_split)
-    assert np.array_equal(got[built], small)
+    split_nodes = rng.choice(n_parents, size=n_split, replace=False).astype(np.int64)  # any order
+    children = np.full((2 * n_split,) + shape, 12345, dtype=np.int64)  # siblings' half: stale
+    children[n_split:] = rng.integers(-2**50, 2**50, size=(n_split,) + shape)
+    built = children[n_split:].copy()
+    expected = numpy_kernels.sibling_histograms(parent, split_nodes, children.copy())
+    got = kernels.sibling_histograms(parent, split_nodes, children)
+    assert got is children
+    assert np.array_equal(children, expected)
+    # the built half is untouched, and each sibling plus its built child is its parent
+    assert np.array_equal(children[n_split:], built)
+    assert np.array_equal(children[:n_split] + children[n_split:], parent[split_nodes])
 
 
 @pytest.mark.parametrize("n_nodes,n_features,n_bins", [(1, 1, 2), (3, 4, 16), (64, 5, 256),

@@ -174,6 +174,27 @@ def test_build_sparse_histograms(kernels, n_rows, n_features, n_bins, n_nodes):
 
 
 @pytest.mark.parametrize("n_rows,n_features,n_bins,n_nodes", CASES)
+def test_build_sparse_histograms_adds_into_out(kernels, n_rows, n_features, n_bins, n_nodes):
+    rng, _, _, s, gh, row_index, start, count = _level(n_rows, n_features, n_bins, n_nodes,
+                                                       seed=5 + n_rows + n_bins)
+    args = (s["indptr"], s["entry_feature"], s["entry_bin"], s["bin_offsets"], gh, row_index,
+            start, count, s["n_slots"])
+    expected = numpy_kernels.build_sparse_histograms(*args)
+    # out: the second half of a level's array, holding other shards' sums already
+    level = rng.integers(-2**50, 2**50, size=(2 * n_nodes, s["n_slots"], 2))
+    out = level[n_nodes:]
+    prefill, siblings = out.copy(), level[:n_nodes].copy()
+    got = kernels.build_sparse_histograms(*args, out=out)
+    assert got is out
+    assert np.array_equal(out, prefill + expected)
+    assert np.array_equal(level[:n_nodes], siblings)  # nothing written outside out
+    # the twin adds the same way
+    twin_out = prefill.copy()
+    assert numpy_kernels.build_sparse_histograms(*args, out=twin_out) is twin_out
+    assert np.array_equal(twin_out, out)
+
+
+@pytest.mark.parametrize("n_rows,n_features,n_bins,n_nodes", CASES)
 def test_fill_common_bins(kernels, n_rows, n_features, n_bins, n_nodes):
     _, _, _, s, gh, row_index, start, count = _level(n_rows, n_features, n_bins, n_nodes,
                                                      seed=3 + n_rows)

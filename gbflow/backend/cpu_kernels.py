@@ -247,11 +247,23 @@ def _partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, se
         left_count[k] = total_left
 
 
+def _hist_out(out, shape, name):
+    """The histograms a kernel adds into: new zeros, or the caller's ``out`` once checked (the
+    numba kernels add their per-thread histograms into whatever it holds)."""
+    if out is None:
+        return np.zeros(shape, dtype=_dtypes.FIXED)
+    if not isinstance(out, np.ndarray) or out.shape != tuple(shape) or \
+            out.dtype != _dtypes.FIXED or not out.flags.c_contiguous:
+        raise ValueError(f"{name}: out must be a C-contiguous int64 array of shape "
+                         f"{tuple(shape)}")
+    return out
+
+
 def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg_count, feature,
-                            bin_threshold, default_left, small_is_left, n_bins):
-    """See numpy_kernels.partition_and_histogram."""
+                            bin_threshold, default_left, small_is_left, n_bins, out=None):
+    """See numpy_kernels.partition_and_histogram (``out``: histograms added into it)."""
     k = len(seg_start)
-    hist = np.zeros((k, bins.shape[1], n_bins, 2), dtype=_dtypes.FIXED)
+    hist = _hist_out(out, (k, bins.shape[1], n_bins, 2), "partition_and_histogram")
     left_count = np.zeros(k, dtype=np.int64)
     _partition_and_histogram(bins, bins_by_feature, gh, row_index, np.asarray(seg_start, dtype=np.int64),
                              np.asarray(seg_count, dtype=np.int64),
@@ -279,26 +291,28 @@ def quantise_gradients(grad, hess, scale_g, scale_h):
 
 
 @njit(parallel=True, **_JIT)
-def _children_histograms(parent, split_nodes, small, small_is_left, out):
-    for k in prange(split_nodes.shape[0]):
-        built = 2 * k if small_is_left[k] else 2 * k + 1
-        other = 2 * k + 1 if small_is_left[k] else 2 * k
+def _sibling_histograms(parent, split_nodes, children):
+    n = split_nodes.shape[0]
+    for k in prange(n):
         p = split_nodes[k]
-        for w in range(small.shape[1]):
-            out[built, w] = small[k, w]
-            out[other, w] = parent[p, w] - small[k, w]
+        for w in range(children.shape[1]):
+            children[k, w] = parent[p, w] - children[n + k, w]
 
 
-def children_histograms(parent, split_nodes, small, small_is_left):
-    """See numpy_kernels.children_histograms."""
+def sibling_histograms(parent, split_nodes, children):
+    """See numpy_kernels.sibling_histograms. children: C-contiguous int64 (its nodes are read
+    and written as flat words), modified in place and returned."""
     n = len(split_nodes)
-    out = np.empty((2 * n,) + small.shape[1:], dtype=small.dtype)
-    if n and out.size:
-        _children_histograms(np.ascontiguousarray(parent).reshape(parent.shape[0], -1),
-                             np.asarray(split_nodes, dtype=np.int64),
-                             np.ascontiguousarray(small).reshape(n, -1),
-                             np.asarray(small_is_left, dtype=np.bool_), out.reshape(2 * n, -1))
-    return out
+    if children.shape[0] != 2 * n:
+        raise ValueError(f"sibling_histograms: children must hold 2 * {n} nodes, not "
+                         f"{children.shape[0]}")
+    if not children.flags.c_contiguous or children.dtype != _dtypes.FIXED:
+        raise ValueError("sibling_histograms: children must be a C-contiguous int64 array")
+    if n and children.size:
+        _sibling_histograms(np.ascontiguousarray(parent).reshape(parent.shape[0], -1),
+                            np.asarray(split_nodes, dtype=np.int64),
+                            children.reshape(2 * n, -1))
+    return children
 
 
 @njit(parallel=True, **_JIT)
@@ -463,10 +477,10 @@ def _build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, 
 
 
 def build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, row_index,
-                            seg_start, seg_count, n_slots):
+                            seg_start, seg_count, n_slots, out=None):
     """See numpy_kernels.build_sparse_histograms. Returns (n_nodes, n_slots, 2) int64, common
-    bins 0."""
-    hist = np.zeros((len(seg_start), int(n_slots), 2), dtype=_dtypes.FIXED)
+    bins 0 (or left as they were in ``out``, the histograms added into it)."""
+    hist = _hist_out(out, (len(seg_start), int(n_slots), 2), "build_sparse_histograms")
     if len(seg_start) and len(entry_bin):
         _build_sparse_histograms(indptr, entry_feature, entry_bin,
                                  np.asarray(bin_offsets, dtype=np.int64), gh, row_index,

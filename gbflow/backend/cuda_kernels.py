@@ -213,12 +213,14 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
 
 
 def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg_count, feature,
-                            bin_threshold, default_left, small_is_left, n_bins):
+                            bin_threshold, default_left, small_is_left, n_bins, out=None):
     """See ``numpy_kernels.partition_and_histogram``. row_index (CuPy int32) is partitioned in
-    place. Returns left_count (n_nodes,) int64 and hist (n_nodes, F, n_bins, 2) int64, CuPy."""
+    place. Returns left_count (n_nodes,) int64 and hist (n_nodes, F, n_bins, 2) int64, CuPy: new,
+    or ``out`` (C-contiguous CuPy) with the histograms added to it (the kernel adds every block's
+    histogram into global memory with atomics, whatever it held)."""
     n_features = bins.shape[1]
     n_nodes = len(seg_start)
-    hist = cp.zeros((n_nodes, n_features, n_bins, 2), dtype=_dtypes.FIXED)
+    hist = _hist_out(out, (n_nodes, n_features, n_bins, 2), "partition_and_histogram")
     left_count = cp.zeros(n_nodes, dtype=np.int64)
     work = work_list(seg_start, seg_count)
     if len(work) == 0:
@@ -272,21 +274,23 @@ def quantise_gradients(grad, hess, scale_g, scale_h):
     return gh
 
 
-def children_histograms(parent, split_nodes, small, small_is_left):
-    """See ``numpy_kernels.children_histograms``. parent, small: C-contiguous int64 CuPy;
-    split_nodes, small_is_left: host or device. Returns (2 * n_split, ...) int64 CuPy."""
+def sibling_histograms(parent, split_nodes, children):
+    """See ``numpy_kernels.sibling_histograms``. parent, children: C-contiguous int64 CuPy (any
+    layout after the node axis); split_nodes: host or device. children is modified in place and
+    returned."""
     n = len(split_nodes)
-    out = cp.empty((2 * n,) + small.shape[1:], dtype=small.dtype)
-    if out.size == 0:
-        return out
-    _check_out(parent, "children_histograms (parent)", _dtypes.FIXED)
-    _check_out(small, "children_histograms (small)", _dtypes.FIXED)
-    split_nodes, small_is_left = _upload_small((split_nodes, np.int64), (small_is_left, bool))
-    words = small.size // n
-    _kernel("children_histograms", 1)(
-        _grid(small.size), (_THREADS,),
-        (parent, small, split_nodes, small_is_left, _i64(n), _i64(words), out))
-    return out
+    if children.shape[0] != 2 * n:
+        raise ValueError(f"sibling_histograms: children must hold 2 * {n} nodes, not "
+                         f"{children.shape[0]}")
+    _check_out(children, "sibling_histograms (children)", _dtypes.FIXED)
+    if children.size == 0:
+        return children
+    _check_out(parent, "sibling_histograms (parent)", _dtypes.FIXED)
+    split_nodes, = _upload_small((split_nodes, np.int64))
+    words = children.size // (2 * n)
+    _kernel("sibling_histograms", 1)(
+        _grid(n * words), (_THREADS,), (parent, split_nodes, _i64(n), _i64(words), children))
+    return children
 
 
 def _margin_stride(margin) -> np.int64:
@@ -369,6 +373,16 @@ def _check_out(out, name: str, dtype=None):
                          + (f" of {np.dtype(dtype)}" if dtype is not None else ""))
 
 
+def _hist_out(out, shape, name: str):
+    """The histograms a kernel adds into: new zeros, or the caller's ``out`` once checked."""
+    if out is None:
+        return cp.zeros(shape, dtype=_dtypes.FIXED)
+    _check_out(out, name, _dtypes.FIXED)
+    if out.shape != tuple(shape):
+        raise ValueError(f"{name}: out has shape {out.shape}, not {tuple(shape)}")
+    return out
+
+
 def bin_entries(values, entry_feature, cut_values, cut_offsets, out):
     """See ``numpy_kernels.bin_entries``. out: (nnz,) uint8/uint16 C-contiguous CuPy, written
     and returned."""
@@ -384,12 +398,13 @@ def bin_entries(values, entry_feature, cut_values, cut_offsets, out):
 
 
 def build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, row_index,
-                            seg_start, seg_count, n_slots):
+                            seg_start, seg_count, n_slots, out=None):
     """See ``numpy_kernels.build_sparse_histograms``. Returns (n_nodes, n_slots, 2) int64 CuPy,
-    common bins 0. A node's compact histogram is built in shared memory when it fits
-    (16 bytes a slot), else with global atomics."""
+    common bins 0: new, or ``out`` (C-contiguous CuPy) with the histograms added to it. A node's
+    compact histogram is built in shared memory when it fits (16 bytes a slot), else with global
+    atomics; either way it reaches ``hist`` by atomic adds."""
     n_slots = int(n_slots)
-    hist = cp.zeros((len(seg_start), n_slots, 2), dtype=_dtypes.FIXED)
+    hist = _hist_out(out, (len(seg_start), n_slots, 2), "build_sparse_histograms")
     if n_slots == 0 or len(entry_bin) == 0:
         return hist
     work = work_list(seg_start, seg_count)

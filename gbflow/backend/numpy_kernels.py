@@ -138,14 +138,16 @@ def partition_rows(bins, row_index, seg_start, seg_count, feature, bin_threshold
 
 
 def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg_count, feature,
-                            bin_threshold, default_left, small_is_left, n_bins):
+                            bin_threshold, default_left, small_is_left, n_bins, out=None):
     """``partition_rows``, then the histograms of one child per node, in one call.
 
     bins_by_feature: (n_features, n_rows), the same bins stored column by column; the side of a
     row is read from it (one column scanned, instead of one scattered row per row).
     small_is_left: (n_nodes,) bool, which child's histogram to build (the other one is the parent's
     minus it). row_index is partitioned in place. Returns left_count (n_nodes,) int64 and
-    hist (n_nodes, n_features, n_bins, 2) int64 of the chosen children.
+    hist (n_nodes, n_features, n_bins, 2) int64 of the chosen children: newly allocated, or
+    ``out`` (that shape, int64, C-contiguous, e.g. a view into a level's histograms) with the
+    histograms added to what it holds, so several shards can accumulate into one array.
     """
     left_count = partition_rows(bins_by_feature.T, row_index, seg_start, seg_count, feature,
                                 bin_threshold, default_left)
@@ -153,29 +155,37 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
     seg_count = np.asarray(seg_count, dtype=np.int64)
     start = np.where(small_is_left, seg_start, seg_start + left_count)
     count = np.where(small_is_left, left_count, seg_count - left_count)
-    return left_count, build_histograms(bins, gh, row_index, start, count, n_bins)
+    hist = build_histograms(bins, gh, row_index, start, count, n_bins)
+    return left_count, _add_into(out, hist)
 
 
-def children_histograms(parent, split_nodes, small, small_is_left):
-    """The next level's histograms from the split parents' and the built children's.
+def _add_into(out, hist):
+    """``hist``, or ``out`` after adding ``hist`` to it (the kernels' optional ``out``)."""
+    if out is None:
+        return hist
+    if out.shape != hist.shape or out.dtype != hist.dtype or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous {hist.dtype} array of shape {hist.shape}")
+    out += hist
+    return out
+
+
+def sibling_histograms(parent, split_nodes, children):
+    """The siblings' half of the next level's histograms, from the parents and the built half.
 
     parent: (n_parents, ...) int64 histograms of a level (dense or sparse layout).
-    split_nodes: (n_split,) int indices into parent of the nodes that split. small: (n_split,
-    ...) int64 histograms of the child built for each (``partition_and_histogram``);
-    small_is_left: (n_split,) bool, whether that child is the left one. Returns (2 * n_split,
-    ...) int64, newly allocated, children in order [left of split 0, right of split 0, left of
-    split 1, ...]: the built child and its sibling, the parent's histogram minus the built one
-    (exact integers).
+    split_nodes: (n_split,) int indices into parent of the nodes that split. children:
+    (2 * n_split, ...) int64, the next level in the order [sibling of split 0, ..., sibling of
+    split n_split - 1, built child of split 0, ..., built child of split n_split - 1]; its second
+    half holds the built children (``partition_and_histogram``). Sets
+    ``children[k] = parent[split_nodes[k]] - children[n_split + k]`` (exact integers) in place
+    and returns ``children``.
     """
     split_nodes = np.asarray(split_nodes, dtype=np.int64)
-    small_is_left = np.asarray(small_is_left, dtype=bool)
     n = len(split_nodes)
-    sibling = parent[split_nodes] - small
-    out = np.empty((2 * n,) + small.shape[1:], dtype=small.dtype)
-    mask = small_is_left.reshape((n,) + (1,) * (small.ndim - 1))
-    out[0::2] = np.where(mask, small, sibling)
-    out[1::2] = np.where(mask, sibling, small)
-    return out
+    if children.shape[0] != 2 * n:
+        raise ValueError(f"children must hold 2 * {n} nodes, not {children.shape[0]}")
+    children[:n] = parent[split_nodes] - children[n:]
+    return children
 
 
 def add_leaf_values(margin, row_index, seg_start, seg_count, values):
@@ -258,18 +268,19 @@ def bin_entries(values, entry_feature, cut_values, cut_offsets, out):
 
 
 def build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, row_index,
-                            seg_start, seg_count, n_slots):
+                            seg_start, seg_count, n_slots, out=None):
     """Compact histograms of each listed node, from the stored entries of its rows only.
 
     The common bin of every feature stays 0 here (``fill_common_bins`` sets it from the node
-    totals). bin_offsets: (S + 1,) int64. Returns (n_nodes, n_slots, 2) int64, newly allocated.
+    totals). bin_offsets: (S + 1,) int64. Returns (n_nodes, n_slots, 2) int64: newly allocated,
+    or ``out`` (that shape, int64, C-contiguous) with the histograms added to what it holds.
     """
     hist = np.zeros((len(seg_start), n_slots, 2), dtype=_dtypes.FIXED)
     for k in range(len(seg_start)):
         for row in row_index[seg_start[k] : seg_start[k] + seg_count[k]]:
             for e in range(indptr[row], indptr[row + 1]):
                 hist[k, bin_offsets[entry_feature[e]] + entry_bin[e]] += gh[row]
-    return hist
+    return _add_into(out, hist)
 
 
 def fill_common_bins(hist, totals, bin_offsets, common_bin):

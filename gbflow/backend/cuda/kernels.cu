@@ -64,7 +64,8 @@ extern "C" __global__ void bin_features(const float* X, i64 n_rows, int n_featur
 // ---------------------------------------------------------------------------------------------
 // Histograms in shared memory. Block (b, g) adds the rows of work item b for the features of
 // group g (features g*group_size .. +group_size) into a shared (group_size, n_bins, 2) int64
-// histogram, then adds its non-zero entries into hist[node] in global memory.
+// histogram, then adds its non-zero entries into hist[node] in global memory with atomics: hist
+// is accumulated into, never overwritten (zeroed by the caller, or holding other shards' sums).
 // Thread mapping: the block's (row, feature) pairs are numbered row-major, so the lanes of a warp
 // update different features of one or two rows (no two lanes of a step hit the same counter
 // unless a feature repeats) and read consecutive bytes of a row.
@@ -147,7 +148,8 @@ extern "C" __global__ void build_child_histograms_shared(
 }
 
 // Adds rows[0..n_rows) straight into the global histogram of one node (all features), for bin
-// counts whose histogram of one feature does not fit in shared memory.
+// counts whose histogram of one feature does not fit in shared memory (atomics: accumulates into
+// what hist_node holds, like flush_shared).
 __device__ __forceinline__ void add_rows_global(const BIN_T* bins, i64 bin_stride, const i64* gh,
                                                 const int* rows, i64 n_rows, int n_features,
                                                 int n_bins, i64* hist_node) {
@@ -180,8 +182,10 @@ extern "C" __global__ void build_histograms_global(
 // pass-1 counts (blocks of a node are consecutive in the work list), ranks its rows with a block
 // scan (stable: left rows keep their order, and so do right rows), writes them to `scratch` at
 // their new positions, and adds the rows that go to the child picked by small_is_left into a
-// shared histogram (feature group blockIdx.y), flushed to hist[node] at the end. Only the blocks
-// of feature group 0 write rows.
+// shared histogram (feature group blockIdx.y), flushed to hist[node] at the end (or, when one
+// feature's histogram does not fit in shared memory, straight into hist[node]): atomic adds both
+// ways, so hist accumulates over calls (one per shard into one level array). Only the blocks of
+// feature group 0 write rows.
 // Pass 3 (copy_back): scratch -> row_index over the same positions.
 
 __device__ __forceinline__ bool goes_left(const BIN_T* bins_by_feature, i64 n_rows_total, int row,
@@ -306,23 +310,19 @@ extern "C" __global__ void quantise_gradients(const double* grad, i64 grad_strid
 }
 
 // ---------------------------------------------------------------------------------------------
-// children_histograms: the next level's histograms, children of split k at 2k (left) and 2k + 1
-// (right): the built child (small, from scatter_and_histogram) and its sibling, the parent's
-// minus it. Histograms of any layout, as words_per_node int64 words per node. Grid-stride, one
-// thread per word of a split: consecutive threads read and write consecutive words.
-extern "C" __global__ void children_histograms(const i64* parent, const i64* small,
-                                               const i64* split_node, const bool* small_is_left,
-                                               i64 n_split, i64 words_per_node, i64* out) {
+// sibling_histograms: the siblings' half of the next level's histograms, in place. children
+// holds 2 * n_split nodes: siblings of splits 0..n_split-1 first (written here), then the built
+// children of the same splits (from scatter_and_histogram, read here); the sibling of split k is
+// its parent's histogram minus the built child's. Histograms of any layout, as words_per_node
+// int64 words per node. Grid-stride, one thread per word of the siblings' half: consecutive
+// threads read and write consecutive words, and no word is both read and written by two threads.
+extern "C" __global__ void sibling_histograms(const i64* parent, const i64* split_node,
+                                              i64 n_split, i64 words_per_node, i64* children) {
     i64 total = n_split * words_per_node;
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (i64)gridDim.x * blockDim.x) {
         i64 k = i / words_per_node, w = i - k * words_per_node;
-        i64 built = small[i];
-        i64 sibling = parent[split_node[k] * words_per_node + w] - built;
-        i64 left = 2 * k * words_per_node + w, right = left + words_per_node;
-        bool built_left = small_is_left[k];
-        out[built_left ? left : right] = built;
-        out[built_left ? right : left] = sibling;
+        children[i] = parent[split_node[k] * words_per_node + w] - children[total + i];
     }
 }
 

@@ -64,7 +64,9 @@ extern "C" __global__ void bin_entries(const float* values, i64 nnz, const int* 
 // shared memory (slot s, component c at words 4s + 2c, 4s + 2c + 1: see shared_add64), then adds
 // its non-zero counters into hist[node] with 64-bit global atomics; otherwise every entry goes
 // straight to global memory (unsigned 64-bit atomicAdd of two's-complement values is exact
-// integer addition). Common bins are not touched: fill_common_bins sets them.
+// integer addition). Either way hist is added to, never overwritten: the caller zeroes it, or
+// passes one level array that several shards accumulate into. Common bins are not touched:
+// fill_common_bins sets them.
 extern "C" __global__ void build_sparse_histograms(
         const i64* indptr, const int* entry_feature, const BIN_T* entry_bin,
         const i64* bin_offsets, const i64* gh, const int* row_index, const i64* work,
