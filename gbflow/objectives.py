@@ -36,6 +36,15 @@ class Objective:
         """Margins -> predictions: (n_rows,) for one group, (n_rows, n_groups) otherwise."""
         raise NotImplementedError
 
+    def gradient_bounds(self, max_weight: float) -> np.ndarray | None:
+        """(n_groups, 2) float64 bounds on |gradient| and |hessian| that hold for any margin,
+        given the largest row weight (1.0 without weights), or None when the loss has none.
+        Training takes its fixed-point scales from them instead of reducing max |g| and |h|
+        over every process each round (a wait for the device, and a collective round trip on
+        several workers). The bound must never be exceeded: the scale keeps int64 sums exact
+        only up to it."""
+        return None
+
 
 def _weighted_mean(xp, values: list, weights: list | None, collective) -> float:
     if weights is None:
@@ -105,6 +114,11 @@ class Logistic(Objective):
     def transform(self, xp, margin):
         return _sigmoid(xp, margin[:, 0])
 
+    def gradient_bounds(self, max_weight):
+        # p in [0, 1] and labels in [0, 1]: |p - y| <= 1; p (1 - p) <= 1/4. Both exact in
+        # floating point (rounding cannot leave [0, 1], and float32 holds 1 and 1/4).
+        return np.array([[max_weight, max(0.25, _dtypes.MIN_HESSIAN) * max_weight]])
+
 
 class Softprob(Objective):
     name = "multi:softprob"
@@ -138,6 +152,11 @@ class Softprob(Objective):
 
     def transform(self, xp, margin):
         return self._softmax(xp, margin)
+
+    def gradient_bounds(self, max_weight):
+        # softmax p in [0, 1], one-hot target: |p - t| <= 1; 2 p (1 - p) <= 1/2.
+        return np.tile([[max_weight, max(0.5, _dtypes.MIN_HESSIAN) * max_weight]],
+                       (self.n_groups, 1))
 
 
 OBJECTIVES = ("reg:squarederror", "binary:logistic", "multi:softprob")

@@ -214,6 +214,11 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
     trees, evals_result = [], {e.name: {m: [] for m in metric_names} for e in eval_sets}
     best_score, best_iteration = None, None
     maximize = metric_names[-1] in metrics.MAXIMIZE
+    # Fixed-point scales from the loss's bounds on |g| and |h| where it has them (no per-round
+    # reduction), else from the round's global max |g| and |h|.
+    max_weight = 1.0 if weights is None else float(shardset.allreduce_max(max(
+        (float(w.max()) for w in weights if len(w)), default=0.0)))
+    bounds = objective.gradient_bounds(max_weight)
     for round_index in range(num_boost_round):
         with timers("gradients"):
             grad_hess = []
@@ -224,15 +229,19 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
                                            round_index, params.subsample)
                     g, h = g * keep[:, None], h * keep[:, None]
                 grad_hess.append((g, h))
-            # Global max |g| and |h| of every class in one reduction: (n_groups, 2), read from
-            # the device in one copy. Whole-column reductions: CuPy's max(axis=0) over a tall
-            # (n, n_groups) array was one slow segmented reduction (9 ms at 10M rows on an H200).
-            local = backend.to_host_all([xp.stack([xp.stack([xp.abs(g[:, k]).max(),
-                                                             xp.abs(h[:, k]).max()])
-                                                   for k in range(n_groups)])
-                                         for g, h in grad_hess if len(g)])
-            largest = shardset.allreduce_max(np.max(local, axis=0) if local else
-                                             np.zeros((n_groups, 2), dtype=np.float64))
+            if bounds is not None:
+                largest = bounds
+            else:
+                # Global max |g| and |h| of every class in one reduction: (n_groups, 2), read
+                # from the device in one copy. Whole-column reductions: CuPy's max(axis=0) over
+                # a tall (n, n_groups) array was one slow segmented reduction (9 ms at 10M rows
+                # on an H200).
+                local = backend.to_host_all([xp.stack([xp.stack([xp.abs(g[:, k]).max(),
+                                                                 xp.abs(h[:, k]).max()])
+                                                       for k in range(n_groups)])
+                                             for g, h in grad_hess if len(g)])
+                largest = shardset.allreduce_max(np.max(local, axis=0) if local else
+                                                 np.zeros((n_groups, 2), dtype=np.float64))
         round_trees = []
         for k in range(n_groups):
             with timers("gradients"):

@@ -69,11 +69,12 @@ def test_partition_and_histogram(kernels, n_rows, n_features, n_bins, n_nodes):
         assert np.all(np.diff(rows[s:s + lc]) > 0) and np.all(np.diff(rows[s + lc:s + c]) > 0)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("n_rows", [0, 1, 1000, 70001])
-def test_quantise_gradients(kernels, n_rows):
+def test_quantise_gradients(kernels, n_rows, dtype):
     rng = np.random.default_rng(n_rows)
-    grad = rng.normal(size=(n_rows, 3)) * 10.0  # a column of a (n, groups) array: strided
-    hess = rng.random(size=(n_rows, 3))
+    grad = (rng.normal(size=(n_rows, 3)) * 10.0).astype(dtype)  # a column of (n, groups): strided
+    hess = rng.random(size=(n_rows, 3)).astype(dtype)
     scale_g, scale_h = 2.0**3, 2.0**40
     quarter = grad[: n_rows // 4, 1]
     grad[: n_rows // 4, 1] = (np.floor(quarter * scale_g) + 0.5) / scale_g  # ties: x.5 after scaling

@@ -109,3 +109,25 @@ def test_the_sketch_gathers_few_values_and_still_cuts_exactly():
     fine = sketch.fine_summary(np, X, None, slots,
                                sketch.candidate_sub_buckets(coarse, slots, middle, 255))
     assert len(fine.key) < 0.05 * X.size
+
+
+@pytest.mark.parametrize("name,num_class", [("binary:logistic", None), ("multi:softprob", 3)])
+def test_gradient_bounds_hold_for_any_margin(name, num_class):
+    """Training takes its fixed-point scales from these bounds (no per-round max): a gradient
+    or hessian above them could overflow the exact int64 sums."""
+    from gbflow import objectives
+    objective = objectives.get_objective(name, num_class)
+    rng = np.random.default_rng(5)
+    n = 4000
+    margin = rng.normal(scale=30.0, size=(n, objective.n_groups))
+    margin[:10] = 700.0  # exp overflows in the sigmoid
+    margin[10:20] = -700.0
+    label = rng.integers(0, num_class or 2, size=n).astype(np.float64)
+    weight = rng.uniform(0.0, 3.0, size=n)
+    for w in (None, weight):
+        g, h = objective.gradients(np, margin, label, w)
+        bounds = objective.gradient_bounds(1.0 if w is None else float(w.max()))
+        assert bounds.shape == (objective.n_groups, 2)
+        assert (np.abs(g) <= bounds[:, 0]).all() and (np.abs(h) <= bounds[:, 1]).all()
+        assert np.abs(g).max() > 0.5 * bounds[:, 0].max()  # not uselessly loose
+    assert objectives.get_objective("reg:squarederror", None).gradient_bounds(1.0) is None

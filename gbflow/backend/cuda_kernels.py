@@ -260,17 +260,20 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
 
 
 def quantise_gradients(grad, hess, scale_g, scale_h):
-    """See ``numpy_kernels.quantise_gradients``. grad, hess: (n,) CuPy, any strides (cast to
-    float64 when they are not). Returns (n, 2) int64 CuPy."""
+    """See ``numpy_kernels.quantise_gradients``. grad, hess: (n,) float32 or float64 CuPy, any
+    strides (other dtypes are cast to float64). Returns (n, 2) int64 CuPy."""
     n = len(grad)
     gh = cp.empty((n, 2), dtype=_dtypes.FIXED)
     if n == 0:
         return gh
-    grad, hess = grad.astype(np.float64, copy=False), hess.astype(np.float64, copy=False)
-    _kernel("quantise_gradients", 1)(
+    dtype = np.float32 if grad.dtype == hess.dtype == np.float32 else np.float64
+    grad, hess = grad.astype(dtype, copy=False), hess.astype(dtype, copy=False)
+    name = "quantise_gradients_f32" if dtype == np.float32 else "quantise_gradients"
+    itemsize = np.dtype(dtype).itemsize
+    _kernel(name, 1)(
         _grid(n), (_THREADS,),
-        (grad, _i64(grad.strides[0] // 8), hess, _i64(hess.strides[0] // 8), _i64(n),
-         np.float64(scale_g), np.float64(scale_h), gh))
+        (grad, _i64(grad.strides[0] // itemsize), hess, _i64(hess.strides[0] // itemsize),
+         _i64(n), np.float64(scale_g), np.float64(scale_h), gh))
     return gh
 
 

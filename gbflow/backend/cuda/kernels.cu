@@ -297,16 +297,29 @@ extern "C" __global__ void copy_back(const int* scratch, int* row_index, const i
 
 // ---------------------------------------------------------------------------------------------
 // quantise_gradients: gh[i] = [rint(grad[i * grad_stride] * scale_g), rint(hess[...] * scale_h)]
-// as int64, one thread per row (grid-stride); the product of a double and a power of two is exact
-// and rint rounds half to even, as NumPy's rint.
+// as int64, one thread per row (grid-stride); float32 inputs are widened to double first (exact),
+// the product of a double and a power of two is exact and rint rounds half to even, as NumPy's.
+template <typename T>
+__device__ __forceinline__ void quantise_rows(const T* grad, i64 grad_stride, const T* hess,
+                                              i64 hess_stride, i64 n_rows, double scale_g,
+                                              double scale_h, i64* gh) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n_rows;
+         i += (i64)gridDim.x * blockDim.x) {
+        gh[2 * i] = (i64)rint((double)grad[i * grad_stride] * scale_g);
+        gh[2 * i + 1] = (i64)rint((double)hess[i * hess_stride] * scale_h);
+    }
+}
+
 extern "C" __global__ void quantise_gradients(const double* grad, i64 grad_stride,
                                               const double* hess, i64 hess_stride, i64 n_rows,
                                               double scale_g, double scale_h, i64* gh) {
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n_rows;
-         i += (i64)gridDim.x * blockDim.x) {
-        gh[2 * i] = (i64)rint(grad[i * grad_stride] * scale_g);
-        gh[2 * i + 1] = (i64)rint(hess[i * hess_stride] * scale_h);
-    }
+    quantise_rows(grad, grad_stride, hess, hess_stride, n_rows, scale_g, scale_h, gh);
+}
+
+extern "C" __global__ void quantise_gradients_f32(const float* grad, i64 grad_stride,
+                                                  const float* hess, i64 hess_stride, i64 n_rows,
+                                                  double scale_g, double scale_h, i64* gh) {
+    quantise_rows(grad, grad_stride, hess, hess_stride, n_rows, scale_g, scale_h, gh);
 }
 
 // ---------------------------------------------------------------------------------------------
