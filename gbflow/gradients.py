@@ -1,8 +1,10 @@
 """Float gradients -> int64 fixed point, and exact (order-independent) sums of float values.
 
-The scale is a power of two chosen from the global maximum |value| and the global row count, both of
-which reduce exactly (max and integer sum), so every shard and worker quantises with the same scale
-and every histogram sum is an exact integer: no float addition order can change a model.
+The scale is a power of two chosen from a global bound on |value| (the loss's own bound, or the
+global maximum) and the global row count, both of which every process gets exactly (max and
+integer sum), so every shard and worker quantises with the same scale and every histogram sum is
+an exact integer: no float addition order can change a model. The conversion itself is the
+``quantise_gradients`` kernel of each backend.
 
 "Global" means over every process taking part in training. A *collective* is any object with
 ``allreduce_sum(int array)``, ``allreduce_max(float or float array)`` and ``allgather(value)``
