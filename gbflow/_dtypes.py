@@ -41,3 +41,15 @@ MIN_HESSIAN = 1e-16
 def bin_dtype(max_bin: int) -> np.dtype:
     """Storage dtype of the binned matrix: uint8 while every bin id (missing bin included) fits."""
     return np.dtype(np.uint8) if max_bin <= 256 else np.dtype(np.uint16)
+
+
+# The sparse store's entry_feature (routing.SparseBins) holds one sparse-local feature id per
+# stored entry; after the bins it is the store's largest array. int16 halves it while every id
+# 0..S-1 fits (S <= 32767, far more sparse features than most data has); int32 above.
+ENTRY_FEATURE_NARROW_MAX = np.iinfo(np.int16).max
+
+
+def entry_feature_dtype(n_sparse: int) -> np.dtype:
+    """Dtype of a sparse store's (nnz,) entry_feature for ``n_sparse`` sparse features: int16
+    while the ids 0..n_sparse-1 fit, else int32. The one place this is decided."""
+    return np.dtype(np.int16) if n_sparse <= ENTRY_FEATURE_NARROW_MAX else np.dtype(np.int32)

@@ -56,8 +56,10 @@ class Routing:
 class SparseBins:
     """One shard's sparse store, on the backend's device: only entries outside the common bin.
 
-    indptr: (n_rows + 1,) int64; entry_feature: (nnz,) int32 sparse-local feature ids, ascending
-    within each row; entry_bin: (nnz,) uint8/uint16, never the feature's common bin.
+    indptr: (n_rows + 1,) int64; entry_feature: (nnz,) sparse-local feature ids 0..S-1,
+    ascending within each row, of ``_dtypes.entry_feature_dtype(S)`` (int16 while S <= 32767,
+    else int32: 2 bytes an entry less on most data); entry_bin: (nnz,) uint8/uint16, never the
+    feature's common bin.
     """
 
     indptr: object
@@ -193,6 +195,9 @@ def build_stores(backend, part: BinnedPart, cuts: Cuts, routing: Routing):
         dense = _empty_dense(xp, n, len(routing.dense), dtype)
         if len(routing.dense):
             dense[:] = bins[:, xp.asarray(routing.dense)]
+        # Ids narrowed block by block (nonzero gives int64), so the whole store's ids never exist
+        # wider than they are stored.
+        feature_dtype = _dtypes.entry_feature_dtype(len(routing.sparse))
         rows_parts, feature_parts, bin_parts = [], [], []
         step = max(1, _EXTRACT_VALUES // max(1, len(routing.sparse)))
         sparse_ids = xp.asarray(routing.sparse)
@@ -200,10 +205,11 @@ def build_stores(backend, part: BinnedPart, cuts: Cuts, routing: Routing):
             block = bins[start : start + step][:, sparse_ids]
             rows, features = xp.nonzero(block != common[None, :])  # row-major: sorted already
             rows_parts.append(rows.astype(xp.int64) + start)
-            feature_parts.append(features.astype(xp.int32))
+            feature_parts.append(features.astype(feature_dtype))
             bin_parts.append(block[rows, features])
         rows = xp.concatenate(rows_parts) if rows_parts else xp.zeros(0, xp.int64)
-        features = xp.concatenate(feature_parts) if feature_parts else xp.zeros(0, xp.int32)
+        features = xp.concatenate(feature_parts) if feature_parts else \
+            xp.zeros(0, feature_dtype)
         entry_bins = xp.concatenate(bin_parts) if bin_parts else xp.zeros(0, dtype)
         indptr = xp.zeros(n + 1, dtype=xp.int64)
         indptr[1:] = xp.cumsum(xp.bincount(rows, minlength=n))
@@ -226,6 +232,7 @@ def _stores_from_csr(backend, part: BinnedPart, cuts: Cuts, routing: Routing):
     n, n_features = csr.n_rows, cuts.n_features
     dtype = cuts.bin_dtype
     n_sparse = len(routing.sparse)
+    feature_dtype = _dtypes.entry_feature_dtype(n_sparse)
     local = np.full(n_features, -1, dtype=np.int32)  # dense or sparse local id of each feature
     local[routing.dense] = np.arange(len(routing.dense))
     local[routing.sparse] = np.arange(n_sparse)
@@ -274,7 +281,8 @@ def _stores_from_csr(backend, part: BinnedPart, cuts: Cuts, routing: Routing):
             order = xp.argsort(rows_b.astype(xp.int64) * n_sparse + ids_b)
             rows_b, ids_b, bins_b = rows_b[order], ids_b[order], bins_b[order]
         row_counts[r0:r1] = xp.bincount(rows_b, minlength=r1 - r0)
-        feature_parts.append(ids_b.astype(xp.int32))
+        # narrowed per block: the whole store's ids never exist wider than they are stored
+        feature_parts.append(ids_b.astype(feature_dtype))
         bin_parts.append(bins_b.astype(dtype))
     if not n_sparse:
         return dense, xp.ascontiguousarray(dense.T), None

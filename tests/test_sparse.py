@@ -9,6 +9,7 @@ import pytest
 import scipy.sparse as sp
 
 import gbflow
+from gbflow import _dtypes
 from gbflow import data as data_mod
 from gbflow import quantize, routing, training
 from gbflow.backend import get_backend, reference_kernels
@@ -256,6 +257,75 @@ def test_stores_built_in_small_blocks_give_the_same_model(monkeypatch):
     monkeypatch.setattr(routing, "_EXTRACT_VALUES", 50)
     assert trees(_train(m, y, 0.8)) == reference
     assert trees(_train(df, "y", 0.8)) == reference
+
+
+def _stores(X, y, threshold=0.8):
+    """(Routing, SparseBins or None) of ``X`` (a DataFrame with a "y" column, a dense array or a
+    scipy CSR matrix) as training builds them on the CPU, in one part."""
+    dataset = data_mod.load(X, "y") if y is None else data_mod.load(X, y)
+    backend = get_backend("cpu")
+    cuts = quantize.compute_cuts(np, [dataset.X], None, 256)
+    part = routing.bin_part(backend, dataset.X, cuts)
+    route = routing.decide(routing.bin_counts(backend, part, cuts), cuts, threshold)
+    return route, routing.build_stores(backend, part, cuts, route)[2]
+
+
+def test_entry_feature_dtype_is_int16_while_the_ids_fit():
+    assert _dtypes.entry_feature_dtype(0) == np.int16
+    assert _dtypes.entry_feature_dtype(32767) == np.int16  # ids 0..32766
+    assert _dtypes.entry_feature_dtype(32768) == np.int32
+    assert _dtypes.entry_feature_dtype(10**6) == np.int32
+
+
+def test_stores_hold_int16_feature_ids_up_to_32767_sparse_features(monkeypatch):
+    """Both store builders (dense input, CSR input) take the ids' dtype from
+    ``entry_feature_dtype``: int16 here, int32 when it says so, the same ids either way."""
+    df = make_mixed(n_rows=500, seed=2)
+    m, dense, y = _csr_pair(n_rows=500)
+    built = {}
+    for narrow_max in (_dtypes.ENTRY_FEATURE_NARROW_MAX, 2):  # 2: fewer than S, so int32
+        monkeypatch.setattr(_dtypes, "ENTRY_FEATURE_NARROW_MAX", narrow_max)
+        wanted = np.int16 if narrow_max > 2 else np.int32
+        for name, X, label in (("frame", df, None), ("csr", m, y), ("dense", dense, y)):
+            route, store = _stores(X, label)
+            assert len(route.sparse) > 2 and store.entry_feature.dtype == wanted, name
+            assert store.nbytes == store.indptr.nbytes + store.nnz * (
+                np.dtype(wanted).itemsize + store.entry_bin.itemsize)
+            built.setdefault(name, []).append(store)
+    for name, (narrow, wide) in built.items():
+        assert np.array_equal(narrow.entry_feature, wide.entry_feature), name
+        assert np.array_equal(narrow.entry_bin, wide.entry_bin), name
+    csr, from_dense = built["csr"][0], built["dense"][0]  # the same matrix, the same store
+    assert np.array_equal(csr.indptr, from_dense.indptr)
+    assert np.array_equal(csr.entry_feature, from_dense.entry_feature)
+    assert np.array_equal(csr.entry_bin, from_dense.entry_bin)
+
+
+def test_csr_store_holds_int32_feature_ids_above_32767_sparse_features():
+    """40,000 mostly-empty columns, all sparse with the missing bin as common bin: the store's
+    entries are the CSR's own, so its ids (up to 39,999) must be the CSR's column ids."""
+    n_rows, n_cols = 50, 40_000
+    m = sp.random(n_rows, n_cols, density=0.0005, format="csr", random_state=1,
+                  dtype=np.float32)
+    m.sort_indices()
+    route, store = _stores(m, np.zeros(n_rows))
+    assert len(route.sparse) == n_cols and np.all(route.common_bin == _dtypes.MISSING_BIN)
+    assert store.entry_feature.dtype == np.int32
+    assert m.indices.max() > 32767
+    assert np.array_equal(store.entry_feature, m.indices)
+    assert np.array_equal(store.indptr, m.indptr)
+
+
+def test_int32_and_int16_feature_ids_give_the_same_model(monkeypatch, device):
+    """The kernels read either id width (CUDA: a module compiled per width) the same way."""
+    df = make_mixed(n_rows=800, seed=4)
+    m, _, y = _csr_pair(n_rows=800)
+    narrow = [_train(df, "y", 0.8, device).to_json(),
+              _train(_on_device(m, device), y, 0.8, device).to_json()]
+    monkeypatch.setattr(_dtypes, "ENTRY_FEATURE_NARROW_MAX", 0)  # every store int32
+    wide = [_train(df, "y", 0.8, device).to_json(),
+            _train(_on_device(m, device), y, 0.8, device).to_json()]
+    assert wide == narrow
 
 
 def test_decide_takes_the_first_of_equal_counts_and_a_strict_threshold():

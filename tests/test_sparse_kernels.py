@@ -16,9 +16,10 @@ from gbflow.backend import numpy_kernels
 # ---------------------------------------------------------------------------------------------
 # Inputs
 
-def sparse_store(bins, n_value_bins):
+def sparse_store(bins, n_value_bins, id_dtype=None):
     """The sparse store of a binned (n_rows, S) matrix whose feature s has bins 0..n_value_bins[s].
 
+    id_dtype: entry_feature's dtype, by default routing's (``_dtypes.entry_feature_dtype``).
     Returns dict(indptr, entry_feature, entry_bin, bin_offsets, common_bin, n_slots).
     """
     n_rows, n_features = bins.shape
@@ -29,7 +30,9 @@ def sparse_store(bins, n_value_bins):
     stored = bins != common_bin[None, :]
     rows, features = np.nonzero(stored)  # row-major: features ascending within a row
     indptr = np.concatenate([[0], np.cumsum(stored.sum(axis=1))]).astype(np.int64)
-    return dict(indptr=indptr, entry_feature=features.astype(np.int32),
+    if id_dtype is None:
+        id_dtype = _dtypes.entry_feature_dtype(n_features)
+    return dict(indptr=indptr, entry_feature=features.astype(id_dtype),
                 entry_bin=bins[rows, features], bin_offsets=bin_offsets, common_bin=common_bin,
                 n_slots=int(bin_offsets[-1]))
 
@@ -96,12 +99,17 @@ CASES = [  # n_rows, n_sparse_features, n_bins, n_nodes
 ]
 
 
-def _level(n_rows, n_features, n_bins, n_nodes, seed):
+# The store's feature id dtypes (routing picks int16 while S <= 32767, int32 above); a kernel
+# that reads entry_feature must give the same results with either.
+ID_DTYPES = [np.int16, np.int32]
+
+
+def _level(n_rows, n_features, n_bins, n_nodes, seed, id_dtype=None):
     rng = np.random.default_rng(seed)
     bins, n_value_bins = random_sparse_bins(rng, n_rows, n_features, n_bins)
     if n_rows > 10:
         bins[5:10] = sparse_store(bins, n_value_bins)["common_bin"]  # rows with no entries
-    store = sparse_store(bins, n_value_bins)
+    store = sparse_store(bins, n_value_bins, id_dtype)
     row_index, start, count = random_segments(rng, n_rows, n_nodes)
     return rng, bins, n_value_bins, store, random_gh(rng, n_rows), row_index, start, count
 
@@ -155,13 +163,22 @@ def test_bin_entries_empty(kernels):
 # ---------------------------------------------------------------------------------------------
 # build_sparse_histograms, fill_common_bins
 
+def _with_int32_ids(args, position):
+    """``args`` with the entry_feature at ``position`` as int32: the twin on the widest ids is
+    the reference whatever dtype the kernel under test is given."""
+    return args[:position] + (args[position].astype(np.int32),) + args[position + 1:]
+
+
+@pytest.mark.parametrize("id_dtype", ID_DTYPES)
 @pytest.mark.parametrize("n_rows,n_features,n_bins,n_nodes", CASES)
-def test_build_sparse_histograms(kernels, n_rows, n_features, n_bins, n_nodes):
+def test_build_sparse_histograms(kernels, n_rows, n_features, n_bins, n_nodes, id_dtype):
     _, bins, n_value_bins, s, gh, row_index, start, count = _level(
-        n_rows, n_features, n_bins, n_nodes, seed=n_rows + n_bins)
+        n_rows, n_features, n_bins, n_nodes, seed=n_rows + n_bins, id_dtype=id_dtype)
+    assert s["entry_feature"].dtype == id_dtype
     args = (s["indptr"], s["entry_feature"], s["entry_bin"], s["bin_offsets"], gh, row_index,
             start, count, s["n_slots"])
-    expected = numpy_kernels.build_sparse_histograms(*args)
+    expected = numpy_kernels.build_sparse_histograms(*_with_int32_ids(args, 1))
+    assert np.array_equal(numpy_kernels.build_sparse_histograms(*args), expected)  # the twin
     got = kernels.build_sparse_histograms(*args)
     assert got.dtype == np.int64 and got.shape == (n_nodes, s["n_slots"], 2)
     assert np.array_equal(got, expected)
@@ -173,13 +190,16 @@ def test_build_sparse_histograms(kernels, n_rows, n_features, n_bins, n_nodes):
         assert np.array_equal(filled, compact(dense, s["bin_offsets"]))
 
 
+@pytest.mark.parametrize("id_dtype", ID_DTYPES)
 @pytest.mark.parametrize("n_rows,n_features,n_bins,n_nodes", CASES)
-def test_build_sparse_histograms_adds_into_out(kernels, n_rows, n_features, n_bins, n_nodes):
+def test_build_sparse_histograms_adds_into_out(kernels, n_rows, n_features, n_bins, n_nodes,
+                                               id_dtype):
     rng, _, _, s, gh, row_index, start, count = _level(n_rows, n_features, n_bins, n_nodes,
-                                                       seed=5 + n_rows + n_bins)
+                                                       seed=5 + n_rows + n_bins,
+                                                       id_dtype=id_dtype)
     args = (s["indptr"], s["entry_feature"], s["entry_bin"], s["bin_offsets"], gh, row_index,
             start, count, s["n_slots"])
-    expected = numpy_kernels.build_sparse_histograms(*args)
+    expected = numpy_kernels.build_sparse_histograms(*_with_int32_ids(args, 1))
     # out: the second half of a level's array, holding other shards' sums already
     level = rng.integers(-2**50, 2**50, size=(2 * n_nodes, s["n_slots"], 2))
     out = level[n_nodes:]
@@ -336,10 +356,12 @@ SPLIT_CASES = [  # n_rows, n_dense, n_sparse, n_bins, n_nodes
 ]
 
 
+@pytest.mark.parametrize("id_dtype", ID_DTYPES)
 @pytest.mark.parametrize("n_rows,n_dense,n_sparse,n_bins,n_nodes", SPLIT_CASES)
-def test_split_column(kernels, n_rows, n_dense, n_sparse, n_bins, n_nodes):
+def test_split_column(kernels, n_rows, n_dense, n_sparse, n_bins, n_nodes, id_dtype):
     rng, sparse_bins, n_value_bins, s, _, row_index, start, count = _level(
-        n_rows, n_sparse, n_bins, n_nodes, seed=17 + n_rows + n_bins)
+        n_rows, n_sparse, n_bins, n_nodes, seed=17 + n_rows + n_bins, id_dtype=id_dtype)
+    assert s["entry_feature"].dtype == id_dtype
     dtype = _dtypes.bin_dtype(n_bins)
     bins_by_feature = rng.integers(0, n_bins, size=(n_dense, n_rows)).astype(dtype)
     on_dense = rng.random(n_nodes) < 0.4 if n_sparse else np.ones(n_nodes, bool)
@@ -352,7 +374,8 @@ def test_split_column(kernels, n_rows, n_dense, n_sparse, n_bins, n_nodes):
             row_index, start[listed], count[listed], dense_feature[listed].astype(np.int32),
             sparse_feature[listed].astype(np.int32))
     poison = np.full(n_rows, 5, dtype)  # rows outside the listed segments keep it
-    expected = numpy_kernels.split_column(*args, poison.copy())
+    expected = numpy_kernels.split_column(*_with_int32_ids(args, 2), poison.copy())
+    assert np.array_equal(numpy_kernels.split_column(*args, poison.copy()), expected)  # twin
     out = poison.copy()
     got = kernels.split_column(*args, out)
     assert got.dtype == dtype and np.array_equal(out, expected) and np.array_equal(got, expected)
@@ -362,6 +385,30 @@ def test_split_column(kernels, n_rows, n_dense, n_sparse, n_bins, n_nodes):
         column = bins_by_feature[dense_feature[k]] if dense_feature[k] >= 0 \
             else sparse_bins[:, sparse_feature[k]]
         assert np.array_equal(expected[rows], column[rows])
+
+
+@pytest.mark.gpu
+def test_store_kernels_refuse_other_id_dtypes():
+    """The CUDA wrappers pass the store's ids as they are (never widened: that would copy the
+    whole store), so an id dtype without a compiled kernel is an error, not a silent copy."""
+    from gbflow.backend import cuda_available
+    if not cuda_available():
+        pytest.skip("no CUDA GPU with CuPy on this machine")
+    import cupy
+    from gbflow.backend import cuda_kernels
+    _, _, _, s, gh, row_index, start, count = _level(300, 4, 16, 2, seed=3)
+    d = {k: cupy.asarray(v) if isinstance(v, np.ndarray) else v for k, v in s.items()}
+    for wrong in (np.int64, np.uint16, np.int8):
+        ids = d["entry_feature"].astype(wrong)
+        with pytest.raises(TypeError, match="int16 or int32"):
+            cuda_kernels.build_sparse_histograms(
+                d["indptr"], ids, d["entry_bin"], s["bin_offsets"], cupy.asarray(gh),
+                cupy.asarray(row_index), start, count, s["n_slots"])
+        with pytest.raises(TypeError, match="int16 or int32"):
+            cuda_kernels.split_column(
+                cupy.zeros((0, 300), np.uint8), d["indptr"], ids, d["entry_bin"],
+                s["common_bin"], cupy.asarray(row_index), start, count,
+                np.full(2, -1, np.int32), np.zeros(2, np.int32), cupy.zeros(300, np.uint8))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -479,7 +479,9 @@ def _build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, 
 def build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, row_index,
                             seg_start, seg_count, n_slots, out=None):
     """See numpy_kernels.build_sparse_histograms. Returns (n_nodes, n_slots, 2) int64, common
-    bins 0 (or left as they were in ``out``, the histograms added into it)."""
+    bins 0 (or left as they were in ``out``, the histograms added into it). entry_feature int16
+    or int32, passed as it is (numba compiles one version per dtype; a slot is the int64
+    bin_offsets[id] + bin, so narrow ids never enter narrow arithmetic)."""
     hist = _hist_out(out, (len(seg_start), int(n_slots), 2), "build_sparse_histograms")
     if len(seg_start) and len(entry_bin):
         _build_sparse_histograms(indptr, entry_feature, entry_bin,
@@ -627,7 +629,9 @@ def _split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin,
 
 def split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, row_index,
                  seg_start, seg_count, dense_feature, sparse_feature, out):
-    """See numpy_kernels.split_column. out written at the listed segments' rows and returned."""
+    """See numpy_kernels.split_column. out written at the listed segments' rows and returned.
+    entry_feature int16 or int32, passed as it is (the search compares its ids with an int64
+    feature id, positions int64)."""
     node, begin, end = _chunks(seg_start, seg_count, numba.get_num_threads())
     if len(node):
         _split_column(bins_by_feature, indptr, entry_feature, entry_bin,

@@ -41,9 +41,13 @@ def _source(file_name: str) -> str:
     return text.replace('#include "common.cuh"', header)
 
 
-def _compile(file_name: str, name: str, bin_itemsize: int):
+def _compile(file_name: str, name: str, bin_itemsize: int, feature_itemsize: int | None = None):
+    """``name`` of ``file_name`` for one bin width and, for sparse.cu, one width of the sparse
+    store's feature ids (FEATURE_T: -DFEATURE_T=short for 2, int for 4)."""
     options = ("--std=c++17", "--fmad=false",
                f"-DBIN_T={'unsigned char' if bin_itemsize == 1 else 'unsigned short'}")
+    if feature_itemsize is not None:
+        options += (f"-DFEATURE_T={'short' if feature_itemsize == 2 else 'int'}",)
     return cp.RawKernel(_source(file_name), name, options=options)
 
 
@@ -54,9 +58,11 @@ def _kernel(name: str, bin_itemsize: int):
 
 
 @functools.lru_cache(maxsize=None)
-def _sparse_kernel(name: str, bin_itemsize: int):
-    """A kernel of sparse.cu (sparse columns) for one bin width."""
-    return _compile("sparse.cu", name, bin_itemsize)
+def _sparse_kernel(name: str, bin_itemsize: int, feature_itemsize: int = 4):
+    """A kernel of sparse.cu (sparse columns) for one bin width and one width of the store's
+    entry_feature ids (2: int16, 4: int32). Kernels that do not read the store's ids take the
+    default, so each of them is compiled once per bin width, not once per id width too."""
+    return _compile("sparse.cu", name, bin_itemsize, feature_itemsize)
 
 
 @functools.lru_cache(maxsize=None)
@@ -363,6 +369,17 @@ def _dev(array, dtype):
     return cp.ascontiguousarray(cp.asarray(array, dtype=dtype))
 
 
+def _entry_features(entry_feature):
+    """The sparse store's (nnz,) entry_feature as a C-contiguous CuPy array of its own dtype,
+    int16 or int32 (``_dtypes.entry_feature_dtype``). Never converted: the store is the largest
+    array of sparse training, and widening int16 ids would copy all of it every call."""
+    dtype = np.dtype(entry_feature.dtype)
+    if dtype not in (np.dtype(np.int16), np.dtype(np.int32)):
+        raise TypeError(f"entry_feature must be int16 or int32 sparse-local feature ids, not "
+                        f"{dtype}")
+    return _dev(entry_feature, dtype)
+
+
 def _upload_small(*arrays) -> list:
     """Small (array, dtype) pairs on the device, C-contiguous, in one copy when all are host."""
     _, *device = _upload(np.empty((0, 5), dtype=np.int64), *arrays)
@@ -405,8 +422,10 @@ def build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, r
     """See ``numpy_kernels.build_sparse_histograms``. Returns (n_nodes, n_slots, 2) int64 CuPy,
     common bins 0: new, or ``out`` (C-contiguous CuPy) with the histograms added to it. A node's
     compact histogram is built in shared memory when it fits (16 bytes a slot), else with global
-    atomics; either way it reaches ``hist`` by atomic adds."""
+    atomics; either way it reaches ``hist`` by atomic adds. entry_feature: int16 or int32 CuPy
+    (the kernel is compiled for its width; any other dtype raises TypeError)."""
     n_slots = int(n_slots)
+    entry_feature = _entry_features(entry_feature)  # checked even when there is nothing to add
     hist = _hist_out(out, (len(seg_start), n_slots, 2), "build_sparse_histograms")
     if n_slots == 0 or len(entry_bin) == 0:
         return hist
@@ -417,9 +436,10 @@ def build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, r
     _, budget = _limits()
     shared = 16 * n_slots  # 4 words (two int64 counters as low/high pairs) per slot
     use_shared = shared <= budget
-    _launch_shared(_sparse_kernel("build_sparse_histograms", entry_bin.itemsize), (len(work),),
+    _launch_shared(_sparse_kernel("build_sparse_histograms", entry_bin.itemsize,
+                                  entry_feature.itemsize), (len(work),),
                    _THREADS, shared if use_shared else 0,
-                   (_dev(indptr, np.int64), _dev(entry_feature, np.int32),
+                   (_dev(indptr, np.int64), entry_feature,
                     _dev(entry_bin, entry_bin.dtype), cp.ascontiguousarray(offsets),
                     _dev(gh, _dtypes.FIXED), _dev(row_index, _dtypes.ROW_INDEX),
                     cp.ascontiguousarray(work), _i64(n_slots), _i32(use_shared), hist))
@@ -481,7 +501,9 @@ def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv
 def split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, row_index,
                  seg_start, seg_count, dense_feature, sparse_feature, out):
     """See ``numpy_kernels.split_column``. out: (n_rows,) C-contiguous CuPy of the bins' dtype,
-    written at the rows of the listed segments and returned."""
+    written at the rows of the listed segments and returned. entry_feature: int16 or int32 CuPy
+    (the kernel is compiled for its width; any other dtype raises TypeError)."""
+    entry_feature = _entry_features(entry_feature)  # checked even when no row is listed
     work = work_list(seg_start, seg_count)
     if len(work) == 0:
         return out
@@ -489,10 +511,10 @@ def split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, 
     work, dense_feature, sparse_feature, common_bin = _upload(
         work, (dense_feature, np.int32), (sparse_feature, np.int32), (common_bin, np.int32))
     bins_by_feature = _dev(bins_by_feature, out.dtype)  # (D, n_rows); D may be 0
-    _sparse_kernel("split_column", out.itemsize)(
+    _sparse_kernel("split_column", out.itemsize, entry_feature.itemsize)(
         (len(work),), (_THREADS,),
         (bins_by_feature, _i64(bins_by_feature.shape[1]), _dev(indptr, np.int64),
-         _dev(entry_feature, np.int32), _dev(entry_bin, out.dtype),
+         entry_feature, _dev(entry_bin, out.dtype),
          cp.ascontiguousarray(common_bin), _dev(row_index, _dtypes.ROW_INDEX),
          cp.ascontiguousarray(work), cp.ascontiguousarray(dense_feature),
          cp.ascontiguousarray(sparse_feature), out))

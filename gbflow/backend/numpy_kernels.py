@@ -243,7 +243,8 @@ def predict_margins(X, feature, threshold, default_left, left, right, value, tre
 # entries of its sparse features whose bin is not that feature's common bin:
 #
 # - ``indptr``: (n_rows + 1,) int64, row r's entries at ``indptr[r]:indptr[r + 1]``;
-# - ``entry_feature``: (nnz,) int32 sparse-local feature ids (0..S-1), ascending within a row;
+# - ``entry_feature``: (nnz,) int16 or int32 sparse-local feature ids (0..S-1), ascending within
+#   a row (``_dtypes.entry_feature_dtype``: int16 while S <= 32767);
 # - ``entry_bin``: (nnz,) uint8/uint16 bin ids (never the feature's ``common_bin``).
 #
 # Their histograms are compact: ``sparse_hist`` (n_nodes, n_slots, 2) int64, feature s's bins
@@ -272,7 +273,8 @@ def build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, r
     """Compact histograms of each listed node, from the stored entries of its rows only.
 
     The common bin of every feature stays 0 here (``fill_common_bins`` sets it from the node
-    totals). bin_offsets: (S + 1,) int64. Returns (n_nodes, n_slots, 2) int64: newly allocated,
+    totals). entry_feature: int16 or int32 (an index into bin_offsets: the slot arithmetic is
+    int64). bin_offsets: (S + 1,) int64. Returns (n_nodes, n_slots, 2) int64: newly allocated,
     or ``out`` (that shape, int64, C-contiguous) with the histograms added to what it holds.
     """
     hist = np.zeros((len(seg_start), n_slots, 2), dtype=_dtypes.FIXED)
@@ -316,7 +318,8 @@ def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv
 
 
 def sparse_bin(indptr, entry_feature, entry_bin, common_bin, row, s):
-    """The bin of row ``row`` in sparse feature ``s``: its stored entry, else the common bin."""
+    """The bin of row ``row`` in sparse feature ``s``: its stored entry, else the common bin.
+    entry_feature int16 or int32 (0 <= s < S fits either)."""
     lo, hi = indptr[row], indptr[row + 1]
     e = lo + np.searchsorted(entry_feature[lo:hi], s)
     return entry_bin[e] if e < hi and entry_feature[e] == s else common_bin[s]
@@ -329,7 +332,8 @@ def split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, 
     Node k splits on dense feature ``dense_feature[k]`` (a row of bins_by_feature, (D, n_rows))
     when it is >= 0, else on sparse feature ``sparse_feature[k]``. out: (n_rows,) bins, written
     at the rows of the listed segments only. The partition and margin kernels then read the
-    split bins from ``out[None, :]`` with feature 0. Returns ``out``.
+    split bins from ``out[None, :]`` with feature 0. The store's entry_feature: int16 or int32.
+    Returns ``out``.
     """
     for k in range(len(seg_start)):
         rows = row_index[seg_start[k] : seg_start[k] + seg_count[k]]

@@ -2,12 +2,15 @@
 // compact split search, split-column gather, prediction on CSR input.
 //
 // Compiled at first use by cuda_kernels.py through cupy.RawKernel (NVRTC) with --fmad=false, like
-// kernels.cu, one module per bin width (BIN_T = unsigned char or unsigned short, a -D option).
+// kernels.cu, one module per (bin width, feature id width): BIN_T = unsigned char or unsigned
+// short, FEATURE_T = short or int (the sparse store's entry_feature, int16 while S <= 32767), both
+// -D options. FEATURE_T types only the store's ids (build_sparse_histograms, split_column);
+// bin_entries and predict_margins_csr read a CSR's column ids, always int.
 // The NumPy twins in numpy_kernels.py ("Sparse columns") are the definitions.
 //
 // Memory layout (shared with the NumPy twins):
 //   indptr           (n_rows + 1,) int64; row r's stored entries at indptr[r] .. indptr[r+1]-1
-//   entry_feature    (nnz,) int32 sparse-local feature ids 0..S-1, ascending within a row
+//   entry_feature    (nnz,) FEATURE_T sparse-local feature ids 0..S-1, ascending within a row
 //   entry_bin        (nnz,) BIN_T bin ids (never the feature's common bin)
 //   bin_offsets      (S + 1,) int64; feature s owns slots bin_offsets[s] .. bin_offsets[s+1]-1
 //   common_bin       (S,) int32, the bin of every row that has no entry in feature s
@@ -25,8 +28,14 @@
 
 #define WORK_WIDTH 5
 
-// First position e in [lo, hi) with keys[e] >= key (keys ascending), else hi.
-__device__ __forceinline__ i64 lower_bound(const int* keys, i64 lo, i64 hi, int key) {
+#ifndef FEATURE_T
+#define FEATURE_T int
+#endif
+
+// First position e in [lo, hi) with keys[e] >= key (keys ascending), else hi. K: int for a CSR's
+// column ids, FEATURE_T for the sparse store's ids; keys[mid] is promoted to int to compare.
+template <typename K>
+__device__ __forceinline__ i64 lower_bound(const K* keys, i64 lo, i64 hi, int key) {
     while (lo < hi) {
         i64 mid = (lo + hi) >> 1;
         if (keys[mid] < key) lo = mid + 1; else hi = mid;
@@ -36,7 +45,8 @@ __device__ __forceinline__ i64 lower_bound(const int* keys, i64 lo, i64 hi, int 
 
 // ---------------------------------------------------------------------------------------------
 // bin_entries: one thread per entry (grid-stride). out[e] = 0 for NaN, else 1 + (number of
-// feature entry_feature[e]'s cuts <= value), by binary search over the feature's cuts.
+// feature entry_feature[e]'s cuts <= value), by binary search over the feature's cuts. Its
+// entry_feature is a CSR's global column ids (int), not the store's FEATURE_T ids.
 extern "C" __global__ void bin_entries(const float* values, i64 nnz, const int* entry_feature,
                                        const float* cut_values, const i64* cut_offsets,
                                        BIN_T* out) {
@@ -68,7 +78,7 @@ extern "C" __global__ void bin_entries(const float* values, i64 nnz, const int* 
 // passes one level array that several shards accumulate into. Common bins are not touched:
 // fill_common_bins sets them.
 extern "C" __global__ void build_sparse_histograms(
-        const i64* indptr, const int* entry_feature, const BIN_T* entry_bin,
+        const i64* indptr, const FEATURE_T* entry_feature, const BIN_T* entry_bin,
         const i64* bin_offsets, const i64* gh, const int* row_index, const i64* work,
         i64 n_slots, int use_shared, i64* hist) {
     extern __shared__ unsigned int words[];
@@ -84,6 +94,7 @@ extern "C" __global__ void build_sparse_histograms(
         i64 g = gh[2 * row], h = gh[2 * row + 1];
         i64 e_end = indptr[row + 1];
         for (i64 e = indptr[row]; e < e_end; ++e) {
+            // the id (short or int) only indexes bin_offsets: the slot arithmetic is i64
             i64 slot = bin_offsets[entry_feature[e]] + entry_bin[e];
             if (use_shared) {
                 shared_add64(words + 4 * slot, g);
@@ -184,7 +195,7 @@ extern "C" __global__ void evaluate_sparse_splits(
 // are not written.
 extern "C" __global__ void split_column(
         const BIN_T* bins_by_feature, i64 n_rows_total, const i64* indptr,
-        const int* entry_feature, const BIN_T* entry_bin, const int* common_bin,
+        const FEATURE_T* entry_feature, const BIN_T* entry_bin, const int* common_bin,
         const int* row_index, const i64* work, const int* dense_feature,
         const int* sparse_feature, BIN_T* out) {
     const i64* w = work + WORK_WIDTH * blockIdx.x;
@@ -202,8 +213,8 @@ extern "C" __global__ void split_column(
         for (i64 p = begin + threadIdx.x; p < end; p += blockDim.x) {
             int row = row_index[p];
             i64 hi = indptr[row + 1];
-            i64 e = lower_bound(entry_feature, indptr[row], hi, s);
-            out[row] = (e < hi && entry_feature[e] == s) ? entry_bin[e] : common;
+            i64 e = lower_bound(entry_feature, indptr[row], hi, s);  // s < S: fits FEATURE_T
+            out[row] = (e < hi && (int)entry_feature[e] == s) ? entry_bin[e] : common;
         }
     }
 }
