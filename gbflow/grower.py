@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from . import _dtypes, histogram, split
-from .histogram import Histograms
+from .histogram import Histograms, LevelBuffers
 from .routing import DeviceRouting, SparseBins
 from .tree import Tree
 
@@ -113,6 +113,7 @@ class ShardSet:
         self.timers = Timers()
         self.row_index: list = []  # per shard (n_i,) int32, rows grouped by tree node
         self.routing: DeviceRouting | None = None  # set_routing, before any tree is grown
+        self.level_buffers = LevelBuffers(backend.xp)  # the levels' histogram storage
 
     @property
     def has_sparse(self) -> bool:
@@ -347,7 +348,8 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
                                for (by, _), shard in zip(sources, shardset.shards)])
             else:
                 with timers("partition+histograms"):
-                    children = Histograms.next_level(xp, hist, n_split)
+                    children = Histograms.next_level(shardset.level_buffers, hist, n_split,
+                                                     depth + 1)
                     built = children.nodes(n_split, 2 * n_split)
                     left_counts = shardset.partition(gh, starts, counts, feature, bin_threshold,
                                                      default_left, built_left, n_bins, built)

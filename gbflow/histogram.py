@@ -40,18 +40,20 @@ class Histograms:
     sparse: object = None
 
     @classmethod
-    def next_level(cls, xp, parent: "Histograms", n_split: int) -> "Histograms":
-        """The arrays of the level below ``parent`` when ``n_split`` of its nodes split: 2 *
-        n_split nodes per store, the parent's layout. The built children's half (the second) is
-        zeroed, as the partition kernels add into it; the siblings' half is left unset for
-        ``fill_siblings``. Allocated before the partition, so that a level's histograms are one
-        array per store and the built children need no arrays of their own."""
-        def allocate(like):
-            array = xp.empty((2 * n_split,) + like.shape[1:], dtype=like.dtype)
+    def next_level(cls, buffers: "LevelBuffers", parent: "Histograms", n_split: int,
+                   depth: int) -> "Histograms":
+        """The arrays of the level ``depth`` below ``parent`` when ``n_split`` of its nodes
+        split: 2 * n_split nodes per store, the parent's layout, in ``buffers``' storage for
+        the level's parity. The built children's half (the second) is zeroed, as the partition
+        kernels add into it; the siblings' half is left unset for ``fill_siblings``. Taken
+        before the partition, so that a level's histograms are one array per store and the
+        built children need no arrays of their own."""
+        def take(store, like):
+            array = buffers.take(store, depth % 2, (2 * n_split,) + like.shape[1:], like.dtype)
             array[n_split:] = 0
             return array
-        return cls(allocate(parent.dense), None if parent.sparse is None else
-                   allocate(parent.sparse))
+        return cls(take("dense", parent.dense), None if parent.sparse is None else
+                   take("sparse", parent.sparse))
 
     def nodes(self, start: int, stop: int) -> "Histograms":
         """Views of nodes start..stop-1 of both stores (contiguous: written in place)."""
@@ -66,3 +68,30 @@ class Histograms:
         if self.sparse is not None:
             kernels.sibling_histograms(parent.sparse, split_nodes, self.sparse)
         return self
+
+
+class LevelBuffers:
+    """Reused device storage for the levels' histograms: per store, one buffer for the even and
+    one for the odd levels below the root (a level and its parent never share one).
+
+    Level arrays of every size, allocated and freed level after level and tree after tree,
+    fragmented CuPy's pool: on a sparse benchmark it held 352 MiB where at most 237 MiB were in
+    use. A buffer grows (the old one let go first) when a level needs more than it has. Side
+    effect: the largest levels' storage stays allocated until training ends.
+    """
+
+    def __init__(self, xp):
+        self.xp = xp
+        self._storage = {}  # (store, parity) -> flat device array
+
+    def take(self, store: str, parity: int, shape: tuple, dtype):
+        """A C-contiguous (shape) view of the (store, parity) buffer, contents unset. Any
+        earlier view of that buffer must be dead: its level is two levels up."""
+        size = int(np.prod(shape))
+        key = (store, parity)
+        flat = self._storage.get(key)
+        if flat is None or flat.size < size or flat.dtype != np.dtype(dtype):
+            self._storage.pop(key, None)
+            flat = self.xp.empty(size, dtype=dtype)
+            self._storage[key] = flat
+        return flat[:size].reshape(shape)

@@ -206,3 +206,19 @@ def test_base_score_and_num_boost_round_zero():
     auto = gbflow.train(df, label="y", params={"objective": "binary:logistic"},
                         num_boost_round=0, verbose=False)
     assert np.allclose(auto.predict(df), df["y"].mean())
+
+
+def test_level_buffers_reuse_storage_per_parity():
+    """Levels' histograms live in two reused buffers per store (even and odd levels), so the
+    pool is not fragmented by arrays of every size; a level never shares its parent's."""
+    from gbflow.histogram import LevelBuffers
+    buffers = LevelBuffers(np)
+    a = buffers.take("dense", 1, (4, 3, 16, 2), np.int64)
+    b = buffers.take("dense", 0, (8, 3, 16, 2), np.int64)
+    assert not np.shares_memory(a, b)
+    smaller = buffers.take("dense", 1, (2, 3, 16, 2), np.int64)  # fits: the same storage
+    assert np.shares_memory(smaller, a) and smaller.flags.c_contiguous
+    assert not np.shares_memory(buffers.take("sparse", 1, (2, 5, 2), np.int64), a)
+    larger = buffers.take("dense", 1, (16, 3, 16, 2), np.int64)  # grows: new storage
+    assert larger.shape == (16, 3, 16, 2) and not np.shares_memory(larger, a)
+    assert buffers.take("dense", 0, (0, 0, 16, 2), np.int64).size == 0
