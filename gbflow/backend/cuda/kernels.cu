@@ -106,12 +106,12 @@ __device__ __forceinline__ void add_rows_shared(const BIN_T* bins, i64 bin_strid
     }
 }
 
-extern "C" __global__ void build_histograms_shared(
+// One block's rows [begin, end) of row_index into node's histogram, for the feature group
+// blockIdx.y: zeroed shared counters, the rows added, the non-zero counters flushed.
+__device__ __forceinline__ void block_histogram_shared(
         const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,
-        const int* row_index, const i64* work, int group_size, i64* hist) {
-    extern __shared__ unsigned int words[];
-    const i64* w = work + WORK_WIDTH * blockIdx.x;
-    i64 node = w[0], begin = w[1], end = w[2];
+        const int* row_index, i64 node, i64 begin, i64 end, int group_size, i64* hist,
+        unsigned int* words) {
     int f0 = blockIdx.y * group_size;
     int group = min(group_size, n_features - f0);
     zero_shared(words, group * feature_words(n_bins));
@@ -120,6 +120,15 @@ extern "C" __global__ void build_histograms_shared(
                     words);
     __syncthreads();
     flush_shared(words, group, n_bins, hist + node * (i64)n_features * n_bins * 2, f0);
+}
+
+extern "C" __global__ void build_histograms_shared(
+        const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,
+        const int* row_index, const i64* work, int group_size, i64* hist) {
+    extern __shared__ unsigned int words[];
+    const i64* w = work + WORK_WIDTH * blockIdx.x;
+    block_histogram_shared(bins, bin_stride, n_features, n_bins, gh, row_index, w[0], w[1], w[2],
+                           group_size, hist, words);
 }
 
 // The histograms of the built children after a partition-only scatter_and_histogram (wide data:
@@ -137,14 +146,8 @@ extern "C" __global__ void build_child_histograms_shared(
     i64 split = seg_start + node_left[node];
     if (small_is_left[node]) end = min(end, split); else begin = max(begin, split);
     if (begin >= end) return;  // the whole block: no barrier is skipped by some threads only
-    int f0 = blockIdx.y * group_size;
-    int group = min(group_size, n_features - f0);
-    zero_shared(words, group * feature_words(n_bins));
-    __syncthreads();
-    add_rows_shared(bins, bin_stride, gh, row_index + begin, (int)(end - begin), f0, group, n_bins,
-                    words);
-    __syncthreads();
-    flush_shared(words, group, n_bins, hist + node * (i64)n_features * n_bins * 2, f0);
+    block_histogram_shared(bins, bin_stride, n_features, n_bins, gh, row_index, node, begin, end,
+                           group_size, hist, words);
 }
 
 // Adds rows[0..n_rows) straight into the global histogram of one node (all features), for bin
