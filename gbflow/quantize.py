@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 
 from . import _dtypes, gradients, sketch
+from .csr import CSR
 
 
 @dataclasses.dataclass
@@ -68,6 +69,10 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
     """
     if max_bin < 2:
         raise ValueError(f"max_bin must be at least 2, got {max_bin}")
+    for p in parts:  # the sketch reads float32 bit patterns: another width gives wrong keys
+        dtype = p.data.dtype if isinstance(p, CSR) else p.dtype
+        if dtype != np.float32:
+            raise TypeError(f"compute_cuts: parts must hold float32 values, got {dtype}")
     n_value_bins = max_bin - 1  # bin 0 is reserved for missing values
     n_rows = int(collective.allreduce_sum(
         np.array([sum(int(p.shape[0]) for p in parts)], dtype=np.int64))[0])

@@ -299,3 +299,11 @@ def test_csr_blocks_are_capped(monkeypatch):
     for weights in (None, [w]):
         assert _same(quantize.compute_cuts(np, [X], weights, 64),
                      quantize.compute_cuts(np, [_csr(X)], weights, 64))
+
+
+def test_compute_cuts_refuses_other_than_float32():
+    """The sketch orders float32 bit patterns: float64 input must not reach it."""
+    X = np.random.default_rng(0).normal(size=(50, 3))
+    with pytest.raises(TypeError, match="float32 values, got float64"):
+        quantize.compute_cuts(np, [X], None, 16)
+    assert quantize.compute_cuts(np, [X.astype(np.float32)], None, 16).n_features == 3
