@@ -115,13 +115,16 @@ def _cuda_to_host_all(cupy, arrays) -> list:
         _pinned.memory = cupy.cuda.alloc_pinned_memory(_pinned.size)
         _pinned.buffer = np.frombuffer(_pinned.memory, dtype=np.uint8, count=_pinned.size)
     stream = cupy.cuda.get_current_stream()
+    runtime = cupy.cuda.runtime
+    base = _pinned.buffer.ctypes.data
     views, offset = [], 0
     for d, slot in zip(device, slots):
         view = None
         if d is not None:
             view = _pinned.buffer[offset:offset + d.nbytes].view(d.dtype).reshape(d.shape)
-            if d.size:
-                d.get(stream=stream, out=view, blocking=False)
+            if d.size:  # the runtime call itself: ndarray.get cost 35 us of host time a copy
+                runtime.memcpyAsync(base + offset, d.data.ptr, d.nbytes,
+                                    runtime.memcpyDeviceToHost, stream.ptr)
         views.append(view)
         offset += slot
     stream.synchronize()
