@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import os
 import pathlib
-import threading
 
 import cupy as cp
 import numpy as np
@@ -142,46 +141,9 @@ def _upload(work: np.ndarray, *arrays) -> list:
         if padding:
             images.append(np.zeros(padding, dtype=np.uint8))
         size += p.nbytes + padding
-    device = _to_device(np.concatenate(images) if size else np.zeros(8, dtype=np.uint8))
+    device = cp.asarray(np.concatenate(images) if size else np.zeros(8, dtype=np.uint8))
     return [cp.ndarray(p.shape, dtype=p.dtype, memptr=device.data + o)
             for p, o in zip(parts, offsets)]
-
-
-class _Staging(threading.local):
-    """Page-locked staging slots for small uploads, used in turn, each with the event of its
-    last copy: a slot is rewritten only once the copy that read it has finished (in practice
-    long since: every tree level waits for the device once)."""
-
-    SLOTS = 8
-
-    def __init__(self):
-        self.slots = [None] * self.SLOTS  # (pinned memory, uint8 view, event) or None
-        self.turn = 0
-
-
-_staging = _Staging()
-
-
-def _to_device(host: np.ndarray):
-    """A (n,) uint8 host array on the device, copied asynchronously from a page-locked slot
-    (cupy.asarray cost about 26 us of host time per call; a level makes several)."""
-    slot_index = _staging.turn
-    _staging.turn = (slot_index + 1) % _Staging.SLOTS
-    slot = _staging.slots[slot_index]
-    if slot is not None:
-        slot[2].synchronize()
-    if slot is None or slot[1].size < host.size:
-        memory = cp.cuda.alloc_pinned_memory(max(host.size, 1 << 12))
-        slot = [memory, np.frombuffer(memory, dtype=np.uint8, count=max(host.size, 1 << 12)),
-                cp.cuda.Event(block=False, disable_timing=True)]
-        _staging.slots[slot_index] = slot
-    slot[1][:host.size] = host
-    device = cp.empty(host.size, dtype=np.uint8)
-    stream = cp.cuda.get_current_stream()
-    cp.cuda.runtime.memcpyAsync(device.data.ptr, slot[1].ctypes.data, host.size,
-                                cp.cuda.runtime.memcpyHostToDevice, stream.ptr)
-    slot[2].record(stream)
-    return device
 
 
 def _i64(x):
