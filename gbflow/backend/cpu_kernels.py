@@ -115,70 +115,16 @@ def _candidate_gain(lg, lh, tot_g, tot_h, parent, inv_scale_g, inv_scale_h, reg_
     return (_score(GL, HL, reg_lambda, reg_alpha) + _score(GR, HR, reg_lambda, reg_alpha)) - parent
 
 
-@njit(parallel=True, **_JIT)
-def _evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_h, reg_lambda,
-                     reg_alpha, min_child_weight, gain, feature, bin_threshold, default_left,
-                     left_sum):
-    n_nodes, n_features, n_bins, _ = hist.shape
-    for k in prange(n_nodes):
-        tot_g = np.int64(0)
-        tot_h = np.int64(0)
-        for b in range(n_bins):
-            tot_g += hist[k, 0, b, 0]
-            tot_h += hist[k, 0, b, 1]
-        GP = np.float64(tot_g) * inv_scale_g
-        HP = np.float64(tot_h) * inv_scale_h
-        parent = _score(GP, HP, reg_lambda, reg_alpha)
-        best = -np.inf
-        best_f = -1
-        best_t = 0
-        best_d = False
-        best_lg = np.int64(0)
-        best_lh = np.int64(0)
-        for f in range(n_features):
-            if not feature_allowed[f]:
-                continue
-            miss_g = hist[k, f, 0, 0]
-            miss_h = hist[k, f, 0, 1]
-            cum_g = np.int64(0)
-            cum_h = np.int64(0)
-            for t in range(1, n_value_bins[f]):
-                cum_g += hist[k, f, t, 0]
-                cum_h += hist[k, f, t, 1]
-                for d in range(2):  # 0: missing goes left, 1: missing goes right
-                    lg = cum_g + miss_g if d == 0 else cum_g
-                    lh = cum_h + miss_h if d == 0 else cum_h
-                    g = _candidate_gain(lg, lh, tot_g, tot_h, parent, inv_scale_g, inv_scale_h,
-                                        reg_lambda, reg_alpha, min_child_weight)
-                    if g > best:
-                        best = g
-                        best_f = f
-                        best_t = t
-                        best_d = d == 0
-                        best_lg = lg
-                        best_lh = lh
-        gain[k] = best
-        feature[k] = best_f
-        bin_threshold[k] = best_t
-        default_left[k] = best_d
-        left_sum[k, 0] = best_lg
-        left_sum[k, 1] = best_lh
-
-
 def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_h, reg_lambda,
                     reg_alpha, min_child_weight):
-    """See numpy_kernels.evaluate_splits."""
-    n_nodes = hist.shape[0]
-    gain = np.empty(n_nodes, dtype=np.float64)
-    feature = np.empty(n_nodes, dtype=_dtypes.NODE)
-    bin_threshold = np.empty(n_nodes, dtype=np.int32)
-    default_left = np.empty(n_nodes, dtype=np.bool_)
-    left_sum = np.empty((n_nodes, 2), dtype=_dtypes.FIXED)
-    _evaluate_splits(hist, np.asarray(n_value_bins, dtype=np.int32),
-                     np.asarray(feature_allowed, dtype=np.bool_), float(inv_scale_g),
-                     float(inv_scale_h), float(reg_lambda), float(reg_alpha),
-                     float(min_child_weight), gain, feature, bin_threshold, default_left, left_sum)
-    return gain, feature, bin_threshold, default_left, left_sum
+    """See numpy_kernels.evaluate_splits. The dense layout is the compact one with every feature
+    n_bins wide: the sparse search (``evaluate_sparse_splits``) runs on it unchanged, with the
+    same candidates in the same order (a view, no copy for a C-contiguous hist)."""
+    n_nodes, n_features, n_bins, _ = hist.shape
+    offsets = np.arange(n_features + 1, dtype=np.int64) * n_bins
+    return evaluate_sparse_splits(np.ascontiguousarray(hist).reshape(n_nodes, n_features * n_bins, 2), offsets,
+                                  n_value_bins, feature_allowed, inv_scale_g, inv_scale_h,
+                                  reg_lambda, reg_alpha, min_child_weight)
 
 
 @njit(parallel=True, **_JIT)
@@ -519,7 +465,8 @@ def fill_common_bins(hist, totals, bin_offsets, common_bin):
 def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, padded_bins,
                             inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, min_child_weight,
                             gain, feature, bin_threshold, default_left, left_sum):
-    # _evaluate_splits on the twin's padded histogram (width padded_bins) without building it:
+    # The dense split search on the twin's padded histogram (width padded_bins) without
+    # building it:
     # feature f's bins past its own width are 0 there, and its thresholds run to
     # min(n_value_bins[f], padded_bins) - 1. Same float operations, same candidate order.
     n_nodes = hist.shape[0]
