@@ -75,10 +75,16 @@ def make_table(n_rows=3000, n_features=6, task="regression", seed=0, missing=0.0
         X[rng.random(n_rows) < missing, 3] = np.nan
         X[rng.random(n_rows) < missing, 0] = np.nan
     df = pd.DataFrame(X, columns=[f"x{i}" for i in range(n_features)])
-    if task == "regression":
-        df["y"] = signal + 0.3 * rng.normal(size=n_rows)
-    elif task == "binary":
-        df["y"] = (rng.random(n_rows) < 1 / (1 + np.exp(-signal))).astype(np.float64)
-    else:
-        df["y"] = np.digitize(signal + 0.5 * rng.normal(size=n_rows), [-0.8, 0.8]).astype(np.float64)
+    df["y"] = label_from_signal(rng, signal, task, noise=0.3, class_noise=0.5, edges=(-0.8, 0.8))
     return df
+
+
+def label_from_signal(rng, signal, task, noise, class_noise, edges):
+    """A float64 label from a (n,) signal: signal + noise (regression), a Bernoulli draw of
+    sigmoid(signal) (binary), or the signal plus noise binned at ``edges`` into classes."""
+    n = len(signal)
+    if task == "regression":
+        return signal + noise * rng.normal(size=n)
+    if task == "binary":
+        return (rng.random(n) < 1 / (1 + np.exp(-signal))).astype(np.float64)
+    return np.digitize(signal + class_noise * rng.normal(size=n), list(edges)).astype(np.float64)

@@ -15,6 +15,8 @@ from gbflow import quantize, routing, training
 from gbflow.backend import get_backend, reference_kernels
 from gbflow.params import make_params
 
+from conftest import label_from_signal
+
 PARAMS = {
     "regression": {"objective": "reg:squarederror", "max_depth": 5},
     "binary": {"objective": "binary:logistic", "max_depth": 4},
@@ -43,12 +45,7 @@ def make_mixed(n_rows=2000, task="regression", seed=0) -> pd.DataFrame:
     df = pd.DataFrame(cols).astype(np.float32)
     signal = (df["dense"] + np.nan_to_num(df["mostly_missing"], nan=-1.0) + df["mostly_zero"]
               + 0.8 * (category % 3 == 0) - 0.5 * df["mostly_seven"].isna()).to_numpy()
-    if task == "regression":
-        df["y"] = signal + 0.2 * rng.normal(size=n)
-    elif task == "binary":
-        df["y"] = (rng.random(n) < 1 / (1 + np.exp(-signal))).astype(np.float64)
-    else:
-        df["y"] = np.digitize(signal + 0.3 * rng.normal(size=n), [-0.5, 1.0]).astype(np.float64)
+    df["y"] = label_from_signal(rng, signal, task, noise=0.2, class_noise=0.3, edges=(-0.5, 1.0))
     return df
 
 
