@@ -110,18 +110,20 @@ def _as_parts(entry) -> list[data_mod.DataSet]:
     return list(entry) if isinstance(entry, (list, tuple)) else [entry]
 
 
-def _check_global_inputs(shardset: ShardSet, parts, eval_sets, params) -> None:
-    """Checks that need every process's data; every process raises the same error."""
+def _check_global_inputs(shardset: ShardSet, parts, eval_sets, params) -> float:
+    """Checks that need every process's data; every process raises the same error. Returns the
+    largest training weight over every process (1.0 without weights)."""
     n_rows = shardset.allreduce_sum(np.array([sum(p.n_rows for p in parts)], dtype=np.int64))
     if int(n_rows[0]) == 0:
         raise ValueError("training data has no rows")
+    largest = 1.0
     if parts[0].weight is not None:
         largest = shardset.allreduce_max(max((float(p.weight.max()) for p in parts
                                               if p.n_rows), default=0.0))
         if not largest > 0:
             raise ValueError("weight: all training weights are zero")
     if not eval_sets:
-        return
+        return float(largest)
     # Per evaluation set: row count, and the label range (auc needs two classes).
     counts = shardset.allreduce_sum(np.array([sum(p.n_rows for p in e) for e, _ in eval_sets],
                                              dtype=np.int64))
@@ -135,6 +137,7 @@ def _check_global_inputs(shardset: ShardSet, parts, eval_sets, params) -> None:
         if "auc" in params.metrics and high == -minus_low:
             raise ValueError(f"evaluation set {name!r} holds only one class: auc is undefined "
                              f"there (early stopping could never see it improve)")
+    return float(largest)
 
 
 def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round: int,
@@ -175,7 +178,7 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
     timers = shardset.timers
     eval_sets = [(_as_parts(d), name) for d, name in evals]
     with timers("quantize"):
-        _check_global_inputs(shardset, parts, eval_sets, params)
+        max_weight = _check_global_inputs(shardset, parts, eval_sets, params)
         device_X = [backend.asarray(p.X) for p in parts]
         weights = None if parts[0].weight is None else [backend.asarray(p.weight) for p in parts]
         cuts = quantize.compute_cuts(xp, device_X, weights, params.max_bin, collective=shardset,
@@ -216,8 +219,6 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
     maximize = metric_names[-1] in metrics.MAXIMIZE
     # Fixed-point scales from the loss's bounds on |g| and |h| where it has them (no per-round
     # reduction), else from the round's global max |g| and |h|.
-    max_weight = 1.0 if weights is None else float(shardset.allreduce_max(max(
-        (float(w.max()) for w in weights if len(w)), default=0.0)))
     bounds = objective.gradient_bounds(max_weight)
     for round_index in range(num_boost_round):
         with timers("gradients"):
