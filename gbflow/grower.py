@@ -49,18 +49,19 @@ class Shard:
 class LeafRows:
     """Where one shard's rows ended up in a tree: all the margin update needs.
 
-    Leaves above the last level own segments of ``row_index`` (leaf_start, leaf_count,
-    leaf_value). Nodes split at the last level were not partitioned: their segments
-    (split_start, split_count) and splits (feature, bin_threshold, default_left) send each row to
-    left_value or right_value. Host arrays, except row_index (device). ``feature`` indexes the
-    rows of ``bins_by_feature``: the shard's dense bins when None, else a (1, n) device column
-    holding each row's bin of its last-level node's split feature (then ``feature`` is zeros).
+    Leaves above the last level own segments of a row array: ``leaves`` holds, per array that
+    holds any, (row_index, leaf_start, leaf_count, leaf_value). (The grower partitions from one
+    row array into the other and back, level by level, and a leaf's rows stay where its level
+    left them.) Nodes split at the last level were not partitioned: their segments of
+    ``row_index`` (split_start, split_count) and splits (feature, bin_threshold, default_left)
+    send each row to left_value or right_value. Host arrays, except the row arrays (device).
+    ``feature`` indexes the rows of ``bins_by_feature``: the shard's dense bins when None, else a
+    (1, n) device column holding each row's bin of its last-level node's split feature (then
+    ``feature`` is zeros).
     """
 
+    leaves: list
     row_index: object
-    leaf_start: np.ndarray
-    leaf_count: np.ndarray
-    leaf_value: np.ndarray
     split_start: np.ndarray
     split_count: np.ndarray
     feature: np.ndarray
@@ -72,8 +73,8 @@ class LeafRows:
 
     def add_to(self, kernels, bins_by_feature, margin) -> None:
         """margin[row] += the value of the row's leaf, for every row (margin: (n,) float64)."""
-        kernels.add_leaf_values(margin, self.row_index, self.leaf_start, self.leaf_count,
-                                self.leaf_value)
+        for row_index, start, count, value in self.leaves:
+            kernels.add_leaf_values(margin, row_index, start, count, value)
         if len(self.split_start):
             if self.bins_by_feature is not None:
                 bins_by_feature = self.bins_by_feature
@@ -112,6 +113,7 @@ class ShardSet:
         self.shards = shards
         self.timers = Timers()
         self.row_index: list = []  # per shard (n_i,) int32, rows grouped by tree node
+        self._spare_index: list = []  # per shard, the array the next partition writes into
         self.routing: DeviceRouting | None = None  # set_routing, before any tree is grown
         self.level_buffers = LevelBuffers(backend.xp)  # the levels' histogram storage
 
@@ -128,9 +130,13 @@ class ShardSet:
                 shard.split_bins = self.backend.xp.zeros(shard.n_rows, dtype=shard.bins.dtype)
 
     def reset_row_index(self) -> None:
-        """Start a tree: every shard's rows in one segment (the root), in row order."""
+        """Start a tree: every shard's rows in one segment (the root), in row order. The spare
+        row arrays (one per shard, allocated once) are kept: a partition writes its segments
+        before anything reads them."""
         xp = self.backend.xp
         self.row_index = [xp.arange(s.n_rows, dtype=_dtypes.ROW_INDEX) for s in self.shards]
+        if len(self._spare_index) != len(self.shards):
+            self._spare_index = [xp.empty_like(r) for r in self.row_index]
 
     def allreduce_sum(self, array):
         """Elementwise sum over all processes of an integer array (host or device); a new array
@@ -170,13 +176,12 @@ class ShardSet:
                 array[...] = total
         return hist
 
-    def _sparse_histograms(self, s: int, gh, seg_start, seg_count, out=None):
+    def _sparse_histograms(self, s: int, gh, row_index, seg_start, seg_count, out=None):
         shard, r = self.shards[s], self.routing
         kernels = self.backend.kernels
         return kernels.build_sparse_histograms(
             shard.sparse.indptr, shard.sparse.entry_feature, shard.sparse.entry_bin,
-            r.bin_offsets, gh, self.row_index[s], seg_start, seg_count, r.routing.n_slots,
-            out=out)
+            r.bin_offsets, gh, row_index, seg_start, seg_count, r.routing.n_slots, out=out)
 
     def build_histograms(self, gh, seg_start, seg_count, n_bins) -> Histograms:
         """Global histograms of the listed node segments: local shards summed, then all-reduced.
@@ -191,7 +196,8 @@ class ShardSet:
                                                          seg_start[s], seg_count[s], n_bins)
             dense = part if dense is None else dense + part
             if self.has_sparse:
-                part = self._sparse_histograms(s, gh[s], seg_start[s], seg_count[s])
+                part = self._sparse_histograms(s, gh[s], self.row_index[s], seg_start[s],
+                                               seg_count[s])
                 sparse = part if sparse is None else sparse + part
         return self._allreduce_histograms(Histograms(dense, sparse))
 
@@ -228,27 +234,32 @@ class ShardSet:
         histograms of the children picked by ``small_is_left`` (bool per node) into ``out`` in
         the same pass.
 
-        feature: (n_nodes,) global feature ids. out: ``Histograms`` of n_nodes nodes, zeroed
-        (the built half of the next level, ``Histograms.next_level``): every shard's kernels add
-        into it, then it is all-reduced in place; its sparse common bins are left 0. Returns per
-        shard (n_nodes,) int64 left counts. They stay on the device (the caller fetches them
-        with the next level's splits, in one wait) unless the sparse histograms needed them on
-        the host.
+        Each shard's rows go from its current row array into its spare one, which then becomes
+        current: the listed segments are rewritten there, and every other segment keeps its
+        rows in the array it was in (leaves of earlier levels, whose ``LeafRows`` hold that
+        array). feature: (n_nodes,) global feature ids. out: ``Histograms`` of n_nodes nodes,
+        zeroed (the built half of the next level, ``Histograms.next_level``): every shard's
+        kernels add into it, then it is all-reduced in place; its sparse common bins are left 0.
+        Returns per shard (n_nodes,) int64 left counts. They stay on the device (the caller
+        fetches them with the next level's splits, in one wait) unless the sparse histograms
+        needed them on the host.
         """
         kernels = self.backend.kernels  # the split arrays stay on the host: kernels take either
         left_counts = []
         for s, shard in enumerate(self.shards):
             by_feature, store_feature = self.split_source(s, seg_start[s], seg_count[s], feature)
+            moved = self._spare_index[s]
             left, _ = kernels.partition_and_histogram(
                 shard.bins, by_feature, gh[s], self.row_index[s], seg_start[s],
                 seg_count[s], store_feature, bin_threshold, default_left, small_is_left, n_bins,
-                out=out.dense)
+                out=out.dense, dest=moved)
             if self.has_sparse:  # the built children's segments, for the sparse work list
                 left = self.backend.to_host(left)
                 start = np.where(small_is_left, seg_start[s], seg_start[s] + left)
                 count = np.where(small_is_left, left, seg_count[s] - left)
-                self._sparse_histograms(s, gh[s], start, count, out=out.sparse)
+                self._sparse_histograms(s, gh[s], moved, start, count, out=out.sparse)
             left_counts.append(left)
+        self.row_index, self._spare_index = self._spare_index, self.row_index
         self._allreduce_histograms(out)
         return left_counts
 
@@ -296,12 +307,13 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
     node_id = np.zeros(1, dtype=np.int64)  # each node's tree id, in the level's order
     first_id = 0  # the level's ids are first_id .. first_id + n_nodes - 1
     levels = []  # per level: dict of node arrays, in id order
-    leaves = [[] for _ in range(n_shards)]  # per shard and level: (start, count, value) of leaves
+    leaves = [[] for _ in range(n_shards)]  # per shard and level: (rows, start, count, value)
     next_id = 1
     last_split = None  # nodes split at the last level: their rows are not moved
     moved = None  # the last partition's (starts, counts, built_left, per shard left counts)
     for depth in range(params.max_depth + 1):
         record_leaves = last_split is None
+        level_rows = shardset.row_index  # the level's rows (a partition below moves them on)
         pending_left = [] if moved is None else moved[3]
         if depth == params.max_depth:
             found = None
@@ -381,7 +393,8 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
         if record_leaves:
             stay = ~do_split
             for s in range(n_shards):
-                leaves[s].append((seg_start[s][stay], seg_count[s][stay], value[stay]))
+                leaves[s].append((level_rows[s], seg_start[s][stay], seg_count[s][stay],
+                                  value[stay]))
         if not n_split:
             break
         first_id = next_id
@@ -395,10 +408,27 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
         split_info = (empty, empty, np.zeros(0, dtype=bool), np.zeros(0), np.zeros(0))
     result = []
     for s in range(n_shards):
-        starts, counts, values = (np.concatenate(parts) for parts in zip(*leaves[s]))
         split_rows = (last_split[0][s], last_split[1][s]) if last_split is not None else \
             (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-        result.append(LeafRows(shardset.row_index[s], starts, counts, values, *split_rows,
+        result.append(LeafRows(_leaves_by_array(leaves[s]), shardset.row_index[s], *split_rows,
                                *split_info, bins_by_feature=last_split[5][s]
                                if last_split is not None else None))
     return tree, result
+
+
+def _leaves_by_array(levels: list) -> list:
+    """Per level (row array, start, count, value) -> per distinct row array, in order of first
+    appearance, (row array, starts, counts, values) concatenated over its levels; arrays
+    without leaves are left out."""
+    groups: list = []
+    for rows, start, count, value in levels:
+        if not len(start):
+            continue
+        for group in groups:
+            if group[0] is rows:
+                group[1].append(start), group[2].append(count), group[3].append(value)
+                break
+        else:
+            groups.append((rows, [start], [count], [value]))
+    return [(rows, np.concatenate(st), np.concatenate(ct), np.concatenate(vl))
+            for rows, st, ct, vl in groups]

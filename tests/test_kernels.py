@@ -114,6 +114,45 @@ def test_partition_and_histogram_adds_into_out(kernels, n_rows, n_features, n_bi
     assert np.array_equal(fresh, ref_hist)
 
 
+@pytest.mark.parametrize("n_rows,n_features,n_bins,n_nodes", CASES)
+def test_partition_and_histogram_into_dest(kernels, n_rows, n_features, n_bins, n_nodes):
+    """With ``dest``, the listed segments' new order goes there (row_index untouched) and
+    dest's other positions keep what they held: a grower ping-pongs between two arrays."""
+    rng = np.random.default_rng(27 + n_rows)
+    bins, gh, row_index, start, count = random_level(rng, n_rows, n_features, n_bins, n_nodes)
+    split = (rng.integers(0, n_features, size=n_nodes),
+             rng.integers(1, max(2, n_bins - 1), size=n_nodes), rng.random(n_nodes) < 0.5,
+             rng.random(n_nodes) < 0.5)
+    listed = rng.random(n_nodes) < 0.7  # the other nodes' segments are not partitioned
+    by_feature = np.ascontiguousarray(bins.T)
+    in_place = row_index.copy()
+    ref_left, ref_hist = numpy_kernels.partition_and_histogram(
+        bins, by_feature, gh, in_place, start[listed], count[listed],
+        *(a[listed] for a in split), n_bins)
+    for module in (numpy_kernels, kernels):
+        rows = row_index.copy()
+        dest = np.full(n_rows, -7, dtype=_dtypes.ROW_INDEX)
+        left, hist = module.partition_and_histogram(
+            bins, by_feature, gh, rows, start[listed], count[listed],
+            *(a[listed] for a in split), n_bins, dest=dest)
+        assert np.array_equal(rows, row_index)
+        assert np.array_equal(left, ref_left) and np.array_equal(hist, ref_hist)
+        written = np.zeros(n_rows, dtype=bool)
+        for s, c in zip(start[listed], count[listed]):
+            written[s:s + c] = True
+        assert np.array_equal(dest[written], in_place[written])
+        assert np.all(dest[~written] == -7)
+
+
+def test_partition_and_histogram_dest_checked(kernels):
+    rng = np.random.default_rng(3)
+    bins, gh, row_index, start, count = random_level(rng, 100, 3, 16, 2)
+    args = (bins, np.ascontiguousarray(bins.T), gh, row_index, start, count, np.zeros(2, int),
+            np.ones(2, int), np.zeros(2, bool), np.zeros(2, bool), 16)
+    with pytest.raises(ValueError, match="dest"):
+        kernels.partition_and_histogram(*args, dest=np.zeros(99, dtype=_dtypes.ROW_INDEX))
+
+
 @pytest.mark.parametrize("n_parents,n_split,shape", [
     (1, 1, (3, 16, 2)), (7, 4, (4, 256, 2)), (300, 200, (2, 2, 2)),  # dense layouts
     (5, 5, (1001, 2)),  # a sparse (n_slots, 2) layout, every parent split

@@ -129,8 +129,8 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
 
 @njit(parallel=True, **_JIT)
 def _partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg_count, feature,
-                             bin_threshold,
-                             default_left, small_is_left, hist, left_count, n_threads):
+                             bin_threshold, default_left, small_is_left, hist, left_count,
+                             dest, n_threads):
     n_features = bins.shape[1]
     n_bins = hist.shape[2]
     local = np.zeros((n_threads, n_features, n_bins, 2), dtype=np.int64)
@@ -172,7 +172,8 @@ def _partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, se
         total_left = 0
         for t in range(n_threads):
             total_left += n_left_of[t]
-        # Pass 2: stable, branch-free scatter into a scratch copy, then back into the segment.
+        # Pass 2: stable, branch-free scatter into a scratch copy, then into the segment of dest
+        # (row_index itself when partitioning in place).
         moved = np.empty(count, dtype=row_index.dtype)
         for t in prange(n_threads):
             a = lo + t * chunk
@@ -187,7 +188,7 @@ def _partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, se
                 moved[left_pos if go else right_pos] = row_index[p]
                 left_pos += go
                 right_pos += 1 - go
-        row_index[lo : lo + count] = moved
+        dest[lo : lo + count] = moved
         for t in range(n_threads):
             hist[k] += local[t]
         left_count[k] = total_left
@@ -206,19 +207,32 @@ def _hist_out(out, shape, name):
 
 
 def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg_count, feature,
-                            bin_threshold, default_left, small_is_left, n_bins, out=None):
-    """See numpy_kernels.partition_and_histogram (``out``: histograms added into it)."""
+                            bin_threshold, default_left, small_is_left, n_bins, out=None,
+                            dest=None):
+    """See numpy_kernels.partition_and_histogram (``out``: histograms added into it; ``dest``:
+    where the segments' new order goes, row_index itself when None)."""
     k = len(seg_start)
     hist = _hist_out(out, (k, bins.shape[1], n_bins, 2), "partition_and_histogram")
     left_count = np.zeros(k, dtype=np.int64)
-    _partition_and_histogram(bins, bins_by_feature, gh, row_index, np.asarray(seg_start, dtype=np.int64),
+    _partition_and_histogram(bins, bins_by_feature, gh, row_index,
+                             np.asarray(seg_start, dtype=np.int64),
                              np.asarray(seg_count, dtype=np.int64),
                              np.asarray(feature, dtype=np.int64),
                              np.asarray(bin_threshold, dtype=np.int64),
                              np.asarray(default_left, dtype=np.bool_),
                              np.asarray(small_is_left, dtype=np.bool_), hist, left_count,
+                             row_index if dest is None else _dest(dest, row_index),
                              numba.get_num_threads())
     return left_count, hist
+
+
+def _dest(dest, row_index):
+    """``partition_and_histogram``'s dest, checked: an int32 array like row_index."""
+    if not isinstance(dest, np.ndarray) or dest.shape != row_index.shape or \
+            dest.dtype != row_index.dtype:
+        raise ValueError(f"partition_and_histogram: dest must be a {row_index.dtype} array of "
+                         f"shape {row_index.shape}")
+    return dest
 
 
 @njit(parallel=True, **_JIT)

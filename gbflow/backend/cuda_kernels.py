@@ -219,18 +219,25 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
 
 
 def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg_count, feature,
-                            bin_threshold, default_left, small_is_left, n_bins, out=None):
+                            bin_threshold, default_left, small_is_left, n_bins, out=None,
+                            dest=None):
     """See ``numpy_kernels.partition_and_histogram``. row_index (CuPy int32) is partitioned in
-    place. Returns left_count (n_nodes,) int64 and hist (n_nodes, F, n_bins, 2) int64, CuPy: new,
-    or ``out`` (C-contiguous CuPy) with the histograms added to it (the kernel adds every block's
-    histogram into global memory with atomics, whatever it held)."""
+    place when ``dest`` is None (through a scratch array and a copy back); otherwise the rows are
+    scattered straight into ``dest`` (CuPy int32 like row_index, not sharing its memory) and the
+    copy back is saved. Returns left_count (n_nodes,) int64 and hist (n_nodes, F, n_bins, 2)
+    int64, CuPy: new, or ``out`` (C-contiguous CuPy) with the histograms added to it (the kernel
+    adds every block's histogram into global memory with atomics, whatever it held)."""
     n_features = bins.shape[1]
     n_nodes = len(seg_start)
     hist = _hist_out(out, (n_nodes, n_features, n_bins, 2), "partition_and_histogram")
-    left_count = cp.zeros(n_nodes, dtype=np.int64)
+    if dest is not None:
+        _check_out(dest, "partition_and_histogram (dest)", row_index.dtype)
+        if dest.shape != row_index.shape or dest.data.ptr == row_index.data.ptr:
+            raise ValueError(f"partition_and_histogram: dest must be another array of shape "
+                             f"{row_index.shape} (None partitions row_index in place)")
     work = work_list(seg_start, seg_count)
     if len(work) == 0:
-        return left_count, hist
+        return cp.zeros(n_nodes, dtype=np.int64), hist
     n_blocks = len(work)
     work, *split, small_is_left = _upload(
         work, (feature, np.int32), (bin_threshold, np.int32), (default_left, bool),
@@ -241,6 +248,7 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
     _kernel("count_left", itemsize)((n_blocks,), (_THREADS,),
                                     (bins_by_feature, n_rows_total, row_index, work, *split,
                                      block_left))
+    left_count = cp.zeros(n_nodes, dtype=np.int64)  # nodes without rows have no block to set it
     use_shared, group, n_groups = _feature_groups(max(n_features, 1), n_bins, _HIST_THREADS * 4)
     # Wide data: partition alone, then the children's histograms from their new segments (each
     # of many feature groups would otherwise rank every row of the parents again).
@@ -248,19 +256,21 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
     fused_features = 0 if separate else n_features
     shared = (group * _shared_feature_bytes(n_bins) if use_shared and not separate else 0) \
         + _HIST_THREADS * 4
-    scratch = cp.empty_like(row_index)
+    target = cp.empty_like(row_index) if dest is None else dest
     gh = cp.ascontiguousarray(gh)
     bin_stride = _i64(bins.strides[0] // itemsize)
     _launch_shared(_kernel("scatter_and_histogram", itemsize),
                    (n_blocks, 1 if separate else n_groups), _HIST_THREADS, shared,
                    (bins, bin_stride, bins_by_feature, n_rows_total, _i32(fused_features),
-                    _i32(n_bins), gh, row_index, scratch, work, block_left, *split,
+                    _i32(n_bins), gh, row_index, target, work, block_left, *split,
                     small_is_left, _i32(group), _i32(use_shared), hist, left_count))
-    _kernel("copy_back", 1)((n_blocks,), (_THREADS,), (scratch, row_index, work))
+    if dest is None:
+        _kernel("copy_back", 1)((n_blocks,), (_THREADS,), (target, row_index, work))
+        target = row_index
     if separate:
         _launch_shared(_kernel("build_child_histograms_shared", itemsize), (n_blocks, n_groups),
                        _HIST_THREADS, group * _shared_feature_bytes(n_bins),
-                       (bins, bin_stride, _i32(n_features), _i32(n_bins), gh, row_index, work,
+                       (bins, bin_stride, _i32(n_features), _i32(n_bins), gh, target, work,
                         left_count, small_is_left, _i32(group), hist))
     return left_count, hist
 

@@ -138,24 +138,34 @@ def partition_rows(bins, row_index, seg_start, seg_count, feature, bin_threshold
 
 
 def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg_count, feature,
-                            bin_threshold, default_left, small_is_left, n_bins, out=None):
+                            bin_threshold, default_left, small_is_left, n_bins, out=None,
+                            dest=None):
     """``partition_rows``, then the histograms of one child per node, in one call.
 
     bins_by_feature: (n_features, n_rows), the same bins stored column by column; the side of a
     row is read from it (one column scanned, instead of one scattered row per row).
     small_is_left: (n_nodes,) bool, which child's histogram to build (the other one is the parent's
-    minus it). row_index is partitioned in place. Returns left_count (n_nodes,) int64 and
+    minus it). dest: None, and row_index is partitioned in place; or an (n_rows,) int32 array
+    other than row_index, and the listed segments' rows are written to dest, at the same
+    positions, in their new order (row_index is only read, dest's other positions are left as
+    they are: a grower ping-pongs between two arrays instead of copying the rows back). The
+    histograms read the partitioned rows. Returns left_count (n_nodes,) int64 and
     hist (n_nodes, n_features, n_bins, 2) int64 of the chosen children: newly allocated, or
     ``out`` (that shape, int64, C-contiguous, e.g. a view into a level's histograms) with the
     histograms added to what it holds, so several shards can accumulate into one array.
     """
-    left_count = partition_rows(bins_by_feature.T, row_index, seg_start, seg_count, feature,
-                                bin_threshold, default_left)
     seg_start = np.asarray(seg_start, dtype=np.int64)
     seg_count = np.asarray(seg_count, dtype=np.int64)
+    if dest is None:
+        dest = row_index
+    else:
+        for lo, count in zip(seg_start, seg_count):
+            dest[lo : lo + count] = row_index[lo : lo + count]
+    left_count = partition_rows(bins_by_feature.T, dest, seg_start, seg_count, feature,
+                                bin_threshold, default_left)
     start = np.where(small_is_left, seg_start, seg_start + left_count)
     count = np.where(small_is_left, left_count, seg_count - left_count)
-    hist = build_histograms(bins, gh, row_index, start, count, n_bins)
+    hist = build_histograms(bins, gh, dest, start, count, n_bins)
     return left_count, _add_into(out, hist)
 
 

@@ -183,13 +183,15 @@ extern "C" __global__ void build_histograms_global(
 // Pass 1 (count_left): each block counts the rows of its work item that go left.
 // Pass 2 (scatter_and_histogram): each block finds its place among its node's blocks from the
 // pass-1 counts (blocks of a node are consecutive in the work list), ranks its rows with a block
-// scan (stable: left rows keep their order, and so do right rows), writes them to `scratch` at
+// scan (stable: left rows keep their order, and so do right rows), writes them to `moved` at
 // their new positions, and adds the rows that go to the child picked by small_is_left into a
 // shared histogram (feature group blockIdx.y), flushed to hist[node] at the end (or, when one
 // feature's histogram does not fit in shared memory, straight into hist[node]): atomic adds both
 // ways, so hist accumulates over calls (one per shard into one level array). Only the blocks of
 // feature group 0 write rows.
-// Pass 3 (copy_back): scratch -> row_index over the same positions.
+// Pass 3 (copy_back), only when row_index is partitioned in place: moved -> row_index over the
+// same positions. A grower that ping-pongs between two row arrays passes the other one as
+// `moved` and needs no pass 3.
 
 __device__ __forceinline__ bool goes_left(const BIN_T* bins_by_feature, i64 n_rows_total, int row,
                                           int feature, int threshold, bool default_left) {
@@ -222,7 +224,7 @@ extern "C" __global__ void count_left(const BIN_T* bins_by_feature, i64 n_rows_t
 // Dynamic shared memory: [histogram words of the group] [tile rows of the small side (int)].
 extern "C" __global__ void scatter_and_histogram(
         const BIN_T* bins, i64 bin_stride, const BIN_T* bins_by_feature, i64 n_rows_total,
-        int n_features, int n_bins, const i64* gh, const int* row_index, int* scratch,
+        int n_features, int n_bins, const i64* gh, const int* row_index, int* moved,
         const i64* work, const i64* block_left, const int* feature, const int* bin_threshold,
         const bool* default_left, const bool* small_is_left, int group_size, int use_shared,
         i64* hist, i64* node_left) {
@@ -277,7 +279,7 @@ extern "C" __global__ void scatter_and_histogram(
         int right_rank = (int)(threadIdx.x - left_rank);  // active threads come first in a tile
         if (blockIdx.y == 0 && active) {
             i64 dest = left ? base[0] + left_rank : base[1] + right_rank;
-            scratch[dest] = row;
+            moved[dest] = row;
         }
         if (small) small_rows[small_rank] = row;
         __syncthreads();
@@ -293,9 +295,9 @@ extern "C" __global__ void scatter_and_histogram(
     if (use_shared) flush_shared(words, group, n_bins, hist_node, f0);
 }
 
-extern "C" __global__ void copy_back(const int* scratch, int* row_index, const i64* work) {
+extern "C" __global__ void copy_back(const int* moved, int* row_index, const i64* work) {
     const i64* w = work + WORK_WIDTH * blockIdx.x;
-    for (i64 p = w[1] + threadIdx.x; p < w[2]; p += blockDim.x) row_index[p] = scratch[p];
+    for (i64 p = w[1] + threadIdx.x; p < w[2]; p += blockDim.x) row_index[p] = moved[p];
 }
 
 // ---------------------------------------------------------------------------------------------
