@@ -298,8 +298,8 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
     seg_count = [np.array([s.n_rows], dtype=np.int64) for s in shardset.shards]
     with timers("histograms"):
         hist = shardset.build_histograms(gh, seg_start, seg_count, n_bins)
-        if len(routing.routing.dense):
-            totals = backend.to_host(histogram.node_totals(hist.dense))
+        if len(routing.routing.dense):  # on the device: fetched with the root's splits
+            totals = histogram.node_totals(hist.dense)
         else:  # no dense feature to read the root's total from: sum the gradients
             totals = backend.to_host(shardset.allreduce_sum(
                 sum(g.sum(axis=0) for g in gh)[None, :]))
@@ -314,14 +314,17 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
     for depth in range(params.max_depth + 1):
         record_leaves = last_split is None
         level_rows = shardset.row_index  # the level's rows (a partition below moves them on)
-        pending_left = [] if moved is None else moved[3]
+        fetch = ([] if moved is None else list(moved[3])) + ([totals] if depth == 0 else [])
         if depth == params.max_depth:
             found = None
-            pending_left = backend.to_host_all(pending_left)
+            fetched = backend.to_host_all(fetch)
         else:
             with timers("splits"):
-                found, pending_left = split.find_splits(backend, hist, routing, allowed, scale_g,
-                                                        scale_h, params, fetch=pending_left)
+                found, fetched = split.find_splits(backend, hist, routing, allowed, scale_g,
+                                                   scale_h, params, fetch=fetch)
+        if depth == 0:
+            totals = fetched.pop()
+        pending_left = fetched
         if moved is not None:  # this level's segments, in its order; a parent's rows: left, right
             starts, counts, built_left = moved[:3]
             for s in range(n_shards):
@@ -341,15 +344,13 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
             default_left = found.default_left[sp]
             left_sum = found.left_sum[sp]
             right_sum = totals[sp] - left_sum
-            left_id = next_id + 2 * np.arange(n_split, dtype=np.int64)
             # Build the child with the smaller global hessian while partitioning; its sibling is
             # the parent minus it. (Children at the last level are ordered the same way, though
             # nothing is built for them.)
             built_left = left_sum[:, 1] <= right_sum[:, 1]
-            totals = _next_level_order(left_sum, right_sum, built_left)
-            node_id = _next_level_order(left_id, left_id + 1, built_left)
             starts = [st[sp] for st in seg_start]
             counts = [ct[sp] for ct in seg_count]
+            children = None
             if depth + 1 == params.max_depth:
                 # Children at the last level are leaves: their rows need not move, only their
                 # margins change.
@@ -358,16 +359,21 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
                 last_split = (starts, counts, sources[0][1], bin_threshold, default_left,
                               [None if by is shard.bins_by_feature else by
                                for (by, _), shard in zip(sources, shardset.shards)])
-            else:
+            else:  # queued first: the host's bookkeeping below runs while the device partitions
                 with timers("partition+histograms"):
                     children = Histograms.next_level(shardset.level_buffers, hist, n_split,
                                                      depth + 1)
                     built = children.nodes(n_split, 2 * n_split)
                     left_counts = shardset.partition(gh, starts, counts, feature, bin_threshold,
                                                      default_left, built_left, n_bins, built)
+                moved = (starts, counts, built_left, left_counts)
+            totals = _next_level_order(left_sum, right_sum, built_left)
+            left_id = next_id + 2 * np.arange(n_split, dtype=np.int64)
+            node_id = _next_level_order(left_id, left_id + 1, built_left)
+            if children is not None:
+                with timers("partition+histograms"):
                     shardset.fill_common_bins(built, totals[n_split:])
                     hist = children.fill_siblings(backend.kernels, hist, sp)  # parent freed
-                moved = (starts, counts, built_left, left_counts)
         # The level's record, while the device builds the next level's histograms: made in the
         # level's order, then scattered to id order (a node's id is its place in the tree).
         value = split.leaf_values(level_totals, scale_g, scale_h, params)

@@ -309,6 +309,8 @@ class DeviceRouting:
     common_bin: object
     local: np.ndarray
     is_sparse: np.ndarray
+    # the last tree's (namespace, host mask, device masks), see ``allowed``
+    _allowed: tuple | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(cls, backend, routing: Routing, cuts: Cuts) -> "DeviceRouting":
@@ -326,9 +328,16 @@ class DeviceRouting:
                    common_bin=xp.asarray(routing.common_bin), local=local, is_sparse=is_sparse)
 
     def allowed(self, xp, feature_allowed: np.ndarray) -> tuple:
-        """(dense (D,), sparse (S,)) bool device masks of a tree's allowed features."""
+        """(dense (D,), sparse (S,)) bool device masks of a tree's allowed features. The last
+        masks are kept: without column sampling every tree allows the same features, and an
+        upload costs host time every tree."""
+        cached = self._allowed
+        if cached is not None and cached[0] is xp and np.array_equal(cached[1], feature_allowed):
+            return cached[2]
         r = self.routing
-        return xp.asarray(feature_allowed[r.dense]), xp.asarray(feature_allowed[r.sparse])
+        masks = xp.asarray(feature_allowed[r.dense]), xp.asarray(feature_allowed[r.sparse])
+        self._allowed = (xp, np.array(feature_allowed, dtype=bool), masks)
+        return masks
 
     def split_features(self, feature: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Global split features (n,) -> (dense-local or -1, sparse-local or -1), int32 host."""
