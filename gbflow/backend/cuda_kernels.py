@@ -232,7 +232,7 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
     hist = _hist_out(out, (n_nodes, n_features, n_bins, 2), "partition_and_histogram")
     if dest is not None:
         _check_out(dest, "partition_and_histogram (dest)", row_index.dtype)
-        if dest.shape != row_index.shape or dest.data.ptr == row_index.data.ptr:
+        if dest.shape != row_index.shape or (dest.size and dest.data.ptr == row_index.data.ptr):
             raise ValueError(f"partition_and_histogram: dest must be another array of shape "
                              f"{row_index.shape} (None partitions row_index in place)")
     work = work_list(seg_start, seg_count)
