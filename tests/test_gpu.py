@@ -130,3 +130,29 @@ def test_own_memory_pool_bypasses_the_process_allocator():
         outside = cupy.zeros(1000)
         assert len(calls) == 1
     del inside, outside
+
+
+def test_to_host_all_joins_neighbouring_views_and_keeps_values():
+    """One wait for many arrays: views that follow each other in one allocation (the split
+    search's results) share a copy; separate arrays, host arrays, empty arrays, odd sizes and
+    non-contiguous views all come back with their values, dtypes and shapes."""
+    import cupy as cp
+
+    from gbflow.backend import cuda_kernels
+    backend = get_backend("cuda")
+    results = cuda_kernels._split_results(5)
+    for i, r in enumerate(results):
+        r[...] = cp.arange(r.size, dtype=r.dtype).reshape(r.shape) + i
+    rng = np.random.default_rng(0)
+    others = [cp.asarray(rng.integers(0, 9, size=7).astype(np.int8)),
+              np.arange(3.0), cp.zeros(0, dtype=np.int64),
+              cp.asarray(rng.normal(size=(4, 6)))[:, ::2]]
+    arrays = others[:2] + list(results) + others[2:]
+    fetched = backend.to_host_all(arrays)
+    for a, f in zip(arrays, fetched):
+        expected = a if isinstance(a, np.ndarray) else cp.asnumpy(a)
+        assert isinstance(f, np.ndarray) and f.dtype == expected.dtype
+        assert np.array_equal(f, expected)
+    # the buffer is reused: earlier results are copies, not views of it
+    again = backend.to_host_all([cp.full(40, 7, dtype=np.int64)])
+    assert np.array_equal(fetched[2], cp.asnumpy(results[0])) and np.all(again[0] == 7)

@@ -118,15 +118,26 @@ def _cuda_to_host_all(cupy, arrays) -> list:
     runtime = cupy.cuda.runtime
     base = _pinned.buffer.ctypes.data
     views, offset = [], 0
+    copies = []  # [host offset, device pointer, bytes]: arrays that follow each other on the
+    # device as they do in the buffer (views of one allocation) share one copy
     for d, slot in zip(device, slots):
         view = None
         if d is not None:
             view = _pinned.buffer[offset:offset + d.nbytes].view(d.dtype).reshape(d.shape)
-            if d.size:  # the runtime call itself: ndarray.get cost 35 us of host time a copy
-                runtime.memcpyAsync(base + offset, d.data.ptr, d.nbytes,
-                                    runtime.memcpyDeviceToHost, stream.ptr)
+            if d.size:
+                last = copies[-1] if copies else None
+                # joined when the gap before it (padding to 8 bytes) is the same on both sides
+                if last is not None and offset - last[0] - last[2] < 8 and \
+                        d.data.ptr - last[1] == offset - last[0]:
+                    last[2] = offset - last[0] + d.nbytes
+                else:
+                    copies.append([offset, d.data.ptr, d.nbytes])
         views.append(view)
         offset += slot
+    for host_offset, pointer, nbytes in copies:
+        # the runtime call itself: ndarray.get cost 35 us of host time a copy
+        runtime.memcpyAsync(base + host_offset, pointer, nbytes, runtime.memcpyDeviceToHost,
+                            stream.ptr)
     stream.synchronize()
     return [np.asarray(a) if v is None else v.copy() for a, v in zip(arrays, views)]
 
