@@ -118,8 +118,9 @@ def _cuda_to_host_all(cupy, arrays) -> list:
     runtime = cupy.cuda.runtime
     base = _pinned.buffer.ctypes.data
     views, offset = [], 0
-    copies = []  # [host offset, device pointer, bytes]: arrays that follow each other on the
-    # device as they do in the buffer (views of one allocation) share one copy
+    copies = []  # [host offset, device pointer, bytes, allocation]: views of one allocation
+    # that follow each other there as they do in the buffer share one copy (a copy must not
+    # span two allocations, even adjacent ones: the runtime rejects it)
     for d, slot in zip(device, slots):
         view = None
         if d is not None:
@@ -127,14 +128,14 @@ def _cuda_to_host_all(cupy, arrays) -> list:
             if d.size:
                 last = copies[-1] if copies else None
                 # joined when the gap before it (padding to 8 bytes) is the same on both sides
-                if last is not None and offset - last[0] - last[2] < 8 and \
-                        d.data.ptr - last[1] == offset - last[0]:
+                if last is not None and d.data.mem is last[3] and \
+                        offset - last[0] - last[2] < 8 and d.data.ptr - last[1] == offset - last[0]:
                     last[2] = offset - last[0] + d.nbytes
                 else:
-                    copies.append([offset, d.data.ptr, d.nbytes])
+                    copies.append([offset, d.data.ptr, d.nbytes, d.data.mem])
         views.append(view)
         offset += slot
-    for host_offset, pointer, nbytes in copies:
+    for host_offset, pointer, nbytes, _ in copies:
         # the runtime call itself: ndarray.get cost 35 us of host time a copy
         runtime.memcpyAsync(base + host_offset, pointer, nbytes, runtime.memcpyDeviceToHost,
                             stream.ptr)
