@@ -23,6 +23,13 @@ def random_level(rng, n_rows, n_features, n_bins, n_nodes, missing=0.1):
     return bins, gh, row_index, start, count
 
 
+def random_partition_split(rng, n_features, n_bins, n_nodes):
+    """(feature, bin_threshold, default_left, small_is_left) of n_nodes random splits."""
+    return (rng.integers(0, n_features, size=n_nodes),
+            rng.integers(1, max(2, n_bins - 1), size=n_nodes), rng.random(n_nodes) < 0.5,
+            rng.random(n_nodes) < 0.5)
+
+
 CASES = [  # n_rows, n_features, n_bins, n_nodes
     (0, 3, 16, 1), (1, 3, 16, 1), (1000, 5, 2, 3), (1000, 4, 256, 7), (777, 3, 300, 5),
     (5000, 2, 64, 64), (3001, 3, 16, 300),  # many nodes in one launch, most tiny or empty
@@ -90,9 +97,7 @@ def test_quantise_gradients(kernels, n_rows, dtype):
 def test_partition_and_histogram_adds_into_out(kernels, n_rows, n_features, n_bins, n_nodes):
     rng = np.random.default_rng(17 + n_rows)
     bins, gh, row_index, start, count = random_level(rng, n_rows, n_features, n_bins, n_nodes)
-    split = (rng.integers(0, n_features, size=n_nodes),
-             rng.integers(1, max(2, n_bins - 1), size=n_nodes), rng.random(n_nodes) < 0.5,
-             rng.random(n_nodes) < 0.5)
+    split = random_partition_split(rng, n_features, n_bins, n_nodes)
     by_feature = np.ascontiguousarray(bins.T)
     ref_rows = row_index.copy()
     ref_left, ref_hist = numpy_kernels.partition_and_histogram(
@@ -120,9 +125,7 @@ def test_partition_and_histogram_into_dest(kernels, n_rows, n_features, n_bins, 
     dest's other positions keep what they held: a grower ping-pongs between two arrays."""
     rng = np.random.default_rng(27 + n_rows)
     bins, gh, row_index, start, count = random_level(rng, n_rows, n_features, n_bins, n_nodes)
-    split = (rng.integers(0, n_features, size=n_nodes),
-             rng.integers(1, max(2, n_bins - 1), size=n_nodes), rng.random(n_nodes) < 0.5,
-             rng.random(n_nodes) < 0.5)
+    split = random_partition_split(rng, n_features, n_bins, n_nodes)
     listed = rng.random(n_nodes) < 0.7  # the other nodes' segments are not partitioned
     by_feature = np.ascontiguousarray(bins.T)
     in_place = row_index.copy()
