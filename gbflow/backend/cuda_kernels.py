@@ -193,28 +193,36 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
                     reg_alpha, min_child_weight):
     """See ``numpy_kernels.evaluate_splits``; the five results are CuPy arrays."""
     n_nodes, n_features, n_bins, _ = hist.shape
-    gain, feature, threshold, default_left, left_sum = _split_results(n_nodes)
-    if n_nodes:
-        # enough feature blocks to fill the GPU on shallow levels, at least 16 features each
-        n_sm, _ = _limits()
-        per_block = max(16, -(-n_features // max(1, 4 * n_sm // n_nodes)))
-        n_blocks = -(-n_features // per_block)
-        partial = cp.empty((n_nodes, n_blocks, 4), dtype=np.int64)  # struct Best: 4 x 8 bytes
-        _kernel("evaluate_splits", 1)(
-            (n_nodes, n_blocks), (_THREADS,),
-            (cp.ascontiguousarray(hist), _i32(n_features), _i32(n_bins),
-             cp.asarray(n_value_bins, dtype=np.int32), cp.asarray(feature_allowed, dtype=bool),
-             np.float64(inv_scale_g), np.float64(inv_scale_h), np.float64(reg_lambda),
-             np.float64(reg_alpha), np.float64(min_child_weight), _i32(per_block), partial))
-        warps_per_block = _THREADS // 32
-        _kernel("reduce_splits", 1)(
-            (-(-n_nodes // warps_per_block),), (_THREADS,),
-            (partial, _i32(n_nodes), _i32(n_blocks), _i32(n_bins), gain, feature, threshold,
-             default_left, left_sum))
-    return gain, feature, threshold, default_left, left_sum
+    if not n_nodes:
+        return _split_results(0)
+    # enough feature blocks to fill the GPU on shallow levels, at least 16 features each
+    n_sm, _ = _limits()
+    per_block = max(16, -(-n_features // max(1, 4 * n_sm // n_nodes)))
+    n_blocks = -(-n_features // per_block)
+    partial = cp.empty((n_nodes, n_blocks, 4), dtype=np.int64)  # struct Best: 4 x 8 bytes
+    _kernel("evaluate_splits", 1)(
+        (n_nodes, n_blocks), (_THREADS,),
+        (cp.ascontiguousarray(hist), _i32(n_features), _i32(n_bins),
+         cp.asarray(n_value_bins, dtype=np.int32), cp.asarray(feature_allowed, dtype=bool),
+         np.float64(inv_scale_g), np.float64(inv_scale_h), np.float64(reg_lambda),
+         np.float64(reg_alpha), np.float64(min_child_weight), _i32(per_block), partial))
+    return _reduce_splits(partial, n_bins)
 
 
-def _split_results(n_nodes: int) -> list:
+def _reduce_splits(partial, width: int) -> tuple:
+    """Each node's best of its blocks' best candidates ((n_nodes, n_blocks, 4) int64 ``struct
+    Best``; ``width``: the bins per feature that number the candidates) -> the five split
+    results (``_split_results``)."""
+    n_nodes, n_blocks, _ = partial.shape
+    results = _split_results(n_nodes)
+    warps_per_block = _THREADS // 32
+    _kernel("reduce_splits", 1)(
+        (-(-n_nodes // warps_per_block),), (_THREADS,),
+        (partial, _i32(n_nodes), _i32(n_blocks), _i32(width), *results))
+    return results
+
+
+def _split_results(n_nodes: int) -> tuple:
     """The split search's five results, (n,) gain float64, feature int32, threshold int32,
     default_left bool and (n, 2) left_sum int64: uninitialised views of one allocation, one
     after the other at 8-byte aligned offsets, so that ``to_host_all`` fetches them with one
@@ -227,7 +235,7 @@ def _split_results(n_nodes: int) -> list:
     for (shape, dtype), size in zip(layout, sizes):
         views.append(cp.ndarray(shape, dtype=dtype, memptr=memory + offset))
         offset += size
-    return views
+    return tuple(views)
 
 
 def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg_count, feature,
@@ -507,13 +515,7 @@ def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv
         (_dev(hist, _dtypes.FIXED), _i64(n_slots), _i32(n_features), offsets, n_value_bins,
          feature_allowed, _i32(padded_bins), np.float64(inv_scale_g), np.float64(inv_scale_h),
          np.float64(reg_lambda), np.float64(reg_alpha), np.float64(min_child_weight), partial))
-    gain, feature, threshold, default_left, left_sum = _split_results(n_nodes)
-    warps_per_block = _THREADS // 32
-    _kernel("reduce_splits", 1)(
-        (-(-n_nodes // warps_per_block),), (_THREADS,),
-        (partial, _i32(n_nodes), _i32(n_blocks), _i32(padded_bins), gain, feature, threshold,
-         default_left, left_sum))
-    return gain, feature, threshold, default_left, left_sum
+    return _reduce_splits(partial, padded_bins)
 
 
 def split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, row_index,
