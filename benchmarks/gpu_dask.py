@@ -82,6 +82,10 @@ def run_gbflow(client, train, test, args, rounds: int):
     if not args.cpu:
         result = result.to_pandas()
     stages = ", ".join(f"{k} {v:.2f}" for k, v in booster.timings.items())
+    for report in booster.worker_report:  # each worker's task, stage by stage
+        stages += (f"\n      rank {report['rank']} ({report['transport']}): " + ", ".join(
+            f"{k} {v:.2f}" for k, v in report["stages"].items())
+            + f"; communication {report['communication_seconds']:.2f}")
     return seconds, auc(result["y"], result["p"]), stages
 
 

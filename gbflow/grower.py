@@ -143,14 +143,10 @@ class ShardSet:
         or ``array`` itself. Never modify the result in place: it may be ``array``."""
         return array
 
-    def allreduce_sum_many(self, arrays: list) -> list:
-        """``allreduce_sum`` of several integer arrays of one namespace, in one reduction.
-
-        Returns a list of arrays of the same shapes; each is its input (here) or a new array
-        (with other processes), so callers may write into results whose inputs they own. The
-        inputs themselves are never handed to other processes (several processes reduce a copy,
-        their concatenation), so callers may also write into them once this returns."""
-        return list(arrays)
+    def allreduce_sum_inplace(self, arrays: list) -> None:
+        """Sum each integer device array over all processes, writing the sums into it (every
+        process passes arrays of the same shapes, in the same order). Arrays must be
+        C-contiguous; they may be views (a level's node range). Nothing to do in one process."""
 
     def allreduce_max(self, value):
         """Elementwise max over all processes of a float or a host float64 array."""
@@ -165,15 +161,10 @@ class ShardSet:
         return int(self.allreduce_sum(np.array([sum(s.n_rows for s in self.shards)]))[0])
 
     def _allreduce_histograms(self, hist: Histograms) -> Histograms:
-        """Both stores' local histograms summed over all processes, in one reduction, in place:
-        where the collective returns new arrays (several processes) they are copied back into
-        ``hist``'s arrays, which may be views into a level's histograms. Returns ``hist``."""
-        local = [hist.dense] if hist.sparse is None else [hist.dense, hist.sparse]
-        # allreduce_sum_many even for one array: its inputs are not shared with other processes
-        # (allreduce_sum's may be, on threads of one process), so they may be written here.
-        for array, total in zip(local, self.allreduce_sum_many(local)):
-            if total is not array:
-                array[...] = total
+        """Both stores' local histograms summed over all processes, in place (``hist``'s arrays
+        may be views into a level's histograms). Returns ``hist``."""
+        self.allreduce_sum_inplace([hist.dense] if hist.sparse is None else
+                                   [hist.dense, hist.sparse])
         return hist
 
     def _sparse_histograms(self, s: int, gh, row_index, seg_start, seg_count, out=None):

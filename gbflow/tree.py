@@ -44,6 +44,10 @@ class Tree:
     def is_leaf(self) -> np.ndarray:
         return self.feature == _dtypes.LEAF
 
+    def node_arrays(self) -> list[np.ndarray]:
+        """The node arrays, in model-file order."""
+        return [getattr(self, name) for name in _FIELDS]
+
     def to_dict(self) -> dict:
         d = {"group": int(self.group)}
         for name in _FIELDS:

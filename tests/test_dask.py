@@ -153,6 +153,10 @@ def test_worker_report_measures_memory(clients):
         assert 0 < r["binned_bytes"] < r["raw_bytes"]
         assert r["peak_rss"] >= max(r["rss_start"], r["rss_loaded"], r["rss_quantized"])
     assert {"dask_compute", "dask_total", "quantize", "total"} <= set(booster.timings)
+    for r in report:
+        assert r["transport"] == "dask"  # CPU workers: no NCCL
+        assert {"load partitions", "fit", "fingerprint"} <= set(r["stages"])
+        assert 0 < r["stages"]["fit"] <= sum(r["stages"].values()) <= r["task_seconds"]
 
 
 def test_progress_lines_reach_the_client_once(clients, capsys):
@@ -398,3 +402,45 @@ def test_a_workers_partitions_are_joined_with_their_global_row_numbers():
     ids = apart.row_ids(offsets)
     np.testing.assert_array_equal(ids, np.r_[10:40, 70:100].astype(np.uint64))
     np.testing.assert_array_equal(apart.part.label, df["y"].to_numpy()[np.r_[10:40, 70:100]])
+
+
+def test_model_digest_follows_the_model_file():
+    """The ranks' digests are compared to catch ranks that built different models: equal for
+    equal model files, different when any trained number differs."""
+    import copy
+
+    from gbflow.dask.task import model_digest
+    df = make_table(n_rows=600, seed=28)
+    one = gbflow.train(df, label="y", params={"max_depth": 3}, num_boost_round=3, verbose=False)
+    two = gbflow.train(df, label="y", params={"max_depth": 3}, num_boost_round=3, verbose=False)
+    assert one.to_json() == two.to_json() and model_digest(one) == model_digest(two)
+    changed = copy.deepcopy(one)
+    changed.trees[-1].value[-1] = np.nextafter(changed.trees[-1].value[-1], np.inf)
+    assert changed.to_json() != one.to_json() and model_digest(changed) != model_digest(one)
+    changed = copy.deepcopy(one)
+    changed.best_iteration = 1
+    assert model_digest(changed) != model_digest(one)
+
+
+def test_cpu_workers_use_their_own_threads_only(clients, monkeypatch):
+    """A worker's kernels run on as many threads as the worker has (1 here), not on every core:
+    several workers of one machine must not oversubscribe it. The training thread's setting is
+    restored afterwards."""
+    numba = pytest.importorskip("numba")
+    from gbflow.backend import cpu_kernels
+    seen = []
+    build = cpu_kernels.build_histograms
+
+    def recording(*args, **kwargs):
+        seen.append(numba.get_num_threads())
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(cpu_kernels, "build_histograms", recording)
+    df = make_table(n_rows=1000, seed=29)
+    booster = gbflow.dask.train(dd.from_pandas(df, npartitions=2), label="y",
+                                params={"device": "cpu"}, num_boost_round=2, verbose=False,
+                                client=clients(2))
+    assert seen and set(seen) == {1}
+    assert [r["threads"] for r in booster.worker_report] == [1, 1]
+    if numba.config.NUMBA_NUM_THREADS > 1:  # what the kernels would use without the limit
+        assert numba.get_num_threads() == numba.config.NUMBA_NUM_THREADS

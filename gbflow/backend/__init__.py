@@ -71,6 +71,18 @@ class Backend:
         finally:
             pool.free_all_blocks()
 
+    @contextlib.contextmanager
+    def limited_threads(self, n: int):
+        """Within this block, this thread's CPU kernels use at most ``n`` threads (a Dask
+        worker's share of the cores: a LocalCluster of several workers, each with numba's
+        default of every core, ran 3-4x slower from oversubscription). Yields the thread count
+        used, or None on the GPU (nothing changes there)."""
+        if self.name != "cpu":
+            yield None
+            return
+        with cpu_kernels.limited_threads(n) as used:
+            yield used
+
     def asarray(self, array):
         """The array (or ``gbflow.csr.CSR``, array by array) on this backend's device (host data
         is copied to the GPU, GPU data to the host for the CPU backend); no copy when it is

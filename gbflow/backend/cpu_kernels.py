@@ -7,6 +7,8 @@ with the same operations in the same order as the NumPy twin (no fastmath), so t
 """
 from __future__ import annotations
 
+import contextlib
+
 import numba
 import numpy as np
 from numba import njit, prange
@@ -17,6 +19,19 @@ from .. import _dtypes
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
 # Rows per block in the fused partition/histogram pass (a block's rows stay in L1 between steps).
 _BLOCK = 256
+
+
+@contextlib.contextmanager
+def limited_threads(n: int):
+    """Within this block, the calling thread's kernels use at most ``n`` threads (numba's
+    setting is per thread: other threads keep theirs). Yields the count used."""
+    previous = numba.get_num_threads()
+    used = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(used)
+    try:
+        yield used
+    finally:
+        numba.set_num_threads(previous)
 
 
 @njit(parallel=True, **_JIT)

@@ -40,8 +40,7 @@ class Communicator:
     def allreduce_sum(self, array):
         """Elementwise sum over the ranks of a CuPy int64/int32 array (a new array, same shape)."""
         import cupy
-        types = {cupy.dtype(cupy.int64): self._nccl.NCCL_INT64,
-                 cupy.dtype(cupy.int32): self._nccl.NCCL_INT32}
+        types = self._types()
         if array.dtype not in types:
             raise TypeError(f"NCCL allreduce_sum takes int32/int64 arrays (exact sums), "
                             f"got {array.dtype}")
@@ -53,6 +52,32 @@ class Communicator:
         self._comm.allReduce(source.data.ptr, out.data.ptr, source.size, types[array.dtype],
                              self._nccl.NCCL_SUM, stream.ptr)
         return out
+
+    def allreduce_sum_inplace(self, arrays: list) -> None:
+        """Sum each C-contiguous CuPy int64/int32 array over the ranks, in place (NCCL's in-place
+        allreduce: no copies, no new arrays), all in one NCCL group. Queued on the current
+        stream, no wait (as ``allreduce_sum``). Every rank passes arrays of the same shapes."""
+        types = self._types()
+        for array in arrays:
+            if array.dtype not in types:
+                raise TypeError(f"NCCL allreduce_sum_inplace takes int32/int64 arrays (exact "
+                                f"sums), got {array.dtype}")
+            if not array.flags.c_contiguous:
+                raise ValueError("NCCL allreduce_sum_inplace needs C-contiguous arrays")
+        import cupy
+        stream = cupy.cuda.get_current_stream().ptr
+        self._nccl.groupStart()
+        try:
+            for array in arrays:
+                self._comm.allReduce(array.data.ptr, array.data.ptr, array.size,
+                                     types[array.dtype], self._nccl.NCCL_SUM, stream)
+        finally:
+            self._nccl.groupEnd()
+
+    def _types(self) -> dict:
+        import cupy
+        return {cupy.dtype(cupy.int64): self._nccl.NCCL_INT64,
+                cupy.dtype(cupy.int32): self._nccl.NCCL_INT32}
 
     def allreduce_max(self, value):
         """Elementwise max over the ranks of a float or a host float64 array, through the GPUs

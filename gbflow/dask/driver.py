@@ -20,7 +20,7 @@ from .collective import CollectiveAborted, CollectiveError, CollectivePlugin, Wo
 # "gbflow.collective-timeout", seconds or a duration such as "10 minutes"). Only a peer that
 # hangs without dying needs it: lost workers are detected within about a second.
 DEFAULT_TIMEOUT = "30 minutes"
-_POLL = 0.05  # seconds between looks at the tasks' states
+_POLL = 0.1  # the longest wait between looks at the tasks, workers and events
 _LIVENESS_PERIOD = 0.5  # seconds between asking the scheduler which workers are alive
 
 
@@ -270,7 +270,9 @@ class _Cluster:
 
     def _watch(self, tasks, addresses, futures) -> None:
         """Wait for the tasks; let the raw partitions go once every worker has binned its data;
-        stop at the first failed task or lost worker."""
+        stop at the first failed task or lost worker. Wakes when a task ends (not at the next
+        poll), and at least every ``_POLL`` seconds to look at the workers and the events."""
+        from distributed import wait
         next_check = 0.0
         while True:
             if self.quantized and futures:
@@ -296,7 +298,11 @@ class _Cluster:
                         f"worker yet, so training was stopped on the others. Run train() again: "
                         f"Dask recomputes the lost partitions")
                 next_check = now + _LIVENESS_PERIOD
-            time.sleep(_POLL)
+            try:
+                wait([t for t in tasks if not t.done()], timeout=_POLL,
+                     return_when="FIRST_COMPLETED")
+            except Exception:  # timed out (TimeoutError), or a task was cancelled: the states
+                pass           # above tell which, on the next pass
 
     def _stop(self, tasks, addresses) -> None:
         """After a failure: tell the surviving tasks to stop, then cancel them."""
