@@ -7,7 +7,8 @@
 Timed:
 - in-process: ``gbflow.train(pandas_frame, label="y")``;
 - Dask: ``gbflow.train(dask_frame, label="y")`` with a ``distributed.Client`` of one worker
-  process (``LocalCluster(processes=True)``, the machine's cores for gbflow's kernels) and the
+  process (``LocalCluster(processes=True)``, as many threads as the machine has cores: gbflow's
+  kernels use the worker's threads) and the
   partitions already in the worker's memory (persisted, untimed: the data lives on the worker).
   It includes what Dask adds: handing the partitions to the task, checking and binning them there,
   the task round trip, returning the model.
@@ -79,14 +80,15 @@ def main():
               "max_bin": args.max_bin}
     df = frame(args.rows, args.features, args.seed)
     print(f"device: CPU {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-          f"Dask: {args.workers} worker process(es), 1 task thread each, "
-          f"NUMBA_NUM_THREADS={max(1, (os.cpu_count() or 1) // args.workers)}")
+          f"Dask: {args.workers} worker process(es) of "
+          f"{max(1, (os.cpu_count() or 1) // args.workers)} thread(s) each (gbflow's kernels use "
+          f"the worker's threads)")
     print(f"data: {args.rows:,} x {args.features} float32 + label, {args.partitions} partitions "
           f"({df.memory_usage(index=True).sum() / 2**20:.0f} MiB in pandas); depth {args.depth}, "
           f"{args.rounds} rounds, eta {args.eta}, max_bin {args.max_bin}")
     threads = max(1, (os.cpu_count() or 1) // args.workers)
-    with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
-                      dashboard_address=":0", env={"NUMBA_NUM_THREADS": str(threads)}) as cluster, \
+    with LocalCluster(n_workers=args.workers, threads_per_worker=threads, processes=True,
+                      dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         small = df.iloc[:2000]
         gbflow.train(small, label="y", params=params, num_boost_round=2, verbose=False)

@@ -63,9 +63,9 @@ def start_cluster(args):
         from dask_cuda import LocalCUDACluster
         return Client(LocalCUDACluster())
     threads = max(1, (os.cpu_count() or 1) // args.workers)
-    # One worker process per share of the cores; gbflow's kernels use NUMBA_NUM_THREADS threads.
-    cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
-                           dashboard_address=":0", env={"NUMBA_NUM_THREADS": str(threads)})
+    # One worker process per share of the cores; gbflow's kernels use the worker's threads.
+    cluster = LocalCluster(n_workers=args.workers, threads_per_worker=threads, processes=True,
+                           dashboard_address=":0")
     return Client(cluster)
 
 
