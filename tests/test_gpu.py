@@ -107,6 +107,17 @@ def test_cudf_nulls_are_missing_values():
     gdf["x0"] = gdf["x0"].nans_to_nulls()  # cuDF nulls, not NaN
     assert gdf["x0"].null_count > 0
     assert _fit(gdf, "cuda", rounds=5).to_json() == _fit(df, "cuda", rounds=5).to_json()
+    # an integer column with nulls: NaN where null, like the float column
+    codes = pd.array([None if i % 7 == 3 else i % 7 for i in range(len(df))], dtype="Int32")
+    df["codes"] = codes.astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
+    gdf["codes"] = cudf.from_pandas(pd.Series(codes, index=df.index))
+    assert gdf["codes"].dtype.kind == "i" and gdf["codes"].null_count > 0
+    assert _fit(gdf, "cuda", rounds=5).to_json() == _fit(df, "cuda", rounds=5).to_json()
+    label = df["y"].astype("Float64")
+    label.iloc[:2] = pd.NA
+    gdf["y"] = cudf.from_pandas(label)  # a null label is refused like NaN
+    with pytest.raises(ValueError, match="label column 'y' .* 2 NaN"):
+        _fit(gdf, "cuda", rounds=1)
 
 
 def test_own_memory_pool_bypasses_the_process_allocator():

@@ -98,4 +98,19 @@ class Communicator:
         return float(result) if np.ndim(value) == 0 else result
 
     def close(self) -> None:
+        """Destroy the communicator now (waits for NCCL's teardown: about 0.2 s on two H200s)."""
         self._comm.destroy()
+
+    def close_later(self) -> None:
+        """Destroy the communicator on a background thread, so that the caller does not wait
+        for NCCL's teardown. Only once every collective on it has completed (the caller has
+        fetched a result that depends on the last one)."""
+        import threading
+
+        import cupy
+        device = cupy.cuda.Device().id
+
+        def destroy():
+            with cupy.cuda.Device(device):
+                self._comm.destroy()
+        threading.Thread(target=destroy, name="gbflow-nccl-close", daemon=True).start()

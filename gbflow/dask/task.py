@@ -411,10 +411,9 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
             transport="nccl" if shardset.nccl is not None else "dask")
         fingerprint = model_digest(booster)
         stages.done("fingerprint")
-        if shardset.nccl is not None:
-            shardset.nccl.close()
+        if shardset.nccl is not None:  # the model is on the host: every reduction is done
+            shardset.nccl.close_later()
             shardset.nccl = None
-            stages.done("nccl close")
         report.update(stages=stages.seconds, task_seconds=time.perf_counter() - started)
         return {"rank": rank, "address": worker.address, "fingerprint": fingerprint,
                 "booster": booster if rank == 0 else None, "lines": lines if rank == 0 else [],
