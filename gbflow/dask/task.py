@@ -446,8 +446,8 @@ class _Stages:
 def model_digest(booster) -> str:
     """sha256 of everything the model file holds that training computes (every tree's node
     arrays and group, the base margin, the cut points, the best iteration and score): equal
-    digests mean equal model files for the same parameters and feature names. Cheaper than hashing ``to_json()`` (0.2 s for
-    500 trees of depth 8)."""
+    digests mean equal model files for the same parameters and feature names. Cheaper than
+    hashing ``to_json()`` (0.2 s for 500 trees of depth 8)."""
     digest = hashlib.sha256()
     for array in (booster.base_margin, booster.cuts.values, booster.cuts.offsets):
         digest.update(np.ascontiguousarray(array).tobytes())
