@@ -75,7 +75,7 @@ class Backend:
     def limited_threads(self, n: int):
         """Within this block, this thread's CPU kernels use at most ``n`` threads (a Dask
         worker's share of the cores: a LocalCluster of several workers, each with numba's
-        default of every core, ran 3-4x slower from oversubscription). Yields the thread count
+        default of every core, ran 4x to 40x slower from oversubscription). Yields the thread count
         used, or None on the GPU (nothing changes there)."""
         if self.name != "cpu":
             yield None
