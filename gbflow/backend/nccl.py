@@ -38,33 +38,28 @@ class Communicator:
         self._comm = nccl.NcclCommunicator(n_ranks, unique_id, rank)
 
     def allreduce_sum(self, array):
-        """Elementwise sum over the ranks of a CuPy int64/int32 array (a new array, same shape)."""
+        """Elementwise sum over the ranks of a CuPy int64/int32 array (a new array, same shape):
+        ``allreduce_sum_inplace`` on a C-ordered copy."""
         import cupy
-        types = self._types()
-        if array.dtype not in types:
-            raise TypeError(f"NCCL allreduce_sum takes int32/int64 arrays (exact sums), "
-                            f"got {array.dtype}")
-        source = cupy.ascontiguousarray(array)
-        out = cupy.empty_like(source)
-        stream = cupy.cuda.get_current_stream()
-        # Queued on the current stream, no wait: the kernels that read ``out`` are queued after
-        # it, and the grower's next device-to-host copy waits for all of them.
-        self._comm.allReduce(source.data.ptr, out.data.ptr, source.size, types[array.dtype],
-                             self._nccl.NCCL_SUM, stream.ptr)
+        out = cupy.array(array, order="C")
+        self.allreduce_sum_inplace([out])
         return out
 
     def allreduce_sum_inplace(self, arrays: list) -> None:
         """Sum each C-contiguous CuPy int64/int32 array over the ranks, in place (NCCL's in-place
         allreduce: no copies, no new arrays), all in one NCCL group. Queued on the current
-        stream, no wait (as ``allreduce_sum``). Every rank passes arrays of the same shapes."""
-        types = self._types()
+        stream, no wait: the kernels that read the sums are queued after it, and the grower's
+        next device-to-host copy waits for all of them. Every rank passes arrays of the same
+        shapes."""
+        import cupy
+        types = {cupy.dtype(cupy.int64): self._nccl.NCCL_INT64,
+                 cupy.dtype(cupy.int32): self._nccl.NCCL_INT32}
         for array in arrays:
             if array.dtype not in types:
-                raise TypeError(f"NCCL allreduce_sum_inplace takes int32/int64 arrays (exact "
-                                f"sums), got {array.dtype}")
+                raise TypeError(f"NCCL allreduce_sum takes int32/int64 arrays (exact sums), "
+                                f"got {array.dtype}")
             if not array.flags.c_contiguous:
                 raise ValueError("NCCL allreduce_sum_inplace needs C-contiguous arrays")
-        import cupy
         stream = cupy.cuda.get_current_stream().ptr
         self._nccl.groupStart()
         try:
@@ -73,11 +68,6 @@ class Communicator:
                                      types[array.dtype], self._nccl.NCCL_SUM, stream)
         finally:
             self._nccl.groupEnd()
-
-    def _types(self) -> dict:
-        import cupy
-        return {cupy.dtype(cupy.int64): self._nccl.NCCL_INT64,
-                cupy.dtype(cupy.int32): self._nccl.NCCL_INT32}
 
     def allreduce_max(self, value):
         """Elementwise max over the ranks of a float or a host float64 array, through the GPUs
