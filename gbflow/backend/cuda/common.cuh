@@ -68,7 +68,6 @@ __device__ __forceinline__ void shuffle_best(Best& b, int offset) {
     if (better(g, i, b)) { b.gain = g; b.index = i; b.left_g = lg; b.left_h = lh; }
 }
 
-#endif  // GBFLOW_COMMON_CUH
 
 // The sum of the (gradient, hessian) pairs h[2b], h[2b+1] for b in lo..hi-1 over the whole block:
 // every thread gets it in (tg, th). The node total of split search: every row sits in one bin of
@@ -105,3 +104,5 @@ __device__ __forceinline__ void block_best(Best best, Best* warp_best, Best* out
         *out = best;
     }
 }
+
+#endif  // GBFLOW_COMMON_CUH
