@@ -177,6 +177,17 @@ def test_sibling_histograms(kernels, n_parents, n_split, shape):
     assert np.array_equal(children[:n_split] + children[n_split:], parent[split_nodes])
 
 
+@pytest.mark.parametrize("parent_shape,children_shape", [((3, 4, 2), (2, 5, 2)),
+                                                         ((3, 4, 2), (3, 4, 2))])
+def test_sibling_histograms_refuses_mismatched_shapes(kernels, parent_shape, children_shape):
+    """The fast versions read nodes as flat words: a mismatch must fail, not read past a node."""
+    parent = np.zeros(parent_shape, dtype=np.int64)
+    children = np.zeros(children_shape, dtype=np.int64)
+    for version in (numpy_kernels, kernels):
+        with pytest.raises(ValueError, match="sibling_histograms"):
+            version.sibling_histograms(parent, np.array([0], dtype=np.int64), children)
+
+
 @pytest.mark.parametrize("n_nodes,n_features,n_bins", [(1, 1, 2), (3, 4, 16), (64, 5, 256),
                                                         (2, 3, 300)])
 @pytest.mark.parametrize("reg_alpha,min_child_weight", [(0.0, 1.0), (0.5, 0.0), (2.0, 50.0)])

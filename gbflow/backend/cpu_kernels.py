@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import _dtypes
+from .numpy_kernels import check_sibling_shapes
 
 # error_model="numpy": a float division by zero gives inf like NumPy instead of raising.
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
@@ -278,9 +279,7 @@ def sibling_histograms(parent, split_nodes, children):
     """See numpy_kernels.sibling_histograms. children: C-contiguous int64 (its nodes are read
     and written as flat words), modified in place and returned."""
     n = len(split_nodes)
-    if children.shape[0] != 2 * n:
-        raise ValueError(f"sibling_histograms: children must hold 2 * {n} nodes, not "
-                         f"{children.shape[0]}")
+    check_sibling_shapes(parent, n, children)
     if not children.flags.c_contiguous or children.dtype != _dtypes.FIXED:
         raise ValueError("sibling_histograms: children must be a C-contiguous int64 array")
     if n and children.size:

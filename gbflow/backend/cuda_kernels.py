@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import _dtypes
 from . import to_host
+from .numpy_kernels import check_sibling_shapes
 
 _CUDA_DIR = pathlib.Path(__file__).with_name("cuda")
 _THREADS = 256
@@ -318,9 +319,7 @@ def sibling_histograms(parent, split_nodes, children):
     layout after the node axis); split_nodes: host or device. children is modified in place and
     returned."""
     n = len(split_nodes)
-    if children.shape[0] != 2 * n:
-        raise ValueError(f"sibling_histograms: children must hold 2 * {n} nodes, not "
-                         f"{children.shape[0]}")
+    check_sibling_shapes(parent, n, children)
     _check_out(children, "sibling_histograms (children)", _dtypes.FIXED)
     if children.size == 0:
         return children

@@ -192,10 +192,20 @@ def sibling_histograms(parent, split_nodes, children):
     """
     split_nodes = np.asarray(split_nodes, dtype=np.int64)
     n = len(split_nodes)
-    if children.shape[0] != 2 * n:
-        raise ValueError(f"children must hold 2 * {n} nodes, not {children.shape[0]}")
+    check_sibling_shapes(parent, n, children)
     children[:n] = parent[split_nodes] - children[n:]
     return children
+
+
+def check_sibling_shapes(parent, n_split: int, children) -> None:
+    """``sibling_histograms``' shape checks, shared by its three versions (the fast ones read
+    nodes as flat words, so a mismatch would read out of bounds instead of failing)."""
+    if children.shape[0] != 2 * n_split:
+        raise ValueError(f"sibling_histograms: children must hold 2 * {n_split} nodes, not "
+                         f"{children.shape[0]}")
+    if tuple(parent.shape[1:]) != tuple(children.shape[1:]):
+        raise ValueError(f"sibling_histograms: parent nodes of shape {tuple(parent.shape[1:])} "
+                         f"but children of shape {tuple(children.shape[1:])}")
 
 
 def add_leaf_values(margin, row_index, seg_start, seg_count, values):
