@@ -154,6 +154,13 @@ def test_partition_and_histogram_dest_checked(kernels):
             np.ones(2, int), np.zeros(2, bool), np.zeros(2, bool), 16)
     with pytest.raises(ValueError, match="dest"):
         kernels.partition_and_histogram(*args, dest=np.zeros(99, dtype=_dtypes.ROW_INDEX))
+    # the host versions agree with the CUDA one: dest must not be row_index itself (the CUDA
+    # wrapper is not asked here, as the test harness gives each host argument its own copy)
+    for version in (numpy_kernels, cpu_kernels):
+        with pytest.raises(ValueError, match="dest"):
+            version.partition_and_histogram(*args, dest=np.zeros(99, dtype=_dtypes.ROW_INDEX))
+        with pytest.raises(ValueError, match="dest"):
+            version.partition_and_histogram(*args, dest=row_index)
 
 
 @pytest.mark.parametrize("n_parents,n_split,shape", [

@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import _dtypes
-from .numpy_kernels import check_sibling_shapes
+from .numpy_kernels import check_dest, check_sibling_shapes
 
 # error_model="numpy": a float division by zero gives inf like NumPy instead of raising.
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
@@ -237,18 +237,9 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
                              np.asarray(bin_threshold, dtype=np.int64),
                              np.asarray(default_left, dtype=np.bool_),
                              np.asarray(small_is_left, dtype=np.bool_), hist, left_count,
-                             row_index if dest is None else _dest(dest, row_index),
+                             row_index if dest is None else check_dest(dest, row_index),
                              numba.get_num_threads())
     return left_count, hist
-
-
-def _dest(dest, row_index):
-    """``partition_and_histogram``'s dest, checked: an int32 array like row_index."""
-    if not isinstance(dest, np.ndarray) or dest.shape != row_index.shape or \
-            dest.dtype != row_index.dtype:
-        raise ValueError(f"partition_and_histogram: dest must be a {row_index.dtype} array of "
-                         f"shape {row_index.shape}")
-    return dest
 
 
 @njit(parallel=True, **_JIT)

@@ -159,6 +159,7 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
     if dest is None:
         dest = row_index
     else:
+        check_dest(dest, row_index)
         for lo, count in zip(seg_start, seg_count):
             dest[lo : lo + count] = row_index[lo : lo + count]
     left_count = partition_rows(bins_by_feature.T, dest, seg_start, seg_count, feature,
@@ -195,6 +196,19 @@ def sibling_histograms(parent, split_nodes, children):
     check_sibling_shapes(parent, n, children)
     children[:n] = parent[split_nodes] - children[n:]
     return children
+
+
+def check_dest(dest, row_index):
+    """``partition_and_histogram``'s dest, checked (NumPy and numba): an array of row_index's
+    shape and dtype, not sharing its memory (None is how to partition in place). Returns it."""
+    if not isinstance(dest, np.ndarray) or dest.shape != row_index.shape or \
+            dest.dtype != row_index.dtype:
+        raise ValueError(f"partition_and_histogram: dest must be a {row_index.dtype} array of "
+                         f"shape {row_index.shape}")
+    if dest.size and np.may_share_memory(dest, row_index):
+        raise ValueError("partition_and_histogram: dest must be another array than row_index "
+                         "(None partitions row_index in place)")
+    return dest
 
 
 def check_sibling_shapes(parent, n_split: int, children) -> None:
