@@ -131,3 +131,12 @@ def test_gradient_bounds_hold_for_any_margin(name, num_class):
         assert (np.abs(g) <= bounds[:, 0]).all() and (np.abs(h) <= bounds[:, 1]).all()
         assert np.abs(g).max() > 0.5 * bounds[:, 0].max()  # not uselessly loose
     assert objectives.get_objective("reg:squarederror", None).gradient_bounds(1.0) is None
+
+
+def test_aligned_slots_pack_arrays_in_8_byte_slots():
+    """The one layout of packed uploads, split results and to_host_all's buffer: each array
+    starts 8-byte aligned right after the previous one's padded end."""
+    from gbflow.backend import aligned_slots
+    offsets, total = aligned_slots([8, 3, 0, 16, 1])
+    assert offsets == [0, 8, 16, 16, 32] and total == 40
+    assert aligned_slots([]) == ([], 0)

@@ -112,6 +112,17 @@ def to_host(array):
     return np.asarray(array)
 
 
+def aligned_slots(nbytes: list) -> tuple[list, int]:
+    """(offsets, total bytes) of arrays of ``nbytes`` bytes laid one after the other in 8-byte
+    aligned slots. The one layout of packed uploads, of the split search's results and of
+    ``to_host_all``'s buffer: device views laid out by it are fetched in one copy."""
+    offsets, total = [], 0
+    for n in nbytes:
+        offsets.append(total)
+        total += -(-int(n) // 8) * 8
+    return offsets, total
+
+
 _pinned = threading.local()  # per thread: training tasks of one process may run side by side
 
 
@@ -120,8 +131,8 @@ def _cuda_to_host_all(cupy, arrays) -> list:
     reused page-locked buffer (8-byte aligned slots), one wait for the stream, then host copies
     of the slots (the buffer is reused by the next call)."""
     device = [cupy.ascontiguousarray(a) if on_gpu(a) else None for a in arrays]
-    slots = [0 if d is None else -(-d.nbytes // 8) * 8 for d in device]
-    total = max(sum(slots), 8)
+    offsets, total = aligned_slots([0 if d is None else d.nbytes for d in device])
+    total = max(total, 8)
     if getattr(_pinned, "size", 0) < total:
         _pinned.size = max(total, 2 * getattr(_pinned, "size", 0), 1 << 16)
         _pinned.memory = cupy.cuda.alloc_pinned_memory(_pinned.size)
@@ -129,11 +140,11 @@ def _cuda_to_host_all(cupy, arrays) -> list:
     stream = cupy.cuda.get_current_stream()
     runtime = cupy.cuda.runtime
     base = _pinned.buffer.ctypes.data
-    views, offset = [], 0
+    views = []
     copies = []  # [host offset, device pointer, bytes, allocation]: views of one allocation
     # that follow each other there as they do in the buffer share one copy (a copy must not
     # span two allocations, even adjacent ones: the runtime rejects it)
-    for d, slot in zip(device, slots):
+    for d, offset in zip(device, offsets):
         view = None
         if d is not None:
             view = _pinned.buffer[offset:offset + d.nbytes].view(d.dtype).reshape(d.shape)
@@ -146,7 +157,6 @@ def _cuda_to_host_all(cupy, arrays) -> list:
                 else:
                     copies.append([offset, d.data.ptr, d.nbytes, d.data.mem])
         views.append(view)
-        offset += slot
     for host_offset, pointer, nbytes, _ in copies:
         # the runtime call itself: ndarray.get cost 35 us of host time a copy
         runtime.memcpyAsync(base + host_offset, pointer, nbytes, runtime.memcpyDeviceToHost,

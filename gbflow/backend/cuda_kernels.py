@@ -21,7 +21,7 @@ import cupy as cp
 import numpy as np
 
 from .. import _dtypes
-from . import to_host
+from . import aligned_slots, to_host
 from .numpy_kernels import check_sibling_shapes
 
 _CUDA_DIR = pathlib.Path(__file__).with_name("cuda")
@@ -134,15 +134,11 @@ def _upload(work: np.ndarray, *arrays) -> list:
         return [cp.asarray(work)] + [cp.asarray(a, dtype=d) for a, d in arrays]
     parts = [np.ascontiguousarray(work, dtype=np.int64)] + \
         [np.ascontiguousarray(a, dtype=d) for a, d in arrays]
-    images, offsets, size = [], [], 0
-    for p in parts:
-        offsets.append(size)
-        images.append(p.reshape(-1).view(np.uint8))
-        padding = -p.nbytes % 8
-        if padding:
-            images.append(np.zeros(padding, dtype=np.uint8))
-        size += p.nbytes + padding
-    device = cp.asarray(np.concatenate(images) if size else np.zeros(8, dtype=np.uint8))
+    offsets, size = aligned_slots([p.nbytes for p in parts])
+    image = np.zeros(max(size, 8), dtype=np.uint8)
+    for p, o in zip(parts, offsets):
+        image[o: o + p.nbytes] = p.reshape(-1).view(np.uint8)
+    device = cp.asarray(image)
     return [cp.ndarray(p.shape, dtype=p.dtype, memptr=device.data + o)
             for p, o in zip(parts, offsets)]
 
@@ -230,13 +226,11 @@ def _split_results(n_nodes: int) -> tuple:
     copy (it joins device arrays that follow each other so)."""
     layout = [((n_nodes,), np.float64), ((n_nodes,), _dtypes.NODE), ((n_nodes,), np.int32),
               ((n_nodes,), np.bool_), ((n_nodes, 2), _dtypes.FIXED)]
-    sizes = [-(-int(np.prod(shape)) * np.dtype(dtype).itemsize // 8) * 8 for shape, dtype in layout]
-    memory = cp.cuda.alloc(max(sum(sizes), 8))
-    views, offset = [], 0
-    for (shape, dtype), size in zip(layout, sizes):
-        views.append(cp.ndarray(shape, dtype=dtype, memptr=memory + offset))
-        offset += size
-    return tuple(views)
+    offsets, size = aligned_slots([int(np.prod(shape)) * np.dtype(dtype).itemsize
+                                   for shape, dtype in layout])
+    memory = cp.cuda.alloc(max(size, 8))
+    return tuple(cp.ndarray(shape, dtype=dtype, memptr=memory + offset)
+                 for (shape, dtype), offset in zip(layout, offsets))
 
 
 def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg_count, feature,
