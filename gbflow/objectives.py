@@ -41,8 +41,10 @@ class Objective:
         given the largest row weight (1.0 without weights), or None when the loss has none.
         Training takes its fixed-point scales from them instead of reducing max |g| and |h|
         over every process each round (a wait for the device, and a collective round trip on
-        several workers). The bound must never be exceeded: the scale keeps int64 sums exact
-        only up to it."""
+        several workers). With row weights other than 1 the float32 gradients may exceed the
+        bound by their rounding (one float32 ulp, a relative 6e-8), which the factor-of-two
+        headroom of ``_dtypes.FIXED_SUM_LIMIT`` absorbs; anything more could overflow the int64
+        sums."""
         return None
 
 
@@ -116,7 +118,8 @@ class Logistic(Objective):
 
     def gradient_bounds(self, max_weight):
         # p in [0, 1] and labels in [0, 1]: |p - y| <= 1; p (1 - p) <= 1/4. Both exact in
-        # floating point (rounding cannot leave [0, 1], and float32 holds 1 and 1/4).
+        # floating point without weights (rounding cannot leave [0, 1], and float32 holds 1 and
+        # 1/4); weighted, float32 rounding may exceed the bound by an ulp (see the base class).
         return np.array([[max_weight, max(0.25, _dtypes.MIN_HESSIAN) * max_weight]])
 
 

@@ -282,8 +282,8 @@ def _stores_from_csr(backend, part: BinnedPart, cuts: Cuts, routing: Routing):
             rows_b, ids_b, bins_b = rows_b[order], ids_b[order], bins_b[order]
         row_counts[r0:r1] = xp.bincount(rows_b, minlength=r1 - r0)
         # narrowed per block: the whole store's ids never exist wider than they are stored
-        feature_parts.append(ids_b.astype(feature_dtype))
-        bin_parts.append(bins_b.astype(dtype))
+        feature_parts.append(ids_b.astype(feature_dtype, copy=False))
+        bin_parts.append(bins_b.astype(dtype, copy=False))
     if not n_sparse:
         return dense, xp.ascontiguousarray(dense.T), None
     indptr = xp.zeros(n + 1, dtype=xp.int64)

@@ -709,7 +709,6 @@ def middle_summary(xp, X, w_fixed, slots: Slots, block_values: int = BLOCK_VALUE
             pieces.append(_tally(xp, ids, table[occupied], ordered=True))
         else:
             acc = _Accumulator(xp, group.block_values)
-            local_slots = Slots(bucket=local, mask=masks)
             for b in group.blocks():
                 ids, w = b.fine_ids(xp, ordered=True)
                 del b
