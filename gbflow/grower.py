@@ -9,6 +9,7 @@ import time
 import numpy as np
 
 from . import _dtypes, histogram, split
+from .backend import aligned_slots
 from .histogram import Histograms, LevelBuffers
 from .routing import DeviceRouting, SparseBins
 from .tree import Tree
@@ -116,6 +117,27 @@ class ShardSet:
         self._spare_index: list = []  # per shard, the array the next partition writes into
         self.routing: DeviceRouting | None = None  # set_routing, before any tree is grown
         self.level_buffers = LevelBuffers(backend.xp)  # the levels' histogram storage
+        # planned trees (``grow_tree``): None on the GPU when every feature is dense, True to
+        # plan on any backend (the tests' CPU check of the planned loop), False never
+        self.level_plans: bool | None = None
+        self._planned_layout = None
+
+    @property
+    def uses_level_plans(self) -> bool:
+        """Whether trees are grown planned: only dense features, and ``level_plans`` True, or
+        None on the GPU."""
+        dense_only = not self.has_sparse and len(self.routing.routing.dense) > 0
+        wanted = self.backend.name == "cuda" if self.level_plans is None else self.level_plans
+        return dense_only and wanted
+
+    def planned_layout(self, max_depth: int, node_bytes: int) -> "_PlannedLayout":
+        """The planned trees' fixed level arrays, made at the first tree (see
+        ``_PlannedLayout``)."""
+        layout = self._planned_layout
+        if layout is None or (layout.max_depth, layout.node_bytes) != (max_depth, node_bytes):
+            layout = self._planned_layout = _PlannedLayout(self.backend.xp, self.backend.kernels,
+                                                           self.shards, max_depth, node_bytes)
+        return layout
 
     @property
     def has_sparse(self) -> bool:
@@ -266,7 +288,16 @@ def _next_level_order(left, right, built_left):
 def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts, params,
               feature_allowed: np.ndarray, group: int) -> tuple[Tree, list[LeafRows]]:
     """Grow one tree on fixed-point gradients ``gh`` (per shard (n_i, 2) int64) and return it,
-    with each shard's ``LeafRows`` for the margin update.
+    with each shard's ``LeafRows`` for the margin update: planned (the level loop on the
+    device, one wait a tree) where ``shardset.uses_level_plans``, else level by level (one
+    wait a level). Both give the same tree and margins."""
+    grow = _grow_tree_planned if shardset.uses_level_plans else _grow_tree_levels
+    return grow(shardset, gh, scale_g, scale_h, cuts, params, feature_allowed, group)
+
+
+def _grow_tree_levels(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts, params,
+                      feature_allowed: np.ndarray, group: int) -> tuple[Tree, list[LeafRows]]:
+    """``grow_tree`` level by level, with the host between levels (any features).
 
     No loop over nodes: each level is a handful of kernel calls over all its nodes, and one wait
     for the device (the split search's results, fetched with the previous partition's left
@@ -365,28 +396,12 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
                 with timers("partition+histograms"):
                     shardset.fill_common_bins(built, totals[n_split:])
                     hist = children.fill_siblings(backend.kernels, hist, sp)  # parent freed
-        # The level's record, while the device builds the next level's histograms: made in the
-        # level's order, then scattered to id order (a node's id is its place in the tree).
+        # The level's record, while the device builds the next level's histograms.
         value = split.leaf_values(level_totals, scale_g, scale_h, params)
-        level = {
-            "feature": np.full(n, _dtypes.LEAF), "bin_threshold": np.zeros(n),
-            "threshold": np.zeros(n), "default_left": np.zeros(n, dtype=bool),
-            "left": np.full(n, -1), "right": np.full(n, -1), "value": value,
-            "gain": np.zeros(n), "cover": level_totals[:, 1] * (1.0 / scale_h),
-        }
-        if n_split:
-            level["feature"][sp] = feature
-            level["bin_threshold"][sp] = bin_threshold
-            level["threshold"][sp] = cuts.values[cuts.offsets[feature] + bin_threshold - 1]
-            level["default_left"][sp] = default_left
-            level["gain"][sp] = found.gain[sp]
-            level["left"][sp] = left_id
-            level["right"][sp] = left_id + 1
-        at = level_id - first_id
-        for name, values in level.items():
-            level[name] = np.empty_like(values)
-            level[name][at] = values
-        levels.append(level)
+        levels.append(_level_record(
+            cuts, value, level_totals[:, 1] * (1.0 / scale_h), level_id - first_id, sp,
+            *((feature, bin_threshold, default_left, found.gain[sp], left_id) if n_split else
+              (None,) * 5)))
         if record_leaves:
             stay = ~do_split
             for s in range(n_shards):
@@ -413,6 +428,33 @@ def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts
     return tree, result
 
 
+def _level_record(cuts, value, cover, at, sp, feature, bin_threshold, default_left, gain,
+                  left_id) -> dict:
+    """A level's node arrays in id order (a node's id is its place in the tree), from arrays in
+    the level's own order: value, cover (n,) float64 per node, ``at`` each node's place in id
+    order; sp (n_split,) the positions of the nodes that split, with their global feature ids,
+    bin thresholds, default directions, gains and left child ids (None when none split)."""
+    n = len(value)
+    level = {
+        "feature": np.full(n, _dtypes.LEAF), "bin_threshold": np.zeros(n),
+        "threshold": np.zeros(n), "default_left": np.zeros(n, dtype=bool),
+        "left": np.full(n, -1), "right": np.full(n, -1), "value": value,
+        "gain": np.zeros(n), "cover": cover,
+    }
+    if len(sp):
+        level["feature"][sp] = feature
+        level["bin_threshold"][sp] = bin_threshold
+        level["threshold"][sp] = cuts.values[cuts.offsets[feature] + bin_threshold - 1]
+        level["default_left"][sp] = default_left
+        level["gain"][sp] = gain
+        level["left"][sp] = left_id
+        level["right"][sp] = left_id + 1
+    for name, values in level.items():
+        level[name] = np.empty_like(values)
+        level[name][at] = values
+    return level
+
+
 def _leaves_by_array(levels: list) -> list:
     """Per level (row array, start, count, value) -> per distinct row array, in order of first
     appearance, (row array, starts, counts, values) concatenated over its levels; arrays
@@ -429,3 +471,283 @@ def _leaves_by_array(levels: list) -> list:
             groups.append((rows, [start], [count], [value]))
     return [(rows, np.concatenate(st), np.concatenate(ct), np.concatenate(vl))
             for rows, st, ct, vl in groups]
+
+
+# ---------------------------------------------------------------------------------------------
+# Planned trees: the level loop without a wait for the device per level (dense features).
+
+# A planned level's arrays are sized for every node it could hold (twice its parent level's);
+# above this many bytes of the built children's histograms the parent's split count is read
+# first (one wait) and the level sized to it (deep trees, wide data).
+PLANNED_HIST_BYTES = 64 << 20
+
+
+class _Arena:
+    """Device arrays taken one after the other from one allocation, in 8-byte aligned slots
+    (``backend.aligned_slots``' layout): ``Backend.to_host_all`` given them in the order taken
+    fetches them in one copy."""
+
+    def __init__(self, xp, shapes: list):
+        nbytes = [int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in shapes]
+        self._offsets, size = aligned_slots(nbytes)
+        self._memory = xp.empty(max(size, 8), dtype=np.uint8)
+        self._shapes = shapes
+        self._nbytes = nbytes
+        self._next = 0
+
+    def take(self):
+        """The next array of the shapes given (in order), contents unset."""
+        (shape, dtype), offset, n = self._shapes[self._next], self._offsets[self._next], \
+            self._nbytes[self._next]
+        self._next += 1
+        return self._memory[offset: offset + n].view(dtype).reshape(shape)
+
+
+_PLAN_FIELDS = (("n_split", (1,), np.int64), ("split_node", None, np.int64),
+                ("split_feature", None, np.int32), ("split_threshold", None, np.int32),
+                ("split_default_left", None, np.bool_), ("built_left", None, np.bool_),
+                ("split_gain", None, np.float64), ("child_totals", "children", np.int64))
+
+
+@dataclasses.dataclass
+class _PlannedLevel:
+    """One level of a planned tree: its slots (cap, laid out by ``half``: see numpy_kernels'
+    "Level plans"), the device arrays the host reads when the tree is grown (``fetched``: name
+    -> array, in the order taken from the arena; per shard names end in the shard's number),
+    and device-only scratch: per shard the splits' segments and the partition's work list."""
+
+    cap: int
+    half: int
+    n_parent: object  # (1,) int64 device: the parent level's split count
+    totals: object  # (cap, 2) int64 device
+    fetched: dict
+    plan: dict | None  # ``_PLAN_FIELDS`` on the device; None for the last level
+    seg_start: list
+    seg_count: list
+    split_start: list
+    split_count: list
+    work: list
+    n_work: list
+    left: list = dataclasses.field(default_factory=list)  # per shard, the partition's left counts
+
+    @classmethod
+    def make(cls, xp, kernels, shards, cap: int, half: int, n_parent, totals, planned: bool):
+        """A level's arrays: the fetched ones from one new arena (with ``totals`` when it is
+        None: taken there too), the scratch ones allocated."""
+        shapes = [] if totals is not None else [((cap, 2), np.int64)]
+        if planned:
+            shapes += [((cap,) if shape is None else (2 * cap, 2) if shape == "children"
+                        else shape, dtype) for _, shape, dtype in _PLAN_FIELDS]
+            shapes += [((cap,), np.int64)] * (2 * len(shards))
+        arena = _Arena(xp, shapes)
+        fetched = {}
+        if totals is None:
+            totals = fetched["totals"] = arena.take()
+        plan = None
+        if planned:
+            plan = {name: arena.take() for name, _, _ in _PLAN_FIELDS}
+            fetched.update(plan)
+        seg_start, seg_count, split_start, split_count, work, n_work = ([] for _ in range(6))
+        if planned:
+            for s, shard in enumerate(shards):
+                seg_start.append(arena.take())
+                seg_count.append(arena.take())
+                fetched[f"seg_start{s}"], fetched[f"seg_count{s}"] = seg_start[-1], seg_count[-1]
+                split_start.append(xp.empty(cap, dtype=np.int64))
+                split_count.append(xp.empty(cap, dtype=np.int64))
+                max_blocks = -(-shard.n_rows // kernels.rows_per_block(shard.n_rows)) + cap
+                work.append(xp.empty((max_blocks, 5), dtype=np.int64))
+                n_work.append(xp.empty(1, dtype=np.int64))
+        return cls(cap, half, n_parent, totals, fetched, plan, seg_start, seg_count,
+                   split_start, split_count, work, n_work)
+
+
+class _PlannedLayout:
+    """The levels of planned trees that do not depend on the data (each twice its parent's
+    capacity, while PLANNED_HIST_BYTES allows), allocated once per ``ShardSet`` and reused tree
+    after tree (the host reads a tree's arrays before the next tree writes them); the levels
+    below are made for each tree, sized by their parent's split count."""
+
+    def __init__(self, xp, kernels, shards, max_depth: int, node_bytes: int):
+        self.xp, self.kernels, self.shards = xp, kernels, shards
+        self.max_depth, self.node_bytes = max_depth, node_bytes
+        root_parent = xp.ones(1, dtype=np.int64)
+        self.fixed = [_PlannedLevel.make(xp, kernels, shards, 1, 1, root_parent, None,
+                                         max_depth > 0)]
+        while len(self.fixed) <= max_depth and self._bounded(self.fixed[-1].cap):
+            parent = self.fixed[-1]
+            self.fixed.append(_PlannedLevel.make(
+                xp, kernels, shards, 2 * parent.cap, parent.cap, parent.plan["n_split"],
+                parent.plan["child_totals"], len(self.fixed) < max_depth))
+
+    def _bounded(self, parent_cap: int) -> bool:
+        return parent_cap * self.node_bytes <= PLANNED_HIST_BYTES
+
+    def level(self, depth: int, parent: _PlannedLevel | None, backend) -> _PlannedLevel:
+        """Level ``depth``'s arrays: the fixed ones, or (below them) new ones sized by the
+        parent's split count, read from the device here, and the parent's child totals
+        copied into this level's layout."""
+        if depth < len(self.fixed):
+            return self.fixed[depth]
+        n = int(backend.to_host(parent.plan["n_split"])[0])
+        level = _PlannedLevel.make(self.xp, self.kernels, self.shards, 2 * n, max(n, 1),
+                                   parent.plan["n_split"], None, depth < self.max_depth)
+        children = parent.plan["child_totals"]
+        level.totals[:n] = children[:n]
+        level.totals[n:] = children[parent.cap: parent.cap + n]
+        return level
+
+
+def _grow_tree_planned(shardset: "ShardSet", gh: list, scale_g: float, scale_h: float, cuts,
+                       params, feature_allowed: np.ndarray, group: int):
+    """``grow_tree`` with the level loop on the device: each level's split search, the plan
+    of its splits (``kernels.plan_level``), the shards' segments and work lists
+    (``kernels.level_segments``), the partition, the all-reduce and the siblings are queued
+    one after the other, every array sized for the nodes the level could hold; the host reads
+    the tree's arrays once, when it is grown, and builds the same tree and ``LeafRows`` as the
+    level-by-level loop. Dense features only."""
+    backend, xp, kernels = shardset.backend, shardset.backend.xp, shardset.backend.kernels
+    timers = shardset.timers
+    n_bins = cuts.n_bins
+    routing = shardset.routing
+    allowed = routing.allowed(xp, feature_allowed)
+    shards = shardset.shards
+    max_depth = params.max_depth
+    layout = shardset.planned_layout(max_depth, len(routing.routing.dense) * n_bins * 16)
+    shardset.reset_row_index()
+    rows = (shardset.row_index, shardset._spare_index)  # level d's rows are in rows[d % 2]
+    min_gain = max(params.gamma, _dtypes.MIN_SPLIT_IMPROVEMENT)
+    constants = (1.0 / scale_g, 1.0 / scale_h, params.reg_lambda, params.reg_alpha,
+                 params.min_child_weight)
+    with timers("histograms"):
+        hist = shardset.build_histograms(gh, [np.zeros(1, dtype=np.int64)] * len(shards),
+                                         [np.array([s.n_rows], dtype=np.int64) for s in shards],
+                                         n_bins)
+        level = layout.level(0, None, backend)
+        level.totals[...] = histogram.node_totals(hist.dense)
+    levels = [level]
+    for depth in range(max_depth):
+        plan = level.plan
+        with timers("splits"):
+            found = kernels.evaluate_splits(hist.dense, routing.n_value_bins_dense, allowed[0],
+                                            *constants)
+            kernels.plan_level(level.n_parent, level.half, *found, level.totals, min_gain,
+                               *plan.values())
+        with timers("partition+histograms"):
+            parent = levels[-2] if depth else None
+            for s, shard in enumerate(shards):
+                if parent is None:  # the root: the parent arrays are not read
+                    parent_arrays = (level.seg_start[s],) * 3 + (plan["built_left"],)
+                else:
+                    parent_arrays = (parent.split_start[s][: level.half],
+                                     parent.split_count[s][: level.half], parent.left[s],
+                                     parent.plan["built_left"][: level.half])
+                kernels.level_segments(
+                    shard.n_rows, 0 if parent is None else level.half, level.n_parent,
+                    *parent_arrays, plan["n_split"], plan["split_node"],
+                    kernels.rows_per_block(shard.n_rows), level.seg_start[s],
+                    level.seg_count[s], level.split_start[s], level.split_count[s],
+                    level.work[s], level.n_work[s])
+            if depth + 1 == max_depth:  # the last level's rows are not moved
+                levels.append(layout.level(depth + 1, level, backend))
+                break
+            child = layout.level(depth + 1, level, backend)
+            half = child.half
+            children = Histograms(shardset.level_buffers.take(
+                "dense", (depth + 1) % 2, (child.cap,) + hist.dense.shape[1:], np.int64))
+            children.dense[...] = 0
+            built = children.nodes(half, 2 * half)
+            split_arrays = [plan[name][:half] for name in
+                            ("split_feature", "split_threshold", "split_default_left",
+                             "built_left")]
+            level.left = [kernels.partition_planned(
+                shard.bins, shard.bins_by_feature, gh[s], rows[depth % 2][s], level.work[s],
+                level.n_work[s], *split_arrays, n_bins, built.dense, rows[(depth + 1) % 2][s])
+                for s, shard in enumerate(shards)]
+            shardset._allreduce_histograms(built)
+            kernels.sibling_histograms(hist.dense, plan["split_node"][:half], children.dense,
+                                       plan["n_split"])
+            hist = children
+        levels.append(child)
+        level = child
+    with timers("tree"):
+        arrays = [a for lv in levels for a in lv.fetched.values()]
+        host = iter(backend.to_host_all(arrays))
+        fetched = [{name: next(host) for name in lv.fetched} for lv in levels]
+        return _planned_tree(shardset, levels, fetched, rows, scale_g, scale_h, cuts, params,
+                             group)
+
+
+def _planned_tree(shardset, levels, fetched, rows, scale_g, scale_h, cuts, params, group):
+    """The tree and per shard ``LeafRows`` of a planned tree, from its levels' arrays on the
+    host: node ids given as the level-by-level loop gives them (a level's splits in id order
+    get consecutive child ids), records and leaves likewise."""
+    n_shards = len(shardset.shards)
+    dense = shardset.routing.routing.dense
+    max_depth = params.max_depth
+    node_id = np.zeros(1, dtype=np.int64)  # per slot of the level: its node's tree id
+    next_id = 1
+    records = []
+    leaves = [[] for _ in range(n_shards)]
+    last_split = None
+    n_parent = 1
+    totals = None
+    for depth, (level, host) in enumerate(zip(levels, fetched)):
+        slots = np.flatnonzero(np.arange(level.cap) % level.half < n_parent)
+        totals = host["totals"] if "totals" in host else totals
+        level_totals = totals[slots]
+        ids = node_id[slots]
+        n_split = int(host["n_split"][0]) if depth < max_depth else 0
+        split_slot = host["split_node"][:n_split] if n_split else np.zeros(0, dtype=np.int64)
+        by_id = np.argsort(node_id[split_slot], kind="stable")  # the splits in id order
+        rank = np.empty(n_split, dtype=np.int64)
+        rank[by_id] = np.arange(n_split)
+        left_id = next_id + 2 * rank  # per split, in plan (slot) order
+        value = split.leaf_values(level_totals, scale_g, scale_h, params)
+        sp = np.searchsorted(slots, split_slot)  # the splits' places among the level's nodes
+        if n_split:
+            local_feature = host["split_feature"][:n_split]
+            threshold = host["split_threshold"][:n_split]
+            default_left = host["split_default_left"][:n_split]
+            record = (dense[local_feature], threshold, default_left,
+                      host["split_gain"][:n_split], left_id)
+        else:
+            record = (None,) * 5
+        records.append(_level_record(cuts, value, level_totals[:, 1] * (1.0 / scale_h),
+                                     ids - (ids.min() if len(ids) else 0), sp, *record))
+        if last_split is None:
+            stay = np.ones(len(slots), dtype=bool)
+            stay[sp] = False
+            for s in range(n_shards):
+                leaves[s].append((rows[depth % 2][s], host[f"seg_start{s}"][slots][stay],
+                                  host[f"seg_count{s}"][slots][stay], value[stay]))
+        if not n_split:
+            break
+        if depth + 1 == max_depth:
+            last_split = ([host[f"seg_start{s}"][split_slot[by_id]] for s in range(n_shards)],
+                          [host[f"seg_count{s}"][split_slot[by_id]] for s in range(n_shards)],
+                          local_feature[by_id], threshold[by_id], default_left[by_id],
+                          rows[depth % 2])
+        child = levels[depth + 1]
+        built_left = host["built_left"][:n_split]
+        node_id = np.full(child.cap, -1, dtype=np.int64)
+        node_id[:n_split] = np.where(built_left, left_id + 1, left_id)
+        node_id[child.half: child.half + n_split] = np.where(built_left, left_id, left_id + 1)
+        totals = host["child_totals"]
+        n_parent = n_split
+        next_id += 2 * n_split
+    tree = Tree.concatenate_levels(records, group)
+    result = []
+    empty = np.zeros(0, dtype=np.int64)
+    for s in range(n_shards):
+        if last_split is None:
+            split_rows = (empty, empty, empty, empty, np.zeros(0, dtype=bool), np.zeros(0),
+                          np.zeros(0))
+            row_index = rows[0][s]
+        else:
+            child_values = records[-1]["value"].reshape(-1, 2)
+            split_rows = (last_split[0][s], last_split[1][s], *last_split[2:5],
+                          child_values[:, 0], child_values[:, 1])
+            row_index = last_split[5][s]
+        result.append(LeafRows(_leaves_by_array(leaves[s]), row_index, *split_rows))
+    return tree, result

@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import _dtypes
+from . import numpy_kernels
 from .numpy_kernels import check_dest, check_sibling_shapes
 
 # error_model="numpy": a float division by zero gives inf like NumPy instead of raising.
@@ -258,26 +259,43 @@ def quantise_gradients(grad, hess, scale_g, scale_h):
 
 
 @njit(parallel=True, **_JIT)
-def _sibling_histograms(parent, split_nodes, children):
+def _sibling_histograms(parent, split_nodes, children, n_valid):
     n = split_nodes.shape[0]
-    for k in prange(n):
+    for k in prange(n_valid):
         p = split_nodes[k]
         for w in range(children.shape[1]):
             children[k, w] = parent[p, w] - children[n + k, w]
 
 
-def sibling_histograms(parent, split_nodes, children):
+def sibling_histograms(parent, split_nodes, children, n_valid=None):
     """See numpy_kernels.sibling_histograms. children: C-contiguous int64 (its nodes are read
     and written as flat words), modified in place and returned."""
     n = len(split_nodes)
     check_sibling_shapes(parent, n, children)
     if not children.flags.c_contiguous or children.dtype != _dtypes.FIXED:
         raise ValueError("sibling_histograms: children must be a C-contiguous int64 array")
-    if n and children.size:
+    valid = n if n_valid is None else min(n, int(n_valid[0]))
+    if valid and children.size:
         _sibling_histograms(np.ascontiguousarray(parent).reshape(parent.shape[0], -1),
                             np.asarray(split_nodes, dtype=np.int64),
-                            children.reshape(2 * n, -1))
+                            children.reshape(2 * n, -1), valid)
     return children
+
+
+# Level plans: small single-pass bookkeeping over a level's slots, nothing to gain from numba.
+plan_level = numpy_kernels.plan_level
+level_segments = numpy_kernels.level_segments
+rows_per_block = numpy_kernels.rows_per_block
+
+
+def partition_planned(bins, bins_by_feature, gh, row_index, work, n_work, feature, bin_threshold,
+                      default_left, small_is_left, n_bins, out, dest):
+    """See numpy_kernels.partition_planned."""
+    seg_start, seg_count = numpy_kernels.segments_of_work(work, n_work, len(feature))
+    left_count, _ = partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start,
+                                            seg_count, feature, bin_threshold, default_left,
+                                            small_is_left, n_bins, out=out, dest=dest)
+    return left_count
 
 
 @njit(parallel=True, **_JIT)

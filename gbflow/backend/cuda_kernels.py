@@ -246,23 +246,40 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
     n_nodes = len(seg_start)
     hist = _hist_out(out, (n_nodes, n_features, n_bins, 2), "partition_and_histogram")
     if dest is not None:
-        _check_out(dest, "partition_and_histogram (dest)", row_index.dtype)
-        if dest.shape != row_index.shape or (dest.size and dest.data.ptr == row_index.data.ptr):
-            raise ValueError(f"partition_and_histogram: dest must be another array of shape "
-                             f"{row_index.shape} (None partitions row_index in place)")
+        _check_dest(dest, row_index)
     work = work_list(seg_start, seg_count)
     if len(work) == 0:
         return cp.zeros(n_nodes, dtype=np.int64), hist
     n_blocks = len(work)
-    work, *split, small_is_left = _upload(
-        work, (feature, np.int32), (bin_threshold, np.int32), (default_left, bool),
-        (small_is_left, bool))
+    work, n_work, *split = _upload(
+        work, (np.array([n_blocks]), np.int64), (feature, np.int32), (bin_threshold, np.int32),
+        (default_left, bool), (small_is_left, bool))
+    left_count = _partition(bins, bins_by_feature, gh, row_index, work, n_work, n_blocks, split,
+                            n_nodes, n_bins, hist, dest)
+    return left_count, hist
+
+
+def _check_dest(dest, row_index):
+    _check_out(dest, "partition_and_histogram (dest)", row_index.dtype)
+    if dest.shape != row_index.shape or (dest.size and dest.data.ptr == row_index.data.ptr):
+        raise ValueError(f"partition_and_histogram: dest must be another array of shape "
+                         f"{row_index.shape} (None partitions row_index in place)")
+
+
+def _partition(bins, bins_by_feature, gh, row_index, work, n_work, n_blocks: int, split: list,
+               n_nodes: int, n_bins: int, hist, dest):
+    """The partition's launches over a device work list whose length is ``n_work`` (device
+    (1,) int64), on a grid of n_blocks blocks (n_blocks >= that length: the others return).
+    split: device (feature int32, bin_threshold int32, default_left bool, small_is_left bool).
+    Returns left_count (n_nodes,) int64 CuPy; hist is added into."""
+    *split, small_is_left = split
+    n_features = bins.shape[1]
     n_rows_total = np.int64(bins_by_feature.shape[1])
     block_left = cp.empty(n_blocks, dtype=np.int64)
     itemsize = bins.itemsize
     _kernel("count_left", itemsize)((n_blocks,), (_THREADS,),
-                                    (bins_by_feature, n_rows_total, row_index, work, *split,
-                                     block_left))
+                                    (bins_by_feature, n_rows_total, row_index, work, n_work,
+                                     *split, block_left))
     left_count = cp.zeros(n_nodes, dtype=np.int64)  # nodes without rows have no block to set it
     use_shared, group, n_groups = _feature_groups(max(n_features, 1), n_bins, _HIST_THREADS * 4)
     # Wide data: partition alone, then the children's histograms from their new segments (each
@@ -277,17 +294,87 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
     _launch_shared(_kernel("scatter_and_histogram", itemsize),
                    (n_blocks, 1 if separate else n_groups), _HIST_THREADS, shared,
                    (bins, bin_stride, bins_by_feature, n_rows_total, _i32(fused_features),
-                    _i32(n_bins), gh, row_index, target, work, block_left, *split,
+                    _i32(n_bins), gh, row_index, target, work, n_work, block_left, *split,
                     small_is_left, _i32(group), _i32(use_shared), hist, left_count))
     if dest is None:
-        _kernel("copy_back", 1)((n_blocks,), (_THREADS,), (target, row_index, work))
+        _kernel("copy_back", 1)((n_blocks,), (_THREADS,), (target, row_index, work, n_work))
         target = row_index
     if separate:
         _launch_shared(_kernel("build_child_histograms_shared", itemsize), (n_blocks, n_groups),
                        _HIST_THREADS, group * _shared_feature_bytes(n_bins),
                        (bins, bin_stride, _i32(n_features), _i32(n_bins), gh, target, work,
-                        left_count, small_is_left, _i32(group), hist))
-    return left_count, hist
+                        n_work, left_count, small_is_left, _i32(group), hist))
+    return left_count
+
+
+def partition_planned(bins, bins_by_feature, gh, row_index, work, n_work, feature, bin_threshold,
+                      default_left, small_is_left, n_bins, out, dest):
+    """See ``numpy_kernels.partition_planned``. work (max_blocks, 5) and n_work (1,) int64
+    CuPy, from ``level_segments``; the split arrays CuPy (the level plan's). The grid is sized
+    for max_blocks: nothing waits for the device."""
+    n_nodes = len(feature)
+    hist = _hist_out(out, (n_nodes, bins.shape[1], n_bins, 2), "partition_planned")
+    _check_dest(dest, row_index)
+    if len(work) == 0 or n_nodes == 0:
+        return cp.zeros(n_nodes, dtype=np.int64)
+    split = [_dev(feature, np.int32), _dev(bin_threshold, np.int32), _dev(default_left, bool),
+             _dev(small_is_left, bool)]
+    return _partition(bins, bins_by_feature, gh, row_index, _dev(work, np.int64),
+                      _dev(n_work, np.int64), len(work), split, n_nodes, n_bins, hist, dest)
+
+
+def rows_per_block(n_rows: int) -> int:
+    """See ``numpy_kernels.rows_per_block``: two blocks per multiprocessor for the whole shard,
+    at least 2048 rows each (as the host-built work lists)."""
+    return _rows_per_block(int(n_rows))
+
+
+_PLAN_THREADS = 256
+
+
+def plan_level(n_parent_split, half, gain, feature, bin_threshold, default_left, left_sum,
+               totals, min_gain, n_split, split_node, split_feature, split_threshold,
+               split_default_left, built_left, split_gain, child_totals):
+    """See ``numpy_kernels.plan_level``: one block; every array a C-contiguous CuPy array of
+    the twin's dtypes (outputs written in place, nothing read back)."""
+    cap = len(gain)
+    if cap == 0:
+        n_split[...] = 0
+        return
+    for name, out in (("n_split", n_split), ("split_node", split_node),
+                      ("child_totals", child_totals)):
+        _check_out(out, f"plan_level ({name})", np.int64)
+    _kernel("plan_level", 1)(
+        (1,), (_PLAN_THREADS,),
+        (_dev(n_parent_split, np.int64), _i64(half), _i64(cap), _dev(gain, np.float64),
+         _dev(feature, np.int32), _dev(bin_threshold, np.int32), _dev(default_left, bool),
+         _dev(left_sum, np.int64), _dev(totals, np.int64), np.float64(min_gain), n_split,
+         split_node, split_feature, split_threshold, split_default_left, built_left,
+         split_gain, child_totals))
+
+
+def level_segments(n_rows, half, n_parent_split, parent_split_start, parent_split_count,
+                   left_count, parent_built_left, n_split, split_node, rows_per_block, seg_start,
+                   seg_count, split_start, split_count, work, n_work):
+    """See ``numpy_kernels.level_segments``: one block; CuPy arrays (at the root, half 0, the
+    parent arrays are not read: any int64/bool CuPy arrays). Nothing is read back, so the
+    work list's length must fit: len(work) >= ceil(n_rows / rows_per_block) + len(seg_start)
+    (checked here, on the host)."""
+    cap = len(seg_start)
+    if len(work) < -(-int(n_rows) // int(rows_per_block)) + cap:
+        raise ValueError(f"level_segments: work has {len(work)} rows; a level of {cap} slots "
+                         f"over {n_rows} rows may need {-(-int(n_rows) // int(rows_per_block)) + cap}")
+    for name, out in (("seg_start", seg_start), ("seg_count", seg_count),
+                      ("split_start", split_start), ("split_count", split_count),
+                      ("work", work), ("n_work", n_work)):
+        _check_out(out, f"level_segments ({name})", np.int64)
+    _kernel("level_segments", 1)(
+        (1,), (_PLAN_THREADS,),
+        (_i64(n_rows), _i64(half), _i64(cap), _dev(n_parent_split, np.int64),
+         _dev(parent_split_start, np.int64), _dev(parent_split_count, np.int64),
+         _dev(left_count, np.int64), _dev(parent_built_left, bool), _dev(n_split, np.int64),
+         _dev(split_node, np.int64), _i64(rows_per_block), _i64(len(work)), seg_start,
+         seg_count, split_start, split_count, work, n_work))
 
 
 def quantise_gradients(grad, hess, scale_g, scale_h):
@@ -308,20 +395,23 @@ def quantise_gradients(grad, hess, scale_g, scale_h):
     return gh
 
 
-def sibling_histograms(parent, split_nodes, children):
+def sibling_histograms(parent, split_nodes, children, n_valid=None):
     """See ``numpy_kernels.sibling_histograms``. parent, children: C-contiguous int64 CuPy (any
-    layout after the node axis); split_nodes: host or device. children is modified in place and
-    returned."""
+    layout after the node axis); split_nodes, n_valid: host or device (a level plan's, on the
+    device: nothing is read back). children is modified in place and returned."""
     n = len(split_nodes)
     check_sibling_shapes(parent, n, children)
     _check_out(children, "sibling_histograms (children)", _dtypes.FIXED)
     if children.size == 0:
         return children
     _check_out(parent, "sibling_histograms (parent)", _dtypes.FIXED)
-    split_nodes, = _upload_small((split_nodes, np.int64))
+    if n_valid is None:
+        n_valid = np.array([n])
+    split_nodes, n_valid = _upload_small((split_nodes, np.int64), (n_valid, np.int64))
     words = children.size // (2 * n)
     _kernel("sibling_histograms", 1)(
-        _grid(n * words), (_THREADS,), (parent, split_nodes, _i64(n), _i64(words), children))
+        _grid(n * words), (_THREADS,),
+        (parent, split_nodes, _i64(n), n_valid, _i64(words), children))
     return children
 
 

@@ -180,7 +180,7 @@ def _add_into(out, hist):
     return out
 
 
-def sibling_histograms(parent, split_nodes, children):
+def sibling_histograms(parent, split_nodes, children, n_valid=None):
     """The siblings' half of the next level's histograms, from the parents and the built half.
 
     parent: (n_parents, ...) int64 histograms of a level (dense or sparse layout).
@@ -189,12 +189,15 @@ def sibling_histograms(parent, split_nodes, children):
     split n_split - 1, built child of split 0, ..., built child of split n_split - 1]; its second
     half holds the built children (``partition_and_histogram``). Sets
     ``children[k] = parent[split_nodes[k]] - children[n_split + k]`` (exact integers) in place
-    and returns ``children``.
+    and returns ``children``. n_valid: None, or a (1,) int64 array (on the device: the count a
+    level plan wrote there): only k < n_valid[0] are set, the other siblings are left as they
+    are (the arrays are sized for every node that could split).
     """
     split_nodes = np.asarray(split_nodes, dtype=np.int64)
     n = len(split_nodes)
     check_sibling_shapes(parent, n, children)
-    children[:n] = parent[split_nodes] - children[n:]
+    k = n if n_valid is None else min(n, int(n_valid[0]))
+    children[:k] = parent[split_nodes[:k]] - children[n: n + k]
     return children
 
 
@@ -401,3 +404,144 @@ def predict_margins_csr(indptr, indices, data, feature, threshold, default_left,
                 node = left[node] if go_left else right[node]
             out[r, tree_group[t]] += value[node]
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Level plans: what a level's split search decided, turned into the next steps' inputs on the
+# device, so that growing a tree waits for the device once per tree instead of once per level
+# (``grower.grow_tree`` on the GPU). A level's arrays are sized for its capacity: every node that
+# could be there (``cap`` slots); which slots hold a node follows from the parent level's split
+# count alone. The slots of a level made by n splits are laid out [sibling of split 0 .. of split
+# n - 1, unused .., built child of split 0 at ``half``, .., unused ..]: slot k holds a node when
+# k % half < n (the root level: one slot, half 1, n 1).
+
+def plan_level(n_parent_split, half, gain, feature, bin_threshold, default_left, left_sum,
+               totals, min_gain, n_split, split_node, split_feature, split_threshold,
+               split_default_left, built_left, split_gain, child_totals):
+    """The splits a level takes, listed in slot order, and its children's totals.
+
+    n_parent_split: (1,) int64, the parent level's split count; half: int, the level's built
+    half offset (slot k holds a node when k % half < n_parent_split[0]). gain .. left_sum: the
+    split search's (cap,) results (``evaluate_splits``, global feature ids); totals: (cap, 2)
+    int64 node sums. A node splits when it holds a node, has a split (feature >= 0) and its
+    gain > min_gain (float).
+
+    Outputs, written in place (cap = len(gain)): n_split (1,) int64; for split j < n_split, in
+    slot order: split_node[j] int64 its slot, split_feature/split_threshold int32,
+    split_default_left bool, split_gain float64, built_left bool (the left child has the smaller
+    or equal hessian: it is the one built by the partition), child_totals (2 * cap, 2) int64:
+    row j the sibling's [g, h], row cap + j the built child's (the next level's layout with
+    half = cap). Every entry for j >= n_split is zero (False, 0.0).
+    """
+    cap = len(gain)
+    slot = np.arange(cap)
+    holds = (slot % int(half)) < int(n_parent_split[0])
+    splits = np.flatnonzero(holds & (np.asarray(feature) >= 0) & (np.asarray(gain) > min_gain))
+    n = len(splits)
+    for out in (split_node, split_feature, split_threshold, split_default_left, built_left,
+                split_gain, child_totals):
+        out[...] = 0
+    n_split[0] = n
+    split_node[:n] = splits
+    split_feature[:n] = feature[splits]
+    split_threshold[:n] = bin_threshold[splits]
+    split_default_left[:n] = default_left[splits]
+    split_gain[:n] = gain[splits]
+    left = left_sum[splits]
+    right = totals[splits] - left
+    is_left = left[:, 1] <= right[:, 1]
+    built_left[:n] = is_left
+    child_totals[:n] = np.where(is_left[:, None], right, left)
+    child_totals[cap: cap + n] = np.where(is_left[:, None], left, right)
+
+
+def rows_per_block(n_rows: int) -> int:
+    """Rows per block of the level plans' work lists for a shard of n_rows rows. Any choice
+    gives the same model (integer sums, stable partition); each backend picks its own."""
+    return max(2048, -(-int(n_rows) // 256))
+
+
+def level_segments(n_rows, half, n_parent_split, parent_split_start, parent_split_count,
+                   left_count, parent_built_left, n_split, split_node, rows_per_block, seg_start,
+                   seg_count, split_start, split_count, work, n_work):
+    """One shard's segments of a level's slots, and the work list of the nodes that split.
+
+    n_rows: the shard's rows. half, n_parent_split: the level's layout (see ``plan_level``);
+    half == 0 means the root (one slot, all rows; the parent arrays are not read). Slot k
+    (k % half = j < n_parent_split[0]) is a child of the parent level's split j, whose segment
+    was parent_split_start[j], parent_split_count[j] (int64) and whose left child got
+    left_count[j] (int64) of its rows: the built child (k >= half) is the left one when
+    parent_built_left[j], the sibling the other one. n_split (1,) int64, split_node (cap,)
+    int64: this level's plan.
+
+    Outputs, written in place: seg_start/seg_count (cap,) int64 (0 for unused slots);
+    split_start/split_count (cap,) int64, the splits' segments in plan order (0 past n_split);
+    work (max_blocks, 5) int64, the partition's work list over the splits (see
+    ``work_list_rows``; rows past the list are zero); n_work (1,) int64 its length.
+    """
+    cap = len(seg_start)
+    seg_start[...] = 0
+    seg_count[...] = 0
+    if half == 0:
+        seg_count[0] = n_rows
+    else:
+        for k in range(cap):
+            j = k % half
+            if j >= int(n_parent_split[0]):
+                continue
+            start, count, left = parent_split_start[j], parent_split_count[j], left_count[j]
+            child_is_left = bool(parent_built_left[j]) == (k >= half)
+            seg_start[k] = start if child_is_left else start + left
+            seg_count[k] = left if child_is_left else count - left
+    n = int(n_split[0])
+    split_start[...] = 0
+    split_count[...] = 0
+    split_start[:n] = seg_start[split_node[:n]]
+    split_count[:n] = seg_count[split_node[:n]]
+    rows = work_list_rows(split_start[:n], split_count[:n], rows_per_block)
+    if len(rows) > len(work):
+        raise ValueError(f"level_segments: the work list needs {len(rows)} rows, work has "
+                         f"{len(work)}")
+    work[...] = 0
+    work[: len(rows)] = rows
+    n_work[0] = len(rows)
+
+
+def work_list_rows(seg_start, seg_count, rows_per_block: int) -> np.ndarray:
+    """(n_blocks, 5) int64 work list: per block [node, begin, end, first block of node, node
+    start]; node k's segment dealt to consecutive blocks of at most rows_per_block rows, empty
+    nodes get none."""
+    start = np.asarray(seg_start, dtype=np.int64)
+    count = np.asarray(seg_count, dtype=np.int64)
+    blocks = -(-count // rows_per_block)
+    node = np.repeat(np.arange(len(start), dtype=np.int64), blocks)
+    first = np.cumsum(blocks) - blocks
+    j = np.arange(len(node), dtype=np.int64) - first[node]
+    begin = start[node] + j * rows_per_block
+    end = np.minimum(begin + rows_per_block, start[node] + count[node])
+    return np.stack([node, begin, end, first[node], start[node]], axis=1).reshape(-1, 5)
+
+
+def segments_of_work(work, n_work, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(seg_start, seg_count) (n_nodes,) int64 of the nodes of a work list's first n_work[0]
+    rows (nodes without a block: an empty segment)."""
+    rows = np.asarray(work)[: int(n_work[0])]
+    seg_start = np.zeros(n_nodes, dtype=np.int64)
+    seg_count = np.zeros(n_nodes, dtype=np.int64)
+    if len(rows):
+        seg_start[rows[:, 0]] = rows[:, 4]
+        np.add.at(seg_count, rows[:, 0], rows[:, 2] - rows[:, 1])
+    return seg_start, seg_count
+
+
+def partition_planned(bins, bins_by_feature, gh, row_index, work, n_work, feature, bin_threshold,
+                      default_left, small_is_left, n_bins, out, dest):
+    """``partition_and_histogram`` of the nodes of a planned work list (``level_segments``),
+    into ``dest`` (required: the grower ping-pongs between two row arrays) and adding into
+    ``out`` (required, (n_nodes, F, n_bins, 2)). n_nodes = len(feature); the work list's nodes
+    index the split arrays. Returns left_count (n_nodes,) int64 (0 for nodes without rows)."""
+    seg_start, seg_count = segments_of_work(work, n_work, len(feature))
+    left_count, _ = partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start,
+                                            seg_count, feature, bin_threshold, default_left,
+                                            small_is_left, n_bins, out=out, dest=dest)
+    return left_count

@@ -14,7 +14,9 @@
 // Segment kernels take a "work list": one row per thread block, int64
 //   [node, begin, end, first_block_of_node, seg_start_of_node]
 // built on the host from the (host) segment arrays, so that a large node gets many blocks and an
-// empty node none. All sums are integers, so the result does not depend on how rows are dealt to
+// empty node none; or on the device by level_segments (a level plan). The partition kernels also
+// take the list's length in device memory (n_work): a planned level's grid is sized for the
+// longest list the level can have, and blocks past n_work return at once. All sums are integers, so the result does not depend on how rows are dealt to
 // blocks or in which order atomics land: every kernel here is deterministic.
 //
 // common.cuh (i64/u64, shared_add64, the split score and the Best candidate) is shared with
@@ -138,9 +140,10 @@ extern "C" __global__ void build_histograms_shared(
 // parent), with left = node_left[node] from the partition (no trip to the host).
 extern "C" __global__ void build_child_histograms_shared(
         const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,
-        const int* row_index, const i64* work, const i64* node_left, const bool* small_is_left,
-        int group_size, i64* hist) {
+        const int* row_index, const i64* work, const i64* n_work, const i64* node_left,
+        const bool* small_is_left, int group_size, i64* hist) {
     extern __shared__ unsigned int words[];
+    if ((i64)blockIdx.x >= *n_work) return;  // the whole block
     const i64* w = work + WORK_WIDTH * blockIdx.x;
     i64 node = w[0], begin = w[1], end = w[2], seg_start = w[4];
     i64 split = seg_start + node_left[node];
@@ -200,10 +203,11 @@ __device__ __forceinline__ bool goes_left(const BIN_T* bins_by_feature, i64 n_ro
 }
 
 extern "C" __global__ void count_left(const BIN_T* bins_by_feature, i64 n_rows_total,
-                                      const int* row_index, const i64* work, const int* feature,
-                                      const int* bin_threshold, const bool* default_left,
-                                      i64* block_left) {
+                                      const int* row_index, const i64* work, const i64* n_work,
+                                      const int* feature, const int* bin_threshold,
+                                      const bool* default_left, i64* block_left) {
     __shared__ i64 warp_sums[32];
+    if ((i64)blockIdx.x >= *n_work) return;
     const i64* w = work + WORK_WIDTH * blockIdx.x;
     i64 node = w[0], begin = w[1], end = w[2];
     int f = feature[node], t = bin_threshold[node];
@@ -225,13 +229,15 @@ extern "C" __global__ void count_left(const BIN_T* bins_by_feature, i64 n_rows_t
 extern "C" __global__ void scatter_and_histogram(
         const BIN_T* bins, i64 bin_stride, const BIN_T* bins_by_feature, i64 n_rows_total,
         int n_features, int n_bins, const i64* gh, const int* row_index, int* moved,
-        const i64* work, const i64* block_left, const int* feature, const int* bin_threshold,
-        const bool* default_left, const bool* small_is_left, int group_size, int use_shared,
-        i64* hist, i64* node_left) {
+        const i64* work, const i64* n_work, const i64* block_left, const int* feature,
+        const int* bin_threshold, const bool* default_left, const bool* small_is_left,
+        int group_size, int use_shared, i64* hist, i64* node_left) {
     extern __shared__ unsigned int words[];
     __shared__ int warp_left[32];
     __shared__ int warp_small[32];
     __shared__ i64 base[2];  // left rows and right rows of this node written before this block
+    i64 n_blocks = *n_work;
+    if ((i64)blockIdx.x >= n_blocks) return;  // the whole block, before any barrier
     const i64* w = work + WORK_WIDTH * blockIdx.x;
     i64 node = w[0], begin = w[1], end = w[2], first_block = w[3], seg_start = w[4];
     int f0 = blockIdx.y * group_size;
@@ -243,7 +249,7 @@ extern "C" __global__ void scatter_and_histogram(
     zero_shared(words, n_words);
     if (threadIdx.x == 0) {
         i64 left_before = 0, node_total_left = 0;
-        for (i64 b = first_block; b < (i64)gridDim.x; ++b) {
+        for (i64 b = first_block; b < n_blocks; ++b) {
             const i64* wb = work + WORK_WIDTH * b;
             if (wb[0] != node) break;
             if (b < (i64)blockIdx.x) left_before += block_left[b];
@@ -295,7 +301,9 @@ extern "C" __global__ void scatter_and_histogram(
     if (use_shared) flush_shared(words, group, n_bins, hist_node, f0);
 }
 
-extern "C" __global__ void copy_back(const int* moved, int* row_index, const i64* work) {
+extern "C" __global__ void copy_back(const int* moved, int* row_index, const i64* work,
+                                     const i64* n_work) {
+    if ((i64)blockIdx.x >= *n_work) return;
     const i64* w = work + WORK_WIDTH * blockIdx.x;
     for (i64 p = w[1] + threadIdx.x; p < w[2]; p += blockDim.x) row_index[p] = moved[p];
 }
@@ -334,10 +342,14 @@ extern "C" __global__ void quantise_gradients_f32(const float* grad, i64 grad_st
 // its parent's histogram minus the built child's. Histograms of any layout, as words_per_node
 // int64 words per node. Grid-stride, one thread per word of the siblings' half: consecutive
 // threads read and write consecutive words, and no word is both read and written by two threads.
+// Only the first *n_valid siblings are written (a level plan's split count; its arrays are sized
+// for every node that could split).
 extern "C" __global__ void sibling_histograms(const i64* parent, const i64* split_node,
-                                              i64 n_split, i64 words_per_node, i64* children) {
+                                              i64 n_split, const i64* n_valid,
+                                              i64 words_per_node, i64* children) {
     i64 total = n_split * words_per_node;
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+    i64 valid = min(n_split, *n_valid) * words_per_node;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < valid;
          i += (i64)gridDim.x * blockDim.x) {
         i64 k = i / words_per_node, w = i - k * words_per_node;
         children[i] = parent[split_node[k] * words_per_node + w] - children[total + i];
@@ -477,4 +489,133 @@ extern "C" __global__ void predict_margins(
             out[row * n_groups + tree_group[t]] += value[node];
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Level plans (see the "Level plans" section of numpy_kernels.py): one block each over a level's
+// slots, so that a tree's levels follow each other on the device without the host reading the
+// split results in between. Block size: a multiple of 32.
+
+// Exclusive prefix sum over the block of one value per thread (every thread calls it), plus
+// *carry; then *carry grows by the block's total. warp_sums: shared, 32 entries.
+__device__ i64 block_exclusive_scan(i64 value, i64* warp_sums, i64* carry) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    i64 x = value;
+    for (int o = 1; o < 32; o <<= 1) {
+        i64 y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    if (lane == 31) warp_sums[warp] = x;
+    __syncthreads();
+    i64 before = *carry, total = 0;
+    for (int i = 0; i < n_warps; ++i) {
+        if (i < warp) before += warp_sums[i];
+        total += warp_sums[i];
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) *carry += total;
+    __syncthreads();
+    return before + x - value;
+}
+
+extern "C" __global__ void plan_level(
+        const i64* n_parent_split, i64 half, i64 cap, const double* gain, const int* feature,
+        const int* bin_threshold, const bool* default_left, const i64* left_sum,
+        const i64* totals, double min_gain, i64* n_split, i64* split_node, int* split_feature,
+        int* split_threshold, bool* split_default_left, bool* built_left, double* split_gain,
+        i64* child_totals) {
+    __shared__ i64 warp_sums[32];
+    __shared__ i64 carry;
+    if (threadIdx.x == 0) carry = 0;
+    __syncthreads();
+    i64 n_parent = *n_parent_split;
+    for (i64 base = 0; base < cap; base += blockDim.x) {
+        i64 k = base + threadIdx.x;
+        bool split = k < cap && (k % half) < n_parent && feature[k] >= 0 && gain[k] > min_gain;
+        i64 j = block_exclusive_scan(split ? 1 : 0, warp_sums, &carry);
+        if (split) {
+            i64 lg = left_sum[2 * k], lh = left_sum[2 * k + 1];
+            i64 rg = totals[2 * k] - lg, rh = totals[2 * k + 1] - lh;
+            bool is_left = lh <= rh;
+            split_node[j] = k;
+            split_feature[j] = feature[k];
+            split_threshold[j] = bin_threshold[k];
+            split_default_left[j] = default_left[k];
+            split_gain[j] = gain[k];
+            built_left[j] = is_left;
+            child_totals[2 * j] = is_left ? rg : lg;
+            child_totals[2 * j + 1] = is_left ? rh : lh;
+            child_totals[2 * (cap + j)] = is_left ? lg : rg;
+            child_totals[2 * (cap + j) + 1] = is_left ? lh : rh;
+        }
+    }
+    i64 n = carry;  // final after the scan's last barrier
+    for (i64 j = n + threadIdx.x; j < cap; j += blockDim.x) {
+        split_node[j] = 0;
+        split_feature[j] = 0;
+        split_threshold[j] = 0;
+        split_default_left[j] = false;
+        split_gain[j] = 0.0;
+        built_left[j] = false;
+        child_totals[2 * j] = 0;
+        child_totals[2 * j + 1] = 0;
+        child_totals[2 * (cap + j)] = 0;
+        child_totals[2 * (cap + j) + 1] = 0;
+    }
+    if (threadIdx.x == 0) *n_split = n;
+}
+
+extern "C" __global__ void level_segments(
+        i64 n_rows, i64 half, i64 cap, const i64* n_parent_split, const i64* parent_split_start,
+        const i64* parent_split_count, const i64* left_count, const bool* parent_built_left,
+        const i64* n_split, const i64* split_node, i64 rows_per_block, i64 max_blocks,
+        i64* seg_start, i64* seg_count, i64* split_start, i64* split_count, i64* work,
+        i64* n_work) {
+    __shared__ i64 warp_sums[32];
+    __shared__ i64 carry;
+    if (threadIdx.x == 0) carry = 0;
+    i64 n_parent = half == 0 ? 1 : *n_parent_split;
+    for (i64 k = threadIdx.x; k < cap; k += blockDim.x) {
+        i64 start = 0, count = 0;
+        if (half == 0) {
+            count = k == 0 ? n_rows : 0;
+        } else if (k % half < n_parent) {
+            i64 j = k % half;
+            i64 left = left_count[j];
+            bool child_is_left = parent_built_left[j] == (k >= half);
+            start = child_is_left ? parent_split_start[j] : parent_split_start[j] + left;
+            count = child_is_left ? left : parent_split_count[j] - left;
+        }
+        seg_start[k] = start;
+        seg_count[k] = count;
+    }
+    __syncthreads();  // the segments above are read below by other threads (global memory)
+    i64 n = *n_split;
+    for (i64 base = 0; base < cap; base += blockDim.x) {
+        i64 i = base + threadIdx.x;
+        i64 start = 0, count = 0;
+        if (i < n) {
+            start = seg_start[split_node[i]];
+            count = seg_count[split_node[i]];
+        }
+        i64 blocks = (count + rows_per_block - 1) / rows_per_block;
+        i64 first = block_exclusive_scan(blocks, warp_sums, &carry);
+        if (i < cap) {
+            split_start[i] = start;
+            split_count[i] = count;
+        }
+        for (i64 b = 0; b < blocks; ++b) {
+            i64* w = work + WORK_WIDTH * (first + b);
+            i64 begin = start + b * rows_per_block;
+            w[0] = i;
+            w[1] = begin;
+            w[2] = min(begin + rows_per_block, start + count);
+            w[3] = first;
+            w[4] = start;
+        }
+    }
+    i64 total = carry;
+    for (i64 r = total + threadIdx.x; r < max_blocks; r += blockDim.x)
+        for (int c = 0; c < WORK_WIDTH; ++c) work[WORK_WIDTH * r + c] = 0;
+    if (threadIdx.x == 0) *n_work = total;
 }
