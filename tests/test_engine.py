@@ -222,3 +222,56 @@ def test_level_buffers_reuse_storage_per_parity():
     larger = buffers.take("dense", 1, (16, 3, 16, 2), np.int64)  # grows: new storage
     assert larger.shape == (16, 3, 16, 2) and not np.shares_memory(larger, a)
     assert buffers.take("dense", 0, (0, 0, 16, 2), np.int64).size == 0
+
+
+PLANNED_CASES = [
+    ("regression", {"max_depth": 6}, None),
+    ("binary", {"max_depth": 5, "subsample": 0.7, "colsample_bytree": 0.5}, None),
+    ("multiclass", {"max_depth": 3}, None),
+    ("regression", {"max_depth": 1}, None),  # the root's split is the last
+    ("regression", {"max_depth": 8, "min_child_weight": 30}, None),  # levels stop before 8
+    ("regression", {"max_depth": 5, "gamma": 1e6}, None),  # nothing splits
+    ("regression", {"max_depth": 7, "gamma": 1.0}, 0),  # every level sized by its parent's splits
+    ("binary", {"max_depth": 7}, 4 * 6 * 256 * 16),  # fixed levels, then sized ones
+]
+
+
+@pytest.mark.parametrize("task,extra,hist_bytes", PLANNED_CASES)
+def test_planned_trees_equal_level_by_level_trees(task, extra, hist_bytes, device, monkeypatch):
+    """The planned loop (the GPU's default for dense features: one wait for the device a tree)
+    grows the same trees and margins as the level-by-level loop, on several shards, also where
+    levels are sized by their parent's split count (a small PLANNED_HIST_BYTES)."""
+    from gbflow import grower
+    if hist_bytes is not None:
+        monkeypatch.setattr(grower, "PLANNED_HIST_BYTES", hist_bytes)
+    df = make_table(task=task, seed=8)
+    params = make_params({**PARAMS[task], **extra})
+    backend = get_backend(device)
+    bounds = [0, 1, 900, 901, 2000, len(df)]  # includes one-row shards
+
+    def fit(level_plans):
+        shardset = grower.ShardSet(backend, [])
+        shardset.level_plans = level_plans
+        parts = [data_mod.load(df.iloc[a:b], "y") for a, b in zip(bounds[:-1], bounds[1:])]
+        booster = training.fit(backend, parts, params, 10, verbose=False,
+                               keep_training_margins=True, shardset=shardset)
+        assert shardset.uses_level_plans == bool(level_plans)
+        return booster
+
+    levels, planned = fit(False), fit(True)
+    assert planned.to_json() == levels.to_json()
+    for a, b in zip(planned.training_margins, levels.training_margins):
+        assert np.array_equal(a, b)
+    assert "tree" in planned.timings and "tree" not in levels.timings
+
+
+def test_planned_trees_by_default_on_the_gpu_only_with_dense_features(device):
+    from gbflow import grower
+    df = make_table(seed=9)
+    for sparse_threshold, dense_only in ((1.0, True), (0.0, False)):
+        params = make_params({**PARAMS["regression"], "sparse_threshold": sparse_threshold})
+        shardset = grower.ShardSet(get_backend(device), [])
+        training.fit(shardset.backend, [data_mod.load(df, "y")], params, 2, verbose=False,
+                     shardset=shardset)
+        assert shardset.has_sparse != dense_only
+        assert shardset.uses_level_plans == (device == "cuda" and dense_only)

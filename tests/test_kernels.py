@@ -184,6 +184,166 @@ def test_sibling_histograms(kernels, n_parents, n_split, shape):
     assert np.array_equal(children[:n_split] + children[n_split:], parent[split_nodes])
 
 
+@pytest.mark.parametrize("n_valid", [0, 3, 7])
+def test_sibling_histograms_of_the_first_n_valid_splits(kernels, n_valid):
+    """A planned level's arrays hold every node that could split: only the first n_valid
+    siblings are written, the others keep what they held."""
+    rng = np.random.default_rng(n_valid)
+    parent = rng.integers(-2**50, 2**50, size=(9, 3, 8, 2))
+    split_nodes = np.zeros(7, dtype=np.int64)
+    split_nodes[:n_valid] = rng.choice(9, size=n_valid, replace=False)
+    children = rng.integers(-2**50, 2**50, size=(14, 3, 8, 2))
+    before = children.copy()
+    count = np.array([n_valid], dtype=np.int64)
+    expected = numpy_kernels.sibling_histograms(parent, split_nodes, children.copy(), count)
+    got = kernels.sibling_histograms(parent, split_nodes, children, count)
+    assert got is children and np.array_equal(children, expected)
+    assert np.array_equal(children[n_valid:], before[n_valid:])
+    assert np.array_equal(children[:n_valid] + children[7:7 + n_valid],
+                          parent[split_nodes[:n_valid]])
+
+
+def random_found(rng, cap, n_features=6):
+    """A split search's (cap,) results with some nodes without a split and some tied gains."""
+    gain = rng.choice([-np.inf, 0.0, 1e-7, 0.5, 2.0, 3.0], size=cap)
+    feature = np.where(gain > -np.inf, rng.integers(0, n_features, cap), -1).astype(np.int32)
+    threshold = rng.integers(1, 200, cap).astype(np.int32)
+    default_left = rng.random(cap) < 0.5
+    totals = np.stack([rng.integers(-2**40, 2**40, cap), rng.integers(0, 2**40, cap)], axis=1)
+    left_sum = np.stack([rng.integers(-2**40, 2**40, cap),
+                         (totals[:, 1] * rng.random(cap)).astype(np.int64)], axis=1)
+    left_sum[::5, 1] = totals[::5, 1] // 2  # ties: the left child is built
+    return gain, feature, threshold, default_left, left_sum, totals
+
+
+def plan_outputs(cap):
+    return [np.full(1, -9, dtype=np.int64), np.full(cap, -9, dtype=np.int64),
+            np.full(cap, -9, dtype=np.int32), np.full(cap, -9, dtype=np.int32),
+            np.ones(cap, dtype=bool), np.ones(cap, dtype=bool), np.full(cap, -9.0),
+            np.full((2 * cap, 2), -9, dtype=np.int64)]
+
+
+@pytest.mark.parametrize("cap,half,n_parent", [(1, 1, 1), (2, 1, 1), (8, 4, 3), (16, 8, 0),
+                                               (600, 300, 250), (2048, 1024, 1024)])
+def test_plan_level(kernels, cap, half, n_parent):
+    rng = np.random.default_rng(cap + n_parent)
+    gain, feature, threshold, default_left, left_sum, totals = random_found(rng, cap)
+    min_gain = 1e-6
+    args = (np.array([n_parent], dtype=np.int64), half, gain, feature, threshold, default_left,
+            left_sum, totals, min_gain)
+    expected = plan_outputs(cap)
+    numpy_kernels.plan_level(*args, *expected)
+    got = plan_outputs(cap)
+    kernels.plan_level(*args, *got)
+    for e, g in zip(expected, got):
+        assert np.array_equal(e, g)
+    n_split, split_node, split_feature, _, _, built_left, split_gain, child_totals = got
+    # what the plan means: the nodes that split, in slot order, and their children's sums
+    holds = np.arange(cap) % half < n_parent
+    splits = np.flatnonzero(holds & (feature >= 0) & (gain > min_gain))
+    n = len(splits)
+    assert n_split[0] == n and np.array_equal(split_node[:n], splits)
+    assert np.array_equal(split_feature[:n], feature[splits])
+    assert np.array_equal(split_gain[:n], gain[splits])
+    assert np.array_equal(child_totals[:n] + child_totals[cap:cap + n], totals[splits])
+    built = np.where(built_left[:n, None], left_sum[splits], totals[splits] - left_sum[splits])
+    assert np.array_equal(child_totals[cap:cap + n], built)
+    assert (child_totals[cap:cap + n, 1] <= child_totals[:n, 1]).all()  # the smaller is built
+    assert not split_node[n:].any() and not child_totals[n:cap].any() and \
+        not child_totals[cap + n:].any() and not built_left[n:].any()
+
+
+def random_parent_level(rng, n_rows, half, n_parent):
+    """A parent level's split segments tiling [0, n_rows) in a shuffled order, left counts and
+    built sides, for a level of 2 * half slots."""
+    n_cuts = min(n_parent - 1, max(n_rows - 1, 0))
+    cuts = np.sort(rng.choice(np.arange(1, max(n_rows, 2)), size=n_cuts, replace=False))
+    bounds = np.concatenate([[0], cuts, [n_rows]]).astype(np.int64)
+    start, count = bounds[:-1], np.diff(bounds)
+    start = np.concatenate([start, np.zeros(n_parent - len(start), dtype=np.int64)])
+    count = np.concatenate([count, np.zeros(n_parent - len(count), dtype=np.int64)])
+    order = rng.permutation(n_parent)
+    start, count = start[order], count[order]
+    pad = half - n_parent
+    left = (count * rng.random(n_parent)).astype(np.int64)
+    return (np.concatenate([start, np.full(pad, 77)]), np.concatenate([count, np.full(pad, 5)]),
+            np.concatenate([left, np.full(pad, 3)]),
+            np.concatenate([rng.random(n_parent) < 0.5, np.ones(pad, dtype=bool)]))
+
+
+def segment_outputs(cap, max_blocks):
+    return [np.full(cap, -9, dtype=np.int64) for _ in range(4)] + \
+        [np.full((max_blocks, 5), -9, dtype=np.int64), np.full(1, -9, dtype=np.int64)]
+
+
+@pytest.mark.parametrize("n_rows,half,n_parent,rows_per_block", [
+    (0, 0, 1, 2048), (5000, 0, 1, 2048), (100000, 0, 1, 2048),  # the root
+    (5000, 4, 3, 2048), (30000, 8, 8, 1000), (30000, 300, 211, 512), (10, 16, 16, 2048)])
+def test_level_segments(kernels, n_rows, half, n_parent, rows_per_block):
+    rng = np.random.default_rng(n_rows + half)
+    cap = 1 if half == 0 else 2 * half
+    if half:
+        parent = random_parent_level(rng, n_rows, half, n_parent)
+        n_valid = n_parent
+    else:
+        parent = (np.zeros(1, dtype=np.int64),) * 3 + (np.zeros(1, dtype=bool),)
+        n_valid = 1
+    holds = np.flatnonzero(np.arange(cap) % max(half, 1) < n_valid)
+    splits = np.sort(rng.choice(holds, size=len(holds) * 2 // 3 or len(holds), replace=False))
+    split_node = np.zeros(cap, dtype=np.int64)
+    split_node[:len(splits)] = splits
+    max_blocks = -(-n_rows // rows_per_block) + cap
+    args = (n_rows, half, np.array([n_parent], dtype=np.int64), *parent,
+            np.array([len(splits)], dtype=np.int64), split_node, rows_per_block)
+    expected = segment_outputs(cap, max_blocks)
+    numpy_kernels.level_segments(*args, *expected)
+    got = segment_outputs(cap, max_blocks)
+    kernels.level_segments(*args, *got)
+    for e, g in zip(expected, got):
+        assert np.array_equal(e, g)
+    seg_start, seg_count, split_start, split_count, work, n_work = got
+    # the level's segments tile the rows its nodes hold; the work list deals the splits' rows
+    ranges = sorted((a, a + c) for a, c in zip(seg_start[holds], seg_count[holds]) if c)
+    assert sum(b - a for a, b in ranges) == (n_rows if half == 0 else
+                                             parent[1][:n_parent].sum())
+    assert all(b1 <= a2 for (_, b1), (a2, _) in zip(ranges, ranges[1:]))
+    rows = work[: n_work[0]]
+    assert not work[n_work[0]:].any()
+    for i, slot in enumerate(splits):
+        mine = rows[rows[:, 0] == i]
+        assert (mine[:, 2] - mine[:, 1]).sum() == seg_count[slot] == split_count[i]
+        assert (mine[:, 2] - mine[:, 1] <= rows_per_block).all()
+        if len(mine):
+            assert (mine[:, 4] == seg_start[slot]).all() and mine[0, 1] == seg_start[slot]
+
+
+@pytest.mark.parametrize("n_rows,n_features,n_bins,n_nodes", CASES)
+def test_partition_planned(kernels, n_rows, n_features, n_bins, n_nodes):
+    """The partition over a planned work list (a level's splits among more slots) does what
+    partition_and_histogram does over the same segments."""
+    rng = np.random.default_rng(11 + n_rows)
+    bins, gh, row_index, start, count = random_level(rng, n_rows, n_features, n_bins, n_nodes)
+    split = random_partition_split(rng, n_features, n_bins, n_nodes)
+    cap = n_nodes + 3  # slots without a split: no block, left count 0, histogram untouched
+    split = [np.concatenate([a, np.zeros(3, dtype=a.dtype)]) for a in split]
+    rows_per_block = 1000
+    work = np.zeros((-(-n_rows // rows_per_block) + cap, 5), dtype=np.int64)
+    listed = numpy_kernels.work_list_rows(start, count, rows_per_block)
+    work[: len(listed)] = listed
+    n_work = np.array([len(listed)], dtype=np.int64)
+    expected_dest = np.full_like(row_index, -1)
+    expected_left, expected_hist = numpy_kernels.partition_and_histogram(
+        bins, np.ascontiguousarray(bins.T), gh, row_index, start, count,
+        *(a[:n_nodes] for a in split), n_bins, dest=expected_dest)
+    out = np.zeros((cap, n_features, n_bins, 2), dtype=np.int64)
+    dest = np.full_like(row_index, -1)
+    left = kernels.partition_planned(bins, np.ascontiguousarray(bins.T), gh, row_index, work,
+                                     n_work, *split, n_bins, out, dest)
+    assert np.array_equal(left[:n_nodes], expected_left) and not left[n_nodes:].any()
+    assert np.array_equal(dest, expected_dest)
+    assert np.array_equal(out[:n_nodes], expected_hist) and not out[n_nodes:].any()
+
+
 @pytest.mark.parametrize("parent_shape,children_shape", [((3, 4, 2), (2, 5, 2)),
                                                          ((3, 4, 2), (3, 4, 2))])
 def test_sibling_histograms_refuses_mismatched_shapes(kernels, parent_shape, children_shape):
