@@ -4,6 +4,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import os
 import time
 
 import numpy as np
@@ -118,8 +119,10 @@ class ShardSet:
         self.routing: DeviceRouting | None = None  # set_routing, before any tree is grown
         self.level_buffers = LevelBuffers(backend.xp)  # the levels' histogram storage
         # planned trees (``grow_tree``): None on the GPU when every feature is dense, True to
-        # plan on any backend (the tests' CPU check of the planned loop), False never
-        self.level_plans: bool | None = None
+        # plan on any backend (the tests' CPU check of the planned loop), False never; the
+        # environment's GBFLOW_LEVEL_PLANS=0 or 1 sets False or True (to compare the loops)
+        self.level_plans: bool | None = {"0": False, "1": True}.get(
+            os.environ.get("GBFLOW_LEVEL_PLANS", ""))
         self._planned_layout = None
 
     @property
