@@ -509,7 +509,8 @@ class _Arena:
 _PLAN_FIELDS = (("n_split", (1,), np.int64), ("split_node", None, np.int64),
                 ("split_feature", None, np.int32), ("split_threshold", None, np.int32),
                 ("split_default_left", None, np.bool_), ("built_left", None, np.bool_),
-                ("split_gain", None, np.float64), ("child_totals", "children", np.int64))
+                ("split_gain", None, np.float64), ("child_totals", "children", np.int64),
+                ("is_leaf", None, np.bool_))
 
 
 @dataclasses.dataclass
@@ -673,64 +674,99 @@ def _grow_tree_planned(shardset: "ShardSet", gh: list, scale_g: float, scale_h: 
             hist = children
         levels.append(child)
         level = child
-    with timers("tree"):
-        arrays = [a for lv in levels for a in lv.fetched.values()]
-        host = iter(backend.to_host_all(arrays))
-        fetched = [{name: next(host) for name in lv.fetched} for lv in levels]
-        return _planned_tree(shardset, levels, fetched, rows, scale_g, scale_h, cuts, params,
-                             group)
+    # the tree's arrays start on their way to the host now; the margins follow them on the device
+    arrays = backend.to_host_later([a for lv in levels for a in lv.fetched.values()])
+    pending = PendingTree(lambda: _planned_tree(shardset, levels, arrays.wait(), scale_g,
+                                                scale_h, cuts, params, group), timers)
+    constants = split.leaf_constants(scale_g, scale_h, params)
+    return pending, [_PlannedMargins(kernels, levels, [r[s] for r in rows], constants, s)
+                     for s in range(len(shards))]
 
 
-def _planned_tree(shardset, levels, fetched, rows, scale_g, scale_h, cuts, params, group):
-    """The tree and per shard ``LeafRows`` of a planned tree, from its levels' arrays on the
-    host: node ids given as the level-by-level loop gives them (a level's splits in id order
-    get consecutive child ids), records and leaves likewise."""
-    n_shards = len(shardset.shards)
+class PendingTree:
+    """A tree whose arrays may still be on their way from the device (``grow_tree`` on the GPU):
+    ``result()`` waits for them and builds the ``Tree`` (once; timed as "tree")."""
+
+    def __init__(self, build, timers: Timers):
+        self._build, self._timers, self._tree = build, timers, None
+
+    def result(self) -> Tree:
+        if self._tree is None:
+            with self._timers("tree"):
+                self._tree = self._build()
+            self._build = None
+        return self._tree
+
+
+def resolve(tree) -> Tree:
+    """A ``Tree`` from ``grow_tree``'s first result (a ``Tree`` or a ``PendingTree``)."""
+    return tree.result() if isinstance(tree, PendingTree) else tree
+
+
+@dataclasses.dataclass
+class _PlannedMargins:
+    """A shard's margin update for a planned tree, queued on the device from the levels' arrays
+    (nothing read back): each level's leaves (``kernels.add_planned_leaf_values``), then the
+    last level's through its parents' splits (``add_planned_split_values``). ``add_to`` has
+    ``LeafRows.add_to``'s signature."""
+
+    kernels: object
+    levels: list
+    rows: tuple  # the shard's two row arrays: level d's rows are in rows[d % 2]
+    constants: tuple  # split.leaf_constants
+    shard: int
+
+    def add_to(self, kernels, bins_by_feature, margin) -> None:
+        s = self.shard
+        for depth, level in enumerate(self.levels[:-1]):
+            kernels.add_planned_leaf_values(margin, self.rows[depth % 2], level.seg_start[s],
+                                            level.seg_count[s], level.plan["is_leaf"],
+                                            level.totals, *self.constants)
+        if len(self.levels) > 1:
+            last, child = self.levels[-2], self.levels[-1]
+            plan = last.plan
+            kernels.add_planned_split_values(
+                margin, bins_by_feature, self.rows[(len(self.levels) - 2) % 2],
+                last.split_start[s][: child.half], last.split_count[s][: child.half],
+                plan["n_split"], plan["split_feature"][: child.half],
+                plan["split_threshold"][: child.half], plan["split_default_left"][: child.half],
+                plan["built_left"][: child.half], child.totals, child.half, *self.constants)
+
+
+def _planned_tree(shardset, levels, fetched, scale_g, scale_h, cuts, params, group) -> Tree:
+    """The ``Tree`` of a planned tree from its levels' arrays on the host (``fetched``: the
+    arrays of every level's ``fetched``, in order): node ids given as the level-by-level loop gives them (a level's
+    splits, in id order, get consecutive child ids), so the two loops give the same tree."""
+    fetched = iter(fetched)
     dense = shardset.routing.routing.dense
     max_depth = params.max_depth
     node_id = np.zeros(1, dtype=np.int64)  # per slot of the level: its node's tree id
     next_id = 1
     records = []
-    leaves = [[] for _ in range(n_shards)]
-    last_split = None
     n_parent = 1
     totals = None
-    for depth, (level, host) in enumerate(zip(levels, fetched)):
+    for depth, level in enumerate(levels):
+        host = {name: next(fetched) for name in level.fetched}
         slots = np.flatnonzero(np.arange(level.cap) % level.half < n_parent)
         totals = host["totals"] if "totals" in host else totals
         level_totals = totals[slots]
         ids = node_id[slots]
         n_split = int(host["n_split"][0]) if depth < max_depth else 0
         split_slot = host["split_node"][:n_split] if n_split else np.zeros(0, dtype=np.int64)
-        by_id = np.argsort(node_id[split_slot], kind="stable")  # the splits in id order
         rank = np.empty(n_split, dtype=np.int64)
-        rank[by_id] = np.arange(n_split)
+        rank[np.argsort(node_id[split_slot], kind="stable")] = np.arange(n_split)
         left_id = next_id + 2 * rank  # per split, in plan (slot) order
         value = split.leaf_values(level_totals, scale_g, scale_h, params)
         sp = np.searchsorted(slots, split_slot)  # the splits' places among the level's nodes
+        record = (None,) * 5
         if n_split:
-            local_feature = host["split_feature"][:n_split]
-            threshold = host["split_threshold"][:n_split]
-            default_left = host["split_default_left"][:n_split]
-            record = (dense[local_feature], threshold, default_left,
-                      host["split_gain"][:n_split], left_id)
-        else:
-            record = (None,) * 5
+            record = (dense[host["split_feature"][:n_split]], host["split_threshold"][:n_split],
+                      host["split_default_left"][:n_split], host["split_gain"][:n_split],
+                      left_id)
         records.append(_level_record(cuts, value, level_totals[:, 1] * (1.0 / scale_h),
                                      ids - (ids.min() if len(ids) else 0), sp, *record))
-        if last_split is None:
-            stay = np.ones(len(slots), dtype=bool)
-            stay[sp] = False
-            for s in range(n_shards):
-                leaves[s].append((rows[depth % 2][s], host[f"seg_start{s}"][slots][stay],
-                                  host[f"seg_count{s}"][slots][stay], value[stay]))
         if not n_split:
             break
-        if depth + 1 == max_depth:
-            last_split = ([host[f"seg_start{s}"][split_slot[by_id]] for s in range(n_shards)],
-                          [host[f"seg_count{s}"][split_slot[by_id]] for s in range(n_shards)],
-                          local_feature[by_id], threshold[by_id], default_left[by_id],
-                          rows[depth % 2])
         child = levels[depth + 1]
         built_left = host["built_left"][:n_split]
         node_id = np.full(child.cap, -1, dtype=np.int64)
@@ -739,18 +775,4 @@ def _planned_tree(shardset, levels, fetched, rows, scale_g, scale_h, cuts, param
         totals = host["child_totals"]
         n_parent = n_split
         next_id += 2 * n_split
-    tree = Tree.concatenate_levels(records, group)
-    result = []
-    empty = np.zeros(0, dtype=np.int64)
-    for s in range(n_shards):
-        if last_split is None:
-            split_rows = (empty, empty, empty, empty, np.zeros(0, dtype=bool), np.zeros(0),
-                          np.zeros(0))
-            row_index = rows[0][s]
-        else:
-            child_values = records[-1]["value"].reshape(-1, 2)
-            split_rows = (last_split[0][s], last_split[1][s], *last_split[2:5],
-                          child_values[:, 0], child_values[:, 1])
-            row_index = last_split[5][s]
-        result.append(LeafRows(_leaves_by_array(leaves[s]), row_index, *split_rows))
-    return tree, result
+    return Tree.concatenate_levels(records, group)

@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 
 from . import _dtypes
+from .backend import numpy_kernels
 
 
 @dataclasses.dataclass
@@ -72,12 +73,14 @@ def find_splits(backend, hist, routing, allowed, scale_g, scale_h, params,
 
 
 def leaf_values(totals: np.ndarray, scale_g: float, scale_h: float, params) -> np.ndarray:
-    """(n,) float64 leaf weights -T_alpha(G) / (H + lambda) * learning_rate from (n, 2) int64 sums."""
-    G = totals[:, 0].astype(np.float64) * (1.0 / scale_g)
-    H = totals[:, 1].astype(np.float64) * (1.0 / scale_h)
-    alpha = params.reg_alpha
-    t = np.where(G > alpha, G - alpha, np.where(G < -alpha, G + alpha, 0.0))
-    denominator = H + params.reg_lambda
-    with np.errstate(divide="ignore", invalid="ignore"):
-        w = np.where(denominator > 0, -t / denominator, 0.0)
-    return w * params.learning_rate
+    """(n,) float64 leaf weights -T_alpha(G) / (H + lambda) * learning_rate from (n, 2) int64
+    host sums (the formula of ``numpy_kernels.leaf_weights``, which the GPU's margin kernels
+    follow to the bit)."""
+    return numpy_kernels.leaf_weights(totals, *leaf_constants(scale_g, scale_h, params))
+
+
+def leaf_constants(scale_g: float, scale_h: float, params) -> tuple:
+    """(inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate): ``leaf_weights``'
+    constants for a tree's fixed-point scales."""
+    return (1.0 / scale_g, 1.0 / scale_h, params.reg_lambda, params.reg_alpha,
+            params.learning_rate)

@@ -10,7 +10,7 @@ from . import data as data_mod
 from . import gradients, metrics, objectives, predictor, quantize, routing
 from .backend import get_backend, on_gpu
 from .booster import Booster
-from .grower import Shard, ShardSet, grow_tree
+from .grower import Shard, ShardSet, grow_tree, resolve
 from .params import Params, make_params
 
 
@@ -257,10 +257,17 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
                 for shard, rows in zip(shardset.shards, leaf_rows):
                     rows.add_to(backend.kernels, shard.bins_by_feature, shard.margin[:, k])
             round_trees.append(tree)
+        # A tree may still be on its way from the device (``PendingTree``): the previous
+        # round's are built now, while the device grows this round's (evaluation needs this
+        # round's at once).
+        for i in range(max(len(trees) - n_groups, 0), len(trees)):
+            trees[i] = resolve(trees[i])
         trees.extend(round_trees)
         if not eval_sets:
             progress.round(round_index, [])
             continue
+        round_trees = [resolve(t) for t in round_trees]
+        trees[-len(round_trees):] = round_trees
         with timers("evaluation"):
             for e in eval_sets:
                 e.add(round_trees)
@@ -278,6 +285,7 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
             progress.say(f"early stopping at round {round_index + 1}: best round "
                          f"{best_iteration + 1}, {scores[-1][0]}-{scores[-1][1]}={best_score:.6f}")
             break
+    trees = [resolve(t) for t in trees]
     truncated = bool(early_stopping_rounds) and len(trees) > (best_iteration + 1) * n_groups
     if early_stopping_rounds:  # the model ends at its best round, whether or not it stopped early
         trees = trees[: (best_iteration + 1) * n_groups]

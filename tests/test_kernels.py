@@ -220,7 +220,7 @@ def plan_outputs(cap):
     return [np.full(1, -9, dtype=np.int64), np.full(cap, -9, dtype=np.int64),
             np.full(cap, -9, dtype=np.int32), np.full(cap, -9, dtype=np.int32),
             np.ones(cap, dtype=bool), np.ones(cap, dtype=bool), np.full(cap, -9.0),
-            np.full((2 * cap, 2), -9, dtype=np.int64)]
+            np.full((2 * cap, 2), -9, dtype=np.int64), np.ones(cap, dtype=bool)]
 
 
 @pytest.mark.parametrize("cap,half,n_parent", [(1, 1, 1), (2, 1, 1), (8, 4, 3), (16, 8, 0),
@@ -237,7 +237,7 @@ def test_plan_level(kernels, cap, half, n_parent):
     kernels.plan_level(*args, *got)
     for e, g in zip(expected, got):
         assert np.array_equal(e, g)
-    n_split, split_node, split_feature, _, _, built_left, split_gain, child_totals = got
+    n_split, split_node, split_feature, _, _, built_left, split_gain, child_totals, is_leaf = got
     # what the plan means: the nodes that split, in slot order, and their children's sums
     holds = np.arange(cap) % half < n_parent
     splits = np.flatnonzero(holds & (feature >= 0) & (gain > min_gain))
@@ -251,6 +251,73 @@ def test_plan_level(kernels, cap, half, n_parent):
     assert (child_totals[cap:cap + n, 1] <= child_totals[:n, 1]).all()  # the smaller is built
     assert not split_node[n:].any() and not child_totals[n:cap].any() and \
         not child_totals[cap + n:].any() and not built_left[n:].any()
+    assert np.array_equal(np.flatnonzero(is_leaf), np.setdiff1d(np.flatnonzero(holds), splits))
+
+
+LEAF_CONSTANTS = [(2.0**-30, 2.0**-31, 1.0, 0.0, 0.3), (2.0**-20, 2.0**-40, 0.0, 0.5, 1.0)]
+
+
+@pytest.mark.parametrize("constants", LEAF_CONSTANTS)
+def test_add_planned_leaf_values(kernels, constants):
+    """A level's leaves into the margins: what add_leaf_values does with the leaves' segments
+    and weights, through a column view."""
+    rng = np.random.default_rng(3)
+    n_rows, cap = 5000, 12
+    row_index = rng.permutation(n_rows).astype(_dtypes.ROW_INDEX)
+    bounds = np.sort(rng.choice(np.arange(1, n_rows), size=cap - 1, replace=False))
+    seg_start = np.concatenate([[0], bounds]).astype(np.int64)
+    seg_count = np.diff(np.concatenate([seg_start, [n_rows]])).astype(np.int64)
+    seg_count[3] = 0  # an empty leaf
+    is_leaf = rng.random(cap) < 0.6
+    totals = np.stack([rng.integers(-2**40, 2**40, cap), rng.integers(0, 2**40, cap)], axis=1)
+    totals[5, 1] = 0  # H + lambda may be 0: weight 0
+    margin = rng.normal(size=(n_rows, 3))
+    expected = margin.copy()
+    args = (row_index, seg_start, seg_count, is_leaf, totals, *constants)
+    numpy_kernels.add_planned_leaf_values(expected[:, 1], *args)
+    kernels.add_planned_leaf_values(margin[:, 1], *args)
+    assert np.array_equal(margin, expected)
+    reference = margin[:, 0].copy()  # any margins: the updates are compared
+    values = numpy_kernels.leaf_weights(totals, *constants)
+    by_segments = reference.copy()
+    numpy_kernels.add_leaf_values(by_segments, row_index, seg_start[is_leaf], seg_count[is_leaf],
+                                  values[is_leaf])
+    kernels.add_planned_leaf_values(reference, *args)
+    assert np.array_equal(reference, by_segments)
+
+
+@pytest.mark.parametrize("constants", LEAF_CONSTANTS)
+@pytest.mark.parametrize("n_split", [0, 1, 5])
+def test_add_planned_split_values(kernels, constants, n_split):
+    """The last level's leaves through their parents' splits: what add_split_leaf_values does
+    with the children's weights on the sides the plan built."""
+    rng = np.random.default_rng(n_split)
+    n_rows, n_features, n_bins, cap = 4000, 4, 32, 8
+    bins, _, row_index, start, count = random_level(rng, n_rows, n_features, n_bins, cap)
+    bins_by_feature = np.ascontiguousarray(bins.T)
+    feature, threshold, default_left, built_left = random_partition_split(
+        rng, n_features, n_bins, cap)
+    feature, threshold = feature.astype(np.int32), threshold.astype(np.int32)
+    child_half = 6  # the children's level may be sized to the split count
+    child_totals = np.stack([rng.integers(-2**40, 2**40, 2 * child_half),
+                             rng.integers(0, 2**40, 2 * child_half)], axis=1)
+    margin = rng.normal(size=(n_rows, 2))
+    expected = margin.copy()
+    args = (bins_by_feature, row_index, start, count, np.array([n_split], dtype=np.int64),
+            feature, threshold, default_left, built_left, child_totals, child_half, *constants)
+    numpy_kernels.add_planned_split_values(expected[:, 0], *args)
+    kernels.add_planned_split_values(margin[:, 0], *args)
+    assert np.array_equal(margin, expected)
+    values = numpy_kernels.leaf_weights(child_totals, *constants)
+    j = np.arange(n_split)
+    built, sibling = values[child_half + j], values[j]
+    by_splits = margin[:, 1].copy()
+    numpy_kernels.add_split_leaf_values(
+        by_splits, bins_by_feature, row_index, start[:n_split], count[:n_split],
+        feature[:n_split], threshold[:n_split], default_left[:n_split],
+        np.where(built_left[:n_split], built, sibling), np.where(built_left[:n_split], sibling, built))
+    kernels.add_planned_split_values(margin[:, 1], *args)
+    assert np.array_equal(margin[:, 1], by_splits)
 
 
 def random_parent_level(rng, n_rows, half, n_parent):

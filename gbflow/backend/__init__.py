@@ -46,6 +46,17 @@ class Backend:
             return [to_host(a) for a in arrays]
         return _cuda_to_host_all(self.xp, arrays)
 
+    def to_host_later(self, arrays) -> "Later":
+        """Several arrays as NumPy arrays, fetched without waiting: on the GPU, the copies are
+        queued on the current stream now (into page-locked memory of their own; one copy per
+        allocation that the arrays follow each other in) and ``Later.wait()`` waits for them
+        alone, not for the work queued after them. The arrays must not change before the
+        copies run (stream order sees to that for work queued later on the same stream)."""
+        if self.name != "cuda" or not any(on_gpu(a) for a in arrays):
+            host = [np.array(to_host(a)) for a in arrays]  # copies: as on the GPU, the arrays
+            return Later(lambda: host)  # may be written again before wait()
+        return _cuda_copies(self.xp, arrays, pinned=None)
+
     def free_cached_memory(self) -> None:
         """Give the device memory that CuPy's pool holds but no array uses back to the GPU (a
         no-op on the CPU). Called between stages whose temporaries differ in size (sketch,
@@ -123,6 +134,17 @@ def aligned_slots(nbytes: list) -> tuple[list, int]:
     return offsets, total
 
 
+class Later:
+    """Host copies that may still be on their way (``Backend.to_host_later``)."""
+
+    def __init__(self, finish):
+        self._finish = finish
+
+    def wait(self) -> list:
+        """The NumPy arrays, once their copies are done."""
+        return self._finish()
+
+
 _pinned = threading.local()  # per thread: training tasks of one process may run side by side
 
 
@@ -130,16 +152,27 @@ def _cuda_to_host_all(cupy, arrays) -> list:
     """``Backend.to_host_all`` on the GPU: every device array copied asynchronously into one
     reused page-locked buffer (8-byte aligned slots), one wait for the stream, then host copies
     of the slots (the buffer is reused by the next call)."""
-    device = [cupy.ascontiguousarray(a) if on_gpu(a) else None for a in arrays]
-    offsets, total = aligned_slots([0 if d is None else d.nbytes for d in device])
+    offsets, total = aligned_slots([a.nbytes if on_gpu(a) else 0 for a in arrays])
     total = max(total, 8)
     if getattr(_pinned, "size", 0) < total:
         _pinned.size = max(total, 2 * getattr(_pinned, "size", 0), 1 << 16)
         _pinned.memory = cupy.cuda.alloc_pinned_memory(_pinned.size)
-        _pinned.buffer = np.frombuffer(_pinned.memory, dtype=np.uint8, count=_pinned.size)
+    return _cuda_copies(cupy, arrays, _pinned.memory).wait()
+
+
+def _cuda_copies(cupy, arrays, pinned) -> Later:
+    """Every device array of ``arrays`` copied asynchronously into ``pinned`` (page-locked
+    memory large enough for their 8-byte aligned slots; None: a new block from CuPy's pinned
+    pool), an event after the copies; ``wait`` waits for the event and returns host copies of
+    the slots (host arrays pass through)."""
+    device = [cupy.ascontiguousarray(a) if on_gpu(a) else None for a in arrays]
+    offsets, total = aligned_slots([0 if d is None else d.nbytes for d in device])
+    if pinned is None:
+        pinned = cupy.cuda.alloc_pinned_memory(max(total, 8))
+    buffer = np.frombuffer(pinned, dtype=np.uint8, count=max(total, 8))
     stream = cupy.cuda.get_current_stream()
     runtime = cupy.cuda.runtime
-    base = _pinned.buffer.ctypes.data
+    base = buffer.ctypes.data
     views = []
     copies = []  # [host offset, device pointer, bytes, allocation]: views of one allocation
     # that follow each other there as they do in the buffer share one copy (a copy must not
@@ -147,7 +180,7 @@ def _cuda_to_host_all(cupy, arrays) -> list:
     for d, offset in zip(device, offsets):
         view = None
         if d is not None:
-            view = _pinned.buffer[offset:offset + d.nbytes].view(d.dtype).reshape(d.shape)
+            view = buffer[offset:offset + d.nbytes].view(d.dtype).reshape(d.shape)
             if d.size:
                 last = copies[-1] if copies else None
                 # joined when the gap before it (padding to 8 bytes) is the same on both sides
@@ -161,8 +194,12 @@ def _cuda_to_host_all(cupy, arrays) -> list:
         # the runtime call itself: ndarray.get cost 35 us of host time a copy
         runtime.memcpyAsync(base + host_offset, pointer, nbytes, runtime.memcpyDeviceToHost,
                             stream.ptr)
-    stream.synchronize()
-    return [np.asarray(a) if v is None else v.copy() for a, v in zip(arrays, views)]
+    done = stream.record()
+
+    def finish():
+        done.synchronize()
+        return [np.asarray(a) if v is None else v.copy() for a, v in zip(arrays, views)]
+    return Later(finish)
 
 
 _reference_only = False

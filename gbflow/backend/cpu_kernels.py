@@ -282,10 +282,13 @@ def sibling_histograms(parent, split_nodes, children, n_valid=None):
     return children
 
 
-# Level plans: small single-pass bookkeeping over a level's slots, nothing to gain from numba.
+# Level plans and their margins: the GPU's loop (the CPU grows trees level by level; these run
+# in the tests of planned trees), nothing to gain from numba.
 plan_level = numpy_kernels.plan_level
 level_segments = numpy_kernels.level_segments
 rows_per_block = numpy_kernels.rows_per_block
+add_planned_leaf_values = numpy_kernels.add_planned_leaf_values
+add_planned_split_values = numpy_kernels.add_planned_split_values
 
 
 def partition_planned(bins, bins_by_feature, gh, row_index, work, n_work, feature, bin_threshold,

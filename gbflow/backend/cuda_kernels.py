@@ -323,6 +323,49 @@ def partition_planned(bins, bins_by_feature, gh, row_index, work, n_work, featur
                       _dev(n_work, np.int64), len(work), split, n_nodes, n_bins, hist, dest)
 
 
+def _slot_grid(cap: int) -> tuple[int, int]:
+    """(slots, blocks per slot) of the planned margin kernels: about four blocks per
+    multiprocessor over the level, at least one per slot."""
+    n_sm, _ = _limits()
+    return cap, max(1, -(-4 * n_sm // cap))
+
+
+def add_planned_leaf_values(margin, row_index, seg_start, seg_count, is_leaf, totals,
+                            inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate):
+    """See ``numpy_kernels.add_planned_leaf_values``; CuPy arrays, margin may be a column
+    view. Nothing is read back."""
+    cap = len(seg_start)
+    if cap == 0:
+        return
+    _kernel("add_planned_leaf_values", 1)(
+        _slot_grid(cap), (_THREADS,),
+        (margin, _margin_stride(margin), _dev(row_index, _dtypes.ROW_INDEX),
+         _dev(seg_start, np.int64), _dev(seg_count, np.int64), _dev(is_leaf, bool),
+         _dev(totals, np.int64), np.float64(inv_scale_g), np.float64(inv_scale_h),
+         np.float64(reg_lambda), np.float64(reg_alpha), np.float64(learning_rate)))
+
+
+def add_planned_split_values(margin, bins_by_feature, row_index, split_start, split_count,
+                             n_split, split_feature, split_threshold, split_default_left,
+                             built_left, child_totals, child_half, inv_scale_g, inv_scale_h,
+                             reg_lambda, reg_alpha, learning_rate):
+    """See ``numpy_kernels.add_planned_split_values``; CuPy arrays (bins_by_feature (D, n)
+    C-contiguous), margin may be a column view. Nothing is read back."""
+    cap = len(split_start)
+    if cap == 0:
+        return
+    bins_by_feature = cp.ascontiguousarray(bins_by_feature)
+    _kernel("add_planned_split_values", bins_by_feature.itemsize)(
+        _slot_grid(cap), (_THREADS,),
+        (margin, _margin_stride(margin), bins_by_feature, np.int64(bins_by_feature.shape[1]),
+         _dev(row_index, _dtypes.ROW_INDEX), _dev(split_start, np.int64),
+         _dev(split_count, np.int64), _dev(n_split, np.int64), _dev(split_feature, np.int32),
+         _dev(split_threshold, np.int32), _dev(split_default_left, bool),
+         _dev(built_left, bool), _dev(child_totals, np.int64), _i64(child_half),
+         np.float64(inv_scale_g), np.float64(inv_scale_h), np.float64(reg_lambda),
+         np.float64(reg_alpha), np.float64(learning_rate)))
+
+
 def rows_per_block(n_rows: int) -> int:
     """See ``numpy_kernels.rows_per_block``: two blocks per multiprocessor for the whole shard,
     at least 2048 rows each (as the host-built work lists)."""
@@ -334,7 +377,7 @@ _PLAN_THREADS = 256
 
 def plan_level(n_parent_split, half, gain, feature, bin_threshold, default_left, left_sum,
                totals, min_gain, n_split, split_node, split_feature, split_threshold,
-               split_default_left, built_left, split_gain, child_totals):
+               split_default_left, built_left, split_gain, child_totals, is_leaf):
     """See ``numpy_kernels.plan_level``: one block; every array a C-contiguous CuPy array of
     the twin's dtypes (outputs written in place, nothing read back)."""
     cap = len(gain)
@@ -350,7 +393,7 @@ def plan_level(n_parent_split, half, gain, feature, bin_threshold, default_left,
          _dev(feature, np.int32), _dev(bin_threshold, np.int32), _dev(default_left, bool),
          _dev(left_sum, np.int64), _dev(totals, np.int64), np.float64(min_gain), n_split,
          split_node, split_feature, split_threshold, split_default_left, built_left,
-         split_gain, child_totals))
+         split_gain, child_totals, is_leaf))
 
 
 def level_segments(n_rows, half, n_parent_split, parent_split_start, parent_split_count,

@@ -417,7 +417,7 @@ def predict_margins_csr(indptr, indices, data, feature, threshold, default_left,
 
 def plan_level(n_parent_split, half, gain, feature, bin_threshold, default_left, left_sum,
                totals, min_gain, n_split, split_node, split_feature, split_threshold,
-               split_default_left, built_left, split_gain, child_totals):
+               split_default_left, built_left, split_gain, child_totals, is_leaf):
     """The splits a level takes, listed in slot order, and its children's totals.
 
     n_parent_split: (1,) int64, the parent level's split count; half: int, the level's built
@@ -431,7 +431,8 @@ def plan_level(n_parent_split, half, gain, feature, bin_threshold, default_left,
     split_default_left bool, split_gain float64, built_left bool (the left child has the smaller
     or equal hessian: it is the one built by the partition), child_totals (2 * cap, 2) int64:
     row j the sibling's [g, h], row cap + j the built child's (the next level's layout with
-    half = cap). Every entry for j >= n_split is zero (False, 0.0).
+    half = cap). Every entry for j >= n_split is zero (False, 0.0). is_leaf (cap,) bool: the
+    slot holds a node that does not split.
     """
     cap = len(gain)
     slot = np.arange(cap)
@@ -441,6 +442,8 @@ def plan_level(n_parent_split, half, gain, feature, bin_threshold, default_left,
     for out in (split_node, split_feature, split_threshold, split_default_left, built_left,
                 split_gain, child_totals):
         out[...] = 0
+    is_leaf[...] = holds
+    is_leaf[splits] = False
     n_split[0] = n
     split_node[:n] = splits
     split_feature[:n] = feature[splits]
@@ -545,3 +548,53 @@ def partition_planned(bins, bins_by_feature, gh, row_index, work, n_work, featur
                                             seg_count, feature, bin_threshold, default_left,
                                             small_is_left, n_bins, out=out, dest=dest)
     return left_count
+
+
+def leaf_weights(totals, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate):
+    """(n,) float64 leaf weights -T_alpha(G) / (H + lambda) * learning_rate of (n, 2) int64
+    fixed-point sums (G = g * inv_scale_g, H = h * inv_scale_h; 0 where H + lambda <= 0)."""
+    G = totals[:, 0].astype(np.float64) * inv_scale_g
+    H = totals[:, 1].astype(np.float64) * inv_scale_h
+    t = _l1_threshold(G, reg_alpha)
+    denominator = H + reg_lambda
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = np.where(denominator > 0, -t / denominator, 0.0)
+    return w * learning_rate
+
+
+def add_planned_leaf_values(margin, row_index, seg_start, seg_count, is_leaf, totals,
+                            inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate):
+    """A planned level's leaves into the margins: margin[row] += the leaf weight of its slot's
+    totals (``leaf_weights``) for every row of every slot k with is_leaf[k].
+
+    margin: (n_rows,) float64, may be a strided column view, updated in place. row_index: the
+    level's row array; seg_start, seg_count (cap,) int64, is_leaf (cap,) bool, totals (cap, 2)
+    int64: the level's (``level_segments``, ``plan_level``)."""
+    values = leaf_weights(np.asarray(totals), inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
+                          learning_rate)
+    for k in np.flatnonzero(np.asarray(is_leaf)):
+        rows = row_index[seg_start[k]: seg_start[k] + seg_count[k]]
+        margin[rows] += values[k]
+
+
+def add_planned_split_values(margin, bins_by_feature, row_index, split_start, split_count,
+                             n_split, split_feature, split_threshold, split_default_left,
+                             built_left, child_totals, child_half, inv_scale_g, inv_scale_h,
+                             reg_lambda, reg_alpha, learning_rate):
+    """The last level's leaves into the margins, without moving rows: for every row of split
+    j < n_split[0] (its segment split_start[j], split_count[j] of row_index), margin[row] +=
+    the weight of the child the row goes to (``partition_rows``' rule on bins_by_feature
+    (D, n_rows)). The children's totals are child_totals (2 * child_half, 2): the built child
+    of split j at child_half + j, its sibling at j; built_left[j] says which is the left one.
+    The other arrays: the level's plan (``plan_level``) and split segments
+    (``level_segments``)."""
+    values = leaf_weights(np.asarray(child_totals), inv_scale_g, inv_scale_h, reg_lambda,
+                          reg_alpha, learning_rate)
+    for j in range(int(n_split[0])):
+        rows = row_index[split_start[j]: split_start[j] + split_count[j]]
+        b = bins_by_feature[split_feature[j], rows]
+        go_left = np.where(b == _dtypes.MISSING_BIN, bool(split_default_left[j]),
+                           b <= split_threshold[j])
+        built, sibling = values[child_half + j], values[j]
+        left, right = (built, sibling) if built_left[j] else (sibling, built)
+        margin[rows] += np.where(go_left, left, right)

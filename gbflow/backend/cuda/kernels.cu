@@ -523,7 +523,7 @@ extern "C" __global__ void plan_level(
         const int* bin_threshold, const bool* default_left, const i64* left_sum,
         const i64* totals, double min_gain, i64* n_split, i64* split_node, int* split_feature,
         int* split_threshold, bool* split_default_left, bool* built_left, double* split_gain,
-        i64* child_totals) {
+        i64* child_totals, bool* is_leaf) {
     __shared__ i64 warp_sums[32];
     __shared__ i64 carry;
     if (threadIdx.x == 0) carry = 0;
@@ -531,8 +531,10 @@ extern "C" __global__ void plan_level(
     i64 n_parent = *n_parent_split;
     for (i64 base = 0; base < cap; base += blockDim.x) {
         i64 k = base + threadIdx.x;
-        bool split = k < cap && (k % half) < n_parent && feature[k] >= 0 && gain[k] > min_gain;
+        bool holds = k < cap && (k % half) < n_parent;
+        bool split = holds && feature[k] >= 0 && gain[k] > min_gain;
         i64 j = block_exclusive_scan(split ? 1 : 0, warp_sums, &carry);
+        if (k < cap) is_leaf[k] = holds && !split;
         if (split) {
             i64 lg = left_sum[2 * k], lh = left_sum[2 * k + 1];
             i64 rg = totals[2 * k] - lg, rh = totals[2 * k + 1] - lh;
@@ -618,4 +620,58 @@ extern "C" __global__ void level_segments(
     for (i64 r = total + threadIdx.x; r < max_blocks; r += blockDim.x)
         for (int c = 0; c < WORK_WIDTH; ++c) work[WORK_WIDTH * r + c] = 0;
     if (threadIdx.x == 0) *n_work = total;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A planned tree's margins, queued after its levels (nothing read back): numpy_kernels'
+// leaf_weights, add_planned_leaf_values and add_planned_split_values. Grid (slots, blocks per
+// slot): block (k, b) walks slot k's segment with a stride of gridDim.y blocks.
+
+__device__ __forceinline__ double leaf_weight(const i64* sums, double inv_scale_g,
+                                              double inv_scale_h, double lambda_, double alpha,
+                                              double learning_rate) {
+    double G = (double)sums[0] * inv_scale_g, H = (double)sums[1] * inv_scale_h;
+    double t = l1_threshold(G, alpha);
+    double denominator = H + lambda_;
+    double w = denominator > 0 ? -t / denominator : 0.0;
+    return w * learning_rate;
+}
+
+extern "C" __global__ void add_planned_leaf_values(
+        double* margin, i64 margin_stride, const int* row_index, const i64* seg_start,
+        const i64* seg_count, const bool* is_leaf, const i64* totals, double inv_scale_g,
+        double inv_scale_h, double lambda_, double alpha, double learning_rate) {
+    i64 k = blockIdx.x;
+    if (!is_leaf[k]) return;
+    double v = leaf_weight(totals + 2 * k, inv_scale_g, inv_scale_h, lambda_, alpha,
+                           learning_rate);
+    i64 end = seg_start[k] + seg_count[k];
+    for (i64 p = seg_start[k] + (i64)blockIdx.y * blockDim.x + threadIdx.x; p < end;
+         p += (i64)gridDim.y * blockDim.x)
+        margin[(i64)row_index[p] * margin_stride] += v;
+}
+
+extern "C" __global__ void add_planned_split_values(
+        double* margin, i64 margin_stride, const BIN_T* bins_by_feature, i64 n_rows_total,
+        const int* row_index, const i64* split_start, const i64* split_count,
+        const i64* n_split, const int* split_feature, const int* split_threshold,
+        const bool* split_default_left, const bool* built_left, const i64* child_totals,
+        i64 child_half, double inv_scale_g, double inv_scale_h, double lambda_, double alpha,
+        double learning_rate) {
+    i64 j = blockIdx.x;
+    if (j >= *n_split) return;
+    double built = leaf_weight(child_totals + 2 * (child_half + j), inv_scale_g, inv_scale_h,
+                               lambda_, alpha, learning_rate);
+    double sibling = leaf_weight(child_totals + 2 * j, inv_scale_g, inv_scale_h, lambda_,
+                                 alpha, learning_rate);
+    double left = built_left[j] ? built : sibling, right = built_left[j] ? sibling : built;
+    int f = split_feature[j], t = split_threshold[j];
+    bool dl = split_default_left[j];
+    i64 end = split_start[j] + split_count[j];
+    for (i64 p = split_start[j] + (i64)blockIdx.y * blockDim.x + threadIdx.x; p < end;
+         p += (i64)gridDim.y * blockDim.x) {
+        int row = row_index[p];
+        margin[(i64)row * margin_stride] +=
+            goes_left(bins_by_feature, n_rows_total, row, f, t, dl) ? left : right;
+    }
 }
