@@ -290,10 +290,11 @@ def _next_level_order(left, right, built_left):
 
 def grow_tree(shardset: ShardSet, gh: list, scale_g: float, scale_h: float, cuts, params,
               feature_allowed: np.ndarray, group: int) -> tuple[Tree, list[LeafRows]]:
-    """Grow one tree on fixed-point gradients ``gh`` (per shard (n_i, 2) int64) and return it,
-    with each shard's ``LeafRows`` for the margin update: planned (the level loop on the
-    device, one wait a tree) where ``shardset.uses_level_plans``, else level by level (one
-    wait a level). Both give the same tree and margins."""
+    """Grow one tree on fixed-point gradients ``gh`` (per shard (n_i, 2) int64) and return it
+    (a ``Tree``, or a ``PendingTree``: see ``resolve``), with each shard's margin update (an
+    object with ``LeafRows.add_to``; call it before the next tree is grown): planned (the level
+    loop queued on the device, no wait) where ``shardset.uses_level_plans``, else level by
+    level (one wait a level). Both give the same tree and margins."""
     grow = _grow_tree_planned if shardset.uses_level_plans else _grow_tree_levels
     return grow(shardset, gh, scale_g, scale_h, cuts, params, feature_allowed, group)
 
@@ -607,9 +608,10 @@ def _grow_tree_planned(shardset: "ShardSet", gh: list, scale_g: float, scale_h: 
     """``grow_tree`` with the level loop on the device: each level's split search, the plan
     of its splits (``kernels.plan_level``), the shards' segments and work lists
     (``kernels.level_segments``), the partition, the all-reduce and the siblings are queued
-    one after the other, every array sized for the nodes the level could hold; the host reads
-    the tree's arrays once, when it is grown, and builds the same tree and ``LeafRows`` as the
-    level-by-level loop. Dense features only."""
+    one after the other, every array sized for the nodes the level could hold. Returns a
+    ``PendingTree`` (the tree's arrays are on their way to the host; it builds the tree the
+    level-by-level loop builds) and per shard a ``_PlannedMargins`` (the margin update, queued
+    on the device). Dense features only."""
     backend, xp, kernels = shardset.backend, shardset.backend.xp, shardset.backend.kernels
     timers = shardset.timers
     n_bins = cuts.n_bins
@@ -621,8 +623,8 @@ def _grow_tree_planned(shardset: "ShardSet", gh: list, scale_g: float, scale_h: 
     shardset.reset_row_index()
     rows = (shardset.row_index, shardset._spare_index)  # level d's rows are in rows[d % 2]
     min_gain = max(params.gamma, _dtypes.MIN_SPLIT_IMPROVEMENT)
-    constants = (1.0 / scale_g, 1.0 / scale_h, params.reg_lambda, params.reg_alpha,
-                 params.min_child_weight)
+    search = (1.0 / scale_g, 1.0 / scale_h, params.reg_lambda, params.reg_alpha,
+              params.min_child_weight)
     with timers("histograms"):
         hist = shardset.build_histograms(gh, [np.zeros(1, dtype=np.int64)] * len(shards),
                                          [np.array([s.n_rows], dtype=np.int64) for s in shards],
@@ -634,7 +636,7 @@ def _grow_tree_planned(shardset: "ShardSet", gh: list, scale_g: float, scale_h: 
         plan = level.plan
         with timers("splits"):
             found = kernels.evaluate_splits(hist.dense, routing.n_value_bins_dense, allowed[0],
-                                            *constants)
+                                            *search)
             kernels.plan_level(level.n_parent, level.half, *found, level.totals, min_gain,
                                *plan.values())
         with timers("partition+histograms"):
