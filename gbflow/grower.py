@@ -681,7 +681,7 @@ def _grow_tree_planned(shardset: "ShardSet", gh: list, scale_g: float, scale_h: 
     pending = PendingTree(lambda: _planned_tree(shardset, levels, arrays.wait(), scale_g,
                                                 scale_h, cuts, params, group), timers)
     constants = split.leaf_constants(scale_g, scale_h, params)
-    return pending, [_PlannedMargins(kernels, levels, [r[s] for r in rows], constants, s)
+    return pending, [_PlannedMargins(levels, [r[s] for r in rows], constants, s)
                      for s in range(len(shards))]
 
 
@@ -712,7 +712,6 @@ class _PlannedMargins:
     last level's through its parents' splits (``add_planned_split_values``). ``add_to`` has
     ``LeafRows.add_to``'s signature."""
 
-    kernels: object
     levels: list
     rows: tuple  # the shard's two row arrays: level d's rows are in rows[d % 2]
     constants: tuple  # split.leaf_constants

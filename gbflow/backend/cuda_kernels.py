@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import _dtypes
 from . import aligned_slots, to_host
-from .numpy_kernels import check_sibling_shapes
+from .numpy_kernels import check_sibling_shapes, work_list_rows
 
 _CUDA_DIR = pathlib.Path(__file__).with_name("cuda")
 _THREADS = 256
@@ -85,23 +85,14 @@ def _rows_per_block(total_rows: int) -> int:
 
 
 def work_list(seg_start, seg_count, rows_per_block: int | None = None) -> np.ndarray:
-    """(n_blocks, 5) int64 host array: per block [node, begin, end, first block of node, start].
-
-    Node k's segment [start_k, start_k + count_k) is dealt to consecutive blocks of at most
-    ``rows_per_block`` positions; empty nodes get no block.
-    """
+    """(n_blocks, 5) int64 host array: per block [node, begin, end, first block of node, start]
+    (``numpy_kernels.work_list_rows``, the layout the level plans build on the device), by
+    default with two blocks per multiprocessor over the listed rows."""
     start = to_host(seg_start).astype(np.int64)
     count = to_host(seg_count).astype(np.int64)
     if rows_per_block is None:
         rows_per_block = _rows_per_block(int(count.sum()))
-    blocks = -(-count // rows_per_block)
-    n_blocks = int(blocks.sum())
-    node = np.repeat(np.arange(len(start), dtype=np.int64), blocks)
-    first = np.cumsum(blocks) - blocks
-    j = np.arange(n_blocks, dtype=np.int64) - first[node]
-    begin = start[node] + j * rows_per_block
-    end = np.minimum(begin + rows_per_block, start[node] + count[node])
-    return np.stack([node, begin, end, first[node], start[node]], axis=1)
+    return work_list_rows(start, count, rows_per_block)
 
 
 def _shared_feature_bytes(n_bins: int) -> int:
