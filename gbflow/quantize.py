@@ -65,7 +65,9 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
     block_values: values per block in the summary passes. The result does not depend on how rows
     are split into parts or processes, nor on their order, nor on whether a part is dense or CSR.
     Reductions (every process calls them in the same order): row count, max weight, then per pass
-    the sparse summary (gathered, then merged by adding the weights of equal ids).
+    the sparse summary (gathered, then merged by adding the weights of equal ids), except for
+    the middle pass while its dense table fits (``sketch.MiddleTable``): that table is summed
+    (``allreduce_sum`` of an int64 array in ``xp``).
     """
     if max_bin < 2:
         raise ValueError(f"max_bin must be at least 2, got {max_bin}")
@@ -91,8 +93,16 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
     coarse = merged([sketch.coarse_summary(xp, p, w, block_values) for p, w in zip(parts, fixed)])
     candidates = sketch.candidate_buckets(coarse, n_value_bins)
     slots = sketch.bucket_slots(candidates, coarse, None if weights is None else n_rows)
-    middle = merged([sketch.middle_summary(xp, p, w, slots, block_values)
-                     for p, w in zip(parts, fixed)])
+    if sketch.MiddleTable.fits(slots):  # one in-place sum of a dense table, no host merge
+        table = sketch.MiddleTable(xp, slots, coarse.n_features)
+        for p, w in zip(parts, fixed):
+            table.add(p, w, block_values)
+        table.counts = collective.allreduce_sum(table.counts)
+        middle = table.summary()
+        del table
+    else:
+        middle = merged([sketch.middle_summary(xp, p, w, slots, block_values)
+                         for p, w in zip(parts, fixed)])
     sub_candidates = sketch.candidate_sub_buckets(coarse, slots, middle, n_value_bins)
     fine = merged([sketch.fine_summary(xp, p, w, slots, sub_candidates, block_values)
                    for p, w in zip(parts, fixed)])

@@ -215,6 +215,66 @@ def test_processes_merge_exactly():
             assert _same(cuts, expected)
 
 
+@pytest.mark.parametrize("use_table", [True, False])
+def test_processes_sum_the_middle_table_or_merge_its_summaries_alike(monkeypatch, use_table):
+    """Pass 2 across processes: summing the dense table (the default while it fits) and
+    gathering and merging sparse summaries (wider data) give the cuts of all the rows."""
+    rng = np.random.default_rng(12)
+    X = _sparse_matrix(rng, 8000, 7, 0.7)
+    X[:, 0] = rng.normal(size=8000)
+    w = rng.random(8000)
+    expected = quantize.compute_cuts(np, [X], [w], 64)
+    tables = []
+    real_add = sketch.MiddleTable.add
+
+    def add(table, *args):
+        tables.append(table)
+        real_add(table, *args)
+    monkeypatch.setattr(sketch.MiddleTable, "add", add)
+    if not use_table:
+        monkeypatch.setattr(sketch, "MIDDLE_TABLE_ENTRIES", 0)
+    parts = [[X[:3000], _csr(X[3000:5000])], [X[:0]], [X[5000:]]]
+    weights = [[w[:3000], w[3000:5000]], [w[:0]], [w[5000:]]]
+    for cuts in _cuts_in_processes(parts, weights, 64):
+        assert not isinstance(cuts, BaseException), cuts
+        assert _same(cuts, expected)
+    assert len(tables) == (4 if use_table else 0)  # one add per part
+
+
+@pytest.mark.parametrize("block_values", [sketch.BLOCK_VALUES, 5000])
+def test_middle_table_equals_the_merged_sparse_summaries(device, block_values):
+    """Pass 2 through one dense table that every part adds into gives the merge of the parts'
+    sparse summaries, id for id and weight for weight: at every slot resolution (masks keeping
+    0 to 8 bits), through both tallies (dense per-group tables with the default blocks, sorted
+    ids with small ones), with missing values, weights, and (on the CPU) a CSR part."""
+    xp = np if device == "cpu" else pytest.importorskip("cupy")
+    rng = np.random.default_rng(21)
+    n = 60000
+    X = np.stack([rng.normal(size=n), 1.0 + rng.random(n) * 1e-5, rng.integers(-3, 4, n),
+                  rng.standard_cauchy(n)], axis=1).astype(np.float32)
+    X[rng.random(X.shape) < 0.1] = np.nan
+    w = np.rint(rng.random(n) * 1000.0)
+    split = np.array_split(rng.permutation(n), 4)
+    parts = [xp.asarray(X[i]) for i in split]
+    if device == "cpu":
+        parts[1] = _csr(X[split[1]])
+    weights = [xp.asarray(w[i]) for i in split]
+    coarse = sketch.merge([sketch.coarse_summary(xp, p, q, block_values)
+                           for p, q in zip(parts, weights)])
+    slots = sketch.bucket_slots(sketch.candidate_buckets(coarse, 255), coarse, n)
+    resolutions = set(slots.dropped_bits.tolist())
+    assert {0, 8} < resolutions, resolutions  # full, single and in-between sub-buckets
+    expected = sketch.merge([sketch.middle_summary(xp, p, q, slots, block_values)
+                             for p, q in zip(parts, weights)])
+    table = sketch.MiddleTable(xp, slots, X.shape[1])
+    for p, q in zip(parts, weights):
+        table.add(p, q, block_values)
+    merged = table.summary()
+    assert len(expected.ids) > 1000 and merged.shift == expected.shift == sketch.MIDDLE_SHIFT
+    assert np.array_equal(merged.ids, expected.ids)
+    assert np.array_equal(merged.weight, expected.weight)
+
+
 def test_large_fixed_point_totals_stay_exact():
     """Fixed-point totals near 2**52 with i up to 8,190 (total * i passes int64), and a sum over
     6,000 such features that passes 2**64 (the sorted tallies' running sums wrap)."""

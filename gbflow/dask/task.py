@@ -220,8 +220,10 @@ def first_error(collective, errors: list[tuple[tuple, BaseException]]):
         raise min(found, key=lambda e: e[0])[1]
 
 
-def _nccl_communicator(backend, collective: DaskCollective, rank: int):
-    """An NCCL communicator among the ranks when every rank runs on a GPU with NCCL, else None."""
+def _open_nccl(backend, collective: DaskCollective, rank: int):
+    """Start opening an NCCL communicator among the ranks when every rank runs on a GPU with
+    NCCL: a future of it (``nccl.open_in_background``), else None. The ranks agree through the
+    Dask collective here; opening and connecting go on in the background."""
     if collective.size == 1:
         return None
     from ..backend import nccl
@@ -229,7 +231,20 @@ def _nccl_communicator(backend, collective: DaskCollective, rank: int):
     if not all(collective.allgather(usable)):
         return None
     unique_id = collective.allgather(nccl.unique_id() if rank == 0 else None)[0]
-    return nccl.Communicator(collective.size, unique_id, rank)
+    return nccl.open_in_background(collective.size, unique_id, rank)
+
+
+def _opened_nccl(opening, timeout: float):
+    """The communicator of ``_open_nccl``'s future (None for None), once open: raises
+    CollectiveError after ``timeout`` seconds (a rank that never joined)."""
+    import concurrent.futures
+    if opening is None:
+        return None
+    try:
+        return opening.result(timeout=timeout)
+    except concurrent.futures.TimeoutError:
+        raise CollectiveError(f"the NCCL communicator among the GPU workers did not open within "
+                              f"{timeout:g} s (did a worker die?)") from None
 
 
 class Joined:
@@ -356,11 +371,13 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
     memory = _MemoryWatch()
     started = time.perf_counter()
     stages = _Stages()
-    shardset = None
+    shardset = opening = None
     try:
         backend = get_backend(spec.params.device, data_on_gpu=spec.data_on_gpu)
         with _malloc_for_training(), backend.own_memory_pool(), \
                 backend.limited_threads(worker.state.nthreads) as threads:
+            opening = _open_nccl(backend, collective, rank)  # opens while partitions load
+            stages.done("start communicator")
 
             def supply(ref, what):
                 return lambda: _fetch(worker, ref, what)
@@ -376,7 +393,8 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
             row_ids = train.row_ids(global_offsets(collective, train.lengths))
             stages.done("agree on errors and rows")
             shardset = CollectiveShardSet(backend, collective,
-                                          _nccl_communicator(backend, collective, rank))
+                                          _opened_nccl(opening, spec.timeout))
+            opening = None  # the shardset owns it now
             stages.done("communicator setup")
             lines, events = [], itertools.count()
 
@@ -433,6 +451,9 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
         raise
     finally:
         memory.stop()
+        if opening is not None:  # failed before the communicator was needed
+            from ..backend import nccl
+            nccl.discard(opening)
         if shardset is not None and shardset.nccl is not None:
             shardset.nccl.close()
         collective.close()
