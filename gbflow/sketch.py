@@ -13,6 +13,8 @@ How, in three passes over the data (a radix select on the float32 bit patterns):
    low-cardinality features get one bin per distinct value).
 2. ``middle_summary``: inside candidate buckets, the total weight per next 8 bits of the key.
    ``candidate_sub_buckets`` picks the sub-buckets that hold a target rank (or all of them).
+   While it fits, ``MiddleTable`` gives the same summary through one dense table that every
+   part adds into and processes sum in place (no gather and host merge).
 3. ``fine_summary``: the exact distinct values, with their weights, inside candidate sub-buckets
    (at most 256 distinct floats each, so this summary stays small even on continuous data).
 4. ``choose_cuts``: the exact value at each target rank becomes a cut.

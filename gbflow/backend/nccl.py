@@ -1,7 +1,8 @@
-"""NCCL allreduce of integer device arrays between GPUs (CuPy's NCCL binding), for the Dask collective.
+"""NCCL between GPUs (CuPy's NCCL binding) for the Dask collective: integer sums, max, all-gathers.
 
 gbflow.dask hands every training task the same unique id (made by rank 0 with ``unique_id`` and
-sent through the Dask collective), then each task opens a ``Communicator`` on its GPU. Histograms
+sent through the Dask collective), then each task opens a ``Communicator`` on its GPU
+(``open_in_background``, while the task loads its partitions). Histograms
 are int64, so NCCL's ring or tree order cannot change a sum: the model stays the same as with the
 host (Dask) path. Everything here needs CuPy with NCCL and a GPU per rank; it is not exercised by
 the CPU test suite.
