@@ -55,16 +55,20 @@ class Cuts:
 
 
 def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
-                 collective=gradients.LOCAL, block_values: int = sketch.BLOCK_VALUES) -> Cuts:
+                 collective=gradients.LOCAL, block_values: int = sketch.BLOCK_VALUES, *,
+                 n_rows: int | None = None, max_weight: float | None = None) -> Cuts:
     """Exact weighted quantile cuts over all ``parts`` of every process of ``collective``.
 
     parts: non-empty list, each a (n_i, n_features) float32 array (NaN = missing) or a
     ``csr.CSR`` (absent entries and stored NaN = missing), in the ``xp`` namespace (n_i may be 0);
     a CSR part costs time in proportion to its stored entries. weights: matching list of (n_i,)
     float arrays, or None for unit weights; a row's weight applies to each of its values.
-    block_values: values per block in the summary passes. The result does not depend on how rows
+    block_values: values per block in the summary passes. n_rows, max_weight: the row count and
+    the largest weight over every process, when the caller has them already (each saves a
+    reduction; every process must pass them alike). The result does not depend on how rows
     are split into parts or processes, nor on their order, nor on whether a part is dense or CSR.
-    Reductions (every process calls them in the same order): row count, max weight, then per pass
+    Reductions (every process calls them in the same order): row count and max weight (unless
+    given), then per pass
     the sparse summary (gathered, then merged by adding the weights of equal ids), except for
     the middle pass while its dense table fits (``sketch.MiddleTable``): that table is summed
     (``allreduce_sum`` of an int64 array in ``xp``).
@@ -76,12 +80,14 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
         if dtype != np.float32:
             raise TypeError(f"compute_cuts: parts must hold float32 values, got {dtype}")
     n_value_bins = max_bin - 1  # bin 0 is reserved for missing values
-    n_rows = int(collective.allreduce_sum(
-        np.array([sum(int(p.shape[0]) for p in parts)], dtype=np.int64))[0])
+    if n_rows is None:
+        n_rows = int(collective.allreduce_sum(
+            np.array([sum(int(p.shape[0]) for p in parts)], dtype=np.int64))[0])
     scale = 1.0
     if weights is not None:
-        max_weight = collective.allreduce_max(max(
-            (float(w.max()) for w in weights if len(w)), default=0.0))
+        if max_weight is None:
+            max_weight = collective.allreduce_max(max(
+                (float(w.max()) for w in weights if len(w)), default=0.0))
         scale = gradients.fixed_point_scale(max_weight, n_rows, _dtypes.SKETCH_SUM_LIMIT)
     fixed = [None] * len(parts) if weights is None else \
         [sketch.fixed_weights(xp, w, scale) for w in weights]

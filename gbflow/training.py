@@ -110,9 +110,9 @@ def _as_parts(entry) -> list[data_mod.DataSet]:
     return list(entry) if isinstance(entry, (list, tuple)) else [entry]
 
 
-def _check_global_inputs(shardset: ShardSet, parts, eval_sets, params) -> float:
+def _check_global_inputs(shardset: ShardSet, parts, eval_sets, params) -> tuple[int, float]:
     """Checks that need every process's data; every process raises the same error. Returns the
-    largest training weight over every process (1.0 without weights)."""
+    training rows and the largest training weight over every process (1.0 without weights)."""
     n_rows = shardset.allreduce_sum(np.array([sum(p.n_rows for p in parts)], dtype=np.int64))
     if int(n_rows[0]) == 0:
         raise ValueError("training data has no rows")
@@ -123,7 +123,7 @@ def _check_global_inputs(shardset: ShardSet, parts, eval_sets, params) -> float:
         if not largest > 0:
             raise ValueError("weight: all training weights are zero")
     if not eval_sets:
-        return float(largest)
+        return int(n_rows[0]), float(largest)
     # Per evaluation set: row count, and the label range (auc needs two classes).
     counts = shardset.allreduce_sum(np.array([sum(p.n_rows for p in e) for e, _ in eval_sets],
                                              dtype=np.int64))
@@ -137,7 +137,7 @@ def _check_global_inputs(shardset: ShardSet, parts, eval_sets, params) -> float:
         if "auc" in params.metrics and high == -minus_low:
             raise ValueError(f"evaluation set {name!r} holds only one class: auc is undefined "
                              f"there (early stopping could never see it improve)")
-    return float(largest)
+    return int(n_rows[0]), float(largest)
 
 
 def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round: int,
@@ -178,11 +178,12 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
     timers = shardset.timers
     eval_sets = [(_as_parts(d), name) for d, name in evals]
     with timers("quantize"):
-        max_weight = _check_global_inputs(shardset, parts, eval_sets, params)
+        n_rows, max_weight = _check_global_inputs(shardset, parts, eval_sets, params)
         device_X = [backend.asarray(p.X) for p in parts]
         weights = None if parts[0].weight is None else [backend.asarray(p.weight) for p in parts]
         cuts = quantize.compute_cuts(xp, device_X, weights, params.max_bin, collective=shardset,
-                                     block_values=backend.sketch_block_values)
+                                     block_values=backend.sketch_block_values, n_rows=n_rows,
+                                     max_weight=max_weight)
         backend.free_cached_memory()  # the sketch's temporaries
         binned = [routing.bin_part(backend, X, cuts) for X in device_X]
         del device_X  # only the binned shards stay
