@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from . import _dtypes, histogram, split
-from .backend import aligned_slots
+from .backend import packed_empty
 from .histogram import Histograms, LevelBuffers
 from .routing import DeviceRouting, SparseBins
 from .tree import Tree
@@ -486,27 +486,6 @@ def _leaves_by_array(levels: list) -> list:
 PLANNED_HIST_BYTES = 64 << 20
 
 
-class _Arena:
-    """Device arrays taken one after the other from one allocation, in 8-byte aligned slots
-    (``backend.aligned_slots``' layout): ``Backend.to_host_all`` given them in the order taken
-    fetches them in one copy."""
-
-    def __init__(self, xp, shapes: list):
-        nbytes = [int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in shapes]
-        self._offsets, size = aligned_slots(nbytes)
-        self._memory = xp.empty(max(size, 8), dtype=np.uint8)
-        self._shapes = shapes
-        self._nbytes = nbytes
-        self._next = 0
-
-    def take(self):
-        """The next array of the shapes given (in order), contents unset."""
-        (shape, dtype), offset, n = self._shapes[self._next], self._offsets[self._next], \
-            self._nbytes[self._next]
-        self._next += 1
-        return self._memory[offset: offset + n].view(dtype).reshape(shape)
-
-
 _PLAN_FIELDS = (("n_split", (1,), np.int64), ("split_node", None, np.int64),
                 ("split_feature", None, np.int32), ("split_threshold", None, np.int32),
                 ("split_default_left", None, np.bool_), ("built_left", None, np.bool_),
@@ -518,7 +497,7 @@ _PLAN_FIELDS = (("n_split", (1,), np.int64), ("split_node", None, np.int64),
 class _PlannedLevel:
     """One level of a planned tree: its slots (cap, laid out by ``half``: see numpy_kernels'
     "Level plans"), the device arrays the host reads when the tree is grown (``fetched``: name
-    -> array, in the order taken from the arena; per shard names end in the shard's number),
+    -> array, in the order of their allocation; per shard names end in the shard's number),
     and device-only scratch: per shard the splits' segments and the partition's work list."""
 
     cap: int
@@ -537,26 +516,26 @@ class _PlannedLevel:
 
     @classmethod
     def make(cls, xp, kernels, shards, cap: int, half: int, n_parent, totals, planned: bool):
-        """A level's arrays: the fetched ones from one new arena (with ``totals`` when it is
-        None: taken there too), the scratch ones allocated."""
+        """A level's arrays: the fetched ones views of one new allocation (``packed_empty``,
+        with ``totals`` when it is None: taken there too), the scratch ones allocated."""
         shapes = [] if totals is not None else [((cap, 2), np.int64)]
         if planned:
             shapes += [((cap,) if shape is None else (2 * cap, 2) if shape == "children"
                         else shape, dtype) for _, shape, dtype in _PLAN_FIELDS]
             shapes += [((cap,), np.int64)] * (2 * len(shards))
-        arena = _Arena(xp, shapes)
+        packed = iter(packed_empty(xp, shapes))
         fetched = {}
         if totals is None:
-            totals = fetched["totals"] = arena.take()
+            totals = fetched["totals"] = next(packed)
         plan = None
         if planned:
-            plan = {name: arena.take() for name, _, _ in _PLAN_FIELDS}
+            plan = {name: next(packed) for name, _, _ in _PLAN_FIELDS}
             fetched.update(plan)
         seg_start, seg_count, split_start, split_count, work, n_work = ([] for _ in range(6))
         if planned:
             for s, shard in enumerate(shards):
-                seg_start.append(arena.take())
-                seg_count.append(arena.take())
+                seg_start.append(next(packed))
+                seg_count.append(next(packed))
                 fetched[f"seg_start{s}"], fetched[f"seg_count{s}"] = seg_start[-1], seg_count[-1]
                 split_start.append(xp.empty(cap, dtype=np.int64))
                 split_count.append(xp.empty(cap, dtype=np.int64))
@@ -736,8 +715,9 @@ class _PlannedMargins:
 
 def _planned_tree(shardset, levels, fetched, scale_g, scale_h, cuts, params, group) -> Tree:
     """The ``Tree`` of a planned tree from its levels' arrays on the host (``fetched``: the
-    arrays of every level's ``fetched``, in order): node ids given as the level-by-level loop gives them (a level's
-    splits, in id order, get consecutive child ids), so the two loops give the same tree."""
+    arrays of every level's ``fetched``, in order): node ids given as the level-by-level loop
+    gives them (a level's splits, in id order, get consecutive child ids), so the two loops give
+    the same tree."""
     fetched = iter(fetched)
     dense = shardset.routing.routing.dense
     max_depth = params.max_depth

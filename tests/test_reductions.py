@@ -140,3 +140,21 @@ def test_aligned_slots_pack_arrays_in_8_byte_slots():
     offsets, total = aligned_slots([8, 3, 0, 16, 1])
     assert offsets == [0, 8, 16, 16, 32] and total == 40
     assert aligned_slots([]) == ([], 0)
+
+
+def test_packed_empty_lays_arrays_out_in_aligned_slots():
+    """Views of one allocation at aligned_slots' offsets, of the shapes and dtypes asked, each
+    its own memory (writing one leaves the others as they are)."""
+    from gbflow.backend import aligned_slots, packed_empty
+    layout = [((3,), np.bool_), ((2, 2), np.int64), ((0,), np.float64), ((5,), np.int32)]
+    arrays = packed_empty(np, layout)
+    base = arrays[0].base
+    offsets, _ = aligned_slots([3, 32, 0, 20])
+    for a, (shape, dtype), offset in zip(arrays, layout, offsets):
+        assert a.shape == shape and a.dtype == dtype
+        if a.size:
+            assert np.shares_memory(a, base) and \
+                a.__array_interface__["data"][0] - base.__array_interface__["data"][0] == offset
+    for i, a in enumerate(arrays):
+        a[...] = i + 1
+    assert [int(a.sum()) for a in arrays] == [3, 8, 0, 20]

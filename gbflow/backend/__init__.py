@@ -134,6 +134,17 @@ def aligned_slots(nbytes: list) -> tuple[list, int]:
     return offsets, total
 
 
+def packed_empty(xp, layout: list) -> list:
+    """Uninitialised arrays of ``layout``'s (shape, dtype) pairs, in ``xp``: views of one
+    allocation in ``aligned_slots``' layout, so that ``Backend.to_host_all`` and
+    ``to_host_later`` fetch device ones given in this order with one copy."""
+    nbytes = [int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in layout]
+    offsets, size = aligned_slots(nbytes)
+    memory = xp.empty(max(size, 8), dtype=np.uint8)
+    return [memory[offset: offset + n].view(dtype).reshape(shape)
+            for (shape, dtype), offset, n in zip(layout, offsets, nbytes)]
+
+
 class Later:
     """Host copies that may still be on their way (``Backend.to_host_later``)."""
 

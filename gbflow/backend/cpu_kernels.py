@@ -139,9 +139,9 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
     same candidates in the same order (a view, no copy for a C-contiguous hist)."""
     n_nodes, n_features, n_bins, _ = hist.shape
     offsets = np.arange(n_features + 1, dtype=np.int64) * n_bins
-    return evaluate_sparse_splits(np.ascontiguousarray(hist).reshape(n_nodes, n_features * n_bins, 2), offsets,
-                                  n_value_bins, feature_allowed, inv_scale_g, inv_scale_h,
-                                  reg_lambda, reg_alpha, min_child_weight)
+    compact = np.ascontiguousarray(hist).reshape(n_nodes, n_features * n_bins, 2)
+    return evaluate_sparse_splits(compact, offsets, n_value_bins, feature_allowed, inv_scale_g,
+                                  inv_scale_h, reg_lambda, reg_alpha, min_child_weight)
 
 
 @njit(parallel=True, **_JIT)

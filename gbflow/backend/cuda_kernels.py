@@ -21,7 +21,7 @@ import cupy as cp
 import numpy as np
 
 from .. import _dtypes
-from . import aligned_slots, to_host
+from . import aligned_slots, packed_empty, to_host
 from .numpy_kernels import check_sibling_shapes, work_list_rows
 
 _CUDA_DIR = pathlib.Path(__file__).with_name("cuda")
@@ -215,13 +215,9 @@ def _split_results(n_nodes: int) -> tuple:
     default_left bool and (n, 2) left_sum int64: uninitialised views of one allocation, one
     after the other at 8-byte aligned offsets, so that ``to_host_all`` fetches them with one
     copy (it joins device arrays that follow each other so)."""
-    layout = [((n_nodes,), np.float64), ((n_nodes,), _dtypes.NODE), ((n_nodes,), np.int32),
-              ((n_nodes,), np.bool_), ((n_nodes, 2), _dtypes.FIXED)]
-    offsets, size = aligned_slots([int(np.prod(shape)) * np.dtype(dtype).itemsize
-                                   for shape, dtype in layout])
-    memory = cp.cuda.alloc(max(size, 8))
-    return tuple(cp.ndarray(shape, dtype=dtype, memptr=memory + offset)
-                 for (shape, dtype), offset in zip(layout, offsets))
+    return tuple(packed_empty(cp, [((n_nodes,), np.float64), ((n_nodes,), _dtypes.NODE),
+                                   ((n_nodes,), np.int32), ((n_nodes,), np.bool_),
+                                   ((n_nodes, 2), _dtypes.FIXED)]))
 
 
 def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg_count, feature,
@@ -395,9 +391,10 @@ def level_segments(n_rows, half, n_parent_split, parent_split_start, parent_spli
     work list's length must fit: len(work) >= ceil(n_rows / rows_per_block) + len(seg_start)
     (checked here, on the host)."""
     cap = len(seg_start)
-    if len(work) < -(-int(n_rows) // int(rows_per_block)) + cap:
+    most = -(-int(n_rows) // int(rows_per_block)) + cap
+    if len(work) < most:
         raise ValueError(f"level_segments: work has {len(work)} rows; a level of {cap} slots "
-                         f"over {n_rows} rows may need {-(-int(n_rows) // int(rows_per_block)) + cap}")
+                         f"over {n_rows} rows may need {most}")
     for name, out in (("seg_start", seg_start), ("seg_count", seg_count),
                       ("split_start", split_start), ("split_count", split_count),
                       ("work", work), ("n_work", n_work)):

@@ -115,8 +115,10 @@ class CollectiveShardSet(ShardSet):
         with self.timers("communication"):
             if isinstance(array, np.ndarray):
                 if self.nccl is not None and array.dtype in (np.int64, np.int32):
-                    return self.backend.to_host(
-                        self.nccl.allreduce_sum(self.backend.asarray(array)))
+                    # a new C-ordered device array: summed in place
+                    on_device = self.backend.xp.array(array, order="C")
+                    self.nccl.allreduce_sum_inplace([on_device])
+                    return self.backend.to_host(on_device)
                 return self.collective.allreduce_sum(array)
             if self.nccl is not None:
                 return self.nccl.allreduce_sum(array)
