@@ -1,6 +1,10 @@
 """Shared fixtures: the device under test and small synthetic tables."""
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -88,3 +92,54 @@ def label_from_signal(rng, signal, task, noise, class_noise, edges):
     if task == "binary":
         return (rng.random(n) < 1 / (1 + np.exp(-signal))).astype(np.float64)
     return np.digitize(signal + class_noise * rng.normal(size=n), list(edges)).astype(np.float64)
+
+
+# ---------------------------------------------------------------------------------------------
+# Model-file record: with GBFLOW_RECORD_MODELS=path, every Booster a test makes (trained here,
+# loaded, or unpickled from a Dask worker) has the SHA-256 of its model file recorded under the
+# test's id, and the record is written to ``path`` (JSON) when the session ends. Two records,
+# from the code before and after a change, show which tests' models the change altered
+# (``python tests/compare_models.py before.json after.json``).
+_RECORD_PATH = os.environ.get("GBFLOW_RECORD_MODELS")
+_recorded: dict = {}
+_current_test = ["(collection)"]
+
+
+def _record_booster(booster) -> None:
+    try:
+        text = booster.to_json()
+    except Exception as e:  # a half-made booster (a test of a bad file): recorded as such
+        text = f"unwritable: {type(e).__name__}"
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    _recorded.setdefault(_current_test[0], []).append(digest)
+
+
+if _RECORD_PATH:
+    from gbflow.booster import Booster as _Booster
+
+    _booster_init = _Booster.__init__
+
+    def _recording_init(self, *args, **kwargs):
+        _booster_init(self, *args, **kwargs)
+        _record_booster(self)
+
+    def _recording_setstate(self, state):
+        self.__dict__.update(state)
+        _record_booster(self)
+
+    _Booster.__init__ = _recording_init
+    _Booster.__setstate__ = _recording_setstate
+
+
+@pytest.fixture(autouse=True)
+def _name_recorded_models(request):
+    _current_test[0] = request.node.nodeid
+    yield
+    _current_test[0] = "(between tests)"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _RECORD_PATH:
+        record = {test: sorted(digests) for test, digests in sorted(_recorded.items())}
+        with open(_RECORD_PATH, "w") as f:
+            json.dump(record, f, indent=1)
