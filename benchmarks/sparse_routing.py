@@ -7,7 +7,8 @@
 The data is a CSR matrix of one-hot-like blocks (``--groups`` categorical variables, each one-hot
 over its share of the columns: one stored 1.0 per row and group, absent elsewhere) plus
 ``--dense`` dense Gaussian columns, with a binary label from a logit over the dense columns and
-a few categories' effects. Absent entries are missing values for both libraries. On the GPU,
+the effects of a share of the categories (``--effect-share``; training and test data share
+them). Absent entries are missing values for both libraries. On the GPU,
 gbflow gets a cupyx CSR matrix and XGBoost a QuantileDMatrix built from the scipy one (in its
 timing); on the CPU both get the scipy matrix. Train time includes each library's
 quantization. With ``--rounds-off`` smaller than ``--rounds``, routing off runs fewer rounds
@@ -22,9 +23,12 @@ import numpy as np
 import scipy.sparse as sp
 
 
-def make_data(n_rows: int, n_cols: int, n_dense: int, n_groups: int, seed: int):
+def make_data(n_rows: int, n_cols: int, n_dense: int, n_groups: int, seed: int,
+              effect_share: float = 0.05, model_seed: int = 12345):
     """(scipy CSR float32 (n_rows, n_cols), labels float32): dense columns first, then the
-    one-hot groups, every row holding n_dense + n_groups entries in ascending column order."""
+    one-hot groups, every row holding n_dense + n_groups entries in ascending column order.
+    ``seed`` draws the rows; ``model_seed`` the categories' effects (a share ``effect_share``
+    of them has one), the same for training and test data."""
     rng = np.random.default_rng(seed)
     per_group = (n_cols - n_dense) // n_groups
     dense = rng.standard_normal((n_rows, n_dense), dtype=np.float32)
@@ -38,7 +42,9 @@ def make_data(n_rows: int, n_cols: int, n_dense: int, n_groups: int, seed: int):
     width = n_dense + n_groups
     X = sp.csr_matrix((data.ravel(), indices.ravel(), np.arange(0, n_rows * width + 1, width)),
                       shape=(n_rows, n_cols))
-    effect = rng.normal(size=(n_groups, per_group)) * (rng.random((n_groups, per_group)) < 0.05)
+    model = np.random.default_rng(model_seed)
+    effect = model.normal(size=(n_groups, per_group)) * \
+        (model.random((n_groups, per_group)) < effect_share)
     logit = dense[:, : min(4, n_dense)].sum(axis=1) * 0.5 \
         + effect[np.arange(n_groups)[None, :], category].sum(axis=1) \
         + 0.5 * np.sin(dense[:, 0] * dense[:, min(1, n_dense - 1)])
@@ -126,6 +132,8 @@ def main():
     parser.add_argument("--cols", type=int, default=20_000)
     parser.add_argument("--dense", type=int, default=10)
     parser.add_argument("--groups", type=int, default=10)
+    parser.add_argument("--effect-share", type=float, default=0.05,
+                        help="share of the categories that move the label")
     parser.add_argument("--depth", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--rounds-off", type=int, default=None,
@@ -139,9 +147,10 @@ def main():
     rounds_off = args.rounds_off or args.rounds
 
     start = time.perf_counter()
-    X, y = make_data(args.rows, args.cols, args.dense, args.groups, args.seed)
+    X, y = make_data(args.rows, args.cols, args.dense, args.groups, args.seed,
+                     args.effect_share)
     Xt, yt = make_data(max(10_000, args.rows // 10), args.cols, args.dense, args.groups,
-                       args.seed + 1)
+                       args.seed + 1, args.effect_share)
     csr_bytes = X.data.nbytes + X.indices.nbytes + X.indptr.nbytes
     print(f"data: {args.rows} x {args.cols} CSR, {X.nnz} stored entries "
           f"({X.nnz / (args.rows * args.cols):.4%}), {args.dense} dense columns, "

@@ -32,6 +32,11 @@ NODE = np.int32
 MISSING_BIN = 0
 # A node with no split: its feature id in the flat tree arrays.
 LEAF = -1
+# Threshold of a split of the present values from the missing ones (bin threshold 0, missing
+# values left): ``x < threshold`` must be false for every value. The lowest float32 is the
+# smallest finite threshold with that property (features are finite float32), and unlike -inf
+# standard JSON can write it.
+BELOW_EVERY_VALUE = float(np.finfo(np.float32).min)
 # XGBoost's kRtEps: a split must improve the loss by more than this to be taken.
 MIN_SPLIT_IMPROVEMENT = 1e-6
 # Smallest hessian the objectives hand out, so a leaf never divides by (nearly) zero.

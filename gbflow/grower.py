@@ -448,7 +448,7 @@ def _level_record(cuts, value, cover, at, sp, feature, bin_threshold, default_le
     if len(sp):
         level["feature"][sp] = feature
         level["bin_threshold"][sp] = bin_threshold
-        level["threshold"][sp] = cuts.values[cuts.offsets[feature] + bin_threshold - 1]
+        level["threshold"][sp] = cuts.split_thresholds(feature, bin_threshold)
         level["default_left"][sp] = default_left
         level["gain"][sp] = gain
         level["left"][sp] = left_id

@@ -83,6 +83,18 @@ def make_table(n_rows=3000, n_features=6, task="regression", seed=0, missing=0.0
     return df
 
 
+def present_or_missing(n_rows=20_000, seed=0, share=0.3, noise=0.1):
+    """The one-hot bug's table (issue F15): X (n, 2) float32 whose column 0 is 1.0 or missing
+    (NaN) and column 1 noise, and a binary label that is "column 0 present" flipped for a
+    ``noise`` share of the rows. The only useful split is present versus missing."""
+    rng = np.random.default_rng(seed)
+    present = rng.random(n_rows) < share
+    x = np.where(present, 1.0, np.nan).astype(np.float32)
+    X = np.stack([x, rng.standard_normal(n_rows).astype(np.float32)], 1)
+    y = (present ^ (rng.random(n_rows) < noise)).astype(np.float64)
+    return X, y
+
+
 def label_from_signal(rng, signal, task, noise, class_noise, edges):
     """A float64 label from a (n,) signal: signal + noise (regression), a Bernoulli draw of
     sigmoid(signal) (binary), or the signal plus noise binned at ``edges`` into classes."""

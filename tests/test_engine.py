@@ -7,14 +7,15 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.sparse as sp
 
 import gbflow
 from gbflow import data as data_mod
-from gbflow import training
+from gbflow import _dtypes, grower, training
 from gbflow.backend import get_backend, reference_kernels
 from gbflow.params import make_params
 
-from conftest import make_table
+from conftest import make_table, present_or_missing
 
 PARAMS = {
     "regression": {"objective": "reg:squarederror", "max_depth": 4},
@@ -107,6 +108,40 @@ def test_missing_values_learn_a_default_direction():
                            verbose=False)
     pred = booster.predict(np.array([[np.nan], [0.0]], dtype=np.float32))
     assert abs(pred[0] - 5.0) < 0.2 and abs(pred[1]) < 0.5
+
+
+@pytest.mark.parametrize("level_plans", [False, True])
+def test_present_values_split_from_missing_ones(device, level_plans, tmp_path):
+    """A column that is 1.0 or missing (one-hot, CSR) is split present versus missing (issue
+    F15: it used to be never split), stored as threshold below every value with missing values
+    left; training margins equal predicted ones, dense and CSR input give the same model, and
+    the model file keeps it."""
+    X, y = present_or_missing(n_rows=6000)
+    params = make_params({"objective": "binary:logistic", "max_depth": 2, "device": device})
+    backend = get_backend(device)
+    csr = sp.hstack([sp.csr_matrix(np.nan_to_num(X[:, :1], nan=0.0)),  # 1.0 or absent
+                     sp.csr_matrix(X[:, 1:])]).tocsr()
+    boosters = []
+    for data in (X, csr):
+        shardset = grower.ShardSet(backend, [])
+        shardset.level_plans = level_plans
+        part = data_mod.load(data, y, what="training data")
+        booster = training.fit(backend, [part], params, 5, verbose=False,
+                               keep_training_margins=True, shardset=shardset)
+        assert shardset.uses_level_plans == level_plans
+        margin = booster.predict(data, output_margin=True)
+        assert np.array_equal(np.asarray(margin).reshape(-1, 1), booster.training_margins[0])
+        boosters.append(booster)
+    assert boosters[0].to_json() == boosters[1].to_json()
+    root = boosters[0].trees[0]
+    assert root.feature[0] == 0 and root.bin_threshold[0] == 0 and root.default_left[0]
+    assert root.threshold[0] == np.float32(_dtypes.BELOW_EVERY_VALUE)
+    assert boosters[0].feature_importances("split").get("f0", 0) >= 5
+    path = tmp_path / "model.json"
+    boosters[0].save_model(path)
+    loaded = gbflow.load_model(path)
+    assert loaded.to_json() == boosters[0].to_json()
+    assert np.array_equal(loaded.predict(X), boosters[0].predict(X))
 
 
 def test_evals_and_early_stopping(device):

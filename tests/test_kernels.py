@@ -457,6 +457,74 @@ def test_evaluate_splits_nothing_valid(kernels):
     assert np.all(out[0] == -np.inf) and np.all(out[1] == -1)
 
 
+def _present_or_missing_histograms(rng, n_rows=3000, n_nodes=3):
+    """Histograms of three features over a few nodes: feature 0 holds one value or is missing
+    (a one-hot column: value bin 1 or the missing bin), and decides the gradient's sign;
+    features 1 and 2 are noise with missing values of their own."""
+    bins = np.zeros((n_rows, 3), np.uint8)
+    present = rng.random(n_rows) < 0.4
+    bins[:, 0] = present
+    bins[:, 1:] = rng.integers(0, 17, size=(n_rows, 2))
+    gh = np.stack([np.where(present, -1000, 1000) + rng.integers(-300, 300, n_rows),
+                   rng.integers(1, 2**10, n_rows)], 1).astype(np.int64)
+    row_index = rng.permutation(n_rows).astype(np.int32)
+    count = np.full(n_nodes, n_rows // n_nodes, np.int64)
+    start = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
+    hist = numpy_kernels.build_histograms(bins, gh, row_index, start, count, 17)
+    return hist, np.array([1, 16, 16], np.int32), present, gh, row_index, start, count
+
+
+@pytest.mark.parametrize("min_child_weight", [0.0, 1.0])
+def test_evaluate_splits_splits_present_values_from_missing_ones(kernels, min_child_weight):
+    """A feature whose present values are all equal (one value bin) has one split: present
+    versus missing. It comes back as bin threshold 0, missing values left, left_sum the
+    missing rows' sums; its gain is that of "every value bin left, missing right"."""
+    rng = np.random.default_rng(5)
+    hist, n_value_bins, present, gh, row_index, start, count = \
+        _present_or_missing_histograms(rng)
+    args = (hist, n_value_bins, np.ones(3, bool), 2.0**-20, 2.0**-10, 1.0, 0.0,
+            min_child_weight)
+    expected = numpy_kernels.evaluate_splits(*args)
+    got = kernels.evaluate_splits(*args)
+    for e, g in zip(expected, got):
+        assert e.dtype == g.dtype and np.array_equal(e, g), (e, g)
+    gain, feature, threshold, default_left, left_sum = expected
+    assert np.all(feature == 0) and np.all(threshold == 0) and np.all(default_left)
+    for k in range(len(start)):
+        rows = row_index[start[k]: start[k] + count[k]]
+        assert np.array_equal(left_sum[k], gh[rows][~present[rows]].sum(axis=0))
+    # the same gain as the candidate read the other way round
+    flipped = hist.copy()
+    flipped[:, 0, [0, 1]] = hist[:, 0, [1, 0]]  # present rows in the missing bin, and back
+    flipped_result = numpy_kernels.evaluate_splits(flipped, *args[1:])
+    assert np.array_equal(flipped_result[0], gain)
+
+
+def test_evaluate_splits_never_splits_present_from_missing_without_missing_values(kernels):
+    """Without missing values in a node the new candidate has an empty missing side: invalid
+    for min_child_weight > 0, and a gain of exactly 0 otherwise, which no split takes (so
+    models of data without missing values do not change)."""
+    rng = np.random.default_rng(6)
+    bins, gh, row_index, start, count = random_level(rng, 4000, 4, 16, 5, missing=0.0)
+    n_value_bins = np.array([1, 15, 3, 1], np.int32)  # two features with one value bin
+    bins[:] = 1 + rng.integers(0, n_value_bins, size=bins.shape)  # no bin 0 anywhere
+    gh[:, 1] = rng.integers(1, 2**20, size=len(gh))
+    hist = numpy_kernels.build_histograms(bins, gh, row_index, start, count, 16)
+    for min_child_weight in (0.0, 1e-9):
+        args = (hist, n_value_bins, np.ones(4, bool), 2.0**-30, 2.0**-20, 1.0, 0.0,
+                min_child_weight)
+        expected = numpy_kernels.evaluate_splits(*args)
+        for e, g in zip(expected, kernels.evaluate_splits(*args)):
+            assert np.array_equal(e, g)
+        present_vs_missing = (expected[1] >= 0) & (expected[2] == 0)
+        assert np.all(expected[0][present_vs_missing] == 0.0)
+        if min_child_weight > 0:
+            assert not present_vs_missing.any()
+    only_constant = args[:2] + (np.array([True, False, False, True]),) + args[3:7] + (0.0,)
+    gain, feature, threshold, _, _ = kernels.evaluate_splits(*only_constant)
+    assert np.all(gain[count > 0] == 0.0) and np.all(threshold[count > 0] == 0)
+
+
 @pytest.mark.parametrize("n_cuts", [0, 1, 2, 7, 254, 300])
 def test_bin_features(kernels, n_cuts):
     rng = np.random.default_rng(n_cuts)

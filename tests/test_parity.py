@@ -12,7 +12,7 @@ import pytest
 import gbflow
 from gbflow import metrics
 
-from conftest import make_table
+from conftest import make_table, present_or_missing
 
 xgb = pytest.importorskip("xgboost")
 
@@ -82,3 +82,73 @@ def test_regression_with_l1_gamma_and_sampling_stays_close_to_xgboost():
     ours = metrics.rmse(y, _gbflow_predict(train, test, params))
     theirs = metrics.rmse(y, _xgb_predict(train, test, params))
     assert ours == pytest.approx(theirs, rel=0.03)  # different random streams: a little looser
+
+
+# -- columns whose present values are all equal (issue F15): one-hot and CSR input ------------
+# Absent CSR entries are missing values for both libraries, so a one-hot column is "1.0 or
+# missing" and its only split is present versus missing. Held-out AUC must be within 0.002 of
+# XGBoost's, or better.
+ONE_HOT = {"objective": "binary:logistic", "max_depth": 6, "learning_rate": 0.1,
+           "max_bin": 256}
+
+
+def _xgb_auc_and_ours(X, y, Xt, yt, params, rounds):
+    model = xgb.train({**params, "tree_method": "hist", "nthread": 2}, xgb.DMatrix(X, y), rounds)
+    theirs = metrics.auc(yt, model.predict(xgb.DMatrix(Xt)))
+    booster = gbflow.train(X, y, params=params, num_boost_round=rounds, verbose=False)
+    return theirs, metrics.auc(yt, np.asarray(booster.predict(Xt))), booster
+
+
+def test_a_single_valued_column_with_missing_values_splits_like_xgboost():
+    X, y = present_or_missing(seed=0)
+    Xt, yt = present_or_missing(seed=1)
+    theirs, ours, booster = _xgb_auc_and_ours(X, y, Xt, yt, {**ONE_HOT, "max_depth": 2}, 5)
+    assert ours >= theirs - 0.002 and ours > 0.85
+    assert "f0" in booster.feature_importances("gain")
+
+
+def _one_hot_csr(n_rows, seed, n_dense=5, n_groups=10, per_group=50):
+    """A CSR of ``n_dense`` dense columns and ``n_groups`` one-hot groups (one stored 1.0 per
+    row and group, skewed categories), with a label from the dense columns and the categories'
+    effects (fixed, so training and test data share them)."""
+    import scipy.sparse as sp
+    rng = np.random.default_rng(seed)
+    dense = rng.standard_normal((n_rows, n_dense)).astype(np.float32)
+    category = np.minimum((rng.pareto(1.2, (n_rows, n_groups)) * 8).astype(np.int64),
+                          per_group - 1)
+    hot = n_dense + np.arange(n_groups) * per_group + category
+    indices = np.concatenate([np.broadcast_to(np.arange(n_dense), (n_rows, n_dense)), hot], 1)
+    values = np.concatenate([dense, np.ones((n_rows, n_groups), np.float32)], 1)
+    width = n_dense + n_groups
+    X = sp.csr_matrix((values.ravel(), indices.ravel().astype(np.int32),
+                       np.arange(0, n_rows * width + 1, width)),
+                      shape=(n_rows, n_dense + n_groups * per_group))
+    effect = np.random.default_rng(99).normal(size=(n_groups, per_group))
+    logit = 0.5 * dense[:, :3].sum(axis=1) + effect[np.arange(n_groups), category].sum(axis=1)
+    y = (rng.random(n_rows) < 1 / (1 + np.exp(-logit))).astype(np.float64)
+    return X, y
+
+
+def test_one_hot_csr_matches_xgboost():
+    X, y = _one_hot_csr(20000, seed=0)
+    Xt, yt = _one_hot_csr(10000, seed=1)
+    theirs, ours, booster = _xgb_auc_and_ours(X, y, Xt, yt, ONE_HOT, 30)
+    assert ours >= theirs - 0.002
+    used = booster.feature_importances("split")
+    assert sum(1 for name in used if int(name[1:]) >= 5) > 20  # the one-hot columns are used
+
+
+def test_scikit_learn_one_hot_encoder_output_matches_xgboost():
+    preprocessing = pytest.importorskip("sklearn.preprocessing")
+    rng = np.random.default_rng(4)
+    n = 24000
+    codes = rng.integers(0, 30, size=(n, 4))
+    effect = np.random.default_rng(5).normal(size=(4, 30))
+    logit = effect[np.arange(4), codes].sum(axis=1)
+    y = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.float64)
+    X = preprocessing.OneHotEncoder(sparse_output=True, dtype=np.float32).fit_transform(
+        codes.astype(str))
+    assert X.format == "csr" and X.nnz == 4 * n
+    theirs, ours, _ = _xgb_auc_and_ours(X[:18000], y[:18000], X[18000:], y[18000:],
+                                        ONE_HOT, 30)
+    assert ours >= theirs - 0.002 and ours > 0.75

@@ -324,6 +324,32 @@ def test_evaluate_sparse_splits_one_feature_holds_every_entry(kernels):
     assert np.all(expected[1][count > 0] == 3)
 
 
+def test_evaluate_sparse_splits_of_one_hot_columns(kernels):
+    """One-hot columns (one value bin each: value or missing, the store's common bin being the
+    missing one) split present versus missing: threshold 0, missing values left, the same as
+    the dense search on the same data."""
+    rng = np.random.default_rng(3)
+    n_rows, n_features = 3000, 4
+    hot = rng.integers(0, n_features, size=n_rows)  # one column present per row
+    bins = np.zeros((n_rows, n_features), np.uint8)
+    bins[np.arange(n_rows), hot] = 1
+    n_value_bins = np.ones(n_features, np.int32)
+    s = sparse_store(bins, n_value_bins)
+    gh = random_gh(rng, n_rows)
+    gh[:, 0] = np.where(hot == 2, -2**35, 2**33) + rng.integers(-2**32, 2**32, n_rows)  # 2 wins
+    row_index, start, count = random_segments(rng, n_rows, 3)
+    hist = _histograms(s, gh, row_index, start, count, fill_from=kernels)
+    args = (hist, s["bin_offsets"], n_value_bins, np.ones(n_features, bool), 2.0**-30,
+            2.0**-30, 1.0, 0.0, 1.0)
+    expected = numpy_kernels.evaluate_sparse_splits(*args)
+    _assert_same_splits(expected, kernels.evaluate_sparse_splits(*args))
+    busy = count > 0
+    assert np.all(expected[1][busy] == 2) and np.all(expected[2][busy] == 0)
+    assert np.all(expected[3][busy])
+    dense = numpy_kernels.build_histograms(bins, gh, row_index, start, count, 2)
+    _assert_same_splits(numpy_kernels.evaluate_splits(dense, *args[2:]), expected)
+
+
 def test_evaluate_sparse_splits_nothing_valid(kernels):
     hist = np.zeros((2, 9, 2), dtype=np.int64)
     offsets = np.array([0, 4, 5, 9], np.int64)

@@ -506,9 +506,10 @@ def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, pa
                             inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, min_child_weight,
                             gain, feature, bin_threshold, default_left, left_sum):
     # The dense split search on the twin's padded histogram (width padded_bins) without
-    # building it:
-    # feature f's bins past its own width are 0 there, and its thresholds run to
-    # min(n_value_bins[f], padded_bins) - 1. Same float operations, same candidate order.
+    # building it: feature f's bins past its own width are 0 there, and its thresholds run to
+    # min(n_value_bins[f], padded_bins - 1), the last one (every value bin left) with missing
+    # values right only: the present-versus-missing split, written as threshold 0, missing
+    # left, as the twin writes it. Same float operations, same candidate order.
     n_nodes = hist.shape[0]
     n_features = n_value_bins.shape[0]
     for k in prange(n_nodes):
@@ -535,11 +536,14 @@ def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, pa
             miss_h = hist[k, lo, 1] if width > 0 else np.int64(0)
             cum_g = np.int64(0)
             cum_h = np.int64(0)
-            for t in range(1, min(n_value_bins[f], padded_bins)):
+            n_values = n_value_bins[f]
+            for t in range(1, min(n_values, padded_bins - 1) + 1):
                 if t < width:
                     cum_g += hist[k, lo + t, 0]
                     cum_h += hist[k, lo + t, 1]
                 for d in range(2):  # 0: missing goes left, 1: missing goes right
+                    if t == n_values and d == 0:  # every value and the missing ones: no split
+                        continue
                     lg = cum_g + miss_g if d == 0 else cum_g
                     lh = cum_h + miss_h if d == 0 else cum_h
                     g = _candidate_gain(lg, lh, tot_g, tot_h, parent, inv_scale_g, inv_scale_h,
@@ -551,6 +555,11 @@ def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, pa
                         best_d = d == 0
                         best_lg = lg
                         best_lh = lh
+        if best_f >= 0 and best_t == n_value_bins[best_f]:  # present versus missing
+            best_t = 0
+            best_d = True
+            best_lg = tot_g - best_lg
+            best_lh = tot_h - best_lh
         gain[k] = best
         feature[k] = best_f
         bin_threshold[k] = best_t

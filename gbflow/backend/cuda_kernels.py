@@ -188,25 +188,27 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
     per_block = max(16, -(-n_features // max(1, 4 * n_sm // n_nodes)))
     n_blocks = -(-n_features // per_block)
     partial = cp.empty((n_nodes, n_blocks, 4), dtype=np.int64)  # struct Best: 4 x 8 bytes
+    n_value_bins = cp.asarray(n_value_bins, dtype=np.int32)
     _kernel("evaluate_splits", 1)(
         (n_nodes, n_blocks), (_THREADS,),
         (cp.ascontiguousarray(hist), _i32(n_features), _i32(n_bins),
-         cp.asarray(n_value_bins, dtype=np.int32), cp.asarray(feature_allowed, dtype=bool),
+         n_value_bins, cp.asarray(feature_allowed, dtype=bool),
          np.float64(inv_scale_g), np.float64(inv_scale_h), np.float64(reg_lambda),
          np.float64(reg_alpha), np.float64(min_child_weight), _i32(per_block), partial))
-    return _reduce_splits(partial, n_bins)
+    return _reduce_splits(partial, n_bins, n_value_bins)
 
 
-def _reduce_splits(partial, width: int) -> tuple:
+def _reduce_splits(partial, width: int, n_value_bins) -> tuple:
     """Each node's best of its blocks' best candidates ((n_nodes, n_blocks, 4) int64 ``struct
-    Best``; ``width``: the bins per feature that number the candidates) -> the five split
-    results (``_split_results``)."""
+    Best``; ``width``: the bins per feature that number the candidates; n_value_bins: the
+    features' (F,) int32 value bin counts, CuPy) -> the five split results
+    (``_split_results``)."""
     n_nodes, n_blocks, _ = partial.shape
     results = _split_results(n_nodes)
     warps_per_block = _THREADS // 32
     _kernel("reduce_splits", 1)(
         (-(-n_nodes // warps_per_block),), (_THREADS,),
-        (partial, _i32(n_nodes), _i32(n_blocks), _i32(width), *results))
+        (partial, _i32(n_nodes), _i32(n_blocks), _i32(width), n_value_bins, *results))
     return results
 
 
@@ -629,7 +631,7 @@ def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv
         (_dev(hist, _dtypes.FIXED), _i64(n_slots), _i32(n_features), offsets, n_value_bins,
          feature_allowed, _i32(padded_bins), np.float64(inv_scale_g), np.float64(inv_scale_h),
          np.float64(reg_lambda), np.float64(reg_alpha), np.float64(min_child_weight), partial))
-    return _reduce_splits(partial, padded_bins)
+    return _reduce_splits(partial, padded_bins, n_value_bins)
 
 
 def split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, row_index,

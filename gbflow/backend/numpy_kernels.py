@@ -76,14 +76,23 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
                     reg_alpha, min_child_weight):
     """Best split of every node of a level, all nodes at once.
 
-    hist: (n_nodes, n_features, n_bins, 2) int64. n_value_bins: (n_features,) int32, a feature's
-    thresholds are t = 1..n_value_bins-1 (bins 1..t go left). feature_allowed: (n_features,) bool.
-    inv_scale_g/h: fixed point -> float factors. A candidate is valid when both children have
-    hessian >= min_child_weight. Candidates are ordered (feature, t, missing-left then
+    hist: (n_nodes, n_features, n_bins, 2) int64. n_value_bins: (n_features,) int32.
+    feature_allowed: (n_features,) bool. inv_scale_g/h: fixed point -> float factors.
+
+    Candidates of a feature: thresholds t = 1..n_value_bins-1 (bins 1..t go left) with the
+    missing values on either side, and the split of the present values from the missing ones
+    (scanned as t = n_value_bins with missing values right: every value bin left). That last
+    one is the only split of a feature whose present values are all equal (a one-hot column,
+    a CSR column), and is XGBoost's and LightGBM's too. A candidate is valid when both children
+    have hessian >= min_child_weight. Candidates are ordered (feature, t, missing-left then
     missing-right); the first of equal gains wins.
 
     Returns gain (n_nodes,) float64 (-inf where no valid split), feature (n_nodes,) int32 (-1 where
     none), bin_threshold (n_nodes,) int32, default_left (n_nodes,) bool, left_sum (n_nodes, 2) int64.
+    A present-versus-missing split comes back as bin_threshold 0 with default_left True (no value
+    bin goes left, the missing values do) and left_sum the missing values' sums: the tree then
+    stores it with a threshold below every float32 (``Cuts.split_thresholds``), which standard
+    JSON can write, where "every value left" would need +inf.
     """
     n_nodes, n_features, n_bins, _ = hist.shape
     total = hist[:, 0, :, :].sum(axis=1)  # every row sits in exactly one bin of feature 0
@@ -97,9 +106,11 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
     HR = right[..., 1].astype(np.float64) * inv_scale_h
     GP = total[:, 0].astype(np.float64) * inv_scale_g
     HP = total[:, 1].astype(np.float64) * inv_scale_h
-    thresholds = np.arange(1, n_bins)
-    valid = (thresholds[None, :] < n_value_bins[:, None]) & feature_allowed[:, None]
-    valid = valid[None, :, :, None] & (HL >= min_child_weight) & (HR >= min_child_weight)
+    thresholds = np.arange(1, n_bins)[None, :]
+    inside = thresholds < n_value_bins[:, None]  # (F, B-1)
+    every_value_left = thresholds == n_value_bins[:, None]  # only with missing values right
+    valid = np.stack([inside, inside | every_value_left], axis=2) & feature_allowed[:, None, None]
+    valid = valid[None] & (HL >= min_child_weight) & (HR >= min_child_weight)
     valid &= (HL + reg_lambda > 0) & (HR + reg_lambda > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         parent = _score(GP, HP, reg_lambda, reg_alpha)
@@ -111,11 +122,14 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
     f, t, d = np.unravel_index(best, (n_features, n_bins - 1, 2))
     found = best_gain > -np.inf
     left_sum = left.reshape(n_nodes, -1, 2)[np.arange(n_nodes), best]
+    # present versus missing: written with the missing values as the left child
+    flipped = found & (t + 1 == np.asarray(n_value_bins)[f])
+    left_sum = np.where(flipped[:, None], total - left_sum, left_sum)
     return (
         best_gain.astype(np.float64),
         np.where(found, f, -1).astype(_dtypes.NODE),
-        np.where(found, t + 1, 0).astype(np.int32),
-        np.where(found, d == 0, False),
+        np.where(found & ~flipped, t + 1, 0).astype(np.int32),
+        np.where(found, (d == 0) | flipped, False),
         np.where(found[:, None], left_sum, 0).astype(_dtypes.FIXED),
     )
 

@@ -426,14 +426,20 @@ extern "C" __global__ void evaluate_splits(
             i64 cg = carry_g + vg, ch = carry_h + vh;
             carry_g += __shfl_sync(0xffffffffu, vg, 31);
             carry_h += __shfl_sync(0xffffffffu, vh, 31);
-            if (t < n_bins && allowed && t < nvb) {
-                for (int d = 0; d < 2; ++d) {
+            // t == nvb: every value bin left, missing values right (d == 1 only): the
+            // present-versus-missing split, kept with the missing side as its left child
+            if (t < n_bins && allowed && t <= nvb) {
+                for (int d = t == nvb ? 1 : 0; d < 2; ++d) {
                     i64 lg = d == 0 ? cg + miss_g : cg, lh = d == 0 ? ch + miss_h : ch;
                     double gain = candidate_gain(lg, lh, tg, th, parent, inv_scale_g, inv_scale_h,
                                                  lambda_, alpha, min_child_weight);
                     if (gain == NEG_INF) continue;  // not a valid candidate
                     i64 index = ((i64)f * (n_bins - 1) + (t - 1)) * 2 + d;
-                    if (better(gain, index, best)) { best.gain = gain; best.index = index; best.left_g = lg; best.left_h = lh; }
+                    if (better(gain, index, best)) {
+                        best.gain = gain; best.index = index;
+                        best.left_g = t == nvb ? tg - lg : lg;
+                        best.left_h = t == nvb ? th - lh : lh;
+                    }
                 }
             }
         }
@@ -441,11 +447,13 @@ extern "C" __global__ void evaluate_splits(
     block_best(best, warp_best, &partial[(i64)blockIdx.x * gridDim.y + blockIdx.y]);
 }
 
-// One warp per node: the best of its feature blocks' candidates, decoded into the outputs.
+// One warp per node: the best of its feature blocks' candidates, decoded into the outputs. A
+// threshold equal to the feature's value bin count (n_value_bins) is the present-versus-missing
+// split: written as threshold 0 with missing values left (its Best holds the missing side's sums).
 extern "C" __global__ void reduce_splits(const Best* partial, int n_nodes, int n_blocks,
-                                         int n_bins, double* out_gain, int* out_feature,
-                                         int* out_threshold, bool* out_default_left,
-                                         i64* out_left_sum) {
+                                         int n_bins, const int* n_value_bins, double* out_gain,
+                                         int* out_feature, int* out_threshold,
+                                         bool* out_default_left, i64* out_left_sum) {
     int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (n >= n_nodes) return;
@@ -458,10 +466,13 @@ extern "C" __global__ void reduce_splits(const Best* partial, int n_nodes, int n
     for (int o = 16; o > 0; o >>= 1) shuffle_best(best, o);
     if (lane == 0) {
         bool found = best.gain > NEG_INF;
+        int f = found ? (int)(best.index / (2 * (i64)(n_bins - 1))) : -1;
+        int t = found ? (int)((best.index / 2) % (n_bins - 1)) + 1 : 0;
+        bool flipped = found && t == n_value_bins[f];
         out_gain[n] = best.gain;
-        out_feature[n] = found ? (int)(best.index / (2 * (i64)(n_bins - 1))) : -1;
-        out_threshold[n] = found ? (int)((best.index / 2) % (n_bins - 1)) + 1 : 0;
-        out_default_left[n] = found ? (best.index % 2) == 0 : false;
+        out_feature[n] = f;
+        out_threshold[n] = flipped ? 0 : t;
+        out_default_left[n] = found && ((best.index % 2) == 0 || flipped);
         out_left_sum[2 * n] = found ? best.left_g : 0;
         out_left_sum[2 * n + 1] = found ? best.left_h : 0;
     }

@@ -143,9 +143,10 @@ extern "C" __global__ void fill_common_bins(i64* hist, i64 n_nodes, i64 n_slots,
 // The block first sums feature 0's slots into the node total (every row sits in one bin of every
 // feature once the common bins are filled; the twin takes feature 0's too). Thread f then scans
 // its own feature's bins in order, as evaluate_splits does on the twin's padded histogram of
-// width padded_bins: thresholds t = 1 .. min(n_value_bins[f], padded_bins) - 1, bins past the
-// feature's own width counting as 0; both missing directions per threshold, the same float64
-// operations as kernels.cu's evaluate_splits. A candidate's index is its place in the padded
+// width padded_bins: thresholds t = 1 .. min(n_value_bins[f], padded_bins - 1), bins past the
+// feature's own width counting as 0; both missing directions per threshold (only missing right
+// at t = n_value_bins[f]: the present-versus-missing split, kept with the missing side as its
+// left child), the same float64 operations as kernels.cu's evaluate_splits. A candidate's index is its place in the padded
 // (feature, threshold, direction) order, so reduce_splits (kernels.cu, called with
 // n_bins = padded_bins) decodes it and the smallest index wins ties, like NumPy's argmax. The
 // block's best goes to partial[node, blockIdx.y].
@@ -167,19 +168,23 @@ extern "C" __global__ void evaluate_sparse_splits(
     if (f < n_features && feature_allowed[f]) {
         const i64* hf = h_node + 2 * bin_offsets[f];
         int width = (int)(bin_offsets[f + 1] - bin_offsets[f]);
-        int t_end = min(n_value_bins[f], padded_bins);
+        int nvb = n_value_bins[f];
+        int t_last = min(nvb, padded_bins - 1);
         i64 miss_g = width > 0 ? hf[0] : 0, miss_h = width > 0 ? hf[1] : 0;
         i64 cg = 0, ch = 0;
-        for (int t = 1; t < t_end; ++t) {
+        for (int t = 1; t <= t_last; ++t) {
             if (t < width) { cg += hf[2 * t]; ch += hf[2 * t + 1]; }
-            for (int d = 0; d < 2; ++d) {  // 0: missing goes left, 1: missing goes right
+            // 0: missing goes left, 1: missing goes right
+            for (int d = t == nvb ? 1 : 0; d < 2; ++d) {
                 i64 lg = d == 0 ? cg + miss_g : cg, lh = d == 0 ? ch + miss_h : ch;
                 double gain = candidate_gain(lg, lh, tg, th, parent, inv_scale_g, inv_scale_h,
                                              lambda_, alpha, min_child_weight);
                 if (gain == NEG_INF) continue;  // not a valid candidate
                 i64 index = ((i64)f * (padded_bins - 1) + (t - 1)) * 2 + d;
                 if (better(gain, index, best)) {
-                    best.gain = gain; best.index = index; best.left_g = lg; best.left_h = lh;
+                    best.gain = gain; best.index = index;
+                    best.left_g = t == nvb ? tg - lg : lg;
+                    best.left_h = t == nvb ? th - lh : lh;
                 }
             }
         }
