@@ -7,11 +7,11 @@ import secrets
 
 import numpy as np
 
-from . import data as data_mod
+from . import inputs
 from . import objectives, predictor
 from .backend import frames, get_backend, on_gpu
 from .params import Params, make_params
-from .quantize import Cuts
+from .cuts import Cuts
 from .tree import Tree
 
 FORMAT = "gbflow-model"
@@ -63,18 +63,18 @@ class Booster:
 
     # -- prediction ------------------------------------------------------------------------
     def _features(self, data, passengers_allowed: bool):
-        data_mod.check_container(data, "prediction data")
+        inputs.check_container(data, "prediction data")
         if frames.is_frame(data):
             allowed = set(frames.column_names(data)) if passengers_allowed else \
                 {self.label_name, self.weight_name} - {None}
-            data_mod.check_columns(data, self.feature_names, allowed, "prediction data")
+            inputs.check_columns(data, self.feature_names, allowed, "prediction data")
             bad = frames.non_numeric_columns(data, self.feature_names)
             if bad:
                 raise TypeError(f"prediction data has non-numeric feature column(s) {bad}")
         else:
-            data_mod.check_columns(data, self.feature_names, (), "prediction data")
+            inputs.check_columns(data, self.feature_names, (), "prediction data")
         X = frames.feature_matrix(data, self.feature_names)
-        data_mod.check_features(X, self.feature_names, "prediction data")
+        inputs.check_features(X, self.feature_names, "prediction data")
         return X
 
     def _predict(self, data, output_margin: bool, name: str, passengers_allowed: bool):
@@ -99,7 +99,7 @@ class Booster:
         A Dask DataFrame gives a lazy Dask Series/DataFrame with its index and divisions
         (``gbflow.dask.predict``).
         """
-        if data_mod.is_dask_collection(data):
+        if inputs.is_dask_collection(data):
             from .dask import predict as dask_predict
             return dask_predict.predict(self, data, output_margin, name)
         return self._predict(data, output_margin, name, passengers_allowed=False)
@@ -108,7 +108,7 @@ class Booster:
         """``data`` with the prediction column(s) appended (a new frame; columns other than the
         features ride along untouched). For arrays, the prediction is appended as last column(s).
         A Dask DataFrame gives a lazy Dask DataFrame (``gbflow.dask.predict.transform``)."""
-        if data_mod.is_dask_collection(data):
+        if inputs.is_dask_collection(data):
             from .dask import predict as dask_predict
             return dask_predict.transform(self, data, name, output_margin)
         prediction = self._predict(data, output_margin, name, passengers_allowed=True)

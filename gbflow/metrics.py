@@ -17,7 +17,7 @@ never a float sum in some order:
   table, which is the same for any split of the rows. This sends the distinct predictions of the
   evaluation set to every process (about 24 bytes per distinct prediction) on every evaluation.
 
-``collective`` arguments are as in ``gradients`` (``gradients.LOCAL`` in one process). Arrays are
+``collective`` arguments are ``gbflow.collective.Collective``s (``LOCAL`` in one process). Arrays are
 host NumPy arrays: label (n,), prediction (n,) or (n, n_classes) (transformed, not margins), weight
 (n,) or None.
 """
@@ -28,7 +28,8 @@ import math
 
 import numpy as np
 
-from . import gradients
+from . import fixed_point
+from .collective import LOCAL
 
 METRICS = ("rmse", "logloss", "auc", "mlogloss")
 MAXIMIZE = {"auc"}
@@ -62,7 +63,7 @@ def _exponent(power_of_two: float) -> int:
     return math.frexp(power_of_two)[1] - 1
 
 
-def exact_totals(columns: list[list[np.ndarray]], collective=gradients.LOCAL) -> list[float]:
+def exact_totals(columns: list[list[np.ndarray]], collective=LOCAL) -> list[float]:
     """The grand total of each column (a list of float64 arrays, one per part) over every process.
 
     Two-word fixed point (see the module docstring): independent of how values are split into
@@ -73,12 +74,12 @@ def exact_totals(columns: list[list[np.ndarray]], collective=gradients.LOCAL) ->
     n = collective.allreduce_sum(np.array([sum(a.size for a in col) for col in columns],
                                           dtype=np.int64))
     big = collective.allreduce_max(np.array(
-        [gradients.local_max_abs(np, col) for col in columns], dtype=np.float64))
+        [fixed_point.local_max_abs(np, col) for col in columns], dtype=np.float64))
     words, grids = [], []
     for col, count, max_abs in zip(columns, n, big):
-        scale = gradients.fixed_point_scale(float(max_abs), int(count))
+        scale = fixed_point.fixed_point_scale(float(max_abs), int(count))
         # |residual| <= 0.5, so count values of it scaled by `low` stay below 2**62 as well.
-        low = gradients.fixed_point_scale(0.5, int(count))
+        low = fixed_point.fixed_point_scale(0.5, int(count))
         high_sum = low_sum = 0
         for a in col:
             scaled = a * scale  # a power of two: exact
@@ -162,7 +163,7 @@ def auc_from_table(table: AucTable) -> float:
 
 
 def evaluate_many(requests: list[tuple[list[str], list[tuple]]],
-                  collective=gradients.LOCAL) -> list[list[float]]:
+                  collective=LOCAL) -> list[list[float]]:
     """Several metrics over several evaluation sets, each set split into parts and processes.
 
     requests: per evaluation set, (metric names, parts), a part being (label, prediction, weight)
@@ -190,7 +191,7 @@ def evaluate_many(requests: list[tuple[list[str], list[tuple]]],
             [max((float(_weights(label, weight).max())
                   for label, _, weight in parts if len(label)), default=0.0)
              for parts in auc_inputs], dtype=np.float64))
-        local = [_local_auc_table(parts, gradients.fixed_point_scale(float(m), int(c)))
+        local = [_local_auc_table(parts, fixed_point.fixed_point_scale(float(m), int(c)))
                  for parts, c, m in zip(auc_inputs, n, big)]
         gathered = collective.allgather(local)
         aucs = [auc_from_table(merge_auc_tables([g[j] for g in gathered]))

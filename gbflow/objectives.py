@@ -5,7 +5,8 @@ import math
 
 import numpy as np
 
-from . import _dtypes, gradients
+from . import _dtypes, fixed_point
+from .collective import LOCAL
 
 
 class Objective:
@@ -22,7 +23,7 @@ class Objective:
         """Raise ValueError naming ``where`` if the (host) label cannot be used with this loss."""
 
     def base_margin(self, xp, labels: list, weights: list | None, base_score,
-                    collective=gradients.LOCAL) -> np.ndarray:
+                    collective=LOCAL) -> np.ndarray:
         """(n_groups,) float64 starting margin: from ``base_score`` if given, else estimated from
         every process's ``labels``/``weights`` (lists of per-shard arrays) through ``collective``
         with exact sums, so it does not depend on how rows are split. Every process must call it."""
@@ -50,12 +51,12 @@ class Objective:
 
 def _weighted_mean(xp, values: list, weights: list | None, collective) -> float:
     if weights is None:
-        return gradients.exact_sum(xp, values, collective=collective) / \
-            gradients.global_count(values, collective)
-    total_weight = gradients.exact_sum(xp, weights, collective=collective)
+        return fixed_point.exact_sum(xp, values, collective=collective) / \
+            fixed_point.global_count(values, collective)
+    total_weight = fixed_point.exact_sum(xp, weights, collective=collective)
     if total_weight <= 0:
         raise ValueError("the weights sum to zero: nothing to train on")
-    return gradients.exact_sum(xp, [v * w for v, w in zip(values, weights)],
+    return fixed_point.exact_sum(xp, [v * w for v, w in zip(values, weights)],
                                collective=collective) / total_weight
 
 
@@ -70,7 +71,7 @@ class SquaredError(Objective):
     name = "reg:squarederror"
     default_metric = "rmse"
 
-    def base_margin(self, xp, labels, weights, base_score, collective=gradients.LOCAL):
+    def base_margin(self, xp, labels, weights, base_score, collective=LOCAL):
         if base_score is not None:
             return np.array([float(base_score)])
         return np.array([_weighted_mean(xp, labels, weights, collective)])
@@ -98,7 +99,7 @@ class Logistic(Objective):
             raise ValueError(f"binary:logistic needs labels in [0, 1]; {where} has "
                              f"{int(bad.sum())} outside, e.g. {float(label[bad][0]):g}")
 
-    def base_margin(self, xp, labels, weights, base_score, collective=gradients.LOCAL):
+    def base_margin(self, xp, labels, weights, base_score, collective=LOCAL):
         p = float(base_score) if base_score is not None else \
             _weighted_mean(xp, labels, weights, collective)
         if not 0 < p < 1:
@@ -137,7 +138,7 @@ class Softprob(Objective):
                              f"0..{self.n_groups - 1}; {where} has {int(bad.sum())} others, "
                              f"e.g. {float(label[bad][0]):g}")
 
-    def base_margin(self, xp, labels, weights, base_score, collective=gradients.LOCAL):
+    def base_margin(self, xp, labels, weights, base_score, collective=LOCAL):
         # A common margin for every class leaves softmax unchanged: start from uniform.
         return np.full(self.n_groups, float(base_score) if base_score is not None else 0.0)
 

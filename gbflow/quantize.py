@@ -1,73 +1,16 @@
-"""Cut points (from the sketch) and raw float32 columns -> the binned matrix the trees are grown on."""
+"""Cut points from the sketch (``compute_cuts``), and raw float32 columns -> the binned matrix."""
 from __future__ import annotations
-
-import dataclasses
 
 import numpy as np
 
-from . import _dtypes, gradients, sketch
+from . import _dtypes, fixed_point, sketch
+from .collective import LOCAL
 from .csr import CSR
-
-
-@dataclasses.dataclass
-class Cuts:
-    """Per-feature cut points.
-
-    values: float32, all features' ascending cuts concatenated; feature f's are
-    ``values[offsets[f]:offsets[f + 1]]``. offsets: (n_features + 1,) int64. A value x of feature f
-    falls in bin 1 + (number of cuts <= x); NaN falls in bin 0. max_bin: the user's limit
-    (bins per feature, missing bin included). Host arrays.
-    """
-
-    values: np.ndarray
-    offsets: np.ndarray
-    max_bin: int
-
-    @property
-    def n_features(self) -> int:
-        return len(self.offsets) - 1
-
-    @property
-    def n_value_bins(self) -> np.ndarray:
-        """(n_features,) int32: value bins of each feature (cuts + 1)."""
-        return (np.diff(self.offsets) + 1).astype(np.int32)
-
-    @property
-    def n_bins(self) -> int:
-        """Histogram width: the largest bin id + 1 over all features."""
-        return int(self.n_value_bins.max()) + 1 if self.n_features else 1
-
-    @property
-    def bin_dtype(self) -> np.dtype:
-        return _dtypes.bin_dtype(self.max_bin)
-
-    def split_thresholds(self, feature, bin_threshold) -> np.ndarray:
-        """float32 thresholds (``x < threshold`` goes left) of splits given by their features
-        and bin thresholds (arrays of one shape): the t-th cut of the feature for t >= 1, so
-        that the value test and the bin test (bins 1..t left) agree; for t = 0 (no value bin
-        goes left: the present values split from the missing ones) ``_dtypes.BELOW_EVERY_VALUE``."""
-        feature = np.asarray(feature, dtype=np.int64)
-        t = np.asarray(bin_threshold, dtype=np.int64)
-        at = self.offsets[feature] + t - 1
-        cut = self.values[np.clip(at, 0, max(len(self.values) - 1, 0))] if len(self.values) \
-            else np.zeros(t.shape, dtype=_dtypes.CUT)
-        return np.where(t > 0, cut, _dtypes.BELOW_EVERY_VALUE).astype(_dtypes.CUT)
-
-    def feature_cuts(self, f: int) -> np.ndarray:
-        return self.values[self.offsets[f] : self.offsets[f + 1]]
-
-    def to_dict(self) -> dict:
-        return {"max_bin": int(self.max_bin), "offsets": [int(o) for o in self.offsets],
-                "values": [float(v) for v in self.values]}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Cuts":
-        return cls(values=np.asarray(d["values"], dtype=_dtypes.CUT),
-                   offsets=np.asarray(d["offsets"], dtype=np.int64), max_bin=int(d["max_bin"]))
+from .cuts import Cuts
 
 
 def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
-                 collective=gradients.LOCAL, block_values: int = sketch.BLOCK_VALUES, *,
+                 collective=LOCAL, block_values: int = sketch.BLOCK_VALUES, *,
                  n_rows: int | None = None, max_weight: float | None = None) -> Cuts:
     """Exact weighted quantile cuts over all ``parts`` of every process of ``collective``.
 
@@ -100,7 +43,7 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
         if max_weight is None:
             max_weight = collective.allreduce_max(max(
                 (float(w.max()) for w in weights if len(w)), default=0.0))
-        scale = gradients.fixed_point_scale(max_weight, n_rows, _dtypes.SKETCH_SUM_LIMIT)
+        scale = fixed_point.fixed_point_scale(max_weight, n_rows, _dtypes.SKETCH_SUM_LIMIT)
     fixed = [None] * len(parts) if weights is None else \
         [sketch.fixed_weights(xp, w, scale) for w in weights]
 

@@ -17,7 +17,8 @@ import numpy as np
 from . import _dtypes
 from .csr import CSR
 from .backend import to_host
-from .quantize import Cuts, padded_width
+from .cuts import Cuts
+from .quantize import padded_width
 
 
 @dataclasses.dataclass

@@ -39,7 +39,7 @@ dense per-group table (a bincount, compressed with flatnonzero before it leaves 
 group with few values per bucket (wide sparse data, small partitions) by sorting its ids. Both
 give the same integers.
 
-Weights are fixed-point integers (``gradients.fixed_point_scale`` with a 2**52 limit) whose totals
+Weights are fixed-point integers (``fixed_point.fixed_point_scale`` with a 2**52 limit) whose totals
 per feature stay below 2**53, so float64 bincounts (on NumPy and CuPy alike) add them exactly.
 Sums over several features may pass 2**63; they are taken in uint64, whose wrap-around leaves
 every difference of partial sums that lies inside one feature exact. Values of zero weight count

@@ -6,8 +6,8 @@ import time
 
 import numpy as np
 
-from . import data as data_mod
-from . import gradients, metrics, objectives, predictor, quantize, routing
+from . import inputs
+from . import fixed_point, metrics, objectives, predictor, quantize, routing
 from .backend import get_backend, on_gpu
 from .booster import Booster
 from .grower import Shard, ShardSet, grow_tree, resolve
@@ -83,7 +83,7 @@ class _Progress:
 class _EvalSet:
     """A held-out table, as this process's parts, whose margins are kept up to date tree by tree."""
 
-    def __init__(self, backend, parts: list[data_mod.DataSet], name: str, base_margin):
+    def __init__(self, backend, parts: list[inputs.DataSet], name: str, base_margin):
         self.name, self.parts, self.backend = name, parts, backend
         self.X = [backend.asarray(p.X) for p in parts]
         empty = predictor.FlatForest.from_trees([])
@@ -106,7 +106,7 @@ def _row_offset(offset):
     return int(offset) if isinstance(offset, (int, np.integer)) else np.asarray(offset, np.uint64)
 
 
-def _as_parts(entry) -> list[data_mod.DataSet]:
+def _as_parts(entry) -> list[inputs.DataSet]:
     return list(entry) if isinstance(entry, (list, tuple)) else [entry]
 
 
@@ -140,7 +140,7 @@ def _check_global_inputs(shardset: ShardSet, parts, eval_sets, params) -> tuple[
     return int(n_rows[0]), float(largest)
 
 
-def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round: int,
+def fit(backend, parts: list[inputs.DataSet], params: Params, num_boost_round: int,
         evals: list[tuple] = (), early_stopping_rounds: int | None = None,
         verbose=True, keep_training_margins: bool = False, *, shardset: ShardSet | None = None,
         row_offsets: list[int] | None = None, drop_features: bool = False,
@@ -247,8 +247,8 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
         round_trees = []
         for k in range(n_groups):
             with timers("gradients"):
-                scale_g = gradients.fixed_point_scale(float(largest[k, 0]), n_total)
-                scale_h = gradients.fixed_point_scale(float(largest[k, 1]), n_total)
+                scale_g = fixed_point.fixed_point_scale(float(largest[k, 0]), n_total)
+                scale_h = fixed_point.fixed_point_scale(float(largest[k, 1]), n_total)
                 gh = [backend.kernels.quantise_gradients(g[:, k], h[:, k], scale_g, scale_h)
                       for g, h in grad_hess]
             allowed = feature_sample(len(feature_names), params.seed, round_index, k,
@@ -301,17 +301,17 @@ def fit(backend, parts: list[data_mod.DataSet], params: Params, num_boost_round:
     return booster
 
 
-def _eval_dataset(entry, label, weight, train: data_mod.DataSet, index: int):
-    data, name, what = data_mod.eval_pair(entry, index)
+def _eval_dataset(entry, label, weight, train: inputs.DataSet, index: int):
+    data, name, what = inputs.eval_pair(entry, index)
     if isinstance(data, tuple):
         if len(data) not in (2, 3):
             raise TypeError(f"{what}: give (X, y) or (X, y, weight) as data")
         X, y, w = data if len(data) == 3 else (*data, None)
-        return data_mod.load(X, y, w, what, feature_names=train.feature_names), name
+        return inputs.load(X, y, w, what, feature_names=train.feature_names), name
     if not isinstance(label, str):
         raise TypeError(f"{what}: the training label was an array, so give this evaluation set "
                         f"as ((X, y), {name!r}) or ((X, y, weight), {name!r})")
-    return data_mod.load(data, label, weight if isinstance(weight, str) else None, what,
+    return inputs.load(data, label, weight if isinstance(weight, str) else None, what,
                          feature_names=train.feature_names), name
 
 
@@ -348,11 +348,11 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
         raise ValueError("early_stopping_rounds needs at least one evaluation set in evals")
     if label is None:
         raise ValueError("train needs a label: a column name of data or an array")
-    if data_mod.is_dask_collection(data):  # trained where its partitions live: gbflow.dask
+    if inputs.is_dask_collection(data):  # trained where its partitions live: gbflow.dask
         from .dask import driver
         return driver.train(data, label, params, int(num_boost_round), evals,
                             early_stopping_rounds, weight, verbose)
-    dataset = data_mod.load(data, label, weight, "training data")
+    dataset = inputs.load(data, label, weight, "training data")
     objective = objectives.get_objective(params.objective, params.num_class)
     objective.check_label(dataset.label, f"label column {dataset.label_name!r}"
                           if dataset.label_name else "the training label")

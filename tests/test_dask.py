@@ -17,7 +17,7 @@ distributed = pytest.importorskip("distributed")
 
 import gbflow  # noqa: E402
 import gbflow.dask  # noqa: E402
-from gbflow import data as data_mod  # noqa: E402
+from gbflow import inputs  # noqa: E402
 from gbflow import training  # noqa: E402
 from gbflow.backend import get_backend  # noqa: E402
 from gbflow.params import make_params  # noqa: E402
@@ -88,9 +88,9 @@ def test_same_model_file_in_process_and_on_1_2_4_workers(task, clients, tmp_path
     expected = _model_bytes(gbflow.train(df, evals=[(valid, "valid")], **kwargs), tmp_path,
                             "pandas")
     fitted = training.fit(get_backend("cpu"),
-                          [data_mod.load(p, "y", "w", allow_empty=True) for p in train_parts],
+                          [inputs.load(p, "y", "w", allow_empty=True) for p in train_parts],
                           make_params(params), 8,
-                          [([data_mod.load(p, "y", "w") for p in valid_parts], "valid")], stop,
+                          [([inputs.load(p, "y", "w") for p in valid_parts], "valid")], stop,
                           verbose=False)
     assert _model_bytes(fitted, tmp_path, "parts") == expected
     local = gbflow.train(_dask_frame(train_parts), evals=[(_dask_frame(valid_parts), "valid")],

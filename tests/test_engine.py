@@ -10,7 +10,7 @@ import pytest
 import scipy.sparse as sp
 
 import gbflow
-from gbflow import data as data_mod
+from gbflow import inputs
 from gbflow import _dtypes, grower, training
 from gbflow.backend import get_backend, reference_kernels
 from gbflow.params import make_params
@@ -43,11 +43,11 @@ def test_same_model_twice_and_with_rows_permuted(task, device):
 def test_same_model_on_one_or_many_shards(task, extra, device):
     df = make_table(task=task, seed=4)
     params = make_params({**PARAMS[task], **extra})
-    whole = data_mod.load(df, "y")
+    whole = inputs.load(df, "y")
     backend = get_backend(device)
     one = training.fit(backend, [whole], params, 12, verbose=False, keep_training_margins=True)
     bounds = [0, 1, 700, 701, 2000, len(df)]  # includes a one-row shard
-    parts = [data_mod.load(df.iloc[a:b], "y") for a, b in zip(bounds[:-1], bounds[1:])]
+    parts = [inputs.load(df.iloc[a:b], "y") for a, b in zip(bounds[:-1], bounds[1:])]
     many = training.fit(backend, parts, params, 12, verbose=False, keep_training_margins=True)
     assert many.to_json() == one.to_json()
     assert np.array_equal(np.concatenate(many.training_margins), one.training_margins[0])
@@ -70,7 +70,7 @@ def test_training_margins_equal_predicted_margins(task, device):
     """Margins reached in training (on ``device``) equal those predicted on the CPU."""
     df = make_table(task=task, seed=6)
     params = make_params({**PARAMS[task], "max_depth": 6})
-    booster = training.fit(get_backend(device), [data_mod.load(df, "y")], params, 25,
+    booster = training.fit(get_backend(device), [inputs.load(df, "y")], params, 25,
                            verbose=False, keep_training_margins=True)
     predicted = booster.predict(df, output_margin=True)
     predicted = predicted.to_numpy().reshape(len(df), -1)
@@ -125,7 +125,7 @@ def test_present_values_split_from_missing_ones(device, level_plans, tmp_path):
     for data in (X, csr):
         shardset = grower.ShardSet(backend, [])
         shardset.level_plans = level_plans
-        part = data_mod.load(data, y, what="training data")
+        part = inputs.load(data, y, what="training data")
         booster = training.fit(backend, [part], params, 5, verbose=False,
                                keep_training_margins=True, shardset=shardset)
         assert shardset.uses_level_plans == level_plans
@@ -287,7 +287,7 @@ def test_planned_trees_equal_level_by_level_trees(task, extra, hist_bytes, devic
     def fit(level_plans):
         shardset = grower.ShardSet(backend, [])
         shardset.level_plans = level_plans
-        parts = [data_mod.load(df.iloc[a:b], "y") for a, b in zip(bounds[:-1], bounds[1:])]
+        parts = [inputs.load(df.iloc[a:b], "y") for a, b in zip(bounds[:-1], bounds[1:])]
         booster = training.fit(backend, parts, params, 10, verbose=False,
                                keep_training_margins=True, shardset=shardset)
         assert shardset.uses_level_plans == bool(level_plans)
@@ -306,7 +306,7 @@ def test_planned_trees_by_default_on_the_gpu_only_with_dense_features(device):
     for sparse_threshold, dense_only in ((1.0, True), (0.0, False)):
         params = make_params({**PARAMS["regression"], "sparse_threshold": sparse_threshold})
         shardset = grower.ShardSet(get_backend(device), [])
-        training.fit(shardset.backend, [data_mod.load(df, "y")], params, 2, verbose=False,
+        training.fit(shardset.backend, [inputs.load(df, "y")], params, 2, verbose=False,
                      shardset=shardset)
         assert shardset.has_sparse != dense_only
         assert shardset.uses_level_plans == (device == "cuda" and dense_only)

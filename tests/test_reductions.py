@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from gbflow import data as data_mod
-from gbflow import gradients, metrics, training
+from gbflow import inputs
+from gbflow import collective, fixed_point, metrics, training
 from gbflow.backend import get_backend
 from gbflow.params import make_params
 
@@ -56,7 +56,7 @@ def test_metrics_are_the_same_for_any_split_and_match_their_formulas():
 
 
 def test_exact_sum_with_a_collective_matches_the_local_one():
-    class Recorder(gradients.LocalCollective):
+    class Recorder(collective.LocalCollective):
         """One process, but counts the reductions made."""
         calls = 0
 
@@ -65,7 +65,7 @@ def test_exact_sum_with_a_collective_matches_the_local_one():
             return array
 
     values = [np.array([0.1, 0.2]), np.array([], dtype=np.float64), np.array([1e-3])]
-    assert gradients.exact_sum(np, values, collective=Recorder()) == gradients.exact_sum(np, values)
+    assert fixed_point.exact_sum(np, values, collective=Recorder()) == fixed_point.exact_sum(np, values)
     assert Recorder.calls == 2  # the count and the total: every process makes the same calls
 
 
@@ -76,12 +76,12 @@ def test_an_evaluation_set_split_into_parts_gives_the_same_model(task, metric):
               "multiclass": {"objective": "multi:softprob", "num_class": 3}}[task]
     params = make_params({**params, "max_depth": 3, "eval_metric": metric})
     df = make_table(n_rows=2000, task=task, seed=2)
-    train = [data_mod.load(df.iloc[:1500], "y")]
+    train = [inputs.load(df.iloc[:1500], "y")]
     valid = df.iloc[1500:]
     one = training.fit(get_backend("cpu"), train, params, 12,
-                       [(data_mod.load(valid, "y"), "v")], early_stopping_rounds=2,
+                       [(inputs.load(valid, "y"), "v")], early_stopping_rounds=2,
                        verbose=False)
-    pieces = [data_mod.load(valid.iloc[a:b], "y") for a, b in [(0, 1), (1, 260), (260, 500)]]
+    pieces = [inputs.load(valid.iloc[a:b], "y") for a, b in [(0, 1), (1, 260), (260, 500)]]
     split = training.fit(get_backend("cpu"), train, params, 12, [(pieces, "v")],
                          early_stopping_rounds=2, verbose=False)
     assert split.to_json() == one.to_json()

@@ -10,7 +10,8 @@ import scipy.sparse as sp
 
 import gbflow
 from gbflow import _dtypes
-from gbflow import data as data_mod
+from gbflow import inputs
+from gbflow import cuts as cuts_mod
 from gbflow import quantize, routing, training
 from gbflow.backend import get_backend, reference_kernels
 from gbflow.params import make_params
@@ -64,7 +65,7 @@ def _train(data, label, threshold, device="cpu", rounds=6, params=None, **kw):
 
 
 def _routing_of(df: pd.DataFrame, threshold: float) -> routing.Routing:
-    dataset = data_mod.load(df, "y")
+    dataset = inputs.load(df, "y")
     backend = get_backend("cpu")
     cuts = quantize.compute_cuts(np, [dataset.X], None, 256)
     part = routing.bin_part(backend, dataset.X, cuts)
@@ -117,9 +118,9 @@ def test_routed_training_on_many_shards_equals_one_shard():
     df = make_mixed(n_rows=1500, seed=7)
     params = make_params({**PARAMS["regression"], "sparse_threshold": 0.8})
     backend = get_backend("cpu")
-    whole = training.fit(backend, [data_mod.load(df, "y")], params, 5, verbose=False)
+    whole = training.fit(backend, [inputs.load(df, "y")], params, 5, verbose=False)
     bounds = [0, 1, 400, 400, 1100, 1500]  # a one-row and an empty shard
-    parts = [data_mod.load(df.iloc[a:b], "y", allow_empty=True)
+    parts = [inputs.load(df.iloc[a:b], "y", allow_empty=True)
              for a, b in zip(bounds[:-1], bounds[1:])]
     many = training.fit(backend, parts, params, 5, verbose=False)
     assert many.to_json() == whole.to_json()
@@ -259,7 +260,7 @@ def test_stores_built_in_small_blocks_give_the_same_model(monkeypatch):
 def _stores(X, y, threshold=0.8):
     """(Routing, SparseBins or None) of ``X`` (a DataFrame with a "y" column, a dense array or a
     scipy CSR matrix) as training builds them on the CPU, in one part."""
-    dataset = data_mod.load(X, "y") if y is None else data_mod.load(X, y)
+    dataset = inputs.load(X, "y") if y is None else inputs.load(X, y)
     backend = get_backend("cpu")
     cuts = quantize.compute_cuts(np, [dataset.X], None, 256)
     part = routing.bin_part(backend, dataset.X, cuts)
@@ -326,7 +327,7 @@ def test_int32_and_int16_feature_ids_give_the_same_model(monkeypatch, device):
 
 
 def test_decide_takes_the_first_of_equal_counts_and_a_strict_threshold():
-    cuts = quantize.Cuts(values=np.array([0.5, 2.0], np.float32), offsets=np.array([0, 1, 2]),
+    cuts = cuts_mod.Cuts(values=np.array([0.5, 2.0], np.float32), offsets=np.array([0, 1, 2]),
                          max_bin=256)  # two features, bins 0 (missing), 1, 2 each
     counts = np.array([5, 5, 0,   0, 1, 9])  # 10 rows
     route = routing.decide(counts, cuts, 0.4)

@@ -39,7 +39,7 @@ def bin_features(X, cut_values, cut_offsets, out):
 def quantise_gradients(grad, hess, scale_g, scale_h):
     """Float gradients to fixed point: (n_rows,) float64 grad and hess (any strides, e.g. a
     column of (n_rows, n_groups) arrays) -> (n_rows, 2) int64 [rint(grad * scale_g),
-    rint(hess * scale_h)], newly allocated (``gbflow.gradients`` picks the scales)."""
+    rint(hess * scale_h)], newly allocated (``gbflow.fixed_point`` picks the scales)."""
     gh = np.empty((len(grad), 2), dtype=_dtypes.FIXED)
     gh[:, 0] = np.rint(np.asarray(grad, dtype=np.float64) * scale_g)
     gh[:, 1] = np.rint(np.asarray(hess, dtype=np.float64) * scale_h)

@@ -8,7 +8,7 @@ import sys
 import time
 import uuid
 
-from .. import data as data_mod
+from .. import inputs
 from .. import training
 from ..backend import get_backend, on_gpu
 from ..params import Params
@@ -34,7 +34,7 @@ def _frame(data, what: str):
     dd = _dd()
     if isinstance(data, dd.DataFrame):
         return data
-    if data_mod.is_dask_collection(data):
+    if inputs.is_dask_collection(data):
         hint = ("; use .to_frame()" if isinstance(data, dd.Series) else
                 "; use dask.dataframe.from_dask_array(..., columns=[...]) and name the label "
                 "column" if type(data).__name__ == "Array" else "")
@@ -67,13 +67,13 @@ def check(data, label, weight, params: Params, evals):
     """
     ddf = _frame(data, "training data")
     label, weight = _column_name(label, "label"), _column_name(weight, "weight")
-    meta = data_mod.load(ddf._meta, label, weight, "training data", allow_empty=True)
+    meta = inputs.load(ddf._meta, label, weight, "training data", allow_empty=True)
     features = meta.feature_names
     checked = []
     for i, entry in enumerate(evals or []):
-        frame, name, what = data_mod.eval_pair(entry, i)
+        frame, name, what = inputs.eval_pair(entry, i)
         frame = _frame(frame, what)
-        data_mod.load(frame._meta, label, weight, what, feature_names=features, allow_empty=True)
+        inputs.load(frame._meta, label, weight, what, feature_names=features, allow_empty=True)
         checked.append((frame, name, _table(frame, what)))
     return ddf, features, _table(ddf, "training data"), checked
 
@@ -129,7 +129,7 @@ def _train_in_process(ddf, evals, spec: task_mod.Spec):
     ``training.fit`` on them, as one worker of a cluster would."""
     import dask
 
-    from .. import gradients
+    from ..collective import LOCAL
     started = time.perf_counter()
     delayed = list(ddf.to_delayed()) + [d for frame, _, _ in evals for d in frame.to_delayed()]
     frames = list(dask.compute(*delayed))
@@ -143,9 +143,9 @@ def _train_in_process(ddf, evals, spec: task_mod.Spec):
     tables = [spec.train] + [table for _, table in spec.evals]
     joined = [task_mod.Joined(backend, spec, table, key, part_items)
               for key, (table, part_items) in enumerate(zip(tables, items))]
-    task_mod.first_error(gradients.LOCAL, [e for j in joined for e in j.errors])
+    task_mod.first_error(LOCAL, [e for j in joined for e in j.errors])
     train, evals_joined = joined[0], joined[1:]
-    offsets = task_mod.global_offsets(gradients.LOCAL, train.lengths)
+    offsets = task_mod.global_offsets(LOCAL, train.lengths)
     booster = training.fit(backend, [train.part], spec.params, spec.num_boost_round,
                            [([j.part] if j.part.n_rows else [], name)
                             for j, (name, _) in zip(evals_joined, spec.evals)],

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import data as data_mod
+from .. import inputs
 
 # Column names the estimators give y and sample_weight inside the training frame.
 LABEL = "__gbflow_label__"
@@ -126,4 +126,4 @@ def probabilities(probability, known: np.ndarray):
 
 
 def is_dask(data) -> bool:
-    return data_mod.is_dask_collection(data)
+    return inputs.is_dask_collection(data)

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from .. import data as data_mod
+from .. import inputs
 from .. import objectives, training
 from ..backend import get_backend
 from ..grower import ShardSet
@@ -63,7 +63,7 @@ class Spec:
     data_on_gpu: bool = False  # cuDF partitions: device="auto" then means the GPU
 
 
-def load_partition(frame, index: int, table: Table, spec: Spec) -> data_mod.DataSet:
+def load_partition(frame, index: int, table: Table, spec: Spec) -> inputs.DataSet:
     """One partition (pandas/cuDF frame) -> a checked ``DataSet`` (its label and weight may be
     views of the partition's memory; ``Joined`` copies them).
 
@@ -76,12 +76,12 @@ def load_partition(frame, index: int, table: Table, spec: Spec) -> data_mod.Data
     missing = [c for c in table.columns if c not in columns]
     extra = [c for c in columns if c not in table.columns]
     if missing or extra:  # (columns are picked by name: their order does not matter)
-        problems = ([f"lacks column(s) {data_mod._names(missing)}"] if missing else []) + \
-            ([f"has unexpected column(s) {data_mod._names(extra)}"] if extra else [])
+        problems = ([f"lacks column(s) {inputs._names(missing)}"] if missing else []) + \
+            ([f"has unexpected column(s) {inputs._names(extra)}"] if extra else [])
         raise ValueError(f"{what} " + " and ".join(problems) + f", unlike the Dask DataFrame's "
-                         f"columns (its meta: {data_mod._names(table.columns)}); every partition "
+                         f"columns (its meta: {inputs._names(table.columns)}); every partition "
                          f"must have the same columns")
-    dataset = data_mod.load(frame, spec.label, spec.weight, what,
+    dataset = inputs.load(frame, spec.label, spec.weight, what,
                             feature_names=list(spec.features), allow_empty=True)
     objective = objectives.get_objective(spec.params.objective, spec.params.num_class)
     objective.check_label(dataset.label, f"label column {spec.label!r} of {what}")
@@ -289,7 +289,7 @@ class Joined:
             self.runs.append((index, part.n_rows))
             at += part.n_rows
             del part
-        self.part = data_mod.DataSet(
+        self.part = inputs.DataSet(
             X=X[:at], label=np.concatenate(labels) if labels else np.zeros(0),
             weight=None if spec.weight is None else (
                 np.concatenate(weights) if weights else np.zeros(0)),

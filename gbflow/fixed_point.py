@@ -1,15 +1,13 @@
-"""Float gradients -> int64 fixed point, and exact (order-independent) sums of float values.
+"""Fixed point: float values -> int64 on a power-of-two grid, and exact (order-independent) sums.
 
 The scale is a power of two chosen from a global bound on |value| (the loss's own bound, or the
 global maximum) and the global row count, both of which every process gets exactly (max and
 integer sum), so every shard and worker quantises with the same scale and every histogram sum is
-an exact integer: no float addition order can change a model. The conversion itself is the
-``quantise_gradients`` kernel of each backend.
+an exact integer: no float addition order can change a model. The conversion of gradients itself
+is the ``quantise_gradients`` kernel of each backend.
 
-"Global" means over every process taking part in training. A *collective* is any object with
-``allreduce_sum(int array)``, ``allreduce_max(float or float array)`` and ``allgather(value)``
-(``grower.ShardSet`` and its Dask subclass are collectives); ``LOCAL`` is the collective of a
-single process, where each of them returns its input.
+"Global" means over every process of a ``gbflow.collective.Collective`` (``LOCAL`` in one
+process).
 """
 from __future__ import annotations
 
@@ -18,22 +16,7 @@ import math
 import numpy as np
 
 from . import _dtypes
-
-
-class LocalCollective:
-    """The collective of one process: every reduction is the identity (``allgather`` -> [value])."""
-
-    def allreduce_sum(self, array):
-        return array
-
-    def allreduce_max(self, value):
-        return value
-
-    def allgather(self, value) -> list:
-        return [value]
-
-
-LOCAL = LocalCollective()
+from .collective import LOCAL
 
 
 def local_max_abs(xp, parts: list) -> float:
