@@ -1,7 +1,7 @@
-"""gbflow: gradient-boosted decision trees for Dask/cuDF pipelines (this version: the CPU engine)."""
+"""gbflow: gradient-boosted decision trees for Dask/cuDF pipelines, on GPUs and CPUs (the public names)."""
 from .booster import Booster, load_model
 from .params import Params
-from .training import train
+from .api import train
 
 __version__ = "0.1.0"
 # The estimators are reached lazily (they need scikit-learn), so `import *` leaves them out.

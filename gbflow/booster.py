@@ -8,8 +8,8 @@ import secrets
 import numpy as np
 
 from . import inputs
-from . import objectives, predictor
-from .backend import frames, get_backend, on_gpu
+from . import predictor
+from .backend import backend_for, frames
 from .params import Params, make_params
 from .cuts import Cuts
 from .tree import Tree
@@ -41,7 +41,7 @@ class Booster:
         self.best_score = best_score
         self.evals_result: dict = {}
         self.timings: dict = {}
-        self._objective = objectives.get_objective(params.objective, params.num_class)
+        self._objective = params.loss
         self._forest = None
 
     # -- shape -----------------------------------------------------------------------------
@@ -79,7 +79,7 @@ class Booster:
 
     def _predict(self, data, output_margin: bool, name: str, passengers_allowed: bool):
         X = self._features(data, passengers_allowed)
-        backend = get_backend("cuda" if on_gpu(X) else "cpu")  # predict where the data lives
+        backend = backend_for(X)  # predict where the data lives
         if self._forest is None:
             self._forest = predictor.FlatForest.from_trees(self.trees)
         margin = predictor.predict_margin(backend, X, self._forest, self.base_margin)

@@ -1,8 +1,9 @@
 """Histogram layout and the integer identities the grower relies on.
 
 A level's dense histograms are one array ``hist`` of shape (n_nodes, n_features, n_bins, 2),
-int64, in the backend's namespace: the fixed-point gradient (last index 0) and hessian (1) summed per node,
-feature and bin, bin 0 holding missing values. Because the entries are exact integers:
+int64, in the backend's namespace (the sparse store's are compact, see ``gbflow.stores``): the
+fixed-point gradient (last index 0) and hessian (1) summed per node, feature and bin, bin 0
+holding missing values. Because the entries are exact integers:
 
 - every feature's bins add up to the same node total (each row sits in one bin of each feature);
 - a sibling's histogram is the parent's minus the other child's, exactly.
@@ -28,16 +29,13 @@ def node_totals(hist):
 
 @dataclasses.dataclass
 class Histograms:
-    """A level's histograms in the two stores' layouts (see ``gbflow.routing``).
-
-    dense: (n_nodes, D, n_bins, 2) int64 of the dense features (D may be 0). sparse: (n_nodes,
-    n_slots, 2) int64 compact histograms of the sparse features, or None when there are none.
-    Device arrays, in the level's node order (see the module docstring); C-contiguous, or
-    contiguous node ranges of such arrays (``nodes``).
+    """A level's histograms: one array per column store of the shard set, in its store order
+    (``gbflow.stores``): (n_nodes, D, n_bins, 2) int64 for the dense store (D may be 0),
+    (n_nodes, n_slots, 2) int64 for the sparse one. Device arrays, in the level's node order (see
+    the module docstring); C-contiguous, or contiguous node ranges of such arrays (``nodes``).
     """
 
-    dense: object
-    sparse: object = None
+    arrays: tuple
 
     @classmethod
     def next_level(cls, buffers: "LevelBuffers", parent: "Histograms", n_split: int,
@@ -52,27 +50,25 @@ class Histograms:
             array = buffers.take(store, depth % 2, (2 * n_split,) + like.shape[1:], like.dtype)
             array[n_split:] = 0
             return array
-        return cls(take("dense", parent.dense), None if parent.sparse is None else
-                   take("sparse", parent.sparse))
+        return cls(tuple(take(i, a) for i, a in enumerate(parent.arrays)))
 
     def nodes(self, start: int, stop: int) -> "Histograms":
-        """Views of nodes start..stop-1 of both stores (contiguous: written in place)."""
-        return Histograms(self.dense[start:stop],
-                          None if self.sparse is None else self.sparse[start:stop])
+        """Views of nodes start..stop-1 of every store (contiguous: written in place)."""
+        return Histograms(tuple(a[start:stop] for a in self.arrays))
 
     def fill_siblings(self, kernels, parent: "Histograms", split_nodes) -> "Histograms":
-        """Write the siblings' half of this level (``next_level``) in place, in both stores:
+        """Write the siblings' half of this level (``next_level``) in place, in every store:
         sibling k is ``parent``'s node ``split_nodes[k]`` minus built child k (exact integers;
         ``kernels.sibling_histograms``). Returns self."""
-        kernels.sibling_histograms(parent.dense, split_nodes, self.dense)
-        if self.sparse is not None:
-            kernels.sibling_histograms(parent.sparse, split_nodes, self.sparse)
+        for mine, theirs in zip(self.arrays, parent.arrays):
+            kernels.sibling_histograms(theirs, split_nodes, mine)
         return self
 
 
 class LevelBuffers:
-    """Reused device storage for the levels' histograms: per store, one buffer for the even and
-    one for the odd levels below the root (a level and its parent never share one).
+    """Reused device storage for the levels' histograms: per store (its place in the shard set's
+    store order), one buffer for the even and one for the odd levels below the root (a level and
+    its parent never share one).
 
     Level arrays of every size, allocated and freed level after level and tree after tree,
     fragmented CuPy's pool: on a sparse benchmark it held 352 MiB where at most 237 MiB were in
@@ -82,9 +78,9 @@ class LevelBuffers:
 
     def __init__(self, xp):
         self.xp = xp
-        self._storage = {}  # (store, parity) -> flat device array
+        self._storage = {}  # (store index, parity) -> flat device array
 
-    def take(self, store: str, parity: int, shape: tuple, dtype):
+    def take(self, store: int, parity: int, shape: tuple, dtype):
         """A C-contiguous (shape) view of the (store, parity) buffer, contents unset. Any
         earlier view of that buffer must be dead: its level is two levels up."""
         size = int(np.prod(shape))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import numbers
 
@@ -40,9 +41,13 @@ class Params:
     eval_metric: tuple[str, ...] | None = None
     device: str = "auto"
     # LightGBM's meaning: a column whose most common bin holds more than this share of rows is
-    # stored sparse. Routing changes speed and memory, never the model; this version stores every
-    # column dense, so the value is validated and kept but changes nothing yet.
+    # stored as sparse entries (1.0: none is). Routing changes speed and memory, never the model.
     sparse_threshold: float = 0.8
+
+    @functools.cached_property
+    def loss(self) -> objectives.Objective:
+        """The objective's ``Objective`` (gradients, link, base score), made once."""
+        return objectives.get_objective(self.objective, self.num_class)
 
     @property
     def n_groups(self) -> int:
@@ -52,7 +57,7 @@ class Params:
     def metrics(self) -> tuple[str, ...]:
         if self.eval_metric is not None:
             return self.eval_metric
-        return (objectives.get_objective(self.objective, self.num_class).default_metric,)
+        return (self.loss.default_metric,)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

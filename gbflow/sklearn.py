@@ -36,7 +36,7 @@ try:
 except ImportError as e:  # scikit-learn < 1.6
     raise ImportError("gbflow's scikit-learn estimators need scikit-learn >= 1.6") from e
 
-from .training import train
+from .api import train
 
 __all__ = ["GBFlowClassifier", "GBFlowRegressor"]
 

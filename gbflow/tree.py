@@ -1,4 +1,4 @@
-"""One regression tree as flat node arrays, and its JSON form."""
+"""One regression tree as flat node arrays: built level by level, and its JSON form."""
 from __future__ import annotations
 
 import dataclasses
@@ -73,3 +73,31 @@ class Tree:
         arrays = {name: np.concatenate([lv[name] for lv in levels]).astype(dtype)
                   for name, dtype in _FIELDS.items()}
         return cls(group=group, **arrays)
+
+
+def level_arrays(cuts, value, cover, at, sp, feature, bin_threshold, default_left, gain,
+                 left_id) -> dict:
+    """One level's node arrays (a dict for ``Tree.concatenate_levels``) in id order (a node's id
+    is its place in the tree), from arrays in the level's own order: value, cover (n,) float64
+    per node, ``at`` each node's place in id order; sp (n_split,) the positions of the nodes
+    that split, with their global feature ids, bin thresholds (written as float thresholds with
+    ``cuts``), default directions, gains and left child ids (None when none split)."""
+    n = len(value)
+    level = {
+        "feature": np.full(n, _dtypes.LEAF), "bin_threshold": np.zeros(n),
+        "threshold": np.zeros(n), "default_left": np.zeros(n, dtype=bool),
+        "left": np.full(n, -1), "right": np.full(n, -1), "value": value,
+        "gain": np.zeros(n), "cover": cover,
+    }
+    if len(sp):
+        level["feature"][sp] = feature
+        level["bin_threshold"][sp] = bin_threshold
+        level["threshold"][sp] = cuts.split_thresholds(feature, bin_threshold)
+        level["default_left"][sp] = default_left
+        level["gain"][sp] = gain
+        level["left"][sp] = left_id
+        level["right"][sp] = left_id + 1
+    for name, values in level.items():
+        level[name] = np.empty_like(values)
+        level[name][at] = values
+    return level

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 import gbflow
 import gbflow.booster
 import gbflow.predictor
+import gbflow.boosting
 import gbflow.quantize
-import gbflow.training
 from gbflow.params import ALIASES, KNOWN, make_params
 
 N = 20
@@ -47,7 +47,7 @@ def _work_started(*args, **kwargs):
 @pytest.fixture
 def no_work(monkeypatch):
     """Any training work (the boosting loop, the quantile sketch) fails the test."""
-    monkeypatch.setattr(gbflow.training, "fit", _work_started)
+    monkeypatch.setattr(gbflow.boosting, "fit", _work_started)
     monkeypatch.setattr(gbflow.quantize, "compute_cuts", _work_started)
 
 

@@ -18,7 +18,7 @@ distributed = pytest.importorskip("distributed")
 import gbflow  # noqa: E402
 import gbflow.dask  # noqa: E402
 from gbflow import inputs  # noqa: E402
-from gbflow import training  # noqa: E402
+from gbflow import boosting  # noqa: E402
 from gbflow.backend import get_backend  # noqa: E402
 from gbflow.params import make_params  # noqa: E402
 
@@ -87,7 +87,7 @@ def test_same_model_file_in_process_and_on_1_2_4_workers(task, clients, tmp_path
 
     expected = _model_bytes(gbflow.train(df, evals=[(valid, "valid")], **kwargs), tmp_path,
                             "pandas")
-    fitted = training.fit(get_backend("cpu"),
+    fitted = boosting.fit(get_backend("cpu"),
                           [inputs.load(p, "y", "w", allow_empty=True) for p in train_parts],
                           make_params(params), 8,
                           [([inputs.load(p, "y", "w") for p in valid_parts], "valid")], stop,
@@ -97,7 +97,7 @@ def test_same_model_file_in_process_and_on_1_2_4_workers(task, clients, tmp_path
                          **kwargs)
     assert _model_bytes(local, tmp_path, "dask-local") == expected
     for n_workers in (1, 2, 3, 4):  # 3: ranks fold into a power of two, and back
-        booster = gbflow.dask.train(_dask_frame(train_parts),
+        booster = gbflow.train(_dask_frame(train_parts),
                                     evals=[(_dask_frame(valid_parts), "valid")],
                                     client=clients(n_workers), **kwargs)
         assert len(booster.worker_report) == n_workers  # every worker took part
@@ -108,7 +108,7 @@ def test_same_model_file_in_process_and_on_1_2_4_workers(task, clients, tmp_path
 def test_a_worker_holding_only_an_empty_partition_takes_part(clients):
     df = make_table(n_rows=1000, seed=41)
     params = {"subsample": 0.8, "max_depth": 3}
-    booster = gbflow.dask.train(_dask_frame([df, df.iloc[:0]]), label="y", params=params,
+    booster = gbflow.train(_dask_frame([df, df.iloc[:0]]), label="y", params=params,
                                 num_boost_round=4, verbose=False, client=clients(2))
     assert sorted(r["rows"] for r in booster.worker_report) == [0, 1000]
     assert booster.to_json() == gbflow.train(df, label="y", params=params, num_boost_round=4,
@@ -123,7 +123,7 @@ def test_row_sampling_follows_the_global_row_number(clients, tmp_path):
     expected = _model_bytes(gbflow.train(df, label="y", params=params, num_boost_round=6,
                                          verbose=False), tmp_path, "pandas")
     ddf = dd.from_pandas(df, npartitions=5)
-    booster = gbflow.dask.train(ddf, label="y", params=params, num_boost_round=6, verbose=False,
+    booster = gbflow.train(ddf, label="y", params=params, num_boost_round=6, verbose=False,
                                 client=clients(2))
     assert _model_bytes(booster, tmp_path, "dask") == expected
 
@@ -134,7 +134,7 @@ def test_persisted_input_and_a_pandas_evaluation_set(clients):
     ddf = client.persist(dd.from_pandas(df.iloc[:1000], npartitions=3))
     expected = gbflow.train(df.iloc[:1000], label="y", params=PARAMS["binary"],
                             num_boost_round=5, evals=[(df.iloc[1000:], "v")], verbose=False)
-    booster = gbflow.dask.train(ddf, label="y", params=PARAMS["binary"], num_boost_round=5,
+    booster = gbflow.train(ddf, label="y", params=PARAMS["binary"], num_boost_round=5,
                                 evals=[(df.iloc[1000:], "v")], verbose=False, client=client)
     assert booster.to_json() == expected.to_json()
     assert len(client.compute(ddf).result()) == 1000  # the user's partitions are still there
@@ -142,7 +142,7 @@ def test_persisted_input_and_a_pandas_evaluation_set(clients):
 
 def test_worker_report_measures_memory(clients):
     df = make_table(n_rows=3000, seed=25)
-    booster = gbflow.dask.train(dd.from_pandas(df, npartitions=4), label="y", num_boost_round=2,
+    booster = gbflow.train(dd.from_pandas(df, npartitions=4), label="y", num_boost_round=2,
                                 verbose=False, client=clients(2))
     report = booster.worker_report
     assert sum(r["rows"] for r in report) == 3000
@@ -161,7 +161,7 @@ def test_worker_report_measures_memory(clients):
 
 def test_progress_lines_reach_the_client_once(clients, capsys):
     df = make_table(n_rows=800, seed=26)
-    gbflow.dask.train(dd.from_pandas(df, npartitions=2), label="y", num_boost_round=6,
+    gbflow.train(dd.from_pandas(df, npartitions=2), label="y", num_boost_round=6,
                       evals=[(dd.from_pandas(df, npartitions=2), "train")], verbose=2,
                       client=clients(2))
     err = capsys.readouterr().err.splitlines()
@@ -332,7 +332,7 @@ def test_partitions_with_other_columns_fail_before_training(n_workers, clients):
     client = clients(n_workers) if n_workers else None
     with pytest.raises(ValueError, match=r"training data partition 2 lacks column\(s\) 'x3' "
                                          r"and has unexpected column\(s\) 'z'"):
-        gbflow.dask.train(_mixed_columns(df), label="y", num_boost_round=2, verbose=False,
+        gbflow.train(_mixed_columns(df), label="y", num_boost_round=2, verbose=False,
                           client=client)
 
 
@@ -347,7 +347,7 @@ def test_bad_labels_name_their_partition(n_workers, value, match, clients):
     df.loc[150, "y"] = value
     client = clients(n_workers) if n_workers else None
     with pytest.raises(ValueError, match=match):
-        gbflow.dask.train(dd.from_pandas(df, npartitions=2), label="y",
+        gbflow.train(dd.from_pandas(df, npartitions=2), label="y",
                           params={"objective": "binary:logistic"}, num_boost_round=2,
                           verbose=False, client=client)
 
@@ -358,16 +358,16 @@ def test_global_checks_see_every_partition(n_workers, clients):
     client = clients(n_workers) if n_workers else None
     empty = _dask_frame([df.iloc[:0], df.iloc[:0]])
     with pytest.raises(ValueError, match="training data has no rows"):
-        gbflow.dask.train(empty, label="y", num_boost_round=2, verbose=False, client=client)
+        gbflow.train(empty, label="y", num_boost_round=2, verbose=False, client=client)
     one_class = _dask_frame([df[df.y == 1].iloc[:20], df[df.y == 1].iloc[20:40]])
     with pytest.raises(ValueError, match="'v' holds only one class"):
-        gbflow.dask.train(dd.from_pandas(df, npartitions=2), label="y",
+        gbflow.train(dd.from_pandas(df, npartitions=2), label="y",
                           params={"objective": "binary:logistic", "eval_metric": "auc"},
                           evals=[(one_class, "v")], num_boost_round=2, verbose=False,
                           client=client)
     zero = df.assign(w=0.0)
     with pytest.raises(ValueError, match="all training weights are zero"):
-        gbflow.dask.train(dd.from_pandas(zero, npartitions=2), label="y", weight="w",
+        gbflow.train(dd.from_pandas(zero, npartitions=2), label="y", weight="w",
                           num_boost_round=2, verbose=False, client=client)
 
 
@@ -379,25 +379,25 @@ def test_a_failing_pipeline_raises_its_own_error(clients):
 
     ddf = dd.from_pandas(df, npartitions=2).map_partitions(broken, meta=df.iloc[:0])
     with pytest.raises(ZeroDivisionError, match="feature engineering"):
-        gbflow.dask.train(ddf, label="y", verbose=False, client=clients(2))
+        gbflow.train(ddf, label="y", verbose=False, client=clients(2))
 
 
 def test_a_workers_partitions_are_joined_with_their_global_row_numbers():
-    from gbflow.dask import task
+    from gbflow.dask import loading, messages
 
     df = make_table(n_rows=100, seed=39)
-    spec = task.Spec(session="", topic="", params=make_params({}), num_boost_round=1,
+    spec = messages.Spec(session="", topic="", params=make_params({}), num_boost_round=1,
                      early_stopping_rounds=None, verbose=False, label="y", weight=None,
                      features=tuple(c for c in df.columns if c != "y"),
-                     train=task.Table("training data", tuple(df.columns)), evals=(), timeout=1.0)
+                     train=messages.Table("training data", tuple(df.columns)), evals=(), timeout=1.0)
     parts = _partitions(df, [0, 10, 10, 40, 70, 100])  # partition 1 is empty
     offsets = {0: 0, 1: 10, 2: 10, 3: 40, 4: 70}
     items = [(0, parts[0]), (1, parts[1]), (2, parts[2])]
-    joined = task.Joined(get_backend("cpu"), spec, spec.train, 0, items)
+    joined = loading.JoinedPartitions(get_backend("cpu"), spec, spec.train, 0, items)
     assert items == [] and joined.lengths == {0: 10, 1: 0, 2: 30}
     assert joined.row_ids(offsets) == 0  # adjacent, the empty one in between: one offset
     np.testing.assert_array_equal(joined.part.X, df.iloc[:40].drop(columns="y").to_numpy())
-    apart = task.Joined(get_backend("cpu"), spec, spec.train, 0,
+    apart = loading.JoinedPartitions(get_backend("cpu"), spec, spec.train, 0,
                         [(2, parts[2]), (4, lambda: parts[4])])
     ids = apart.row_ids(offsets)
     np.testing.assert_array_equal(ids, np.r_[10:40, 70:100].astype(np.uint64))
@@ -437,7 +437,7 @@ def test_cpu_workers_use_their_own_threads_only(clients, monkeypatch):
 
     monkeypatch.setattr(cpu_kernels, "build_histograms", recording)
     df = make_table(n_rows=1000, seed=29)
-    booster = gbflow.dask.train(dd.from_pandas(df, npartitions=2), label="y",
+    booster = gbflow.train(dd.from_pandas(df, npartitions=2), label="y",
                                 params={"device": "cpu"}, num_boost_round=2, verbose=False,
                                 client=clients(2))
     assert seen and set(seen) == {1}

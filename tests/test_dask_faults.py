@@ -107,7 +107,7 @@ def test_a_lost_worker_fails_training_fast():
 
         def train():
             try:
-                gbflow.dask.train(ddf, label="y", params={"max_depth": 3},
+                gbflow.train(ddf, label="y", params={"max_depth": 3},
                                   num_boost_round=100_000, verbose=False, client=client)
                 outcome["error"] = None
             except BaseException as e:  # noqa: BLE001 - the test inspects it
@@ -139,7 +139,7 @@ def test_a_lost_worker_fails_training_fast():
         else:
             pytest.fail("the surviving worker still runs its training task")
         client.wait_for_workers(2, timeout=60)
-        booster = gbflow.dask.train(dd.from_pandas(df, npartitions=2), label="y",
+        booster = gbflow.train(dd.from_pandas(df, npartitions=2), label="y",
                                     num_boost_round=2, verbose=False, client=client)
         assert booster.to_json() == gbflow.train(df, label="y", num_boost_round=2,
                                                  verbose=False).to_json()
@@ -148,9 +148,9 @@ def test_a_lost_worker_fails_training_fast():
 def test_an_error_on_one_worker_mid_training_is_the_error_raised(monkeypatch):
     """A task failing mid-training aborts the others at once, and train() raises the failing
     task's own error, not the others' echoes of it."""
-    from gbflow import training
+    from gbflow import boosting
 
-    grow = training.grow_tree
+    grow = boosting.grow_tree
     calls = {}
 
     def failing_grow(shardset, *args, **kwargs):
@@ -160,14 +160,14 @@ def test_an_error_on_one_worker_mid_training_is_the_error_raised(monkeypatch):
             raise RuntimeError("boom on purpose")
         return grow(shardset, *args, **kwargs)
 
-    monkeypatch.setattr(training, "grow_tree", failing_grow)
+    monkeypatch.setattr(boosting, "grow_tree", failing_grow)
     df = make_table(n_rows=1200, seed=42)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                                   dashboard_address=":0") as cluster, \
             distributed.Client(cluster, set_as_default=False) as client:
         start = time.monotonic()
         with pytest.raises(RuntimeError, match="boom on purpose"):
-            gbflow.dask.train(dd.from_pandas(df, npartitions=4), label="y", num_boost_round=50,
+            gbflow.train(dd.from_pandas(df, npartitions=4), label="y", num_boost_round=50,
                               verbose=False, client=client)
         assert time.monotonic() - start < 20
         assert all(not s for s in client.run(collective.active_sessions).values())

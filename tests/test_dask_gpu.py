@@ -41,7 +41,7 @@ def test_dask_cudf_on_every_gpu_gives_the_in_process_model(gpu_client):
                             verbose=False)
     train = dd.from_pandas(cudf.from_pandas(df.iloc[:16_000]), npartitions=8)
     valid = dd.from_pandas(cudf.from_pandas(df.iloc[16_000:]), npartitions=2)
-    booster = gbflow.dask.train(train, label="y", params=params, num_boost_round=10,
+    booster = gbflow.train(train, label="y", params=params, num_boost_round=10,
                                 evals=[(valid, "v")], verbose=False, client=gpu_client)
     assert booster.to_json() == expected.to_json()
     n_gpus = len(gpu_client.scheduler_info(n_workers=-1)["workers"])

@@ -11,7 +11,7 @@ import scipy.sparse as sp
 
 import gbflow
 from gbflow import inputs
-from gbflow import _dtypes, grower, training
+from gbflow import _dtypes, boosting, shards
 from gbflow.backend import get_backend, reference_kernels
 from gbflow.params import make_params
 
@@ -45,10 +45,10 @@ def test_same_model_on_one_or_many_shards(task, extra, device):
     params = make_params({**PARAMS[task], **extra})
     whole = inputs.load(df, "y")
     backend = get_backend(device)
-    one = training.fit(backend, [whole], params, 12, verbose=False, keep_training_margins=True)
+    one = boosting.fit(backend, [whole], params, 12, verbose=False, keep_training_margins=True)
     bounds = [0, 1, 700, 701, 2000, len(df)]  # includes a one-row shard
     parts = [inputs.load(df.iloc[a:b], "y") for a, b in zip(bounds[:-1], bounds[1:])]
-    many = training.fit(backend, parts, params, 12, verbose=False, keep_training_margins=True)
+    many = boosting.fit(backend, parts, params, 12, verbose=False, keep_training_margins=True)
     assert many.to_json() == one.to_json()
     assert np.array_equal(np.concatenate(many.training_margins), one.training_margins[0])
 
@@ -70,7 +70,7 @@ def test_training_margins_equal_predicted_margins(task, device):
     """Margins reached in training (on ``device``) equal those predicted on the CPU."""
     df = make_table(task=task, seed=6)
     params = make_params({**PARAMS[task], "max_depth": 6})
-    booster = training.fit(get_backend(device), [inputs.load(df, "y")], params, 25,
+    booster = boosting.fit(get_backend(device), [inputs.load(df, "y")], params, 25,
                            verbose=False, keep_training_margins=True)
     predicted = booster.predict(df, output_margin=True)
     predicted = predicted.to_numpy().reshape(len(df), -1)
@@ -123,10 +123,10 @@ def test_present_values_split_from_missing_ones(device, level_plans, tmp_path):
                      sp.csr_matrix(X[:, 1:])]).tocsr()
     boosters = []
     for data in (X, csr):
-        shardset = grower.ShardSet(backend, [])
+        shardset = shards.ShardSet(backend)
         shardset.level_plans = level_plans
         part = inputs.load(data, y, what="training data")
-        booster = training.fit(backend, [part], params, 5, verbose=False,
+        booster = boosting.fit(backend, [part], params, 5, verbose=False,
                                keep_training_margins=True, shardset=shardset)
         assert shardset.uses_level_plans == level_plans
         margin = booster.predict(data, output_margin=True)
@@ -276,19 +276,19 @@ def test_planned_trees_equal_level_by_level_trees(task, extra, hist_bytes, devic
     """The planned loop (the GPU's default for dense features: one wait for the device a tree)
     grows the same trees and margins as the level-by-level loop, on several shards, also where
     levels are sized by their parent's split count (a small PLANNED_HIST_BYTES)."""
-    from gbflow import grower
+    from gbflow.grow import planned
     if hist_bytes is not None:
-        monkeypatch.setattr(grower, "PLANNED_HIST_BYTES", hist_bytes)
+        monkeypatch.setattr(planned, "PLANNED_HIST_BYTES", hist_bytes)
     df = make_table(task=task, seed=8)
     params = make_params({**PARAMS[task], **extra})
     backend = get_backend(device)
     bounds = [0, 1, 900, 901, 2000, len(df)]  # includes one-row shards
 
     def fit(level_plans):
-        shardset = grower.ShardSet(backend, [])
+        shardset = shards.ShardSet(backend)
         shardset.level_plans = level_plans
         parts = [inputs.load(df.iloc[a:b], "y") for a, b in zip(bounds[:-1], bounds[1:])]
-        booster = training.fit(backend, parts, params, 10, verbose=False,
+        booster = boosting.fit(backend, parts, params, 10, verbose=False,
                                keep_training_margins=True, shardset=shardset)
         assert shardset.uses_level_plans == bool(level_plans)
         return booster
@@ -301,12 +301,11 @@ def test_planned_trees_equal_level_by_level_trees(task, extra, hist_bytes, devic
 
 
 def test_planned_trees_by_default_on_the_gpu_only_with_dense_features(device):
-    from gbflow import grower
     df = make_table(seed=9)
     for sparse_threshold, dense_only in ((1.0, True), (0.0, False)):
         params = make_params({**PARAMS["regression"], "sparse_threshold": sparse_threshold})
-        shardset = grower.ShardSet(get_backend(device), [])
-        training.fit(shardset.backend, [inputs.load(df, "y")], params, 2, verbose=False,
+        shardset = shards.ShardSet(get_backend(device))
+        boosting.fit(shardset.backend, [inputs.load(df, "y")], params, 2, verbose=False,
                      shardset=shardset)
-        assert shardset.has_sparse != dense_only
+        assert (len(shardset.stores) > 1) != dense_only
         assert shardset.uses_level_plans == (device == "cuda" and dense_only)

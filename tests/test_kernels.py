@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gbflow import _dtypes, quantize
-from gbflow.backend import cpu_kernels, numpy_kernels
+from gbflow.backend import common, cpu_kernels, numpy_kernels
 
 
 def random_level(rng, n_rows, n_features, n_bins, n_nodes, missing=0.1):
@@ -395,7 +395,7 @@ def test_partition_planned(kernels, n_rows, n_features, n_bins, n_nodes):
     split = [np.concatenate([a, np.zeros(3, dtype=a.dtype)]) for a in split]
     rows_per_block = 1000
     work = np.zeros((-(-n_rows // rows_per_block) + cap, 5), dtype=np.int64)
-    listed = numpy_kernels.work_list_rows(start, count, rows_per_block)
+    listed = common.work_list_rows(start, count, rows_per_block)
     work[: len(listed)] = listed
     n_work = np.array([len(listed)], dtype=np.int64)
     expected_dest = np.full_like(row_index, -1)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gbflow import inputs
-from gbflow import collective, fixed_point, metrics, training
+from gbflow import boosting, collective, fixed_point, metrics
 from gbflow.backend import get_backend
 from gbflow.params import make_params
 
@@ -78,11 +78,11 @@ def test_an_evaluation_set_split_into_parts_gives_the_same_model(task, metric):
     df = make_table(n_rows=2000, task=task, seed=2)
     train = [inputs.load(df.iloc[:1500], "y")]
     valid = df.iloc[1500:]
-    one = training.fit(get_backend("cpu"), train, params, 12,
+    one = boosting.fit(get_backend("cpu"), train, params, 12,
                        [(inputs.load(valid, "y"), "v")], early_stopping_rounds=2,
                        verbose=False)
     pieces = [inputs.load(valid.iloc[a:b], "y") for a, b in [(0, 1), (1, 260), (260, 500)]]
-    split = training.fit(get_backend("cpu"), train, params, 12, [(pieces, "v")],
+    split = boosting.fit(get_backend("cpu"), train, params, 12, [(pieces, "v")],
                          early_stopping_rounds=2, verbose=False)
     assert split.to_json() == one.to_json()
     assert split.evals_result == one.evals_result
@@ -136,7 +136,7 @@ def test_gradient_bounds_hold_for_any_margin(name, num_class):
 def test_aligned_slots_pack_arrays_in_8_byte_slots():
     """The one layout of packed uploads, split results and to_host_all's buffer: each array
     starts 8-byte aligned right after the previous one's padded end."""
-    from gbflow.backend import aligned_slots
+    from gbflow.backend.common import aligned_slots
     offsets, total = aligned_slots([8, 3, 0, 16, 1])
     assert offsets == [0, 8, 16, 16, 32] and total == 40
     assert aligned_slots([]) == ([], 0)
@@ -145,7 +145,7 @@ def test_aligned_slots_pack_arrays_in_8_byte_slots():
 def test_packed_empty_lays_arrays_out_in_aligned_slots():
     """Views of one allocation at aligned_slots' offsets, of the shapes and dtypes asked, each
     its own memory (writing one leaves the others as they are)."""
-    from gbflow.backend import aligned_slots, packed_empty
+    from gbflow.backend.common import aligned_slots, packed_empty
     layout = [((3,), np.bool_), ((2, 2), np.int64), ((0,), np.float64), ((5,), np.int32)]
     arrays = packed_empty(np, layout)
     base = arrays[0].base

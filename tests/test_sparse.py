@@ -12,7 +12,7 @@ import gbflow
 from gbflow import _dtypes
 from gbflow import inputs
 from gbflow import cuts as cuts_mod
-from gbflow import quantize, routing, training
+from gbflow import binning, boosting, quantize, routing
 from gbflow.backend import get_backend, reference_kernels
 from gbflow.params import make_params
 
@@ -68,8 +68,8 @@ def _routing_of(df: pd.DataFrame, threshold: float) -> routing.Routing:
     dataset = inputs.load(df, "y")
     backend = get_backend("cpu")
     cuts = quantize.compute_cuts(np, [dataset.X], None, 256)
-    part = routing.bin_part(backend, dataset.X, cuts)
-    return routing.decide(routing.bin_counts(backend, part, cuts), cuts, threshold)
+    part = binning.bin_part(backend, dataset.X, cuts)
+    return routing.decide(binning.bin_counts(backend, part, cuts), cuts, threshold)
 
 
 def test_routing_follows_the_most_common_bins_share():
@@ -118,11 +118,11 @@ def test_routed_training_on_many_shards_equals_one_shard():
     df = make_mixed(n_rows=1500, seed=7)
     params = make_params({**PARAMS["regression"], "sparse_threshold": 0.8})
     backend = get_backend("cpu")
-    whole = training.fit(backend, [inputs.load(df, "y")], params, 5, verbose=False)
+    whole = boosting.fit(backend, [inputs.load(df, "y")], params, 5, verbose=False)
     bounds = [0, 1, 400, 400, 1100, 1500]  # a one-row and an empty shard
     parts = [inputs.load(df.iloc[a:b], "y", allow_empty=True)
              for a, b in zip(bounds[:-1], bounds[1:])]
-    many = training.fit(backend, parts, params, 5, verbose=False)
+    many = boosting.fit(backend, parts, params, 5, verbose=False)
     assert many.to_json() == whole.to_json()
 
 
@@ -211,7 +211,7 @@ def test_routing_on_dask_workers_equals_routing_off_in_process():
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                                   dashboard_address=":0") as cluster, \
             distributed.Client(cluster, set_as_default=False) as client:
-        booster = gbflow.dask.train(frame, label="y", params={**PARAMS["regression"],
+        booster = gbflow.train(frame, label="y", params={**PARAMS["regression"],
                                                               "sparse_threshold": 0.8},
                                     num_boost_round=6, verbose=False, client=client)
     assert _model(booster) == expected
@@ -251,8 +251,8 @@ def test_stores_built_in_small_blocks_give_the_same_model(monkeypatch):
 
     reference = trees(_train(df, "y", 1.0))
     assert trees(_train(m, y, 0.8)) == reference
-    monkeypatch.setattr(routing, "_ENTRY_BLOCK", 37)
-    monkeypatch.setattr(routing, "_EXTRACT_VALUES", 50)
+    monkeypatch.setattr(binning, "_ENTRY_BLOCK", 37)
+    monkeypatch.setattr(binning, "_EXTRACT_VALUES", 50)
     assert trees(_train(m, y, 0.8)) == reference
     assert trees(_train(df, "y", 0.8)) == reference
 
@@ -263,9 +263,9 @@ def _stores(X, y, threshold=0.8):
     dataset = inputs.load(X, "y") if y is None else inputs.load(X, y)
     backend = get_backend("cpu")
     cuts = quantize.compute_cuts(np, [dataset.X], None, 256)
-    part = routing.bin_part(backend, dataset.X, cuts)
-    route = routing.decide(routing.bin_counts(backend, part, cuts), cuts, threshold)
-    return route, routing.build_stores(backend, part, cuts, route)[2]
+    part = binning.bin_part(backend, dataset.X, cuts)
+    route = routing.decide(binning.bin_counts(backend, part, cuts), cuts, threshold)
+    return route, binning.build_stores(backend, part, cuts, route)[2]
 
 
 def test_entry_feature_dtype_is_int16_while_the_ids_fit():

@@ -15,7 +15,8 @@ from numba import njit, prange
 
 from .. import _dtypes
 from . import numpy_kernels
-from .numpy_kernels import check_dest, check_sibling_shapes
+# rows_per_block: the level plans' block size, the common one on the CPU
+from .common import check_dest, check_sibling_shapes, rows_per_block, segments_of_work
 
 # error_model="numpy": a float division by zero gives inf like NumPy instead of raising.
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
@@ -286,7 +287,6 @@ def sibling_histograms(parent, split_nodes, children, n_valid=None):
 # in the tests of planned trees), nothing to gain from numba.
 plan_level = numpy_kernels.plan_level
 level_segments = numpy_kernels.level_segments
-rows_per_block = numpy_kernels.rows_per_block
 add_planned_leaf_values = numpy_kernels.add_planned_leaf_values
 add_planned_split_values = numpy_kernels.add_planned_split_values
 
@@ -294,7 +294,7 @@ add_planned_split_values = numpy_kernels.add_planned_split_values
 def partition_planned(bins, bins_by_feature, gh, row_index, work, n_work, feature, bin_threshold,
                       default_left, small_is_left, n_bins, out, dest):
     """See numpy_kernels.partition_planned."""
-    seg_start, seg_count = numpy_kernels.segments_of_work(work, n_work, len(feature))
+    seg_start, seg_count = segments_of_work(work, n_work, len(feature))
     left_count, _ = partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start,
                                             seg_count, feature, bin_threshold, default_left,
                                             small_is_left, n_bins, out=out, dest=dest)

@@ -21,8 +21,8 @@ import cupy as cp
 import numpy as np
 
 from .. import _dtypes
-from . import aligned_slots, packed_empty, to_host
-from .numpy_kernels import check_sibling_shapes, work_list_rows
+from .arrays import to_host
+from .common import aligned_slots, check_sibling_shapes, packed_empty, work_list_rows
 
 _CUDA_DIR = pathlib.Path(__file__).with_name("cuda")
 _THREADS = 256
@@ -86,7 +86,7 @@ def _rows_per_block(total_rows: int) -> int:
 
 def work_list(seg_start, seg_count, rows_per_block: int | None = None) -> np.ndarray:
     """(n_blocks, 5) int64 host array: per block [node, begin, end, first block of node, start]
-    (``numpy_kernels.work_list_rows``, the layout the level plans build on the device), by
+    (``common.work_list_rows``, the layout the level plans build on the device), by
     default with two blocks per multiprocessor over the listed rows."""
     start = to_host(seg_start).astype(np.int64)
     count = to_host(seg_count).astype(np.int64)
@@ -356,7 +356,7 @@ def add_planned_split_values(margin, bins_by_feature, row_index, split_start, sp
 
 
 def rows_per_block(n_rows: int) -> int:
-    """See ``numpy_kernels.rows_per_block``: two blocks per multiprocessor for the whole shard,
+    """See ``common.rows_per_block``: two blocks per multiprocessor for the whole shard,
     at least 2048 rows each (as the host-built work lists)."""
     return _rows_per_block(int(n_rows))
 

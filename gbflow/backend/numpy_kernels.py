@@ -17,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _dtypes
+# rows_per_block: each kernels module names the block size of its level plans (the CPU twins: this one)
+from .common import check_dest, check_sibling_shapes, rows_per_block, segments_of_work, work_list_rows
 
 
 def bin_features(X, cut_values, cut_offsets, out):
@@ -213,30 +215,6 @@ def sibling_histograms(parent, split_nodes, children, n_valid=None):
     k = n if n_valid is None else min(n, int(n_valid[0]))
     children[:k] = parent[split_nodes[:k]] - children[n: n + k]
     return children
-
-
-def check_dest(dest, row_index):
-    """``partition_and_histogram``'s dest, checked (NumPy and numba): an array of row_index's
-    shape and dtype, not sharing its memory (None is how to partition in place). Returns it."""
-    if not isinstance(dest, np.ndarray) or dest.shape != row_index.shape or \
-            dest.dtype != row_index.dtype:
-        raise ValueError(f"partition_and_histogram: dest must be a {row_index.dtype} array of "
-                         f"shape {row_index.shape}")
-    if dest.size and np.may_share_memory(dest, row_index):
-        raise ValueError("partition_and_histogram: dest must be another array than row_index "
-                         "(None partitions row_index in place)")
-    return dest
-
-
-def check_sibling_shapes(parent, n_split: int, children) -> None:
-    """``sibling_histograms``' shape checks, shared by its three versions (the fast ones read
-    nodes as flat words, so a mismatch would read out of bounds instead of failing)."""
-    if children.shape[0] != 2 * n_split:
-        raise ValueError(f"sibling_histograms: children must hold 2 * {n_split} nodes, not "
-                         f"{children.shape[0]}")
-    if tuple(parent.shape[1:]) != tuple(children.shape[1:]):
-        raise ValueError(f"sibling_histograms: parent nodes of shape {tuple(parent.shape[1:])} "
-                         f"but children of shape {tuple(children.shape[1:])}")
 
 
 def add_leaf_values(margin, row_index, seg_start, seg_count, values):
@@ -472,12 +450,6 @@ def plan_level(n_parent_split, half, gain, feature, bin_threshold, default_left,
     child_totals[cap: cap + n] = np.where(is_left[:, None], left, right)
 
 
-def rows_per_block(n_rows: int) -> int:
-    """Rows per block of the level plans' work lists for a shard of n_rows rows. Any choice
-    gives the same model (integer sums, stable partition); each backend picks its own."""
-    return max(2048, -(-int(n_rows) // 256))
-
-
 def level_segments(n_rows, half, n_parent_split, parent_split_start, parent_split_count,
                    left_count, parent_built_left, n_split, split_node, rows_per_block, seg_start,
                    seg_count, split_start, split_count, work, n_work):
@@ -522,33 +494,6 @@ def level_segments(n_rows, half, n_parent_split, parent_split_start, parent_spli
     work[...] = 0
     work[: len(rows)] = rows
     n_work[0] = len(rows)
-
-
-def work_list_rows(seg_start, seg_count, rows_per_block: int) -> np.ndarray:
-    """(n_blocks, 5) int64 work list: per block [node, begin, end, first block of node, node
-    start]; node k's segment dealt to consecutive blocks of at most rows_per_block rows, empty
-    nodes get none."""
-    start = np.asarray(seg_start, dtype=np.int64)
-    count = np.asarray(seg_count, dtype=np.int64)
-    blocks = -(-count // rows_per_block)
-    node = np.repeat(np.arange(len(start), dtype=np.int64), blocks)
-    first = np.cumsum(blocks) - blocks
-    j = np.arange(len(node), dtype=np.int64) - first[node]
-    begin = start[node] + j * rows_per_block
-    end = np.minimum(begin + rows_per_block, start[node] + count[node])
-    return np.stack([node, begin, end, first[node], start[node]], axis=1).reshape(-1, 5)
-
-
-def segments_of_work(work, n_work, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """(seg_start, seg_count) (n_nodes,) int64 of the nodes of a work list's first n_work[0]
-    rows (nodes without a block: an empty segment)."""
-    rows = np.asarray(work)[: int(n_work[0])]
-    seg_start = np.zeros(n_nodes, dtype=np.int64)
-    seg_count = np.zeros(n_nodes, dtype=np.int64)
-    if len(rows):
-        seg_start[rows[:, 0]] = rows[:, 4]
-        np.add.at(seg_count, rows[:, 0], rows[:, 2] - rows[:, 1])
-    return seg_start, seg_count
 
 
 def partition_planned(bins, bins_by_feature, gh, row_index, work, n_work, feature, bin_threshold,

@@ -39,24 +39,10 @@ import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol.serialize import to_serialize
 
+from .errors import CollectiveAborted, CollectiveError, CollectiveTimeout, WorkerLostError
+
 HANDLER = "gbflow_collective"
 _WAIT_SLICE = 0.2  # seconds between checks for an abort while waiting for a message
-
-
-class CollectiveError(RuntimeError):
-    """Training across workers could not go on (base class)."""
-
-
-class CollectiveAborted(CollectiveError):
-    """Another training task failed and asked this one to stop."""
-
-
-class WorkerLostError(CollectiveError):
-    """A training worker died or could not be reached during training."""
-
-
-class CollectiveTimeout(CollectiveError):
-    """A peer sent nothing for longer than the collective's timeout."""
 
 
 class _Mailbox:

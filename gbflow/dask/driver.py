@@ -8,13 +8,16 @@ import sys
 import time
 import uuid
 
-from .. import inputs
-from .. import training
+from .. import boosting
 from ..backend import get_backend, on_gpu
 from ..params import Params
-from . import task as task_mod
-from .collective import CollectiveAborted, CollectiveError, CollectivePlugin, WorkerLostError, \
-    abort_session
+from ..progress import Progress
+from . import inputs as dask_inputs
+from .collective import CollectivePlugin, abort_session
+from .errors import CollectiveAborted, CollectiveError, WorkerLostError
+from .loading import JoinedPartitions, first_error, global_offsets
+from .messages import PartitionRef, Spec
+from .task import train_task
 
 # How long a training task waits for a peer's message before giving up (dask config key
 # "gbflow.collective-timeout", seconds or a duration such as "10 minutes"). Only a peer that
@@ -22,60 +25,6 @@ from .collective import CollectiveAborted, CollectiveError, CollectivePlugin, Wo
 DEFAULT_TIMEOUT = "30 minutes"
 _POLL = 0.1  # the longest wait between looks at the tasks, workers and events
 _LIVENESS_PERIOD = 0.5  # seconds between asking the scheduler which workers are alive
-
-
-def _dd():
-    import dask.dataframe as dd
-    return dd
-
-
-def _frame(data, what: str):
-    """``data`` as a Dask DataFrame; a pandas/cuDF frame (only for evals) becomes one partition."""
-    dd = _dd()
-    if isinstance(data, dd.DataFrame):
-        return data
-    if inputs.is_dask_collection(data):
-        hint = ("; use .to_frame()" if isinstance(data, dd.Series) else
-                "; use dask.dataframe.from_dask_array(..., columns=[...]) and name the label "
-                "column" if type(data).__name__ == "Array" else "")
-        raise TypeError(f"{what} is a Dask {type(data).__name__}; gbflow takes Dask "
-                        f"DataFrames (features, label and weight as columns){hint}")
-    if what != "training data" and type(data).__name__ == "DataFrame" and \
-            type(data).__module__.split(".")[0] in ("pandas", "cudf"):
-        return dd.from_pandas(data, npartitions=1)  # a small in-memory evaluation set
-    raise TypeError(f"{what} must be a Dask DataFrame like the training data, got "
-                    f"{type(data).__name__}")
-
-
-def _column_name(value, role: str):
-    if value is None or isinstance(value, str):
-        return value
-    raise TypeError(f"with a Dask DataFrame, {role} must name one of its columns (a str), got "
-                    f"{type(value).__name__}; add the values as a column first, e.g. "
-                    f"ddf.assign({role}=...)")
-
-
-def _table(ddf, what: str) -> task_mod.Table:
-    return task_mod.Table(what=what, columns=tuple(str(c) for c in ddf._meta.columns))
-
-
-def check(data, label, weight, params: Params, evals):
-    """Everything that can be checked on the collections' metas, before any partition is computed.
-
-    Returns (training frame, feature names, its Table, [(eval frame, name, Table)]). Raises
-    TypeError/KeyError/ValueError naming the collection and column at fault.
-    """
-    ddf = _frame(data, "training data")
-    label, weight = _column_name(label, "label"), _column_name(weight, "weight")
-    meta = inputs.load(ddf._meta, label, weight, "training data", allow_empty=True)
-    features = meta.feature_names
-    checked = []
-    for i, entry in enumerate(evals or []):
-        frame, name, what = inputs.eval_pair(entry, i)
-        frame = _frame(frame, what)
-        inputs.load(frame._meta, label, weight, what, feature_names=features, allow_empty=True)
-        checked.append((frame, name, _table(frame, what)))
-    return ddf, features, _table(ddf, "training data"), checked
 
 
 def _timeout() -> float:
@@ -86,8 +35,8 @@ def _timeout() -> float:
 
 
 def _spec(params, num_boost_round, early_stopping_rounds, verbose, label, weight, features,
-          train_table, evals, data_on_gpu: bool, session="") -> task_mod.Spec:
-    return task_mod.Spec(
+          train_table, evals, data_on_gpu: bool, session="") -> Spec:
+    return Spec(
         session=session, topic=f"gbflow-{session}", params=params,
         num_boost_round=num_boost_round, early_stopping_rounds=early_stopping_rounds,
         verbose=verbose, label=label, weight=weight, features=tuple(features), train=train_table,
@@ -111,7 +60,7 @@ def train(data, label, params: Params, num_boost_round: int, evals, early_stoppi
     With a client (given, or the active one) training runs on its workers; without one, in this
     process over the partitions. Either way the model is the same bit for bit.
     """
-    ddf, features, table, evals = check(data, label, weight, params, evals)
+    ddf, features, table, evals = dask_inputs.check(data, label, weight, evals)
     spec = _spec(params, num_boost_round, early_stopping_rounds, verbose, label, weight, features,
                  table, evals, data_on_gpu=on_gpu(ddf._meta))
     client = client if client is not None else current_client()
@@ -120,13 +69,14 @@ def train(data, label, params: Params, num_boost_round: int, evals, early_stoppi
     if client.asynchronous:
         raise TypeError("gbflow.train needs a synchronous distributed.Client (this one was "
                         "created with asynchronous=True)")
-    return _Cluster(client, ddf, evals, spec).run()
+    with client.as_current():  # the collections' own Dask calls use it too
+        return _Cluster(client, ddf, evals, spec).run()
 
 
-def _train_in_process(ddf, evals, spec: task_mod.Spec):
+def _train_in_process(ddf, evals, spec: Spec):
     """No client: compute every partition here (one dask.compute, so inputs shared by the
     training and evaluation sets are computed once), check and join them, and run
-    ``training.fit`` on them, as one worker of a cluster would."""
+    ``boosting.fit`` on them, as one worker of a cluster would."""
     import dask
 
     from ..collective import LOCAL
@@ -141,12 +91,12 @@ def _train_in_process(ddf, evals, spec: task_mod.Spec):
         at += count
     del frames
     tables = [spec.train] + [table for _, table in spec.evals]
-    joined = [task_mod.Joined(backend, spec, table, key, part_items)
+    joined = [JoinedPartitions(backend, spec, table, key, part_items)
               for key, (table, part_items) in enumerate(zip(tables, items))]
-    task_mod.first_error(LOCAL, [e for j in joined for e in j.errors])
+    first_error(LOCAL, [e for j in joined for e in j.errors])
     train, evals_joined = joined[0], joined[1:]
-    offsets = task_mod.global_offsets(LOCAL, train.lengths)
-    booster = training.fit(backend, [train.part], spec.params, spec.num_boost_round,
+    offsets = global_offsets(LOCAL, train.lengths)
+    booster = boosting.fit(backend, [train.part], spec.params, spec.num_boost_round,
                            [([j.part] if j.part.n_rows else [], name)
                             for j, (name, _) in zip(evals_joined, spec.evals)],
                            spec.early_stopping_rounds, spec.verbose,
@@ -159,12 +109,12 @@ def _train_in_process(ddf, evals, spec: task_mod.Spec):
 class _Cluster:
     """One training run on a cluster: place, submit, watch, collect."""
 
-    def __init__(self, client, ddf, evals, spec: task_mod.Spec):
+    def __init__(self, client, ddf, evals, spec: Spec):
         self.client, self.ddf, self.evals = client, ddf, evals
         session = uuid.uuid4().hex
         import dataclasses
         self.spec = dataclasses.replace(spec, session=session, topic=f"gbflow-{session}")
-        self.progress = training._Progress(spec.verbose, max(1, spec.num_boost_round))
+        self.progress = Progress(spec.verbose, max(1, spec.num_boost_round))
         self.printed = -1  # sequence number of the last progress line printed
         self.quantized = False
         self.closed = False
@@ -207,7 +157,7 @@ class _Cluster:
         self.progress.say(f"gbflow.dask: training on {len(addresses)} worker(s)")
         client.register_plugin(CollectivePlugin(), name=CollectivePlugin.name)
         client.subscribe_topic(spec.topic, self._on_event)
-        tasks = [client.submit(task_mod.train_task, spec, rank, addresses, train_refs[rank],
+        tasks = [client.submit(train_task, spec, rank, addresses, train_refs[rank],
                                eval_refs[rank], key=f"gbflow-train-{spec.session}-{rank}",
                                workers=[address], allow_other_workers=False, pure=False)
                  for rank, address in enumerate(addresses)]
@@ -249,7 +199,7 @@ class _Cluster:
         rank_of = {a: r for r, a in enumerate(addresses)}
         train_refs = [[] for _ in addresses]
         for index, (f, address) in enumerate(zip(train_futures, owner)):
-            train_refs[rank_of[address]].append(task_mod.PartitionRef(index, f.key))
+            train_refs[rank_of[address]].append(PartitionRef(index, f.key))
         eval_refs = [[[] for _ in eval_futures] for _ in addresses]
         eval_load = {a: 0 for a in addresses}
         copies = []
@@ -262,7 +212,7 @@ class _Cluster:
                     f = self.client.submit(_same, f, workers=[chosen], allow_other_workers=False,
                                            pure=False)
                     copies.append(f)
-                eval_refs[rank_of[chosen]][j].append(task_mod.PartitionRef(index, f.key))
+                eval_refs[rank_of[chosen]][j].append(PartitionRef(index, f.key))
         if copies:
             wait(copies)
             futures.extend(copies)

@@ -8,7 +8,7 @@ partition type.
 """
 from __future__ import annotations
 
-from .driver import _frame
+from .inputs import as_dask_frame
 
 
 def _model(booster):
@@ -43,7 +43,7 @@ def predict(booster, data, output_margin: bool = False, name: str = "prediction"
     """Lazy predictions of a Dask DataFrame: a Dask Series (a Dask DataFrame of one column per
     class for multi:softprob) with ``data``'s index and divisions. Columns must be the training
     features (the training label and weight columns may be present), as for pandas."""
-    ddf = _frame(data, "prediction data")
+    ddf = as_dask_frame(data, "prediction data")
     booster._features(ddf._meta, passengers_allowed=False)
     return ddf.map_partitions(_predict_partition, _model(booster), output_margin, name,
                               meta=_prediction_meta(booster, ddf._meta, name))
@@ -52,7 +52,7 @@ def predict(booster, data, output_margin: bool = False, name: str = "prediction"
 def transform(booster, data, name: str = "prediction", output_margin: bool = False):
     """Lazy ``data`` with the prediction column(s) appended (ready for ``to_parquet``): the same
     index and divisions; columns other than the features ride along."""
-    ddf = _frame(data, "prediction data")
+    ddf = as_dask_frame(data, "prediction data")
     meta = ddf._meta
     booster._features(meta, passengers_allowed=True)
     new = _output_columns(booster, name)

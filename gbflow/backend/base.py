@@ -1,0 +1,91 @@
+"""What a backend is: an array namespace, the kernels for its arrays, and the device's habits."""
+from __future__ import annotations
+
+import contextlib
+import types
+
+import numpy as np
+
+from ..csr import CSR
+
+
+class PendingCopies:
+    """Host copies that may still be on their way from the device (``Backend.to_host_later``)."""
+
+    def __init__(self, finish):
+        self._finish = finish
+
+    def wait(self) -> list:
+        """The NumPy arrays, once their copies are done."""
+        return self._finish()
+
+
+class Backend:
+    """An array namespace ``xp`` (NumPy or CuPy) and ``kernels``, a module with the functions of
+    ``numpy_kernels`` (same names and signatures) for its arrays. Core modules receive one and
+    never test for a device: what differs between devices is a method or a flag here.
+
+    Flags: ``name`` ("cpu" or "cuda", for reports); ``queues_ahead``: the device runs the kernels
+    asynchronously, so a loop that queues a whole tree without reading anything back pays
+    (planned trees); ``sketch_block_values``: values per block of rows in the quantile sketch's
+    passes (small on the CPU, where large temporaries are slow to fault in; large on the GPU,
+    where each block costs launches and a synchronisation).
+    """
+
+    name = ""
+    queues_ahead = False
+    sketch_block_values = 1 << 20
+
+    def __init__(self, xp: types.ModuleType, kernels: types.ModuleType):
+        self.xp, self.kernels = xp, kernels
+
+    def __repr__(self) -> str:
+        return f"<gbflow {self.name} backend, kernels {self.kernels.__name__}>"
+
+    @property
+    def supports_nccl(self) -> bool:
+        """Whether NCCL can sum this backend's arrays across processes."""
+        return False
+
+    def to_host(self, array):
+        """The array as a NumPy array (a copy from the device; a no-op for host arrays)."""
+        from .arrays import to_host
+        return to_host(array)
+
+    def to_host_all(self, arrays) -> list:
+        """Several arrays as NumPy arrays; host arrays pass through."""
+        return [self.to_host(a) for a in arrays]
+
+    def to_host_later(self, arrays) -> PendingCopies:
+        """Several arrays as NumPy arrays, fetched without waiting where the device allows it.
+        The arrays may be written again before ``wait()``: the copies are taken now."""
+        host = [np.array(self.to_host(a)) for a in arrays]
+        return PendingCopies(lambda: host)
+
+    def asarray(self, array):
+        """The array (or ``gbflow.csr.CSR``, array by array) on this backend's device; no copy
+        when it is already there."""
+        if isinstance(array, CSR):
+            return CSR(indptr=self.asarray(array.indptr), indices=self.asarray(array.indices),
+                       data=self.asarray(array.data), n_cols=array.n_cols)
+        return self._asarray(array)
+
+    def _asarray(self, array):
+        return self.to_host(array)
+
+    def free_cached_memory(self) -> None:
+        """Give memory that an allocator's pool holds but no array uses back to the device.
+        Called between stages whose temporaries differ in size (sketch, routing, training), so
+        that cached blocks of one stage do not add to the next one's peak."""
+
+    @contextlib.contextmanager
+    def own_memory_pool(self):
+        """Within this block, this thread's device arrays come from the backend's own pool,
+        whatever allocator the process set."""
+        yield
+
+    @contextlib.contextmanager
+    def limited_threads(self, n: int):
+        """Within this block, this thread's kernels use at most ``n`` CPU threads. Yields the
+        thread count used, or None where the kernels do not run on CPU threads."""
+        yield None

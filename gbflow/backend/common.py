@@ -1,0 +1,91 @@
+"""What every backend's kernels share besides the kernels: memory layouts, work lists, argument checks.
+
+- Packed layouts: small arrays laid one after the other in 8-byte aligned slots of one allocation
+  (``aligned_slots``, ``packed_empty``), so that uploads and fetches take one copy.
+- Work lists: a level's node segments dealt to blocks of rows (``work_list_rows``), the layout
+  the CUDA kernels and the level plans read.
+- Argument checks the NumPy twins and the fast kernels must make alike (a fast kernel reading
+  past a node must fail the same way its twin does).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def aligned_slots(nbytes: list) -> tuple[list, int]:
+    """(offsets, total bytes) of arrays of ``nbytes`` bytes laid one after the other in 8-byte
+    aligned slots. The one layout of packed uploads, of the split search's results and of
+    ``to_host_all``'s buffer: device views laid out by it are fetched in one copy."""
+    offsets, total = [], 0
+    for n in nbytes:
+        offsets.append(total)
+        total += -(-int(n) // 8) * 8
+    return offsets, total
+
+
+def packed_empty(xp, layout: list) -> list:
+    """Uninitialised arrays of ``layout``'s (shape, dtype) pairs, in ``xp``: views of one
+    allocation in ``aligned_slots``' layout, so that ``Backend.to_host_all`` and
+    ``to_host_later`` fetch device ones given in this order with one copy."""
+    nbytes = [int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in layout]
+    offsets, size = aligned_slots(nbytes)
+    memory = xp.empty(max(size, 8), dtype=np.uint8)
+    return [memory[offset: offset + n].view(dtype).reshape(shape)
+            for (shape, dtype), offset, n in zip(layout, offsets, nbytes)]
+
+
+def rows_per_block(n_rows: int) -> int:
+    """Rows per block of the level plans' work lists for a shard of n_rows rows. Any choice
+    gives the same model (integer sums, stable partition); each backend picks its own."""
+    return max(2048, -(-int(n_rows) // 256))
+
+
+def work_list_rows(seg_start, seg_count, rows_per_block: int) -> np.ndarray:
+    """(n_blocks, 5) int64 work list: per block [node, begin, end, first block of node, node
+    start]; node k's segment dealt to consecutive blocks of at most rows_per_block rows, empty
+    nodes get none."""
+    start = np.asarray(seg_start, dtype=np.int64)
+    count = np.asarray(seg_count, dtype=np.int64)
+    blocks = -(-count // rows_per_block)
+    node = np.repeat(np.arange(len(start), dtype=np.int64), blocks)
+    first = np.cumsum(blocks) - blocks
+    j = np.arange(len(node), dtype=np.int64) - first[node]
+    begin = start[node] + j * rows_per_block
+    end = np.minimum(begin + rows_per_block, start[node] + count[node])
+    return np.stack([node, begin, end, first[node], start[node]], axis=1).reshape(-1, 5)
+
+
+def segments_of_work(work, n_work, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(seg_start, seg_count) (n_nodes,) int64 of the nodes of a work list's first n_work[0]
+    rows (nodes without a block: an empty segment)."""
+    rows = np.asarray(work)[: int(n_work[0])]
+    seg_start = np.zeros(n_nodes, dtype=np.int64)
+    seg_count = np.zeros(n_nodes, dtype=np.int64)
+    if len(rows):
+        seg_start[rows[:, 0]] = rows[:, 4]
+        np.add.at(seg_count, rows[:, 0], rows[:, 2] - rows[:, 1])
+    return seg_start, seg_count
+
+
+def check_dest(dest, row_index):
+    """``partition_and_histogram``'s dest, checked (NumPy and numba): an array of row_index's
+    shape and dtype, not sharing its memory (None is how to partition in place). Returns it."""
+    if not isinstance(dest, np.ndarray) or dest.shape != row_index.shape or \
+            dest.dtype != row_index.dtype:
+        raise ValueError(f"partition_and_histogram: dest must be a {row_index.dtype} array of "
+                         f"shape {row_index.shape}")
+    if dest.size and np.may_share_memory(dest, row_index):
+        raise ValueError("partition_and_histogram: dest must be another array than row_index "
+                         "(None partitions row_index in place)")
+    return dest
+
+
+def check_sibling_shapes(parent, n_split: int, children) -> None:
+    """``sibling_histograms``' shape checks, shared by its three versions (the fast ones read
+    nodes as flat words, so a mismatch would read out of bounds instead of failing)."""
+    if children.shape[0] != 2 * n_split:
+        raise ValueError(f"sibling_histograms: children must hold 2 * {n_split} nodes, not "
+                         f"{children.shape[0]}")
+    if tuple(parent.shape[1:]) != tuple(children.shape[1:]):
+        raise ValueError(f"sibling_histograms: parent nodes of shape {tuple(parent.shape[1:])} "
+                         f"but children of shape {tuple(children.shape[1:])}")

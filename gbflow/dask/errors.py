@@ -1,0 +1,18 @@
+"""The errors of training on Dask: a peer lost, hung or aborted, or the collective otherwise broken."""
+from __future__ import annotations
+
+
+class CollectiveError(RuntimeError):
+    """Training across workers could not go on (base class)."""
+
+
+class CollectiveAborted(CollectiveError):
+    """Another training task failed and asked this one to stop."""
+
+
+class WorkerLostError(CollectiveError):
+    """A training worker died or could not be reached during training."""
+
+
+class CollectiveTimeout(CollectiveError):
+    """A peer sent nothing for longer than the collective's timeout."""

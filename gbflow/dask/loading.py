@@ -1,0 +1,132 @@
+"""A training task's partitions: read from the worker's memory, checked, joined into one part per collection."""
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from .. import inputs
+from .errors import CollectiveError
+from .messages import PartitionRef, Spec, Table
+
+
+def load_partition(frame, index: int, table: Table, spec: Spec) -> inputs.DataSet:
+    """One partition (pandas/cuDF frame) -> a checked ``DataSet`` (its label and weight may be
+    views of the partition's memory; ``JoinedPartitions`` copies them).
+
+    Raises ValueError/TypeError/KeyError naming the partition and the column at fault: columns
+    other than the collection's, non-numeric values, labels the objective cannot take, NaN or
+    infinite labels and weights, negative weights, infinite features. 0-row partitions are fine.
+    """
+    what = f"{table.what} partition {index}"
+    columns = [str(c) for c in frame.columns]
+    missing = [c for c in table.columns if c not in columns]
+    extra = [c for c in columns if c not in table.columns]
+    if missing or extra:  # (columns are picked by name: their order does not matter)
+        problems = ([f"lacks column(s) {inputs._names(missing)}"] if missing else []) + \
+            ([f"has unexpected column(s) {inputs._names(extra)}"] if extra else [])
+        raise ValueError(f"{what} " + " and ".join(problems) + f", unlike the Dask DataFrame's "
+                         f"columns (its meta: {inputs._names(table.columns)}); every partition "
+                         f"must have the same columns")
+    dataset = inputs.load(frame, spec.label, spec.weight, what,
+                            feature_names=list(spec.features), allow_empty=True)
+    spec.params.loss.check_label(dataset.label, f"label column {spec.label!r} of {what}")
+    return dataset
+
+
+def raw_bytes(frame) -> int:
+    """Memory held by one partition (pandas or cuDF), index included."""
+    return int(frame.memory_usage(index=True).sum())
+
+
+def fetch(worker, ref: PartitionRef, what: str):
+    """The partition's frame, from this worker's memory (the driver put it there).
+
+    Read on the worker's event loop, which owns ``worker.data`` (it may be spilling or storing
+    other keys meanwhile), not from this task's thread.
+    """
+    async def read():
+        return worker.data[ref.key]
+
+    try:
+        return asyncio.run_coroutine_threadsafe(read(), worker.loop.asyncio_loop).result()
+    except KeyError:
+        raise CollectiveError(f"{what} partition {ref.index} is no longer on worker "
+                              f"{worker.address}, where training expected it (did the cluster "
+                              f"move or release it?); run train() again") from None
+
+
+def first_error(collective, errors: list[tuple[tuple, BaseException]]):
+    """Agree on the input error to raise: the one of the first partition (in collection order)
+    over all ranks, so that every rank, and the driver, reports the same problem."""
+    local = min(errors, key=lambda e: e[0]) if errors else None
+    found = [e for e in collective.allgather(local) if e is not None]
+    if found:
+        raise min(found, key=lambda e: e[0])[1]
+
+
+class JoinedPartitions:
+    """One collection's partitions on this process, checked and joined into one part.
+
+    Partitions are loaded one at a time and copied into a single (rows, features) float32 matrix
+    (on the backend's device), so that only one raw partition's float32 copy exists at a time besides
+    the joined matrix, and training sees one shard per worker (a shard per partition would cost a
+    kernel call per partition and level). errors: (sort key, exception) of partitions that failed
+    their checks. lengths: {partition index: rows}. raw_bytes: the partitions' size.
+    """
+
+    def __init__(self, backend, spec: Spec, table: Table, key: int, items: list):
+        """items: (partition index, frame) pairs, frames as pandas/cuDF partitions or callables
+        returning one; the list is emptied (the frames are let go as they are converted)."""
+        self.spec, self.errors, self.lengths, self.raw_bytes = spec, [], {}, 0
+        frames = [(i, f() if callable(f) else f) for i, f in items]
+        items.clear()
+        total = sum(len(f) for _, f in frames)
+        xp = backend.xp
+        X = xp.empty((total, len(spec.features)), dtype=np.float32)
+        labels, weights, self.runs, at = [], [], [], 0  # runs: (partition index, rows)
+        for position in range(len(frames)):
+            index, frame = frames[position]
+            frames[position] = None  # the loop holds the only reference: let it go when done
+            try:
+                self.raw_bytes += raw_bytes(frame)
+                part = load_partition(frame, index, table, spec)
+            except Exception as e:  # reported once every process agrees on the first error
+                self.errors.append(((key, index), e))
+                continue
+            finally:
+                del frame
+            X[at: at + part.n_rows] = backend.asarray(part.X)
+            # Host copies (np.concatenate below copies): nothing keeps the partition alive.
+            labels.append(backend.to_host(part.label))
+            if part.weight is not None:
+                weights.append(backend.to_host(part.weight))
+            self.lengths[index] = part.n_rows
+            self.runs.append((index, part.n_rows))
+            at += part.n_rows
+            del part
+        self.part = inputs.DataSet(
+            X=X[:at], label=np.concatenate(labels) if labels else np.zeros(0),
+            weight=None if spec.weight is None else (
+                np.concatenate(weights) if weights else np.zeros(0)),
+            feature_names=list(spec.features), label_name=spec.label, weight_name=spec.weight)
+
+    def row_ids(self, offsets: dict[int, int]):
+        """The joined part's global row numbers, given every partition's first global row: an
+        int when its partitions follow each other in the global order, else a uint64 array."""
+        runs = [(offsets[i], n) for i, n in self.runs if n]
+        if not runs:
+            return 0
+        if all(a + n == b for (a, n), (b, _) in zip(runs[:-1], runs[1:])):
+            return int(runs[0][0])
+        return np.concatenate([np.arange(a, a + n, dtype=np.uint64) for a, n in runs])
+
+
+def global_offsets(collective, lengths: dict[int, int]) -> dict[int, int]:
+    """First global row of every training partition: partitions one after the other in partition
+    order, whichever process holds them, so that row sampling does not depend on placement."""
+    every = {}
+    for d in collective.allgather(lengths):
+        every.update(d)
+    starts = np.concatenate([[0], np.cumsum([every[i] for i in range(len(every))])])
+    return {i: int(starts[i]) for i in range(len(every))}

@@ -1,0 +1,86 @@
+"""A training task's process memory: resident-memory sampling for the report, and glibc's settings while training."""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import platform
+import resource
+import sys
+import threading
+
+
+class MemoryWatch:
+    """Resident memory of this process: now, and the peak while watching (sampled every 25 ms:
+    often enough to see the sketch's short peak, rarely enough not to disturb the kernels'
+    threads on a busy machine)."""
+
+    def __init__(self):
+        import psutil  # a dependency of distributed
+        self._process = psutil.Process()
+        self._lock = threading.Lock()
+        self.peak = 0
+        self.start = self.now()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="gbflow-memory")
+        self._thread.start()
+
+    def now(self) -> int:
+        """The resident memory now; every reading counts towards the peak (under a lock: the
+        sampling thread and the training thread both read)."""
+        rss = int(self._process.memory_info().rss)
+        with self._lock:
+            self.peak = max(self.peak, rss)
+        return rss
+
+    def _run(self):
+        while not self._stop.wait(0.025):
+            self.now()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.now()
+
+
+def lifetime_peak_rss() -> int:
+    # ru_maxrss is in KiB on Linux, bytes on macOS.
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_GLIBC_DEFAULT_MMAP_THRESHOLD = 128 * 1024
+
+
+@contextlib.contextmanager
+def malloc_for_training():
+    """Let glibc keep freed memory for reuse while training, in a Dask worker process.
+
+    Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536, which also freezes glibc's mmap
+    threshold at 128 KiB: every temporary array above that (gradients, histograms, the kernels'
+    per-thread buffers) is then mapped and unmapped on each use, and its pages faulted in again,
+    which doubled training time in a worker (benchmarks/cpu_dask.py). While the task runs, glibc
+    gets thresholds like the ones it would reach by itself (32 MiB mmap, 64 MiB trim); afterwards
+    Dask's settings come back and the free memory is returned to the system (malloc_trim).
+    Nothing happens outside glibc or when MALLOC_TRIM_THRESHOLD_ is not set.
+    """
+    trim = os.environ.get("MALLOC_TRIM_THRESHOLD_")
+    libc = None
+    if trim is not None and platform.libc_ver()[0] == "glibc":
+        try:
+            libc = ctypes.CDLL("libc.so.6")
+        except OSError:
+            libc = None
+    if libc is None:
+        yield
+        return
+    libc.mallopt(_M_MMAP_THRESHOLD, 32 * 2**20)
+    libc.mallopt(_M_TRIM_THRESHOLD, 64 * 2**20)
+    try:
+        yield
+    finally:
+        libc.mallopt(_M_TRIM_THRESHOLD, int(trim))
+        libc.mallopt(_M_MMAP_THRESHOLD, _GLIBC_DEFAULT_MMAP_THRESHOLD)
+        libc.malloc_trim(0)

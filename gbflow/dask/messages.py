@@ -1,0 +1,43 @@
+"""What the driver sends the training tasks: where each partition is, what the collections look like, the spec."""
+from __future__ import annotations
+
+import dataclasses
+
+from ..params import Params
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionRef:
+    """Partition ``index`` of a collection, held under Dask key ``key`` (on the task's worker,
+    unless the driver could not place it there)."""
+
+    index: int
+    key: object
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """What every partition of one collection must look like: its columns (the meta's, as
+    strings) and a name for errors ("training data", "evals[0] ('valid')")."""
+
+    what: str
+    columns: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """Everything a training task needs besides its partitions (the same for every rank)."""
+
+    session: str
+    topic: str
+    params: Params
+    num_boost_round: int
+    early_stopping_rounds: int | None
+    verbose: object
+    label: str
+    weight: str | None
+    features: tuple[str, ...]
+    train: Table
+    evals: tuple[tuple[str, Table], ...]  # (name, table) per evaluation set
+    timeout: float
+    data_on_gpu: bool = False  # cuDF partitions: device="auto" then means the GPU

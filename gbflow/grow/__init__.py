@@ -1,0 +1,26 @@
+"""Growing one tree over a ShardSet: the level-by-level loop, or the planned loop queued on the device.
+
+Both loops give the same tree and the same training margins (tested): the planned one where the
+backend queues ahead and every feature is in the dense store (``ShardSet.uses_level_plans``),
+the level-by-level one otherwise.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .levels import grow_tree_levels
+from .pending import PendingTree, finished_tree
+from .planned import grow_tree_planned
+
+__all__ = ["PendingTree", "finished_tree", "grow_tree"]
+
+
+def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed: np.ndarray, group: int):
+    """Grow one tree on fixed-point gradients ``gh`` (per shard (n_i, 2) int64 device arrays,
+    integers of the ``scales``' units) under ``rules`` (``gbflow.rules.TreeRules``), splitting
+    only on the features ``feature_allowed`` ((F,) host bool) allows, for output ``group``.
+
+    Returns the tree (a ``Tree``, or a ``PendingTree``: see ``finished_tree``) and per shard its
+    margin update (``add_to(kernels, margin)``; call it before the next tree is grown)."""
+    grow = grow_tree_planned if shardset.uses_level_plans else grow_tree_levels
+    return grow(shardset, gh, scales, cuts, rules, feature_allowed, group)

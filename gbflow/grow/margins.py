@@ -1,0 +1,73 @@
+"""Training margins after a tree, from where its rows ended up (no second walk of the tree)."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class LeafRows:
+    """Where one shard's rows ended up in a level-by-level tree: all the margin update needs.
+
+    Leaves above the last level own segments of a row array: ``leaves`` holds, per array that
+    holds any, (row_index, leaf_start, leaf_count, leaf_value). (The grower partitions from one
+    row array into the other and back, level by level, and a leaf's rows stay where its level
+    left them.) Nodes split at the last level were not partitioned: their segments of
+    ``row_index`` (split_start, split_count) and splits (feature, bin_threshold, default_left)
+    send each row to left_value or right_value, the row's split bin read from ``by_feature``
+    (the dense store's (D, n) columns, or a (1, n) gathered split column with ``feature`` 0).
+    Host arrays, except the row arrays and ``by_feature`` (device).
+    """
+
+    leaves: list
+    row_index: object
+    split_start: np.ndarray
+    split_count: np.ndarray
+    feature: np.ndarray
+    bin_threshold: np.ndarray
+    default_left: np.ndarray
+    left_value: np.ndarray
+    right_value: np.ndarray
+    by_feature: object
+
+    def add_to(self, kernels, margin) -> None:
+        """margin[row] += the value of the row's leaf, for every row (margin: (n,) float64,
+        device, may be a strided column view)."""
+        for row_index, start, count, value in self.leaves:
+            kernels.add_leaf_values(margin, row_index, start, count, value)
+        if len(self.split_start):
+            kernels.add_split_leaf_values(margin, self.by_feature, self.row_index,
+                                          self.split_start, self.split_count, self.feature,
+                                          self.bin_threshold, self.default_left,
+                                          self.left_value, self.right_value)
+
+
+@dataclasses.dataclass
+class PlannedMargins:
+    """A shard's margin update for a planned tree, queued on the device from the levels' arrays
+    (nothing read back): each level's leaves (``kernels.add_planned_leaf_values``), then the
+    last level's through its parents' splits (``add_planned_split_values``). ``add_to`` as
+    ``LeafRows.add_to``; it must run before the next tree reuses the level arrays."""
+
+    levels: list
+    rows: tuple  # the shard's two row arrays: level d's rows are in rows[d % 2]
+    constants: tuple  # LeafRule.constants
+    shard: int
+    by_feature: object  # the shard's dense (D, n) columns
+
+    def add_to(self, kernels, margin) -> None:
+        s = self.shard
+        for depth, level in enumerate(self.levels[:-1]):
+            kernels.add_planned_leaf_values(margin, self.rows[depth % 2], level.seg_start[s],
+                                            level.seg_count[s], level.plan["is_leaf"],
+                                            level.totals, *self.constants)
+        if len(self.levels) > 1:
+            last, child = self.levels[-2], self.levels[-1]
+            plan = last.plan
+            kernels.add_planned_split_values(
+                margin, self.by_feature, self.rows[(len(self.levels) - 2) % 2],
+                last.split_start[s][: child.half], last.split_count[s][: child.half],
+                plan["n_split"], plan["split_feature"][: child.half],
+                plan["split_threshold"][: child.half], plan["split_default_left"][: child.half],
+                plan["built_left"][: child.half], child.totals, child.half, *self.constants)

@@ -1,0 +1,92 @@
+"""From checked training parts to binned shards: global checks, cut points, binning, routing into stores."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import binning, quantize, routing
+from .shards import Shard
+from .stores import DenseStore, SparseStore
+
+
+def check_global_inputs(collective, parts, eval_sets, params) -> tuple[int, float]:
+    """Checks that need every process's data; every process raises the same error. Returns the
+    training rows and the largest training weight over every process (1.0 without weights).
+    eval_sets: (this process's parts, name) pairs."""
+    n_rows = collective.allreduce_sum(np.array([sum(p.n_rows for p in parts)], dtype=np.int64))
+    if int(n_rows[0]) == 0:
+        raise ValueError("training data has no rows")
+    largest = 1.0
+    if parts[0].weight is not None:
+        largest = collective.allreduce_max(max((float(p.weight.max()) for p in parts
+                                                if p.n_rows), default=0.0))
+        if not largest > 0:
+            raise ValueError("weight: all training weights are zero")
+    if not eval_sets:
+        return int(n_rows[0]), float(largest)
+    # Per evaluation set: row count, and the label range (auc needs two classes).
+    counts = collective.allreduce_sum(np.array([sum(p.n_rows for p in e) for e, _ in eval_sets],
+                                               dtype=np.int64))
+    ranges = collective.allreduce_max(np.array(
+        [[max((float(p.label.max()) for p in e if p.n_rows), default=-np.inf),
+          max((-float(p.label.min()) for p in e if p.n_rows), default=-np.inf)]
+         for e, _ in eval_sets], dtype=np.float64))
+    for (_, name), count, (high, minus_low) in zip(eval_sets, counts, ranges):
+        if count == 0:
+            raise ValueError(f"evaluation set {name!r} has no rows")
+        if "auc" in params.metrics and high == -minus_low:
+            raise ValueError(f"evaluation set {name!r} holds only one class: auc is undefined "
+                             f"there (early stopping could never see it improve)")
+    return int(n_rows[0]), float(largest)
+
+
+def _row_offset(offset):
+    return int(offset) if isinstance(offset, (int, np.integer)) else np.asarray(offset, np.uint64)
+
+
+def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_offsets: list,
+             drop_features: bool):
+    """Fill ``shardset`` (empty) with one shard per part, binned with cut points computed over
+    every process's parts, the features routed into the dense and sparse stores. Returns the
+    ``Cuts``.
+
+    parts: this process's checked ``DataSet``s (one shard each). n_rows, max_weight: from
+    ``check_global_inputs``. row_offsets: per part the global number of its first row, or an
+    (n_i,) array of its rows' global numbers. Reductions through ``shardset.collective``, in the
+    same order on every process. Side effects: with ``drop_features`` each part's X is set to
+    None once binned (the raw matrix can be freed); the backend's cached device memory is given
+    back after the sketch and after routing.
+    """
+    backend, collective = shardset.backend, shardset.collective
+    device_X = [backend.asarray(p.X) for p in parts]
+    weights = None if parts[0].weight is None else [backend.asarray(p.weight) for p in parts]
+    cuts = quantize.compute_cuts(backend.xp, device_X, weights, params.max_bin,
+                                 collective=collective, block_values=backend.sketch_block_values,
+                                 n_rows=n_rows, max_weight=max_weight)
+    backend.free_cached_memory()  # the sketch's temporaries
+    binned = [binning.bin_part(backend, X, cuts) for X in device_X]
+    del device_X  # only the binned shards stay
+    route = routing.Routing.all_dense(cuts.n_features)
+    if params.sparse_threshold < 1.0:  # rows per (feature, bin), over every process
+        counts = collective.allreduce_sum(
+            np.sum([binning.bin_counts(backend, b, cuts) for b in binned], axis=0))
+        route = routing.decide(counts, cuts, params.sparse_threshold)
+    dense = DenseStore(backend, route.dense, cuts.n_value_bins[route.dense])
+    stores = [dense]
+    if route.has_sparse:
+        stores.append(SparseStore(backend, route.sparse, route.n_value_bins, route.common_bin,
+                                  route.bin_offsets))
+    for i, p in enumerate(parts):
+        bins, by_feature, entries = binning.build_stores(backend, binned[i], cuts, route)
+        binned[i] = None
+        dense.add_shard(bins, by_feature)
+        if entries is not None:
+            stores[1].add_shard(entries)
+        shardset.shards.append(Shard(label=backend.asarray(p.label),
+                                     weight=None if weights is None else weights[i],
+                                     row_offset=_row_offset(row_offsets[i])))
+    shardset.set_stores(stores)
+    backend.free_cached_memory()  # the full binned matrix and routing's temporaries
+    if drop_features:
+        for p in parts:
+            p.X = None
+    return cuts

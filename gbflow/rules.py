@@ -1,0 +1,74 @@
+"""What a tree's growth obeys, made once per fit from the parameters: the split rule and the leaf rule."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from . import _dtypes
+from .backend import numpy_kernels
+
+
+@dataclasses.dataclass(frozen=True)
+class Scales:
+    """A tree's fixed-point scales: its gradient sums are integers of 1/g units, its hessian
+    sums of 1/h units (``fixed_point.fixed_point_scale``)."""
+
+    g: float
+    h: float
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitRule:
+    """When a node splits (XGBoost's rule): a candidate is valid when both children keep a
+    hessian of at least ``min_child_weight``; the best one is taken when its gain (L1 ``reg_alpha``
+    and L2 ``reg_lambda`` regularised) exceeds ``min_gain``: ``gamma``, and at least XGBoost's
+    epsilon."""
+
+    reg_lambda: float
+    reg_alpha: float
+    min_child_weight: float
+    min_gain: float
+
+    def constants(self, scales: Scales) -> tuple:
+        """The split searches' trailing arguments: (inv_scale_g, inv_scale_h, reg_lambda,
+        reg_alpha, min_child_weight)."""
+        return (1.0 / scales.g, 1.0 / scales.h, self.reg_lambda, self.reg_alpha,
+                self.min_child_weight)
+
+
+@dataclasses.dataclass(frozen=True)
+class LeafRule:
+    """A leaf's value: -T_alpha(G) / (H + lambda) * learning_rate of its integer sums."""
+
+    reg_lambda: float
+    reg_alpha: float
+    learning_rate: float
+
+    def constants(self, scales: Scales) -> tuple:
+        """(inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate): the arguments of
+        ``leaf_weights`` after the totals, which the GPU's margin kernels take too."""
+        return (1.0 / scales.g, 1.0 / scales.h, self.reg_lambda, self.reg_alpha,
+                self.learning_rate)
+
+    def values(self, totals: np.ndarray, scales: Scales) -> np.ndarray:
+        """(n,) float64 leaf values of (n, 2) int64 host sums (``numpy_kernels.leaf_weights``, the
+        formula the GPU's margin kernels follow to the bit)."""
+        return numpy_kernels.leaf_weights(totals, *self.constants(scales))
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeRules:
+    """Everything tree growing takes from the parameters."""
+
+    max_depth: int
+    split: SplitRule
+    leaf: LeafRule
+
+    @classmethod
+    def of(cls, params) -> "TreeRules":
+        """The rules of validated ``Params``."""
+        return cls(max_depth=params.max_depth,
+                   split=SplitRule(params.reg_lambda, params.reg_alpha, params.min_child_weight,
+                                   max(params.gamma, _dtypes.MIN_SPLIT_IMPROVEMENT)),
+                   leaf=LeafRule(params.reg_lambda, params.reg_alpha, params.learning_rate))

@@ -1,0 +1,41 @@
+"""Row and feature sampling (``subsample``, ``colsample_bytree``): draws that depend on global numbers only."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _mix64(x):
+    # splitmix64 finaliser on uint64 arrays (wrapping arithmetic): a counter-based random stream.
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def row_sample_mask(xp, n_rows: int, row_offset, seed: int, round_index: int, rate: float):
+    """(n_rows,) bool: rows kept by ``subsample`` in this round.
+
+    Each row's draw depends only on (seed, round, global row number), never on how rows are split
+    into shards, so sharded and unsharded training sample the same rows. row_offset: the global
+    number of the shard's first row (its rows follow each other), or an (n_rows,) uint64 array of
+    every row's global number (a shard joining partitions that are not adjacent).
+    """
+    key = _mix64(xp.asarray([seed % 2**64], dtype=xp.uint64)
+                 ^ _mix64(xp.asarray([round_index + 1], dtype=xp.uint64)))
+    if isinstance(row_offset, (int, np.integer)):
+        rows = xp.arange(row_offset, row_offset + n_rows, dtype=xp.uint64)
+    else:
+        rows = xp.asarray(row_offset, dtype=xp.uint64)
+    u = (_mix64(rows ^ key) >> xp.uint64(11)).astype(xp.float64) * (1.0 / 2**53)
+    return u < rate
+
+
+def feature_sample(n_features: int, seed: int, round_index: int, group: int, rate: float):
+    """(n_features,) bool: features a tree may split on (``colsample_bytree``), the same everywhere."""
+    allowed = np.ones(n_features, dtype=bool)
+    if rate >= 1.0:
+        return allowed
+    k = max(1, int(np.floor(rate * n_features + 1e-9)))
+    rng = np.random.default_rng([seed % 2**63, round_index, group])
+    allowed[:] = False
+    allowed[rng.choice(n_features, size=k, replace=False)] = True
+    return allowed

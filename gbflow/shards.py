@@ -1,0 +1,197 @@
+"""The shards one process trains on, as a ``ShardSet``: column stores, targets, margins, row arrays, and its collective."""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+
+from . import _dtypes, histogram
+from .collective import LOCAL
+from .histogram import Histograms, LevelBuffers
+from .timers import Timers
+
+
+@dataclasses.dataclass
+class Shard:
+    """One part's training targets and margins, on the backend's device (its bins live in the
+    shard set's stores).
+
+    label: (n,) float64. weight: (n,) float64 or None. row_offset: global row number of the
+    shard's first row (keeps row sampling independent of how rows are split into shards), or an
+    (n,) uint64 host array of each row's global number when they do not follow each other (a
+    Dask worker's shard joining partitions that are not adjacent). margin: (n, n_groups) float64,
+    updated in place after every tree (set once the base margin is known).
+    """
+
+    label: object
+    weight: object
+    row_offset: object  # int, or (n,) uint64 array
+    margin: object = None
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.label.shape[0])
+
+
+class ShardSet:
+    """The shards of this process and how their sums reach the other processes.
+
+    ``stores`` hold the binned columns (``gbflow.stores``: the dense store first, the one rows
+    are partitioned with). ``collective`` does every reduction across processes
+    (``gbflow.collective``; every process calls it in the same order). Every method that sums
+    over shards adds integers, so the result does not depend on the number or order of shards or
+    processes.
+    """
+
+    def __init__(self, backend, collective=LOCAL):
+        self.backend = backend
+        self.collective = collective
+        self.shards: list[Shard] = []
+        self.stores: list = []  # set_stores, before any tree is grown
+        self.timers = Timers()
+        self.row_index: list = []  # per shard (n_i,) int32, rows grouped by tree node
+        self._spare_index: list = []  # per shard, the array the next partition writes into
+        self.level_buffers = LevelBuffers(backend.xp)  # the levels' histogram storage
+        # planned trees (``gbflow.grow``): None where the backend queues ahead, True to plan on
+        # any backend (the tests' CPU check of the planned loop), False never; the environment's
+        # GBFLOW_LEVEL_PLANS=0 or 1 sets False or True (to compare the loops)
+        self.level_plans: bool | None = {"0": False, "1": True}.get(
+            os.environ.get("GBFLOW_LEVEL_PLANS", ""))
+        self.planned_layout = None  # the planned trees' level arrays (``grow.planned``)
+        self._owner = self._local = None  # per feature: its store, its id there
+        self._split_column: list = []  # per shard, the gathered split bins (several stores)
+
+    def set_stores(self, stores: list) -> None:
+        """Where the features live (every shard's data in each store). Allocates each shard's
+        split column when there are several stores (a level splitting on a sparse feature
+        gathers its rows' split bins there)."""
+        self.stores = stores
+        n_features = sum(store.n_features for store in stores)
+        self._owner = np.zeros(n_features, dtype=np.int32)
+        self._local = np.zeros(n_features, dtype=np.int32)
+        for i, store in enumerate(stores):
+            self._owner[store.features] = i
+            self._local[store.features] = np.arange(store.n_features)
+        if len(stores) > 1:
+            dense = stores[0]
+            self._split_column = [self.backend.xp.zeros(shard.n_rows, dtype=dense.bins[s].dtype)
+                                  for s, shard in enumerate(self.shards)]
+
+    @property
+    def dense(self):
+        """The dense store: the one rows are partitioned with."""
+        return self.stores[0]
+
+    @property
+    def uses_level_plans(self) -> bool:
+        """Whether trees are grown planned: only dense features, and ``level_plans`` True, or
+        None where the backend queues ahead."""
+        dense_only = len(self.stores) == 1 and self.dense.n_features > 0
+        wanted = self.backend.queues_ahead if self.level_plans is None else self.level_plans
+        return dense_only and wanted
+
+    @property
+    def n_rows_total(self) -> int:
+        return int(self.collective.allreduce_sum(
+            np.array([sum(s.n_rows for s in self.shards)]))[0])
+
+    def reset_row_index(self) -> None:
+        """Start a tree: every shard's rows in one segment (the root), in row order. The spare
+        row arrays (one per shard, allocated once) are kept: a partition writes its segments
+        before anything reads them."""
+        xp = self.backend.xp
+        self.row_index = [xp.arange(s.n_rows, dtype=_dtypes.ROW_INDEX) for s in self.shards]
+        if len(self._spare_index) != len(self.shards):
+            self._spare_index = [xp.empty_like(r) for r in self.row_index]
+
+    def allreduce_histograms(self, hist: Histograms) -> Histograms:
+        """Every store's local histograms summed over all processes, in place (``hist``'s arrays
+        may be views into a level's histograms). Returns ``hist``."""
+        self.collective.allreduce_sum_inplace(list(hist.arrays))
+        return hist
+
+    def build_histograms(self, gh, seg_start, seg_count, n_bins) -> Histograms:
+        """Global histograms of the listed node segments: local shards summed, then all-reduced.
+
+        gh: per shard (n_i, 2) int64. seg_start/seg_count: per shard (n_nodes,) int64 host arrays.
+        Returns ``Histograms`` on the device; the sparse features' common bins are still 0
+        (``fill_common_bins``).
+        """
+        arrays = []
+        for store in self.stores:
+            total = None
+            for s in range(len(self.shards)):
+                part = store.build_histograms(s, gh[s], self.row_index[s], seg_start[s],
+                                              seg_count[s], n_bins)
+                total = part if total is None else total + part
+            arrays.append(total)
+        return self.allreduce_histograms(Histograms(tuple(arrays)))
+
+    def root_totals(self, hist: Histograms, gh):
+        """(1, 2) int64 global [g, h] of the root: from the dense histograms (on the device,
+        feature 0's bins) when there are dense features, else the gradients' sum (host)."""
+        if self.dense.n_features:
+            return histogram.node_totals(hist.arrays[0])
+        return self.backend.to_host(self.collective.allreduce_sum(
+            sum(g.sum(axis=0) for g in gh)[None, :]))
+
+    def fill_common_bins(self, hist: Histograms, totals: np.ndarray) -> None:
+        """Complete every store's histograms from the nodes' global (n_nodes, 2) int64 totals."""
+        for store, array in zip(self.stores, hist.arrays):
+            store.fill_common_bins(array, totals)
+
+    def split_source(self, s: int, seg_start, seg_count, feature) -> tuple:
+        """Where the partition and margin kernels read shard s's split bins from: (a (k, n)
+        column-major bins matrix, int32 row ids into it) for the listed nodes' global split
+        ``feature`` (n_nodes,).
+
+        When every node splits on a dense feature: the dense store's columns and its ids.
+        Otherwise the rows' bins of their node's split feature are gathered into the shard's
+        split column, read as a (1, n) matrix with row 0."""
+        owner, local = self._owner[feature], self._local[feature]
+        dense = self.dense
+        if (owner == 0).all():
+            return dense.by_feature[s], local
+        column = self._split_column[s]
+        self.stores[1].gather_split_bins(s, dense.by_feature[s], self.row_index[s], seg_start,
+                                         seg_count, np.where(owner == 0, local, -1),
+                                         np.where(owner == 1, local, -1), column)
+        return column[None, :], np.zeros(len(feature), dtype=np.int32)
+
+    def partition(self, gh, seg_start, seg_count, feature, bin_threshold, default_left,
+                  small_is_left, n_bins, out: Histograms) -> list:
+        """Split every listed node's rows into its children, in every shard, and add the global
+        histograms of the children picked by ``small_is_left`` (bool per node) into ``out``.
+
+        Each shard's rows go from its current row array into its spare one, which then becomes
+        current: the listed segments are rewritten there, and every other segment keeps its
+        rows in the array it was in (leaves of earlier levels, whose ``LeafRows`` hold that
+        array). The dense store's histograms are built in the same pass as the partition; the
+        other stores' from the moved rows. feature: (n_nodes,) global feature ids. out:
+        ``Histograms`` of n_nodes nodes, zeroed (the built half of the next level,
+        ``Histograms.next_level``): every shard's kernels add into it, then it is all-reduced in
+        place; its common bins are left 0. Returns per shard (n_nodes,) int64 left counts. They
+        stay on the device (the caller fetches them with the next level's splits, in one wait)
+        unless another store's histograms needed them on the host.
+        """
+        kernels = self.backend.kernels  # the split arrays stay on the host: kernels take either
+        dense, others = self.dense, list(zip(self.stores[1:], out.arrays[1:]))
+        left_counts = []
+        for s in range(len(self.shards)):
+            by_feature, store_feature = self.split_source(s, seg_start[s], seg_count[s], feature)
+            moved = self._spare_index[s]
+            left, _ = kernels.partition_and_histogram(
+                dense.bins[s], by_feature, gh[s], self.row_index[s], seg_start[s],
+                seg_count[s], store_feature, bin_threshold, default_left, small_is_left, n_bins,
+                out=out.arrays[0], dest=moved)
+            if others:  # the built children's segments, for the other stores' work lists
+                left = self.backend.to_host(left)
+                start = np.where(small_is_left, seg_start[s], seg_start[s] + left)
+                count = np.where(small_is_left, left, seg_count[s] - left)
+                for store, array in others:
+                    store.add_histograms(s, gh[s], moved, start, count, array)
+            left_counts.append(left)
+        self.row_index, self._spare_index = self._spare_index, self.row_index
+        self.allreduce_histograms(out)
+        return left_counts

@@ -1,0 +1,174 @@
+"""Column stores: the dense binned matrix and the sparse entries, behind the one protocol the tree loops use.
+
+A ``ShardSet`` holds its features in stores, the dense one first: ``DenseStore`` keeps each shard's
+bins row by row and column by column; ``SparseStore`` keeps only the entries outside each sparse
+feature's most common bin (``gbflow.routing`` decides which features go where). Every store
+offers the same operations, on the shard set's rows and a level's node segments:
+
+- ``node_shape(n_bins)``: the shape of one node's histogram in the store's layout;
+- ``build_histograms`` / ``add_histograms``: the histograms of listed node segments of a shard;
+- ``fill_common_bins``: complete a level's histograms from the node totals (sparse: the common
+  bins it does not store; dense: nothing to do);
+- ``search``: the best split of every node over the store's features (store-local ids);
+- ``allowed``: a tree's feature sample as the store's device mask.
+
+The dense store is also the one the rows are partitioned with (its fused partition-and-
+histogram kernel); a level whose splits include other stores' features first gathers the
+rows' split bins into one column (``SparseStore.gather_split_bins``). Stores change speed and
+memory, never the model: the split search over several stores keeps, per node, the best of
+their results with ties going to the lower feature id, as one search over all features would.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class SparseBins:
+    """One shard's sparse entries, on the backend's device: only entries outside the common bin.
+
+    indptr: (n_rows + 1,) int64; entry_feature: (nnz,) sparse-local feature ids 0..S-1,
+    ascending within each row, of ``_dtypes.entry_feature_dtype(S)`` (int16 while S <= 32767,
+    else int32: 2 bytes an entry less on most data); entry_bin: (nnz,) uint8/uint16, never the
+    feature's common bin.
+    """
+
+    indptr: object
+    entry_feature: object
+    entry_bin: object
+
+    @property
+    def nnz(self) -> int:
+        return int(self.entry_feature.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.indptr.nbytes + self.entry_feature.nbytes + self.entry_bin.nbytes)
+
+
+class _Store:
+    """What both stores share: their features and a tree's mask of them."""
+
+    def __init__(self, backend, features: np.ndarray, n_value_bins: np.ndarray):
+        self.backend = backend
+        self.features = np.asarray(features, dtype=np.int64)  # (k,) global ids, ascending
+        self.n_value_bins_host = np.asarray(n_value_bins, dtype=np.int32)
+        self.n_value_bins = backend.xp.asarray(self.n_value_bins_host)  # (k,) int32, device
+        self._allowed = None  # the last tree's (host mask, device mask)
+
+    @property
+    def n_features(self) -> int:
+        return len(self.features)
+
+    def allowed(self, feature_allowed: np.ndarray):
+        """(k,) bool device mask of a tree's allowed features (``feature_allowed``: (F,) host
+        bool over all features). The last mask is kept: without column sampling every tree
+        allows the same features, and an upload costs host time every tree."""
+        if self._allowed is not None and np.array_equal(self._allowed[0], feature_allowed):
+            return self._allowed[1]
+        mask = self.backend.xp.asarray(feature_allowed[self.features])
+        self._allowed = (np.array(feature_allowed, dtype=bool), mask)
+        return mask
+
+
+class DenseStore(_Store):
+    """The dense features' bins: per shard ``bins`` (n, D) uint8/uint16 row by row (a view of
+    a zero-padded matrix, see ``binning.padded_width``) and ``by_feature`` (D, n), the same bins
+    column by column (a row's side at a split is read from one column; histograms read whole
+    rows). D may be 0 (every feature sparse): the store still partitions the rows."""
+
+    def __init__(self, backend, features, n_value_bins):
+        super().__init__(backend, features, n_value_bins)
+        self.bins: list = []
+        self.by_feature: list = []
+
+    def add_shard(self, bins, by_feature) -> None:
+        self.bins.append(bins)
+        self.by_feature.append(by_feature)
+
+    def nbytes(self, s: int) -> int:
+        """Device bytes of shard s's bins (the padded storage and the column-major copy)."""
+        return nbytes_of(self.bins[s]) + nbytes_of(self.by_feature[s])
+
+    def node_shape(self, n_bins: int) -> tuple:
+        return (self.n_features, n_bins, 2)
+
+    def build_histograms(self, s, gh, row_index, seg_start, seg_count, n_bins: int):
+        """(n_nodes, D, n_bins, 2) int64 device histograms of shard s's listed segments."""
+        return self.backend.kernels.build_histograms(self.bins[s], gh, row_index, seg_start,
+                                                     seg_count, n_bins)
+
+    def fill_common_bins(self, hist, totals) -> None:
+        """Nothing to fill: every bin is stored."""
+
+    def search(self, hist, allowed, constants: tuple) -> tuple:
+        """``evaluate_splits`` on the store's histograms: five device arrays, features as
+        store-local ids."""
+        return self.backend.kernels.evaluate_splits(hist, self.n_value_bins, allowed, *constants)
+
+
+class SparseStore(_Store):
+    """The sparse features' entries (per shard a ``SparseBins``) and their compact histograms
+    (n_nodes, n_slots, 2): feature s's bins 0..n_value_bins[s] at slots
+    bin_offsets[s]..bin_offsets[s + 1] - 1, its common bin filled in from the node totals."""
+
+    def __init__(self, backend, features, n_value_bins, common_bin, bin_offsets):
+        super().__init__(backend, features, n_value_bins)
+        xp = backend.xp
+        self.common_bin = xp.asarray(np.asarray(common_bin, dtype=np.int32))  # (S,) device
+        # host offsets too: the CUDA search needs their widest feature, which would otherwise
+        # cost a device-to-host copy per level
+        self.bin_offsets_host = np.asarray(bin_offsets, dtype=np.int64)  # (S + 1,)
+        self.bin_offsets = xp.asarray(self.bin_offsets_host)
+        self.n_slots = int(self.bin_offsets_host[-1])
+        self.entries: list[SparseBins] = []
+
+    def add_shard(self, entries: SparseBins) -> None:
+        self.entries.append(entries)
+
+    def nbytes(self, s: int) -> int:
+        return self.entries[s].nbytes
+
+    def node_shape(self, n_bins: int) -> tuple:
+        return (self.n_slots, 2)
+
+    def build_histograms(self, s, gh, row_index, seg_start, seg_count, n_bins: int):
+        """(n_nodes, n_slots, 2) int64 device histograms of shard s's listed segments, the
+        common bins 0 (``fill_common_bins``)."""
+        return self.add_histograms(s, gh, row_index, seg_start, seg_count, None)
+
+    def add_histograms(self, s, gh, row_index, seg_start, seg_count, out):
+        """``build_histograms`` added into ``out`` (C-contiguous, or new when None)."""
+        e = self.entries[s]
+        return self.backend.kernels.build_sparse_histograms(
+            e.indptr, e.entry_feature, e.entry_bin, self.bin_offsets, gh, row_index, seg_start,
+            seg_count, self.n_slots, out=out)
+
+    def fill_common_bins(self, hist, totals) -> None:
+        """Set each feature's common bin of every node to the node total minus its other bins
+        (totals: (n_nodes, 2) int64, host or device), in place."""
+        self.backend.kernels.fill_common_bins(hist, self.backend.xp.asarray(totals),
+                                              self.bin_offsets, self.common_bin)
+
+    def search(self, hist, allowed, constants: tuple) -> tuple:
+        """``evaluate_sparse_splits`` on the compact histograms (common bins filled)."""
+        return self.backend.kernels.evaluate_sparse_splits(
+            hist, self.bin_offsets_host, self.n_value_bins, allowed, *constants)
+
+    def gather_split_bins(self, s, dense_by_feature, row_index, seg_start, seg_count,
+                          dense_feature, sparse_feature, out) -> None:
+        """Every listed node's rows' bins of its split feature into ``out`` (n,): node k splits
+        on dense feature ``dense_feature[k]`` (a row of the dense store's ``dense_by_feature``)
+        when it is >= 0, else on sparse feature ``sparse_feature[k]`` (int32 (n_nodes,) host)."""
+        e = self.entries[s]
+        self.backend.kernels.split_column(dense_by_feature, e.indptr, e.entry_feature,
+                                          e.entry_bin, self.common_bin, row_index, seg_start,
+                                          seg_count, dense_feature, sparse_feature, out)
+
+
+def nbytes_of(array) -> int:
+    """Bytes an array holds, its padded storage's for a view of one."""
+    base = getattr(array, "base", None)  # the binned matrix is a view of padded storage
+    return int(base.nbytes if base is not None and hasattr(base, "nbytes") else array.nbytes)
