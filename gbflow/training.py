@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from . import inputs
-from . import fixed_point, metrics, objectives, predictor, quantize, routing
+from . import fixed_point, metrics, objectives, predictor, routing, sketch
 from .backend import get_backend, on_gpu
 from .booster import Booster
 from .grower import Shard, ShardSet, grow_tree, resolve
@@ -181,7 +181,7 @@ def fit(backend, parts: list[inputs.DataSet], params: Params, num_boost_round: i
         n_rows, max_weight = _check_global_inputs(shardset, parts, eval_sets, params)
         device_X = [backend.asarray(p.X) for p in parts]
         weights = None if parts[0].weight is None else [backend.asarray(p.weight) for p in parts]
-        cuts = quantize.compute_cuts(xp, device_X, weights, params.max_bin, collective=shardset,
+        cuts = sketch.compute_cuts(xp, device_X, weights, params.max_bin, collective=shardset,
                                      block_values=backend.sketch_block_values, n_rows=n_rows,
                                      max_weight=max_weight)
         backend.free_cached_memory()  # the sketch's temporaries

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import gbflow
 import gbflow.booster
 import gbflow.predictor
-import gbflow.quantize
+import gbflow.sketch
 import gbflow.training
 from gbflow.params import ALIASES, KNOWN, make_params
 
@@ -48,7 +48,7 @@ def _work_started(*args, **kwargs):
 def no_work(monkeypatch):
     """Any training work (the boosting loop, the quantile sketch) fails the test."""
     monkeypatch.setattr(gbflow.training, "fit", _work_started)
-    monkeypatch.setattr(gbflow.quantize, "compute_cuts", _work_started)
+    monkeypatch.setattr(gbflow.sketch, "compute_cuts", _work_started)
 
 
 @pytest.fixture
