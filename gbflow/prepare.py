@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import binning, quantize, routing
+from . import binning, routing, sketch
 from .shards import Shard
 from .stores import DenseStore, SparseStore
 
@@ -59,7 +59,7 @@ def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_
     backend, collective = shardset.backend, shardset.collective
     device_X = [backend.asarray(p.X) for p in parts]
     weights = None if parts[0].weight is None else [backend.asarray(p.weight) for p in parts]
-    cuts = quantize.compute_cuts(backend.xp, device_X, weights, params.max_bin,
+    cuts = sketch.compute_cuts(backend.xp, device_X, weights, params.max_bin,
                                  collective=collective, block_values=backend.sketch_block_values,
                                  n_rows=n_rows, max_weight=max_weight)
     backend.free_cached_memory()  # the sketch's temporaries

@@ -18,7 +18,7 @@ import gbflow
 import gbflow.booster
 import gbflow.predictor
 import gbflow.boosting
-import gbflow.quantize
+import gbflow.sketch
 from gbflow.params import ALIASES, KNOWN, make_params
 
 N = 20
@@ -48,7 +48,7 @@ def _work_started(*args, **kwargs):
 def no_work(monkeypatch):
     """Any training work (the boosting loop, the quantile sketch) fails the test."""
     monkeypatch.setattr(gbflow.boosting, "fit", _work_started)
-    monkeypatch.setattr(gbflow.quantize, "compute_cuts", _work_started)
+    monkeypatch.setattr(gbflow.sketch, "compute_cuts", _work_started)
 
 
 @pytest.fixture

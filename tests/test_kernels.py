@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gbflow import _dtypes, quantize
+from gbflow import _dtypes, sketch
 from gbflow.backend import common, cpu_kernels, numpy_kernels
 
 
@@ -620,7 +620,7 @@ def test_predict_margins(kernels, n_groups):
 def test_bins_agree_with_thresholds(values, max_bin):
     """The bin a value falls in and the prediction-time test ``x < cut`` agree at every cut."""
     X = np.asarray(values, dtype=np.float32)[:, None]
-    cuts = quantize.compute_cuts(np, [X], None, max_bin)
+    cuts = sketch.compute_cuts(np, [X], None, max_bin)
     bins = cpu_kernels.bin_features(X, cuts.values, cuts.offsets,
                                     np.empty(X.shape, cuts.bin_dtype))[:, 0]
     for t in range(1, len(cuts.values) + 1):  # split "bins 1..t go left" == "x < cuts[t-1]"

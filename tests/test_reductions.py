@@ -91,7 +91,7 @@ def test_an_evaluation_set_split_into_parts_gives_the_same_model(task, metric):
 def test_the_sketch_gathers_few_values_and_still_cuts_exactly():
     """The middle radix pass keeps the fine summary (what Dask workers exchange) to about 1/256
     of the candidate buckets' values, and the cuts stay the exact quantiles."""
-    from gbflow import quantize, sketch
+    from gbflow import sketch
     from test_sketch import _reference_cuts
 
     rng = np.random.default_rng(3)
@@ -99,7 +99,7 @@ def test_the_sketch_gathers_few_values_and_still_cuts_exactly():
     X = np.stack([rng.normal(size=n), 1.0 + rng.integers(0, 50_000, n) * 1e-9,  # one bucket
                   rng.integers(0, 255, n), rng.integers(0, 256, n),
                   np.round(rng.standard_cauchy(n), 2)], axis=1).astype(np.float32)
-    cuts = quantize.compute_cuts(np, [X], None, 256)
+    cuts = sketch.compute_cuts(np, [X], None, 256)
     for f in range(X.shape[1]):
         assert np.array_equal(cuts.feature_cuts(f), _reference_cuts(X[:, f], None, 256)), f
     coarse = sketch.coarse_summary(np, X, None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gbflow import quantize, sketch
+from gbflow import sketch
 
 
 def _reference_cuts(column, weight, max_bin):
@@ -32,7 +32,7 @@ def test_cuts_are_exact_quantiles(max_bin):
                   rng.integers(0, 5, 5000), 1000 + rng.random(5000) * 1e-3,
                   np.where(rng.random(5000) < 0.3, np.nan, rng.normal(size=5000))], axis=1)
     X = X.astype(np.float32)
-    cuts = quantize.compute_cuts(np, [X], None, max_bin)
+    cuts = sketch.compute_cuts(np, [X], None, max_bin)
     for f in range(X.shape[1]):
         assert np.array_equal(cuts.feature_cuts(f), _reference_cuts(X[:, f], None, max_bin)), f
     assert cuts.n_value_bins.max() <= max_bin - 1
@@ -43,8 +43,8 @@ def test_weighted_cuts_match_integer_replication():
     rng = np.random.default_rng(1)
     X = rng.normal(size=(3000, 2)).astype(np.float32)
     w = rng.integers(0, 4, size=3000).astype(np.float64)
-    weighted = quantize.compute_cuts(np, [X], [w], 64)
-    repeated = quantize.compute_cuts(np, [np.repeat(X, w.astype(int), axis=0)], None, 64)
+    weighted = sketch.compute_cuts(np, [X], [w], 64)
+    repeated = sketch.compute_cuts(np, [np.repeat(X, w.astype(int), axis=0)], None, 64)
     assert np.array_equal(weighted.values, repeated.values)
     assert np.array_equal(weighted.offsets, repeated.offsets)
 
@@ -54,11 +54,11 @@ def test_cuts_do_not_depend_on_row_order_or_partitioning():
     X = rng.standard_t(3, size=(20000, 4)).astype(np.float32)
     X[rng.random(X.shape) < 0.1] = np.nan
     w = rng.random(20000)
-    base = quantize.compute_cuts(np, [X], [w], 256)
+    base = sketch.compute_cuts(np, [X], [w], 256)
     perm = rng.permutation(len(X))
-    shuffled = quantize.compute_cuts(np, [X[perm]], [w[perm]], 256)
+    shuffled = sketch.compute_cuts(np, [X[perm]], [w[perm]], 256)
     split = np.array_split(np.arange(len(X)), 7)
-    parts = quantize.compute_cuts(np, [X[i] for i in split], [w[i] for i in split], 256)
+    parts = sketch.compute_cuts(np, [X[i] for i in split], [w[i] for i in split], 256)
     for other in (shuffled, parts):
         assert np.array_equal(base.values, other.values)
         assert np.array_equal(base.offsets, other.offsets)
@@ -75,7 +75,7 @@ def test_keys_round_trip_and_order():
 
 def test_all_missing_and_constant_columns():
     X = np.stack([np.full(100, np.nan), np.full(100, 3.0)], axis=1).astype(np.float32)
-    cuts = quantize.compute_cuts(np, [X], None, 256)
+    cuts = sketch.compute_cuts(np, [X], None, 256)
     assert cuts.feature_cuts(0).size == 0 and cuts.feature_cuts(1).size == 0
     assert list(cuts.n_value_bins) == [1, 1]
 
@@ -117,16 +117,16 @@ def test_csr_cuts_equal_dense_cuts(block_values):
     X = csr.to_dense(np)
     w = rng.random(3000) * 3
     for weights in (None, [w]):
-        dense = quantize.compute_cuts(np, [X], weights, 64, block_values=block_values)
-        sparse = quantize.compute_cuts(np, [csr], weights, 64, block_values=block_values)
+        dense = sketch.compute_cuts(np, [X], weights, 64, block_values=block_values)
+        sparse = sketch.compute_cuts(np, [csr], weights, 64, block_values=block_values)
         assert _same(dense, sparse)
         assert dense.feature_cuts(5).size == 0
         assert 0.0 in dense.feature_cuts(6)
     split = [0, 700, 701, 1900, 3000]
     parts = [csr.rows(a, b) if i % 2 else X[a:b] for i, (a, b) in enumerate(zip(split, split[1:]))]
-    mixed = quantize.compute_cuts(np, parts, [w[a:b] for a, b in zip(split, split[1:])], 64,
-                                  block_values=block_values)
-    assert _same(mixed, quantize.compute_cuts(np, [X], [w], 64, block_values=block_values))
+    mixed = sketch.compute_cuts(np, parts, [w[a:b] for a, b in zip(split, split[1:])], 64,
+                                block_values=block_values)
+    assert _same(mixed, sketch.compute_cuts(np, [X], [w], 64, block_values=block_values))
 
 
 def test_wide_mixed_columns_match_the_reference():
@@ -135,10 +135,10 @@ def test_wide_mixed_columns_match_the_reference():
     X[:, ::7] = rng.normal(size=(5000, len(range(0, 3000, 7))))  # dense continuous columns
     X[:, 3::11] = rng.integers(0, 400, size=(5000, len(range(3, 3000, 11))))
     X[:, 10] = np.nan
-    cuts = quantize.compute_cuts(np, [X], None, 256)
+    cuts = sketch.compute_cuts(np, [X], None, 256)
     for f in range(X.shape[1]):
         assert np.array_equal(cuts.feature_cuts(f), _reference_cuts(X[:, f], None, 256)), f
-    assert _same(cuts, quantize.compute_cuts(np, [_csr(X)], None, 256))
+    assert _same(cuts, sketch.compute_cuts(np, [_csr(X)], None, 256))
 
 
 @pytest.mark.parametrize("block_values", [sketch.BLOCK_VALUES, 5000])
@@ -148,10 +148,10 @@ def test_partitions_and_table_choice_do_not_change_cuts(block_values):
     X = _sparse_matrix(rng, 20000, 12, 0.7)
     X[:, 0] = rng.standard_t(2, size=20000)
     w = rng.random(20000)
-    base = quantize.compute_cuts(np, [X], [w], 256)
+    base = sketch.compute_cuts(np, [X], [w], 256)
     split = np.array_split(rng.permutation(20000), 5)
     parts = [_csr(X[i]) if k % 2 else X[i] for k, i in enumerate(split)]
-    other = quantize.compute_cuts(np, parts, [w[i] for i in split], 256, block_values=block_values)
+    other = sketch.compute_cuts(np, parts, [w[i] for i in split], 256, block_values=block_values)
     assert _same(base, other)
 
 
@@ -186,7 +186,7 @@ def _cuts_in_processes(process_parts, process_weights, max_bin):
 
     def work(rank):
         try:
-            results[rank] = quantize.compute_cuts(
+            results[rank] = sketch.compute_cuts(
                 np, process_parts[rank], process_weights[rank], max_bin,
                 collective=_ThreadCollective(rank, slots, barrier))
         except BaseException as error:  # noqa: BLE001 - reported by the test
@@ -206,7 +206,7 @@ def test_processes_merge_exactly():
     rng = np.random.default_rng(10)
     X = _sparse_matrix(rng, 6000, 9, 0.6)
     w = rng.random(6000)
-    expected = quantize.compute_cuts(np, [X], [w], 32)
+    expected = sketch.compute_cuts(np, [X], [w], 32)
     parts = [[X[:2500], _csr(X[2500:4000])], [X[:0]], [_csr(X[4000:])]]
     weights = [[w[:2500], w[2500:4000]], [w[:0]], [w[4000:]]]
     for order in ([0, 1, 2], [2, 1, 0]):
@@ -223,7 +223,7 @@ def test_processes_sum_the_middle_table_or_merge_its_summaries_alike(monkeypatch
     X = _sparse_matrix(rng, 8000, 7, 0.7)
     X[:, 0] = rng.normal(size=8000)
     w = rng.random(8000)
-    expected = quantize.compute_cuts(np, [X], [w], 64)
+    expected = sketch.compute_cuts(np, [X], [w], 64)
     tables = []
     real_add = sketch.MiddleTable.add
 
@@ -232,7 +232,7 @@ def test_processes_sum_the_middle_table_or_merge_its_summaries_alike(monkeypatch
         real_add(table, *args)
     monkeypatch.setattr(sketch.MiddleTable, "add", add)
     if not use_table:
-        monkeypatch.setattr(sketch, "MIDDLE_TABLE_ENTRIES", 0)
+        monkeypatch.setattr(sketch.passes, "MIDDLE_TABLE_ENTRIES", 0)
     parts = [[X[:3000], _csr(X[3000:5000])], [X[:0]], [X[5000:]]]
     weights = [[w[:3000], w[3000:5000]], [w[:0]], [w[5000:]]]
     for cuts in _cuts_in_processes(parts, weights, 64):
@@ -281,13 +281,13 @@ def test_large_fixed_point_totals_stay_exact():
     rng = np.random.default_rng(11)
     X = rng.normal(size=(20000, 3)).astype(np.float32)
     w = rng.integers(1, 5, size=20000).astype(np.float64)
-    weighted = quantize.compute_cuts(np, [X], [w], 8192)
-    repeated = quantize.compute_cuts(np, [np.repeat(X, w.astype(int), axis=0)], None, 8192)
+    weighted = sketch.compute_cuts(np, [X], [w], 8192)
+    repeated = sketch.compute_cuts(np, [np.repeat(X, w.astype(int), axis=0)], None, 8192)
     assert _same(weighted, repeated) and weighted.n_value_bins.max() > 4000
     X = rng.normal(size=(3000, 6000)).astype(np.float32)
     w = rng.integers(3, 5, size=3000).astype(np.float64)
-    wide = quantize.compute_cuts(np, [X], [w], 64)
-    narrow = quantize.compute_cuts(np, [X[:, :5]], [w], 64)
+    wide = sketch.compute_cuts(np, [X], [w], 64)
+    narrow = sketch.compute_cuts(np, [X[:, :5]], [w], 64)
     assert np.array_equal(wide.values[: wide.offsets[5]], narrow.values)
     assert np.array_equal(wide.offsets[:6], narrow.offsets)
 
@@ -295,7 +295,7 @@ def test_large_fixed_point_totals_stay_exact():
 def test_zero_weights_act_like_absent_rows():
     X = np.array([[1.0], [1.5], [2.0], [3.0]], np.float32)
     w = np.array([1.0, 0.0, 1.0, 1.0])
-    assert list(quantize.compute_cuts(np, [X], [w], 256).feature_cuts(0)) == [2.0, 3.0]
+    assert list(sketch.compute_cuts(np, [X], [w], 256).feature_cuts(0)) == [2.0, 3.0]
 
 
 @pytest.mark.parametrize("block_values", [sketch.BLOCK_VALUES, 3000])
@@ -321,11 +321,11 @@ def test_infinities_and_nan_payloads(block_values):
 
 def _check_infinities(X, block_values):
     for max_bin in (4, 256):
-        cuts = quantize.compute_cuts(np, [X], None, max_bin, block_values=block_values)
+        cuts = sketch.compute_cuts(np, [X], None, max_bin, block_values=block_values)
         for f in range(3):
             assert np.array_equal(cuts.feature_cuts(f), _reference_cuts(X[:, f], None, max_bin)), f
-        assert _same(cuts, quantize.compute_cuts(np, [_csr(X)], None, max_bin,
-                                                 block_values=block_values))
+        assert _same(cuts, sketch.compute_cuts(np, [_csr(X)], None, max_bin,
+                                               block_values=block_values))
 
 
 def test_segment_searches_match_the_single_search(monkeypatch):
@@ -339,10 +339,10 @@ def test_segment_searches_match_the_single_search(monkeypatch):
     X[:, 2] = np.nan
     w = rng.random(6000) * 5
     cases = [(X, None, 256), (X, [w], 256), (X, [w], 16), (X, None, 2)]
-    expected = [quantize.compute_cuts(np, [x], weights, b) for x, weights, b in cases]
-    monkeypatch.setattr(sketch, "ONE_SEARCH_LIMIT", 0.0)
+    expected = [sketch.compute_cuts(np, [x], weights, b) for x, weights, b in cases]
+    monkeypatch.setattr(sketch.summary, "ONE_SEARCH_LIMIT", 0.0)
     for (x, weights, b), cuts in zip(cases, expected):
-        assert _same(cuts, quantize.compute_cuts(np, [x], weights, b))
+        assert _same(cuts, sketch.compute_cuts(np, [x], weights, b))
         if weights is None:
             for f in range(x.shape[1]):
                 assert np.array_equal(cuts.feature_cuts(f), _reference_cuts(x[:, f], None, b)), f
@@ -355,15 +355,15 @@ def test_csr_blocks_are_capped(monkeypatch):
     X = _sparse_matrix(rng, 4000, 50, 0.3)
     X[:, 0] = rng.normal(size=4000)
     w = rng.random(4000)
-    monkeypatch.setattr(sketch, "CSR_BLOCK_ENTRIES", 700)
+    monkeypatch.setattr(sketch.blocks, "CSR_BLOCK_ENTRIES", 700)
     for weights in (None, [w]):
-        assert _same(quantize.compute_cuts(np, [X], weights, 64),
-                     quantize.compute_cuts(np, [_csr(X)], weights, 64))
+        assert _same(sketch.compute_cuts(np, [X], weights, 64),
+                     sketch.compute_cuts(np, [_csr(X)], weights, 64))
 
 
 def test_compute_cuts_refuses_other_than_float32():
     """The sketch orders float32 bit patterns: float64 input must not reach it."""
     X = np.random.default_rng(0).normal(size=(50, 3))
     with pytest.raises(TypeError, match="float32 values, got float64"):
-        quantize.compute_cuts(np, [X], None, 16)
-    assert quantize.compute_cuts(np, [X.astype(np.float32)], None, 16).n_features == 3
+        sketch.compute_cuts(np, [X], None, 16)
+    assert sketch.compute_cuts(np, [X.astype(np.float32)], None, 16).n_features == 3

@@ -12,7 +12,7 @@ import gbflow
 from gbflow import _dtypes
 from gbflow import inputs
 from gbflow import cuts as cuts_mod
-from gbflow import binning, boosting, quantize, routing
+from gbflow import binning, boosting, routing, sketch
 from gbflow.backend import get_backend, reference_kernels
 from gbflow.params import make_params
 
@@ -67,7 +67,7 @@ def _train(data, label, threshold, device="cpu", rounds=6, params=None, **kw):
 def _routing_of(df: pd.DataFrame, threshold: float) -> routing.Routing:
     dataset = inputs.load(df, "y")
     backend = get_backend("cpu")
-    cuts = quantize.compute_cuts(np, [dataset.X], None, 256)
+    cuts = sketch.compute_cuts(np, [dataset.X], None, 256)
     part = binning.bin_part(backend, dataset.X, cuts)
     return routing.decide(binning.bin_counts(backend, part, cuts), cuts, threshold)
 
@@ -262,7 +262,7 @@ def _stores(X, y, threshold=0.8):
     scipy CSR matrix) as training builds them on the CPU, in one part."""
     dataset = inputs.load(X, "y") if y is None else inputs.load(X, y)
     backend = get_backend("cpu")
-    cuts = quantize.compute_cuts(np, [dataset.X], None, 256)
+    cuts = sketch.compute_cuts(np, [dataset.X], None, 256)
     part = binning.bin_part(backend, dataset.X, cuts)
     route = routing.decide(binning.bin_counts(backend, part, cuts), cuts, threshold)
     return route, binning.build_stores(backend, part, cuts, route)[2]

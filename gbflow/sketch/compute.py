@@ -1,16 +1,21 @@
-"""Cut points from the sketch (``compute_cuts``), and raw float32 columns -> the binned matrix."""
+"""``compute_cuts``: the three passes over every part and process, and the reductions between."""
 from __future__ import annotations
 
 import numpy as np
 
-from . import _dtypes, fixed_point, sketch
-from .collective import LOCAL
-from .csr import CSR
-from .cuts import Cuts
+from .. import _dtypes, fixed_point
+from ..collective import LOCAL
+from ..csr import CSR
+from ..cuts import Cuts
+from .blocks import BLOCK_VALUES
+from .keys import fixed_weights
+from .passes import MiddleTable, coarse_summary, fine_summary, middle_summary
+from .selection import bucket_slots, candidate_buckets, candidate_sub_buckets, choose_cuts
+from .summary import merge
 
 
 def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
-                 collective=LOCAL, block_values: int = sketch.BLOCK_VALUES, *,
+                 collective=LOCAL, block_values: int = BLOCK_VALUES, *,
                  n_rows: int | None = None, max_weight: float | None = None) -> Cuts:
     """Exact weighted quantile cuts over all ``parts`` of every process of ``collective``.
 
@@ -25,7 +30,7 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
     Reductions (every process calls them in the same order): row count and max weight (unless
     given), then per pass
     the sparse summary (gathered, then merged by adding the weights of equal ids), except for
-    the middle pass while its dense table fits (``sketch.MiddleTable``): that table is summed
+    the middle pass while its dense table fits (``passes.MiddleTable``): that table is summed
     (``allreduce_sum`` of an int64 array in ``xp``).
     """
     if max_bin < 2:
@@ -45,28 +50,28 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
                 (float(w.max()) for w in weights if len(w)), default=0.0))
         scale = fixed_point.fixed_point_scale(max_weight, n_rows, _dtypes.SKETCH_SUM_LIMIT)
     fixed = [None] * len(parts) if weights is None else \
-        [sketch.fixed_weights(xp, w, scale) for w in weights]
+        [fixed_weights(xp, w, scale) for w in weights]
 
     def merged(summaries):
         # local parts first (one message per process), then every process's: exact in any order
-        return sketch.merge(collective.allgather(sketch.merge(summaries)))
+        return merge(collective.allgather(merge(summaries)))
 
-    coarse = merged([sketch.coarse_summary(xp, p, w, block_values) for p, w in zip(parts, fixed)])
-    candidates = sketch.candidate_buckets(coarse, n_value_bins)
-    slots = sketch.bucket_slots(candidates, coarse, None if weights is None else n_rows)
-    if sketch.MiddleTable.fits(slots):  # one in-place sum of a dense table, no host merge
-        table = sketch.MiddleTable(xp, slots, coarse.n_features)
+    coarse = merged([coarse_summary(xp, p, w, block_values) for p, w in zip(parts, fixed)])
+    candidates = candidate_buckets(coarse, n_value_bins)
+    slots = bucket_slots(candidates, coarse, None if weights is None else n_rows)
+    if MiddleTable.fits(slots):  # one in-place sum of a dense table, no host merge
+        table = MiddleTable(xp, slots, coarse.n_features)
         for p, w in zip(parts, fixed):
             table.add(p, w, block_values)
         table.counts = collective.allreduce_sum(table.counts)
         middle = table.summary()
         del table
     else:
-        middle = merged([sketch.middle_summary(xp, p, w, slots, block_values)
+        middle = merged([middle_summary(xp, p, w, slots, block_values)
                          for p, w in zip(parts, fixed)])
-    sub_candidates = sketch.candidate_sub_buckets(coarse, slots, middle, n_value_bins)
-    fine = merged([sketch.fine_summary(xp, p, w, slots, sub_candidates, block_values)
+    sub_candidates = candidate_sub_buckets(coarse, slots, middle, n_value_bins)
+    fine = merged([fine_summary(xp, p, w, slots, sub_candidates, block_values)
                    for p, w in zip(parts, fixed)])
-    values, offsets = sketch.choose_cuts(coarse, candidates, slots, middle, sub_candidates, fine,
-                                         n_value_bins)
+    values, offsets = choose_cuts(coarse, candidates, slots, middle, sub_candidates, fine,
+                                  n_value_bins)
     return Cuts(values=values, offsets=offsets, max_bin=max_bin)

@@ -1,0 +1,167 @@
+"""Reading dense matrices and CSRs for the passes, in groups of features and blocks of values."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from ..backend import to_host
+from ..csr import CSR
+from .keys import FINE_SHIFT, N_BUCKETS, RADIX_BITS, ordered_keys
+
+# Values per block of rows in the summary passes: the temporaries (keys, bucket ids, masks) stay a
+# few MB and are reused, instead of several arrays the size of the data being allocated, touched
+# and returned to the operating system on every pass.
+BLOCK_VALUES = 1 << 20
+
+
+@dataclasses.dataclass
+class _Block:
+    """Some values of one group of features, in ``xp``.
+
+    xp: the namespace. values: float32, (rows, features) for a dense matrix or (entries,) for a
+    CSR. feature: integer feature ids (int64 (1, features) dense, a CSR's int32 column ids),
+    broadcastable to values. weight: integer-valued float64 weights broadcastable to values, or
+    None. Keys and the missing-value mask are computed when first asked for (the passes after
+    the first often need no mask)."""
+
+    xp: object
+    values: object
+    feature: object
+    weight: object
+
+    @functools.cached_property
+    def keys(self):
+        """uint32 ordered keys, values' shape (meaningless for NaN)."""
+        return ordered_keys(self.xp, self.values)
+
+    @functools.cached_property
+    def present(self):
+        """bool, values' shape: False for missing values (NaN)."""
+        return ~self.xp.isnan(self.values)
+
+    def weights(self, xp, selected):
+        """(k,) float64 weights of the selected values, or None."""
+        if self.weight is None:
+            return None
+        return xp.broadcast_to(self.weight, self.keys.shape)[selected]
+
+    def all_fine_ids(self, xp):
+        """int64, values' shape: feature << 32 | key (meaningless for NaN). Built in place: one
+        array of the block's size, not three (shifted features, widened keys, their union)."""
+        ids = self.keys.astype(xp.int64)
+        high = self.feature.astype(xp.int64)  # (1, features) for a dense block, (entries,) CSR
+        high <<= FINE_SHIFT
+        ids |= high
+        return ids
+
+    def fine_ids(self, xp, ordered: bool = False):
+        """(k,) int64 fine ids (feature << 32 | key) of the present values, and their weights;
+        sorted if ``ordered`` (searching sorted ids in a large table touches memory in order,
+        and a sorted selection of them is tallied without sorting again)."""
+        ids = self.all_fine_ids(xp)[self.present]
+        weights = self.weights(xp, self.present)
+        if ordered:
+            if weights is None:
+                ids.sort()
+            else:
+                order = xp.argsort(ids)
+                ids, weights = ids[order], weights[order]
+        return ids, weights
+
+    def local_buckets(self, xp, f0: int):
+        """Keys' shape, intp: (feature - f0) * 65,536 + top 16 key bits (a dense table index)."""
+        offset = self.feature.astype(xp.intp)  # a CSR's int32 column ids would overflow
+        offset -= f0
+        offset *= N_BUCKETS
+        index = (self.keys >> RADIX_BITS).astype(xp.intp)
+        index += offset
+        return index
+
+
+@dataclasses.dataclass
+class _Group:
+    """Features f0 .. f1 - 1 of one matrix: n_values values (missing ones included), read
+    block by block by ``blocks()``."""
+
+    f0: int
+    f1: int
+    n_values: int
+    blocks: object
+    block_values: int  # values per block (a CSR's blocks are smaller than dense ones)
+
+    def id_range(self, ids: np.ndarray, shift: int) -> tuple[int, int]:
+        """The slice of sorted host ``ids`` (with ``shift``) that belongs to this group."""
+        lo, hi = np.searchsorted(ids, [self.f0 << shift, self.f1 << shift])
+        return int(lo), int(hi)
+
+    def dense_table(self, table_size: int) -> bool:
+        """Whether to tally into a dense table of ``table_size`` (plus a 65,536-per-feature
+        lookup table): only while both stay a few blocks large, and the group has enough values
+        to pay for clearing and scanning them; else its ids are sorted instead."""
+        lookup = (self.f1 - self.f0) * N_BUCKETS
+        return max(lookup, table_size) <= 4 * self.block_values and \
+            16 * self.n_values >= lookup
+
+
+def _entry_rows(xp, matrix: CSR):
+    """(nnz,) int32 (int64 past 2**31 rows): the row of each entry, by a scan of row starts
+    (linear; CuPy's repeat takes no device array of counts before v14)."""
+    starts = xp.bincount(matrix.indptr[1:-1], minlength=matrix.nnz + 1)[: matrix.nnz]
+    return xp.cumsum(starts, dtype=xp.int32 if matrix.n_rows < 2**31 else xp.int64)
+
+
+# Stored entries per block of a CSR (at most): its ids are tallied by sorting, which keeps some
+# ten entry-sized temporaries (ids, sort order, positions, weights, masks) alive at once against
+# two or three per value in a dense table, so its blocks are smaller than dense ones: some 60
+# bytes an entry, about 130 MB for a block, and still millions of entries per device call.
+CSR_BLOCK_ENTRIES = 1 << 21
+
+
+def _groups(xp, X, w_fixed, block_values: int):
+    """The feature groups of X (dense (n_rows, n_features) float32, or a CSR), in feature order.
+
+    Dense: groups of features whose 65,536-bucket tables stay about two blocks large, read in
+    blocks of rows of about ``block_values`` values. CSR: one group of all columns (its entries
+    are not ordered by column), read in blocks of whole rows of about ``block_values`` entries
+    (at most ``CSR_BLOCK_ENTRIES``), in time proportional to the stored entries."""
+    if isinstance(X, CSR):
+        n_rows, nnz = X.n_rows, X.nnz
+        if nnz == 0 or n_rows == 0 or X.n_cols == 0:
+            return
+        block_values = min(block_values, CSR_BLOCK_ENTRIES)
+        # Rows that hold every block_values-th entry start the blocks (a device search; only
+        # the few block boundaries come to the host).
+        marks = xp.arange(block_values, nnz, block_values, dtype=xp.int64)
+        rows = to_host(xp.searchsorted(X.indptr, marks, side="right") - 1)
+        bounds = np.unique(np.concatenate([[0], rows, [n_rows]])).tolist()
+
+        def csr_blocks():
+            for r0, r1 in zip(bounds[:-1], bounds[1:]):
+                part = X.rows(r0, r1)
+                w = None if w_fixed is None else w_fixed[r0:r1][_entry_rows(xp, part)]
+                # int32 column ids (widened only where ids are built): 4 bytes an entry, not 12
+                yield _Block(xp, part.data, part.indices, w)
+
+        yield _Group(0, int(X.n_cols), nnz, csr_blocks, block_values)
+        return
+    n_rows, n_features = X.shape
+    group = max(1, min(n_features, 2 * block_values // N_BUCKETS))
+    step = max(1, block_values // group)
+    for f0 in range(0, n_features, group):
+        f1 = min(n_features, f0 + group)
+
+        def dense_blocks(f0=f0, f1=f1):
+            feature = xp.arange(f0, f1, dtype=xp.int64)[None, :]
+            for start in range(0, n_rows, step):
+                block = X[start : start + step, f0:f1]
+                w = None if w_fixed is None else w_fixed[start : start + step, None]
+                yield _Block(xp, block, feature, w)
+
+        yield _Group(f0, f1, n_rows * (f1 - f0), dense_blocks, block_values)
+
+
+def _n_features(X) -> int:
+    return int(X.n_cols) if isinstance(X, CSR) else int(X.shape[1])
+
