@@ -323,3 +323,59 @@ def test_classifiers_equal_train_with_encoded_labels():
     p = booster.predict(X)
     np.testing.assert_array_equal(binary.predict_proba(X), np.column_stack((1 - p, p)))
     assert binary.evals_result_ == booster.evals_result
+
+
+# -- adapters and parameters -----------------------------------------------------------------
+def _dask_frame(df, npartitions=2):
+    pytest.importorskip("distributed")  # gbflow.dask needs it
+    return pytest.importorskip("dask.dataframe").from_pandas(df, npartitions=npartitions)
+
+
+def test_each_input_kind_gets_its_adapter():
+    import scipy.sparse
+
+    from gbflow import sklearn as gbsk
+    X, _ = regression_data(n=20)
+    model = GBFlowRegressor()
+    for data in (X, X.tolist(), pd.DataFrame(X, columns=list("abcde")),
+                 scipy.sparse.csr_matrix(X)):
+        assert type(gbsk._adapter(data, model)) is gbsk._InMemoryAdapter
+    dask_adapter = gbsk._adapter(_dask_frame(pd.DataFrame(X, columns=list("abcde"))), model)
+    from gbflow.dask.estimators import DaskAdapter
+    assert type(dask_adapter) is DaskAdapter and dask_adapter.estimator is model
+
+
+def test_train_params_are_the_constructor_parameters():
+    model = GBFlowRegressor(max_depth=4, learning_rate=0.1, random_state=7, eval_metric="rmse",
+                            n_estimators=3, early_stopping_rounds=2, verbose=True)
+    not_params = {"n_estimators", "early_stopping_rounds", "verbose", "random_state"}
+    expected = {k: v for k, v in model.get_params().items() if k not in not_params}
+    assert model._train_params() == dict(expected, seed=7)
+    assert expected["objective"] == "reg:squarederror" and expected["max_depth"] == 4
+    clf = GBFlowClassifier(random_state=None, sparse_threshold=0.5)
+    params = clf._train_params(objective="multi:softprob", num_class=3)
+    assert params["seed"] == 0 and params["sparse_threshold"] == 0.5
+    assert set(params) == set(expected) | {"seed", "num_class"}
+
+
+@pytest.mark.parametrize("kind", ["memory", "dask"])
+@pytest.mark.parametrize("fit_kwargs, error, match", [
+    (dict(sample_weight_eval_set=[None]), ValueError, "without eval_set"),
+    (dict(eval_set="pairs", sample_weight_eval_set=[None]), ValueError, "has 1 entries"),
+    (dict(eval_set="tuple"), TypeError, "must be a list of"),
+    (dict(eval_set="not a pair"), TypeError, r"eval_set\[0\] must be an \(X, y\) pair"),
+    (dict(early_stopping=True), ValueError, "needs a validation set"),
+])
+def test_eval_set_checks_are_the_same_for_both_kinds(kind, fit_kwargs, error, match):
+    fit_kwargs = dict(fit_kwargs)  # the parametrized dict is shared by both kinds
+    X, y = regression_data(n=40)
+    X, y = pd.DataFrame(X, columns=list("abcde")), pd.Series(y, name="y")
+    if kind == "dask":
+        X, y = _dask_frame(X), _dask_frame(y)
+    pair = (X, y)
+    eval_set = {"pairs": [pair, pair], "tuple": pair, "not a pair": [X]}.get(
+        fit_kwargs.pop("eval_set", None))
+    model = GBFlowRegressor(n_estimators=2, early_stopping_rounds=2 if
+                            fit_kwargs.pop("early_stopping", False) else None)
+    with pytest.raises(error, match=match):
+        model.fit(X, y, eval_set=eval_set, **fit_kwargs)

@@ -1,19 +1,14 @@
-"""Dask plumbing for the scikit-learn estimators (``gbflow/sklearn.py``, which alone imports
-scikit-learn): X, y and weights as Dask collections -> one frame with label/weight columns for
-``gbflow.train``, class labels encoded and decoded partition by partition.
-"""
+"""The scikit-learn estimators' adapter for Dask collections; it imports no scikit-learn."""
 from __future__ import annotations
 
 import numpy as np
-
-from .. import inputs
 
 # Column names the estimators give y and sample_weight inside the training frame.
 LABEL = "__gbflow_label__"
 WEIGHT = "__gbflow_weight__"
 
 
-def check_features(X, what: str = "X"):
+def _check_features(X, what: str = "X"):
     """X as a Dask DataFrame with string column names (kept as the feature names), none of them
     reserved. Raises TypeError/ValueError naming the problem."""
     import dask.dataframe as dd
@@ -49,14 +44,14 @@ def _numeric(series, what: str):
     return series.astype("float64")
 
 
-def training_frame(X, y, sample_weight, what: str, weighted: bool):
+def _training_frame(X, y, sample_weight, what: str, weighted: bool):
     """X with y (already encoded as numbers) and the weights as columns ``LABEL``/``WEIGHT``.
 
     weighted: the training has weights, so a set without ``sample_weight`` gets weight 1 (an
     evaluation frame must have the training's weight column).
     """
     of = "" if what == "fit" else f" of {what}"
-    X = check_features(X, f"X{of}")
+    X = _check_features(X, f"X{of}")
     columns = {LABEL: _numeric(_series(y, f"y{of}"), f"y{of}")}
     if sample_weight is not None:
         columns[WEIGHT] = _numeric(_series(sample_weight, f"sample_weight{of}"),
@@ -66,7 +61,7 @@ def training_frame(X, y, sample_weight, what: str, weighted: bool):
     return X.assign(**columns)
 
 
-def classes(y) -> np.ndarray:
+def _classes(y) -> np.ndarray:
     """The sorted distinct labels of a Dask Series (computes y once)."""
     values = _series(y, "y").unique().compute()
     values = values.to_numpy() if hasattr(values, "to_numpy") else np.asarray(values)
@@ -87,25 +82,25 @@ def _encode_partition(labels, known):
     return pd.Series(index.astype(np.float64), index=labels.index, name=labels.name)
 
 
-def encode(y, known: np.ndarray, what: str):
+def _encode(y, known: np.ndarray, what: str):
     """Labels -> float64 positions in ``known`` (lazy; an unknown label fails when computed)."""
     series = _series(y, "y" if what == "fit" else f"y of {what}")
     return series.map_partitions(_encode_partition, known,
                                  meta=series._meta.astype("float64"))
 
 
-def _labels_partition(probability, known):
+def _labels_partition(probability, known, name: str):
     import pandas as pd
     values = probability.to_numpy()
     index = (values > 0.5).astype(np.intp) if values.ndim == 1 else np.argmax(values, axis=1)
-    return pd.Series(known[index], index=probability.index, name="prediction")
+    return pd.Series(known[index], index=probability.index, name=name)
 
 
-def labels(probability, known: np.ndarray):
-    """Most probable class of each row (lazy Dask Series named "prediction")."""
+def _labels(probability, known: np.ndarray, name: str):
+    """Most probable class of each row (lazy Dask Series called ``name``)."""
     import pandas as pd
-    meta = pd.Series(known[:0], index=probability._meta.index, name="prediction")
-    return probability.map_partitions(_labels_partition, known, meta=meta)
+    meta = pd.Series(known[:0], index=probability._meta.index, name=name)
+    return probability.map_partitions(_labels_partition, known, name, meta=meta)
 
 
 def _proba_partition(probability, columns):
@@ -116,7 +111,7 @@ def _proba_partition(probability, columns):
     return pd.DataFrame(values, index=probability.index, columns=columns)
 
 
-def probabilities(probability, known: np.ndarray):
+def _probabilities(probability, known: np.ndarray):
     """Class probabilities (lazy Dask DataFrame, one float64 column per class, named after the
     class label as a string)."""
     import pandas as pd
@@ -125,5 +120,66 @@ def probabilities(probability, known: np.ndarray):
     return probability.map_partitions(_proba_partition, columns, meta=meta)
 
 
-def is_dask(data) -> bool:
-    return inputs.is_dask_collection(data)
+class DaskAdapter:
+    """What the scikit-learn estimators do with Dask collections: X a Dask DataFrame with string
+    column names (the feature names), y and weights Dask Series partitioned like it. Training
+    data becomes one frame with label and weight columns for ``gbflow.train`` on Dask; nothing
+    is computed but the classifier's distinct labels, and predictions are lazy. The methods are
+    those of ``gbflow.sklearn._InMemoryAdapter``; ``column`` names the prediction.
+    """
+
+    def __init__(self, estimator, column: str):
+        self.estimator = estimator
+        self.column = column
+
+    # -- fit -------------------------------------------------------------------------------------
+    def fit_data(self, X, y, y_numeric: bool = False):
+        """-> (X, y), X checked (its column names recorded as the estimator's features); y is
+        checked when the training frame is made."""
+        X = _check_features(X)
+        self.estimator.n_features_in_ = len(X.columns)
+        self.estimator.feature_names_in_ = np.asarray(list(X.columns), dtype=object)
+        return X, y
+
+    def classes(self, y) -> np.ndarray:
+        return _classes(y)
+
+    def encode(self, y, known, what: str):
+        """y as gbflow's label (lazy): as it is for a numeric target (``known`` None), else float64
+        positions in ``known``."""
+        return y if known is None else _encode(y, known, what)
+
+    def training(self, X, y, sample_weight) -> dict:
+        weighted = sample_weight is not None
+        return dict(data=_training_frame(X, y, sample_weight, "fit", weighted), label=LABEL,
+                    weight=WEIGHT if weighted else None)
+
+    def eval_data(self, X, y, weight, index: int, known, weighted: bool):
+        what = f"eval_set[{index}]"
+        return _training_frame(X, self.encode(y, known, what), weight, what, weighted)
+
+    def trained(self, booster):
+        # The label and weight columns were ours, not the user's: the model is then the same as
+        # one fitted on in-memory arrays.
+        booster.label_name = booster.weight_name = None
+        return booster
+
+    # -- fitted model ------------------------------------------------------------------------------
+    def predict(self, X):
+        """Lazy float64 Dask Series (a DataFrame, one column per class, for multi:softprob)."""
+        return self.estimator.booster_.predict(_check_features(X), name=self.column)
+
+    def labels(self, X, known):
+        return _labels(self.predict(X), known, self.column)
+
+    def proba(self, X, known):
+        return _probabilities(self.predict(X), known)
+
+    def transform(self, X, known):
+        """X plus a column: the prediction (``known`` None) or the predicted label (lazy)."""
+        X = _check_features(X)
+        if known is None:
+            return self.estimator.booster_.transform(X, name=self.column)
+        if self.column in X.columns:
+            raise ValueError(f"transform: X already has a column {self.column!r}")
+        return X.assign(**{self.column: self.labels(X, known)})
