@@ -23,7 +23,8 @@ def make_data(n_rows: int, n_features: int, seed: int):
     """A HIGGS-like binary problem: nonlinear logit over correlated Gaussian features."""
     rng = np.random.default_rng(seed)
     mix = rng.normal(size=(n_features, n_features)) / np.sqrt(n_features)
-    X = (rng.normal(size=(n_rows, n_features)) @ (np.eye(n_features) + 0.5 * mix)).astype(np.float32)
+    mixing = np.eye(n_features) + 0.5 * mix
+    X = (rng.normal(size=(n_rows, n_features)) @ mixing).astype(np.float32)
     w = rng.normal(size=n_features)
     logit = (X @ w) * 0.3 + np.sin(2 * X[:, 0]) * X[:, 1] + 0.5 * (X[:, 2] > 0.3) * X[:, 3] \
         - 0.4 * X[:, 4] ** 2 + 0.8 * np.tanh(X[:, 5] * X[:, 6])

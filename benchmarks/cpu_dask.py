@@ -1,4 +1,4 @@
-"""CPU benchmark of gbflow on Dask: one Dask worker against in-process training, same data, same run.
+"""CPU benchmark of gbflow on Dask: one Dask worker against in-process training, same data.
 
     python benchmarks/cpu_dask.py                  # 1,000,000 x 28, depth 6, 100 rounds, 3 repeats
     python benchmarks/cpu_dask.py --rows 200000 --repeat 1

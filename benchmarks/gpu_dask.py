@@ -27,8 +27,8 @@ import time
 def make_partition(index: int, rows: int, n_features: int, seed: int, gpu: bool):
     """One partition of a HIGGS-like binary problem, generated on the worker (GPU or CPU)."""
     if gpu:
-        import cupy as xp
         import cudf as frames
+        import cupy as xp
     else:
         import numpy as xp
         import pandas as frames

@@ -1,6 +1,6 @@
-"""Sparse benchmark: gbflow with sparse routing, gbflow with routing off, and XGBoost, same CSR data.
+"""Sparse benchmark: gbflow with sparse routing, with routing off, and XGBoost, same CSR data.
 
-    python benchmarks/sparse_routing.py --device cuda                 # the issue's case: 1M x 20,000
+    python benchmarks/sparse_routing.py --device cuda                 # 1M x 20,000 (issue F4)
     python benchmarks/sparse_routing.py --device cuda --rounds-off 20 # routing off for fewer rounds
     python benchmarks/sparse_routing.py --device cpu --rows 100000 --cols 2000 --rounds 20
 

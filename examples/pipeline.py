@@ -1,7 +1,7 @@
 """gbflow in a Dask pipeline, end to end: raw Parquet -> features in Dask -> train on the cluster
 -> score -> Parquet.
 
-    python examples/pipeline.py                      # a LocalCluster of CPU workers, pandas partitions
+    python examples/pipeline.py                      # a LocalCluster of CPU workers, pandas
     python examples/pipeline.py --gpu                # a LocalCUDACluster, dask_cudf partitions
     python examples/pipeline.py --rows 2000000 --workers 4
     python examples/pipeline.py --scheduler tcp://host:8786   # an existing cluster

@@ -1,7 +1,7 @@
-"""gbflow: gradient-boosted decision trees for Dask/cuDF pipelines, on GPUs and CPUs (the public names)."""
+"""gbflow: gradient-boosted trees for Dask/cuDF pipelines, on GPUs and CPUs (the public names)."""
+from .api import train
 from .booster import Booster, load_model
 from .params import Params
-from .api import train
 
 __version__ = "0.1.0"
 # The estimators are reached lazily (they need scikit-learn), so `import *` leaves them out.

@@ -1,4 +1,4 @@
-"""The public entry point ``gbflow.train``: arguments checked, Dask collections handed to ``gbflow.dask``."""
+"""The public entry point ``gbflow.train``: arguments checked, Dask collections handed on."""
 from __future__ import annotations
 
 import numpy as np
@@ -32,12 +32,13 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     nulls are missing values), or a Dask DataFrame (then label/weight name columns, evals hold
     Dask DataFrames, and training runs on the workers of the active ``distributed.Client``, or in
     this process over the partitions without one: see ``gbflow.dask``; ``client`` names a
-    ``distributed.Client`` explicitly). label: column name of ``data`` (then not a feature) or an array with
-    one value per row. weight: likewise, optional, non-negative. params: XGBoost-style parameters
-    (see ``gbflow.params.Params``); an unknown name is an error. evals: list of (data, name) pairs
-    evaluated after every round (frames holding the label column, or (X, y[, w]) tuples);
-    with early_stopping_rounds, training stops when the last metric of the last pair has not
-    improved for that many rounds and the model keeps the trees up to the best round.
+    ``distributed.Client`` explicitly). label: column name of ``data`` (then not a feature) or
+    an array with one value per row. weight: likewise, optional, non-negative. params:
+    XGBoost-style parameters (see ``gbflow.params.Params``); an unknown name is an error. evals:
+    list of (data, name) pairs evaluated after every round (frames holding the label column, or
+    (X, y[, w]) tuples); with early_stopping_rounds, training stops when the last metric of the
+    last pair has not improved for that many rounds and the model keeps the trees up to the best
+    round.
     verbose: True for about 20 progress lines on stderr, an int for a line every that many rounds,
     False for none. Returns a ``Booster``; nothing is computed before every input has been checked.
     """
@@ -47,7 +48,8 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
         raise ValueError(f"num_boost_round must be a non-negative integer, got {num_boost_round!r}")
     if early_stopping_rounds is not None and (
             isinstance(early_stopping_rounds, bool)
-            or not isinstance(early_stopping_rounds, (int, np.integer)) or early_stopping_rounds < 1):
+            or not isinstance(early_stopping_rounds, (int, np.integer))
+            or early_stopping_rounds < 1):
         raise ValueError(f"early_stopping_rounds must be a positive integer, "
                          f"got {early_stopping_rounds!r}")
     if evals is not None and not isinstance(evals, list):

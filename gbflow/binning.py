@@ -1,4 +1,4 @@
-"""Binning: raw float32 values (dense or CSR) -> bin ids, and one part's bins -> the column stores' layouts."""
+"""Binning: raw float32 values (dense or CSR) -> bin ids, a part's bins -> the stores' layouts."""
 from __future__ import annotations
 
 import dataclasses

@@ -7,11 +7,10 @@ import secrets
 
 import numpy as np
 
-from . import inputs
-from . import predictor
+from . import inputs, predictor
 from .backend import backend_for, frames
-from .params import Params, make_params
 from .cuts import Cuts
+from .params import Params, make_params
 from .tree import Tree
 
 FORMAT = "gbflow-model"

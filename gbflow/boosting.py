@@ -1,4 +1,4 @@
-"""The boosting loop: binned shards, then per round gradients, one tree per output group, margins, evaluation."""
+"""The boosting loop: per round gradients, one tree per output group, margins, evaluation."""
 from __future__ import annotations
 
 import time

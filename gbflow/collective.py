@@ -1,4 +1,4 @@
-"""How training processes reach each other: the ``Collective`` protocol, and the one of a single process.
+"""How training processes reach each other: the ``Collective`` protocol, and the local one.
 
 Training makes every cross-process reduction through a collective, in the same order on every
 process: integer sums (exact in any order), maxima, and gathers of small objects. In one process

@@ -1,4 +1,4 @@
-"""Sparse input: the compressed-sparse-row matrix gbflow takes, in whichever array namespace holds it.
+"""Sparse input: the compressed-sparse-row matrix gbflow takes, in the array namespace holding it.
 
 Convention (XGBoost's): an entry absent from the matrix is a *missing* value, exactly like NaN in a
 dense matrix; an explicitly stored 0.0 is the value zero. A CSR matrix and the dense matrix with

@@ -1,4 +1,4 @@
-"""Cut points per feature: how raw values fall into bins, and the thresholds splits are written with."""
+"""Cut points per feature: how raw values fall into bins, and the thresholds of splits."""
 from __future__ import annotations
 
 import dataclasses

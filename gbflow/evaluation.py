@@ -1,4 +1,4 @@
-"""Evaluation sets during training: their margins kept up to date, the metrics each round, early stopping."""
+"""Evaluation sets while training: margins kept up to date, metrics each round, early stopping."""
 from __future__ import annotations
 
 from . import metrics, predictor

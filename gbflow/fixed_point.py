@@ -40,7 +40,8 @@ def fixed_point_scale(max_abs: float, n_rows: int, limit: float = _dtypes.FIXED_
 
 
 def to_fixed(xp, values, scale: float):
-    """values (any float dtype, any shape) -> int64 round(values * scale), same shape, same device."""
+    """values (any float dtype, any shape) -> int64 round(values * scale), same shape and
+    device."""
     return xp.rint(values.astype(xp.float64) * scale).astype(_dtypes.FIXED)
 
 

@@ -17,7 +17,8 @@ never a float sum in some order:
   table, which is the same for any split of the rows. This sends the distinct predictions of the
   evaluation set to every process (about 24 bytes per distinct prediction) on every evaluation.
 
-``collective`` arguments are ``gbflow.collective.Collective``s (``LOCAL`` in one process). Arrays are
+``collective`` arguments are ``gbflow.collective.Collective``s (``LOCAL`` in one process). Arrays
+are
 host NumPy arrays: label (n,), prediction (n,) or (n, n_classes) (transformed, not margins), weight
 (n,) or None.
 """
@@ -142,7 +143,8 @@ def _local_auc_table(parts: list[tuple], scale: float) -> AucTable:
 
 
 def merge_auc_tables(tables: list[AucTable]) -> AucTable:
-    """One table for the union of the tables' rows (exact; the order of ``tables`` is irrelevant)."""
+    """One table for the union of the tables' rows (exact; the order of ``tables`` does not
+    matter)."""
     if len(tables) == 1:
         return tables[0]
     return _grouped(np.concatenate([t.prediction for t in tables]),

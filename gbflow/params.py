@@ -119,7 +119,8 @@ def _number(name, value, kind=float):
 
 
 def make_params(user: dict | None = None, **overrides) -> Params:
-    """Validate a user's parameter dict (aliases allowed) into ``Params``; errors name the parameter."""
+    """Validate a user's parameter dict (aliases allowed) into ``Params``; errors name the
+    parameter."""
     if isinstance(user, Params):
         user = {k: v for k, v in dataclasses.asdict(user).items() if v is not None}
     if user is not None and not isinstance(user, dict):

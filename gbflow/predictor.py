@@ -14,7 +14,8 @@ from .tree import Tree
 class FlatForest:
     """All trees' nodes in one set of host arrays (node ids made absolute), in training order.
 
-    feature int32, threshold float32, default_left bool, left/right int32, value float64: (n_nodes,).
+    feature int32, threshold float32, default_left bool, left/right int32, value float64, each
+    (n_nodes,).
     tree_root int64 (n_trees,), tree_group int32 (n_trees,).
     """
 
@@ -45,7 +46,8 @@ class FlatForest:
                      for t, r in zip(trees, roots)]
             return np.concatenate(parts).astype(_dtypes.NODE)
 
-        return cls(feature=joined("feature", _dtypes.NODE), threshold=joined("threshold", _dtypes.CUT),
+        return cls(feature=joined("feature", _dtypes.NODE),
+                   threshold=joined("threshold", _dtypes.CUT),
                    default_left=joined("default_left", np.bool_), left=children("left"),
                    right=children("right"), value=joined("value", _dtypes.MARGIN), tree_root=roots,
                    tree_group=np.array([t.group for t in trees], dtype=np.int32))
@@ -54,7 +56,8 @@ class FlatForest:
 def add_trees(backend, X, forest: FlatForest, margin):
     """margin += every tree of ``forest`` on X, in tree order (in place; returns margin).
 
-    X: (n_rows, F) float32 or a ``CSR`` (absent entries missing) on the device; margin: (n_rows, n_groups) float64 on the device.
+    X: (n_rows, F) float32 or a ``CSR`` (absent entries missing) on the device; margin:
+    (n_rows, n_groups) float64 on the device.
     """
     if len(forest.tree_root) == 0 or X.shape[0] == 0:
         return margin

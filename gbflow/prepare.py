@@ -1,4 +1,4 @@
-"""From checked training parts to binned shards: global checks, cut points, binning, routing into stores."""
+"""From checked training parts to binned shards: global checks, cuts, binning, stores."""
 from __future__ import annotations
 
 import numpy as np

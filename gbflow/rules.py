@@ -1,4 +1,4 @@
-"""What a tree's growth obeys, made once per fit from the parameters: the split rule and the leaf rule."""
+"""What a tree's growth obeys, made once per fit from the parameters: split and leaf rules."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""Row and feature sampling (``subsample``, ``colsample_bytree``): draws that depend on global numbers only."""
+"""Row and feature sampling (``subsample``, ``colsample_bytree``) from global numbers only."""
 from __future__ import annotations
 
 import numpy as np
@@ -30,7 +30,8 @@ def row_sample_mask(xp, n_rows: int, row_offset, seed: int, round_index: int, ra
 
 
 def feature_sample(n_features: int, seed: int, round_index: int, group: int, rate: float):
-    """(n_features,) bool: features a tree may split on (``colsample_bytree``), the same everywhere."""
+    """(n_features,) bool: features a tree may split on (``colsample_bytree``), the same on every
+    process."""
     allowed = np.ones(n_features, dtype=bool)
     if rate >= 1.0:
         return allowed

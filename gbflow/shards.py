@@ -1,4 +1,4 @@
-"""The shards one process trains on, as a ``ShardSet``: column stores, targets, margins, row arrays, and its collective."""
+"""The shards one process trains on: column stores, targets, margins, row arrays, collective."""
 from __future__ import annotations
 
 import dataclasses

@@ -20,8 +20,8 @@ from .inputs import is_dask_collection
 
 __all__ = ["GBFlowClassifier", "GBFlowRegressor"]
 
-# How every feature matrix is checked: dense or CSR, numeric, NaN allowed (a missing value), at least
-# one row and one feature. dtype "numeric" keeps float32/float64/int/bool arrays as they are
+# How every feature matrix is checked: dense or CSR, numeric, NaN allowed (a missing value), at
+# least one row and one feature. dtype "numeric" keeps float32/float64/int/bool arrays as they are
 # (gbflow converts them to float32 itself) and converts object arrays to float64.
 _CHECK_X = dict(accept_sparse="csr", dtype="numeric", ensure_all_finite="allow-nan",
                 ensure_min_samples=1, ensure_min_features=1)

@@ -1,4 +1,4 @@
-"""Column stores: the dense binned matrix and the sparse entries, behind the one protocol the tree loops use.
+"""Column stores: the dense binned matrix and the sparse entries, behind one protocol.
 
 A ``ShardSet`` holds its features in stores, the dense one first: ``DenseStore`` keeps each shard's
 bins row by row and column by column; ``SparseStore`` keeps only the entries outside each sparse

@@ -18,8 +18,8 @@ _FIELDS = {  # name -> dtype of the flat node arrays, in model-file order
 class Tree:
     """Nodes in breadth-first order, node 0 the root; all arrays (n_nodes,), host.
 
-    feature: split feature (-1 for a leaf). bin_threshold: bins 1..t go left. threshold: float32 cut,
-    ``x < threshold`` goes left (the same test as the bins). default_left: where NaN goes.
+    feature: split feature (-1 for a leaf). bin_threshold: bins 1..t go left. threshold: float32
+    cut, ``x < threshold`` goes left (the same test as the bins). default_left: where NaN goes.
     left/right: child node ids (-1 for a leaf). value: leaf value (learning rate applied; on inner
     nodes the value the node would have as a leaf). gain: loss reduction of the split (0 on leaves).
     cover: hessian sum of the node. group: the output column (class) this tree adds to.

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 import gbflow
 import gbflow.booster
-import gbflow.predictor
 import gbflow.boosting
+import gbflow.predictor
 import gbflow.sketch
 from gbflow.params import ALIASES, KNOWN, make_params
 

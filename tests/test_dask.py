@@ -15,14 +15,13 @@ dask = pytest.importorskip("dask")
 dd = pytest.importorskip("dask.dataframe")
 distributed = pytest.importorskip("distributed")
 
+from conftest import make_table  # noqa: E402
+
 import gbflow  # noqa: E402
 import gbflow.dask  # noqa: E402
-from gbflow import inputs  # noqa: E402
-from gbflow import boosting  # noqa: E402
+from gbflow import boosting, inputs  # noqa: E402
 from gbflow.backend import get_backend  # noqa: E402
 from gbflow.params import make_params  # noqa: E402
-
-from conftest import make_table  # noqa: E402
 
 PARAMS = {
     "regression": {"objective": "reg:squarederror", "max_depth": 4, "subsample": 0.8,
@@ -98,8 +97,8 @@ def test_same_model_file_in_process_and_on_1_2_4_workers(task, clients, tmp_path
     assert _model_bytes(local, tmp_path, "dask-local") == expected
     for n_workers in (1, 2, 3, 4):  # 3: ranks fold into a power of two, and back
         booster = gbflow.train(_dask_frame(train_parts),
-                                    evals=[(_dask_frame(valid_parts), "valid")],
-                                    client=clients(n_workers), **kwargs)
+                               evals=[(_dask_frame(valid_parts), "valid")],
+                               client=clients(n_workers), **kwargs)
         assert len(booster.worker_report) == n_workers  # every worker took part
         assert _model_bytes(booster, tmp_path, f"dask-{n_workers}") == expected, n_workers
         assert booster.evals_result == local.evals_result
@@ -109,7 +108,7 @@ def test_a_worker_holding_only_an_empty_partition_takes_part(clients):
     df = make_table(n_rows=1000, seed=41)
     params = {"subsample": 0.8, "max_depth": 3}
     booster = gbflow.train(_dask_frame([df, df.iloc[:0]]), label="y", params=params,
-                                num_boost_round=4, verbose=False, client=clients(2))
+                           num_boost_round=4, verbose=False, client=clients(2))
     assert sorted(r["rows"] for r in booster.worker_report) == [0, 1000]
     assert booster.to_json() == gbflow.train(df, label="y", params=params, num_boost_round=4,
                                              verbose=False).to_json()
@@ -124,7 +123,7 @@ def test_row_sampling_follows_the_global_row_number(clients, tmp_path):
                                          verbose=False), tmp_path, "pandas")
     ddf = dd.from_pandas(df, npartitions=5)
     booster = gbflow.train(ddf, label="y", params=params, num_boost_round=6, verbose=False,
-                                client=clients(2))
+                           client=clients(2))
     assert _model_bytes(booster, tmp_path, "dask") == expected
 
 
@@ -135,7 +134,7 @@ def test_persisted_input_and_a_pandas_evaluation_set(clients):
     expected = gbflow.train(df.iloc[:1000], label="y", params=PARAMS["binary"],
                             num_boost_round=5, evals=[(df.iloc[1000:], "v")], verbose=False)
     booster = gbflow.train(ddf, label="y", params=PARAMS["binary"], num_boost_round=5,
-                                evals=[(df.iloc[1000:], "v")], verbose=False, client=client)
+                           evals=[(df.iloc[1000:], "v")], verbose=False, client=client)
     assert booster.to_json() == expected.to_json()
     assert len(client.compute(ddf).result()) == 1000  # the user's partitions are still there
 
@@ -143,7 +142,7 @@ def test_persisted_input_and_a_pandas_evaluation_set(clients):
 def test_worker_report_measures_memory(clients):
     df = make_table(n_rows=3000, seed=25)
     booster = gbflow.train(dd.from_pandas(df, npartitions=4), label="y", num_boost_round=2,
-                                verbose=False, client=clients(2))
+                           verbose=False, client=clients(2))
     report = booster.worker_report
     assert sum(r["rows"] for r in report) == 3000
     assert sum(r["partitions"] for r in report) == 4
@@ -162,12 +161,20 @@ def test_worker_report_measures_memory(clients):
 def test_progress_lines_reach_the_client_once(clients, capsys):
     df = make_table(n_rows=800, seed=26)
     gbflow.train(dd.from_pandas(df, npartitions=2), label="y", num_boost_round=6,
-                      evals=[(dd.from_pandas(df, npartitions=2), "train")], verbose=2,
-                      client=clients(2))
+                 evals=[(dd.from_pandas(df, npartitions=2), "train")], verbose=2,
+                 client=clients(2))
     err = capsys.readouterr().err.splitlines()
     rounds = [line.split("]")[0] for line in err if line.startswith("[")]
-    assert rounds == ["[2/6", "[4/6", "[6/6"] or rounds == ["[1/6", "[2/6", "[4/6", "[6/6"]
+    assert rounds == ["[1/6", "[2/6", "[4/6", "[6/6"]  # every line once, in order
     assert any(line.startswith("gbflow.dask: training on 2 worker(s)") for line in err)
+
+
+def test_progress_lines_print_in_order_once_whatever_order_they_arrive(capsys):
+    from gbflow.dask.driver import OrderedLines
+    lines = OrderedLines()
+    for seq in (1, 0, 0, 3, 2, 1, 4):  # events out of order, then the result's copies
+        lines.put(seq, f"line {seq}")
+    assert capsys.readouterr().err.splitlines() == [f"line {i}" for i in range(5)]
 
 
 def test_without_a_client_training_runs_in_process():
@@ -333,7 +340,7 @@ def test_partitions_with_other_columns_fail_before_training(n_workers, clients):
     with pytest.raises(ValueError, match=r"training data partition 2 lacks column\(s\) 'x3' "
                                          r"and has unexpected column\(s\) 'z'"):
         gbflow.train(_mixed_columns(df), label="y", num_boost_round=2, verbose=False,
-                          client=client)
+                     client=client)
 
 
 @pytest.mark.parametrize("n_workers", [0, 2])
@@ -348,8 +355,8 @@ def test_bad_labels_name_their_partition(n_workers, value, match, clients):
     client = clients(n_workers) if n_workers else None
     with pytest.raises(ValueError, match=match):
         gbflow.train(dd.from_pandas(df, npartitions=2), label="y",
-                          params={"objective": "binary:logistic"}, num_boost_round=2,
-                          verbose=False, client=client)
+                     params={"objective": "binary:logistic"}, num_boost_round=2,
+                     verbose=False, client=client)
 
 
 @pytest.mark.parametrize("n_workers", [0, 2])
@@ -362,13 +369,13 @@ def test_global_checks_see_every_partition(n_workers, clients):
     one_class = _dask_frame([df[df.y == 1].iloc[:20], df[df.y == 1].iloc[20:40]])
     with pytest.raises(ValueError, match="'v' holds only one class"):
         gbflow.train(dd.from_pandas(df, npartitions=2), label="y",
-                          params={"objective": "binary:logistic", "eval_metric": "auc"},
-                          evals=[(one_class, "v")], num_boost_round=2, verbose=False,
-                          client=client)
+                     params={"objective": "binary:logistic", "eval_metric": "auc"},
+                     evals=[(one_class, "v")], num_boost_round=2, verbose=False,
+                     client=client)
     zero = df.assign(w=0.0)
     with pytest.raises(ValueError, match="all training weights are zero"):
         gbflow.train(dd.from_pandas(zero, npartitions=2), label="y", weight="w",
-                          num_boost_round=2, verbose=False, client=client)
+                     num_boost_round=2, verbose=False, client=client)
 
 
 def test_a_failing_pipeline_raises_its_own_error(clients):
@@ -387,9 +394,10 @@ def test_a_workers_partitions_are_joined_with_their_global_row_numbers():
 
     df = make_table(n_rows=100, seed=39)
     spec = messages.Spec(session="", topic="", params=make_params({}), num_boost_round=1,
-                     early_stopping_rounds=None, verbose=False, label="y", weight=None,
-                     features=tuple(c for c in df.columns if c != "y"),
-                     train=messages.Table("training data", tuple(df.columns)), evals=(), timeout=1.0)
+                         early_stopping_rounds=None, verbose=False, label="y", weight=None,
+                         features=tuple(c for c in df.columns if c != "y"),
+                         train=messages.Table("training data", tuple(df.columns)), evals=(),
+                         timeout=1.0)
     parts = _partitions(df, [0, 10, 10, 40, 70, 100])  # partition 1 is empty
     offsets = {0: 0, 1: 10, 2: 10, 3: 40, 4: 70}
     items = [(0, parts[0]), (1, parts[1]), (2, parts[2])]
@@ -438,8 +446,8 @@ def test_cpu_workers_use_their_own_threads_only(clients, monkeypatch):
     monkeypatch.setattr(cpu_kernels, "build_histograms", recording)
     df = make_table(n_rows=1000, seed=29)
     booster = gbflow.train(dd.from_pandas(df, npartitions=2), label="y",
-                                params={"device": "cpu"}, num_boost_round=2, verbose=False,
-                                client=clients(2))
+                           params={"device": "cpu"}, num_boost_round=2, verbose=False,
+                           client=clients(2))
     assert seen and set(seen) == {1}
     assert [r["threads"] for r in booster.worker_report] == [1, 1]
     if numba.config.NUMBA_NUM_THREADS > 1:  # what the kernels would use without the limit

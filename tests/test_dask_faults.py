@@ -17,11 +17,11 @@ import pytest
 dd = pytest.importorskip("dask.dataframe")
 distributed = pytest.importorskip("distributed")
 
+from conftest import make_table  # noqa: E402
+
 import gbflow  # noqa: E402
 import gbflow.dask  # noqa: E402
 from gbflow.dask import collective  # noqa: E402
-
-from conftest import make_table  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def test_a_lost_worker_fails_training_fast():
         def train():
             try:
                 gbflow.train(ddf, label="y", params={"max_depth": 3},
-                                  num_boost_round=100_000, verbose=False, client=client)
+                             num_boost_round=100_000, verbose=False, client=client)
                 outcome["error"] = None
             except BaseException as e:  # noqa: BLE001 - the test inspects it
                 outcome["error"] = e
@@ -140,7 +140,7 @@ def test_a_lost_worker_fails_training_fast():
             pytest.fail("the surviving worker still runs its training task")
         client.wait_for_workers(2, timeout=60)
         booster = gbflow.train(dd.from_pandas(df, npartitions=2), label="y",
-                                    num_boost_round=2, verbose=False, client=client)
+                               num_boost_round=2, verbose=False, client=client)
         assert booster.to_json() == gbflow.train(df, label="y", num_boost_round=2,
                                                  verbose=False).to_json()
 
@@ -168,6 +168,6 @@ def test_an_error_on_one_worker_mid_training_is_the_error_raised(monkeypatch):
         start = time.monotonic()
         with pytest.raises(RuntimeError, match="boom on purpose"):
             gbflow.train(dd.from_pandas(df, npartitions=4), label="y", num_boost_round=50,
-                              verbose=False, client=client)
+                         verbose=False, client=client)
         assert time.monotonic() - start < 20
         assert all(not s for s in client.run(collective.active_sessions).values())

@@ -19,10 +19,10 @@ dask_cuda = pytest.importorskip("dask_cuda")
 distributed = pytest.importorskip("distributed")
 dd = pytest.importorskip("dask.dataframe")
 
+from conftest import make_table  # noqa: E402
+
 import gbflow  # noqa: E402
 import gbflow.dask  # noqa: E402
-
-from conftest import make_table  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def test_dask_cudf_on_every_gpu_gives_the_in_process_model(gpu_client):
     train = dd.from_pandas(cudf.from_pandas(df.iloc[:16_000]), npartitions=8)
     valid = dd.from_pandas(cudf.from_pandas(df.iloc[16_000:]), npartitions=2)
     booster = gbflow.train(train, label="y", params=params, num_boost_round=10,
-                                evals=[(valid, "v")], verbose=False, client=gpu_client)
+                           evals=[(valid, "v")], verbose=False, client=gpu_client)
     assert booster.to_json() == expected.to_json()
     n_gpus = len(gpu_client.scheduler_info(n_workers=-1)["workers"])
     assert len(booster.worker_report) == min(n_gpus, 8)

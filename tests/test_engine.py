@@ -8,14 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+from conftest import make_table, present_or_missing
 
 import gbflow
-from gbflow import inputs
-from gbflow import _dtypes, boosting, shards
+from gbflow import _dtypes, boosting, inputs, shards
 from gbflow.backend import get_backend, reference_kernels
 from gbflow.params import make_params
-
-from conftest import make_table, present_or_missing
 
 PARAMS = {
     "regression": {"objective": "reg:squarederror", "max_depth": 4},
@@ -94,9 +92,17 @@ def test_prediction_shapes_and_index(device):
 
 
 def test_binary_predictions_are_probabilities():
+    """predict gives sigmoid(margin) (the margins themselves reach beyond [0, 1]), with the
+    frame's index, and they rank the rows as the labels do."""
     df = make_table(task="binary", seed=8)
-    p = _train(df, "binary").predict(df)
-    assert isinstance(p, pd.Series) and p.between(0, 1).all() and p.index.equals(df.index)
+    booster = _train(df, "binary")
+    p = booster.predict(df)
+    margin = booster.predict(df, output_margin=True)
+    assert isinstance(p, pd.Series) and p.index.equals(df.index)
+    assert (margin < 0).any() and (margin > 1).any()
+    assert np.array_equal(p.to_numpy(), 1.0 / (1.0 + np.exp(-margin.to_numpy())))
+    from gbflow.metrics import auc
+    assert auc(df["y"].to_numpy(), p.to_numpy()) > 0.75
 
 
 def test_missing_values_learn_a_default_direction():

@@ -1,16 +1,16 @@
 """The GPU against the CPU: the same model bit for bit (squared error), bounded differences
-(logistic, softmax), cuDF and CuPy in and out, device selection. Runs only where a GPU is present."""
+(logistic, softmax), cuDF and CuPy in and out, device selection. Runs only where a GPU is
+present."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import make_table
 
 import gbflow
 from gbflow.backend import cuda_available, get_backend
 from gbflow.metrics import auc
-
-from conftest import make_table
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU with CuPy here")]
@@ -55,6 +55,7 @@ def test_logistic_and_softmax_stay_close_to_the_cpu(task, params):
 def test_margin_update_on_a_column_view():
     """The margin kernels write through a strided column view (one column of (n, groups))."""
     import cupy as cp
+
     from gbflow.backend import cuda_kernels, numpy_kernels
     rng = np.random.default_rng(3)
     row_index = rng.permutation(5000).astype(np.int32)

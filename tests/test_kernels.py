@@ -63,10 +63,12 @@ def test_partition_and_histogram(kernels, n_rows, n_features, n_bins, n_nodes):
     small_is_left = rng.random(n_nodes) < 0.5
     ref_rows = row_index.copy()
     ref_left, ref_hist = numpy_kernels.partition_and_histogram(
-        bins, np.ascontiguousarray(bins.T), gh, ref_rows, start, count, feature, threshold, default_left, small_is_left, n_bins)
+        bins, np.ascontiguousarray(bins.T), gh, ref_rows, start, count, feature, threshold,
+        default_left, small_is_left, n_bins)
     rows = row_index.copy()
     left, hist = kernels.partition_and_histogram(
-        bins, np.ascontiguousarray(bins.T), gh, rows, start, count, feature, threshold, default_left, small_is_left, n_bins)
+        bins, np.ascontiguousarray(bins.T), gh, rows, start, count, feature, threshold,
+        default_left, small_is_left, n_bins)
     assert np.array_equal(left, ref_left)
     assert np.array_equal(rows, ref_rows)
     assert np.array_equal(hist, ref_hist)
@@ -84,7 +86,8 @@ def test_quantise_gradients(kernels, n_rows, dtype):
     hess = rng.random(size=(n_rows, 3)).astype(dtype)
     scale_g, scale_h = 2.0**3, 2.0**40
     quarter = grad[: n_rows // 4, 1]
-    grad[: n_rows // 4, 1] = (np.floor(quarter * scale_g) + 0.5) / scale_g  # ties: x.5 after scaling
+    # ties: x.5 after scaling
+    grad[: n_rows // 4, 1] = (np.floor(quarter * scale_g) + 0.5) / scale_g
     expected = numpy_kernels.quantise_gradients(grad[:, 1], hess[:, 2], scale_g, scale_h)
     got = kernels.quantise_gradients(grad[:, 1], hess[:, 2], scale_g, scale_h)
     assert got.shape == (n_rows, 2) and got.dtype == np.int64
@@ -315,7 +318,8 @@ def test_add_planned_split_values(kernels, constants, n_split):
     numpy_kernels.add_split_leaf_values(
         by_splits, bins_by_feature, row_index, start[:n_split], count[:n_split],
         feature[:n_split], threshold[:n_split], default_left[:n_split],
-        np.where(built_left[:n_split], built, sibling), np.where(built_left[:n_split], sibling, built))
+        np.where(built_left[:n_split], built, sibling),
+        np.where(built_left[:n_split], sibling, built))
     kernels.add_planned_split_values(margin[:, 1], *args)
     assert np.array_equal(margin[:, 1], by_splits)
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import make_table, present_or_missing
 
 import gbflow
 from gbflow import metrics
-
-from conftest import make_table, present_or_missing
 
 xgb = pytest.importorskip("xgboost")
 

@@ -6,13 +6,11 @@ import math
 
 import numpy as np
 import pytest
+from conftest import make_table
 
-from gbflow import inputs
-from gbflow import boosting, collective, fixed_point, metrics
+from gbflow import boosting, collective, fixed_point, inputs, metrics
 from gbflow.backend import get_backend
 from gbflow.params import make_params
-
-from conftest import make_table
 
 
 def _splits(n: int, rng, k: int) -> list[np.ndarray]:
@@ -65,7 +63,8 @@ def test_exact_sum_with_a_collective_matches_the_local_one():
             return array
 
     values = [np.array([0.1, 0.2]), np.array([], dtype=np.float64), np.array([1e-3])]
-    assert fixed_point.exact_sum(np, values, collective=Recorder()) == fixed_point.exact_sum(np, values)
+    recorded = fixed_point.exact_sum(np, values, collective=Recorder())
+    assert recorded == fixed_point.exact_sum(np, values)
     assert Recorder.calls == 2  # the count and the total: every process makes the same calls
 
 
@@ -91,8 +90,9 @@ def test_an_evaluation_set_split_into_parts_gives_the_same_model(task, metric):
 def test_the_sketch_gathers_few_values_and_still_cuts_exactly():
     """The middle radix pass keeps the fine summary (what Dask workers exchange) to about 1/256
     of the candidate buckets' values, and the cuts stay the exact quantiles."""
-    from gbflow import sketch
     from test_sketch import _reference_cuts
+
+    from gbflow import sketch
 
     rng = np.random.default_rng(3)
     n = 100_000

@@ -10,7 +10,8 @@ from gbflow import sketch
 def _reference_cuts(column, weight, max_bin):
     """Cuts by the definition: sort, then the value holding each target rank starts a bin."""
     present = ~np.isnan(column)
-    v, w = column[present], (np.ones(present.sum(), np.int64) if weight is None else weight[present])
+    w = np.ones(present.sum(), np.int64) if weight is None else weight[present]
+    v = column[present]
     order = np.argsort(v, kind="stable")
     v, w = v[order], w[order]
     distinct = np.unique(v)

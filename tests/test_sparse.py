@@ -7,16 +7,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+from conftest import label_from_signal
 
 import gbflow
-from gbflow import _dtypes
-from gbflow import inputs
+from gbflow import _dtypes, binning, boosting, inputs, routing, sketch
 from gbflow import cuts as cuts_mod
-from gbflow import binning, boosting, routing, sketch
 from gbflow.backend import get_backend, reference_kernels
 from gbflow.params import make_params
-
-from conftest import label_from_signal
 
 PARAMS = {
     "regression": {"objective": "reg:squarederror", "max_depth": 5},
@@ -200,9 +197,10 @@ def test_sparse_input_errors():
 
 def test_routing_on_dask_workers_equals_routing_off_in_process():
     distributed = pytest.importorskip("distributed")
-    import gbflow.dask
     import dask
     import dask.dataframe as dd
+
+    import gbflow.dask
     df = make_mixed(n_rows=1200, seed=11)
     parts = [df.iloc[a:b] for a, b in [(0, 500), (500, 501), (501, 1200)]]
     frame = dd.from_delayed([dask.delayed(p.copy)() for p in parts], meta=parts[0].iloc[:0],
@@ -213,7 +211,7 @@ def test_routing_on_dask_workers_equals_routing_off_in_process():
             distributed.Client(cluster, set_as_default=False) as client:
         booster = gbflow.train(frame, label="y", params={**PARAMS["regression"],
                                                               "sparse_threshold": 0.8},
-                                    num_boost_round=6, verbose=False, client=client)
+                               num_boost_round=6, verbose=False, client=client)
     assert _model(booster) == expected
 
 

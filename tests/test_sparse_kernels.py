@@ -12,7 +12,6 @@ import pytest
 from gbflow import _dtypes
 from gbflow.backend import numpy_kernels
 
-
 # ---------------------------------------------------------------------------------------------
 # Inputs
 
@@ -149,7 +148,8 @@ def test_bin_entries(kernels, n_cuts):
     assert np.all(expected[np.isnan(values)] == 0) and np.all(expected[~np.isnan(values)] >= 1)
     # the same bins as bin_features on the dense column of each entry
     dense = numpy_kernels.bin_features(values[:, None], cut_values[offsets[0]:offsets[1]],
-                                       np.array([0, offsets[1]], np.int64), np.empty((nnz, 1), dtype))
+                                       np.array([0, offsets[1]], np.int64),
+                                       np.empty((nnz, 1), dtype))
     assert np.array_equal(expected[entry_feature == 0], dense[entry_feature == 0, 0])
 
 
@@ -185,8 +185,9 @@ def test_build_sparse_histograms(kernels, n_rows, n_features, n_bins, n_nodes, i
     # invariant: with the common bins filled, the dense histograms of the same columns
     if n_features:
         dense = numpy_kernels.build_histograms(bins, gh, row_index, start, count, n_bins)
-        filled = numpy_kernels.fill_common_bins(got.copy(), node_totals(gh, row_index, start, count),
-                                                s["bin_offsets"], s["common_bin"])
+        totals = node_totals(gh, row_index, start, count)
+        filled = numpy_kernels.fill_common_bins(got.copy(), totals, s["bin_offsets"],
+                                                s["common_bin"])
         assert np.array_equal(filled, compact(dense, s["bin_offsets"]))
 
 
@@ -421,6 +422,7 @@ def test_store_kernels_refuse_other_id_dtypes():
     if not cuda_available():
         pytest.skip("no CUDA GPU with CuPy on this machine")
     import cupy
+
     from gbflow.backend import cuda_kernels
     _, _, _, s, gh, row_index, start, count = _level(300, 4, 16, 2, seed=3)
     d = {k: cupy.asarray(v) if isinstance(v, np.ndarray) else v for k, v in s.items()}

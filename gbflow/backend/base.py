@@ -42,6 +42,12 @@ class Backend:
     def __repr__(self) -> str:
         return f"<gbflow {self.name} backend, kernels {self.kernels.__name__}>"
 
+    def plan_rows_per_block(self, n_rows: int) -> int:
+        """Rows per block of the level plans' work lists for a shard of ``n_rows`` rows (any
+        choice gives the same model: integer sums, stable partition)."""
+        from .common import rows_per_block
+        return rows_per_block(n_rows)
+
     @property
     def supports_nccl(self) -> bool:
         """Whether NCCL can sum this backend's arrays across processes."""

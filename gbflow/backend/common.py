@@ -1,4 +1,4 @@
-"""What every backend's kernels share besides the kernels: memory layouts, work lists, argument checks.
+"""What every backend's kernels share besides kernels: layouts, work lists, argument checks.
 
 - Packed layouts: small arrays laid one after the other in 8-byte aligned slots of one allocation
   (``aligned_slots``, ``packed_empty``), so that uploads and fetches take one copy.
@@ -35,8 +35,9 @@ def packed_empty(xp, layout: list) -> list:
 
 
 def rows_per_block(n_rows: int) -> int:
-    """Rows per block of the level plans' work lists for a shard of n_rows rows. Any choice
-    gives the same model (integer sums, stable partition); each backend picks its own."""
+    """Rows per block of the level plans' work lists for a shard of n_rows rows on the CPU
+    (``Backend.plan_rows_per_block``; the GPU picks its own). Any choice gives the same model
+    (integer sums, stable partition)."""
     return max(2048, -(-int(n_rows) // 256))
 
 

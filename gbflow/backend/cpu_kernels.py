@@ -15,8 +15,7 @@ from numba import njit, prange
 
 from .. import _dtypes
 from . import numpy_kernels
-# rows_per_block: the level plans' block size, the common one on the CPU
-from .common import check_dest, check_sibling_shapes, rows_per_block, segments_of_work
+from .common import check_dest, check_sibling_shapes, segments_of_work
 
 # error_model="numpy": a float division by zero gives inf like NumPy instead of raising.
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
@@ -316,7 +315,8 @@ def add_leaf_values(margin, row_index, seg_start, seg_count, values):
 
 
 @njit(parallel=True, **_JIT)
-def _add_split_leaf_values(margin, bins_by_feature, row_index, seg_start, seg_count, feature, bin_threshold,
+def _add_split_leaf_values(margin, bins_by_feature, row_index, seg_start, seg_count, feature,
+                           bin_threshold,
                            default_left, left_value, right_value, n_threads):
     # Threads split each node's rows (the deepest level may hold a single node).
     for k in range(seg_start.shape[0]):
@@ -337,10 +337,12 @@ def _add_split_leaf_values(margin, bins_by_feature, row_index, seg_start, seg_co
                 margin[r] += lv if go else rv
 
 
-def add_split_leaf_values(margin, bins_by_feature, row_index, seg_start, seg_count, feature, bin_threshold,
+def add_split_leaf_values(margin, bins_by_feature, row_index, seg_start, seg_count, feature,
+                          bin_threshold,
                           default_left, left_value, right_value):
     """See numpy_kernels.add_split_leaf_values."""
-    _add_split_leaf_values(margin, bins_by_feature, row_index, np.asarray(seg_start, dtype=np.int64),
+    _add_split_leaf_values(margin, bins_by_feature, row_index,
+                           np.asarray(seg_start, dtype=np.int64),
                            np.asarray(seg_count, dtype=np.int64), np.asarray(feature, np.int64),
                            np.asarray(bin_threshold, np.int64), np.asarray(default_left, np.bool_),
                            np.asarray(left_value, np.float64), np.asarray(right_value, np.float64),

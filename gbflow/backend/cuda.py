@@ -1,4 +1,4 @@
-"""The CUDA backend: CuPy arrays, the CUDA kernels, and copies between the device and page-locked memory."""
+"""The CUDA backend: CuPy arrays, the CUDA kernels, copies to and from page-locked memory."""
 from __future__ import annotations
 
 import contextlib
@@ -31,6 +31,9 @@ class CudaBackend(Backend):
     def supports_nccl(self) -> bool:
         from . import nccl
         return nccl.available()
+
+    def plan_rows_per_block(self, n_rows: int) -> int:
+        return self.kernels.rows_per_block(n_rows)
 
     def _asarray(self, array):
         return self.xp.asarray(array)

@@ -1,4 +1,4 @@
-"""Tables in, tables out: pandas/cuDF frames and NumPy/CuPy arrays -> float32 feature arrays, and back.
+"""Tables in, tables out: pandas/cuDF frames and NumPy/CuPy arrays -> float32 arrays, and back.
 
 Everything that knows a container type lives here; the engine sees only arrays. GPU containers
 (cuDF frames and series, CuPy arrays) stay on the GPU: their values come out as CuPy arrays, and
@@ -144,7 +144,8 @@ def feature_matrix(data, feature_names: Sequence[str] | None = None) -> np.ndarr
 
 
 def as_vector(values, what: str) -> np.ndarray:
-    """A 1-D float64 array from a Series, list or array (nulls as NaN); ``what`` names it in errors."""
+    """A 1-D float64 array from a Series, list or array (nulls as NaN); ``what`` names it in
+    errors."""
     if isinstance(values, (pd.Series, pd.Index)):
         return values.to_numpy(dtype=np.float64, na_value=np.nan)
     if is_cudf(values):
@@ -178,7 +179,8 @@ def wrap_prediction(values, like, name: str):
 
 
 def append_prediction(data, prediction):
-    """``data`` with the prediction column(s) appended (a new frame or array; ``data`` unchanged)."""
+    """``data`` with the prediction column(s) appended (a new frame or array; ``data`` is not
+    changed)."""
     if is_frame(data):
         extra = prediction if hasattr(prediction, "columns") else prediction.to_frame()
         clash = [c for c in extra.columns if c in data.columns]

@@ -1,8 +1,9 @@
 """Plain NumPy reference twins of every kernel: the definition the fast kernels are tested against.
 
-Each function here has a twin of the same name and signature in ``cpu_kernels`` (numba) and, later,
-``cuda_kernels``. These are written for clarity, not speed; the tests compare the fast versions with
-them exactly (integers bit for bit, floats by identical IEEE operations in the same order).
+Each function here has a twin of the same name and signature in ``cpu_kernels`` (numba) and in
+``cuda_kernels`` (CUDA through CuPy). These are written for clarity, not speed; the tests compare
+the fast versions with them exactly (integers bit for bit, floats by identical IEEE operations in
+the same order).
 
 Shared conventions (see ``gbflow._dtypes``):
 
@@ -17,8 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _dtypes
-# rows_per_block: each kernels module names the block size of its level plans (the CPU twins: this one)
-from .common import check_dest, check_sibling_shapes, rows_per_block, segments_of_work, work_list_rows
+from .common import check_dest, check_sibling_shapes, segments_of_work, work_list_rows
 
 
 def bin_features(X, cut_values, cut_offsets, out):
@@ -90,7 +90,8 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
     missing-right); the first of equal gains wins.
 
     Returns gain (n_nodes,) float64 (-inf where no valid split), feature (n_nodes,) int32 (-1 where
-    none), bin_threshold (n_nodes,) int32, default_left (n_nodes,) bool, left_sum (n_nodes, 2) int64.
+    none), bin_threshold (n_nodes,) int32, default_left (n_nodes,) bool, left_sum (n_nodes, 2)
+    int64.
     A present-versus-missing split comes back as bin_threshold 0 with default_left True (no value
     bin goes left, the missing values do) and left_sum the missing values' sums: the tree then
     stores it with a threshold below every float32 (``Cuts.split_thresholds``), which standard

@@ -5,6 +5,7 @@ partitions (without one); it watches the tasks and the workers and fails fast wh
 from __future__ import annotations
 
 import sys
+import threading
 import time
 import uuid
 
@@ -106,6 +107,27 @@ def _train_in_process(ddf, evals, spec: Spec):
     return booster
 
 
+class OrderedLines:
+    """Rank 0's progress lines printed to stderr in its order, each once, whether its event or
+    its result brings a line first: events may arrive out of order, and the result's copy of
+    the lines may come while events are still being delivered (on another thread)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.printed = -1  # sequence number of the last line printed
+        self._ahead: dict[int, str] = {}  # lines that arrived before an earlier one
+
+    def put(self, seq: int, line: str) -> None:
+        """Line number ``seq`` (0, 1, ...): printed now if every earlier one has been."""
+        with self._lock:
+            if seq <= self.printed:
+                return
+            self._ahead[seq] = line
+            while self.printed + 1 in self._ahead:
+                self.printed += 1
+                print(self._ahead.pop(self.printed), file=sys.stderr, flush=True)
+
+
 class _Cluster:
     """One training run on a cluster: place, submit, watch, collect."""
 
@@ -115,7 +137,7 @@ class _Cluster:
         import dataclasses
         self.spec = dataclasses.replace(spec, session=session, topic=f"gbflow-{session}")
         self.progress = Progress(spec.verbose, max(1, spec.num_boost_round))
-        self.printed = -1  # sequence number of the last progress line printed
+        self.lines = OrderedLines()
         self.quantized = False
         self.closed = False
 
@@ -126,9 +148,8 @@ class _Cluster:
             return
         if message.get("stage") == "quantized":
             self.quantized = True
-        elif "line" in message and message["seq"] > self.printed:
-            self.printed = message["seq"]
-            print(message["line"], file=sys.stderr, flush=True)
+        elif "line" in message:
+            self.lines.put(message["seq"], message["line"])
 
     # -- the run ---------------------------------------------------------------------------------
     def run(self):
@@ -273,8 +294,7 @@ class _Cluster:
                                   f"({len(fingerprints)} distinct); please report this")
         lead = results[0]
         for seq, line in enumerate(lead["lines"]):  # lines whose events had not arrived
-            if seq > self.printed:
-                print(line, file=sys.stderr, flush=True)
+            self.lines.put(seq, line)
         booster = lead["booster"]
         booster.worker_report = [r["report"] for r in results]
         booster.timings["dask_compute"] = computed

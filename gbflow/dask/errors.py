@@ -1,4 +1,4 @@
-"""The errors of training on Dask: a peer lost, hung or aborted, or the collective otherwise broken."""
+"""The errors of training on Dask: a peer lost, hung or aborted, or the collective broken."""
 from __future__ import annotations
 
 

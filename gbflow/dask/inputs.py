@@ -1,4 +1,4 @@
-"""Dask collections as training, evaluation and prediction inputs: their kinds and columns, checked on the metas."""
+"""Dask collections as training, evaluation and prediction inputs, checked on their metas."""
 from __future__ import annotations
 
 from .. import inputs

@@ -1,4 +1,4 @@
-"""A training task's partitions: read from the worker's memory, checked, joined into one part per collection."""
+"""A training task's partitions: read from the worker's memory, checked, joined into one part."""
 from __future__ import annotations
 
 import asyncio
@@ -69,7 +69,8 @@ class JoinedPartitions:
     """One collection's partitions on this process, checked and joined into one part.
 
     Partitions are loaded one at a time and copied into a single (rows, features) float32 matrix
-    (on the backend's device), so that only one raw partition's float32 copy exists at a time besides
+    (on the backend's device), so that only one raw partition's float32 copy exists at a time
+    besides
     the joined matrix, and training sees one shard per worker (a shard per partition would cost a
     kernel call per partition and level). errors: (sort key, exception) of partitions that failed
     their checks. lengths: {partition index: rows}. raw_bytes: the partitions' size.

@@ -1,4 +1,4 @@
-"""A training task's process memory: resident-memory sampling for the report, and glibc's settings while training."""
+"""A training task's memory: resident-memory samples, and glibc's settings while training."""
 from __future__ import annotations
 
 import contextlib

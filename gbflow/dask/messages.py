@@ -1,4 +1,4 @@
-"""What the driver sends the training tasks: where each partition is, what the collections look like, the spec."""
+"""What the driver sends the training tasks: partition places, collections' columns, a spec."""
 from __future__ import annotations
 
 import dataclasses

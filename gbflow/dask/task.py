@@ -1,4 +1,4 @@
-"""The training task each worker runs: its partitions loaded, the ranks agreed, ``boosting.fit`` through the collective."""
+"""The training task each worker runs: partitions loaded, ranks agreed, ``boosting.fit`` run."""
 from __future__ import annotations
 
 import hashlib

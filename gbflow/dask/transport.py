@@ -1,4 +1,4 @@
-"""Which transport a training task's reductions take: NCCL between GPUs, else the Dask collective."""
+"""Which transport a training task's reductions take: NCCL between GPUs, else Dask's."""
 from __future__ import annotations
 
 import numpy as np

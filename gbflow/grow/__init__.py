@@ -1,4 +1,4 @@
-"""Growing one tree over a ShardSet: the level-by-level loop, or the planned loop queued on the device.
+"""Growing one tree over a ShardSet: level by level, or planned (queued on the device).
 
 Both loops give the same tree and the same training margins (tested): the planned one where the
 backend queues ahead and every feature is in the dense store (``ShardSet.uses_level_plans``),

@@ -1,4 +1,4 @@
-"""A tree whose arrays may still be on their way from the device, built on the host when asked for."""
+"""A tree whose arrays may still be on their way from the device, built when asked for."""
 from __future__ import annotations
 
 from ..timers import Timers

@@ -1,4 +1,4 @@
-"""Growing one tree with its level loop queued on the device, no host wait inside the tree (the dense store)."""
+"""Growing one tree with its level loop queued on the device, no host wait inside the tree."""
 from __future__ import annotations
 
 import dataclasses
@@ -47,7 +47,7 @@ class _PlannedLevel:
     left: list = dataclasses.field(default_factory=list)  # per shard, the partition's left counts
 
     @classmethod
-    def make(cls, xp, kernels, shards, cap: int, half: int, n_parent, totals, planned: bool):
+    def make(cls, backend, shards, cap: int, half: int, n_parent, totals, planned: bool):
         """A level's arrays: the fetched ones views of one new allocation (``packed_empty``,
         with ``totals`` when it is None: taken there too), the scratch ones allocated."""
         shapes = [] if totals is not None else [((cap, 2), np.int64)]
@@ -55,6 +55,7 @@ class _PlannedLevel:
             shapes += [((cap,) if shape is None else (2 * cap, 2) if shape == "children"
                         else shape, dtype) for _, shape, dtype in _PLAN_FIELDS]
             shapes += [((cap,), np.int64)] * (2 * len(shards))
+        xp = backend.xp
         packed = iter(packed_empty(xp, shapes))
         fetched = {}
         if totals is None:
@@ -71,7 +72,7 @@ class _PlannedLevel:
                 fetched[f"seg_start{s}"], fetched[f"seg_count{s}"] = seg_start[-1], seg_count[-1]
                 split_start.append(xp.empty(cap, dtype=np.int64))
                 split_count.append(xp.empty(cap, dtype=np.int64))
-                max_blocks = -(-shard.n_rows // kernels.rows_per_block(shard.n_rows)) + cap
+                max_blocks = -(-shard.n_rows // backend.plan_rows_per_block(shard.n_rows)) + cap
                 work.append(xp.empty((max_blocks, 5), dtype=np.int64))
                 n_work.append(xp.empty(1, dtype=np.int64))
         return cls(cap, half, n_parent, totals, fetched, plan, seg_start, seg_count,
@@ -84,29 +85,29 @@ class _PlannedLayout:
     after tree (the host reads a tree's arrays before the next tree writes them); the levels
     below are made for each tree, sized by their parent's split count."""
 
-    def __init__(self, xp, kernels, shards, max_depth: int, node_bytes: int):
-        self.xp, self.kernels, self.shards = xp, kernels, shards
+    def __init__(self, backend, shards, max_depth: int, node_bytes: int):
+        self.backend, self.shards = backend, shards
         self.max_depth, self.node_bytes = max_depth, node_bytes
-        root_parent = xp.ones(1, dtype=np.int64)
-        self.fixed = [_PlannedLevel.make(xp, kernels, shards, 1, 1, root_parent, None,
+        root_parent = backend.xp.ones(1, dtype=np.int64)
+        self.fixed = [_PlannedLevel.make(backend, shards, 1, 1, root_parent, None,
                                          max_depth > 0)]
         while len(self.fixed) <= max_depth and self._bounded(self.fixed[-1].cap):
             parent = self.fixed[-1]
             self.fixed.append(_PlannedLevel.make(
-                xp, kernels, shards, 2 * parent.cap, parent.cap, parent.plan["n_split"],
+                backend, shards, 2 * parent.cap, parent.cap, parent.plan["n_split"],
                 parent.plan["child_totals"], len(self.fixed) < max_depth))
 
     def _bounded(self, parent_cap: int) -> bool:
         return parent_cap * self.node_bytes <= PLANNED_HIST_BYTES
 
-    def level(self, depth: int, parent: _PlannedLevel | None, backend) -> _PlannedLevel:
+    def level(self, depth: int, parent: _PlannedLevel | None) -> _PlannedLevel:
         """Level ``depth``'s arrays: the fixed ones, or (below them) new ones sized by the
         parent's split count, read from the device here, and the parent's child totals
         copied into this level's layout."""
         if depth < len(self.fixed):
             return self.fixed[depth]
-        n = int(backend.to_host(parent.plan["n_split"])[0])
-        level = _PlannedLevel.make(self.xp, self.kernels, self.shards, 2 * n, max(n, 1),
+        n = int(self.backend.to_host(parent.plan["n_split"])[0])
+        level = _PlannedLevel.make(self.backend, self.shards, 2 * n, max(n, 1),
                                    parent.plan["n_split"], None, depth < self.max_depth)
         children = parent.plan["child_totals"]
         level.totals[:n] = children[:n]
@@ -119,22 +120,22 @@ def _layout(shardset, max_depth: int, node_bytes: int) -> "_PlannedLayout":
     depth or the histogram size changes)."""
     layout = shardset.planned_layout
     if layout is None or (layout.max_depth, layout.node_bytes) != (max_depth, node_bytes):
-        backend = shardset.backend
-        layout = shardset.planned_layout = _PlannedLayout(backend.xp, backend.kernels,
-                                                          shardset.shards, max_depth, node_bytes)
+        layout = shardset.planned_layout = _PlannedLayout(shardset.backend, shardset.shards,
+                                                          max_depth, node_bytes)
     return layout
 
 
 def grow_tree_planned(shardset, gh: list, scales, cuts, rules, feature_allowed: np.ndarray,
                       group: int):
-    """``gbflow.grow.grow_tree`` with the level loop on the device: each level's split search, the plan
+    """``gbflow.grow.grow_tree`` with the level loop on the device: each level's split search, the
+    plan
     of its splits (``kernels.plan_level``), the shards' segments and work lists
     (``kernels.level_segments``), the partition, the all-reduce and the siblings are queued
     one after the other, every array sized for the nodes the level could hold. Returns a
     ``PendingTree`` (the tree's arrays are on their way to the host; it builds the tree the
     level-by-level loop builds) and per shard a ``PlannedMargins`` (the margin update, queued
     on the device). The dense store only."""
-    backend, xp, kernels = shardset.backend, shardset.backend.xp, shardset.backend.kernels
+    backend, kernels = shardset.backend, shardset.backend.kernels
     timers = shardset.timers
     n_bins = cuts.n_bins
     dense = shardset.dense
@@ -150,7 +151,7 @@ def grow_tree_planned(shardset, gh: list, scales, cuts, rules, feature_allowed: 
         hist = shardset.build_histograms(gh, [np.zeros(1, dtype=np.int64)] * len(shards),
                                          [np.array([s.n_rows], dtype=np.int64) for s in shards],
                                          n_bins)
-        level = layout.level(0, None, backend)
+        level = layout.level(0, None)
         level.totals[...] = histogram.node_totals(hist.arrays[0])
     levels = [level]
     for depth in range(max_depth):
@@ -171,13 +172,13 @@ def grow_tree_planned(shardset, gh: list, scales, cuts, rules, feature_allowed: 
                 kernels.level_segments(
                     shard.n_rows, 0 if parent is None else level.half, level.n_parent,
                     *parent_arrays, plan["n_split"], plan["split_node"],
-                    kernels.rows_per_block(shard.n_rows), level.seg_start[s],
+                    backend.plan_rows_per_block(shard.n_rows), level.seg_start[s],
                     level.seg_count[s], level.split_start[s], level.split_count[s],
                     level.work[s], level.n_work[s])
             if depth + 1 == max_depth:  # the last level's rows are not moved
-                levels.append(layout.level(depth + 1, level, backend))
+                levels.append(layout.level(depth + 1, level))
                 break
-            child = layout.level(depth + 1, level, backend)
+            child = layout.level(depth + 1, level)
             half = child.half
             children = Histograms((shardset.level_buffers.take(
                 0, (depth + 1) % 2, (child.cap,) + hist.arrays[0].shape[1:], np.int64),))

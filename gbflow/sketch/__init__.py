@@ -59,8 +59,18 @@ from __future__ import annotations
 
 from .blocks import BLOCK_VALUES
 from .compute import compute_cuts
-from .keys import (COARSE_SHIFT, FINE_SHIFT, MIDDLE_SHIFT, N_BUCKETS, N_SUB, RADIX_BITS, SUB_BITS,
-                   fixed_weights, keys_to_values, ordered_keys)
+from .keys import (
+                   COARSE_SHIFT,
+                   FINE_SHIFT,
+                   MIDDLE_SHIFT,
+                   N_BUCKETS,
+                   N_SUB,
+                   RADIX_BITS,
+                   SUB_BITS,
+                   fixed_weights,
+                   keys_to_values,
+                   ordered_keys,
+)
 from .passes import MiddleTable, coarse_summary, fine_summary, middle_summary
 from .selection import Slots, bucket_slots, candidate_buckets, candidate_sub_buckets, choose_cuts
 from .summary import Summary, merge

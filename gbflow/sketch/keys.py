@@ -1,4 +1,4 @@
-"""Ordered uint32 keys of float32 values and back, their bits in summary ids, fixed-point weights."""
+"""Ordered uint32 keys of float32 values and back, their bits in summary ids, integer weights."""
 from __future__ import annotations
 
 import numpy as np

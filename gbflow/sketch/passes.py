@@ -1,4 +1,4 @@
-"""The three passes over the data (coarse, middle or MiddleTable, fine): device work to summaries."""
+"""The three passes over the data (coarse, middle or MiddleTable, fine): device work, summaries."""
 from __future__ import annotations
 
 import numpy as np

@@ -7,8 +7,15 @@ import functools
 import numpy as np
 
 from .. import _dtypes
-from .keys import (COARSE_SHIFT, FINE_SHIFT, MIDDLE_SHIFT, N_SUB, RADIX_BITS, SUB_BITS,
-                   keys_to_values)
+from .keys import (
+    COARSE_SHIFT,
+    FINE_SHIFT,
+    MIDDLE_SHIFT,
+    N_SUB,
+    RADIX_BITS,
+    SUB_BITS,
+    keys_to_values,
+)
 from .summary import Summary, _feature_bounds, _runs, _search_segments, _union
 
 
