@@ -24,7 +24,8 @@ SKETCH_SUM_LIMIT = 2.0**52
 # Margins and leaf values are float64: training adds leaf values to margins in the same order as
 # prediction does, so the two agree exactly, and float64 keeps 1000s of rounds from drifting.
 MARGIN = np.float64
-# Row positions inside one shard; a shard holds fewer than 2**31 rows (checked when it is built).
+# Row positions inside one shard; a shard holds fewer than 2**31 rows (checked with the other
+# global inputs, prepare.check_global_inputs).
 ROW_INDEX = np.int32
 # Node ids inside one tree, and feature ids.
 NODE = np.int32
@@ -48,7 +49,7 @@ def bin_dtype(max_bin: int) -> np.dtype:
     return np.dtype(np.uint8) if max_bin <= 256 else np.dtype(np.uint16)
 
 
-# The sparse store's entry_feature (routing.SparseBins) holds one sparse-local feature id per
+# The sparse store's entry_feature (stores.SparseBins) holds one sparse-local feature id per
 # stored entry; after the bins it is the store's largest array. int16 halves it while every id
 # 0..S-1 fits (S <= 32767, far more sparse features than most data has); int32 above.
 ENTRY_FEATURE_NARROW_MAX = np.iinfo(np.int16).max

@@ -12,9 +12,15 @@ def check_global_inputs(collective, parts, eval_sets, params) -> tuple[int, floa
     """Checks that need every process's data; every process raises the same error. Returns the
     training rows and the largest training weight over every process (1.0 without weights).
     eval_sets: (this process's parts, name) pairs."""
-    n_rows = collective.allreduce_sum(np.array([sum(p.n_rows for p in parts)], dtype=np.int64))
-    if int(n_rows[0]) == 0:
+    # the rows, and the parts too long for int32 row positions (_dtypes.ROW_INDEX), in one sum
+    n_rows, too_long = collective.allreduce_sum(np.array(
+        [sum(p.n_rows for p in parts), sum(p.n_rows >= 2**31 for p in parts)], dtype=np.int64))
+    if int(n_rows) == 0:
         raise ValueError("training data has no rows")
+    if too_long:
+        raise ValueError(f"{int(too_long)} training part(s) hold 2**31 rows or more; a part "
+                         f"trained in one process (a worker's partitions joined) must hold fewer: "
+                         f"use more partitions or workers")
     largest = 1.0
     if parts[0].weight is not None:
         largest = collective.allreduce_max(max((float(p.weight.max()) for p in parts
@@ -22,7 +28,7 @@ def check_global_inputs(collective, parts, eval_sets, params) -> tuple[int, floa
         if not largest > 0:
             raise ValueError("weight: all training weights are zero")
     if not eval_sets:
-        return int(n_rows[0]), float(largest)
+        return int(n_rows), float(largest)
     # Per evaluation set: row count, and the label range (auc needs two classes).
     counts = collective.allreduce_sum(np.array([sum(p.n_rows for p in e) for e, _ in eval_sets],
                                                dtype=np.int64))
@@ -36,7 +42,7 @@ def check_global_inputs(collective, parts, eval_sets, params) -> tuple[int, floa
         if "auc" in params.metrics and high == -minus_low:
             raise ValueError(f"evaluation set {name!r} holds only one class: auc is undefined "
                              f"there (early stopping could never see it improve)")
-    return int(n_rows[0]), float(largest)
+    return int(n_rows), float(largest)
 
 
 def _row_offset(offset):

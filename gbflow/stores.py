@@ -5,18 +5,19 @@ bins row by row and column by column; ``SparseStore`` keeps only the entries out
 feature's most common bin (``gbflow.routing`` decides which features go where). Every store
 offers the same operations, on the shard set's rows and a level's node segments:
 
-- ``node_shape(n_bins)``: the shape of one node's histogram in the store's layout;
-- ``build_histograms`` / ``add_histograms``: the histograms of listed node segments of a shard;
+- ``build_histograms``: the histograms of listed node segments of a shard;
 - ``fill_common_bins``: complete a level's histograms from the node totals (sparse: the common
   bins it does not store; dense: nothing to do);
 - ``search``: the best split of every node over the store's features (store-local ids);
 - ``allowed``: a tree's feature sample as the store's device mask.
 
 The dense store is also the one the rows are partitioned with (its fused partition-and-
-histogram kernel); a level whose splits include other stores' features first gathers the
-rows' split bins into one column (``SparseStore.gather_split_bins``). Stores change speed and
-memory, never the model: the split search over several stores keeps, per node, the best of
-their results with ties going to the lower feature id, as one search over all features would.
+histogram kernel builds its children's histograms); the other store adds its children's from the
+moved rows (``SparseStore.add_histograms``), and a level whose splits include its features first
+gathers the rows' split bins into one column (``SparseStore.gather_split_bins``). Stores change
+speed and memory, never the model: the split search over several stores keeps, per node, the
+best of their results with ties going to the lower feature id, as one search over all features
+would.
 """
 from __future__ import annotations
 
@@ -92,9 +93,6 @@ class DenseStore(_Store):
         """Device bytes of shard s's bins (the padded storage and the column-major copy)."""
         return nbytes_of(self.bins[s]) + nbytes_of(self.by_feature[s])
 
-    def node_shape(self, n_bins: int) -> tuple:
-        return (self.n_features, n_bins, 2)
-
     def build_histograms(self, s, gh, row_index, seg_start, seg_count, n_bins: int):
         """(n_nodes, D, n_bins, 2) int64 device histograms of shard s's listed segments."""
         return self.backend.kernels.build_histograms(self.bins[s], gh, row_index, seg_start,
@@ -130,9 +128,6 @@ class SparseStore(_Store):
 
     def nbytes(self, s: int) -> int:
         return self.entries[s].nbytes
-
-    def node_shape(self, n_bins: int) -> tuple:
-        return (self.n_slots, 2)
 
     def build_histograms(self, s, gh, row_index, seg_start, seg_count, n_bins: int):
         """(n_nodes, n_slots, 2) int64 device histograms of shard s's listed segments, the

@@ -27,7 +27,8 @@ class Backend:
 
     Flags: ``name`` ("cpu" or "cuda", for reports); ``queues_ahead``: the device runs the kernels
     asynchronously, so a loop that queues a whole tree without reading anything back pays
-    (planned trees); ``sketch_block_values``: values per block of rows in the quantile sketch's
+    (planned trees); ``supports_nccl``: NCCL can sum its arrays across processes;
+    ``sketch_block_values``: values per block of rows in the quantile sketch's
     passes (small on the CPU, where large temporaries are slow to fault in; large on the GPU,
     where each block costs launches and a synchronisation).
     """

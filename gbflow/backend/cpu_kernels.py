@@ -21,6 +21,10 @@ from .common import check_dest, check_sibling_shapes, segments_of_work
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
 # Rows per block in the fused partition/histogram pass (a block's rows stay in L1 between steps).
 _BLOCK = 256
+# Nodes per thread from which a level's nodes are spread over the threads whole (one thread a
+# node) instead of each node's rows over all threads (per-thread histograms, two parallel
+# regions a node).
+_NODES_APART = 2
 
 
 @contextlib.contextmanager
@@ -211,6 +215,41 @@ def _partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, se
         left_count[k] = total_left
 
 
+@njit(parallel=True, **_JIT)
+def _partition_nodes_apart(bins, bins_by_feature, gh, row_index, seg_start, seg_count, feature,
+                           bin_threshold, default_left, small_is_left, hist, left_count, dest):
+    # Many nodes: each thread takes whole nodes, adds the built child's rows straight into the
+    # node's own histogram and scatters the segment into dest (not row_index): no per-thread
+    # buffers to clear and add, no parallel region per node (at a deep level, hundreds of nodes
+    # of a few rows each; one parallel region a node ran up to 9x slower at 128 nodes).
+    for k in prange(seg_start.shape[0]):
+        lo = seg_start[k]
+        hi = lo + seg_count[k]
+        f = feature[k]
+        thr = bin_threshold[k]
+        dl = default_left[k]
+        build_left = small_is_left[k]
+        acc = hist[k]
+        n_left = 0
+        for p in range(lo, hi):
+            r = row_index[p]
+            bb = bins_by_feature[f, r]
+            go = (bb == 0 and dl) or (bb != 0 and bb <= thr)
+            n_left += go
+            if go == build_left:
+                _add_row(acc, bins, gh, r)
+        left_pos = lo
+        right_pos = lo + n_left
+        for p in range(lo, hi):
+            r = row_index[p]
+            bb = bins_by_feature[f, r]
+            go = (bb == 0 and dl) or (bb != 0 and bb <= thr)
+            dest[left_pos if go else right_pos] = r
+            left_pos += go
+            right_pos += 1 - go
+        left_count[k] = n_left
+
+
 def _hist_out(out, shape, name):
     """The histograms a kernel adds into: new zeros, or the caller's ``out`` once checked (the
     numba kernels add their per-thread histograms into whatever it holds)."""
@@ -231,15 +270,17 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
     k = len(seg_start)
     hist = _hist_out(out, (k, bins.shape[1], n_bins, 2), "partition_and_histogram")
     left_count = np.zeros(k, dtype=np.int64)
-    _partition_and_histogram(bins, bins_by_feature, gh, row_index,
-                             np.asarray(seg_start, dtype=np.int64),
-                             np.asarray(seg_count, dtype=np.int64),
-                             np.asarray(feature, dtype=np.int64),
-                             np.asarray(bin_threshold, dtype=np.int64),
-                             np.asarray(default_left, dtype=np.bool_),
-                             np.asarray(small_is_left, dtype=np.bool_), hist, left_count,
-                             row_index if dest is None else check_dest(dest, row_index),
-                             numba.get_num_threads())
+    n_threads = numba.get_num_threads()
+    nodes = (np.asarray(seg_start, dtype=np.int64), np.asarray(seg_count, dtype=np.int64),
+             np.asarray(feature, dtype=np.int64), np.asarray(bin_threshold, dtype=np.int64),
+             np.asarray(default_left, dtype=np.bool_), np.asarray(small_is_left, dtype=np.bool_))
+    if dest is not None and k >= _NODES_APART * n_threads:
+        _partition_nodes_apart(bins, bins_by_feature, gh, row_index, *nodes, hist, left_count,
+                               check_dest(dest, row_index))
+    else:
+        _partition_and_histogram(bins, bins_by_feature, gh, row_index, *nodes, hist,
+                                 left_count, row_index if dest is None else
+                                 check_dest(dest, row_index), n_threads)
     return left_count, hist
 
 
@@ -314,32 +355,38 @@ def add_leaf_values(margin, row_index, seg_start, seg_count, values):
                      np.asarray(seg_count, dtype=np.int64), np.asarray(values, dtype=np.float64))
 
 
+@njit(inline="always", **_JIT)
+def _add_split_node(margin, bins_by_feature, row_index, a, b, f, thr, dl, lv, rv):
+    for p in range(a, b):
+        r = row_index[p]
+        bb = bins_by_feature[f, r]
+        go = (bb == 0 and dl) or (bb != 0 and bb <= thr)
+        margin[r] += lv if go else rv
+
+
 @njit(parallel=True, **_JIT)
 def _add_split_leaf_values(margin, bins_by_feature, row_index, seg_start, seg_count, feature,
-                           bin_threshold,
-                           default_left, left_value, right_value, n_threads):
-    # Threads split each node's rows (the deepest level may hold a single node).
-    for k in range(seg_start.shape[0]):
+                           bin_threshold, default_left, left_value, right_value, n_threads):
+    n_nodes = seg_start.shape[0]
+    if n_nodes >= _NODES_APART * n_threads:  # one node per iteration (segments are disjoint)
+        for k in prange(n_nodes):
+            _add_split_node(margin, bins_by_feature, row_index, seg_start[k],
+                            seg_start[k] + seg_count[k], feature[k], bin_threshold[k],
+                            default_left[k], left_value[k], right_value[k])
+        return
+    # few nodes: threads split each node's rows (the deepest level may hold a single node)
+    for k in range(n_nodes):
         count = seg_count[k]
         chunk = (count + n_threads - 1) // n_threads
-        f = feature[k]
-        thr = bin_threshold[k]
-        dl = default_left[k]
-        lv = left_value[k]
-        rv = right_value[k]
         for t in prange(n_threads):
             a = seg_start[k] + t * chunk
-            b = min(seg_start[k] + count, a + chunk)
-            for p in range(a, b):
-                r = row_index[p]
-                bb = bins_by_feature[f, r]
-                go = (bb == 0 and dl) or (bb != 0 and bb <= thr)
-                margin[r] += lv if go else rv
+            _add_split_node(margin, bins_by_feature, row_index, a,
+                            min(seg_start[k] + count, a + chunk), feature[k], bin_threshold[k],
+                            default_left[k], left_value[k], right_value[k])
 
 
 def add_split_leaf_values(margin, bins_by_feature, row_index, seg_start, seg_count, feature,
-                          bin_threshold,
-                          default_left, left_value, right_value):
+                          bin_threshold, default_left, left_value, right_value):
     """See numpy_kernels.add_split_leaf_values."""
     _add_split_leaf_values(margin, bins_by_feature, row_index,
                            np.asarray(seg_start, dtype=np.int64),

@@ -402,7 +402,7 @@ def predict_margins_csr(indptr, indices, data, feature, threshold, default_left,
 # ---------------------------------------------------------------------------------------------
 # Level plans: what a level's split search decided, turned into the next steps' inputs on the
 # device, so that growing a tree waits for the device once per tree instead of once per level
-# (``grower.grow_tree`` on the GPU). A level's arrays are sized for its capacity: every node that
+# (``gbflow.grow.planned`` on the GPU). A level's arrays are sized for its capacity: every node that
 # could be there (``cap`` slots); which slots hold a node follows from the parent level's split
 # count alone. The slots of a level made by n splits are laid out [sibling of split 0 .. of split
 # n - 1, unused .., built child of split 0 at ``half``, .., unused ..]: slot k holds a node when
