@@ -143,6 +143,9 @@ def main():
     parser.add_argument("--no-xgboost", action="store_true")
     parser.add_argument("--no-off", action="store_true", help="skip gbflow with routing off")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="measure each library this many times, alternating; the medians "
+                             "are shown (shared machines are noisy)")
     args = parser.parse_args()
     rounds_off = args.rounds_off or args.rounds
 
@@ -166,17 +169,28 @@ def main():
         import os
         print(f"device: CPU, {os.cpu_count()} cores")
         X_ours, Xt_ours, y_ours = X, Xt, y
-    print(f"depth {args.depth}, {args.rounds} rounds, max_bin {args.max_bin}")
-    rows = []
-    seconds, score, peak, stages = run_gbflow(X_ours, y_ours, Xt_ours, yt, args, 0.8, args.rounds)
-    rows.append(("gbflow routed (0.8)", args.rounds, seconds, score, peak, stages))
-    if not args.no_off:
-        seconds, score, peak, stages = run_gbflow(X_ours, y_ours, Xt_ours, yt, args, 1.0,
-                                                  rounds_off)
-        rows.append(("gbflow routing off (1.0)", rounds_off, seconds, score, peak, stages))
-    if not args.no_xgboost:
-        seconds, score, peak, stages = run_xgboost(X, y, Xt, yt, args, args.rounds)
-        rows.append(("xgboost", args.rounds, seconds, score, peak, stages))
+    print(f"depth {args.depth}, {args.rounds} rounds, max_bin {args.max_bin}, "
+          f"{args.repeat} measurement(s) each, alternating")
+    runs = {}  # label -> (rounds, [seconds], last (score, peak, stages))
+    for _ in range(args.repeat):
+        measured = [("gbflow routed (0.8)", args.rounds,
+                     lambda: run_gbflow(X_ours, y_ours, Xt_ours, yt, args, 0.8, args.rounds))]
+        if not args.no_off:
+            measured.append(("gbflow routing off (1.0)", rounds_off,
+                             lambda: run_gbflow(X_ours, y_ours, Xt_ours, yt, args, 1.0,
+                                                rounds_off)))
+        if not args.no_xgboost:
+            measured.append(("xgboost", args.rounds,
+                             lambda: run_xgboost(X, y, Xt, yt, args, args.rounds)))
+        for label, rounds, run in measured:
+            seconds, score, peak, stages = run()
+            runs.setdefault(label, (rounds, [], None))
+            runs[label] = (rounds, runs[label][1] + [seconds], (score, peak, stages))
+    rows = [(label, rounds, float(np.median(times)), *last)
+            for label, (rounds, times, last) in runs.items()]
+    for label, (_, times, _) in runs.items():
+        if len(times) > 1:
+            print(f"{label}: seconds {', '.join(f'{t:.2f}' for t in times)}")
     for label, rounds, seconds, score, peak, stages in rows:
         memory = f", peak GPU memory {peak / 2**20:.0f} MiB ({peak / csr_bytes:.2f}x the CSR)" \
             if args.device == "cuda" else ""

@@ -49,6 +49,37 @@ class SparseBins:
         return int(self.indptr.nbytes + self.entry_feature.nbytes + self.entry_bin.nbytes)
 
 
+@dataclasses.dataclass
+class SparseColumns:
+    """A shard's sparse entries indexed by feature (``Backend.indexes_sparse_columns``), for
+    ``split_column`` to walk a split feature's entries instead of searching every row.
+
+    col_ptr: (S + 1,) int64, feature s's entries at col_ptr[s]:col_ptr[s + 1]; col_rows: (nnz,)
+    int32 their rows, ascending within a feature; col_bins: (nnz,) their bins. marks: (n_rows,)
+    int32 scratch of ``split_column``, -1 between its calls."""
+
+    col_ptr: np.ndarray
+    col_rows: np.ndarray
+    col_bins: np.ndarray
+    marks: np.ndarray
+
+    @classmethod
+    def of(cls, entries: SparseBins, n_sparse: int) -> "SparseColumns":
+        """The index of a host ``SparseBins`` of ``n_sparse`` features."""
+        counts = np.diff(entries.indptr)
+        rows = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
+        order = np.argsort(entries.entry_feature, kind="stable")  # rows stay ascending
+        col_ptr = np.zeros(n_sparse + 1, dtype=np.int64)
+        np.cumsum(np.bincount(entries.entry_feature, minlength=n_sparse), out=col_ptr[1:])
+        return cls(col_ptr, rows[order], entries.entry_bin[order],
+                   np.full(len(counts), -1, dtype=np.int32))
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.col_ptr.nbytes + self.col_rows.nbytes + self.col_bins.nbytes
+                   + self.marks.nbytes)
+
+
 class _Store:
     """What both stores share: their features and a tree's mask of them."""
 
@@ -122,12 +153,16 @@ class SparseStore(_Store):
         self.bin_offsets = xp.asarray(self.bin_offsets_host)
         self.n_slots = int(self.bin_offsets_host[-1])
         self.entries: list[SparseBins] = []
+        self.columns: list[SparseColumns | None] = []
 
     def add_shard(self, entries: SparseBins) -> None:
         self.entries.append(entries)
+        self.columns.append(SparseColumns.of(entries, self.n_features)
+                            if self.backend.indexes_sparse_columns else None)
 
     def nbytes(self, s: int) -> int:
-        return self.entries[s].nbytes
+        columns = self.columns[s]
+        return self.entries[s].nbytes + (columns.nbytes if columns is not None else 0)
 
     def build_histograms(self, s, gh, row_index, seg_start, seg_count, n_bins: int):
         """(n_nodes, n_slots, 2) int64 device histograms of shard s's listed segments, the
@@ -160,7 +195,8 @@ class SparseStore(_Store):
         e = self.entries[s]
         self.backend.kernels.split_column(dense_by_feature, e.indptr, e.entry_feature,
                                           e.entry_bin, self.common_bin, row_index, seg_start,
-                                          seg_count, dense_feature, sparse_feature, out)
+                                          seg_count, dense_feature, sparse_feature, out,
+                                          columns=self.columns[s])
 
 
 def nbytes_of(array) -> int:

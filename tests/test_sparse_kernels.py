@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from gbflow import _dtypes
-from gbflow.backend import numpy_kernels
+from gbflow.backend import cpu_kernels, numpy_kernels
+from gbflow.stores import SparseBins, SparseColumns
 
 # ---------------------------------------------------------------------------------------------
 # Inputs
@@ -385,7 +386,8 @@ SPLIT_CASES = [  # n_rows, n_dense, n_sparse, n_bins, n_nodes
 
 @pytest.mark.parametrize("id_dtype", ID_DTYPES)
 @pytest.mark.parametrize("n_rows,n_dense,n_sparse,n_bins,n_nodes", SPLIT_CASES)
-def test_split_column(kernels, n_rows, n_dense, n_sparse, n_bins, n_nodes, id_dtype):
+def test_split_column(kernels, n_rows, n_dense, n_sparse, n_bins, n_nodes, id_dtype,
+                      monkeypatch):
     rng, sparse_bins, n_value_bins, s, _, row_index, start, count = _level(
         n_rows, n_sparse, n_bins, n_nodes, seed=17 + n_rows + n_bins, id_dtype=id_dtype)
     assert s["entry_feature"].dtype == id_dtype
@@ -406,6 +408,14 @@ def test_split_column(kernels, n_rows, n_dense, n_sparse, n_bins, n_nodes, id_dt
     out = poison.copy()
     got = kernels.split_column(*args, out)
     assert got.dtype == dtype and np.array_equal(out, expected) and np.array_equal(got, expected)
+    # with the entries indexed by feature: some features walked (all, some, none), the same bins
+    columns = SparseColumns.of(SparseBins(s["indptr"], s["entry_feature"], s["entry_bin"]),
+                               n_sparse)
+    for walk_ratio in (0, 4, 10**9):
+        monkeypatch.setattr(cpu_kernels, "_WALK_ENTRIES_PER_ROW", walk_ratio)
+        out = poison.copy()
+        kernels.split_column(*args, out, columns=columns)
+        assert np.array_equal(out, expected) and (columns.marks == -1).all()
     # each listed node's rows hold their bins of its split feature
     for k in listed:
         rows = row_index[start[k]:start[k] + count[k]]

@@ -28,13 +28,16 @@ class Backend:
     Flags: ``name`` ("cpu" or "cuda", for reports); ``queues_ahead``: the device runs the kernels
     asynchronously, so a loop that queues a whole tree without reading anything back pays
     (planned trees); ``supports_nccl``: NCCL can sum its arrays across processes;
-    ``sketch_block_values``: values per block of rows in the quantile sketch's
+    ``indexes_sparse_columns``: the sparse store also keeps its entries by feature, for the
+    kernels' ``split_column`` (the CPU's walks a feature's entries; a GPU thread searches its own
+    row's); ``sketch_block_values``: values per block of rows in the quantile sketch's
     passes (small on the CPU, where large temporaries are slow to fault in; large on the GPU,
     where each block costs launches and a synchronisation).
     """
 
     name = ""
     queues_ahead = False
+    indexes_sparse_columns = False
     sketch_block_values = 1 << 20
 
     def __init__(self, xp: types.ModuleType, kernels: types.ModuleType):

@@ -14,6 +14,7 @@ class CpuBackend(Backend):
     ``reference_kernels()``, ``numpy_kernels``."""
 
     name = "cpu"
+    indexes_sparse_columns = True
 
     def __init__(self, kernels=cpu_kernels):
         super().__init__(np, kernels)

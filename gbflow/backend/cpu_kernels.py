@@ -672,17 +672,81 @@ def _split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin,
                 out[r] = entry_bin[e] if e < hi and entry_feature[e] == s else common
 
 
+@njit(parallel=True, **_JIT)
+def _mark_rows(row_index, chunk_node, chunk_begin, chunk_end, common, marks, out):
+    # each row of the walked nodes: its node in marks, the common bin in out
+    for c in prange(chunk_node.shape[0]):
+        k = chunk_node[c]
+        for p in range(chunk_begin[c], chunk_end[c]):
+            r = row_index[p]
+            marks[r] = k
+            out[r] = common[k]
+
+
+@njit(parallel=True, **_JIT)
+def _walk_columns(walked, col_ptr, col_rows, col_bins, sparse_feature, marks, out):
+    # each walked feature's entries: the stored bin of the rows of the nodes split on it
+    for i in prange(walked.shape[0]):
+        s = walked[i]
+        for e in range(col_ptr[s], col_ptr[s + 1]):
+            r = col_rows[e]
+            k = marks[r]
+            if k >= 0 and sparse_feature[k] == s:
+                out[r] = col_bins[e]
+
+
+@njit(parallel=True, **_JIT)
+def _unmark_rows(row_index, chunk_begin, chunk_end, marks):
+    for c in prange(chunk_begin.shape[0]):
+        for p in range(chunk_begin[c], chunk_end[c]):
+            marks[row_index[p]] = -1
+
+
+# A split feature's stored entries are walked (``columns``) rather than every row of its nodes
+# searched when it has fewer than this many entries per row of its nodes: a row's binary search
+# among its own entries costs about as much as walking this many entries of a column.
+_WALK_ENTRIES_PER_ROW = 4
+
+
 def split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, row_index,
-                 seg_start, seg_count, dense_feature, sparse_feature, out):
+                 seg_start, seg_count, dense_feature, sparse_feature, out, columns=None):
     """See numpy_kernels.split_column. out written at the listed segments' rows and returned.
     entry_feature int16 or int32, passed as it is (the search compares its ids with an int64
-    feature id, positions int64)."""
-    node, begin, end = _chunks(seg_start, seg_count, numba.get_num_threads())
+    feature id, positions int64).
+
+    With ``columns`` (``stores.SparseColumns``: the entries indexed by feature, and a row marks
+    scratch that holds -1 between calls), a sparse feature whose entries are few next to the rows
+    of its nodes is read by walking its entries (the nodes' rows marked first, then the common
+    bin overwritten where a row has an entry) instead of one binary search a row: at the root of
+    a one-hot CSR, all rows but a few percent hold the common bin."""
+    n_threads = numba.get_num_threads()
+    dense_feature = np.asarray(dense_feature, dtype=np.int64)
+    sparse_feature = np.asarray(sparse_feature, dtype=np.int64)
+    seg_start = np.asarray(seg_start, dtype=np.int64)
+    seg_count = np.asarray(seg_count, dtype=np.int64)
+    common_bin = np.asarray(common_bin, dtype=np.int64)
+    walked_nodes = np.zeros(len(seg_start), dtype=bool)
+    if columns is not None:
+        on_sparse = (dense_feature < 0) & (seg_count > 0)
+        rows_of = np.bincount(sparse_feature[on_sparse], weights=seg_count[on_sparse],
+                              minlength=len(columns.col_ptr) - 1)
+        entries = np.diff(columns.col_ptr)
+        walk = entries < _WALK_ENTRIES_PER_ROW * rows_of
+        walked_nodes[on_sparse] = walk[sparse_feature[on_sparse]]
+    searched = ~walked_nodes
+    node, begin, end = _chunks(np.where(searched, seg_start, 0),
+                               np.where(searched, seg_count, 0), n_threads)
     if len(node):
-        _split_column(bins_by_feature, indptr, entry_feature, entry_bin,
-                      np.asarray(common_bin, dtype=np.int64), row_index, node, begin, end,
-                      np.asarray(dense_feature, dtype=np.int64),
-                      np.asarray(sparse_feature, dtype=np.int64), out)
+        _split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, row_index,
+                      node, begin, end, dense_feature, sparse_feature, out)
+    if walked_nodes.any():
+        node, begin, end = _chunks(np.where(walked_nodes, seg_start, 0),
+                                   np.where(walked_nodes, seg_count, 0), n_threads)
+        common = common_bin[np.maximum(sparse_feature, 0)]
+        _mark_rows(row_index, node, begin, end, common, columns.marks, out)
+        _walk_columns(np.unique(sparse_feature[walked_nodes]), columns.col_ptr,
+                      columns.col_rows, columns.col_bins, sparse_feature, columns.marks, out)
+        _unmark_rows(row_index, begin, end, columns.marks)
     return out
 
 

@@ -635,8 +635,9 @@ def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv
 
 
 def split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, row_index,
-                 seg_start, seg_count, dense_feature, sparse_feature, out):
-    """See ``numpy_kernels.split_column``. out: (n_rows,) C-contiguous CuPy of the bins' dtype,
+                 seg_start, seg_count, dense_feature, sparse_feature, out, columns=None):
+    """See ``numpy_kernels.split_column`` (``columns`` is not read: a thread searches its own
+    row's entries). out: (n_rows,) C-contiguous CuPy of the bins' dtype,
     written at the rows of the listed segments and returned. entry_feature: int16 or int32 CuPy
     (the kernel is compiled for its width; any other dtype raises TypeError)."""
     entry_feature = _entry_features(entry_feature)  # checked even when no row is listed

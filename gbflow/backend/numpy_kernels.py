@@ -356,14 +356,15 @@ def sparse_bin(indptr, entry_feature, entry_bin, common_bin, row, s):
 
 
 def split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, row_index,
-                 seg_start, seg_count, dense_feature, sparse_feature, out):
+                 seg_start, seg_count, dense_feature, sparse_feature, out, columns=None):
     """Every listed node's rows' bins of the node's split feature, gathered into one column.
 
     Node k splits on dense feature ``dense_feature[k]`` (a row of bins_by_feature, (D, n_rows))
     when it is >= 0, else on sparse feature ``sparse_feature[k]``. out: (n_rows,) bins, written
     at the rows of the listed segments only. The partition and margin kernels then read the
     split bins from ``out[None, :]`` with feature 0. The store's entry_feature: int16 or int32.
-    Returns ``out``.
+    columns: None, or the same entries indexed by feature (``stores.SparseColumns``), which a
+    fast version may read instead; it never changes what is written. Returns ``out``.
     """
     for k in range(len(seg_start)):
         rows = row_index[seg_start[k] : seg_start[k] + seg_count[k]]

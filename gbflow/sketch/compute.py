@@ -7,7 +7,7 @@ from .. import _dtypes, fixed_point
 from ..collective import LOCAL
 from ..csr import CSR
 from ..cuts import Cuts
-from .blocks import BLOCK_VALUES
+from .blocks import BLOCK_VALUES, kept_blocks
 from .keys import fixed_weights
 from .passes import MiddleTable, coarse_summary, fine_summary, middle_summary
 from .selection import bucket_slots, candidate_buckets, candidate_sub_buckets, choose_cuts
@@ -56,22 +56,25 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
         # local parts first (one message per process), then every process's: exact in any order
         return merge(collective.allgather(merge(summaries)))
 
-    coarse = merged([coarse_summary(xp, p, w, block_values) for p, w in zip(parts, fixed)])
+    kept = [kept_blocks(p) for p in parts]  # small parts' blocks serve all three passes
+    coarse = merged([coarse_summary(xp, p, w, block_values, k)
+                     for p, w, k in zip(parts, fixed, kept)])
     candidates = candidate_buckets(coarse, n_value_bins)
     slots = bucket_slots(candidates, coarse, None if weights is None else n_rows)
     if MiddleTable.fits(slots):  # one in-place sum of a dense table, no host merge
         table = MiddleTable(xp, slots, coarse.n_features)
-        for p, w in zip(parts, fixed):
-            table.add(p, w, block_values)
+        for p, w, k in zip(parts, fixed, kept):
+            table.add(p, w, block_values, k)
         table.counts = collective.allreduce_sum(table.counts)
         middle = table.summary()
         del table
     else:
-        middle = merged([middle_summary(xp, p, w, slots, block_values)
-                         for p, w in zip(parts, fixed)])
+        middle = merged([middle_summary(xp, p, w, slots, block_values, k)
+                         for p, w, k in zip(parts, fixed, kept)])
     sub_candidates = candidate_sub_buckets(coarse, slots, middle, n_value_bins)
-    fine = merged([fine_summary(xp, p, w, slots, sub_candidates, block_values)
-                   for p, w in zip(parts, fixed)])
+    fine = merged([fine_summary(xp, p, w, slots, sub_candidates, block_values, k)
+                   for p, w, k in zip(parts, fixed, kept)])
+    del kept
     values, offsets = choose_cuts(coarse, candidates, slots, middle, sub_candidates, fine,
                                   n_value_bins)
     return Cuts(values=values, offsets=offsets, max_bin=max_bin)

@@ -48,14 +48,16 @@ def _sub_bucket(xp, keys):
     return ((keys >> (RADIX_BITS - SUB_BITS)) & xp.uint32(N_SUB - 1)).astype(xp.intp)
 
 
-def coarse_summary(xp, X, w_fixed, block_values: int = BLOCK_VALUES) -> Summary:
+def coarse_summary(xp, X, w_fixed, block_values: int = BLOCK_VALUES,
+                   kept: dict | None = None) -> Summary:
     """Pass 1: total weight per feature and top 16 key bits, as a host ``Summary`` (shift 16).
 
     X: (n_rows, n_features) float32 (NaN missing) or a ``csr.CSR``, in ``xp``. w_fixed:
     (n_rows,) integer-valued float64 or None. block_values: values per block (the GPU takes
-    far larger blocks than the CPU)."""
+    far larger blocks than the CPU). kept: X's ``blocks.kept_blocks`` store, or None (every
+    pass takes the same)."""
     pieces = []
-    for group in _groups(xp, X, w_fixed, block_values):
+    for group in _groups(xp, X, w_fixed, block_values, kept):
         size = (group.f1 - group.f0) * N_BUCKETS
         if group.dense_table(size):
             table = xp.zeros(size, dtype=xp.int64)
@@ -67,27 +69,28 @@ def coarse_summary(xp, X, w_fixed, block_values: int = BLOCK_VALUES) -> Summary:
         else:
             acc = _Accumulator(xp, group.block_values)
             for b in group.blocks():
-                ids, w = b.fine_ids(xp)
-                ids >>= FINE_SHIFT - COARSE_SHIFT  # the coarse ids, in place
-                acc.add(ids, w)
+                # sorted fine ids (the block's, kept for the next passes), shifted: sorted too
+                ids, w = b.fine_ids(xp, ordered=True)
+                acc.add(ids >> (FINE_SHIFT - COARSE_SHIFT), w, ordered=True)
                 del b, ids, w  # freed before the next block's temporaries are made
             pieces.append(acc.result())
     return _host_summary(xp, pieces, COARSE_SHIFT, _n_features(X))
 
 
-def middle_summary(xp, X, w_fixed, slots: Slots, block_values: int = BLOCK_VALUES) -> Summary:
+def middle_summary(xp, X, w_fixed, slots: Slots, block_values: int = BLOCK_VALUES,
+                   kept: dict | None = None) -> Summary:
     """Pass 2: total weight per sub-bucket (top 24 key bits) inside candidate buckets, as a host
     ``Summary`` (shift 24). slots: ``bucket_slots`` of the merged pass-1 selection."""
-    return _host_summary(xp, list(_middle_tallies(xp, X, w_fixed, slots, block_values)),
+    return _host_summary(xp, list(_middle_tallies(xp, X, w_fixed, slots, block_values, kept)),
                          MIDDLE_SHIFT, _n_features(X))
 
 
-def _middle_tallies(xp, X, w_fixed, slots: Slots, block_values: int):
+def _middle_tallies(xp, X, w_fixed, slots: Slots, block_values: int, kept: dict | None):
     """Pass 2's device tallies, one per feature group of X that holds candidate buckets, in
     feature order: (sorted unique int64 middle ids, int64 totals > 0)."""
     buckets = slots.bucket
     device_buckets, device_masks = xp.asarray(buckets), xp.asarray(slots.mask)
-    for group in _groups(xp, X, w_fixed, block_values):
+    for group in _groups(xp, X, w_fixed, block_values, kept):
         lo, hi = group.id_range(buckets, COARSE_SHIFT)
         if lo == hi:
             continue
@@ -113,7 +116,7 @@ def _middle_tallies(xp, X, w_fixed, slots: Slots, block_values: int):
             for b in group.blocks():
                 ids, w = b.fine_ids(xp, ordered=True)
                 del b
-                ids >>= FINE_SHIFT - MIDDLE_SHIFT  # full-resolution sub-bucket ids, in place
+                ids = ids >> (FINE_SHIFT - MIDDLE_SHIFT)  # full-resolution sub-bucket ids
                 position, inside = _find(xp, local, ids >> SUB_BITS)
                 ids, position = ids[inside], position[inside]
                 ids &= masks[position] | -N_SUB  # as ``Slots.sub_ids``; still sorted
@@ -152,10 +155,12 @@ class MiddleTable:
         slots come from the merged pass-1 summary)."""
         return slots.table_size <= MIDDLE_TABLE_ENTRIES
 
-    def add(self, X, w_fixed, block_values: int = BLOCK_VALUES) -> None:
+    def add(self, X, w_fixed, block_values: int = BLOCK_VALUES,
+            kept: dict | None = None) -> None:
         """Add pass 2's weights of one part (a dense float32 matrix or a CSR in ``xp``, with its
         integer-valued float64 weights or None) to ``counts``."""
-        for ids, totals in _middle_tallies(self.xp, X, w_fixed, self._slots, block_values):
+        for ids, totals in _middle_tallies(self.xp, X, w_fixed, self._slots, block_values,
+                                           kept):
             slot = self.xp.searchsorted(self._buckets, ids >> SUB_BITS)
             # one tally's ids are unique, so are their positions: a plain indexed add
             self.counts[self._offsets[slot] + ((ids & (N_SUB - 1)) >> self._shifts[slot])] \
@@ -172,7 +177,7 @@ class MiddleTable:
 
 
 def fine_summary(xp, X, w_fixed, slots: Slots, sub_candidates: np.ndarray,
-                 block_values: int = BLOCK_VALUES) -> Summary:
+                 block_values: int = BLOCK_VALUES, kept: dict | None = None) -> Summary:
     """Pass 3: the distinct values of X in candidate sub-buckets with their total weights, as a
     host ``Summary`` (shift 32: ids are feature << 32 | the value's ordered key)."""
     buckets = slots.bucket
@@ -180,7 +185,7 @@ def fine_summary(xp, X, w_fixed, slots: Slots, sub_candidates: np.ndarray,
     device_buckets, device_subs = xp.asarray(buckets), xp.asarray(subs)
     device_masks = xp.asarray(slots.mask)
     pieces = []
-    for group in _groups(xp, X, w_fixed, block_values):
+    for group in _groups(xp, X, w_fixed, block_values, kept):
         s_lo, s_hi = group.id_range(subs, MIDDLE_SHIFT)
         if s_lo == s_hi:
             continue
