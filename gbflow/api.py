@@ -6,6 +6,7 @@ import numpy as np
 from . import boosting, inputs
 from .backend import get_backend, on_gpu
 from .booster import Booster
+from .evaluation import TRAINING, eval_options
 from .params import make_params
 
 
@@ -25,7 +26,8 @@ def _eval_dataset(entry, label, weight, train: inputs.DataSet, index: int):
 
 def train(data, label=None, params: dict | None = None, num_boost_round: int = 100,
           evals=None, early_stopping_rounds: int | None = None, weight=None,
-          verbose=True, client=None) -> Booster:
+          verbose=True, client=None, *, custom_metric=None, maximize: bool | None = None,
+          early_stopping_metric: str | None = None, metric_period: int = 1) -> Booster:
     """Train a gradient-boosted tree model.
 
     data: pandas DataFrame or 2-D NumPy array (features; float32 is used internally, NaN and
@@ -34,11 +36,33 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     this process over the partitions without one: see ``gbflow.dask``; ``client`` names a
     ``distributed.Client`` explicitly). label: column name of ``data`` (then not a feature) or
     an array with one value per row. weight: likewise, optional, non-negative. params:
-    XGBoost-style parameters (see ``gbflow.params.Params``); an unknown name is an error. evals:
-    list of (data, name) pairs evaluated after every round (frames holding the label column, or
-    (X, y[, w]) tuples); with early_stopping_rounds, training stops when the last metric of the
-    last pair has not improved for that many rounds and the model keeps the trees up to the best
-    round.
+    XGBoost-style parameters (see ``gbflow.params.Params``; ``eval_metric`` names the metrics,
+    XGBoost's names); an unknown name is an error.
+
+    evals: list of (data, name) pairs evaluated after every round (frames holding the label
+    column, or (X, y[, w]) tuples); the training data itself may be one (its margins are
+    training's own: no extra prediction). The metrics are computed on the data's device and
+    are exact: the same on any number of partitions, workers or GPUs. Values land in
+    ``booster.evals_result`` ({name: {metric: [value per evaluated round]}}, XGBoost's layout;
+    ``booster.eval_rounds`` lists the rounds). metric_period: evaluate every that many rounds
+    (and at the last) instead of every round.
+
+    early_stopping_rounds: stop when the watched metric, on the last pair of ``evals``, has not
+    improved for that many rounds; the model keeps the trees up to its best round
+    (``best_iteration``, 0-based, and ``best_score``). The watched metric is
+    ``early_stopping_metric`` or else the last metric (a custom metric's, when there is one);
+    ``maximize`` says whether larger is better (default: the metric's own direction: auc and
+    aucpr up, the others down; for a custom name, XGBoost's rule: names starting with auc, pre,
+    map or ndcg up).
+
+    custom_metric: XGBoost's signature ``f(predictions, data) -> (name, value)`` or a list of
+    such pairs, evaluated after the built-in metrics. predictions: host NumPy (n,) or
+    (n, n_classes) transformed predictions (probabilities for the classification objectives) of
+    the whole set; data: an ``evaluation.EvalMatrix`` (``get_label()``, ``get_weight()``). It
+    runs on the host: every evaluated round waits for the device and copies the set's
+    predictions there (on Dask, gathers every worker's rows to every worker, in worker order):
+    built-in metrics cost a few scalars a round instead.
+
     verbose: True for about 20 progress lines on stderr, an int for a line every that many rounds,
     False for none. Returns a ``Booster``; nothing is computed before every input has been checked.
     """
@@ -46,23 +70,17 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     if isinstance(num_boost_round, bool) or not isinstance(num_boost_round, (int, np.integer)) \
             or num_boost_round < 0:
         raise ValueError(f"num_boost_round must be a non-negative integer, got {num_boost_round!r}")
-    if early_stopping_rounds is not None and (
-            isinstance(early_stopping_rounds, bool)
-            or not isinstance(early_stopping_rounds, (int, np.integer))
-            or early_stopping_rounds < 1):
-        raise ValueError(f"early_stopping_rounds must be a positive integer, "
-                         f"got {early_stopping_rounds!r}")
     if evals is not None and not isinstance(evals, list):
         raise TypeError(f"evals must be a list of (data, name) pairs, got {type(evals).__name__}"
                         + ("; wrap a single pair in a list" if isinstance(evals, tuple) else ""))
-    if early_stopping_rounds and not evals:
-        raise ValueError("early_stopping_rounds needs at least one evaluation set in evals")
+    options = eval_options(params, bool(evals), early_stopping_rounds, early_stopping_metric,
+                           maximize, custom_metric, metric_period)
     if label is None:
         raise ValueError("train needs a label: a column name of data or an array")
     if inputs.is_dask_collection(data):  # trained where its partitions live: gbflow.dask
         from .dask import driver
-        return driver.train(data, label, params, int(num_boost_round), evals,
-                            early_stopping_rounds, weight, verbose, client=client)
+        return driver.train(data, label, params, int(num_boost_round), evals, options, weight,
+                            verbose, client=client)
     if client is not None:
         raise TypeError(f"client= is for Dask collections; the training data is a "
                         f"{type(data).__name__}, trained in this process")
@@ -72,12 +90,27 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
                           if dataset.label_name else "the training label")
     if dataset.weight is not None and not dataset.weight.sum() > 0:
         raise ValueError("weight: all training weights are zero")
-    eval_sets = [_eval_dataset(e, label, weight, dataset, i) for i, e in enumerate(evals or [])]
-    for d, name in eval_sets:
+    eval_sets = []
+    for i, entry in enumerate(evals or []):
+        if _is_training(entry, data, label, weight):
+            eval_sets.append((TRAINING, entry[1]))
+            continue
+        d, name = _eval_dataset(entry, label, weight, dataset, i)
         objective.check_label(d.label, f"evaluation set {name!r}")
-        if "auc" in params.metrics and len(np.unique(d.label)) < 2:
-            raise ValueError(f"evaluation set {name!r} holds only one class: auc is undefined "
-                             f"there (early stopping could never see it improve)")
+        eval_sets.append((d, name))
     backend = get_backend(params.device, data_on_gpu=on_gpu(dataset.X))
-    return boosting.fit(backend, [dataset], params, int(num_boost_round), eval_sets,
-                        early_stopping_rounds, verbose, drop_features=True)
+    return boosting.fit(backend, [dataset], params, int(num_boost_round), eval_sets, options,
+                        verbose, drop_features=True)
+
+
+def _is_training(entry, data, label, weight) -> bool:
+    """Whether an ``evals`` entry is the training data itself (the same objects)."""
+    if not (isinstance(entry, (tuple, list)) and len(entry) == 2):
+        return False  # _eval_dataset says what is wrong
+    given = entry[0]
+    if given is data:
+        return isinstance(label, str)  # the same frame, with the same label/weight columns
+    if isinstance(given, tuple) and len(given) in (2, 3) and given[0] is data:
+        w = given[2] if len(given) == 3 else None
+        return given[1] is label and w is weight
+    return False

@@ -7,7 +7,7 @@ import numpy as np
 
 from . import fixed_point, prepare
 from .booster import Booster
-from .evaluation import Evaluation
+from .evaluation import TRAINING, EvalOptions, EvalSet, Evaluation
 from .grow import finished_tree, grow_tree
 from .progress import Progress
 from .rules import Scales, TreeRules
@@ -20,7 +20,7 @@ def _as_parts(entry) -> list:
 
 
 def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] = (),
-        early_stopping_rounds: int | None = None, verbose=True,
+        options: EvalOptions | None = None, verbose=True,
         keep_training_margins: bool = False, *, shardset: ShardSet | None = None,
         row_offsets: list | None = None, drop_features: bool = False, emit=None,
         after_quantize=None) -> Booster:
@@ -30,8 +30,10 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     parts: non-empty list of ``inputs.DataSet`` (one shard each; 0-row parts are allowed), the
     same feature names and label/weight presence everywhere. params: validated ``Params``.
     evals: (DataSet or list of DataSet, name) pairs; a list holds this process's parts of the set
-    (possibly none). shardset: an empty ``ShardSet`` whose collective reaches the other
-    processes (default: this process only). row_offsets: global row number of each part's first
+    (possibly none); ``evaluation.TRAINING`` as data stands for the training data. options:
+    ``evaluation.EvalOptions`` (metrics every round, no early stopping by default). shardset:
+    an empty ``ShardSet`` whose collective reaches the other processes (default: this process
+    only). row_offsets: global row number of each part's first
     row (default: the parts one after the other from 0), or for a part whose rows are not
     numbered consecutively an (n_i,) uint64 array of its rows' global numbers; row sampling
     follows them. drop_features: set each part's X to None once binned, so the raw float32
@@ -57,9 +59,15 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     collective, timers = shardset.collective, shardset.timers
     if row_offsets is None:
         row_offsets = np.concatenate([[0], np.cumsum([p.n_rows for p in parts])[:-1]]).tolist()
-    eval_parts = [(_as_parts(d), name) for d, name in evals]
+    options = EvalOptions() if options is None else options
+    metric_list = params.metric_list()
+    weighted = parts[0].weight is not None
+    eval_parts = [(parts if d is TRAINING else _as_parts(d), name) for d, name in evals]
+    eval_parts = [(e, name, e[0].weight is not None if e else weighted) for e, name in eval_parts]
     with timers("quantize"):
-        n_rows, max_weight = prepare.check_global_inputs(collective, parts, eval_parts, params)
+        sizes = prepare.check_global_inputs(collective, parts, eval_parts, metric_list,
+                                            multiclass=n_groups > 1)
+        n_rows, max_weight = sizes.n_rows, sizes.max_weight
         cuts = prepare.bin_into(shardset, parts, params, n_rows, max_weight, row_offsets,
                                 drop_features)
     shards = shardset.shards
@@ -72,8 +80,11 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
         shard.margin = xp.empty((shard.n_rows, n_groups), dtype=np.float64)
         shard.margin[:] = xp.asarray(base_margin)[None, :]
     n_total = shardset.n_rows_total
-    evaluation = Evaluation(backend, eval_parts, objective, params.metrics, base_margin,
-                            collective, early_stopping_rounds)
+    eval_sets = [EvalSet(backend, name, base_margin, w, shards=shards) if d is TRAINING else
+                 EvalSet(backend, name, base_margin, w, parts=e)
+                 for (d, _), (e, name, w) in zip(evals, eval_parts)]
+    evaluation = Evaluation(backend, eval_sets, sizes.eval_rows, sizes.eval_max_weights,
+                            objective, metric_list, options, collective, num_boost_round)
     progress = Progress(verbose, num_boost_round, emit)
     trees = []
     # Fixed-point scales from the loss's bounds on |g| and |h| where it has them (no per-round
@@ -119,21 +130,23 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
         with timers("evaluation"):
             scores = evaluation.after_round(round_index, round_trees)
         progress.round(round_index, scores)
-        if evaluation.should_stop(round_index):
+        if scores and evaluation.should_stop(round_index):
             progress.say(f"early stopping at round {round_index + 1}: best round "
-                         f"{evaluation.best_iteration + 1}, {scores[-1][0]}-{scores[-1][1]}="
-                         f"{evaluation.best_score:.6f}")
+                         f"{evaluation.best_iteration + 1}, {evaluation.sets[-1].name}-"
+                         f"{evaluation.watched}={evaluation.best_score:.6f}")
             break
     trees = [finished_tree(t) for t in trees]
-    best_iteration = evaluation.best_iteration if early_stopping_rounds else None
+    stopping = bool(options.early_stopping_rounds)
+    best_iteration = evaluation.best_iteration if stopping else None
     truncated = best_iteration is not None and len(trees) > (best_iteration + 1) * n_groups
     if best_iteration is not None:  # the model ends at its best round, stopped early or not
         trees = trees[: (best_iteration + 1) * n_groups]
     booster = Booster(trees, cuts, feature_names, params, base_margin,
                       label_name=parts[0].label_name, weight_name=parts[0].weight_name,
                       best_iteration=best_iteration,
-                      best_score=evaluation.best_score if early_stopping_rounds else None)
+                      best_score=evaluation.best_score if stopping else None)
     booster.evals_result = evaluation.history
+    booster.eval_rounds = evaluation.rounds
     booster.timings = dict(timers.seconds, total=time.perf_counter() - start)
     if keep_training_margins and not truncated:
         booster.training_margins = [backend.to_host(s.margin) for s in shards]

@@ -1,69 +1,272 @@
-"""Evaluation sets while training: margins kept up to date, metrics each round, early stopping."""
+"""Evaluation sets while training: their margins, the metrics of a round, early stopping."""
 from __future__ import annotations
+
+import dataclasses
+import numbers
+
+import numpy as np
 
 from . import metrics, predictor
 
+# XGBoost's rule for the direction of a metric it does not define (a custom metric's name):
+# larger is better when the name starts with one of these.
+_MAXIMIZE_PREFIXES = ("auc", "aucpr", "pre", "map", "ndcg")
+
+
+class _Training:
+    def __repr__(self) -> str:
+        return "TRAINING"
+
+
+TRAINING = _Training()
+"""Stands for the training data in ``boosting.fit``'s ``evals``: that set's margins, labels and
+weights are training's own (no second copy, no second prediction)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalOptions:
+    """How the evaluation sets are evaluated and when training stops (``gbflow.train``'s
+    arguments of the same names, checked by ``eval_options``).
+
+    early_stopping_rounds: stop when the watched metric has not improved for that many rounds
+    (None: never). early_stopping_metric: the watched metric's name (None: the last metric, the
+    custom metric's last one when there is one), always on the last evaluation set. maximize:
+    whether larger is better for it (None: the metric's own direction). custom_metric: XGBoost's
+    signature ``f(predictions, data) -> (name, value)`` or a list of such pairs, or None.
+    metric_period: evaluate every that many rounds (and at the last round).
+    """
+
+    early_stopping_rounds: int | None = None
+    early_stopping_metric: str | None = None
+    maximize: bool | None = None
+    custom_metric: object = None
+    metric_period: int = 1
+
+
+def _positive_int(value, name: str, allow_none: bool) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def eval_options(params, has_evals: bool, early_stopping_rounds=None,
+                 early_stopping_metric=None, maximize=None, custom_metric=None,
+                 metric_period=1) -> EvalOptions:
+    """Check ``gbflow.train``'s evaluation arguments against ``params`` (validated ``Params``)
+    before any work; errors name the argument."""
+    rounds = _positive_int(early_stopping_rounds, "early_stopping_rounds", True)
+    period = _positive_int(metric_period, "metric_period", False)
+    if rounds and not has_evals:
+        raise ValueError("early_stopping_rounds needs at least one evaluation set in evals")
+    if maximize is not None and not isinstance(maximize, (bool, np.bool_)):
+        raise TypeError(f"maximize must be True, False or None, got {maximize!r}")
+    if custom_metric is not None and not callable(custom_metric):
+        raise TypeError(f"custom_metric must be a callable f(predictions, data) -> (name, value), "
+                        f"got {type(custom_metric).__name__}")
+    if rounds and not params.metrics and custom_metric is None:
+        raise ValueError("early_stopping_rounds needs a metric, but disable_default_eval_metric "
+                         "leaves none: set eval_metric or custom_metric")
+    if early_stopping_metric is not None:
+        if not isinstance(early_stopping_metric, str):
+            raise TypeError(f"early_stopping_metric must be a metric name, got "
+                            f"{early_stopping_metric!r}")
+        if custom_metric is None and early_stopping_metric not in params.metrics:
+            raise ValueError(f"early_stopping_metric {early_stopping_metric!r} is not evaluated: "
+                             f"the metrics are {list(params.metrics)} (set eval_metric)")
+    return EvalOptions(rounds, early_stopping_metric,
+                       None if maximize is None else bool(maximize), custom_metric, period)
+
+
+class EvalMatrix:
+    """What a custom metric gets besides the predictions, as XGBoost's ``DMatrix`` offers it:
+    host NumPy copies of one evaluation set's labels and weights (every process's rows)."""
+
+    def __init__(self, label: np.ndarray, weight: np.ndarray | None):
+        self._label, self._weight = label, weight
+
+    def get_label(self) -> np.ndarray:
+        """(n,) float32 labels, as XGBoost returns them."""
+        return self._label.astype(np.float32)
+
+    def get_weight(self) -> np.ndarray:
+        """(n,) float32 weights, or an empty array without weights (as XGBoost)."""
+        return np.empty(0, np.float32) if self._weight is None else \
+            self._weight.astype(np.float32)
+
+    def num_row(self) -> int:
+        return len(self._label)
+
+
+def cost_metric(function):
+    """A scikit-learn style metric ``function(y_true, y_pred[, sample_weight=...])`` as a
+    custom_metric, named after the function (XGBoost's scikit-learn wrapper takes callables
+    so): y_true ``get_label()``, y_pred the predictions, sample_weight only when the set has
+    weights."""
+    name = getattr(function, "__name__", type(function).__name__)
+
+    def custom_metric(prediction, data):
+        weight = data.get_weight()
+        kwargs = {"sample_weight": weight} if weight.size else {}
+        return name, float(function(data.get_label(), prediction, **kwargs))
+    return custom_metric
+
 
 class EvalSet:
-    """A held-out table, as this process's parts (possibly none), whose margins are kept up to
-    date tree by tree (on the backend's device)."""
+    """An evaluation set as this process holds it (possibly no part), its margins up to date.
 
-    def __init__(self, backend, parts: list, name: str, base_margin):
-        self.name, self.parts, self.backend = name, parts, backend
+    Either held-out ``parts`` (``inputs.DataSet``: X, label, weight), whose margins are
+    predicted here tree by tree, or the training ``shards`` (``shards.Shard``), whose margins
+    training keeps. labels, weights: per part (n_i,) float64 on the backend's device; weights
+    None for a set without weights (the same on every process).
+    """
+
+    def __init__(self, backend, name: str, base_margin, weighted: bool, parts=None,
+                 shards=None):
+        self.name, self.backend = name, backend
+        if shards is not None:
+            self.X = None
+            self.margin = [s.margin for s in shards]
+            self.labels = [s.label for s in shards]
+            self.weights = [s.weight for s in shards] if weighted else None
+            return
+        xp = backend.xp
         self.X = [backend.asarray(p.X) for p in parts]
         empty = predictor.FlatForest.from_trees([])
         self.margin = [predictor.predict_margin(backend, X, empty, base_margin) for X in self.X]
+        self.labels = [xp.asarray(backend.asarray(p.label), dtype=xp.float64) for p in parts]
+        self.weights = [xp.asarray(backend.asarray(p.weight), dtype=xp.float64)
+                        for p in parts] if weighted else None
 
-    def add(self, trees) -> None:
-        """Add one round's trees to the margins."""
+    def add(self, trees: list) -> None:
+        """Add trees to the margins (training adds them to its own)."""
+        if self.X is None or not trees:
+            return
         forest = predictor.FlatForest.from_trees(trees)
         for X, margin in zip(self.X, self.margin):
             predictor.add_trees(self.backend, X, forest, margin)
 
-    def request(self, objective, metric_names) -> tuple[list[str], list[tuple]]:
-        """What ``metrics.evaluate_many`` needs: the names and (label, prediction, weight) per
-        part, host arrays."""
-        xp, to_host = self.backend.xp, self.backend.to_host
-        return metric_names, [(to_host(p.label), to_host(objective.transform(xp, m)),
-                               None if p.weight is None else to_host(p.weight))
-                              for p, m in zip(self.parts, self.margin)]
-
 
 class Evaluation:
-    """Every evaluation set of a run, the metrics of each round (``history``: name -> metric ->
-    values, XGBoost's ``evals_result``) and early stopping on the last metric of the last set.
-    Every process evaluates the same rounds and gets the same values (``metrics.evaluate_many``
-    through ``collective``)."""
+    """Every evaluation set of a run, the metrics of the evaluated rounds (``history``: set ->
+    metric -> values, XGBoost's ``evals_result``; ``rounds``: which rounds they are) and early
+    stopping. Every process evaluates the same rounds and gets the same values: built-in
+    metrics from exact sums and tallies (``metrics.Evaluator``), a custom metric from every
+    process's rows gathered in process order.
 
-    def __init__(self, backend, sets: list, objective, metric_names: tuple, base_margin,
-                 collective, early_stopping_rounds: int | None):
-        self.sets = [EvalSet(backend, parts, name, base_margin) for parts, name in sets]
-        self.objective, self.metric_names, self.collective = objective, metric_names, collective
-        self.early_stopping_rounds = early_stopping_rounds
-        self.history = {e.name: {m: [] for m in metric_names} for e in self.sets}
-        self.maximize = metric_names[-1] in metrics.MAXIMIZE
+    sets: ``EvalSet``s with their global row counts and largest weights (``n_rows``,
+    ``max_weight`` lists, from ``prepare.check_global_inputs``).
+    """
+
+    def __init__(self, backend, sets: list, n_rows: list, max_weights: list, objective,
+                 metric_list: list, options: EvalOptions, collective, n_rounds: int):
+        self.backend, self.sets, self.objective = backend, sets, objective
+        self.options, self.collective, self.n_rounds = options, collective, n_rounds
+        data = [metrics.EvalData(s.name, s.labels, s.weights, n, w, objective.n_groups)
+                for s, n, w in zip(sets, n_rows, max_weights)]
+        self.names = [m.name for m in metric_list]
+        self.evaluator = metrics.Evaluator(backend, metric_list, data, collective) \
+            if sets and metric_list else None
+        self.history: dict = {s.name: {m: [] for m in self.names} for s in sets}
+        self.rounds: list[int] = []
+        self.watched = options.early_stopping_metric
+        self.maximize = options.maximize
         self.best_score = self.best_iteration = None
+        self._pending: list = []  # trees not yet in the sets' margins
+        self._host_labels = None  # per set (label, weight) of every process, for custom_metric
 
     def __bool__(self) -> bool:
         return bool(self.sets)
 
+    def due(self, round_index: int) -> bool:
+        """Whether ``round_index`` is evaluated: every ``metric_period`` rounds and the last."""
+        return (round_index + 1) % self.options.metric_period == 0 or \
+            round_index + 1 == self.n_rounds
+
     def after_round(self, round_index: int, trees: list) -> list[tuple[str, str, float]]:
-        """Add the round's trees to every set and compute the metrics: [(set, metric, value)]."""
-        for e in self.sets:
-            e.add(trees)
-        values = metrics.evaluate_many([e.request(self.objective, self.metric_names)
-                                        for e in self.sets], collective=self.collective)
-        scores = [(e.name, m, v) for e, per_set in zip(self.sets, values)
-                  for m, v in zip(self.metric_names, per_set)]
-        for name, m, value in scores:
-            self.history[name][m].append(value)
-        watched = scores[-1][2]
-        if self.best_score is None or (watched > self.best_score if self.maximize
-                                       else watched < self.best_score):
-            self.best_score, self.best_iteration = watched, round_index
+        """Take the round's (finished) trees; on an evaluated round add every pending tree to the
+        sets' margins and compute the metrics: [(set, metric, value)], else []."""
+        self._pending.extend(trees)
+        if not self.due(round_index):
+            return []
+        for s in self.sets:
+            s.add(self._pending)
+        self._pending = []
+        xp = self.backend.xp
+        predictions = [[self.objective.transform(xp, m) for m in s.margin] for s in self.sets]
+        values = self.evaluator.values(predictions) if self.evaluator else \
+            [[] for _ in self.sets]
+        scores = [(s.name, name, v) for s, per_set in zip(self.sets, values)
+                  for name, v in zip(self.names, per_set)]
+        if self.options.custom_metric is not None:
+            scores += self._custom_scores(predictions)
+        for set_name, name, value in scores:
+            self.history[set_name].setdefault(name, []).append(value)
+        self.rounds.append(round_index)
+        self._track_best(round_index, scores)
         return scores
+
+    def _track_best(self, round_index: int, scores: list) -> None:
+        last_set = self.sets[-1].name
+        if self.watched is None:
+            self.watched = [name for set_name, name, _ in scores if set_name == last_set][-1]
+        found = [v for set_name, name, v in scores if set_name == last_set and name == self.watched]
+        if not found:
+            raise ValueError(f"early_stopping_metric {self.watched!r} is not among the metrics "
+                             f"evaluated: {sorted(self.history[last_set])}")
+        if self.maximize is None:
+            self.maximize = self.watched in metrics.MAXIMIZE if self.watched in self.names else \
+                self.watched.startswith(_MAXIMIZE_PREFIXES)
+        score = found[0]
+        # strictly better, as XGBoost's EarlyStopping (NaN never is)
+        if self.best_score is None or (score > self.best_score if self.maximize
+                                       else score < self.best_score):
+            self.best_score, self.best_iteration = score, round_index
 
     def should_stop(self, round_index: int) -> bool:
         """Whether the watched metric has not improved for ``early_stopping_rounds`` rounds."""
-        return bool(self.early_stopping_rounds) and \
-            round_index - self.best_iteration >= self.early_stopping_rounds
+        rounds = self.options.early_stopping_rounds
+        return bool(rounds) and self.best_iteration is not None and \
+            round_index - self.best_iteration >= rounds
+
+    def _custom_scores(self, predictions: list) -> list[tuple[str, str, float]]:
+        """The custom metric of every set on host copies of every process's rows (a wait for
+        the device, and a gather of the predictions on several processes)."""
+        to_host, gather = self.backend.to_host, self.collective.allgather
+        if self._host_labels is None:
+            self._host_labels = []
+            for s in self.sets:
+                mine = (np.concatenate([to_host(y) for y in s.labels]) if s.labels
+                        else np.empty(0),
+                        None if s.weights is None else
+                        np.concatenate([to_host(w) for w in s.weights]) if s.weights
+                        else np.empty(0))
+                every = gather(mine)
+                self._host_labels.append(EvalMatrix(
+                    np.concatenate([y for y, _ in every]),
+                    None if s.weights is None else np.concatenate([w for _, w in every])))
+        scores = []
+        for s, preds, data in zip(self.sets, predictions, self._host_labels):
+            shape = (0,) if self.objective.n_groups == 1 else (0, self.objective.n_groups)
+            mine = np.concatenate([to_host(p) for p in preds]) if preds else np.empty(shape)
+            prediction = np.concatenate(gather(mine)) if self.collective.size > 1 else mine
+            for name, value in _pairs(self.options.custom_metric(prediction, data)):
+                if name in self.names:
+                    raise ValueError(f"custom_metric returned {name!r}, the name of an "
+                                     f"eval_metric; give it another name")
+                scores.append((s.name, name, value))
+        return scores
+
+
+def _pairs(result) -> list[tuple[str, float]]:
+    """custom_metric's result as (name, value) pairs; TypeError for anything else."""
+    pairs = [result] if isinstance(result, tuple) else result
+    try:
+        out = [(name, float(value)) for name, value in pairs]
+    except (TypeError, ValueError):
+        out = None
+    if not out or not all(isinstance(name, str) for name, _ in out):
+        raise TypeError(f"custom_metric must return (name, value) or a list of (name, value) "
+                        f"pairs with a string name and a number, got {result!r}")
+    return out

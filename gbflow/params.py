@@ -39,6 +39,10 @@ class Params:
     base_score: float | None = None
     num_class: int | None = None
     eval_metric: tuple[str, ...] | None = None
+    huber_slope: float = 1.0  # the mphe metric's delta (XGBoost's name and default)
+    quantile_alpha: float = 0.5  # the quantile metric's level (XGBoost's name and default)
+    # XGBoost's: without eval_metric, evaluate no built-in metric (only a custom metric)
+    disable_default_eval_metric: bool = False
     device: str = "auto"
     # LightGBM's meaning: a column whose most common bin holds more than this share of rows is
     # stored as sparse entries (1.0: none is). Routing changes speed and memory, never the model.
@@ -55,9 +59,15 @@ class Params:
 
     @property
     def metrics(self) -> tuple[str, ...]:
+        """The names of the metrics evaluated: ``eval_metric``, or the objective's default."""
         if self.eval_metric is not None:
             return self.eval_metric
-        return (self.loss.default_metric,)
+        return () if self.disable_default_eval_metric else (self.loss.default_metric,)
+
+    def metric_list(self) -> list:
+        """The ``metrics.Metric`` of every name in ``metrics`` (made anew: they hold functions,
+        which are not kept on the parameters that travel to Dask workers)."""
+        return [metrics.metric(name, self) for name in self.metrics]
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -147,7 +157,8 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         ("reg_lambda", float, 0, math.inf, False), ("reg_alpha", float, 0, math.inf, False),
         ("subsample", float, 0, 1, True), ("colsample_bytree", float, 0, 1, True),
         ("max_bin", int, 3, 65536, False), ("seed", int, -(2**63), 2**63 - 1, False),
-        ("sparse_threshold", float, 0, 1, False),
+        ("sparse_threshold", float, 0, 1, False), ("huber_slope", float, 0, math.inf, True),
+        ("quantile_alpha", float, 0, 1, True),
     ]:
         if name not in merged:
             continue
@@ -192,6 +203,11 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         raise ValueError(f"parameter device must be one of {', '.join(map(repr, DEVICES))}, "
                          f"got {device!r}")
     p["device"] = device
+    disable = merged.get("disable_default_eval_metric", False)
+    if disable not in (True, False, 0, 1) or isinstance(disable, float):
+        raise TypeError(f"parameter disable_default_eval_metric must be True or False, got "
+                        f"{disable!r}")
+    p["disable_default_eval_metric"] = bool(disable)
     metric = merged.get("eval_metric")
     if metric is not None:
         if isinstance(metric, str):
@@ -204,14 +220,19 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         if not names:
             raise ValueError("parameter eval_metric is an empty list; leave it out for the "
                              "objective's default metric")
-        fits = {"reg:squarederror": {"rmse"}, "binary:logistic": {"logloss", "auc", "rmse"},
-                "multi:softprob": {"mlogloss"}}[objective]
-        for m in names:
-            if m not in metrics.METRICS:
-                raise ValueError(f"eval_metric {m!r} is not supported "
-                                 f"(supported: {', '.join(metrics.METRICS)})")
-            if m not in fits:
-                raise ValueError(f"eval_metric {m!r} does not fit objective {objective} "
-                                 f"(use one of {sorted(fits)})")
+        multiclass = objective == "multi:softprob"
+        seen = set()
+        for name in names:
+            m = metrics.metric(name)
+            if not metrics.fits_objective(m, multiclass):
+                fitting = [n for n in metrics.METRICS
+                           if metrics.fits_objective(metrics.metric(n if n != "tweedie-nloglik"
+                                                                    else n + "@1.5"), multiclass)]
+                raise ValueError(f"eval_metric {name!r} does not fit objective {objective} "
+                                 f"({'one output per class' if multiclass else 'one output'}; "
+                                 f"use one of {', '.join(fitting)})")
+            if m.name in seen:
+                raise ValueError(f"eval_metric lists {m.name!r} twice")
+            seen.add(m.name)
         p["eval_metric"] = names
     return Params(**p)

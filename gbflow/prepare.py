@@ -1,6 +1,8 @@
 """From checked training parts to binned shards: global checks, cuts, binning, stores."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from . import binning, routing, sketch
@@ -8,10 +10,24 @@ from .shards import Shard
 from .stores import DenseStore, SparseStore
 
 
-def check_global_inputs(collective, parts, eval_sets, params) -> tuple[int, float]:
-    """Checks that need every process's data; every process raises the same error. Returns the
-    training rows and the largest training weight over every process (1.0 without weights).
-    eval_sets: (this process's parts, name) pairs."""
+@dataclasses.dataclass(frozen=True)
+class GlobalSizes:
+    """Row counts and largest weights over every process (1.0 without weights), for the training
+    data and per evaluation set."""
+
+    n_rows: int
+    max_weight: float
+    eval_rows: list
+    eval_max_weights: list
+
+
+def check_global_inputs(collective, parts, eval_sets, metric_list,
+                        multiclass: bool = False) -> GlobalSizes:
+    """Checks that need every process's data; every process raises the same error.
+
+    eval_sets: (this process's parts, name, weighted) per evaluation set. metric_list: the
+    ``metrics.Metric``s evaluated: their label ranges are checked on every set (unless
+    ``multiclass``: the objective checked the class labels), and auc's two classes."""
     # the rows, and the parts too long for int32 row positions (_dtypes.ROW_INDEX), in one sum
     n_rows, too_long = collective.allreduce_sum(np.array(
         [sum(p.n_rows for p in parts), sum(p.n_rows >= 2**31 for p in parts)], dtype=np.int64))
@@ -28,21 +44,31 @@ def check_global_inputs(collective, parts, eval_sets, params) -> tuple[int, floa
         if not largest > 0:
             raise ValueError("weight: all training weights are zero")
     if not eval_sets:
-        return int(n_rows), float(largest)
-    # Per evaluation set: row count, and the label range (auc needs two classes).
-    counts = collective.allreduce_sum(np.array([sum(p.n_rows for p in e) for e, _ in eval_sets],
+        return GlobalSizes(int(n_rows), float(largest), [], [])
+    # Per evaluation set: row count, then the label range and the largest weight in one max.
+    counts = collective.allreduce_sum(np.array([sum(p.n_rows for p in e) for e, _, _ in eval_sets],
                                                dtype=np.int64))
     ranges = collective.allreduce_max(np.array(
         [[max((float(p.label.max()) for p in e if p.n_rows), default=-np.inf),
-          max((-float(p.label.min()) for p in e if p.n_rows), default=-np.inf)]
-         for e, _ in eval_sets], dtype=np.float64))
-    for (_, name), count, (high, minus_low) in zip(eval_sets, counts, ranges):
+          max((-float(p.label.min()) for p in e if p.n_rows), default=-np.inf),
+          max((float(p.weight.max()) for p in e if p.n_rows and weighted), default=0.0)]
+         for e, _, weighted in eval_sets], dtype=np.float64).reshape(-1, 3))
+    max_weights = []
+    for (_, name, weighted), count, (high, minus_low, heaviest) in zip(eval_sets, counts, ranges):
         if count == 0:
             raise ValueError(f"evaluation set {name!r} has no rows")
-        if "auc" in params.metrics and high == -minus_low:
-            raise ValueError(f"evaluation set {name!r} holds only one class: auc is undefined "
-                             f"there (early stopping could never see it improve)")
-    return int(n_rows), float(largest)
+        for m in metric_list:
+            problem = None if multiclass else m.label_problem(-minus_low, high)
+            if problem:
+                raise ValueError(f"{problem}; evaluation set {name!r} has labels from "
+                                 f"{-minus_low:g} to {high:g}")
+            if m.kind in ("auc", "aucpr") and high == -minus_low:
+                raise ValueError(f"evaluation set {name!r} holds only one class: {m.name} is "
+                                 f"undefined there (early stopping could never see it improve)")
+        if weighted and not heaviest > 0:
+            raise ValueError(f"evaluation set {name!r}: all weights are zero")
+        max_weights.append(float(heaviest) if weighted else 1.0)
+    return GlobalSizes(int(n_rows), float(largest), [int(c) for c in counts], max_weights)
 
 
 def _row_offset(offset):

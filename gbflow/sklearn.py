@@ -16,6 +16,7 @@ except ImportError as e:  # scikit-learn < 1.6
     raise ImportError("gbflow's scikit-learn estimators need scikit-learn >= 1.6") from e
 
 from .api import train
+from .evaluation import cost_metric
 from .inputs import is_dask_collection
 
 __all__ = ["GBFlowClassifier", "GBFlowRegressor"]
@@ -288,9 +289,14 @@ class _GBFlowModel(BaseEstimator):
         if self.early_stopping_rounds is not None and not evals:
             raise ValueError("early_stopping_rounds needs a validation set: pass "
                              "eval_set=[(X_valid, y_valid)] to fit")
+        custom = None
+        if callable(self.eval_metric):  # XGBoost's: a cost f(y_true, y_pred), minimised
+            params = {**params, "eval_metric": None}
+            custom = cost_metric(self.eval_metric)
         booster = train(**training, params=params, num_boost_round=self.n_estimators,
                         evals=evals or None, early_stopping_rounds=self.early_stopping_rounds,
-                        verbose=self.verbose)
+                        verbose=self.verbose, custom_metric=custom,
+                        maximize=False if custom is not None else None)
         self.booster_ = booster = adapter.trained(booster)
         self.evals_result_ = {name: {m: list(v) for m, v in per.items()}
                               for name, per in booster.evals_result.items()}
@@ -397,11 +403,11 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
         drawn from once per fit).
     base_score : float or None, default None
         Starting prediction; None estimates it from the (weighted) target mean.
-    eval_metric : str, list of str or None, default None
-        Metrics for ``eval_set`` (default: the objective's); the last one drives early stopping.
-    early_stopping_rounds : int or None, default None
-        Stop when the last metric of the last ``eval_set`` entry has not improved for this many
-        rounds; the model keeps the trees up to the best round.
+    eval_metric : str, list of str, callable or None, default None
+        XGBoost's metric names (default: the objective's); the last drives early stopping,
+        which keeps the trees up to the best round. A callable f(y_true, y_pred) (as XGBoost's
+        wrapper: a cost, on the host, after the default metric; y_true encoded labels).
+    early_stopping_rounds : int or None, default None: rounds without improvement to stop at
     device : {"auto", "cpu", "cuda"}, default "auto"
     sparse_threshold : float, default 0.8
         Storage routing only; never changes the model.

@@ -21,6 +21,7 @@ import gbflow  # noqa: E402
 import gbflow.dask  # noqa: E402
 from gbflow import boosting, inputs  # noqa: E402
 from gbflow.backend import get_backend  # noqa: E402
+from gbflow.evaluation import EvalOptions  # noqa: E402
 from gbflow.params import make_params  # noqa: E402
 
 PARAMS = {
@@ -89,8 +90,8 @@ def test_same_model_file_in_process_and_on_1_2_4_workers(task, clients, tmp_path
     fitted = boosting.fit(get_backend("cpu"),
                           [inputs.load(p, "y", "w", allow_empty=True) for p in train_parts],
                           make_params(params), 8,
-                          [([inputs.load(p, "y", "w") for p in valid_parts], "valid")], stop,
-                          verbose=False)
+                          [([inputs.load(p, "y", "w") for p in valid_parts], "valid")],
+                          EvalOptions(early_stopping_rounds=stop), verbose=False)
     assert _model_bytes(fitted, tmp_path, "parts") == expected
     local = gbflow.train(_dask_frame(train_parts), evals=[(_dask_frame(valid_parts), "valid")],
                          **kwargs)
@@ -102,6 +103,34 @@ def test_same_model_file_in_process_and_on_1_2_4_workers(task, clients, tmp_path
         assert len(booster.worker_report) == n_workers  # every worker took part
         assert _model_bytes(booster, tmp_path, f"dask-{n_workers}") == expected, n_workers
         assert booster.evals_result == local.evals_result
+
+
+@pytest.mark.parametrize("n_valid", [600, 70_000])  # auc by value, and in dense buckets
+def test_metrics_and_early_stopping_on_workers_equal_in_process(n_valid, clients):
+    """Every metric, the training frame as an evaluation set, a custom metric and early
+    stopping on a metric that is not the last: the same values and model on 2 and 3 workers as
+    in this process (the custom metric sees every worker's rows)."""
+    df = make_table(n_rows=3000, task="binary", seed=23)
+    valid = make_table(n_rows=n_valid, task="binary", seed=24)
+    train_parts = _partitions(df, [0, 700, 700, 1900, 3000])
+    valid_parts = _partitions(valid, [0, n_valid // 3, n_valid // 2, n_valid])
+    params = {"objective": "binary:logistic", "max_depth": 3,
+              "eval_metric": ["auc", "aucpr", "logloss", "error@0.4", "rmse"]}
+
+    def largest_error(prediction, data):  # independent of the order of rows
+        return "largest", float(np.max(np.abs(prediction - data.get_label())))
+    kwargs = dict(label="y", params=params, num_boost_round=12, early_stopping_rounds=3,
+                  early_stopping_metric="auc", custom_metric=largest_error, verbose=False)
+    expected = gbflow.train(df, evals=[(df, "train"), (valid, "valid")], **kwargs)
+    assert list(expected.evals_result["valid"]) == params["eval_metric"] + ["largest"]
+    for n_workers in (0, 2, 3):
+        ddf = _dask_frame(train_parts)
+        booster = gbflow.train(ddf, evals=[(ddf, "train"), (_dask_frame(valid_parts), "valid")],
+                               client=clients(n_workers) if n_workers else None, **kwargs)
+        assert booster.evals_result == expected.evals_result, n_workers
+        assert booster.to_json() == expected.to_json(), n_workers
+        assert (booster.best_iteration, booster.best_score) == \
+            (expected.best_iteration, expected.best_score)
 
 
 def test_a_worker_holding_only_an_empty_partition_takes_part(clients):
@@ -394,7 +423,7 @@ def test_a_workers_partitions_are_joined_with_their_global_row_numbers():
 
     df = make_table(n_rows=100, seed=39)
     spec = messages.Spec(session="", topic="", params=make_params({}), num_boost_round=1,
-                         early_stopping_rounds=None, verbose=False, label="y", weight=None,
+                         options=EvalOptions(), verbose=False, label="y", weight=None,
                          features=tuple(c for c in df.columns if c != "y"),
                          train=messages.Table("training data", tuple(df.columns)), evals=(),
                          timeout=1.0)

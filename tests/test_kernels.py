@@ -630,3 +630,51 @@ def test_bins_agree_with_thresholds(values, max_bin):
     for t in range(1, len(cuts.values) + 1):  # split "bins 1..t go left" == "x < cuts[t-1]"
         present = ~np.isnan(X[:, 0])
         assert np.array_equal((bins[present] <= t), X[present, 0] < cuts.values[t - 1])
+
+
+@pytest.mark.parametrize("n", [0, 1, 1000, 100_003])
+def test_fixed_point_words(kernels, n):
+    rng = np.random.default_rng(n)
+    values = rng.standard_normal(n) * 1e3
+    values[::7] = 0.0
+    scale, low_scale = 2.0**40, 2.0**30
+    expected = numpy_kernels.fixed_point_words(values, scale, low_scale)
+    got = np.asarray(kernels.fixed_point_words(values, scale, low_scale))
+    assert got.dtype == np.int64 and np.array_equal(got, expected)
+    # the words are the sum, exactly (to 2**-70 here)
+    if n:
+        exact = sum(map(float, values))  # about 1e-13 relative: the words are finer
+        total = float(expected[0]) / scale + float(expected[1]) / (scale * low_scale)
+        assert total == pytest.approx(exact, rel=1e-12, abs=1e-9)
+    # a split of the values gives the same words
+    if n > 2:
+        halves = [numpy_kernels.fixed_point_words(part, scale, low_scale)
+                  for part in (values[: n // 3], values[n // 3:])]
+        assert np.array_equal(halves[0] + halves[1], expected)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_auc_tally(kernels, weighted):
+    rng = np.random.default_rng(7)
+    n, n_buckets = 50_000, 4096
+    bucket = rng.integers(0, n_buckets, n)
+    label = (rng.random(n) < 0.3).astype(np.float64)
+    label[:100] = 0.25  # soft labels
+    weight = rng.random(n) * 3 if weighted else None
+    scale = 2.0**10
+    out = np.full((2, n_buckets), 5, dtype=np.int64)  # added into
+    expected = numpy_kernels.auc_tally(bucket, label, weight, scale, out.copy())
+    got = kernels.auc_tally(bucket, label, weight, scale, out)
+    assert np.array_equal(got, expected) and np.array_equal(out, expected)
+    w = (weight if weighted else np.ones(n)) * scale
+    assert expected.sum() - 5 * 2 * n_buckets == np.rint(w).astype(np.int64).sum()
+    assert expected[0].sum() - 5 * n_buckets == np.rint(w * label).astype(np.int64).sum()
+
+
+def test_log_gamma(kernels):
+    values = np.concatenate([np.arange(1, 50, dtype=np.float64), [0.5, 1.5, 1e6, 3.25]])
+    expected = numpy_kernels.log_gamma(values)
+    got = np.asarray(kernels.log_gamma(values))
+    # numba's and CUDA's lgamma are their own implementations: equal to a few ulps
+    assert np.allclose(got, expected, rtol=1e-13, atol=0)
+    assert expected[0] == 0.0 and expected[3] == pytest.approx(np.log(6.0))

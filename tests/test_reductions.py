@@ -1,56 +1,20 @@
-"""Cross-part reductions that the Dask collective relies on: metric sums and AUC tables do not
+"""Cross-part reductions that the Dask collective relies on: exact sums and the sketch do not
 depend on how rows are split, and evaluation sets split into parts give the same model file."""
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pytest
 from conftest import make_table
 
-from gbflow import boosting, collective, fixed_point, inputs, metrics
+from gbflow import boosting, collective, fixed_point, inputs
 from gbflow.backend import get_backend
+from gbflow.evaluation import EvalOptions
 from gbflow.params import make_params
 
 
 def _splits(n: int, rng, k: int) -> list[np.ndarray]:
     cuts = np.sort(rng.choice(np.arange(1, n), size=k - 1, replace=False))
     return np.split(np.arange(n), cuts)
-
-
-def test_exact_totals_do_not_depend_on_the_split_and_round_correctly():
-    rng = np.random.default_rng(0)
-    values = rng.normal(size=5000) * np.exp(rng.uniform(-20, 20, size=5000))  # wide range
-    whole = metrics.exact_totals([[values]])[0]
-    assert whole == pytest.approx(math.fsum(values), rel=1e-15)
-    for k in (2, 7, 50):
-        parts = [values[i] for i in _splits(len(values), rng, k)]
-        assert metrics.exact_totals([parts])[0] == whole
-        assert metrics.exact_totals([parts[::-1]])[0] == whole
-    assert metrics.exact_totals([[np.zeros(0)], [np.ones(3)]]) == [0.0, 3.0]
-
-
-def test_metrics_are_the_same_for_any_split_and_match_their_formulas():
-    rng = np.random.default_rng(1)
-    n = 3000
-    label = (rng.random(n) < 0.4).astype(np.float64)
-    prediction = np.round(rng.random(n), 2)  # many ties
-    weight = rng.uniform(0.1, 3.0, n)
-    for name in ("rmse", "logloss", "auc"):
-        whole = metrics.evaluate_many([([name], [(label, prediction, weight)])])[0][0]
-        parts = [(label[i], prediction[i], weight[i]) for i in _splits(n, rng, 6)]
-        assert metrics.evaluate_many([([name], parts)])[0][0] == whole
-    assert metrics.rmse(label, prediction, weight) == pytest.approx(
-        math.sqrt(np.sum(weight * (prediction - label) ** 2) / weight.sum()), rel=1e-14)
-    p = np.clip(prediction, 1e-15, 1 - 1e-15)
-    assert metrics.logloss(label, prediction) == pytest.approx(
-        -np.mean(label * np.log(p) + (1 - label) * np.log(1 - p)), rel=1e-14)
-    sklearn_metrics = pytest.importorskip("sklearn.metrics")
-    assert metrics.auc(label, prediction, weight) == pytest.approx(
-        sklearn_metrics.roc_auc_score(label, prediction, sample_weight=weight), rel=1e-12)
-    assert metrics.auc(label, prediction) == pytest.approx(
-        sklearn_metrics.roc_auc_score(label, prediction), rel=1e-14)
-    assert math.isnan(metrics.auc(np.ones(4), prediction[:4]))
 
 
 def test_exact_sum_with_a_collective_matches_the_local_one():
@@ -68,8 +32,9 @@ def test_exact_sum_with_a_collective_matches_the_local_one():
     assert Recorder.calls == 2  # the count and the total: every process makes the same calls
 
 
-@pytest.mark.parametrize("task, metric", [("regression", "rmse"), ("binary", "auc"),
-                                          ("multiclass", "mlogloss")])
+@pytest.mark.parametrize("task, metric", [("regression", "rmse"), ("regression", "mae"),
+                                          ("binary", "auc"), ("binary", "aucpr"),
+                                          ("multiclass", "mlogloss"), ("multiclass", "auc")])
 def test_an_evaluation_set_split_into_parts_gives_the_same_model(task, metric):
     params = {"regression": {}, "binary": {"objective": "binary:logistic"},
               "multiclass": {"objective": "multi:softprob", "num_class": 3}}[task]
@@ -78,11 +43,11 @@ def test_an_evaluation_set_split_into_parts_gives_the_same_model(task, metric):
     train = [inputs.load(df.iloc[:1500], "y")]
     valid = df.iloc[1500:]
     one = boosting.fit(get_backend("cpu"), train, params, 12,
-                       [(inputs.load(valid, "y"), "v")], early_stopping_rounds=2,
+                       [(inputs.load(valid, "y"), "v")], EvalOptions(early_stopping_rounds=2),
                        verbose=False)
     pieces = [inputs.load(valid.iloc[a:b], "y") for a, b in [(0, 1), (1, 260), (260, 500)]]
     split = boosting.fit(get_backend("cpu"), train, params, 12, [(pieces, "v")],
-                         early_stopping_rounds=2, verbose=False)
+                         EvalOptions(early_stopping_rounds=2), verbose=False)
     assert split.to_json() == one.to_json()
     assert split.evals_result == one.evals_result
 

@@ -325,6 +325,36 @@ def test_classifiers_equal_train_with_encoded_labels():
     assert binary.evals_result_ == booster.evals_result
 
 
+def test_a_callable_eval_metric_is_a_cost_as_in_xgboosts_wrapper():
+    """eval_metric=f(y_true, y_pred): evaluated after the default metric, named after f,
+    minimised by early stopping: XGBoost's wrapper's evals_result layout."""
+    from sklearn.metrics import log_loss, mean_absolute_error
+    xgb = pytest.importorskip("xgboost")
+    X, y = three_class_data(n=300)
+    codes = np.unique(y, return_inverse=True)[1]
+    binary = (codes == 1).astype(int)
+    weights = np.linspace(0.5, 2.0, 100)
+    model = GBFlowClassifier(n_estimators=30, max_depth=2, eval_metric=log_loss,
+                             early_stopping_rounds=3)
+    model.fit(X[100:], binary[100:], eval_set=[(X[:100], binary[:100])],
+              sample_weight_eval_set=[weights])
+    theirs = xgb.XGBClassifier(n_estimators=30, max_depth=2, eval_metric=log_loss,
+                               early_stopping_rounds=3)
+    theirs.fit(X[100:], binary[100:], eval_set=[(X[:100], binary[:100])],
+               sample_weight_eval_set=[weights], verbose=False)
+    assert list(model.evals_result_["validation_0"]) == \
+        list(theirs.evals_result()["validation_0"]) == ["logloss", "log_loss"]
+    history = model.evals_result_["validation_0"]["log_loss"]
+    assert model.best_iteration_ == int(np.argmin(history))
+    p = model.predict_proba(X[:100])[:, 1]
+    assert history[model.best_iteration_] == pytest.approx(
+        log_loss(binary[:100], p, sample_weight=weights), rel=1e-6)
+    regressor = GBFlowRegressor(n_estimators=5, eval_metric=mean_absolute_error)
+    regressor.fit(X, codes.astype(float), eval_set=[(X, codes.astype(float))])
+    assert regressor.evals_result_["validation_0"]["mean_absolute_error"][-1] == \
+        pytest.approx(mean_absolute_error(codes, regressor.predict(X)))
+
+
 # -- adapters and parameters -----------------------------------------------------------------
 def _dask_frame(df, npartitions=2):
     pytest.importorskip("distributed")  # gbflow.dask needs it

@@ -8,6 +8,7 @@ with the same operations in the same order as the NumPy twin (no fastmath), so t
 from __future__ import annotations
 
 import contextlib
+import math
 
 import numba
 import numpy as np
@@ -775,4 +776,64 @@ def predict_margins_csr(indptr, indices, data, feature, threshold, default_left,
     and returned."""
     _predict_margins_csr(indptr, indices, data, feature, threshold, default_left, left, right,
                          value, tree_root, tree_group, out)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation metrics: see the section of numpy_kernels.
+
+@njit(parallel=True, **_JIT)
+def _fixed_point_words(values, scale, low_scale, n_threads):
+    words = np.zeros((n_threads, 2), dtype=np.int64)
+    n = values.shape[0]
+    chunk = (n + n_threads - 1) // n_threads
+    for t in prange(n_threads):
+        high_sum = np.int64(0)
+        low_sum = np.int64(0)
+        for i in range(t * chunk, min(n, (t + 1) * chunk)):
+            scaled = np.float64(values[i]) * scale
+            high = np.rint(scaled)
+            high_sum += np.int64(high)
+            low_sum += np.int64(np.rint((scaled - high) * low_scale))
+        words[t, 0] = high_sum
+        words[t, 1] = low_sum
+    return words.sum(axis=0)
+
+
+def fixed_point_words(values, scale, low_scale):
+    """See numpy_kernels.fixed_point_words (per-thread integer sums, added: the same words)."""
+    return _fixed_point_words(np.asarray(values), np.float64(scale), np.float64(low_scale),
+                              numba.get_num_threads())
+
+
+@njit(**_JIT)
+def _auc_tally(bucket, label, weight, has_weight, scale, out):
+    # serial: the tallies are too large for a copy per thread, and a row costs a few ns
+    for i in range(bucket.shape[0]):
+        w = weight[i] * scale if has_weight else scale
+        positive = np.int64(np.rint(w * label[i]))
+        out[0, bucket[i]] += positive
+        out[1, bucket[i]] += np.int64(np.rint(w)) - positive
+
+
+def auc_tally(bucket, label, weight, scale, out):
+    """See numpy_kernels.auc_tally."""
+    has_weight = weight is not None
+    _auc_tally(np.asarray(bucket, dtype=np.int64), np.asarray(label, dtype=np.float64),
+               np.asarray(weight, dtype=np.float64) if has_weight else np.zeros(1), has_weight,
+               np.float64(scale), out)
+    return out
+
+
+@njit(parallel=True, **_JIT)
+def _log_gamma(values, out):
+    for i in prange(values.shape[0]):
+        out[i] = math.lgamma(values[i])
+
+
+def log_gamma(values):
+    """See numpy_kernels.log_gamma (numba's lgamma: equal to a few ulps)."""
+    values = np.asarray(values, dtype=np.float64)
+    out = np.empty(len(values), dtype=np.float64)
+    _log_gamma(values, out)
     return out

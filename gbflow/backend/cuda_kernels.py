@@ -674,3 +674,36 @@ def predict_margins_csr(indptr, indices, data, feature, threshold, default_left,
          _dev(tree_root, np.int64), _dev(tree_group, np.int32), _i32(len(tree_root)), out,
          _i32(out.shape[1])))
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation metrics: see the section of numpy_kernels. CuPy's elementwise operations and
+# reductions: the sums are of integers (int64, or integer-valued float64 below 2**53 in the
+# bincount's atomics), exact in any order, so they equal the twin's.
+
+def fixed_point_words(values, scale, low_scale):
+    """See ``numpy_kernels.fixed_point_words``; a (2,) int64 CuPy array (nothing is read back)."""
+    scaled = cp.asarray(values, dtype=cp.float64) * scale
+    high = cp.rint(scaled)
+    low = cp.rint((scaled - high) * low_scale)
+    return cp.stack([high.astype(cp.int64).sum(), low.astype(cp.int64).sum()])
+
+
+def auc_tally(bucket, label, weight, scale, out):
+    """See ``numpy_kernels.auc_tally``. out: (2, n_buckets) int64 CuPy, updated in place."""
+    n_buckets = out.shape[1]
+    w = cp.full(len(bucket), scale, dtype=cp.float64) if weight is None else \
+        cp.asarray(weight, dtype=cp.float64) * scale
+    total = cp.rint(w)
+    positive = cp.rint(w * cp.asarray(label, dtype=cp.float64))
+    out[0] += cp.bincount(bucket, weights=positive, minlength=n_buckets).astype(cp.int64)
+    out[1] += cp.bincount(bucket, weights=total - positive,
+                          minlength=n_buckets).astype(cp.int64)
+    return out
+
+
+def log_gamma(values):
+    """See ``numpy_kernels.log_gamma``: CuPy's lgamma (it may differ from the host's in the last
+    bits, as its exp and log do)."""
+    from cupyx.scipy.special import gammaln
+    return gammaln(cp.asarray(values, dtype=cp.float64))

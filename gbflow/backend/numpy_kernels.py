@@ -15,6 +15,8 @@ Shared conventions (see ``gbflow._dtypes``):
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import _dtypes
@@ -398,6 +400,43 @@ def predict_margins_csr(indptr, indices, data, feature, threshold, default_left,
                 node = left[node] if go_left else right[node]
             out[r, tree_group[t]] += value[node]
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation metrics (``gbflow.metrics``): exact sums of per-row values, and the AUC's tallies.
+
+def fixed_point_words(values, scale, low_scale):
+    """The sum of ``values`` in two-word fixed point: (2,) int64 [sum of rint(v * scale), sum of
+    rint((v * scale - rint(v * scale)) * low_scale)] (``metrics.exact``: the words of every part
+    and process add up exactly; scale and low_scale are powers of two chosen so that neither sum
+    can overflow). values: (n,) float (any strides)."""
+    scaled = np.asarray(values, dtype=np.float64) * scale
+    high = np.rint(scaled)
+    low = np.rint((scaled - high) * low_scale)
+    return np.array([high.astype(np.int64).sum(), low.astype(np.int64).sum()], dtype=np.int64)
+
+
+def auc_tally(bucket, label, weight, scale, out):
+    """Add every row's fixed-point positive and negative weight into its bucket, in place.
+
+    bucket: (n,) int64 bucket ids in 0..n_buckets-1. label: (n,) float64 in [0, 1] (a soft label
+    is its share of positive weight). weight: (n,) float64 or None (weight 1). scale: the power of
+    two of the weights' fixed point, small enough that a bucket's tally stays below 2**53 (float64
+    bincounts are exact there). A row adds positive = rint(w * scale * y) to out[0, bucket] and
+    rint(w * scale) - positive to out[1, bucket]. out: (2, n_buckets) int64. Returns ``out``."""
+    w = np.full(len(bucket), scale) if weight is None else np.asarray(weight) * scale
+    total = np.rint(w).astype(np.int64)
+    positive = np.rint(w * np.asarray(label, dtype=np.float64)).astype(np.int64)
+    n_buckets = out.shape[1]
+    out[0] += np.bincount(bucket, weights=positive, minlength=n_buckets).astype(np.int64)
+    out[1] += np.bincount(bucket, weights=total - positive, minlength=n_buckets).astype(np.int64)
+    return out
+
+
+def log_gamma(values):
+    """(n,) float64 log Gamma(v) of (n,) float values (math.lgamma's; a new array)."""
+    return np.array([math.lgamma(v) for v in np.asarray(values, dtype=np.float64).tolist()],
+                    dtype=np.float64)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,12 +11,13 @@ import uuid
 
 from .. import boosting
 from ..backend import get_backend, on_gpu
+from ..evaluation import EvalOptions
 from ..params import Params
 from ..progress import Progress
 from . import inputs as dask_inputs
 from .collective import CollectivePlugin, abort_session
 from .errors import CollectiveAborted, CollectiveError, WorkerLostError
-from .loading import JoinedPartitions, first_error, global_offsets
+from .loading import JoinedPartitions, eval_parts, first_error, global_offsets
 from .messages import PartitionRef, Spec
 from .task import train_task
 
@@ -35,14 +36,19 @@ def _timeout() -> float:
                                  default="seconds"))
 
 
-def _spec(params, num_boost_round, early_stopping_rounds, verbose, label, weight, features,
+def _spec(params, num_boost_round, options, verbose, label, weight, features,
           train_table, evals, data_on_gpu: bool, session="") -> Spec:
     return Spec(
         session=session, topic=f"gbflow-{session}", params=params,
-        num_boost_round=num_boost_round, early_stopping_rounds=early_stopping_rounds,
+        num_boost_round=num_boost_round, options=options,
         verbose=verbose, label=label, weight=weight, features=tuple(features), train=train_table,
         evals=tuple((name, table) for _, name, table in evals), timeout=_timeout(),
         data_on_gpu=data_on_gpu)
+
+
+def _delayed(frame) -> list:
+    """A frame's partitions as delayed objects (none for the training data as an eval set)."""
+    return [] if frame is None else list(frame.to_delayed())
 
 
 def current_client():
@@ -54,7 +60,7 @@ def current_client():
         return None
 
 
-def train(data, label, params: Params, num_boost_round: int, evals, early_stopping_rounds,
+def train(data, label, params: Params, num_boost_round: int, evals, options: EvalOptions,
           weight, verbose, client=None):
     """``gbflow.train`` for a Dask DataFrame (parameters as there, already checked).
 
@@ -62,7 +68,7 @@ def train(data, label, params: Params, num_boost_round: int, evals, early_stoppi
     process over the partitions. Either way the model is the same bit for bit.
     """
     ddf, features, table, evals = dask_inputs.check(data, label, weight, evals)
-    spec = _spec(params, num_boost_round, early_stopping_rounds, verbose, label, weight, features,
+    spec = _spec(params, num_boost_round, options, verbose, label, weight, features,
                  table, evals, data_on_gpu=on_gpu(ddf._meta))
     client = client if client is not None else current_client()
     if client is None:
@@ -82,25 +88,24 @@ def _train_in_process(ddf, evals, spec: Spec):
 
     from ..collective import LOCAL
     started = time.perf_counter()
-    delayed = list(ddf.to_delayed()) + [d for frame, _, _ in evals for d in frame.to_delayed()]
+    delayed = list(ddf.to_delayed()) + [d for frame, _, _ in evals for d in _delayed(frame)]
     frames = list(dask.compute(*delayed))
     computed = time.perf_counter() - started
     backend = get_backend(spec.params.device, data_on_gpu=spec.data_on_gpu)
     items, at = [], 0
-    for count in [ddf.npartitions] + [frame.npartitions for frame, _, _ in evals]:
+    for count in [ddf.npartitions] + [0 if frame is None else frame.npartitions
+                                      for frame, _, _ in evals]:
         items.append(list(enumerate(frames[at: at + count])))
         at += count
     del frames
     tables = [spec.train] + [table for _, table in spec.evals]
-    joined = [JoinedPartitions(backend, spec, table, key, part_items)
-              for key, (table, part_items) in enumerate(zip(tables, items))]
-    first_error(LOCAL, [e for j in joined for e in j.errors])
+    joined = [JoinedPartitions(backend, spec, table, key, part_items) if table is not None
+              else None for key, (table, part_items) in enumerate(zip(tables, items))]
+    first_error(LOCAL, [e for j in joined if j is not None for e in j.errors])
     train, evals_joined = joined[0], joined[1:]
     offsets = global_offsets(LOCAL, train.lengths)
     booster = boosting.fit(backend, [train.part], spec.params, spec.num_boost_round,
-                           [([j.part] if j.part.n_rows else [], name)
-                            for j, (name, _) in zip(evals_joined, spec.evals)],
-                           spec.early_stopping_rounds, spec.verbose,
+                           eval_parts(evals_joined, spec), spec.options, spec.verbose,
                            row_offsets=[train.row_ids(offsets)], drop_features=True)
     booster.timings["dask_compute"] = computed
     booster.timings["dask_total"] = time.perf_counter() - started
@@ -157,7 +162,7 @@ class _Cluster:
         client, spec = self.client, self.spec
         started = time.perf_counter()
         delayed = list(self.ddf.to_delayed())
-        eval_delayed = [list(frame.to_delayed()) for frame, _, _ in self.evals]
+        eval_delayed = [_delayed(frame) for frame, _, _ in self.evals]
         self.progress.say(f"gbflow.dask: computing {len(delayed)} training partition(s)"
                           + (f" and {sum(map(len, eval_delayed))} evaluation partition(s)"
                              if eval_delayed else "") + " on the cluster")

@@ -43,8 +43,10 @@ def _table(ddf, what: str) -> Table:
 def check(data, label, weight, evals):
     """Everything that can be checked on the collections' metas, before any partition is computed.
 
-    Returns (training frame, feature names, its Table, [(eval frame, name, Table)]). Raises
-    TypeError/KeyError/ValueError naming the collection and column at fault.
+    Returns (training frame, feature names, its Table, [(eval frame, name, Table)]); an
+    evaluation set that is the training frame itself comes as (None, name, None): training's
+    own margins serve it. Raises TypeError/KeyError/ValueError naming the collection and column
+    at fault.
     """
     ddf = as_dask_frame(data, "training data")
     label, weight = _column_name(label, "label"), _column_name(weight, "weight")
@@ -53,6 +55,9 @@ def check(data, label, weight, evals):
     checked = []
     for i, entry in enumerate(evals or []):
         frame, name, what = inputs.eval_pair(entry, i)
+        if frame is data:
+            checked.append((None, name, None))
+            continue
         frame = as_dask_frame(frame, what)
         inputs.load(frame._meta, label, weight, what, feature_names=features, allow_empty=True)
         checked.append((frame, name, _table(frame, what)))

@@ -6,6 +6,7 @@ import asyncio
 import numpy as np
 
 from .. import inputs
+from ..evaluation import TRAINING
 from .errors import CollectiveError
 from .messages import PartitionRef, Spec, Table
 
@@ -131,3 +132,11 @@ def global_offsets(collective, lengths: dict[int, int]) -> dict[int, int]:
         every.update(d)
     starts = np.concatenate([[0], np.cumsum([every[i] for i in range(len(every))])])
     return {i: int(starts[i]) for i in range(len(every))}
+
+
+def eval_parts(joined: list, spec: Spec) -> list[tuple]:
+    """``boosting.fit``'s evals from each evaluation set's ``JoinedPartitions`` (None for the
+    training data itself, which becomes ``evaluation.TRAINING``): (parts, name) pairs, no part
+    where this process holds no row of the set."""
+    return [(TRAINING if j is None else [j.part] if j.part.n_rows else [], name)
+            for j, (name, _) in zip(joined, spec.evals)]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..evaluation import EvalOptions
 from ..params import Params
 
 
@@ -32,12 +33,13 @@ class Spec:
     topic: str
     params: Params
     num_boost_round: int
-    early_stopping_rounds: int | None
+    options: EvalOptions  # evaluation and early stopping
     verbose: object
     label: str
     weight: str | None
     features: tuple[str, ...]
     train: Table
-    evals: tuple[tuple[str, Table], ...]  # (name, table) per evaluation set
+    # (name, table) per evaluation set; table None: the training data itself
+    evals: tuple[tuple[str, Table | None], ...]
     timeout: float
     data_on_gpu: bool = False  # cuDF partitions: device="auto" then means the GPU

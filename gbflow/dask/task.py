@@ -13,7 +13,7 @@ from ..shards import ShardSet
 from ..stores import nbytes_of
 from .collective import DaskCollective
 from .errors import CollectiveAborted
-from .loading import JoinedPartitions, fetch, first_error, global_offsets
+from .loading import JoinedPartitions, eval_parts, fetch, first_error, global_offsets
 from .memory import MemoryWatch, lifetime_peak_rss, malloc_for_training
 from .messages import PartitionRef, Spec
 from .transport import WorkerCollective, open_nccl, opened_nccl
@@ -54,9 +54,11 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
                            [(r.index, supply(r, spec.train.what)) for r in train_refs])
             evals = [JoinedPartitions(backend, spec, table, 1 + j,
                             [(r.index, supply(r, table.what)) for r in eval_refs[j]])
+                     if table is not None else None
                      for j, (_, table) in enumerate(spec.evals)]
             stages.done("load partitions")
-            first_error(collective, train.errors + [e for j in evals for e in j.errors])
+            first_error(collective, train.errors + [e for j in evals if j is not None
+                                                    for e in j.errors])
             rss_loaded = memory.now()
             row_ids = train.row_ids(global_offsets(collective, train.lengths))
             stages.done("agree on errors and rows")
@@ -75,7 +77,8 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
             report = {"rank": rank, "address": worker.address, "threads": threads,
                       "partitions": len(train_refs),
                       "rows": train.part.n_rows,
-                      "raw_bytes": train.raw_bytes + sum(j.raw_bytes for j in evals),
+                      "raw_bytes": train.raw_bytes + sum(j.raw_bytes for j in evals
+                                                         if j is not None),
                       "rss_start": memory.start, "rss_loaded": rss_loaded,
                       "load_seconds": time.perf_counter() - started}
 
@@ -87,10 +90,8 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
             parts = [train.part]
             del train
             booster = boosting.fit(
-                backend, parts, spec.params, spec.num_boost_round,
-                [([j.part] if j.part.n_rows else [], name)
-                 for j, (name, _) in zip(evals, spec.evals)],
-                spec.early_stopping_rounds, spec.verbose if rank == 0 else False,
+                backend, parts, spec.params, spec.num_boost_round, eval_parts(evals, spec),
+                spec.options, spec.verbose if rank == 0 else False,
                 shardset=shardset, row_offsets=[row_ids], drop_features=True,
                 emit=emit if rank == 0 else None, after_quantize=after_quantize)
             stages.done("fit")

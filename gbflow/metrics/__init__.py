@@ -1,0 +1,55 @@
+"""Evaluation metrics with XGBoost's names and meanings, computed on the predictions' device.
+
+Why exact: ``best_score`` and ``best_iteration`` (early stopping) are part of the model, and the
+model must not depend on how an evaluation set is split into partitions, workers or GPUs. So a
+metric is never a float sum in some order: row metrics are ratios of exact fixed-point sums
+(``exact``), auc and aucpr come from integer tallies summed across processes (``tallies``).
+``definitions`` names every metric; ``compute.Evaluator`` evaluates sets each round.
+
+The functions below evaluate host arrays in this process (labels (n,), predictions (n,) or
+(n, n_classes): transformed, probabilities for classification; weights (n,) or None), with the
+same definitions training uses.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..backend import get_backend
+from ..collective import LOCAL
+from .compute import EvalData, Evaluator
+from .definitions import MAXIMIZE, METRICS, Metric, fits_objective, metric
+
+__all__ = ["MAXIMIZE", "METRICS", "EvalData", "Evaluator", "Metric", "auc", "evaluate",
+           "fits_objective", "logloss", "metric", "mlogloss", "rmse"]
+
+
+def evaluate(name: str, label, prediction, weight=None, params=None) -> float:
+    """Metric ``name`` of host predictions against labels, in this process."""
+    label = np.asarray(label, dtype=np.float64)
+    prediction = np.asarray(prediction, dtype=np.float64)
+    weights = None if weight is None else [np.asarray(weight, dtype=np.float64)]
+    max_weight = 1.0 if weight is None or not len(label) else float(np.max(weights[0]))
+    n_classes = prediction.shape[1] if prediction.ndim == 2 else 1
+    data = EvalData("", [label], weights, len(label), max_weight, n_classes)
+    evaluator = Evaluator(get_backend("cpu"), [metric(name, params)], [data], LOCAL)
+    return evaluator.values([[prediction]])[0][0]
+
+
+def rmse(label, prediction, weight=None) -> float:
+    """Root mean squared error (weighted)."""
+    return evaluate("rmse", label, prediction, weight)
+
+
+def logloss(label, prediction, weight=None) -> float:
+    """Binary cross-entropy (weighted); probabilities clipped to [1e-16, 1 - 1e-16]."""
+    return evaluate("logloss", label, prediction, weight)
+
+
+def mlogloss(label, prediction, weight=None) -> float:
+    """Multi-class cross-entropy (weighted); prediction (n, n_classes), labels 0..n_classes-1."""
+    return evaluate("mlogloss", label, prediction, weight)
+
+
+def auc(label, prediction, weight=None) -> float:
+    """Area under the ROC curve from the predictions' bucket tallies (``tallies``)."""
+    return evaluate("auc", label, prediction, weight)

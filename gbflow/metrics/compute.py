@@ -1,0 +1,182 @@
+"""The metrics of every evaluation set, each round, computed where the predictions are.
+
+Per round, whatever the number of sets and metrics: the row metrics' per-row losses and an auc
+table per set are made on the predictions' device; the tables are summed across processes in
+place (one fixed-size array a set); metrics without a bound on their loss, and on several
+processes the range of the auc's keys, need one wait for the device and one ``allreduce_max``;
+then one wait for the device fetches every sum's words and the tables' results (a few integers a
+metric), and one ``allreduce_sum`` adds the words. Everything
+summed is an integer: the values do not depend on how a set is split into parts, workers or GPUs.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from . import exact, tallies
+
+
+@dataclasses.dataclass
+class EvalData:
+    """One evaluation set as this process holds it: per part the (n_i,) float64 labels and
+    weights (or None) on the backend's device; n_rows and max_weight over every process (1.0
+    without weights); n_classes: the predictions' columns (1: a (n_i,) vector)."""
+
+    name: str
+    labels: list
+    weights: list | None
+    n_rows: int
+    max_weight: float
+    n_classes: int = 1
+
+
+class Evaluator:
+    """``metrics`` (``definitions.Metric``) of every set in ``sets``, through ``collective``.
+    Made once per training run (the weight totals and the label terms some metrics use are
+    computed here, once: one exact sum and its reductions)."""
+
+    def __init__(self, backend, metrics: list, sets: list[EvalData], collective):
+        self.backend, self.metrics, self.sets, self.collective = backend, metrics, sets, collective
+        self.extras = [[[m.precompute(backend, y) if m.precompute is not None else None
+                         for y in s.labels] for s in sets] for m in metrics]
+        self.weight_scales = [tallies.weight_scale(s.n_rows, s.max_weight) for s in sets]
+        self.kinds = {m.kind for m in metrics} & {"auc", "aucpr"}
+        weighted = [s for s in sets if s.weights is not None]
+        totals, _ = exact.sums(backend, [s.weights for s in weighted],
+                               [s.n_rows for s in weighted],
+                               [s.max_weight for s in weighted], collective)
+        by_set = dict(zip(map(id, weighted), totals))
+        self.weight_totals = [by_set.get(id(s), float(s.n_rows)) for s in sets]
+
+    def values(self, predictions: list[list]) -> list[list[float]]:
+        """Every metric of every set: per set, the values in the order of ``metrics``.
+        predictions: per set, per part, the (n_i,) or (n_i, n_classes) float64 predictions
+        (transformed: probabilities for the classification objectives) on the device. Every
+        process calls it at the same round."""
+        xp, collective = self.backend.xp, self.collective
+        columns, counts, bounds, row_at = [], [], [], {}
+        for si, (s, preds) in enumerate(zip(self.sets, predictions)):
+            weights = s.weights if s.weights is not None else [None] * len(s.labels)
+            for mi, m in enumerate(self.metrics):
+                if m.kind != "row":
+                    continue
+                parts = []
+                for pi, (y, w, p) in enumerate(zip(s.labels, weights, preds)):
+                    loss = m.loss(xp, y, p, self.extras[mi][si][pi])
+                    parts.append(loss if w is None else loss * w)
+                row_at[si, mi] = len(columns)
+                columns.append(parts)
+                counts.append(s.n_rows)
+                bounds.append(None if m.bound is None else m.bound * s.max_weight)
+        keys = [[tallies.prediction_keys(xp, p) for p in preds] for preds in predictions] \
+            if self.kinds else []
+        ranges = self._reduce_maxima(columns, bounds, keys)
+        fetch, table_at = [], {}
+        for si, s in enumerate(self.sets):
+            if self.kinds:
+                table_at[si] = len(fetch)
+                fetch += self._table_results(si, keys[si], ranges[si])
+        sums, fetched = exact.sums(self.backend, columns, counts, bounds, collective, fetch)
+        out = []
+        for si, s in enumerate(self.sets):
+            row = []
+            for mi, m in enumerate(self.metrics):
+                if m.kind == "row":
+                    row.append(float(m.finish(sums[row_at[si, mi]], self.weight_totals[si])))
+                    continue
+                words = fetched[table_at[si]]
+                if m.kind == "auc":
+                    row.append(tallies.auc_value(words))
+                else:
+                    area = fetched[table_at[si] + 1]
+                    row.append(tallies.aucpr_value(
+                        area, *exact.scales(1.0, tallies.n_terms(s.n_rows)),
+                        np.reshape(words, (-1, 3))[0, 1:]))
+            out.append(row)
+        return out
+
+    def _reduce_maxima(self, columns: list, bounds: list, keys: list) -> list:
+        """Fill the unknown ``bounds`` (in place) with the global max |value| of their columns,
+        and return per set the (low, span) of its prediction keys where its auc buckets need
+        them (else None), with one wait for the device and one ``allreduce_max`` for all of
+        them. In one process the key ranges stay on the device (nothing to wait for when every
+        bound is known)."""
+        xp, backend, collective = self.backend.xp, self.backend, self.collective
+        unknown = [j for j, b in enumerate(bounds) if b is None]
+        local = [exact.local_max_abs(xp, columns[j]) for j in unknown]
+        ranged = [si for si, s in enumerate(self.sets)
+                  if keys and not tallies.by_value(s.n_rows)]
+        key_ranges = {si: tallies.key_range(xp, keys[si]) for si in ranged}
+        on_host = collective.size > 1
+        if on_host:
+            local += [r for si in ranged for r in key_ranges[si]]
+        if local:
+            largest = np.atleast_1d(collective.allreduce_max(np.asarray(
+                backend.to_host_all([xp.stack(local)])[0], dtype=np.float64)))
+            for j, value in zip(unknown, largest):
+                bounds[j] = float(value)
+            if on_host:
+                pairs = largest[len(unknown):].reshape(-1, 2)
+                key_ranges = {si: (int(high), int(minus_low))
+                              for si, (high, minus_low) in zip(ranged, pairs)}
+        out = [None] * len(self.sets)
+        for si, (high, minus_low) in key_ranges.items():
+            if on_host:
+                out[si] = (-minus_low, high + minus_low + 1)
+            else:
+                out[si] = (-minus_low.astype(xp.int64), (high + minus_low).astype(xp.int64) + 1)
+        return out
+
+    def _table_results(self, si: int, keys: list, key_range) -> list:
+        """Set ``si``'s tally table's device results: auc's (n_classes, 3) words, and aucpr's
+        areas' words. A table a class for multi-class predictions (one class against the
+        rest); by value (compact) or dense (``tallies``), summed over every process."""
+        xp, kernels = self.backend.xp, self.backend.kernels
+        s, scale = self.sets[si], self.weight_scales[si]
+        weights = s.weights if s.weights is not None else [None] * len(s.labels)
+        parts = [(y, w, k) for y, w, k in zip(s.labels, weights, keys) if len(y)]
+
+        def targets(y, c):
+            return y if s.n_classes == 1 else (y == c).astype(xp.float64)
+
+        def column(b, c):
+            return b if s.n_classes == 1 else b[:, c]
+
+        if tallies.by_value(s.n_rows):
+            tables = [self._value_table([(targets(y, c), w, column(k, c)) for y, w, k in parts],
+                                        scale) for c in range(s.n_classes)]
+        else:
+            low, span = key_range
+            table = xp.zeros((s.n_classes, 2, 1 << tallies.DENSE_BITS), dtype=xp.int64)
+            for y, w, k in parts:
+                b = tallies.buckets(xp, k, low, span)
+                for c in range(s.n_classes):
+                    kernels.auc_tally(column(b, c), targets(y, c), w, scale, table[c])
+            self.collective.allreduce_sum_inplace([table])
+            tables = list(table)
+        results = [xp.stack([tallies.auc_words(xp, t) for t in tables])]
+        if "aucpr" in self.kinds:
+            terms, _ = tallies.aucpr_terms(xp, tables[0])
+            results.append(kernels.fixed_point_words(
+                terms, *exact.scales(1.0, tallies.n_terms(s.n_rows))))
+        return results
+
+    def _value_table(self, parts: list, scale: float):
+        """The (2, m) int64 compact table, on the device, of (target, weight, key) parts: one
+        entry per distinct key over every process, in key order. Several processes gather
+        their tables (a wait for the device; at most ``tallies.EXACT_ROWS`` entries in all)."""
+        xp, backend = self.backend.xp, self.backend
+        if parts:
+            y = xp.concatenate([y for y, _, _ in parts])
+            w = None if parts[0][1] is None else xp.concatenate([w for _, w, _ in parts])
+            unique, position = tallies.occupied(xp, xp.concatenate([k for _, _, k in parts]))
+            table = backend.kernels.auc_tally(position, y, w, scale,
+                                              xp.zeros((2, len(unique)), dtype=xp.int64))
+        else:
+            unique, table = xp.zeros(0, dtype=xp.int64), xp.zeros((2, 0), dtype=xp.int64)
+        if self.collective.size == 1:
+            return table
+        _, merged = tallies.merge(self.collective.allgather(tuple(
+            backend.to_host_all([unique, table]))))
+        return backend.asarray(merged)

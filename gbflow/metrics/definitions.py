@@ -1,0 +1,222 @@
+"""XGBoost's evaluation metrics by name: each one's per-row loss, its final value, and its traits.
+
+A row metric is a ratio of two global sums: the weighted per-row losses and the weights (rmse takes
+the square root of it, gamma-deviance doubles it). Its per-row loss is written once, against the
+array namespace of the predictions (NumPy or CuPy), in float64, after XGBoost's definition
+(src/metric in XGBoost; the same constants: 1e-16 clips the probabilities of logloss, mlogloss and
+poisson-nloglik). "auc" and "aucpr" are computed from tallies instead (``metrics.tallies``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+_EPS = 1e-16  # XGBoost's clip of probabilities in logloss, mlogloss and poisson-nloglik
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    """One metric as named by the user ("error@0.7", "tweedie-nloglik@1.5", ...).
+
+    kind: "row" (a ratio of sums of per-row losses and weights), "auc" or "aucpr" (tallies).
+    multiclass: it takes (n, n_classes) probabilities and integer labels; else (n,) predictions.
+    any_outputs: it takes either.
+    maximize: larger is better (early stopping). loss: for row metrics, (xp, label, prediction,
+    extra) -> (n,) float64 per-row losses, unweighted; ``extra`` holds what a set computes once
+    (``precompute``). finish: (loss sum, weight sum) -> the value. bound: an upper bound of |loss|
+    for any prediction (then no per-round maximum is needed for the exact sums), or None.
+    """
+
+    name: str
+    kind: str
+    multiclass: bool = False
+    any_outputs: bool = False  # fits both kinds of objective (auc: one class against the rest)
+    maximize: bool = False
+    loss: object = None
+    finish: object = None
+    bound: float | None = None
+    precompute: object = None  # (backend, label) -> extra, once per evaluation set part
+    # The labels it is defined for: (low, high, low_included), checked on every evaluation set
+    # before training starts; None for any label.
+    labels: tuple | None = None
+
+    def label_problem(self, low: float, high: float) -> str | None:
+        """Why labels ranging from ``low`` to ``high`` do not fit this metric, or None."""
+        if self.labels is None:
+            return None
+        lo, hi, lo_included = self.labels
+        if (low >= lo if lo_included else low > lo) and high <= hi:
+            return None
+        span = f"{'[' if lo_included else '('}{lo:g}, {hi:g}]".replace("inf]", "inf)")
+        return f"eval_metric {self.name!r} needs labels in {span}"
+
+
+def _mean(total: float, weight: float) -> float:
+    return total / weight if weight > 0 else float("nan")
+
+
+def _root_mean(total: float, weight: float) -> float:
+    return math.sqrt(total / weight) if weight > 0 else float("nan")
+
+
+def _logloss(xp, y, p, extra):
+    p_neg = 1.0 - p
+    low, high = p < _EPS, p_neg < _EPS
+    p = xp.where(low | high, 0.5, p)  # kept away from log(0); those rows take the clip below
+    loss = -y * xp.log(p) - (1.0 - y) * xp.log(1.0 - p)
+    clip_low = -y * math.log(_EPS) - (1.0 - y) * math.log(1.0 - _EPS)
+    clip_high = -y * math.log(1.0 - _EPS) - (1.0 - y) * math.log(_EPS)
+    return xp.where(low, clip_low, xp.where(high, clip_high, loss))
+
+
+def _mlogloss(xp, y, p, extra):
+    picked = p[xp.arange(len(y)), y.astype(xp.int64)]
+    return -xp.log(xp.maximum(picked, _EPS))
+
+
+def _merror(xp, y, p, extra):
+    return (xp.argmax(p, axis=1) != y.astype(xp.int64)).astype(xp.float64)
+
+
+def _poisson(xp, y, p, extra):
+    p = xp.maximum(p, _EPS)
+    return extra + p - xp.log(p) * y
+
+
+def _label_log_gamma(backend, label):
+    """log Gamma(y + 1) of every label (poisson-nloglik's constant term), once per set."""
+    return backend.kernels.log_gamma(label + 1.0)
+
+
+def _gamma_nloglik(xp, y, p, extra):
+    # XGBoost's exponential-family form with the dispersion psi = 1: theta = -1 / p,
+    # b(theta) = -log(-theta) = log(p), c = 0
+    p = xp.maximum(p, 1e-6)
+    return y / p + xp.log(p)
+
+
+def _gamma_deviance(xp, y, p, extra):
+    p, y = p + 1e-6, y + 1e-6
+    return xp.log(p / y) + y / p - 1.0
+
+
+def _tweedie(rho: float):
+    def loss(xp, y, p, extra):
+        a = y * xp.exp((1.0 - rho) * xp.log(p)) / (1.0 - rho)
+        b = xp.exp((2.0 - rho) * xp.log(p)) / (2.0 - rho)
+        return -a + b
+    return loss
+
+
+def _error(threshold: float):
+    def loss(xp, y, p, extra):
+        return xp.where(p > threshold, 1.0 - y, y)
+    return loss
+
+
+def _pseudo_huber(slope: float):
+    def loss(xp, y, p, extra):
+        z = (p - y) / slope
+        return slope * slope * (xp.sqrt(1.0 + z * z) - 1.0)
+    return loss
+
+
+def _quantile(alpha: float):
+    def loss(xp, y, p, extra):  # the pinball loss
+        diff = y - p
+        return xp.where(diff >= 0, alpha * diff, (alpha - 1.0) * diff)
+    return loss
+
+
+def _row(name, loss, finish=_mean, bound=None, multiclass=False, precompute=None,
+         labels=None) -> Metric:
+    return Metric(name=name, kind="row", loss=loss, finish=finish, bound=bound,
+                  multiclass=multiclass, precompute=precompute, labels=labels)
+
+
+_PROBABILITY = (0.0, 1.0, True)
+_NON_NEGATIVE = (0.0, math.inf, True)
+_POSITIVE = (0.0, math.inf, False)
+
+
+_LOG_EPS = -math.log(_EPS)  # 36.84: the largest loss the clipped log metrics give
+
+# name -> how to make it from its "@" argument (None when there is none)
+_MAKERS = {
+    "rmse": lambda arg, p: _row("rmse", lambda xp, y, q, e: (q - y) ** 2, _root_mean),
+    "rmsle": lambda arg, p: _row("rmsle", lambda xp, y, q, e: (xp.log1p(q) - xp.log1p(y)) ** 2,
+                                 _root_mean, labels=(-1.0, math.inf, False)),
+    "mae": lambda arg, p: _row("mae", lambda xp, y, q, e: xp.abs(q - y)),
+    "mape": lambda arg, p: _row("mape", lambda xp, y, q, e: xp.abs((y - q) / y)),
+    "mphe": lambda arg, p: _row("mphe", _pseudo_huber(p.huber_slope)),
+    "logloss": lambda arg, p: _row("logloss", _logloss, bound=_LOG_EPS,
+                                         labels=_PROBABILITY),
+    "error": lambda arg, p: _row("error" if arg is None else f"error@{arg:g}",
+                                 _error(0.5 if arg is None else arg), bound=1.0,
+                                 labels=_PROBABILITY),
+    "poisson-nloglik": lambda arg, p: _row("poisson-nloglik", _poisson,
+                                           precompute=_label_log_gamma, labels=_NON_NEGATIVE),
+    "gamma-nloglik": lambda arg, p: _row("gamma-nloglik", _gamma_nloglik,
+                                         labels=_POSITIVE),
+    "gamma-deviance": lambda arg, p: _row("gamma-deviance", _gamma_deviance,
+                                          lambda total, weight: 2.0 * total / max(weight, 1e-6),
+                                          labels=_POSITIVE),
+    "tweedie-nloglik": lambda arg, p: _row(f"tweedie-nloglik@{arg:g}", _tweedie(arg),
+                                           labels=_NON_NEGATIVE),
+    "quantile": lambda arg, p: _row("quantile", _quantile(p.quantile_alpha)),
+    "mlogloss": lambda arg, p: _row("mlogloss", _mlogloss, bound=_LOG_EPS, multiclass=True),
+    "merror": lambda arg, p: _row("merror", _merror, bound=1.0, multiclass=True),
+    "auc": lambda arg, p: Metric(name="auc", kind="auc", maximize=True, any_outputs=True,
+                                  labels=_PROBABILITY),
+    "aucpr": lambda arg, p: Metric(name="aucpr", kind="aucpr", maximize=True,
+                                    labels=_PROBABILITY),
+}
+# metrics taking an "@" argument: is it required, and what it must be
+_ARGUMENTS = {"error": (False, "a threshold, e.g. error@0.7"),
+              "tweedie-nloglik": (True, "the variance power rho in [1, 2), e.g. "
+                                        "tweedie-nloglik@1.5")}
+
+METRICS = tuple(_MAKERS)
+MAXIMIZE = frozenset(("auc", "aucpr"))
+
+
+def metric(name: str, params=None) -> Metric:
+    """The ``Metric`` called ``name`` (XGBoost's names; "error@t" and "tweedie-nloglik@rho"
+    carry an argument). params: the training ``Params`` (mphe takes ``huber_slope``, quantile
+    ``quantile_alpha``), or None for their defaults. Raises ValueError naming the metric."""
+    if not isinstance(name, str):
+        raise TypeError(f"a metric name must be a string, got {type(name).__name__} {name!r}")
+    base, at, arg = name.partition("@")
+    if base not in _MAKERS:
+        raise ValueError(f"eval_metric {name!r} is not supported (supported: "
+                         f"{', '.join(METRICS)}; error@t and tweedie-nloglik@rho take an "
+                         f"argument)")
+    required, what = _ARGUMENTS.get(base, (False, None))
+    value = None
+    if at:
+        if what is None:
+            raise ValueError(f"eval_metric {name!r}: {base} takes no '@' argument")
+        try:
+            value = float(arg)
+        except ValueError:
+            raise ValueError(f"eval_metric {name!r}: the argument after '@' must be {what}") \
+                from None
+        if base == "tweedie-nloglik" and not 1.0 <= value < 2.0:
+            raise ValueError(f"eval_metric {name!r}: rho must lie in [1, 2)")
+    elif required:
+        raise ValueError(f"eval_metric {name!r} needs an argument: {what}")
+    return _MAKERS[base](value, params if params is not None else _Defaults)
+
+
+class _Defaults:
+    huber_slope = 1.0
+    quantile_alpha = 0.5
+
+
+def fits_objective(m: Metric, multiclass: bool) -> bool:
+    """Whether the metric takes the predictions of an objective with (True) or without
+    (False) one output per class. auc takes both (for classes, each class against the rest,
+    weighted by its weight, as XGBoost); aucpr only one output."""
+    return m.any_outputs or m.multiclass == multiclass
+
+

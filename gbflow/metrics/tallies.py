@@ -1,0 +1,139 @@
+"""auc and aucpr from exact integer tallies of prediction buckets: the same for any split of rows.
+
+Each bucket tallies the positive and negative weight of its rows in fixed point (``auc_tally``
+kernel: integers, so the tallies of every part and process add up exactly); the area is
+computed from the table, rows of one bucket counting as tied. A prediction's bucket:
+
+- sets of up to ``EXACT_ROWS`` rows (over every process): its float32 value itself (its ordered
+  key, ``sketch.keys.ordered_keys``), as XGBoost ranks the float32 predictions: the same area
+  as XGBoost's. The table is compact (the occupied keys, in order); several processes gather
+  their compact tables, at most ``EXACT_ROWS`` entries in all, and merge them.
+- larger sets: one of 2**``DENSE_BITS`` buckets placed linearly between the smallest and largest
+  key of the set over every process (fine where predictions crowd into a few binades, as a
+  confident classifier's near 0; no bucket spent on keys no prediction has). Processes sum one
+  fixed-size table (16 MB). The area differed from the exact one by 4e-8 or less on sets of 10^5
+  and 10^6 rows (binary classifiers of base rates 0.26 and 0.04, and uniform predictions).
+
+Either way the value is the same on 1 or N parts, workers or GPUs, which a sort of each worker's
+rows is not. Soft labels (in (0, 1)) are tallied in fixed point too, to about 2**-20 of a row's
+weight or finer.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import fixed_point
+from ..sketch.keys import ordered_keys
+from . import exact
+
+EXACT_ROWS = 1 << 16  # sets up to this size are tallied by float32 value
+DENSE_BITS = 20  # larger sets: 1,048,576 buckets
+# Fixed-point weight totals stay below 2**30 each, so that the area's integer numerator, at most
+# 2 * positive * negative < 2**61, is exact in int64.
+WEIGHT_LIMIT = 2.0**30
+
+
+def by_value(n_rows: int) -> bool:
+    """Whether a set of ``n_rows`` rows (over every process) is tallied by float32 value."""
+    return n_rows <= EXACT_ROWS
+
+
+def n_terms(n_rows: int) -> int:
+    """A bound on the number of entries of the set's table, the same on every process."""
+    return EXACT_ROWS if by_value(n_rows) else 1 << DENSE_BITS
+
+
+def weight_scale(n_rows: int, max_weight: float) -> float:
+    """The power of two of the tallies' fixed-point weights for ``n_rows`` rows of weight at most
+    ``max_weight`` (1.0 without weights)."""
+    return fixed_point.fixed_point_scale(max_weight, n_rows, WEIGHT_LIMIT)
+
+
+def prediction_keys(xp, prediction):
+    """int64 ordered keys (in [0, 2**32)) of float predictions' float32 values, same shape."""
+    return ordered_keys(xp, xp.asarray(prediction, dtype=xp.float32)).astype(xp.int64)
+
+
+def key_range(xp, keys: list):
+    """(2,) float64 [largest key, -smallest key] of a set's parts' keys (-inf for no key), on
+    their device: what processes reduce with ``allreduce_max`` (keys < 2**32: exact)."""
+    ranges = [xp.stack([k.max(), -k.min()]).astype(xp.float64) for k in keys if k.size]
+    if not ranges:
+        return xp.full(2, -np.inf, dtype=xp.float64)
+    return xp.stack(ranges).max(axis=0)
+
+
+def buckets(xp, keys, low, span):
+    """int64 bucket ids in [0, 2**DENSE_BITS) of keys in [low, low + span): (keys - low) *
+    2**DENSE_BITS // span, exact integers. low, span: ints, or int64 device scalars."""
+    return ((keys - low) << DENSE_BITS) // span
+
+
+def occupied(xp, keys):
+    """(the sorted distinct keys, each key's position among them) of (n,) int64 keys: the
+    compact table's entries and every row's entry."""
+    unique, position = xp.unique(keys, return_inverse=True)
+    return unique, position.reshape(-1)
+
+
+def merge(tables: list) -> tuple[np.ndarray, np.ndarray]:
+    """One compact table of several processes' compact tables: host (keys (m_i,), table
+    (2, m_i) int64) pairs -> (sorted distinct keys, (2, m) int64 summed tallies). Exact."""
+    keys = np.concatenate([k for k, _ in tables])
+    unique, position = np.unique(keys, return_inverse=True)
+    merged = np.zeros((2, len(unique)), dtype=np.int64)
+    for row in range(2):
+        np.add.at(merged[row], position.reshape(-1), np.concatenate([t[row] for _, t in tables]))
+    return unique, merged
+
+
+def auc_words(xp, table):
+    """(..., 3) int64 on the table's device: [2 * sum of positive * (negative below + negative
+    tied / 2), total positive, total negative] of a (..., 2, n_buckets) int64 table; auc = first
+    / (2 * second * third). Exact: every product and sum is an integer below 2**63."""
+    positive, negative = table[..., 0, :], table[..., 1, :]
+    below = xp.cumsum(negative, axis=-1) - negative
+    return xp.stack([(positive * (2 * below + negative)).sum(axis=-1), positive.sum(axis=-1),
+                     negative.sum(axis=-1)], axis=-1)
+
+
+def auc_value(words) -> float:
+    """auc from ``auc_words``' host values: (3,) for one table; (n_classes, 3) for one table a
+    class (one class against the rest), then the classes' aucs weighted by their positive
+    weight, as XGBoost's multi-class auc. NaN when no table has weight in both classes."""
+    words = np.asarray(words, dtype=np.int64).reshape(-1, 3)
+    area = weight = 0.0
+    for numerator, positive, negative in words.tolist():
+        if positive and negative:
+            area += numerator / (2.0 * negative)
+            weight += positive
+    return area / weight if weight else float("nan")
+
+
+def aucpr_terms(xp, table):
+    """(n_buckets,) float64 areas of the precision-recall curve, bucket by bucket from the
+    highest predictions down (XGBoost's interpolation of Davis and Goadrich), and the total
+    positive weight (a device scalar); aucpr is their sum (NaN without both classes). Each area
+    lies in [0, 1], so their sum is exact with ``exact.scales(1, n_buckets)``."""
+    positive = table[0][::-1].astype(xp.float64)
+    negative = table[1][::-1].astype(xp.float64)
+    total_pos = positive.sum()
+    tp, fp = xp.cumsum(positive), xp.cumsum(negative)
+    tp_prev, fp_prev = tp - positive, fp - negative
+    stepped = positive > 0
+    h = xp.where(stepped, negative / xp.where(stepped, positive, 1.0), 0.0)
+    a = 1.0 + h
+    b = xp.where(stepped, (fp_prev - h * tp_prev) / total_pos, 0.0)
+    pr, pr_prev = tp / total_pos, tp_prev / total_pos
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = xp.log(xp.where(b != 0, a * pr + b, 1.0)) - \
+            xp.log(xp.where(b != 0, a * pr_prev + b, 1.0))
+    area = xp.where(b != 0, (pr - pr_prev - b / a * logs) / a, (pr - pr_prev) / a)
+    return xp.where(stepped, area, 0.0), total_pos
+
+
+def aucpr_value(words, scale: float, low_scale: float, totals) -> float:
+    """aucpr from its areas' exact words and the (positive, negative) totals."""
+    if int(totals[0]) == 0 or int(totals[1]) == 0:
+        return float("nan")
+    return exact.total(words[0], words[1], scale, low_scale)

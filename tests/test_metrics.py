@@ -1,0 +1,337 @@
+"""Evaluation metrics: XGBoost's values on the same predictions, independence from how a set is
+split, and early stopping as XGBoost's (best round, watched metric, direction, custom metrics)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from conftest import make_table
+
+import gbflow
+from gbflow import collective, metrics
+from gbflow.backend import get_backend
+from gbflow.metrics import EvalData, Evaluator
+from gbflow.params import make_params
+
+xgb = pytest.importorskip("xgboost")
+
+REGRESSION = ["rmse", "rmsle", "mae", "mape", "mphe", "poisson-nloglik", "gamma-nloglik",
+              "gamma-deviance", "tweedie-nloglik@1.5", "tweedie-nloglik@1.2", "quantile"]
+BINARY = ["logloss", "error", "error@0.3", "auc", "aucpr", "rmse", "mae"]
+MULTICLASS = ["mlogloss", "merror", "auc"]
+
+
+def _xgboost_values(objective, names, label, margin, weight, extra=None):
+    """XGBoost's metrics on a booster without trees whose margins are ``margin`` (its
+    predictions are the objective's transform of them), and those predictions."""
+    params = {"objective": objective, "eval_metric": names, **(extra or {})}
+    if objective == "multi:softprob":
+        params["num_class"] = margin.shape[1]
+    data = xgb.DMatrix(np.zeros((len(label), 1), np.float32), label, weight=weight,
+                       base_margin=margin)
+    booster = xgb.Booster(params, [data])
+    text = booster.eval(data, "d").split("\t")[1:]
+    values = {item.split(":")[0][2:]: float(item.split(":")[1]) for item in text}
+    return values, booster.predict(data).astype(np.float64)
+
+
+def _regression_case(rng, n):
+    label = (rng.gamma(2.0, 1.0, n) + 0.05).astype(np.float32)
+    label[:20] = np.round(label[:20])  # a few whole counts (poisson), none zero (mape, gamma)
+    label[:20] = np.maximum(label[:20], 1.0)
+    prediction = (label * rng.uniform(0.5, 1.6, n)).astype(np.float32)
+    return label, prediction
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("n", [300, 20_000])
+def test_regression_metrics_match_xgboost(weighted, n):
+    rng = np.random.default_rng(n)
+    label, prediction = _regression_case(rng, n)
+    weight = rng.uniform(0.2, 3.0, n).astype(np.float32) if weighted else None
+    for slope, alpha in [(1.0, 0.5), (2.5, 0.2)]:
+        extra = {"huber_slope": slope, "quantile_alpha": alpha}
+        theirs, predicted = _xgboost_values("reg:squarederror", REGRESSION, label, prediction,
+                                            weight, extra)
+        assert np.array_equal(predicted, prediction)
+        params = make_params(extra)
+        for name in REGRESSION:
+            ours = metrics.evaluate(name, label, prediction, weight, params)
+            assert ours == pytest.approx(theirs[name], rel=2e-6), name
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("n", [50, 1000, 100_000])
+def test_binary_metrics_match_xgboost(weighted, n):
+    rng = np.random.default_rng(n + 1)
+    label = (rng.random(n) < 0.3).astype(np.float32)
+    margin = (rng.normal(size=n) + 1.5 * label).astype(np.float32)
+    weight = rng.uniform(0.2, 3.0, n).astype(np.float32) if weighted else None
+    theirs, prediction = _xgboost_values("binary:logistic", BINARY, label, margin, weight)
+    for name in BINARY:
+        ours = metrics.evaluate(name, label, prediction, weight)
+        # auc and aucpr: by float32 value up to 2**16 rows (XGBoost's ranking), rows in one of
+        # 2**20 buckets tied beyond; weights in fixed point (to 2**-20 of the largest or
+        # finer); XGBoost sums float32 terms
+        by_value = 1e-7 if weighted else 1e-12
+        tolerance = (by_value if n <= 2**16 else 1e-6) if name in ("auc", "aucpr") else 1e-7
+        assert ours == pytest.approx(theirs[name], rel=tolerance, abs=tolerance), name
+
+
+@pytest.mark.parametrize("soft", [False, True])
+def test_ties_and_soft_labels_in_auc_match_xgboost(soft):
+    rng = np.random.default_rng(5)
+    n = 2000
+    label = (rng.random(n) < 0.5).astype(np.float32)
+    if soft:
+        label = np.round(rng.random(n), 1).astype(np.float32)  # soft labels in [0, 1]
+    margin = np.round(rng.normal(size=n) + label, 1).astype(np.float32)  # many ties
+    theirs, prediction = _xgboost_values("binary:logistic", ["auc", "aucpr"], label, margin,
+                                         None)
+    # by value up to 2**16 rows: XGBoost's ranking; soft labels are tallied in fixed point
+    tolerance = 1e-7 if soft else 1e-12
+    for name in ("auc", "aucpr"):
+        assert metrics.evaluate(name, label, prediction) == pytest.approx(theirs[name],
+                                                                          rel=tolerance)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_multiclass_metrics_match_xgboost(weighted):
+    rng = np.random.default_rng(6)
+    n, k = 5000, 4
+    label = rng.integers(0, k, n).astype(np.float32)
+    margin = (rng.normal(size=(n, k)) + 1.2 * np.eye(k)[label.astype(int)]).astype(np.float32)
+    weight = rng.uniform(0.2, 3.0, n).astype(np.float32) if weighted else None
+    theirs, prediction = _xgboost_values("multi:softprob", MULTICLASS, label, margin, weight)
+    for name in MULTICLASS:
+        ours = metrics.evaluate(name, label, prediction.reshape(n, k), weight)
+        assert ours == pytest.approx(theirs[name], rel=1e-6), name
+
+
+def test_clipped_probabilities_as_xgboost():
+    label = np.array([0.0, 1.0, 1.0, 0.0])
+    prediction = np.array([0.0, 0.0, 1.0, 1.0])  # certain, half of them wrongly
+    theirs, _ = _xgboost_values("reg:squarederror", ["logloss", "poisson-nloglik"], label,
+                                prediction, None)
+    assert metrics.evaluate("logloss", label, prediction) == pytest.approx(theirs["logloss"])
+    assert metrics.evaluate("poisson-nloglik", label, prediction) == \
+        pytest.approx(theirs["poisson-nloglik"])
+
+
+class _OneOfTwo(collective.LocalCollective):
+    """Stands for one of two processes whose peer holds no row: every reduction is the identity,
+    but the evaluator takes the several-process paths (dense tables, reduced key ranges)."""
+
+    size = 2
+
+
+def _evaluator_values(names, label, prediction, weight, splits, processes=1, params=None):
+    n_classes = prediction.shape[1] if prediction.ndim == 2 else 1
+    parts = np.split(np.arange(len(label)), splits)
+    data = EvalData("v", [label[i] for i in parts],
+                    None if weight is None else [weight[i] for i in parts], len(label),
+                    1.0 if weight is None else float(weight.max()), n_classes)
+    metric_list = [metrics.metric(name, params) for name in names]
+    chosen = collective.LOCAL if processes == 1 else _OneOfTwo()
+    evaluator = Evaluator(get_backend("cpu"), metric_list, [data], chosen)
+    return evaluator.values([[prediction[i] for i in parts]])[0]
+
+
+@pytest.mark.parametrize("task, n", [("regression", 3000), ("binary", 3000),
+                                     ("multiclass", 3000), ("binary", 70_000),
+                                     ("multiclass", 70_000)])
+def test_values_do_not_depend_on_parts_or_processes(task, n):
+    """Equal, not close: exact sums and integer tallies, on one part or several, in one process
+    or several (tables by value gathered, dense tables and key ranges reduced)."""
+    rng = np.random.default_rng(7)
+    weight = rng.uniform(0.1, 3.0, n)
+    if task == "regression":
+        names = REGRESSION
+        label, prediction = (a.astype(np.float64) for a in _regression_case(rng, n))
+    elif task == "binary":
+        names = BINARY
+        label = (rng.random(n) < 0.4).astype(np.float64)
+        prediction = np.round(rng.random(n), 3)  # ties
+    else:
+        names = MULTICLASS
+        label = rng.integers(0, 3, n).astype(np.float64)
+        prediction = rng.dirichlet(np.ones(3), n)
+    for w in (None, weight):
+        whole = _evaluator_values(names, label, prediction, w, [])
+        assert all(math.isfinite(v) for v in whole)
+        for splits in ([1], [17, 900, n - 1], list(range(100, n, n // 30))):
+            assert _evaluator_values(names, label, prediction, w, splits) == whole
+        assert _evaluator_values(names, label, prediction, w, [n // 2], processes=2) == whole
+
+
+def test_exact_sums_round_correctly_and_do_not_depend_on_the_order():
+    from gbflow.metrics import exact
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=5000) * np.exp(rng.uniform(-20, 20, size=5000))  # wide range
+    backend, local = get_backend("cpu"), collective.LOCAL
+    bound = float(np.abs(values).max())
+
+    def total(parts):
+        return exact.sums(backend, [parts], [len(values)], [bound], local)[0][0]
+
+    whole = total([values])
+    assert whole == pytest.approx(math.fsum(values), rel=1e-15)
+    for k in (2, 7, 50):
+        parts = np.split(values, np.sort(rng.choice(np.arange(1, 5000), k - 1, replace=False)))
+        assert total(parts) == whole and total(parts[::-1]) == whole
+    assert exact.sums(backend, [[np.zeros(0)], [np.ones(3)]], [0, 3], [1.0, 1.0], local)[0] == \
+        [0.0, 3.0]
+
+
+def test_auc_of_one_class_is_nan_and_ties_count_half():
+    assert math.isnan(metrics.auc(np.ones(4), np.arange(4.0)))
+    assert metrics.auc(np.array([0.0, 1.0, 0.0, 1.0]), np.array([0.5, 0.5, 0.1, 0.9])) == \
+        pytest.approx((1 + 1 + 0.5 + 1) / 4)
+
+
+# -- early stopping and the evaluation loop --------------------------------------------------
+
+def _scripted(sequence, name="scripted"):
+    """A custom metric returning the values of ``sequence`` one evaluation after another."""
+    calls = []
+
+    def metric(prediction, data):
+        calls.append(len(prediction))
+        return name, sequence[len(calls) - 1]
+    return metric
+
+
+@pytest.mark.parametrize("maximize", [False, True])
+def test_early_stopping_picks_the_round_xgboost_picks(maximize):
+    """The same scripted metric values drive XGBoost's and gbflow's early stopping: the same best
+    round, best score and number of rounds evaluated (ties and NaN included)."""
+    sequence = [0.5, 0.4, 0.4, 0.45, float("nan"), 0.3, 0.35, 0.3, 0.5, 0.6, 0.2, 0.7, 0.8,
+                0.25, 0.9, 0.1, 0.05, 0.02] + [0.01] * 10
+    rounds, stop = 25, 3
+    df = make_table(n_rows=200, seed=3)
+    X, y = df.drop(columns="y").to_numpy(np.float32), df["y"].to_numpy()
+    history = {}
+    model = xgb.train({"max_depth": 2, "disable_default_eval_metric": 1}, xgb.DMatrix(X, y),
+                      rounds, evals=[(xgb.DMatrix(X, y), "v")],
+                      custom_metric=_scripted(sequence), early_stopping_rounds=stop,
+                      maximize=maximize, evals_result=history, verbose_eval=False)
+    ours = gbflow.train(df, "y", {"max_depth": 2}, rounds, evals=[(df.copy(), "v")],
+                        early_stopping_rounds=stop, custom_metric=_scripted(sequence),
+                        maximize=maximize, verbose=False)
+    assert ours.best_iteration == model.best_iteration
+    assert ours.best_score == pytest.approx(model.best_score)
+    assert len(ours.evals_result["v"]["scripted"]) == len(history["v"]["scripted"])
+    assert ours.evals_result["v"]["rmse"]  # the built-in metric is evaluated too, first
+    assert list(ours.evals_result["v"]) == ["rmse", "scripted"]
+    assert ours.num_boosted_rounds() == ours.best_iteration + 1
+
+
+def test_the_watched_metric_and_direction_can_be_named():
+    df = make_table(n_rows=600, task="binary", seed=4)
+    valid = make_table(n_rows=300, task="binary", seed=5)
+    params = {"objective": "binary:logistic", "eval_metric": ["auc", "logloss"], "max_depth": 3}
+    by_logloss = gbflow.train(df, "y", params, 60, evals=[(valid, "v")],
+                              early_stopping_rounds=5, verbose=False)
+    history = by_logloss.evals_result["v"]
+    assert by_logloss.best_iteration == int(np.argmin(history["logloss"]))
+    by_auc = gbflow.train(df, "y", params, 60, evals=[(valid, "v")], early_stopping_rounds=5,
+                          early_stopping_metric="auc", verbose=False)
+    assert by_auc.best_iteration == int(np.argmax(by_auc.evals_result["v"]["auc"]))
+    assert by_auc.best_score == max(by_auc.evals_result["v"]["auc"])
+    upside_down = gbflow.train(df, "y", params, 60, evals=[(valid, "v")],
+                               early_stopping_rounds=5, early_stopping_metric="auc",
+                               maximize=False, verbose=False)
+    assert upside_down.best_iteration == int(np.argmin(upside_down.evals_result["v"]["auc"]))
+    with pytest.raises(ValueError, match="early_stopping_metric 'aucpr' is not evaluated"):
+        gbflow.train(df, "y", params, 5, evals=[(valid, "v")], early_stopping_rounds=2,
+                     early_stopping_metric="aucpr")
+
+
+def test_the_training_data_as_an_evaluation_set_uses_trainings_margins(device, monkeypatch):
+    from gbflow import predictor
+    df = make_table(n_rows=800, task="binary", seed=6)
+    params = {"objective": "binary:logistic", "eval_metric": ["logloss", "auc", "error"],
+              "device": device}
+    copied = gbflow.train(df, "y", params, 20, evals=[(df.copy(), "train")], verbose=False)
+    predicted = []
+    original = predictor.predict_margin
+    monkeypatch.setattr(predictor, "predict_margin",
+                        lambda *a, **k: predicted.append(1) or original(*a, **k))
+    itself = gbflow.train(df, "y", params, 20, evals=[(df, "train")], verbose=False)
+    assert not predicted  # no evaluation set predicted: training's margins served
+    assert itself.to_json() == copied.to_json()
+    for name, values in copied.evals_result["train"].items():
+        assert itself.evals_result["train"][name] == pytest.approx(values, rel=1e-12), name
+    X, y = df.drop(columns="y").to_numpy(), df["y"].to_numpy()
+    as_arrays = gbflow.train(X, y, params, 20, evals=[((X, y), "train")], verbose=False)
+    assert not predicted
+    assert as_arrays.evals_result == itself.evals_result
+
+
+def test_metric_period_evaluates_every_k_rounds_and_the_last(capsys):
+    df = make_table(n_rows=500, seed=8)
+    valid = make_table(n_rows=200, seed=9)
+    every = gbflow.train(df, "y", {}, 23, evals=[(valid, "v")], verbose=False)
+    sparse = gbflow.train(df, "y", {}, 23, evals=[(valid, "v")], metric_period=5,
+                          verbose=False)
+    assert sparse.eval_rounds == [4, 9, 14, 19, 22]
+    assert sparse.evals_result["v"]["rmse"] == \
+        [every.evals_result["v"]["rmse"][i] for i in sparse.eval_rounds]
+    assert sparse.to_json() == every.to_json()
+    stopped = gbflow.train(df, "y", {"learning_rate": 1.0}, 200, evals=[(valid, "v")],
+                           metric_period=4, early_stopping_rounds=8, verbose=False)
+    assert (stopped.best_iteration + 1) % 4 == 0
+    assert stopped.eval_rounds[-1] - stopped.best_iteration >= 8
+
+
+def test_custom_metric_gets_transformed_predictions_and_the_sets_labels():
+    df = make_table(n_rows=400, task="multiclass", seed=10)
+    seen = []
+
+    def accuracy(prediction, data):
+        seen.append((prediction.shape, data.get_label().dtype, data.get_weight().size))
+        return [("acc", float(np.mean(prediction.argmax(axis=1) == data.get_label()))),
+                ("rows", data.num_row())]
+    booster = gbflow.train(df, "y", {"objective": "multi:softprob", "num_class": 3}, 4,
+                           evals=[(df.copy(), "v")], custom_metric=accuracy, verbose=False)
+    assert seen[0] == ((400, 3), np.float32, 0)
+    assert list(booster.evals_result["v"]) == ["mlogloss", "acc", "rows"]
+    assert booster.evals_result["v"]["rows"] == [400.0] * 4
+    p = np.asarray(booster.predict(df))
+    assert booster.evals_result["v"]["acc"][-1] == pytest.approx(
+        np.mean(p.argmax(axis=1) == df["y"].to_numpy()))
+
+
+def test_evaluation_arguments_are_checked_before_training():
+    df = make_table(n_rows=100, seed=11)
+    cases = [
+        (dict(metric_period=0), ValueError, "metric_period must be a positive integer"),
+        (dict(early_stopping_rounds=0), ValueError, "early_stopping_rounds must be"),
+        (dict(maximize="yes"), TypeError, "maximize must be True, False or None"),
+        (dict(custom_metric="rmse"), TypeError, "custom_metric must be a callable"),
+        (dict(early_stopping_rounds=2, early_stopping_metric="mae"), ValueError,
+         "early_stopping_metric 'mae' is not evaluated"),
+    ]
+    for kwargs, error, message in cases:
+        with pytest.raises(error, match=message):
+            gbflow.train(df, "y", num_boost_round=2, evals=[(df, "t")], **kwargs)
+    with pytest.raises(TypeError, match="custom_metric must return"):
+        gbflow.train(df, "y", num_boost_round=2, evals=[(df, "t")],
+                     custom_metric=lambda p, d: 0.5, verbose=False)
+    with pytest.raises(ValueError, match="'rmse', the name of an eval_metric"):
+        gbflow.train(df, "y", num_boost_round=2, evals=[(df, "t")],
+                     custom_metric=lambda p, d: ("rmse", 0.5), verbose=False)
+    with pytest.raises(ValueError, match="early_stopping_rounds needs a metric"):
+        gbflow.train(df, "y", {"disable_default_eval_metric": True}, 2, evals=[(df, "t")],
+                     early_stopping_rounds=1)
+    only_custom = gbflow.train(df, "y", {"disable_default_eval_metric": True}, 2,
+                               evals=[(df, "t")], custom_metric=lambda p, d: ("c", 1.0),
+                               verbose=False)
+    assert only_custom.evals_result == {"t": {"c": [1.0, 1.0]}}
+    bad = df.assign(y=df["y"] * 10)
+    with pytest.raises(ValueError, match=r"eval_metric 'logloss' needs labels in \[0, 1\]; "
+                                         r"evaluation set 't' has labels from"):
+        gbflow.train(df, "y", {"eval_metric": "logloss"}, 2, evals=[(bad, "t")])
+    with pytest.raises(ValueError, match=r"'gamma-deviance' needs labels in \(0, inf\)"):
+        gbflow.train(df, "y", {"eval_metric": "gamma-deviance"}, 2, evals=[(df, "t")])
