@@ -86,6 +86,24 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     evaluation = Evaluation(backend, eval_sets, sizes.eval_rows, sizes.eval_max_weights,
                             objective, metric_list, options, collective, num_boost_round)
     progress = Progress(verbose, num_boost_round, emit)
+    # Where the device queues work ahead of the host, a round is evaluated one round late, while
+    # the device grows the next one: the host then never waits for a tree to evaluate it. When
+    # early stopping ends training, that next round's trees lie beyond the best round and are
+    # cut off with the rest: the model is the same. Not with the training data as an evaluation
+    # set: its margins already hold the next round's trees by then.
+    late = backend.queues_ahead and not any(s.X is None for s in eval_sets)
+
+    def evaluate(round_index: int, round_trees: list) -> bool:
+        """Evaluate a round's (built) trees, report, and say whether to stop."""
+        with timers("evaluation"):
+            scores = evaluation.after_round(round_index, round_trees)
+        progress.round(round_index, scores)
+        if not (scores and evaluation.should_stop(round_index)):
+            return False
+        progress.say(f"early stopping at round {round_index + 1}: best round "
+                     f"{evaluation.best_iteration + 1}, {evaluation.sets[-1].name}-"
+                     f"{evaluation.watched}={evaluation.best_score:.6f}")
+        return True
     trees = []
     # Fixed-point scales from the loss's bounds on |g| and |h| where it has them (no per-round
     # reduction), else from the round's global max |g| and |h|.
@@ -117,24 +135,23 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                     rows.add_to(backend.kernels, shard.margin[:, k])
             round_trees.append(tree)
         # A tree may still be on its way from the device (``PendingTree``): the previous
-        # round's are built now, while the device grows this round's (evaluation needs this
-        # round's at once).
+        # round's are built now, while the device grows this round's.
         for i in range(max(len(trees) - n_groups, 0), len(trees)):
             trees[i] = finished_tree(trees[i])
         trees.extend(round_trees)
         if not evaluation:
             progress.round(round_index, [])
-            continue
-        round_trees = [finished_tree(t) for t in round_trees]
-        trees[-len(round_trees):] = round_trees
-        with timers("evaluation"):
-            scores = evaluation.after_round(round_index, round_trees)
-        progress.round(round_index, scores)
-        if scores and evaluation.should_stop(round_index):
-            progress.say(f"early stopping at round {round_index + 1}: best round "
-                         f"{evaluation.best_iteration + 1}, {evaluation.sets[-1].name}-"
-                         f"{evaluation.watched}={evaluation.best_score:.6f}")
-            break
+        elif late:  # the previous round's trees are built: evaluate them while the device grows
+            if round_index and evaluate(round_index - 1, trees[-2 * n_groups:-n_groups]):
+                break
+        else:
+            trees[-n_groups:] = [finished_tree(t) for t in trees[-n_groups:]]
+            if evaluate(round_index, trees[-n_groups:]):
+                break
+    else:
+        if evaluation and late and num_boost_round:
+            trees[-n_groups:] = [finished_tree(t) for t in trees[-n_groups:]]
+            evaluate(num_boost_round - 1, trees[-n_groups:])
     trees = [finished_tree(t) for t in trees]
     stopping = bool(options.early_stopping_rounds)
     best_iteration = evaluation.best_iteration if stopping else None

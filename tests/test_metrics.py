@@ -335,3 +335,27 @@ def test_evaluation_arguments_are_checked_before_training():
         gbflow.train(df, "y", {"eval_metric": "logloss"}, 2, evals=[(bad, "t")])
     with pytest.raises(ValueError, match=r"'gamma-deviance' needs labels in \(0, inf\)"):
         gbflow.train(df, "y", {"eval_metric": "gamma-deviance"}, 2, evals=[(df, "t")])
+
+
+@pytest.mark.parametrize("period", [1, 3])
+def test_evaluating_one_round_late_changes_nothing(period, monkeypatch):
+    """Where the device queues ahead (the GPU), rounds are evaluated one round late; forced on
+    the CPU: the same model, values, best round and stopping round."""
+    from gbflow.backend.cpu import CpuBackend
+    df = make_table(n_rows=800, task="binary", seed=12)
+    valid = make_table(n_rows=300, task="binary", seed=13)
+    kwargs = dict(params={"objective": "binary:logistic", "eval_metric": ["logloss", "auc"],
+                          "learning_rate": 0.8},
+                  num_boost_round=60, evals=[(valid, "v")], early_stopping_rounds=4,
+                  metric_period=period, verbose=False)
+    expected = gbflow.train(df, "y", **kwargs)
+    assert expected.eval_rounds[-1] < 59  # it stopped early
+    monkeypatch.setattr(CpuBackend, "queues_ahead", True)
+    late = gbflow.train(df, "y", **kwargs)
+    assert late.to_json() == expected.to_json()
+    assert late.evals_result == expected.evals_result
+    assert late.eval_rounds == expected.eval_rounds
+    every = gbflow.train(df, "y", **dict(kwargs, early_stopping_rounds=None, num_boost_round=9))
+    monkeypatch.setattr(CpuBackend, "queues_ahead", False)
+    assert every.evals_result == gbflow.train(
+        df, "y", **dict(kwargs, early_stopping_rounds=None, num_boost_round=9)).evals_result
