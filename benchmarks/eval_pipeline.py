@@ -137,6 +137,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=500)
     parser.add_argument("--depth", type=int, default=8)
     parser.add_argument("--stop", type=int, default=20)
+    parser.add_argument("--sparse-threshold", type=float, default=None,
+                        help="gbflow's sparse_threshold (default: its own default)")
     parser.add_argument("--no-xgboost", action="store_true")
     args = parser.parse_args()
     client = start(args)
@@ -154,14 +156,17 @@ def main():
         params = {"objective": "binary:logistic", "max_depth": args.depth, "learning_rate": 0.1,
                   "max_bin": 256, "eval_metric": ["logloss", "auc"],
                   "device": "cpu" if args.cpu else "cuda"}
+        if args.sparse_threshold is not None:
+            params["sparse_threshold"] = args.sparse_threshold
         small_train, small_valid = train.partitions[0], valid.partitions[0]
         run_gbflow(small_train, small_valid, params, 2, None, "eval")  # warm-ups
         runners = [("gbflow", lambda mode: run_gbflow(train, valid, params, args.rounds,
                                                       args.stop, mode))]
         if not args.no_xgboost:
-            run_xgboost(client, small_train, small_valid, params, 2, None, "eval")
+            peer = {k: v for k, v in params.items() if k != "sparse_threshold"}
+            run_xgboost(client, small_train, small_valid, peer, 2, None, "eval")
             runners.append(("xgboost", lambda mode: run_xgboost(
-                client, train, valid, params, args.rounds, args.stop, mode)))
+                client, train, valid, peer, args.rounds, args.stop, mode)))
         for mode in ("none", "eval", "stop"):
             for name, runner in runners:
                 with DevicePeak(args.gpus, not args.cpu) as device_memory:

@@ -93,17 +93,21 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     # set: its margins already hold the next round's trees by then.
     late = backend.queues_ahead and not any(s.X is None for s in eval_sets)
 
-    def evaluate(round_index: int, round_trees: list) -> bool:
-        """Evaluate a round's (built) trees, report, and say whether to stop."""
+    def evaluate(round_index: int, round_trees: list, last: bool = False) -> bool:
+        """Evaluate a round's (built) trees, report the rounds whose values are in, and say
+        whether to stop (the model then ends at the best round: rounds evaluated after the
+        stopping one are dropped, their trees cut off with the rest)."""
         with timers("evaluation"):
-            scores = evaluation.after_round(round_index, round_trees)
-        progress.round(round_index, scores)
-        if not (scores and evaluation.should_stop(round_index)):
-            return False
-        progress.say(f"early stopping at round {round_index + 1}: best round "
-                     f"{evaluation.best_iteration + 1}, {evaluation.sets[-1].name}-"
-                     f"{evaluation.watched}={evaluation.best_score:.6f}")
-        return True
+            done = evaluation.submit(round_index, round_trees)
+            if last:
+                done += evaluation.flush()
+        for index, scores in done:
+            progress.round(index, scores)
+        if evaluation.stopped:
+            progress.say(f"early stopping at round {done[-1][0] + 1}: best round "
+                         f"{evaluation.best_iteration + 1}, {evaluation.sets[-1].name}-"
+                         f"{evaluation.watched}={evaluation.best_score:.6f}")
+        return evaluation.stopped
     trees = []
     # Fixed-point scales from the loss's bounds on |g| and |h| where it has them (no per-round
     # reduction), else from the round's global max |g| and |h|.
@@ -146,12 +150,12 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                 break
         else:
             trees[-n_groups:] = [finished_tree(t) for t in trees[-n_groups:]]
-            if evaluate(round_index, trees[-n_groups:]):
+            if evaluate(round_index, trees[-n_groups:], last=round_index + 1 == num_boost_round):
                 break
     else:
         if evaluation and late and num_boost_round:
             trees[-n_groups:] = [finished_tree(t) for t in trees[-n_groups:]]
-            evaluate(num_boost_round - 1, trees[-n_groups:])
+            evaluate(num_boost_round - 1, trees[-n_groups:], last=True)
     trees = [finished_tree(t) for t in trees]
     stopping = bool(options.early_stopping_rounds)
     best_iteration = evaluation.best_iteration if stopping else None

@@ -173,8 +173,13 @@ class Evaluation:
         self.watched = options.early_stopping_metric
         self.maximize = options.maximize
         self.best_score = self.best_iteration = None
-        self._pending: list = []  # trees not yet in the sets' margins
+        self._trees: list = []  # trees not yet in the sets' margins
+        self._queue: list = []  # (round, Pending or None, custom scores) not yet returned
         self._host_labels = None  # per set (label, weight) of every process, for custom_metric
+        # Where the device queues work ahead of the host, a round's values are read a round
+        # later (the copies are long done by then; reading at once would wait for the device).
+        self.delay = 1 if backend.queues_ahead else 0
+        self.stopped = False  # early stopping said stop
 
     def __bool__(self) -> bool:
         return bool(self.sets)
@@ -184,28 +189,57 @@ class Evaluation:
         return (round_index + 1) % self.options.metric_period == 0 or \
             round_index + 1 == self.n_rounds
 
-    def after_round(self, round_index: int, trees: list) -> list[tuple[str, str, float]]:
-        """Take the round's (finished) trees; on an evaluated round add every pending tree to the
-        sets' margins and compute the metrics: [(set, metric, value)], else []."""
-        self._pending.extend(trees)
+    def submit(self, round_index: int, trees: list) -> list[tuple[int, list]]:
+        """Take a round's (built) trees; on an evaluated round add every tree not yet added to
+        the sets' margins and start computing the metrics. Returns the rounds whose results are
+        now in, in order: [(round, [(set, metric, value)])] (no value for a round not
+        evaluated). With ``delay`` 1 a round's results are read when the next round is
+        submitted, so that the host does not wait for the device in between."""
+        self._trees.extend(trees)
         if not self.due(round_index):
-            return []
-        for s in self.sets:
-            s.add(self._pending)
-        self._pending = []
-        xp = self.backend.xp
-        predictions = [[self.objective.transform(xp, m) for m in s.margin] for s in self.sets]
-        values = self.evaluator.values(predictions) if self.evaluator else \
-            [[] for _ in self.sets]
+            self._queue.append((round_index, None, None))
+        else:
+            for s in self.sets:
+                s.add(self._trees)
+            self._trees = []
+            xp = self.backend.xp
+            predictions = [[self.objective.transform(xp, m) for m in s.margin]
+                           for s in self.sets]
+            pending = self.evaluator.begin(predictions) if self.evaluator else None
+            custom = self._custom_scores(predictions) \
+                if self.options.custom_metric is not None else []
+            self._queue.append((round_index, pending, custom))
+        return self._drain(self.delay)
+
+    def flush(self) -> list[tuple[int, list]]:
+        """The results of every round submitted and not yet returned (at the end of training:
+        each process calls it, or none does)."""
+        return self._drain(0)
+
+    def _drain(self, keep: int) -> list[tuple[int, list]]:
+        """Finish queued rounds, oldest first, until ``keep`` are left or early stopping says
+        stop (``stopped``: the rounds after that one are dropped, as XGBoost never evaluates
+        them)."""
+        done = []
+        while len(self._queue) > keep and not self.stopped:
+            done.append(self._finish(*self._queue.pop(0)))
+            if done[-1][1] and self.should_stop(done[-1][0]):
+                self.stopped = True
+        if self.stopped:
+            self._queue = []
+        return done
+
+    def _finish(self, round_index: int, pending, custom) -> tuple[int, list]:
+        if custom is None:  # not evaluated
+            return round_index, []
+        values = pending.values() if pending is not None else [[] for _ in self.sets]
         scores = [(s.name, name, v) for s, per_set in zip(self.sets, values)
-                  for name, v in zip(self.names, per_set)]
-        if self.options.custom_metric is not None:
-            scores += self._custom_scores(predictions)
+                  for name, v in zip(self.names, per_set)] + custom
         for set_name, name, value in scores:
             self.history[set_name].setdefault(name, []).append(value)
         self.rounds.append(round_index)
         self._track_best(round_index, scores)
-        return scores
+        return round_index, scores
 
     def _track_best(self, round_index: int, scores: list) -> None:
         last_set = self.sets[-1].name

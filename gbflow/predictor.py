@@ -14,8 +14,9 @@ from .tree import Tree
 class FlatForest:
     """All trees' nodes in one set of host arrays (node ids made absolute), in training order.
 
-    feature int32, threshold float32, default_left bool, left/right int32, value float64, each
-    (n_nodes,).
+    feature int32, threshold float32, default_left bool, left/right int32 (right = left + 1 on
+    inner nodes, as in ``Tree``: the CPU kernels step to left + 1 without a branch), value
+    float64, each (n_nodes,).
     tree_root int64 (n_trees,), tree_group int32 (n_trees,).
     """
 

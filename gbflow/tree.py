@@ -20,9 +20,10 @@ class Tree:
 
     feature: split feature (-1 for a leaf). bin_threshold: bins 1..t go left. threshold: float32
     cut, ``x < threshold`` goes left (the same test as the bins). default_left: where NaN goes.
-    left/right: child node ids (-1 for a leaf). value: leaf value (learning rate applied; on inner
-    nodes the value the node would have as a leaf). gain: loss reduction of the split (0 on leaves).
-    cover: hessian sum of the node. group: the output column (class) this tree adds to.
+    left/right: child node ids (-1 for a leaf); right = left + 1 (prediction relies on it).
+    value: leaf value (learning rate applied; on inner nodes the value the node would have as a
+    leaf). gain: loss reduction of the split (0 on leaves). cover: hessian sum of the node.
+    group: the output column (class) this tree adds to.
     """
 
     feature: np.ndarray
@@ -65,6 +66,12 @@ class Tree:
         if len(lengths) != 1:
             raise ValueError("tree entry has node arrays of different lengths")
         arrays = {name: np.asarray(d[name], dtype=dtype) for name, dtype in _FIELDS.items()}
+        inner = arrays["feature"] != _dtypes.LEAF
+        left, right = arrays["left"][inner], arrays["right"][inner]
+        if inner.any() and not (np.all(right == left + 1) and left.min() > 0
+                                and right.max() < len(inner)):
+            raise ValueError("tree entry's children are not gbflow's layout (the right child "
+                             "right after the left one, both after the root, within the tree)")
         return cls(group=int(d.get("group", 0)), **arrays)
 
     @classmethod

@@ -663,6 +663,8 @@ def test_load_truncated_model(booster, tmp_path):
     (lambda d: d.pop("cuts"), r"missing entry 'cuts'"),
     (lambda d: d["trees"][0].pop("feature"), r"not a complete gbflow model"),
     (lambda d: d["params"].update(max_depth=0), r"parameter max_depth must lie in"),
+    (lambda d: d["trees"][0].update(right=[r + 1 if r > 0 else r for r in d["trees"][0]["right"]]),
+     r"children are not gbflow's layout"),
 ])
 def test_load_incomplete_model(booster, tmp_path, edit, match):
     d = booster.to_dict()

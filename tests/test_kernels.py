@@ -678,3 +678,16 @@ def test_log_gamma(kernels):
     # numba's and CUDA's lgamma are their own implementations: equal to a few ulps
     assert np.allclose(got, expected, rtol=1e-13, atol=0)
     assert expected[0] == 0.0 and expected[3] == pytest.approx(np.log(6.0))
+
+
+def test_auc_words(kernels):
+    rng = np.random.default_rng(8)
+    table = rng.integers(0, 1000, size=(3, 2, 5000)).astype(np.int64)
+    table[1, 0] = 0  # a table without positives
+    expected = numpy_kernels.auc_words(table)
+    assert expected.shape == (3, 3) and expected[1, 1] == 0
+    assert np.array_equal(np.asarray(kernels.auc_words(table)), expected)
+    assert np.array_equal(np.asarray(kernels.auc_words(table[0])), expected[0])
+    positive, negative = table[0, 0].astype(object), table[0, 1].astype(object)  # exact ints
+    pairs = sum(p * (2 * sum(negative[:j]) + negative[j]) for j, p in enumerate(positive[:50]))
+    assert numpy_kernels.auc_words(table[0, :, :50])[0] == pairs

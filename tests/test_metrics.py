@@ -165,6 +165,34 @@ def test_values_do_not_depend_on_parts_or_processes(task, n):
         assert _evaluator_values(names, label, prediction, w, [n // 2], processes=2) == whole
 
 
+@pytest.mark.parametrize("n", [3000, 70_000])
+def test_device_values_match_the_cpu_and_do_not_depend_on_parts(device, n):
+    """On the device (scales from device maxima, atomic tallies, compact tables sized by the
+    rows): equal across splits, and the CPU's values to the last bits of exp and log."""
+    rng = np.random.default_rng(14)
+    backend = get_backend(device)
+    weight = rng.uniform(0.1, 3.0, n)
+    binary = (rng.random(n) < 0.4).astype(np.float64), np.round(rng.random(n), 3)
+    classes = rng.integers(0, 3, n).astype(np.float64), rng.dirichlet(np.ones(3), n)
+    regression = tuple(a.astype(np.float64) for a in _regression_case(rng, n))
+    for names, (label, prediction) in [(BINARY, binary), (MULTICLASS, classes),
+                                       (REGRESSION, regression)]:
+        n_classes = prediction.shape[1] if prediction.ndim == 2 else 1
+        results = []
+        for splits in ([], [17, n // 2]):
+            parts = np.split(np.arange(n), splits)
+            data = EvalData("v", [backend.asarray(label[i]) for i in parts],
+                            [backend.asarray(weight[i]) for i in parts], n,
+                            float(weight.max()), n_classes)
+            evaluator = Evaluator(backend, [metrics.metric(m) for m in names], [data],
+                                  collective.LOCAL)
+            results.append(evaluator.values([[backend.asarray(prediction[i])
+                                              for i in parts]])[0])
+        assert results[0] == results[1]
+        on_cpu = _evaluator_values(names, label, prediction, weight, [])
+        assert results[0] == pytest.approx(on_cpu, rel=1e-12), names
+
+
 def test_exact_sums_round_correctly_and_do_not_depend_on_the_order():
     from gbflow.metrics import exact
     rng = np.random.default_rng(0)
@@ -173,14 +201,14 @@ def test_exact_sums_round_correctly_and_do_not_depend_on_the_order():
     bound = float(np.abs(values).max())
 
     def total(parts):
-        return exact.sums(backend, [parts], [len(values)], [bound], local)[0][0]
+        return exact.sums(backend, [parts], [len(values)], [bound], local)[0]
 
     whole = total([values])
     assert whole == pytest.approx(math.fsum(values), rel=1e-15)
     for k in (2, 7, 50):
         parts = np.split(values, np.sort(rng.choice(np.arange(1, 5000), k - 1, replace=False)))
         assert total(parts) == whole and total(parts[::-1]) == whole
-    assert exact.sums(backend, [[np.zeros(0)], [np.ones(3)]], [0, 3], [1.0, 1.0], local)[0] == \
+    assert exact.sums(backend, [[np.zeros(0)], [np.ones(3)]], [0, 3], [1.0, 1.0], local) == \
         [0.0, 3.0]
 
 

@@ -689,17 +689,38 @@ def fixed_point_words(values, scale, low_scale):
     return cp.stack([high.astype(cp.int64).sum(), low.astype(cp.int64).sum()])
 
 
+@functools.lru_cache(maxsize=None)
+def _metrics_kernel(name: str):
+    return cp.RawKernel((_CUDA_DIR / "metrics.cu").read_text(), name,
+                        options=("--std=c++17", "--fmad=false"))
+
+
 def auc_tally(bucket, label, weight, scale, out):
-    """See ``numpy_kernels.auc_tally``. out: (2, n_buckets) int64 CuPy, updated in place."""
-    n_buckets = out.shape[1]
-    w = cp.full(len(bucket), scale, dtype=cp.float64) if weight is None else \
-        cp.asarray(weight, dtype=cp.float64) * scale
-    total = cp.rint(w)
-    positive = cp.rint(w * cp.asarray(label, dtype=cp.float64))
-    out[0] += cp.bincount(bucket, weights=positive, minlength=n_buckets).astype(cp.int64)
-    out[1] += cp.bincount(bucket, weights=total - positive,
-                          minlength=n_buckets).astype(cp.int64)
+    """See ``numpy_kernels.auc_tally``. bucket: (n,) int64 CuPy (any stride); out: (2,
+    n_buckets) int64 C-contiguous CuPy, updated in place with 64-bit atomics (nothing waits for
+    the device)."""
+    n = int(bucket.shape[0])
+    if n == 0:
+        return out
+    _check_out(out, "auc_tally", np.int64)
+    if bucket.dtype != cp.int64 or bucket.strides[0] % 8:
+        bucket = cp.ascontiguousarray(bucket, dtype=cp.int64)
+    label = cp.ascontiguousarray(label, dtype=cp.float64)
+    weights = cp.ascontiguousarray(weight, dtype=cp.float64) if weight is not None else label
+    _metrics_kernel("auc_tally")(
+        (min(_grid(n)[0], 65_536),), (_THREADS,),
+        (bucket, _i64(bucket.strides[0] // 8), label, weights, np.int32(weight is not None),
+         np.float64(scale), _i64(n), _i64(out.shape[1]), out))
     return out
+
+
+def auc_words(table):
+    """See ``numpy_kernels.auc_words``: the same integer operations with CuPy (nothing is read
+    back)."""
+    positive, negative = table[..., 0, :], table[..., 1, :]
+    below = cp.cumsum(negative, axis=-1) - negative
+    return cp.stack([(positive * (2 * below + negative)).sum(axis=-1), positive.sum(axis=-1),
+                     negative.sum(axis=-1)], axis=-1)
 
 
 def log_gamma(values):

@@ -433,6 +433,17 @@ def auc_tally(bucket, label, weight, scale, out):
     return out
 
 
+def auc_words(table):
+    """(..., 3) int64 of a (..., 2, n_buckets) int64 tally table (``auc_tally``), per table:
+    [sum over buckets of positive * (2 * negative below + negative tied), total positive, total
+    negative]; auc = first / (2 * second * third). Exact: every product and sum is an integer
+    below 2**63 when the totals are below 2**30 (``metrics.tallies.WEIGHT_LIMIT``)."""
+    positive, negative = table[..., 0, :], table[..., 1, :]
+    below = np.cumsum(negative, axis=-1) - negative
+    return np.stack([(positive * (2 * below + negative)).sum(axis=-1), positive.sum(axis=-1),
+                     negative.sum(axis=-1)], axis=-1)
+
+
 def log_gamma(values):
     """(n,) float64 log Gamma(v) of (n,) float values (math.lgamma's; a new array)."""
     return np.array([math.lgamma(v) for v in np.asarray(values, dtype=np.float64).tolist()],

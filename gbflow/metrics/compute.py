@@ -1,12 +1,15 @@
 """The metrics of every evaluation set, each round, computed where the predictions are.
 
 Per round, whatever the number of sets and metrics: the row metrics' per-row losses and an auc
-table per set are made on the predictions' device; the tables are summed across processes in
-place (one fixed-size array a set); metrics without a bound on their loss, and on several
-processes the range of the auc's keys, need one wait for the device and one ``allreduce_max``;
-then one wait for the device fetches every sum's words and the tables' results (a few integers a
-metric), and one ``allreduce_sum`` adds the words. Everything
-summed is an integer: the values do not depend on how a set is split into parts, workers or GPUs.
+table per set are made on the predictions' device, then their words and a few integers a metric
+are fetched in one copy, and one ``allreduce_sum`` adds the words. Everything summed is an
+integer: the values do not depend on how a set is split into parts, workers or GPUs.
+
+In one process nothing waits for the device until the values are read (``Pending.values``): a
+loss without a bound has its fixed-point scale computed on the device, auc tables are filled
+with atomics and compact tables sized by the rows. On several processes, a loss without a bound
+and the range of the auc's keys need one wait and one ``allreduce_max``; auc tables are summed
+in place (dense), or gathered (by value: at most ``tallies.EXACT_ROWS`` entries in all).
 """
 from __future__ import annotations
 
@@ -31,6 +34,18 @@ class EvalData:
     n_classes: int = 1
 
 
+class Pending:
+    """A round's metric values on their way from the device: ``values()`` waits for them (and
+    makes the round's last collective call, ``allreduce_sum``)."""
+
+    def __init__(self, evaluator, copies, layout):
+        self._evaluator, self._copies, self._layout = evaluator, copies, layout
+
+    def values(self) -> list[list[float]]:
+        """Per set, the metrics' values in the evaluator's order."""
+        return self._evaluator._finish(self._copies.wait(), *self._layout)
+
+
 class Evaluator:
     """``metrics`` (``definitions.Metric``) of every set in ``sets``, through ``collective``.
     Made once per training run (the weight totals and the label terms some metrics use are
@@ -42,19 +57,23 @@ class Evaluator:
                          for y in s.labels] for s in sets] for m in metrics]
         self.weight_scales = [tallies.weight_scale(s.n_rows, s.max_weight) for s in sets]
         self.kinds = {m.kind for m in metrics} & {"auc", "aucpr"}
+        self._dense_tables: dict = {}  # set -> its dense tally table, reused every round
         weighted = [s for s in sets if s.weights is not None]
-        totals, _ = exact.sums(backend, [s.weights for s in weighted],
-                               [s.n_rows for s in weighted],
-                               [s.max_weight for s in weighted], collective)
+        totals = exact.sums(backend, [s.weights for s in weighted], [s.n_rows for s in weighted],
+                            [float(s.max_weight) for s in weighted], collective)
         by_set = dict(zip(map(id, weighted), totals))
         self.weight_totals = [by_set.get(id(s), float(s.n_rows)) for s in sets]
 
     def values(self, predictions: list[list]) -> list[list[float]]:
-        """Every metric of every set: per set, the values in the order of ``metrics``.
-        predictions: per set, per part, the (n_i,) or (n_i, n_classes) float64 predictions
-        (transformed: probabilities for the classification objectives) on the device. Every
-        process calls it at the same round."""
-        xp, collective = self.backend.xp, self.collective
+        """``begin(predictions).values()``."""
+        return self.begin(predictions).values()
+
+    def begin(self, predictions: list[list]) -> Pending:
+        """Start computing every metric of every set. predictions: per set, per part, the
+        (n_i,) or (n_i, n_classes) float64 predictions (transformed: probabilities for the
+        classification objectives) on the device. Every process calls it at the same round
+        (and ``values()`` of the results in the same order)."""
+        xp = self.backend.xp
         columns, counts, bounds, row_at = [], [], [], {}
         for si, (s, preds) in enumerate(zip(self.sets, predictions)):
             weights = s.weights if s.weights is not None else [None] * len(s.labels)
@@ -68,16 +87,30 @@ class Evaluator:
                 row_at[si, mi] = len(columns)
                 columns.append(parts)
                 counts.append(s.n_rows)
-                bounds.append(None if m.bound is None else m.bound * s.max_weight)
+                bounds.append(None if m.bound is None else float(m.bound * s.max_weight))
         keys = [[tallies.prediction_keys(xp, p) for p in preds] for preds in predictions] \
             if self.kinds else []
-        ranges = self._reduce_maxima(columns, bounds, keys)
-        fetch, table_at = [], {}
-        for si, s in enumerate(self.sets):
+        ranges = self._bounds_and_ranges(columns, bounds, keys)
+        column_words, grids = exact.words(self.backend, columns, counts, bounds)
+        fetch = [w for column in column_words for w in column]
+        fetch += [b for b in bounds if not isinstance(b, float)]  # device maxima: finite?
+        fetch += [scale for scale, _ in grids if not isinstance(scale, float)]
+        table_at = {}
+        for si in range(len(self.sets)):
             if self.kinds:
                 table_at[si] = len(fetch)
                 fetch += self._table_results(si, keys[si], ranges[si])
-        sums, fetched = exact.sums(self.backend, columns, counts, bounds, collective, fetch)
+        layout = ([len(c) for c in column_words], grids, bounds, row_at, table_at)
+        return Pending(self, self.backend.to_host_later(fetch), layout)
+
+    def _finish(self, fetched: list, n_words: list, grids: list, bounds: list, row_at: dict,
+                table_at: dict) -> list[list[float]]:
+        at = iter(fetched)
+        words = [[next(at) for _ in range(k)] for k in n_words]
+        host_bounds = [b if isinstance(b, float) else float(next(at)) for b in bounds]
+        host_grids = [(scale if isinstance(scale, float) else float(next(at)), low)
+                      for scale, low in grids]
+        sums = exact.totals(words, host_grids, host_bounds, self.collective)
         out = []
         for si, s in enumerate(self.sets):
             row = []
@@ -85,44 +118,44 @@ class Evaluator:
                 if m.kind == "row":
                     row.append(float(m.finish(sums[row_at[si, mi]], self.weight_totals[si])))
                     continue
-                words = fetched[table_at[si]]
+                auc_words = fetched[table_at[si]]
                 if m.kind == "auc":
-                    row.append(tallies.auc_value(words))
+                    row.append(tallies.auc_value(auc_words))
                 else:
                     area = fetched[table_at[si] + 1]
                     row.append(tallies.aucpr_value(
                         area, *exact.scales(1.0, tallies.n_terms(s.n_rows)),
-                        np.reshape(words, (-1, 3))[0, 1:]))
+                        np.reshape(auc_words, (-1, 3))[0, 1:]))
             out.append(row)
         return out
 
-    def _reduce_maxima(self, columns: list, bounds: list, keys: list) -> list:
+    def _bounds_and_ranges(self, columns: list, bounds: list, keys: list) -> list:
         """Fill the unknown ``bounds`` (in place) with the global max |value| of their columns,
         and return per set the (low, span) of its prediction keys where its auc buckets need
-        them (else None), with one wait for the device and one ``allreduce_max`` for all of
-        them. In one process the key ranges stay on the device (nothing to wait for when every
-        bound is known)."""
+        them (else None). In one process both stay on the device (0-d arrays: nothing waits);
+        on several, one wait for the device and one ``allreduce_max`` bring host values."""
         xp, backend, collective = self.backend.xp, self.backend, self.collective
         unknown = [j for j, b in enumerate(bounds) if b is None]
         local = [exact.local_max_abs(xp, columns[j]) for j in unknown]
         ranged = [si for si, s in enumerate(self.sets)
                   if keys and not tallies.by_value(s.n_rows)]
         key_ranges = {si: tallies.key_range(xp, keys[si]) for si in ranged}
-        on_host = collective.size > 1
-        if on_host:
+        if collective.size == 1:
+            for j, value in zip(unknown, local):
+                bounds[j] = value
+            ranges = {si: (r[0], r[1]) for si, r in key_ranges.items()}
+        else:
             local += [r for si in ranged for r in key_ranges[si]]
-        if local:
             largest = np.atleast_1d(collective.allreduce_max(np.asarray(
-                backend.to_host_all([xp.stack(local)])[0], dtype=np.float64)))
+                backend.to_host_all([xp.stack(local)])[0], dtype=np.float64))) if local else []
             for j, value in zip(unknown, largest):
                 bounds[j] = float(value)
-            if on_host:
-                pairs = largest[len(unknown):].reshape(-1, 2)
-                key_ranges = {si: (int(high), int(minus_low))
-                              for si, (high, minus_low) in zip(ranged, pairs)}
+            pairs = np.reshape(largest[len(unknown):], (-1, 2))
+            ranges = {si: (int(high), int(minus_low))
+                      for si, (high, minus_low) in zip(ranged, pairs)}
         out = [None] * len(self.sets)
-        for si, (high, minus_low) in key_ranges.items():
-            if on_host:
+        for si, (high, minus_low) in ranges.items():  # keys lie in [-minus_low, high]
+            if isinstance(high, int):
                 out[si] = (-minus_low, high + minus_low + 1)
             else:
                 out[si] = (-minus_low.astype(xp.int64), (high + minus_low).astype(xp.int64) + 1)
@@ -148,14 +181,18 @@ class Evaluator:
                                         scale) for c in range(s.n_classes)]
         else:
             low, span = key_range
-            table = xp.zeros((s.n_classes, 2, 1 << tallies.DENSE_BITS), dtype=xp.int64)
+            table = self._dense_tables.get(si)
+            if table is None:  # kept: a fresh 16 MB table a round costs its page faults
+                table = self._dense_tables[si] = xp.empty(
+                    (s.n_classes, 2, 1 << tallies.DENSE_BITS), dtype=xp.int64)
+            table.fill(0)  # after the previous round's results were made from it (stream order)
             for y, w, k in parts:
                 b = tallies.buckets(xp, k, low, span)
                 for c in range(s.n_classes):
                     kernels.auc_tally(column(b, c), targets(y, c), w, scale, table[c])
             self.collective.allreduce_sum_inplace([table])
             tables = list(table)
-        results = [xp.stack([tallies.auc_words(xp, t) for t in tables])]
+        results = [xp.stack([kernels.auc_words(t) for t in tables])]
         if "aucpr" in self.kinds:
             terms, _ = tallies.aucpr_terms(xp, tables[0])
             results.append(kernels.fixed_point_words(
@@ -163,20 +200,21 @@ class Evaluator:
         return results
 
     def _value_table(self, parts: list, scale: float):
-        """The (2, m) int64 compact table, on the device, of (target, weight, key) parts: one
-        entry per distinct key over every process, in key order. Several processes gather
-        their tables (a wait for the device; at most ``tallies.EXACT_ROWS`` entries in all)."""
+        """The (2, m) int64 compact table, on the device, of (target, weight, key) parts: in
+        one process an entry per row (``tallies.occupied``: the distinct keys first, in order);
+        several processes gather their tables (a wait for the device; at most
+        ``tallies.EXACT_ROWS`` entries in all) and merge them into one per distinct key."""
         xp, backend = self.backend.xp, self.backend
         if parts:
             y = xp.concatenate([y for y, _, _ in parts])
             w = None if parts[0][1] is None else xp.concatenate([w for _, w, _ in parts])
-            unique, position = tallies.occupied(xp, xp.concatenate([k for _, _, k in parts]))
+            entries, position = tallies.occupied(xp, xp.concatenate([k for _, _, k in parts]))
             table = backend.kernels.auc_tally(position, y, w, scale,
-                                              xp.zeros((2, len(unique)), dtype=xp.int64))
+                                              xp.zeros((2, len(entries)), dtype=xp.int64))
         else:
-            unique, table = xp.zeros(0, dtype=xp.int64), xp.zeros((2, 0), dtype=xp.int64)
+            entries, table = xp.zeros(0, dtype=xp.int64), xp.zeros((2, 0), dtype=xp.int64)
         if self.collective.size == 1:
             return table
-        _, merged = tallies.merge(self.collective.allgather(tuple(
-            backend.to_host_all([unique, table]))))
+        merged = tallies.merge(self.collective.allgather(tuple(
+            backend.to_host_all([entries, table]))))
         return backend.asarray(merged)

@@ -70,37 +70,42 @@ def buckets(xp, keys, low, span):
 
 
 def occupied(xp, keys):
-    """(the sorted distinct keys, each key's position among them) of (n,) int64 keys: the
-    compact table's entries and every row's entry."""
-    unique, position = xp.unique(keys, return_inverse=True)
-    return unique, position.reshape(-1)
+    """The compact table's entries of (n,) int64 keys, without reading anything back: ((n,)
+    int64 entry keys: the distinct keys in order, then -1 for the entries no key needs; (n,)
+    int64 entry of each key). A table of n entries whose unused ones stay empty tallies the
+    same as one of the distinct keys alone."""
+    n = keys.shape[0]
+    order = xp.argsort(keys)
+    ordered = keys[order]
+    new = xp.ones(n, dtype=xp.int64)
+    new[1:] = ordered[1:] != ordered[:-1]
+    rank = xp.cumsum(new) - 1
+    position = xp.empty(n, dtype=xp.int64)
+    position[order] = rank
+    entries = xp.full(n, -1, dtype=xp.int64)
+    entries[rank] = ordered  # equal keys write the same value
+    return entries, position
 
 
-def merge(tables: list) -> tuple[np.ndarray, np.ndarray]:
-    """One compact table of several processes' compact tables: host (keys (m_i,), table
-    (2, m_i) int64) pairs -> (sorted distinct keys, (2, m) int64 summed tallies). Exact."""
+def merge(tables: list) -> np.ndarray:
+    """One compact table of several processes' compact tables: host (entry keys (m_i,), table
+    (2, m_i) int64) pairs -> (2, m) int64 tallies of the distinct keys in order (unused
+    entries, key -1, left out). Exact."""
     keys = np.concatenate([k for k, _ in tables])
-    unique, position = np.unique(keys, return_inverse=True)
+    tallies = np.concatenate([t for _, t in tables], axis=1)
+    used = keys >= 0
+    unique, position = np.unique(keys[used], return_inverse=True)
     merged = np.zeros((2, len(unique)), dtype=np.int64)
     for row in range(2):
-        np.add.at(merged[row], position.reshape(-1), np.concatenate([t[row] for _, t in tables]))
-    return unique, merged
-
-
-def auc_words(xp, table):
-    """(..., 3) int64 on the table's device: [2 * sum of positive * (negative below + negative
-    tied / 2), total positive, total negative] of a (..., 2, n_buckets) int64 table; auc = first
-    / (2 * second * third). Exact: every product and sum is an integer below 2**63."""
-    positive, negative = table[..., 0, :], table[..., 1, :]
-    below = xp.cumsum(negative, axis=-1) - negative
-    return xp.stack([(positive * (2 * below + negative)).sum(axis=-1), positive.sum(axis=-1),
-                     negative.sum(axis=-1)], axis=-1)
+        np.add.at(merged[row], position.reshape(-1), tallies[row, used])
+    return merged
 
 
 def auc_value(words) -> float:
-    """auc from ``auc_words``' host values: (3,) for one table; (n_classes, 3) for one table a
-    class (one class against the rest), then the classes' aucs weighted by their positive
-    weight, as XGBoost's multi-class auc. NaN when no table has weight in both classes."""
+    """auc from the ``auc_words`` kernel's host values: (3,) for one table; (n_classes, 3) for
+    one table a class (one class against the rest), then the classes' aucs weighted by their
+    positive weight, as XGBoost's multi-class auc. NaN when no table has weight in both
+    classes."""
     words = np.asarray(words, dtype=np.int64).reshape(-1, 3)
     area = weight = 0.0
     for numerator, positive, negative in words.tolist():
