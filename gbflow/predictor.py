@@ -62,10 +62,9 @@ def add_trees(backend, X, forest: FlatForest, margin):
     """
     if len(forest.tree_root) == 0 or X.shape[0] == 0:
         return margin
-    xp = backend.xp
-    arrays = [xp.asarray(a) for a in (forest.feature, forest.threshold, forest.default_left,
-                                      forest.left, forest.right, forest.value, forest.tree_root,
-                                      forest.tree_group)]
+    # host arrays: the kernels put them on their device (the GPU's in one copy)
+    arrays = [forest.feature, forest.threshold, forest.default_left, forest.left, forest.right,
+              forest.value, forest.tree_root, forest.tree_group]
     if isinstance(X, CSR):
         return backend.kernels.predict_margins_csr(X.indptr, X.indices, X.data, *arrays, margin)
     return backend.kernels.predict_margins(X, *arrays, margin)

@@ -490,12 +490,17 @@ def predict_margins(X, feature, threshold, default_left, left, right, value, tre
     _kernel("predict_margins", 1)(
         (grid,), (_THREADS,),
         (X, _i64(n_rows), _i64(X.strides[0] // X.itemsize), _i64(X.strides[1] // X.itemsize),
-         cp.asarray(feature, dtype=np.int32), cp.asarray(threshold, dtype=np.float32),
-         cp.asarray(default_left, dtype=bool), cp.asarray(left, dtype=np.int32),
-         cp.asarray(right, dtype=np.int32), cp.asarray(value, dtype=np.float64),
-         cp.asarray(tree_root, dtype=np.int64), cp.asarray(tree_group, dtype=np.int32),
+         *_forest(feature, threshold, default_left, left, right, value, tree_root, tree_group),
          _i32(len(tree_root)), out, _i32(out.shape[1])))
     return out
+
+
+def _forest(feature, threshold, default_left, left, right, value, tree_root, tree_group):
+    """A forest's node arrays on the device in the kernels' dtypes: one host-to-device copy
+    when they are host arrays (prediction after every round of training uploads them)."""
+    return _upload_small((feature, np.int32), (threshold, np.float32), (default_left, np.bool_),
+                         (left, np.int32), (right, np.int32), (value, np.float64),
+                         (tree_root, np.int64), (tree_group, np.int32))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -669,24 +674,31 @@ def predict_margins_csr(indptr, indices, data, feature, threshold, default_left,
     _sparse_kernel("predict_margins_csr", 1)(
         _grid(n_rows), (_THREADS,),
         (_dev(indptr, np.int64), _i64(n_rows), _dev(indices, np.int32), _dev(data, np.float32),
-         _dev(feature, np.int32), _dev(threshold, np.float32), _dev(default_left, bool),
-         _dev(left, np.int32), _dev(right, np.int32), _dev(value, np.float64),
-         _dev(tree_root, np.int64), _dev(tree_group, np.int32), _i32(len(tree_root)), out,
-         _i32(out.shape[1])))
+         *_forest(feature, threshold, default_left, left, right, value, tree_root, tree_group),
+         _i32(len(tree_root)), out, _i32(out.shape[1])))
     return out
 
 
 # ---------------------------------------------------------------------------------------------
-# Evaluation metrics: see the section of numpy_kernels. CuPy's elementwise operations and
-# reductions: the sums are of integers (int64, or integer-valued float64 below 2**53 in the
-# bincount's atomics), exact in any order, so they equal the twin's.
+# Evaluation metrics (cuda/metrics.cu): see the section of numpy_kernels. Every sum is of
+# integers with 64-bit atomics, exact in any order, so it equals the twin's; one launch a call
+# (evaluation runs every round, and its launches cost host time the training loop needs).
 
 def fixed_point_words(values, scale, low_scale):
-    """See ``numpy_kernels.fixed_point_words``; a (2,) int64 CuPy array (nothing is read back)."""
-    scaled = cp.asarray(values, dtype=cp.float64) * scale
-    high = cp.rint(scaled)
-    low = cp.rint((scaled - high) * low_scale)
-    return cp.stack([high.astype(cp.int64).sum(), low.astype(cp.int64).sum()])
+    """See ``numpy_kernels.fixed_point_words``; a (2,) int64 CuPy array (nothing is read back).
+    scale: a float, or a 0-d float64 CuPy array (read on the device). One launch: block sums
+    added with 64-bit atomics."""
+    values = cp.ascontiguousarray(values, dtype=cp.float64).reshape(-1)
+    out = cp.zeros(2, dtype=cp.int64)
+    if values.size == 0:
+        return out
+    on_device = isinstance(scale, cp.ndarray)
+    scale_array = cp.ascontiguousarray(scale, dtype=cp.float64) if on_device else out
+    _metrics_kernel("fixed_point_words")(
+        (min(_grid(values.size)[0], 1024),), (_THREADS,),
+        (values, _i64(values.size), scale_array, np.float64(0.0 if on_device else scale),
+         np.int32(on_device), np.float64(low_scale), out))
+    return out
 
 
 @functools.lru_cache(maxsize=None)
@@ -715,12 +727,13 @@ def auc_tally(bucket, label, weight, scale, out):
 
 
 def auc_words(table):
-    """See ``numpy_kernels.auc_words``: the same integer operations with CuPy (nothing is read
-    back)."""
-    positive, negative = table[..., 0, :], table[..., 1, :]
-    below = cp.cumsum(negative, axis=-1) - negative
-    return cp.stack([(positive * (2 * below + negative)).sum(axis=-1), positive.sum(axis=-1),
-                     negative.sum(axis=-1)], axis=-1)
+    """See ``numpy_kernels.auc_words``: one launch, a block a table (nothing is read back)."""
+    tables = cp.ascontiguousarray(table, dtype=cp.int64)
+    flat = tables.reshape(-1, 2, tables.shape[-1])
+    out = cp.zeros((flat.shape[0], 3), dtype=cp.int64)
+    if flat.shape[0] and flat.shape[2]:
+        _metrics_kernel("auc_words")((flat.shape[0],), (1024,), (flat, _i64(flat.shape[2]), out))
+    return out.reshape(tables.shape[:-2] + (3,))
 
 
 def log_gamma(values):

@@ -34,6 +34,11 @@ class EvalData:
     n_classes: int = 1
 
 
+def _scalar(value) -> float:
+    """A fetched 0-d (or one-element) array as a float."""
+    return float(np.asarray(value).reshape(-1)[0])
+
+
 class Pending:
     """A round's metric values on their way from the device: ``values()`` waits for them (and
     makes the round's last collective call, ``allreduce_sum``)."""
@@ -107,8 +112,8 @@ class Evaluator:
                 table_at: dict) -> list[list[float]]:
         at = iter(fetched)
         words = [[next(at) for _ in range(k)] for k in n_words]
-        host_bounds = [b if isinstance(b, float) else float(next(at)) for b in bounds]
-        host_grids = [(scale if isinstance(scale, float) else float(next(at)), low)
+        host_bounds = [b if isinstance(b, float) else _scalar(next(at)) for b in bounds]
+        host_grids = [(scale if isinstance(scale, float) else _scalar(next(at)), low)
                       for scale, low in grids]
         sums = exact.totals(words, host_grids, host_bounds, self.collective)
         out = []

@@ -17,3 +17,68 @@ extern "C" __global__ void auc_tally(const long long* bucket, long long bucket_s
                   (unsigned long long)((long long)rint(w) - positive));
     }
 }
+
+// Block sums of integers in shared memory, then one 64-bit atomic a block: exact in any order.
+__device__ void add_block_sum(long long value, long long* shared, long long* out) {
+    shared[threadIdx.x] = value;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicAdd((unsigned long long*)out, (unsigned long long)shared[0]);
+    __syncthreads();
+}
+
+// See numpy_kernels.fixed_point_words. scale: a device scalar (scale_on_device) or the value
+// given. out: two int64 words, zeroed by the caller. blockDim.x: 256.
+extern "C" __global__ void fixed_point_words(const double* values, long long n,
+                                             const double* scale_on_device, double scale_given,
+                                             int on_device, double low_scale, long long* out) {
+    __shared__ long long shared[256];
+    double scale = on_device ? *scale_on_device : scale_given;
+    long long high_sum = 0, low_sum = 0;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        double scaled = values[i] * scale;
+        double high = rint(scaled);
+        high_sum += (long long)high;
+        low_sum += (long long)rint((scaled - high) * low_scale);
+    }
+    add_block_sum(high_sum, shared, out);
+    add_block_sum(low_sum, shared, out + 1);
+}
+
+// See numpy_kernels.auc_words: one block a table of n buckets (positive row, then negative
+// row). Each thread takes a chunk of consecutive buckets: their negative total, an exclusive
+// scan of those totals across the block (the negative weight below the chunk), then the chunk's
+// area terms. blockDim.x: 1024 (a power of two).
+extern "C" __global__ void auc_words(const long long* tables, long long n, long long* out) {
+    __shared__ long long below_chunk[1024];
+    __shared__ long long shared[1024];
+    const long long* positive = tables + 2 * n * blockIdx.x;
+    const long long* negative = positive + n;
+    long long chunk = (n + blockDim.x - 1) / blockDim.x;
+    long long begin = min(n, chunk * threadIdx.x), end = min(n, begin + chunk);
+    long long negative_sum = 0;
+    for (long long j = begin; j < end; j++) negative_sum += negative[j];
+    below_chunk[threadIdx.x] = negative_sum;
+    __syncthreads();
+    for (int offset = 1; offset < blockDim.x; offset *= 2) {  // inclusive scan (Hillis-Steele)
+        long long add = threadIdx.x >= offset ? below_chunk[threadIdx.x - offset] : 0;
+        __syncthreads();
+        below_chunk[threadIdx.x] += add;
+        __syncthreads();
+    }
+    long long below = below_chunk[threadIdx.x] - negative_sum;  // exclusive
+    long long numerator = 0, positive_sum = 0;
+    for (long long j = begin; j < end; j++) {
+        numerator += positive[j] * (2 * below + negative[j]);
+        positive_sum += positive[j];
+        below += negative[j];
+    }
+    long long* words = out + 3 * blockIdx.x;
+    add_block_sum(numerator, shared, words);
+    add_block_sum(positive_sum, shared, words + 1);
+    add_block_sum(negative_sum, shared, words + 2);
+}
