@@ -83,6 +83,12 @@ class Backend:
     def _asarray(self, array):
         return self.to_host(array)
 
+    def fused(self, function):
+        """``function`` (elementwise arithmetic on this backend's arrays, array arguments only)
+        made into one kernel where the backend can (the GPU: one launch instead of one per
+        operation, which matters for what runs every round); else ``function`` itself."""
+        return function
+
     def free_cached_memory(self) -> None:
         """Give memory that an allocator's pool holds but no array uses back to the device.
         Called between stages whose temporaries differ in size (sketch, routing, training), so

@@ -38,6 +38,10 @@ class CudaBackend(Backend):
     def _asarray(self, array):
         return self.xp.asarray(array)
 
+    def fused(self, function):
+        """``cupy.fuse``: compiled at the first call for its argument types, then cached."""
+        return self.xp.fuse(function)
+
     def to_host_all(self, arrays) -> list:
         """Several arrays as NumPy arrays, the device ones in one device-to-host copy (each copy
         waits for the device, and a tree level needs its split results and the previous

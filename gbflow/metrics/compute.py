@@ -34,6 +34,19 @@ class EvalData:
     n_classes: int = 1
 
 
+def _row_term(backend, m, weighted: bool):
+    """A row metric's weighted per-row loss as a function of (label, prediction[, extra][,
+    weight]) device arrays: one kernel on the GPU (``Backend.fused``) for elementwise losses."""
+    xp, loss = backend.xp, m.loss
+    if m.precompute is not None:
+        function = (lambda y, p, e, w: loss(xp, y, p, e) * w) if weighted else \
+            (lambda y, p, e: loss(xp, y, p, e))
+    else:
+        function = (lambda y, p, w: loss(xp, y, p, None) * w) if weighted else \
+            (lambda y, p: loss(xp, y, p, None))
+    return function if m.multiclass else backend.fused(function)
+
+
 def _scalar(value) -> float:
     """A fetched 0-d (or one-element) array as a float."""
     return float(np.asarray(value).reshape(-1)[0])
@@ -60,6 +73,9 @@ class Evaluator:
         self.backend, self.metrics, self.sets, self.collective = backend, metrics, sets, collective
         self.extras = [[[m.precompute(backend, y) if m.precompute is not None else None
                          for y in s.labels] for s in sets] for m in metrics]
+        self.terms = {(mi, weighted): _row_term(backend, m, weighted)
+                      for mi, m in enumerate(metrics) if m.kind == "row"
+                      for weighted in {s.weights is not None for s in sets}}
         self.weight_scales = [tallies.weight_scale(s.n_rows, s.max_weight) for s in sets]
         self.kinds = {m.kind for m in metrics} & {"auc", "aucpr"}
         self._dense_tables: dict = {}  # set -> its dense tally table, reused every round
@@ -85,10 +101,9 @@ class Evaluator:
             for mi, m in enumerate(self.metrics):
                 if m.kind != "row":
                     continue
-                parts = []
-                for pi, (y, w, p) in enumerate(zip(s.labels, weights, preds)):
-                    loss = m.loss(xp, y, p, self.extras[mi][si][pi])
-                    parts.append(loss if w is None else loss * w)
+                term = self.terms[mi, s.weights is not None]
+                parts = [term(y, p, *(() if e is None else (e,)), *(() if w is None else (w,)))
+                         for y, w, p, e in zip(s.labels, weights, preds, self.extras[mi][si])]
                 row_at[si, mi] = len(columns)
                 columns.append(parts)
                 counts.append(s.n_rows)
@@ -144,26 +159,27 @@ class Evaluator:
         local = [exact.local_max_abs(xp, columns[j]) for j in unknown]
         ranged = [si for si, s in enumerate(self.sets)
                   if keys and not tallies.by_value(s.n_rows)]
-        key_ranges = {si: tallies.key_range(xp, keys[si]) for si in ranged}
         if collective.size == 1:
             for j, value in zip(unknown, local):
                 bounds[j] = value
-            ranges = {si: (r[0], r[1]) for si, r in key_ranges.items()}
-        else:
-            local += [r for si in ranged for r in key_ranges[si]]
-            largest = np.atleast_1d(collective.allreduce_max(np.asarray(
-                backend.to_host_all([xp.stack(local)])[0], dtype=np.float64))) if local else []
-            for j, value in zip(unknown, largest):
-                bounds[j] = float(value)
-            pairs = np.reshape(largest[len(unknown):], (-1, 2))
-            ranges = {si: (int(high), int(minus_low))
-                      for si, (high, minus_low) in zip(ranged, pairs)}
+            out = [None] * len(self.sets)
+            for si in ranged:  # on the device: the keys' lowest value and span
+                present = [k for k in keys[si] if k.size]
+                low = present[0].min() if len(present) == 1 else \
+                    xp.stack([k.min() for k in present]).min()
+                high = present[0].max() if len(present) == 1 else \
+                    xp.stack([k.max() for k in present]).max()
+                out[si] = (low, high - low + 1)
+            return out
+        local += [r for si in ranged for r in tallies.key_range(xp, keys[si])]
+        largest = np.atleast_1d(collective.allreduce_max(np.asarray(
+            backend.to_host_all([xp.stack(local)])[0], dtype=np.float64))) if local else []
+        for j, value in zip(unknown, largest):
+            bounds[j] = float(value)
         out = [None] * len(self.sets)
-        for si, (high, minus_low) in ranges.items():  # keys lie in [-minus_low, high]
-            if isinstance(high, int):
-                out[si] = (-minus_low, high + minus_low + 1)
-            else:
-                out[si] = (-minus_low.astype(xp.int64), (high + minus_low).astype(xp.int64) + 1)
+        pairs = np.reshape(largest[len(unknown):], (-1, 2))
+        for si, (high, minus_low) in zip(ranged, pairs):  # keys lie in [-minus_low, high]
+            out[si] = (-int(minus_low), int(high) + int(minus_low) + 1)
         return out
 
     def _table_results(self, si: int, keys: list, key_range) -> list:

@@ -19,8 +19,9 @@ class Metric:
     """One metric as named by the user ("error@0.7", "tweedie-nloglik@1.5", ...).
 
     kind: "row" (a ratio of sums of per-row losses and weights), "auc" or "aucpr" (tallies).
-    multiclass: it takes (n, n_classes) probabilities and integer labels; else (n,) predictions.
-    any_outputs: it takes either.
+    multiclass: it takes (n, n_classes) probabilities and integer labels (its loss indexes
+    them); else (n,) predictions and an elementwise loss (``Backend.fused`` makes it one
+    kernel). any_outputs: it takes either.
     maximize: larger is better (early stopping). loss: for row metrics, (xp, label, prediction,
     extra) -> (n,) float64 per-row losses, unweighted; ``extra`` holds what a set computes once
     (``precompute``). finish: (loss sum, weight sum) -> the value. bound: an upper bound of |loss|
