@@ -83,10 +83,11 @@ class Backend:
     def _asarray(self, array):
         return self.to_host(array)
 
-    def fused(self, function):
+    def fused(self, function, name: str):
         """``function`` (elementwise arithmetic on this backend's arrays, array arguments only)
-        made into one kernel where the backend can (the GPU: one launch instead of one per
-        operation, which matters for what runs every round); else ``function`` itself."""
+        made into one kernel called ``name`` (an identifier) where the backend can (the GPU: one
+        launch instead of one per operation, which matters for what runs every round); else
+        ``function`` itself."""
         return function
 
     def free_cached_memory(self) -> None:

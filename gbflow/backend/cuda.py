@@ -38,9 +38,9 @@ class CudaBackend(Backend):
     def _asarray(self, array):
         return self.xp.asarray(array)
 
-    def fused(self, function):
+    def fused(self, function, name: str):
         """``cupy.fuse``: compiled at the first call for its argument types, then cached."""
-        return self.xp.fuse(function)
+        return self.xp.fuse(kernel_name=name)(function)
 
     def to_host_all(self, arrays) -> list:
         """Several arrays as NumPy arrays, the device ones in one device-to-host copy (each copy

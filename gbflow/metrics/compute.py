@@ -44,7 +44,9 @@ def _row_term(backend, m, weighted: bool):
     else:
         function = (lambda y, p, w: loss(xp, y, p, None) * w) if weighted else \
             (lambda y, p: loss(xp, y, p, None))
-    return function if m.multiclass else backend.fused(function)
+    name = "gbflow_" + "".join(c if c.isalnum() else "_" for c in m.name) + \
+        ("_weighted" if weighted else "")
+    return function if m.multiclass else backend.fused(function, name)
 
 
 def _scalar(value) -> float:

@@ -48,37 +48,3 @@ extern "C" __global__ void fixed_point_words(const double* values, long long n,
     add_block_sum(high_sum, shared, out);
     add_block_sum(low_sum, shared, out + 1);
 }
-
-// See numpy_kernels.auc_words: one block a table of n buckets (positive row, then negative
-// row). Each thread takes a chunk of consecutive buckets: their negative total, an exclusive
-// scan of those totals across the block (the negative weight below the chunk), then the chunk's
-// area terms. blockDim.x: 1024 (a power of two).
-extern "C" __global__ void auc_words(const long long* tables, long long n, long long* out) {
-    __shared__ long long below_chunk[1024];
-    __shared__ long long shared[1024];
-    const long long* positive = tables + 2 * n * blockIdx.x;
-    const long long* negative = positive + n;
-    long long chunk = (n + blockDim.x - 1) / blockDim.x;
-    long long begin = min(n, chunk * threadIdx.x), end = min(n, begin + chunk);
-    long long negative_sum = 0;
-    for (long long j = begin; j < end; j++) negative_sum += negative[j];
-    below_chunk[threadIdx.x] = negative_sum;
-    __syncthreads();
-    for (int offset = 1; offset < blockDim.x; offset *= 2) {  // inclusive scan (Hillis-Steele)
-        long long add = threadIdx.x >= offset ? below_chunk[threadIdx.x - offset] : 0;
-        __syncthreads();
-        below_chunk[threadIdx.x] += add;
-        __syncthreads();
-    }
-    long long below = below_chunk[threadIdx.x] - negative_sum;  // exclusive
-    long long numerator = 0, positive_sum = 0;
-    for (long long j = begin; j < end; j++) {
-        numerator += positive[j] * (2 * below + negative[j]);
-        positive_sum += positive[j];
-        below += negative[j];
-    }
-    long long* words = out + 3 * blockIdx.x;
-    add_block_sum(numerator, shared, words);
-    add_block_sum(positive_sum, shared, words + 1);
-    add_block_sum(negative_sum, shared, words + 2);
-}
