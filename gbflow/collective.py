@@ -19,6 +19,11 @@ class Collective(Protocol):
     def size(self) -> int:
         """Number of processes."""
 
+    @property
+    def sums_on_device(self) -> bool:
+        """Whether ``allreduce_sum_inplace`` sums device arrays without copying them to the host
+        (NCCL): then a fixed-size table is cheap to sum; else it travels whole."""
+
     def allreduce_sum(self, array):
         """Elementwise sum over all processes of an integer array (host or device)."""
 
@@ -37,6 +42,7 @@ class LocalCollective:
     """The collective of one process: every reduction is the identity (``allgather`` -> [value])."""
 
     size = 1
+    sums_on_device = False
 
     def allreduce_sum(self, array):
         return array

@@ -27,6 +27,10 @@ class WorkerCollective:
         self.size, self.rank = collective.size, collective.rank
         self.timers = Timers() if timers is None else timers
 
+    @property
+    def sums_on_device(self) -> bool:
+        return self.nccl is not None
+
     def allreduce_sum(self, array):
         if self.collective.size == 1:
             return array

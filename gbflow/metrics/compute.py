@@ -8,8 +8,9 @@ integer: the values do not depend on how a set is split into parts, workers or G
 In one process nothing waits for the device until the values are read (``Pending.values``): a
 loss without a bound has its fixed-point scale computed on the device, auc tables are filled
 with atomics and compact tables sized by the rows. On several processes, a loss without a bound
-and the range of the auc's keys need one wait and one ``allreduce_max``; auc tables are summed
-in place (dense), or gathered (by value: at most ``tallies.EXACT_ROWS`` entries in all).
+and the range of the auc's keys need one wait and one ``allreduce_max``; dense auc tables are
+summed in place where the collective sums on the device (NCCL), and otherwise each process's
+occupied entries are gathered and merged (at most its rows, or 2**20 buckets).
 """
 from __future__ import annotations
 
@@ -199,18 +200,23 @@ class Evaluator:
         def column(b, c):
             return b if s.n_classes == 1 else b[:, c]
 
-        if tallies.by_value(s.n_rows):
+        if not tallies.by_value(s.n_rows):
+            low, span = key_range
+            parts = [(y, w, tallies.buckets(xp, k, low, span)) for y, w, k in parts]
+        if tallies.by_value(s.n_rows) or (self.collective.size > 1 and
+                                          not self.collective.sums_on_device):
+            # keys or buckets as the entries of compact tables: in one process the dense
+            # table is cheaper for large sets; between processes over the host, each process's
+            # occupied buckets travel instead of the whole table (at most its rows)
             tables = [self._value_table([(targets(y, c), w, column(k, c)) for y, w, k in parts],
                                         scale) for c in range(s.n_classes)]
         else:
-            low, span = key_range
             table = self._dense_tables.get(si)
             if table is None:  # kept: a fresh 16 MB table a round costs its page faults
                 table = self._dense_tables[si] = xp.empty(
                     (s.n_classes, 2, 1 << tallies.DENSE_BITS), dtype=xp.int64)
             table.fill(0)  # after the previous round's results were made from it (stream order)
-            for y, w, k in parts:
-                b = tallies.buckets(xp, k, low, span)
+            for y, w, b in parts:
                 for c in range(s.n_classes):
                     kernels.auc_tally(column(b, c), targets(y, c), w, scale, table[c])
             self.collective.allreduce_sum_inplace([table])
@@ -223,10 +229,12 @@ class Evaluator:
         return results
 
     def _value_table(self, parts: list, scale: float):
-        """The (2, m) int64 compact table, on the device, of (target, weight, key) parts: in
-        one process an entry per row (``tallies.occupied``: the distinct keys first, in order);
-        several processes gather their tables (a wait for the device; at most
-        ``tallies.EXACT_ROWS`` entries in all) and merge them into one per distinct key."""
+        """The (2, m) int64 compact table, on the device, of (target, weight, key) parts (keys:
+        float32 prediction keys, or bucket ids): in one process an entry per row
+        (``tallies.occupied``: the distinct keys first, in order); several processes gather
+        their tables (a wait for the device; at most the set's rows, and at most 2**20 entries
+        a process for buckets) and merge them into one per distinct key. The same tallies, in
+        the same order, as a dense table's occupied buckets."""
         xp, backend = self.backend.xp, self.backend
         if parts:
             y = xp.concatenate([y for y, _, _ in parts])

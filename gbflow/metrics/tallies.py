@@ -95,10 +95,9 @@ def merge(tables: list) -> np.ndarray:
     tallies = np.concatenate([t for _, t in tables], axis=1)
     used = keys >= 0
     unique, position = np.unique(keys[used], return_inverse=True)
-    merged = np.zeros((2, len(unique)), dtype=np.int64)
-    for row in range(2):
-        np.add.at(merged[row], position.reshape(-1), tallies[row, used])
-    return merged
+    # float64 bincounts of integers whose totals stay below 2**53 (WEIGHT_LIMIT): exact
+    return np.stack([np.bincount(position.reshape(-1), weights=tallies[row, used],
+                                 minlength=len(unique)) for row in range(2)]).astype(np.int64)
 
 
 def auc_value(words) -> float:
