@@ -18,59 +18,33 @@ from __future__ import annotations
 import argparse
 import resource
 import sys
-import threading
 import time
 
 import numpy as np
-
-
-def make_data(xp, n_rows: int, n_features: int, seed: int):
-    """A HIGGS-like binary problem: nonlinear logit over correlated Gaussians (NumPy or CuPy)."""
-    rng = xp.random.default_rng(seed)
-    mix = rng.standard_normal((n_features, n_features), dtype=xp.float32) / np.sqrt(n_features)
-    X = rng.standard_normal((n_rows, n_features), dtype=xp.float32) @ \
-        (xp.eye(n_features, dtype=xp.float32) + 0.5 * mix)
-    w = rng.standard_normal(n_features, dtype=xp.float32)
-    logit = (X @ w) * 0.3 + xp.sin(2 * X[:, 0]) * X[:, 1] + 0.5 * (X[:, 2] > 0.3) * X[:, 3] \
-        - 0.4 * X[:, 4] ** 2 + 0.8 * xp.tanh(X[:, 5] * X[:, 6])
-    y = (rng.random(n_rows, dtype=xp.float32) < 1 / (1 + xp.exp(-logit))).astype(xp.float32)
-    return xp.ascontiguousarray(X), y
+from gpu_binary import make_data  # the same HIGGS-like problem (NumPy or CuPy)
 
 
 class PeakMemory:
-    """Peak device memory above the start: NVML used memory sampled every 2 ms on the GPU; the
-    process's peak RSS growth on the CPU (ru_maxrss: only growth beyond the earlier peak)."""
+    """Peak device memory above the start: NVML's used memory on the GPU (``gpu_binary``'s
+    sampler); the process's peak RSS growth on the CPU (ru_maxrss: only growth beyond the
+    earlier peak)."""
 
     def __init__(self, gpu: bool):
-        self.gpu, self.peak = gpu, 0
-
-    def _used(self):
-        return self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used
+        import gpu_binary
+        self.peak, self._nvml = 0, gpu_binary.PeakMemory() if gpu else None
 
     def __enter__(self):
-        if not self.gpu:
-            self._base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-            return self
-        import pynvml
-        pynvml.nvmlInit()
-        self._nvml, self._handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
-        self._base, self._stop = self._used(), False
-
-        def sample():
-            while not self._stop:
-                self.peak = max(self.peak, self._used() - self._base)
-                time.sleep(0.002)
-        self._thread = threading.Thread(target=sample, daemon=True)
-        self._thread.start()
+        if self._nvml is not None:
+            self._nvml.__enter__()
+        self._base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         return self
 
     def __exit__(self, *exc):
-        if not self.gpu:
+        if self._nvml is not None:
+            self._nvml.__exit__(*exc)
+            self.peak = self._nvml.peak
+        else:
             self.peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - self._base
-            return
-        self._stop = True
-        self._thread.join()
-        self.peak = max(self.peak, self._used() - self._base)
 
 
 def run_gbflow(xp, sync, data, params, rounds, metrics, stop, gpu):
