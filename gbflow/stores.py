@@ -49,35 +49,49 @@ class SparseBins:
         return int(self.indptr.nbytes + self.entry_feature.nbytes + self.entry_bin.nbytes)
 
 
+def entry_slots(entries: SparseBins, bin_offsets: np.ndarray) -> np.ndarray:
+    """(nnz,) each host entry's histogram slot bin_offsets[feature] + bin: uint16 while the
+    slots fit (2 bytes an entry), else int32."""
+    offsets = np.asarray(bin_offsets, dtype=np.int64)
+    dtype = np.uint16 if offsets[-1] <= np.iinfo(np.uint16).max + 1 else np.int32
+    slots = offsets[entries.entry_feature]
+    slots += entries.entry_bin
+    return slots.astype(dtype)
+
+
 @dataclasses.dataclass
 class SparseColumns:
-    """A shard's sparse entries indexed by feature (``Backend.indexes_sparse_columns``), for
-    ``split_column`` to walk a split feature's entries instead of searching every row.
+    """A shard's sparse entries indexed for the CPU kernels (``Backend.indexes_sparse_columns``):
+    by feature, for ``split_column`` to walk a split feature's entries instead of searching every
+    row, and each entry's histogram slot, for ``build_sparse_histograms``.
 
     col_ptr: (S + 1,) int64, feature s's entries at col_ptr[s]:col_ptr[s + 1]; col_rows: (nnz,)
     int32 their rows, ascending within a feature; col_bins: (nnz,) their bins. marks: (n_rows,)
-    int32 scratch of ``split_column``, -1 between its calls."""
+    int32 scratch of ``split_column``, -1 between its calls. slots: ``entry_slots`` of the
+    entries, in entry order."""
 
     col_ptr: np.ndarray
     col_rows: np.ndarray
     col_bins: np.ndarray
     marks: np.ndarray
+    slots: np.ndarray
 
     @classmethod
-    def of(cls, entries: SparseBins, n_sparse: int) -> "SparseColumns":
-        """The index of a host ``SparseBins`` of ``n_sparse`` features."""
+    def of(cls, entries: SparseBins, n_sparse: int, bin_offsets: np.ndarray) -> "SparseColumns":
+        """The index of a host ``SparseBins`` of ``n_sparse`` features (bin_offsets: the
+        store's (S + 1,) slot offsets)."""
         counts = np.diff(entries.indptr)
         rows = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
         order = np.argsort(entries.entry_feature, kind="stable")  # rows stay ascending
         col_ptr = np.zeros(n_sparse + 1, dtype=np.int64)
         np.cumsum(np.bincount(entries.entry_feature, minlength=n_sparse), out=col_ptr[1:])
         return cls(col_ptr, rows[order], entries.entry_bin[order],
-                   np.full(len(counts), -1, dtype=np.int32))
+                   np.full(len(counts), -1, dtype=np.int32), entry_slots(entries, bin_offsets))
 
     @property
     def nbytes(self) -> int:
         return int(self.col_ptr.nbytes + self.col_rows.nbytes + self.col_bins.nbytes
-                   + self.marks.nbytes)
+                   + self.marks.nbytes + self.slots.nbytes)
 
 
 class _Store:
@@ -157,7 +171,7 @@ class SparseStore(_Store):
 
     def add_shard(self, entries: SparseBins) -> None:
         self.entries.append(entries)
-        self.columns.append(SparseColumns.of(entries, self.n_features)
+        self.columns.append(SparseColumns.of(entries, self.n_features, self.bin_offsets_host)
                             if self.backend.indexes_sparse_columns else None)
 
     def nbytes(self, s: int) -> int:
@@ -171,10 +185,10 @@ class SparseStore(_Store):
 
     def add_histograms(self, s, gh, row_index, seg_start, seg_count, out):
         """``build_histograms`` added into ``out`` (C-contiguous, or new when None)."""
-        e = self.entries[s]
+        e, columns = self.entries[s], self.columns[s]
         return self.backend.kernels.build_sparse_histograms(
             e.indptr, e.entry_feature, e.entry_bin, self.bin_offsets, gh, row_index, seg_start,
-            seg_count, self.n_slots, out=out)
+            seg_count, self.n_slots, out=out, slots=None if columns is None else columns.slots)
 
     def fill_common_bins(self, hist, totals) -> None:
         """Set each feature's common bin of every node to the node total minus its other bins

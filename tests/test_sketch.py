@@ -5,6 +5,15 @@ import numpy as np
 import pytest
 
 from gbflow import sketch
+from gbflow.sketch import direct
+
+
+@pytest.fixture(autouse=True, params=["passes", "direct"])
+def cut_method(request, monkeypatch):
+    """Every test twice: through the three passes, and with one process's data small enough for
+    ``direct_cuts`` (the default below ``DIRECT_VALUES``). Both must give the same cuts."""
+    monkeypatch.setattr(direct, "DIRECT_VALUES", 0 if request.param == "passes" else 1 << 40)
+    return request.param
 
 
 def _reference_cuts(column, weight, max_bin):
@@ -162,6 +171,7 @@ class _ThreadCollective:
 
     def __init__(self, rank, slots, barrier):
         self.rank, self.slots, self.barrier = rank, slots, barrier
+        self.size = len(slots)
 
     def _exchange(self, value):
         self.slots[self.rank] = value
@@ -368,3 +378,42 @@ def test_compute_cuts_refuses_other_than_float32():
     with pytest.raises(TypeError, match="float32 values, got float64"):
         sketch.compute_cuts(np, [X], None, 16)
     assert sketch.compute_cuts(np, [X.astype(np.float32)], None, 16).n_features == 3
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_direct_cuts_equal_the_passes(monkeypatch, cut_method, weighted):
+    """One sort of every value and the three passes: the same cuts, value for value, on
+    continuous, few-valued, one-hot CSR, infinite and mostly missing columns, in several parts;
+    the direct way taken only at or below ``DIRECT_VALUES``."""
+    if cut_method == "passes":
+        pytest.skip("compares both ways itself")
+    rng = np.random.default_rng(31)
+    n = 9000
+    X = np.stack([rng.normal(size=n), rng.integers(0, 7, n), np.full(n, np.inf),
+                  rng.standard_cauchy(n), np.where(rng.random(n) < 0.97, np.nan, 1.0)],
+                 axis=1).astype(np.float32)
+    X[rng.random(X.shape) < 0.05] = -0.0
+    X[:, 2][rng.random(n) < 0.5] = -np.inf
+    hot = np.zeros((n, 40), np.float32) * np.nan
+    hot[np.arange(n), rng.integers(0, 40, n)] = 1.0
+    X = np.concatenate([X, hot], axis=1)
+    w = rng.random(n) * (rng.random(n) < 0.9) if weighted else None  # some zero weights
+    split = np.array_split(rng.permutation(n), 3)
+    parts = [X[split[0]], _csr(X[split[1]]), X[split[2]]]
+    weights = None if w is None else [w[i] for i in split]
+    size = direct.n_values(parts)
+    assert size == 2 * (n // 3) * X.shape[1] + np.count_nonzero(~np.isnan(X[split[1]]))
+    calls = []
+    real = direct.direct_cuts
+    monkeypatch.setattr(sketch.compute, "direct_cuts",
+                        lambda *a: calls.append(1) or real(*a))
+    for max_bin in (2, 5, 256):
+        monkeypatch.setattr(direct, "DIRECT_VALUES", size)  # at the bound: direct
+        got = sketch.compute_cuts(np, parts, weights, max_bin)
+        assert len(calls) == 1
+        monkeypatch.setattr(direct, "DIRECT_VALUES", size - 1)  # one over: the passes
+        expected = sketch.compute_cuts(np, parts, weights, max_bin)
+        assert len(calls) == 1
+        calls.clear()
+        assert _same(got, expected), max_bin
+        assert got.n_value_bins.max() <= max_bin - 1

@@ -11,7 +11,7 @@ import pytest
 
 from gbflow import _dtypes
 from gbflow.backend import cpu_kernels, numpy_kernels
-from gbflow.stores import SparseBins, SparseColumns
+from gbflow.stores import SparseBins, SparseColumns, entry_slots
 
 # ---------------------------------------------------------------------------------------------
 # Inputs
@@ -183,6 +183,14 @@ def test_build_sparse_histograms(kernels, n_rows, n_features, n_bins, n_nodes, i
     got = kernels.build_sparse_histograms(*args)
     assert got.dtype == np.int64 and got.shape == (n_nodes, s["n_slots"], 2)
     assert np.array_equal(got, expected)
+    # each entry's slot precomputed (narrow and wide), as the CPU store keeps them: the same
+    slots = entry_slots(SparseBins(s["indptr"], s["entry_feature"], s["entry_bin"]),
+                        s["bin_offsets"])
+    assert slots.dtype == (np.uint16 if s["n_slots"] <= 65536 else np.int32)
+    for given in (slots, slots.astype(np.int32)):
+        assert np.array_equal(kernels.build_sparse_histograms(*args, slots=given), expected)
+        assert np.array_equal(numpy_kernels.build_sparse_histograms(*args, slots=given),
+                              expected)
     # invariant: with the common bins filled, the dense histograms of the same columns
     if n_features:
         dense = numpy_kernels.build_histograms(bins, gh, row_index, start, count, n_bins)
@@ -308,6 +316,30 @@ def test_evaluate_sparse_splits_ties_between_features(kernels):
             assert np.all(got[1][count > 0] == first)
 
 
+@pytest.mark.parametrize("min_child_weight", [0.0, 1e-12, 1.0])
+def test_evaluate_sparse_splits_features_absent_from_nodes(kernels, min_child_weight):
+    """One-hot-like columns (missing unless 1.0) absent from most nodes, and value bins whose
+    hessians sum to 0: the twin's candidates on them, whatever min_child_weight rules out."""
+    rng = np.random.default_rng(3)
+    n_rows, n_features = 4000, 40
+    bins = np.zeros((n_rows, n_features), np.uint8)
+    hot = rng.integers(0, n_features, size=n_rows)
+    bins[np.arange(n_rows), hot] = 1
+    n_value_bins = np.ones(n_features, np.int32)
+    s = sparse_store(bins, n_value_bins)
+    gh = random_gh(rng, n_rows)
+    gh[hot % 3 == 0, 1] = 0  # some present values with zero hessian: a bin of (g, 0)
+    gh[hot % 6 == 0, 0] = 0  # and some all zero: present, yet every sum is 0
+    row_index = np.argsort(hot, kind="stable").astype(np.int32)  # nodes hold few features
+    start = np.arange(0, n_rows, 250, dtype=np.int64)
+    count = np.full(len(start), 250, dtype=np.int64)
+    hist = _histograms(s, gh, row_index, start, count, fill_from=kernels)
+    args = (hist, s["bin_offsets"], n_value_bins, np.ones(n_features, bool), 2.0**-30,
+            2.0**-30, 1.0, 0.0, min_child_weight)
+    _assert_same_splits(numpy_kernels.evaluate_sparse_splits(*args),
+                        kernels.evaluate_sparse_splits(*args))
+
+
 def test_evaluate_sparse_splits_one_feature_holds_every_entry(kernels):
     rng = np.random.default_rng(2)
     bins = np.zeros((3001, 5), np.uint16)
@@ -410,7 +442,7 @@ def test_split_column(kernels, n_rows, n_dense, n_sparse, n_bins, n_nodes, id_dt
     assert got.dtype == dtype and np.array_equal(out, expected) and np.array_equal(got, expected)
     # with the entries indexed by feature: some features walked (all, some, none), the same bins
     columns = SparseColumns.of(SparseBins(s["indptr"], s["entry_feature"], s["entry_bin"]),
-                               n_sparse)
+                               n_sparse, s["bin_offsets"])
     for walk_ratio in (0, 4, 10**9):
         monkeypatch.setattr(cpu_kernels, "_WALK_ENTRIES_PER_ROW", walk_ratio)
         out = poison.copy()

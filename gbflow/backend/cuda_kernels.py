@@ -569,8 +569,9 @@ def bin_entries(values, entry_feature, cut_values, cut_offsets, out):
 
 
 def build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, row_index,
-                            seg_start, seg_count, n_slots, out=None):
-    """See ``numpy_kernels.build_sparse_histograms``. Returns (n_nodes, n_slots, 2) int64 CuPy,
+                            seg_start, seg_count, n_slots, out=None, slots=None):
+    """See ``numpy_kernels.build_sparse_histograms`` (``slots`` is not read: the device keeps
+    none). Returns (n_nodes, n_slots, 2) int64 CuPy,
     common bins 0: new, or ``out`` (C-contiguous CuPy) with the histograms added to it. A node's
     compact histogram is built in shared memory when it fits (16 bytes a slot), else with global
     atomics; either way it reaches ``hist`` by atomic adds. entry_feature: int16 or int32 CuPy

@@ -301,13 +301,16 @@ def bin_entries(values, entry_feature, cut_values, cut_offsets, out):
 
 
 def build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, row_index,
-                            seg_start, seg_count, n_slots, out=None):
+                            seg_start, seg_count, n_slots, out=None, slots=None):
     """Compact histograms of each listed node, from the stored entries of its rows only.
 
     The common bin of every feature stays 0 here (``fill_common_bins`` sets it from the node
     totals). entry_feature: int16 or int32 (an index into bin_offsets: the slot arithmetic is
     int64). bin_offsets: (S + 1,) int64. Returns (n_nodes, n_slots, 2) int64: newly allocated,
     or ``out`` (that shape, int64, C-contiguous) with the histograms added to what it holds.
+    slots: None, or each entry's slot bin_offsets[entry_feature] + entry_bin already computed
+    ((nnz,) uint16 or int32, ``stores.entry_slots``), which a fast version may read instead; it
+    never changes the result.
     """
     hist = np.zeros((len(seg_start), n_slots, 2), dtype=_dtypes.FIXED)
     for k in range(len(seg_start)):

@@ -7,7 +7,9 @@ from .. import _dtypes, fixed_point
 from ..collective import LOCAL
 from ..csr import CSR
 from ..cuts import Cuts
+from . import direct
 from .blocks import BLOCK_VALUES, kept_blocks
+from .direct import direct_cuts, n_values
 from .keys import fixed_weights
 from .passes import MiddleTable, coarse_summary, fine_summary, middle_summary
 from .selection import bucket_slots, candidate_buckets, candidate_sub_buckets, choose_cuts
@@ -27,6 +29,8 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
     the largest weight over every process, when the caller has them already (each saves a
     reduction; every process must pass them alike). The result does not depend on how rows
     are split into parts or processes, nor on their order, nor on whether a part is dense or CSR.
+    One process with at most ``direct.DIRECT_VALUES`` values skips the passes: one sort of all
+    its values gives the same cuts (``direct.direct_cuts``).
     Reductions (every process calls them in the same order): row count and max weight (unless
     given), then per pass
     the sparse summary (gathered, then merged by adding the weights of equal ids), except for
@@ -51,6 +55,9 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
         scale = fixed_point.fixed_point_scale(max_weight, n_rows, _dtypes.SKETCH_SUM_LIMIT)
     fixed = [None] * len(parts) if weights is None else \
         [fixed_weights(xp, w, scale) for w in weights]
+    if collective.size == 1 and n_values(parts) <= direct.DIRECT_VALUES:
+        values, offsets = direct_cuts(xp, parts, fixed, n_value_bins)
+        return Cuts(values=values, offsets=offsets, max_bin=max_bin)
 
     def merged(summaries):
         # local parts first (one message per process), then every process's: exact in any order

@@ -217,7 +217,12 @@ def choose_cuts(coarse: Summary, candidates: np.ndarray, slots: Slots, middle: S
     targets = _Targets.located(np.flatnonzero(~few & (coarse.totals > 0)), n_value_bins,
                                coarse, middle).in_fine(slots, middle, fine)
     chosen = _union(chosen, targets.entry[targets.below > 0])
-    ids = fine.ids[chosen]
+    return cut_arrays(fine.ids[chosen], n_features)
+
+
+def cut_arrays(ids: np.ndarray, n_features: int) -> tuple[np.ndarray, np.ndarray]:
+    """(cut_values float32, cut_offsets (n_features + 1,) int64) of the chosen fine ids (sorted
+    int64, feature << 32 | the value's key)."""
     values = keys_to_values((ids & 0xFFFFFFFF).astype(np.uint32)).astype(_dtypes.CUT)
     offsets = np.searchsorted(ids >> FINE_SHIFT, np.arange(n_features + 1)).astype(np.int64)
     return values, offsets
