@@ -45,8 +45,10 @@ class Params:
     disable_default_eval_metric: bool = False
     device: str = "auto"
     # LightGBM's meaning: a column whose most common bin holds more than this share of rows is
-    # stored as sparse entries (1.0: none is). Routing changes speed and memory, never the model.
-    sparse_threshold: float = 0.8
+    # stored as sparse entries (1.0: none is). None (the default): above 0.8, and only those whose
+    # entries take less memory than their dense columns (routing.decide). Routing changes speed
+    # and memory, never the model.
+    sparse_threshold: float | None = None
 
     @functools.cached_property
     def loss(self) -> objectives.Objective:
@@ -160,7 +162,7 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         ("sparse_threshold", float, 0, 1, False), ("huber_slope", float, 0, math.inf, True),
         ("quantile_alpha", float, 0, 1, True),
     ]:
-        if name not in merged:
+        if name not in merged or (name == "sparse_threshold" and merged[name] is None):
             continue
         v = _number(name, merged[name], kind)
         if v < low or v > high or (low_open and v == low):

@@ -98,10 +98,12 @@ def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_
     binned = [binning.bin_part(backend, X, cuts) for X in device_X]
     del device_X  # only the binned shards stay
     route = routing.Routing.all_dense(cuts.n_features)
-    if params.sparse_threshold < 1.0:  # rows per (feature, bin), over every process
+    threshold = params.sparse_threshold
+    if threshold is None or threshold < 1.0:  # rows per (feature, bin), over every process
         counts = collective.allreduce_sum(
             np.sum([binning.bin_counts(backend, b, cuts) for b in binned], axis=0))
-        route = routing.decide(counts, cuts, params.sparse_threshold)
+        route = routing.decide(counts, cuts, routing.AUTO_THRESHOLD, smaller_only=True) \
+            if threshold is None else routing.decide(counts, cuts, threshold)
     dense = DenseStore(backend, route.dense, cuts.n_value_bins[route.dense])
     stores = [dense]
     if route.has_sparse:

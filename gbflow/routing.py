@@ -3,9 +3,12 @@
 A feature whose most common bin holds more than ``sparse_threshold`` of all rows (over every
 shard and worker) is *sparse*: a shard stores, row by row, only its entries in the other bins, and
 its histograms are built from those entries, the common bin filled in from the node totals.
-Everything else goes to the dense (n_rows, D) binned matrix. Both stores feed the same split
-search, so routing changes speed and memory, never the model. The decision depends only on
-integer bin counts summed over all processes, so every process routes the same way.
+Everything else goes to the dense (n_rows, D) binned matrix. By default
+(``sparse_threshold=None``) the threshold is 0.8 and only features whose entries take less memory
+than their dense columns go sparse: a few mostly-constant columns among dense ones stay dense.
+Both stores feed the same split search, so routing changes speed and memory, never the model.
+The decision depends only on integer bin counts summed over all processes, so every process
+routes the same way.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import dataclasses
 
 import numpy as np
 
+from . import _dtypes
 from .cuts import Cuts
 
 
@@ -53,9 +57,36 @@ def slot_offsets(cuts: Cuts) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(cuts.n_value_bins.astype(np.int64) + 1)])
 
 
-def decide(counts: np.ndarray, cuts: Cuts, threshold: float) -> Routing:
+# The threshold of ``sparse_threshold=None`` (the default), with ``smaller_only``.
+AUTO_THRESHOLD = 0.8
+
+
+def _smaller_subset(above: np.ndarray, largest: np.ndarray, n_rows: int, cuts: Cuts) -> np.ndarray:
+    """The features of ``above`` (bool, (F,)) worth storing sparse: the sparsest k of them, k
+    saving the most bytes (none if no k saves any). A dense column costs 2 bins a row (row by
+    row and column by column); the sparse store costs its 8-byte row starts once, then a
+    feature id and a bin per entry (the rows outside the common bin). So a few columns of 5%
+    entries cost more sparse than dense, and, on the GPU, a sparse store turns planned trees off
+    (every level waits for the device); a thousand one-hot columns cost a tenth."""
+    candidates = np.flatnonzero(above)
+    entries = n_rows - largest[candidates]
+    order = np.argsort(entries, kind="stable")
+    k = np.arange(1, len(order) + 1)
+    bin_bytes = _dtypes.bin_dtype(cuts.max_bin).itemsize
+    id_bytes = np.where(k <= _dtypes.ENTRY_FEATURE_NARROW_MAX, 2, 4)
+    saving = 2 * bin_bytes * n_rows * k - (8 * (n_rows + 1) + np.cumsum(entries[order]) *
+                                          (id_bytes + bin_bytes))
+    chosen = np.zeros_like(above)
+    if len(saving) and saving.max() > 0:
+        chosen[candidates[order[: int(np.argmax(saving)) + 1]]] = True
+    return chosen
+
+
+def decide(counts: np.ndarray, cuts: Cuts, threshold: float,
+           smaller_only: bool = False) -> Routing:
     """Route the features from the global ``bin_counts``: sparse where the most common bin holds
-    more than ``threshold`` of the rows (1.0: nothing is sparse)."""
+    more than ``threshold`` of the rows (1.0: nothing is sparse); with ``smaller_only``, only
+    the ones whose entries take fewer bytes than their dense columns (``_smaller_subset``)."""
     n_features = cuts.n_features
     offsets = slot_offsets(cuts)
     n_rows_total = int(counts[offsets[0] : offsets[1]].sum()) if n_features else 0
@@ -68,6 +99,8 @@ def decide(counts: np.ndarray, cuts: Cuts, threshold: float) -> Routing:
     _, first = np.unique(feature_of_slot[holding], return_index=True)
     common = (holding[first] - offsets[:-1]).astype(np.int32)
     sparse = largest > threshold * n_rows_total
+    if smaller_only:
+        sparse = _smaller_subset(sparse, largest, n_rows_total, cuts)
     nvb = cuts.n_value_bins[sparse]
     return Routing(dense=np.flatnonzero(~sparse).astype(np.int64),
                    sparse=np.flatnonzero(sparse).astype(np.int64), common_bin=common[sparse],

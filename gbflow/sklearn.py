@@ -198,7 +198,7 @@ class _GBFlowModel(BaseEstimator):
     def __init__(self, *, n_estimators=100, max_depth=6, learning_rate=0.3, min_child_weight=1.0,
                  gamma=0.0, reg_lambda=1.0, reg_alpha=0.0, subsample=1.0, colsample_bytree=1.0,
                  max_bin=256, random_state=0, base_score=None, eval_metric=None,
-                 early_stopping_rounds=None, device="auto", sparse_threshold=0.8, verbose=False):
+                 early_stopping_rounds=None, device="auto", sparse_threshold=None, verbose=False):
         _store(self, locals())
 
     # -- scikit-learn protocol -------------------------------------------------------------
@@ -409,8 +409,8 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
         wrapper: a cost, on the host, after the default metric; y_true encoded labels).
     early_stopping_rounds : int or None, default None: rounds without improvement to stop at
     device : {"auto", "cpu", "cuda"}, default "auto"
-    sparse_threshold : float, default 0.8
-        Storage routing only; never changes the model.
+    sparse_threshold : float or None, default None
+        Storage routing only; never changes the model (None: sparse where that saves memory).
     verbose : bool or int, default False
         Progress lines on stderr (True: about 20, an int: every that many rounds).
 
@@ -431,7 +431,7 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
                  learning_rate=0.3, min_child_weight=1.0, gamma=0.0, reg_lambda=1.0,
                  reg_alpha=0.0, subsample=1.0, colsample_bytree=1.0, max_bin=256, random_state=0,
                  base_score=None, eval_metric=None, early_stopping_rounds=None, device="auto",
-                 sparse_threshold=0.8, verbose=False):
+                 sparse_threshold=None, verbose=False):
         _store(self, locals())
 
     def _check_objective(self):

@@ -351,3 +351,37 @@ def test_canonical_csr_is_shared_and_others_are_copied(device):
     assert np.array_equal(_host(copied.data), _host(shared.data), equal_nan=True)
     assert np.array_equal(_host(copied.indices), _host(shared.indices))
     assert np.array_equal(_host(copied.indptr), _host(shared.indptr))
+
+
+def test_default_routing_stores_sparse_only_what_saves_memory():
+    """``sparse_threshold=None`` (the default): of the features above 0.8, the sparsest ones
+    whose entries (8 bytes of row starts, then 3 a uint8-bin entry) cost less than their dense
+    columns (2 bytes a row each): two such columns stay dense, twelve one-hot ones go sparse,
+    and a long tail of fuller columns is left out when it costs more than it saves."""
+    n = 10_000
+    offsets = np.arange(0, 3 * 41, 3)  # 40 features, bins 0 (missing), 1, 2 each
+    cuts = cuts_mod.Cuts(values=np.full(40, 0.5, np.float32), offsets=np.arange(41),
+                         max_bin=256)
+
+    def counts_of(present):  # feature f: present[f] rows in bin 1, the rest missing
+        counts = np.zeros(3 * 40, np.int64)
+        counts[offsets[:-1]] = n - np.asarray(present)
+        counts[offsets[:-1] + 1] = present
+        return counts
+
+    dense_like = [n // 2] * 38  # every feature below 0.8 but two
+    two = counts_of(dense_like + [500, 500])  # 5% entries: 8 + 2 * 0.15 bytes a row > 2 * 2
+    assert routing.decide(two, cuts, 0.8).sparse.tolist() == [38, 39]
+    assert not routing.decide(two, cuts, routing.AUTO_THRESHOLD, smaller_only=True).has_sparse
+    one_hot = counts_of([n // 2] * 28 + [n // 12] * 12)  # 12 one-hot columns: 24 vs 8 + 3 bytes
+    auto = routing.decide(one_hot, cuts, routing.AUTO_THRESHOLD, smaller_only=True)
+    assert auto.sparse.tolist() == list(range(28, 40))
+    assert auto.dense.tolist() == list(range(28))
+    # 4 columns of 1% and 10 of 19.9%: the 4 alone cost 8.12 bytes a row against 8 dense; all
+    # 14 cost 8 + 3 * (0.04 + 1.99) = 14.1 against 28: the sparsest first, as many as pay most
+    mixed = counts_of([n // 2] * 26 + [100] * 4 + [1990] * 10)
+    chosen = routing.decide(mixed, cuts, routing.AUTO_THRESHOLD, smaller_only=True).sparse
+    assert chosen.tolist() == list(range(26, 40))
+    # the model is the same whichever way (test_routing_never_changes_the_model); the default
+    # is None and an explicit threshold is followed exactly
+    assert gbflow.params.make_params({}).sparse_threshold is None
