@@ -18,7 +18,7 @@ FIXED = np.int64
 # Largest total a fixed-point sum may reach: 2**62 leaves a factor-of-two headroom below int64's
 # limit for the parent-minus-child subtraction and the cumulative sums of split finding.
 FIXED_SUM_LIMIT = 2.0**62
-# Sketch weights are summed with float64 bincounts (the same call on NumPy and CuPy); integer
+# Sketch weights are summed as float64 tables (``backend.tables.table_counts``); integer
 # totals below 2**53 are exact in float64, so the sketch stays order independent.
 SKETCH_SUM_LIMIT = 2.0**52
 # Margins and leaf values are float64: training adds leaf values to margins in the same order as

@@ -7,6 +7,7 @@ import numpy as np
 
 from . import _dtypes
 from .backend import to_host
+from .backend.tables import table_counts
 from .csr import CSR
 from .cuts import Cuts
 from .routing import Routing, slot_offsets
@@ -94,9 +95,9 @@ def bin_counts(backend, part: BinnedPart, cuts: Cuts) -> np.ndarray:
     present = xp.zeros(n_features, dtype=xp.int64)
     for lo in range(0, csr.nnz, _ENTRY_BLOCK):  # bounded temporaries
         features = csr.indices[lo : lo + _ENTRY_BLOCK]
-        counts += xp.bincount(starts[features] + part.entry_bins[lo : lo + _ENTRY_BLOCK],
-                              minlength=len(counts))
-        present += xp.bincount(features, minlength=n_features)
+        counts += table_counts(xp, starts[features] + part.entry_bins[lo : lo + _ENTRY_BLOCK],
+                               len(counts))
+        present += table_counts(xp, features, n_features)
     counts, present = backend.to_host_all([counts, present])
     counts[offsets[:-1]] += csr.n_rows - present  # absent entries are missing values
     return counts
@@ -146,7 +147,7 @@ def build_stores(backend, part: BinnedPart, cuts: Cuts, routing: Routing):
             xp.zeros(0, feature_dtype)
         entry_bins = xp.concatenate(bin_parts) if bin_parts else xp.zeros(0, dtype)
         indptr = xp.zeros(n + 1, dtype=xp.int64)
-        indptr[1:] = xp.cumsum(xp.bincount(rows, minlength=n))
+        indptr[1:] = xp.cumsum(table_counts(xp, rows, n))
         sparse = SparseBins(indptr=indptr, entry_feature=features, entry_bin=entry_bins)
         return dense, xp.ascontiguousarray(dense.T), sparse
     return _stores_from_csr(backend, part, cuts, routing)
@@ -214,7 +215,7 @@ def _stores_from_csr(backend, part: BinnedPart, cuts: Cuts, routing: Routing):
             bins_b = xp.concatenate([bins_b, xp.zeros(len(rows_b) - len(bins_b), dtype=dtype)])
             order = xp.argsort(rows_b.astype(xp.int64) * n_sparse + ids_b)
             rows_b, ids_b, bins_b = rows_b[order], ids_b[order], bins_b[order]
-        row_counts[r0:r1] = xp.bincount(rows_b, minlength=r1 - r0)
+        row_counts[r0:r1] = table_counts(xp, rows_b, r1 - r0)
         # narrowed per block: the whole store's ids never exist wider than they are stored
         feature_parts.append(ids_b.astype(feature_dtype, copy=False))
         bin_parts.append(bins_b.astype(dtype, copy=False))

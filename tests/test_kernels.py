@@ -691,3 +691,30 @@ def test_auc_words(kernels):
     positive, negative = table[0, 0].astype(object), table[0, 1].astype(object)  # exact ints
     pairs = sum(p * (2 * sum(negative[:j]) + negative[j]) for j, p in enumerate(positive[:50]))
     assert numpy_kernels.auc_words(table[0, :, :50])[0] == pairs
+
+
+@pytest.mark.parametrize("id_dtype", [np.int32, np.int64, np.uint8])
+def test_table_counts_equal_numpys_bincount(device, id_dtype):
+    """Counts and integer-valued weight sums per id, on the device as NumPy's bincount; on the
+    GPU without temporary storage (CuPy's bincount through CUB reserved 3-10 GiB for 16M ids)."""
+    from gbflow.backend.tables import table_counts
+    rng = np.random.default_rng(4)
+    size = 200 if id_dtype == np.uint8 else 1 << 20
+    n = 1 << 16 if device == "cpu" else 1 << 24
+    ids = rng.integers(0, size, n).astype(id_dtype)
+    weights = rng.integers(0, 1000, n).astype(np.float64)
+    expected = (np.bincount(ids, minlength=size), np.bincount(ids, weights=weights, minlength=size))
+    if device == "cpu":
+        got = (table_counts(np, ids, size), table_counts(np, ids, size, weights))
+    else:
+        cp = pytest.importorskip("cupy")
+        pool = cp.get_default_memory_pool()
+        d_ids, d_weights = cp.asarray(ids), cp.asarray(weights)
+        pool.free_all_blocks()
+        reserved = pool.total_bytes()
+        got = (table_counts(cp, d_ids, size), table_counts(cp, d_ids, size, d_weights))
+        assert pool.total_bytes() - reserved <= 2 * size * 8 + (1 << 20)  # the two tables
+        got = tuple(g.get() for g in got)
+        assert len(table_counts(cp, d_ids[:0], size)) == size
+    assert got[0].dtype == np.int64 and got[1].dtype == np.float64
+    assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])

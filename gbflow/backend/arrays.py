@@ -23,3 +23,4 @@ def to_host(array):
         import cupy
         return cupy.asnumpy(array)
     return np.asarray(array)
+

@@ -474,20 +474,10 @@ def bin_entries(values, entry_feature, cut_values, cut_offsets, out):
 
 
 @njit(inline="always", **_JIT)
-def _add_entries(acc, indptr, entry_feature, entry_bin, bin_offsets, gh, r):
-    # One row's gradient pair into the slots of its stored entries, of a (n_slots, 2) histogram.
-    g = gh[r, 0]
-    h = gh[r, 1]
-    for e in range(indptr[r], indptr[r + 1]):
-        slot = bin_offsets[entry_feature[e]] + entry_bin[e]
-        acc[slot, 0] += g
-        acc[slot, 1] += h
-
-
-@njit(inline="always", **_JIT)
 def _add_slots(acc, indptr, slots, gh, r):
-    # _add_entries with each entry's slot read from one narrow array (half the bytes a row of
-    # 16-bit slots, and no offset lookup: about twice as fast on one-hot data).
+    # One row's gradient pair into the slots of its stored entries, of a (n_slots, 2) histogram.
+    # Slots precomputed, in one narrow array: half the bytes a row of 16-bit slots, and no offset
+    # lookup (about twice as fast per entry on one-hot data as feature ids and bins).
     g = gh[r, 0]
     h = gh[r, 1]
     for e in range(indptr[r], indptr[r + 1]):
@@ -498,14 +488,16 @@ def _add_slots(acc, indptr, slots, gh, r):
 
 @njit(parallel=True, **_JIT)
 def _build_slot_histograms(indptr, slots, gh, row_index, seg_start, seg_count, hist, n_threads):
-    # _build_sparse_histograms over precomputed slots (see there for the two ways of sharing).
     n_nodes = seg_start.shape[0]
     if n_nodes >= n_threads:
+        # Enough nodes to keep every thread busy: one node per iteration, straight into its own
+        # histogram (no two threads share a node).
         for k in prange(n_nodes):
             acc = hist[k]
             for p in range(seg_start[k], seg_start[k] + seg_count[k]):
                 _add_slots(acc, indptr, slots, gh, row_index[p])
     else:
+        # Few nodes: threads split each node's rows into per-thread histograms, added after.
         local = np.zeros((n_threads, hist.shape[1], 2), dtype=np.int64)
         for k in range(n_nodes):
             count = seg_count[k]
@@ -523,59 +515,22 @@ def _build_slot_histograms(indptr, slots, gh, row_index, seg_start, seg_count, h
                 hist[k] += local[t]
 
 
-@njit(parallel=True, **_JIT)
-def _build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, row_index,
-                             seg_start, seg_count, hist, n_threads):
-    n_nodes = seg_start.shape[0]
-    if n_nodes >= n_threads:
-        # Enough nodes to keep every thread busy: one node per iteration, straight into its own
-        # histogram (no two threads share a node).
-        for k in prange(n_nodes):
-            acc = hist[k]
-            for p in range(seg_start[k], seg_start[k] + seg_count[k]):
-                _add_entries(acc, indptr, entry_feature, entry_bin, bin_offsets, gh, row_index[p])
-    else:
-        # Few nodes: threads split each node's rows into per-thread histograms, added after.
-        local = np.zeros((n_threads, hist.shape[1], 2), dtype=np.int64)
-        for k in range(n_nodes):
-            count = seg_count[k]
-            if count == 0:
-                continue
-            chunk = (count + n_threads - 1) // n_threads
-            for t in prange(n_threads):
-                lo = seg_start[k] + t * chunk
-                hi = min(seg_start[k] + count, lo + chunk)
-                acc = local[t]
-                acc[:] = 0
-                for p in range(lo, hi):
-                    _add_entries(acc, indptr, entry_feature, entry_bin, bin_offsets, gh,
-                                 row_index[p])
-            for t in range(n_threads):
-                hist[k] += local[t]
-
-
 def build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, row_index,
                             seg_start, seg_count, n_slots, out=None, slots=None):
     """See numpy_kernels.build_sparse_histograms. Returns (n_nodes, n_slots, 2) int64, common
-    bins 0 (or left as they were in ``out``, the histograms added into it). entry_feature int16
-    or int32, passed as it is (numba compiles one version per dtype; a slot is the int64
-    bin_offsets[id] + bin, so narrow ids never enter narrow arithmetic). slots, when given, is
-    read instead of the ids and bins."""
+    bins 0 (or left as they were in ``out``, the histograms added into it). The kernel reads
+    each entry's slot: ``slots`` when given (the CPU store keeps them), else computed here from
+    entry_feature (int16 or int32) and entry_bin, one pass over the entries."""
     hist = _hist_out(out, (len(seg_start), int(n_slots), 2), "build_sparse_histograms")
-    if len(seg_start) and len(entry_bin) and slots is not None:
-        if len(slots) != len(entry_bin):
-            raise ValueError(f"build_sparse_histograms: {len(slots)} slots for "
-                             f"{len(entry_bin)} entries")
-        _build_slot_histograms(indptr, slots, gh, row_index,
-                               np.asarray(seg_start, dtype=np.int64),
-                               np.asarray(seg_count, dtype=np.int64), hist,
-                               numba.get_num_threads())
-    elif len(seg_start) and len(entry_bin):
-        _build_sparse_histograms(indptr, entry_feature, entry_bin,
-                                 np.asarray(bin_offsets, dtype=np.int64), gh, row_index,
-                                 np.asarray(seg_start, dtype=np.int64),
-                                 np.asarray(seg_count, dtype=np.int64), hist,
-                                 numba.get_num_threads())
+    if not (len(seg_start) and len(entry_bin)):
+        return hist
+    if slots is None:
+        slots = np.asarray(bin_offsets, dtype=np.int64)[entry_feature] + entry_bin
+    elif len(slots) != len(entry_bin):
+        raise ValueError(f"build_sparse_histograms: {len(slots)} slots for {len(entry_bin)} "
+                         f"entries")
+    _build_slot_histograms(indptr, slots, gh, row_index, np.asarray(seg_start, dtype=np.int64),
+                           np.asarray(seg_count, dtype=np.int64), hist, numba.get_num_threads())
     return hist
 
 

@@ -742,3 +742,30 @@ def log_gamma(values):
     bits, as its exp and log do)."""
     from cupyx.scipy.special import gammaln
     return gammaln(cp.asarray(values, dtype=cp.float64))
+
+
+@functools.lru_cache(maxsize=None)
+def _table_kernels():
+    count = cp.ElementwiseKernel(
+        "I id, int64 size", "raw uint64 table",
+        "if (id >= 0 && id < size) atomicAdd(&table[id], 1ULL);", "gbflow_table_count")
+    total = cp.ElementwiseKernel(
+        "I id, float64 w, int64 size", "raw float64 table",
+        "if (id >= 0 && id < size) atomicAdd(&table[id], w);", "gbflow_table_sum")
+    return count, total
+
+
+def table_counts(ids, size: int, weights=None):
+    """See ``tables.table_counts`` (its NumPy branch is the twin): (size,) int64 counts or
+    float64 weight sums of CuPy ``ids`` (any integer dtype), by atomic adds; no temporaries."""
+    count, total = _table_kernels()
+    size = int(size)
+    if weights is None:
+        table = cp.zeros(size, dtype=cp.uint64)
+        if len(ids):
+            count(ids, size, table)
+        return table.view(cp.int64)
+    table = cp.zeros(size, dtype=cp.float64)
+    if len(ids):
+        total(ids, cp.asarray(weights, dtype=cp.float64), size, table)
+    return table

@@ -40,7 +40,8 @@ group with few values per bucket (wide sparse data, small partitions) by sorting
 give the same integers.
 
 Weights are fixed-point integers (``fixed_point.fixed_point_scale`` with a 2**52 limit) whose totals
-per feature stay below 2**53, so float64 bincounts (on NumPy and CuPy alike) add them exactly.
+per feature stay below 2**53, so float64 table sums (``backend.tables.table_counts``: NumPy's
+bincount, atomic adds on the GPU) add them exactly in any order.
 Sums over several features may pass 2**63; they are taken in uint64, whose wrap-around leaves
 every difference of partial sums that lies inside one feature exact. Values of zero weight count
 as absent (like rows repeated zero times). Missing values are not part of any summary; they get

@@ -7,6 +7,7 @@ import functools
 import numpy as np
 
 from ..backend import to_host
+from ..backend.tables import table_counts
 from ..csr import CSR
 from .keys import FINE_SHIFT, N_BUCKETS, RADIX_BITS, ordered_keys
 
@@ -114,7 +115,7 @@ class _Group:
 def _entry_rows(xp, matrix: CSR):
     """(nnz,) int32 (int64 past 2**31 rows): the row of each entry, by a scan of row starts
     (linear; CuPy's repeat takes no device array of counts before v14)."""
-    starts = xp.bincount(matrix.indptr[1:-1], minlength=matrix.nnz + 1)[: matrix.nnz]
+    starts = table_counts(xp, matrix.indptr[1:-1], matrix.nnz + 1)[: matrix.nnz]
     return xp.cumsum(starts, dtype=xp.int32 if matrix.n_rows < 2**31 else xp.int64)
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backend.tables import table_counts
 from .blocks import BLOCK_VALUES, _Group, _groups, _n_features
 from .keys import COARSE_SHIFT, FINE_SHIFT, MIDDLE_SHIFT, N_BUCKETS, N_SUB, RADIX_BITS, SUB_BITS
 from .selection import Slots
@@ -23,8 +24,8 @@ def _nan_may_match(buckets: np.ndarray) -> bool:
 def _bincount(xp, ids, weights, size: int):
     """(size,) int64 total weight per id (weights: integer-valued float64 or None)."""
     if weights is None:
-        return xp.bincount(ids, minlength=size).astype(xp.int64, copy=False)
-    return xp.rint(xp.bincount(ids, weights=weights, minlength=size)).astype(xp.int64)
+        return table_counts(xp, ids, size).astype(xp.int64, copy=False)
+    return xp.rint(table_counts(xp, ids, size, weights)).astype(xp.int64)
 
 
 def _find(xp, sorted_ids, ids):
