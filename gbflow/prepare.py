@@ -98,12 +98,10 @@ def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_
     binned = [binning.bin_part(backend, X, cuts) for X in device_X]
     del device_X  # only the binned shards stay
     route = routing.Routing.all_dense(cuts.n_features)
-    threshold = params.sparse_threshold
-    if threshold is None or threshold < 1.0:  # rows per (feature, bin), over every process
-        counts = collective.allreduce_sum(
+    if params.sparse_threshold is None or params.sparse_threshold < 1.0:
+        counts = collective.allreduce_sum(  # rows per (feature, bin), over every process
             np.sum([binning.bin_counts(backend, b, cuts) for b in binned], axis=0))
-        route = routing.decide(counts, cuts, routing.AUTO_THRESHOLD, smaller_only=True) \
-            if threshold is None else routing.decide(counts, cuts, threshold)
+        route = routing.decide(counts, cuts, params.sparse_threshold)
     dense = DenseStore(backend, route.dense, cuts.n_value_bins[route.dense])
     stores = [dense]
     if route.has_sparse:

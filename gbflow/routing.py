@@ -57,7 +57,8 @@ def slot_offsets(cuts: Cuts) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(cuts.n_value_bins.astype(np.int64) + 1)])
 
 
-# The threshold of ``sparse_threshold=None`` (the default), with ``smaller_only``.
+# The threshold of ``sparse_threshold=None`` (the default), which also keeps only the features
+# whose entries save memory (``_smaller_subset``).
 AUTO_THRESHOLD = 0.8
 
 
@@ -82,11 +83,14 @@ def _smaller_subset(above: np.ndarray, largest: np.ndarray, n_rows: int, cuts: C
     return chosen
 
 
-def decide(counts: np.ndarray, cuts: Cuts, threshold: float,
-           smaller_only: bool = False) -> Routing:
+def decide(counts: np.ndarray, cuts: Cuts, threshold: float | None) -> Routing:
     """Route the features from the global ``bin_counts``: sparse where the most common bin holds
-    more than ``threshold`` of the rows (1.0: nothing is sparse); with ``smaller_only``, only
-    the ones whose entries take fewer bytes than their dense columns (``_smaller_subset``)."""
+    more than ``threshold`` of the rows (1.0: nothing is sparse); None (``sparse_threshold``'s
+    default): more than ``AUTO_THRESHOLD``, and only the ones whose entries take fewer bytes
+    than their dense columns (``_smaller_subset``)."""
+    smaller_only = threshold is None
+    if smaller_only:
+        threshold = AUTO_THRESHOLD
     n_features = cuts.n_features
     offsets = slot_offsets(cuts)
     n_rows_total = int(counts[offsets[0] : offsets[1]].sum()) if n_features else 0

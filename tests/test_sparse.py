@@ -372,15 +372,15 @@ def test_default_routing_stores_sparse_only_what_saves_memory():
     dense_like = [n // 2] * 38  # every feature below 0.8 but two
     two = counts_of(dense_like + [500, 500])  # 5% entries: 8 + 2 * 0.15 bytes a row > 2 * 2
     assert routing.decide(two, cuts, 0.8).sparse.tolist() == [38, 39]
-    assert not routing.decide(two, cuts, routing.AUTO_THRESHOLD, smaller_only=True).has_sparse
+    assert not routing.decide(two, cuts, None).has_sparse
     one_hot = counts_of([n // 2] * 28 + [n // 12] * 12)  # 12 one-hot columns: 24 vs 8 + 3 bytes
-    auto = routing.decide(one_hot, cuts, routing.AUTO_THRESHOLD, smaller_only=True)
+    auto = routing.decide(one_hot, cuts, None)
     assert auto.sparse.tolist() == list(range(28, 40))
     assert auto.dense.tolist() == list(range(28))
     # 4 columns of 1% and 10 of 19.9%: the 4 alone cost 8.12 bytes a row against 8 dense; all
     # 14 cost 8 + 3 * (0.04 + 1.99) = 14.1 against 28: the sparsest first, as many as pay most
     mixed = counts_of([n // 2] * 26 + [100] * 4 + [1990] * 10)
-    chosen = routing.decide(mixed, cuts, routing.AUTO_THRESHOLD, smaller_only=True).sparse
+    chosen = routing.decide(mixed, cuts, None).sparse
     assert chosen.tolist() == list(range(26, 40))
     # the model is the same whichever way (test_routing_never_changes_the_model); the default
     # is None and an explicit threshold is followed exactly

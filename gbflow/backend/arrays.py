@@ -23,4 +23,3 @@ def to_host(array):
         import cupy
         return cupy.asnumpy(array)
     return np.asarray(array)
-

@@ -46,7 +46,7 @@ def direct_cuts(xp, parts: list, fixed: list, n_value_bins: int) -> tuple[np.nda
     del ids, weights
     counts = np.diff(fine.bounds)
     chosen = _runs(fine.bounds, np.flatnonzero(counts <= n_value_bins), skip_first=True)
-    targets = _Targets.of(fine.totals, np.flatnonzero((counts > n_value_bins)), n_value_bins)
+    targets = _Targets.of(fine.totals, np.flatnonzero(counts > n_value_bins), n_value_bins)
     if len(targets.feature):
         entry, below = _search_segments(fine, fine.bounds[targets.feature], targets.rank,
                                         lambda: fine.bounds[targets.feature + 1])
