@@ -7,7 +7,7 @@ import numpy as np
 
 from . import _dtypes
 from .backend import to_host
-from .backend.tables import table_counts
+from .backend.tables import entry_rows, table_counts
 from .csr import CSR
 from .cuts import Cuts
 from .routing import Routing, slot_offsets
@@ -187,7 +187,7 @@ def _stores_from_csr(backend, part: BinnedPart, cuts: Cuts, routing: Routing):
     for r0, r1 in _row_blocks(to_host(csr.indptr), _ENTRY_BLOCK):
         block = csr.rows(r0, r1)
         lo = int(csr.indptr[r0])
-        rows = block.row_ids(xp)  # block-relative
+        rows = entry_rows(xp, block.indptr, block.nnz)  # block-relative
         bins = entry_bins[lo : lo + block.nnz]
         ids = local[block.indices]
         sparse_entry = is_sparse[block.indices]

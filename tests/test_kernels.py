@@ -718,3 +718,32 @@ def test_table_counts_equal_numpys_bincount(device, id_dtype):
         assert len(table_counts(cp, d_ids[:0], size)) == size
     assert got[0].dtype == np.int64 and got[1].dtype == np.float64
     assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_sort_segments(kernels, weighted):
+    """Keys sorted within each segment, in place, weights along (equal keys in their order):
+    empty segments, one-key segments, many equal keys (a one-hot column), the full uint32
+    range."""
+    rng = np.random.default_rng(9)
+    lengths = np.concatenate([[0, 1, 0, 5000, 3, 0], rng.integers(0, 300, 200), [0]])
+    ptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    keys = rng.integers(0, 2**32, ptr[-1], dtype=np.uint64).astype(np.uint32)
+    keys[ptr[3] : ptr[3] + 4000] = 7  # most of a segment one key
+    keys[ptr[3] + 4000 : ptr[4]] = rng.choice([0, 2**32 - 1], 1000)
+    weights = rng.integers(1, 50, ptr[-1]).astype(np.float64) if weighted else None
+    expected_keys = keys.copy()
+    expected_weights = None if weights is None else weights.copy()
+    numpy_kernels.sort_segments(ptr, expected_keys, expected_weights)
+    for lo, hi in zip(ptr[:-1], ptr[1:]):
+        assert np.array_equal(expected_keys[lo:hi], np.sort(keys[lo:hi]))
+    got_keys = keys.copy()
+    got_weights = None if weights is None else weights.copy()
+    result = kernels.sort_segments(ptr, got_keys, got_weights)
+    assert result[0] is got_keys and np.array_equal(got_keys, expected_keys)
+    if weighted:
+        assert result[1] is got_weights and np.array_equal(got_weights, expected_weights)
+    else:
+        assert result[1] is None
+    empty = np.zeros(0, np.uint32)
+    assert len(kernels.sort_segments(np.zeros(3, np.int64), empty)[0]) == 0

@@ -891,3 +891,29 @@ def log_gamma(values):
     out = np.empty(len(values), dtype=np.float64)
     _log_gamma(values, out)
     return out
+
+
+@njit(parallel=True, **_JIT)
+def _sort_segments(ptr, keys):
+    for i in prange(ptr.shape[0] - 1):
+        keys[ptr[i] : ptr[i + 1]].sort()
+
+
+@njit(parallel=True, **_JIT)
+def _sort_segments_weighted(ptr, keys, weights):
+    for i in prange(ptr.shape[0] - 1):
+        lo, hi = ptr[i], ptr[i + 1]
+        order = np.argsort(keys[lo:hi], kind="mergesort")  # stable, as the twin's
+        keys[lo:hi] = keys[lo:hi][order]
+        weights[lo:hi] = weights[lo:hi][order]
+
+
+def sort_segments(ptr, keys, weights=None):
+    """See numpy_kernels.sort_segments: one thread a segment (numba's sort of uint32; equal
+    keys are indistinguishable, so an unstable sort gives the twin's keys)."""
+    ptr = np.asarray(ptr, dtype=np.int64)
+    if weights is None:
+        _sort_segments(ptr, keys)
+    else:
+        _sort_segments_weighted(ptr, keys, weights)
+    return keys, weights

@@ -769,3 +769,24 @@ def table_counts(ids, size: int, weights=None):
     if len(ids):
         total(ids, cp.asarray(weights, dtype=cp.float64), size, table)
     return table
+
+
+def sort_segments(ptr, keys, weights=None):
+    """See numpy_kernels.sort_segments: one sort of (segment << 32 | key) on the device (CuPy's
+    radix sort, stable), in place."""
+    n = len(keys)
+    if n == 0:
+        return keys, weights
+    ptr = cp.asarray(ptr, dtype=cp.int64)
+    starts = table_counts(ptr[1:-1], n + 1)[:n]  # 1 where a segment starts (empty ones too)
+    ids = cp.cumsum(starts, dtype=cp.uint64)
+    ids <<= cp.uint64(32)
+    ids |= keys
+    if weights is None:
+        ids.sort()
+        keys[:] = ids.astype(cp.uint32)  # the low 32 bits
+    else:
+        order = cp.argsort(ids)
+        keys[:] = keys[order]
+        weights[:] = weights[order]
+    return keys, weights

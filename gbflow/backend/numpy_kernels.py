@@ -612,3 +612,17 @@ def add_planned_split_values(margin, bins_by_feature, row_index, split_start, sp
         built, sibling = values[child_half + j], values[j]
         left, right = (built, sibling) if built_left[j] else (sibling, built)
         margin[rows] += np.where(go_left, left, right)
+
+
+def sort_segments(ptr, keys, weights=None):
+    """Sort ``keys`` within each segment ptr[i]:ptr[i + 1], in place; ``weights`` follow them.
+
+    ptr: (S + 1,) int64 ascending, ptr[0] = 0, ptr[-1] = len(keys). keys: (n,) uint32.
+    weights: (n,) float64 or None. Equal keys keep their order (a stable sort), so the weights'
+    order is defined too. Returns (keys, weights), the same arrays."""
+    for lo, hi in zip(ptr[:-1], ptr[1:]):
+        order = np.argsort(keys[lo:hi], kind="stable")
+        keys[lo:hi] = keys[lo:hi][order]
+        if weights is not None:
+            weights[lo:hi] = weights[lo:hi][order]
+    return keys, weights

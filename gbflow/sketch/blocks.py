@@ -7,7 +7,7 @@ import functools
 import numpy as np
 
 from ..backend import to_host
-from ..backend.tables import table_counts
+from ..backend.tables import entry_rows
 from ..csr import CSR
 from .keys import FINE_SHIFT, N_BUCKETS, RADIX_BITS, ordered_keys
 
@@ -112,13 +112,6 @@ class _Group:
             16 * self.n_values >= lookup
 
 
-def _entry_rows(xp, matrix: CSR):
-    """(nnz,) int32 (int64 past 2**31 rows): the row of each entry, by a scan of row starts
-    (linear; CuPy's repeat takes no device array of counts before v14)."""
-    starts = table_counts(xp, matrix.indptr[1:-1], matrix.nnz + 1)[: matrix.nnz]
-    return xp.cumsum(starts, dtype=xp.int32 if matrix.n_rows < 2**31 else xp.int64)
-
-
 # Stored entries per block of a CSR (at most): its ids are tallied by sorting, which keeps some
 # ten entry-sized temporaries (ids, sort order, positions, weights, masks) alive at once against
 # two or three per value in a dense table, so its blocks are smaller than dense ones: some 60
@@ -168,7 +161,7 @@ def _groups(xp, X, w_fixed, block_values: int, kept: dict | None = None):
 
         def csr_block(r0, r1):
             part = X.rows(r0, r1)
-            w = None if w_fixed is None else w_fixed[r0:r1][_entry_rows(xp, part)]
+            w = None if w_fixed is None else w_fixed[r0:r1][entry_rows(xp, part.indptr, part.nnz)]
             # int32 column ids (widened only where ids are built): 4 bytes an entry, not 12
             return _Block(xp, part.data, part.indices, w)
 
