@@ -81,7 +81,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
         shard.margin[:] = xp.asarray(base_margin)[None, :]
     n_total = shardset.n_rows_total
     eval_sets = [EvalSet(backend, name, base_margin, w, shards=shards) if d is TRAINING else
-                 EvalSet(backend, name, base_margin, w, parts=e)
+                 EvalSet(backend, name, base_margin, w, parts=e, cuts=cuts)
                  for (d, _), (e, name, w) in zip(evals, eval_parts)]
     evaluation = Evaluation(backend, eval_sets, sizes.eval_rows, sizes.eval_max_weights,
                             objective, metric_list, options, collective, num_boost_round)

@@ -6,7 +6,8 @@ import numbers
 
 import numpy as np
 
-from . import metrics, predictor
+from . import binning, metrics, predictor
+from .csr import CSR
 
 # XGBoost's rule for the direction of a metric it does not define (a custom metric's name):
 # larger is better when the name starts with one of these.
@@ -113,17 +114,23 @@ def cost_metric(function):
     return custom_metric
 
 
+def _binned(backend, X, cuts):
+    """A dense part as ``predictor.BinnedRows`` of ``cuts``; a CSR as it is."""
+    return X if isinstance(X, CSR) else predictor.BinnedRows(binning.quantize(backend, X, cuts))
+
+
 class EvalSet:
     """An evaluation set as this process holds it (possibly no part), its margins up to date.
 
     Either held-out ``parts`` (``inputs.DataSet``: X, label, weight), whose margins are
-    predicted here tree by tree, or the training ``shards`` (``shards.Shard``), whose margins
-    training keeps. labels, weights: per part (n_i,) float64 on the backend's device; weights
-    None for a set without weights (the same on every process).
+    predicted here tree by tree (dense ones kept binned with the training ``cuts``), or the
+    training ``shards`` (``shards.Shard``), whose margins training keeps. labels, weights: per
+    part (n_i,) float64 on the backend's device; weights None for a set without weights (the
+    same on every process).
     """
 
     def __init__(self, backend, name: str, base_margin, weighted: bool, parts=None,
-                 shards=None):
+                 shards=None, cuts=None):
         self.name, self.backend = name, backend
         if shards is not None:
             self.X = None
@@ -132,7 +139,10 @@ class EvalSet:
             self.weights = [s.weight for s in shards] if weighted else None
             return
         xp = backend.xp
-        self.X = [backend.asarray(p.X) for p in parts]
+        # Dense parts are kept binned with the training cuts: a quarter of the memory, and read
+        # round after round (a 200,000 x 28 float32 set, 22 MB, crowded training's data out of
+        # the CPU's cache: training itself ran 10-30% slower beside it).
+        self.X = [_binned(backend, backend.asarray(p.X), cuts) for p in parts]
         empty = predictor.FlatForest.from_trees([])
         self.margin = [predictor.predict_margin(backend, X, empty, base_margin) for X in self.X]
         self.labels = [xp.asarray(backend.asarray(p.label), dtype=xp.float64) for p in parts]

@@ -747,3 +747,45 @@ def test_sort_segments(kernels, weighted):
         assert result[1] is None
     empty = np.zeros(0, np.uint32)
     assert len(kernels.sort_segments(np.zeros(3, np.int64), empty)[0]) == 0
+
+
+@pytest.mark.parametrize("max_bin", [16, 256, 1000])
+def test_predict_margins_binned_equals_the_raw_values(kernels, max_bin):
+    """Rows binned with a model's cuts walk its trees to the leaves their raw values reach:
+    unseen rows with missing values, values on the cuts, beyond the training range, one-hot
+    columns (present-versus-missing splits), uint8 and uint16 bins."""
+    import gbflow
+    from gbflow.backend import get_backend
+    from gbflow.binning import quantize
+    from gbflow.predictor import FlatForest
+    rng = np.random.default_rng(max_bin)
+    n = 3000
+
+    def data(n):
+        X = rng.normal(size=(n, 5)).astype(np.float32)
+        X[:, 3] = np.where(rng.random(n) < 0.3, 1.0, np.nan)  # one-hot with absent = missing
+        X[rng.random(X.shape) < 0.1] = np.nan
+        return X
+
+    X = data(n)
+    y = ((X[:, 0] > 0) ^ np.isnan(X[:, 3]) ^ (rng.random(n) < 0.1)).astype(np.float32)
+    booster = gbflow.train(X, y, {"objective": "binary:logistic", "max_depth": 5,
+                                  "max_bin": max_bin, "device": "cpu"}, 6, verbose=False)
+    forest = FlatForest.from_trees(booster.trees)
+    assert (forest.bin_threshold[forest.feature == 3] == 0).any()  # present vs missing used
+    Xe = data(2000)
+    Xe[:200, 0] = booster.cuts.feature_cuts(0)[rng.integers(0, 5, 200)]  # on cuts
+    Xe[200:300, 1] = rng.choice([-1e30, 1e30], 100)  # beyond every cut
+    bins = quantize(get_backend("cpu"), Xe, booster.cuts)
+    assert bins.dtype == (np.uint8 if max_bin <= 256 else np.uint16)
+    start = np.full((2000, 1), 0.25)
+    raw = numpy_kernels.predict_margins(
+        Xe, forest.feature, forest.threshold, forest.default_left, forest.left, forest.right,
+        forest.value, forest.tree_root, forest.tree_group, start.copy())
+    arrays = (forest.feature, forest.bin_threshold, forest.default_left, forest.left,
+              forest.right, forest.value, forest.tree_root, forest.tree_group)
+    twin = numpy_kernels.predict_margins_binned(bins, *arrays, start.copy())
+    got = kernels.predict_margins_binned(bins, *arrays, start.copy())  # a padded view
+    assert np.array_equal(twin, raw) and np.array_equal(got, raw)
+    assert np.array_equal(kernels.predict_margins_binned(bins[:0], *arrays, start[:0].copy()),
+                          start[:0])

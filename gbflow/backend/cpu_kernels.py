@@ -424,6 +424,29 @@ def predict_margins(X, feature, threshold, default_left, left, right, value, tre
     return out
 
 
+
+@njit(parallel=True, **_JIT)
+def _predict_margins_binned(bins, feature, bin_threshold, default_left, left, value, tree_root,
+                            tree_group, out):
+    for i in prange(bins.shape[0]):
+        for t in range(tree_root.shape[0]):
+            node = tree_root[t]
+            f = feature[node]
+            while f >= 0:
+                b = np.int32(bins[i, f])
+                go_left = (b == 0 and default_left[node]) or (b != 0 and b <= bin_threshold[node])
+                node = left[node] + np.int32(1 - go_left)  # right = left + 1, as above
+                f = feature[node]
+            out[i, tree_group[t]] += value[node]
+
+
+def predict_margins_binned(bins, feature, bin_threshold, default_left, left, right, value,
+                           tree_root, tree_group, out):
+    """See numpy_kernels.predict_margins_binned."""
+    _predict_margins_binned(bins, feature, np.asarray(bin_threshold, dtype=np.int32),
+                            default_left, left, value, tree_root, tree_group, out)
+    return out
+
 # ---------------------------------------------------------------------------------------------
 # Sparse columns: see the "Sparse columns" section of numpy_kernels for the sparse store and the
 # compact histograms (n_nodes, n_slots, 2), feature s at slots bin_offsets[s]..bin_offsets[s+1]-1.

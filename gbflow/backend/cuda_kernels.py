@@ -495,6 +495,27 @@ def predict_margins(X, feature, threshold, default_left, left, right, value, tre
     return out
 
 
+
+def predict_margins_binned(bins, feature, bin_threshold, default_left, left, right, value,
+                           tree_root, tree_group, out):
+    """See ``numpy_kernels.predict_margins_binned``. bins: (n, >= F) uint8/uint16 CuPy, any
+    strides; out: (n, G) float64 C-contiguous CuPy, updated in place and returned."""
+    n_rows = bins.shape[0]
+    if n_rows == 0 or len(tree_root) == 0:
+        return out
+    if not out.flags.c_contiguous:
+        raise ValueError("predict_margins_binned: out must be C-contiguous")
+    grid = min(-(-n_rows // _THREADS), 65535 * 16)
+    arrays = _upload_small((feature, np.int32), (bin_threshold, np.int32),
+                           (default_left, np.bool_), (left, np.int32), (right, np.int32),
+                           (value, np.float64), (tree_root, np.int64), (tree_group, np.int32))
+    _kernel("predict_margins_binned", bins.itemsize)(
+        (grid,), (_THREADS,),
+        (bins, _i64(n_rows), _i64(bins.strides[0] // bins.itemsize),
+         _i64(bins.strides[1] // bins.itemsize), *arrays, _i32(len(tree_root)), out,
+         _i32(out.shape[1])))
+    return out
+
 def _forest(feature, threshold, default_left, left, right, value, tree_root, tree_group):
     """A forest's node arrays on the device in the kernels' dtypes: one host-to-device copy
     when they are host arrays (prediction after every round of training uploads them)."""

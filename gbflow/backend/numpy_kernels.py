@@ -271,6 +271,31 @@ def predict_margins(X, feature, threshold, default_left, left, right, value, tre
     return out
 
 
+
+def predict_margins_binned(bins, feature, bin_threshold, default_left, left, right, value,
+                           tree_root, tree_group, out):
+    """``predict_margins`` on rows binned with the model's cuts: a row goes left where its bin
+    is 0 (missing) and default_left, or 1 <= bin <= bin_threshold (int32), the rule training
+    partitions by; for values binned with the cuts the trees were grown on it agrees with
+    ``x < threshold`` exactly (``Cuts.split_thresholds``).
+
+    bins: (n_rows, >= n_features) uint8/uint16, any strides. Other arguments and the result as
+    ``predict_margins``'; out updated in place and returned."""
+    rows = np.arange(bins.shape[0])
+    for t in range(len(tree_root)):
+        node = np.full(bins.shape[0], tree_root[t], dtype=np.int64)
+        while True:
+            f = feature[node]
+            inner = f >= 0
+            if not inner.any():
+                break
+            b = bins[rows[inner], f[inner]].astype(np.int64)
+            n = node[inner]
+            go_left = np.where(b == 0, default_left[n], b <= bin_threshold[n])
+            node[inner] = np.where(go_left, left[n], right[n])
+        out[:, tree_group[t]] += value[node]
+    return out
+
 # Sparse columns (see ``gbflow.routing``). A shard's sparse store holds, row by row, only the
 # entries of its sparse features whose bin is not that feature's common bin:
 #

@@ -502,6 +502,29 @@ extern "C" __global__ void predict_margins(
     }
 }
 
+// predict_margins on rows binned with the model's cuts (numpy_kernels.predict_margins_binned):
+// bin 0 is missing, bins 1..bin_threshold go left.
+extern "C" __global__ void predict_margins_binned(
+        const BIN_T* bins, i64 n_rows, i64 row_stride, i64 col_stride, const int* feature,
+        const int* bin_threshold, const bool* default_left, const int* left, const int* right,
+        const double* value, const i64* tree_root, const int* tree_group, int n_trees,
+        double* out, int n_groups) {
+    for (i64 row = blockIdx.x * (i64)blockDim.x + threadIdx.x; row < n_rows;
+         row += (i64)gridDim.x * blockDim.x) {
+        const BIN_T* b_row = bins + row * row_stride;
+        for (int t = 0; t < n_trees; ++t) {
+            i64 node = tree_root[t];
+            int f;
+            while ((f = feature[node]) >= 0) {
+                int b = b_row[(i64)f * col_stride];
+                bool go_left = b == 0 ? default_left[node] : b <= bin_threshold[node];
+                node = go_left ? left[node] : right[node];
+            }
+            out[row * n_groups + tree_group[t]] += value[node];
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Level plans (see the "Level plans" section of numpy_kernels.py): one block each over a level's
 // slots, so that a tree's levels follow each other on the device without the host reading the
