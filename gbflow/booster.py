@@ -48,6 +48,11 @@ class Booster:
     def n_groups(self) -> int:
         return self.params.n_groups
 
+    def output_width(self, output_margin: bool = False) -> int:
+        """Prediction columns: the margins' n_groups, or the objective's outputs (1 for
+        multi:softmax's class, num_class for multi:softprob's probabilities)."""
+        return self.n_groups if output_margin else self._objective.n_outputs
+
     @property
     def num_features(self) -> int:
         return len(self.feature_names)

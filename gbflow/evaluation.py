@@ -213,7 +213,7 @@ class Evaluation:
                 s.add(self._trees)
             self._trees = []
             xp = self.backend.xp
-            predictions = [[self.objective.transform(xp, m) for m in s.margin]
+            predictions = [[self.objective.eval_transform(xp, m) for m in s.margin]
                            for s in self.sets]
             pending = self.evaluator.begin(predictions) if self.evaluator else None
             custom = self._custom_scores(predictions) \

@@ -39,7 +39,9 @@ class Params:
     base_score: float | None = None
     num_class: int | None = None
     eval_metric: tuple[str, ...] | None = None
-    huber_slope: float = 1.0  # the mphe metric's delta (XGBoost's name and default)
+    huber_slope: float = 1.0  # reg:pseudohubererror's and the mphe metric's delta (XGBoost's)
+    tweedie_variance_power: float = 1.5  # reg:tweedie's rho, in (1, 2) (XGBoost's default)
+    scale_pos_weight: float = 1.0  # weight factor of rows labelled 1 (XGBoost's rule)
     quantile_alpha: float = 0.5  # the quantile metric's level (XGBoost's name and default)
     # XGBoost's: without eval_metric, evaluate no built-in metric (only a custom metric)
     disable_default_eval_metric: bool = False
@@ -53,11 +55,13 @@ class Params:
     @functools.cached_property
     def loss(self) -> objectives.Objective:
         """The objective's ``Objective`` (gradients, link, base score), made once."""
-        return objectives.get_objective(self.objective, self.num_class)
+        return objectives.get_objective(
+            self.objective, self.num_class, scale_pos_weight=self.scale_pos_weight,
+            huber_slope=self.huber_slope, tweedie_variance_power=self.tweedie_variance_power)
 
     @property
     def n_groups(self) -> int:
-        return int(self.num_class) if self.objective == "multi:softprob" else 1
+        return int(self.num_class) if self.objective in objectives.MULTICLASS else 1
 
     @property
     def metrics(self) -> tuple[str, ...]:
@@ -91,12 +95,17 @@ _ELSEWHERE = {
                     "progress output is train()'s verbose argument"),
     **dict.fromkeys(("nthread", "n_jobs", "num_threads"),
                     "gbflow has no thread-count parameter (numba's NUMBA_NUM_THREADS sets it)"),
-    **dict.fromkeys(("tree_method", "booster", "grow_policy", "max_leaves", "num_leaves",
-                     "scale_pos_weight", "colsample_bylevel", "colsample_bynode",
+    **dict.fromkeys(("grow_policy", "max_leaves", "num_leaves", "colsample_bylevel",
+                     "colsample_bynode",
                      "max_delta_step", "monotone_constraints", "interaction_constraints",
                      "sampling_method", "enable_categorical", "max_cat_to_onehot"),
                     "this version of gbflow does not support it"),
 }
+
+
+# XGBoost parameters whose only values gbflow honours are how it always trains: accepted with
+# those values (so that ported parameter dicts run), refused with any other.
+_FIXED = {"tree_method": ("hist", "auto"), "booster": ("gbtree",)}
 
 
 def _unknown(name) -> ValueError:
@@ -145,6 +154,13 @@ def make_params(user: dict | None = None, **overrides) -> Params:
             if not isinstance(name, str):
                 raise TypeError(f"parameter names must be strings, got {name!r}")
             canonical = ALIASES.get(name, name)
+            if canonical in _FIXED:
+                if value not in _FIXED[canonical]:
+                    raise ValueError(
+                        f"parameter {canonical}={value!r} is not supported: gbflow grows "
+                        f"histogram trees ({canonical} may be "
+                        f"{' or '.join(map(repr, _FIXED[canonical]))})")
+                continue
             if canonical not in KNOWN:
                 raise _unknown(name)
             if canonical in spelled:
@@ -160,7 +176,8 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         ("subsample", float, 0, 1, True), ("colsample_bytree", float, 0, 1, True),
         ("max_bin", int, 3, 65536, False), ("seed", int, -(2**63), 2**63 - 1, False),
         ("sparse_threshold", float, 0, 1, False), ("huber_slope", float, 0, math.inf, True),
-        ("quantile_alpha", float, 0, 1, True),
+        ("quantile_alpha", float, 0, 1, True), ("scale_pos_weight", float, 0, math.inf, True),
+        ("tweedie_variance_power", float, 1, 2, True),
     ]:
         if name not in merged or (name == "sparse_threshold" and merged[name] is None):
             continue
@@ -172,10 +189,16 @@ def make_params(user: dict | None = None, **overrides) -> Params:
                 bound = f"lie in {'(' if low_open else '['}{low}, {high}]"
             raise ValueError(f"parameter {name} must {bound}, got {merged[name]!r}")
         p[name] = v
+    if p.get("tweedie_variance_power", 1.5) >= 2:
+        raise ValueError(f"parameter tweedie_variance_power must lie in (1, 2), got "
+                         f"{merged['tweedie_variance_power']!r}")
     objective = merged.get("objective", Params.objective)
     if not isinstance(objective, str):
         raise TypeError(f"parameter objective must be a string such as 'reg:squarederror', got "
                         f"{type(objective).__name__} {objective!r}")
+    if objective in objectives.NOT_YET:
+        raise ValueError(f"objective {objective!r} is not supported by this version of gbflow "
+                         f"(supported: {', '.join(objectives.OBJECTIVES)})")
     if objective not in objectives.OBJECTIVES:
         close = difflib.get_close_matches(str(objective), objectives.OBJECTIVES, n=1, cutoff=0.4)
         hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -183,22 +206,21 @@ def make_params(user: dict | None = None, **overrides) -> Params:
                          f"(supported: {', '.join(objectives.OBJECTIVES)})")
     p["objective"] = objective
     num_class = merged.get("num_class")
-    if objective == "multi:softprob":
+    if objective in objectives.MULTICLASS:
         if num_class is None:
-            raise ValueError("objective multi:softprob needs the parameter num_class (the number "
+            raise ValueError(f"objective {objective} needs the parameter num_class (the number "
                              "of classes, e.g. num_class=3)")
         num_class = _number("num_class", num_class, int)
         if num_class < 2:
             raise ValueError(f"parameter num_class must be at least 2, got {num_class}")
         p["num_class"] = num_class
     elif num_class not in (None, 1):
-        raise ValueError(f"parameter num_class={num_class!r} only goes with multi:softprob "
-                         f"(the objective is {objective})")
+        raise ValueError(f"parameter num_class={num_class!r} only goes with "
+                         f"{' or '.join(objectives.MULTICLASS)} (the objective is {objective})")
     if merged.get("base_score") is not None:
         base_score = _number("base_score", merged["base_score"])
-        if objective == "binary:logistic" and not 0 < base_score < 1:
-            raise ValueError(f"parameter base_score must lie in (0, 1) for binary:logistic "
-                             f"(it is a probability), got {merged['base_score']!r}")
+        if objective not in objectives.MULTICLASS:
+            objectives.get_objective(objective).base_score_margin(base_score)  # its link's range
         p["base_score"] = base_score
     device = merged.get("device", Params.device)
     if not isinstance(device, str) or device not in DEVICES:
@@ -222,7 +244,7 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         if not names:
             raise ValueError("parameter eval_metric is an empty list; leave it out for the "
                              "objective's default metric")
-        multiclass = objective == "multi:softprob"
+        multiclass = objective in objectives.MULTICLASS
         seen = set()
         for name in names:
             m = metrics.metric(name)

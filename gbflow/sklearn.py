@@ -382,8 +382,8 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
     Parameters (XGBoost's names and meanings; checked at fit time, not here)
     ----------
     objective : str, default "reg:squarederror"
-        The loss: "reg:squarederror", or "binary:logistic" to regress a target in [0, 1] (then
-        ``predict`` gives values in (0, 1)). Classes belong to ``GBFlowClassifier``.
+        The loss, any of XGBoost's single-output ones gbflow has (``objectives.OBJECTIVES``:
+        "count:poisson", "reg:tweedie", "binary:logistic" for a target in [0, 1], ...).
     n_estimators : int, default 100
         Boosting rounds (one tree per round).
     max_depth : int, default 6
@@ -435,9 +435,9 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
         _store(self, locals())
 
     def _check_objective(self):
-        if self.objective == "multi:softprob":
-            raise ValueError("GBFlowRegressor does not take objective 'multi:softprob'; use "
-                             "GBFlowClassifier for class labels")
+        if self.objective in ("multi:softprob", "multi:softmax"):
+            raise ValueError(f"GBFlowRegressor does not take objective {self.objective!r}; "
+                             "use GBFlowClassifier for class labels")
 
     def _target(self, adapter, y):
         return adapter.encode(y, None, "fit"), self._train_params()

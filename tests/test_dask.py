@@ -481,3 +481,29 @@ def test_cpu_workers_use_their_own_threads_only(clients, monkeypatch):
     assert [r["threads"] for r in booster.worker_report] == [1, 1]
     if numba.config.NUMBA_NUM_THREADS > 1:  # what the kernels would use without the limit
         assert numba.get_num_threads() == numba.config.NUMBA_NUM_THREADS
+
+
+@pytest.mark.parametrize("objective", ["count:poisson", "reg:tweedie", "multi:softmax"])
+def test_new_objectives_on_workers_equal_in_process(objective, clients, tmp_path):
+    """XGBoost's further objectives on 2 workers: the in-process model file and metrics, and
+    multi:softmax's prediction of a Dask frame is one column of classes."""
+    rng = np.random.default_rng(41)
+    df = make_table(n_rows=1500, task="regression", seed=41)
+    if objective == "multi:softmax":
+        df["y"] = np.digitize(df["y"], np.quantile(df["y"], [0.3, 0.7])).astype(float)
+        params = {"objective": objective, "num_class": 3, "max_depth": 4}
+    else:
+        df["y"] = rng.poisson(np.exp(0.3 * (df["y"] - df["y"].mean()) / df["y"].std()))
+        params = {"objective": objective, "max_depth": 4}
+    parts = _partitions(df, [0, 500, 1100, 1500])
+    kwargs = dict(label="y", params=params, num_boost_round=6, verbose=False)
+    expected = gbflow.train(df, evals=[(df, "train")], **kwargs)
+    booster = gbflow.train(_dask_frame(parts), evals=[(_dask_frame(parts), "train")],
+                           client=clients(2), **kwargs)
+    assert _model_bytes(booster, tmp_path, "dask") == _model_bytes(expected, tmp_path, "mem")
+    assert booster.evals_result == expected.evals_result
+    with clients(2).as_current():
+        prediction = booster.predict(dd.from_pandas(df.drop(columns="y"), npartitions=3),
+                                     name="p").compute()
+    assert isinstance(prediction, pd.Series) and prediction.name == "p"
+    pd.testing.assert_series_equal(prediction, expected.predict(df.drop(columns="y"), name="p"))

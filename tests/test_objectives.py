@@ -1,0 +1,257 @@
+"""XGBoost's objectives beyond the three first ones: their gradients, labels, base scores and
+parameters, and held-out quality against XGBoost with the same parameters on the same data."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import gbflow
+from gbflow import objectives
+from gbflow.params import make_params
+
+xgb = pytest.importorskip("xgboost")
+
+ROUNDS = 100
+PARAMS = {"max_depth": 6, "learning_rate": 0.1, "max_bin": 256}
+
+
+def _signal(X):
+    return X[:, 0] + 0.5 * X[:, 1] * X[:, 2] + np.sin(X[:, 3])
+
+
+def _labels(objective: str, f: np.ndarray, rng) -> np.ndarray:
+    """A target of the objective's kind driven by the signal f."""
+    n = len(f)
+    if objective == "count:poisson":
+        y = rng.poisson(np.exp(0.5 * f))
+    elif objective == "reg:gamma":
+        y = rng.gamma(2.0, np.exp(0.3 * f) / 2) + 1e-3
+    elif objective == "reg:tweedie":  # a compound Poisson-gamma: many exact zeros
+        y = rng.poisson(np.exp(0.3 * f)) * rng.gamma(2.0, 1.0, n)
+    elif objective == "reg:squaredlogerror":
+        y = np.exp(0.5 * f + 0.3 * rng.standard_normal(n))
+    elif objective == "reg:pseudohubererror":  # heavy tails: what the loss is for
+        y = f + rng.standard_t(2, n)
+    elif objective == "multi:softmax":
+        y = np.digitize(f + 0.5 * rng.standard_normal(n), [-1.0, 0.5])
+    else:  # the binary ones
+        y = rng.random(n) < 1 / (1 + np.exp(-2 * f))
+    return np.asarray(y, dtype=np.float32)
+
+
+# objective -> the metric both libraries report for the comparison (the default one, except
+# for binary:logitraw, whose default logloss is computed on margins by both)
+COMPARED = {"reg:squaredlogerror": "rmsle", "reg:pseudohubererror": "mphe",
+            "reg:logistic": "rmse", "binary:logitraw": "auc", "binary:hinge": "error",
+            "count:poisson": "poisson-nloglik", "reg:gamma": "gamma-deviance",
+            "reg:tweedie": "tweedie-nloglik@1.5", "multi:softmax": "mlogloss"}
+
+
+@pytest.mark.parametrize("objective", list(COMPARED))
+def test_objective_matches_xgboost(device, objective):
+    """Held-out metric (computed by each library on its own predictions) at least as good as
+    XGBoost's, or within 1% relative; predictions of XGBoost's shape and kind."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((20000, 8)).astype(np.float32)
+    Xt = rng.standard_normal((5000, 8)).astype(np.float32)
+    y, yt = _labels(objective, _signal(X), rng), _labels(objective, _signal(Xt), rng)
+    metric = COMPARED[objective]
+    params = {**PARAMS, "objective": objective, "eval_metric": metric}
+    if objective == "multi:softmax":
+        params["num_class"] = 3
+    booster = gbflow.train(X, y, {**params, "device": device}, ROUNDS,
+                           evals=[((Xt, yt), "test")], verbose=False)
+    history = {}
+    theirs = xgb.train({**params, "tree_method": "hist", "nthread": 2}, xgb.DMatrix(X, y),
+                       ROUNDS, evals=[(xgb.DMatrix(Xt, yt), "test")], evals_result=history,
+                       verbose_eval=False)
+    ours_value = booster.evals_result["test"][metric][-1]
+    their_value = history["test"][metric][-1]
+    if metric == "auc":
+        assert ours_value >= their_value - 0.005
+    else:  # every other compared metric is a loss: lower is better
+        assert ours_value <= their_value * 1.01, (ours_value, their_value)
+    prediction = np.asarray(booster.predict(Xt))
+    expected = theirs.predict(xgb.DMatrix(Xt))
+    assert prediction.shape == expected.shape
+    if objective in ("multi:softmax", "binary:hinge"):  # classes
+        assert set(np.unique(prediction)) <= set(np.unique(y))
+        assert np.mean(prediction == expected) > 0.9
+    else:  # the same scale (probabilities, counts, margins) and nearly the same ranking
+        assert prediction.mean() == pytest.approx(expected.mean(), rel=0.05, abs=0.02)
+        assert np.corrcoef(prediction, expected)[0, 1] > 0.9
+
+
+def _loss(objective, m, y):
+    """The loss whose derivatives in the margin m the objective's gradients are."""
+    if objective == "count:poisson":
+        return np.exp(m) - y * m
+    if objective == "reg:gamma":
+        return y * np.exp(-m) + m
+    if objective == "reg:tweedie":
+        return -y * np.exp(-0.5 * m) / -0.5 + np.exp(0.5 * m) / 0.5
+    if objective == "reg:squaredlogerror":
+        return 0.5 * (np.log1p(m) - np.log1p(y)) ** 2
+    if objective == "reg:pseudohubererror":  # slope 2
+        return 4.0 * (np.sqrt(1 + ((m - y) / 2.0) ** 2) - 1)
+    raise AssertionError(objective)
+
+
+@pytest.mark.parametrize("objective", ["count:poisson", "reg:gamma", "reg:tweedie",
+                                       "reg:squaredlogerror", "reg:pseudohubererror"])
+def test_gradients_are_the_losses_derivatives(device, objective):
+    """Gradient = dL/dm and hessian = d2L/dm2 by central differences (count:poisson's hessian is
+    XGBoost's exp(m + max_delta_step), max_delta_step 0.7), on the device."""
+    from gbflow.backend import get_backend
+    xp = get_backend(device).xp
+    rng = np.random.default_rng(3)
+    m = rng.uniform(-0.9, 2.0, 400)
+    y = rng.uniform(0.1, 3.0, 400)
+    loss = make_params({"objective": objective, "huber_slope": 2.0}).loss
+    g, h = loss.gradients(xp, xp.asarray(m[:, None]), xp.asarray(y), None)
+    g, h = (np.asarray(a.get() if hasattr(a, "get") else a)[:, 0] for a in (g, h))
+    assert g.dtype == np.float32 and h.dtype == np.float32
+    step = 1e-4
+    d1 = (_loss(objective, m + step, y) - _loss(objective, m - step, y)) / (2 * step)
+    d2 = (_loss(objective, m + step, y) - 2 * _loss(objective, m, y)
+          + _loss(objective, m - step, y)) / step**2
+    np.testing.assert_allclose(g, d1, rtol=2e-4, atol=2e-5)
+    if objective == "count:poisson":
+        np.testing.assert_allclose(h, np.exp(m + 0.7), rtol=1e-6)
+    else:
+        np.testing.assert_allclose(h, d2, rtol=2e-3, atol=2e-4)
+
+
+def test_hinge_gradients_and_predictions():
+    loss = objectives.get_objective("binary:hinge")
+    margin = np.array([[-2.0], [0.5], [1.5], [-0.5], [3.0]])
+    label = np.array([0.0, 0.0, 1.0, 1.0, 1.0])
+    g, h = loss.gradients(np, margin, label, None)
+    # inside the margin (m * sign < 1): gradient -sign, hessian 1; else nothing to learn
+    assert g[:, 0].tolist() == [0.0, 1.0, 0.0, -1.0, 0.0]
+    assert h[:, 0].tolist() == pytest.approx([1e-16, 1.0, 1e-16, 1.0, 1e-16])
+    assert loss.transform(np, margin).tolist() == [0.0, 1.0, 1.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize("objective", ["binary:logistic", "reg:logistic", "binary:logitraw",
+                                       "reg:squarederror", "reg:squaredlogerror",
+                                       "reg:pseudohubererror"])
+def test_scale_pos_weight_is_a_weight_on_the_positive_rows(objective):
+    """XGBoost's rule: the gradients of rows labelled 1 times scale_pos_weight (with row weights
+    too); training gets there, and predicts more positives."""
+    rng = np.random.default_rng(5)
+    margin = rng.normal(size=(500, 1))
+    label = (rng.random(500) < 0.3).astype(np.float64)
+    w = rng.uniform(0.5, 2.0, 500)
+    scaled = make_params({"objective": objective, "scale_pos_weight": 4.0}).loss
+    plain = make_params({"objective": objective}).loss
+    factor = np.where(label == 1, 4.0, 1.0)
+    for weight in (None, w):
+        got = scaled.gradients(np, margin, label, weight)
+        expected = plain.gradients(np, margin, label, factor * (1.0 if weight is None else w))
+        assert all(np.array_equal(a, b) for a, b in zip(got, expected))
+    if objective == "binary:logistic":
+        X = rng.standard_normal((3000, 5)).astype(np.float32)
+        y = (X[:, 0] + rng.standard_normal(3000) > 1.0).astype(np.float32)
+        more = gbflow.train(X, y, {"scale_pos_weight": 4.0, "objective": objective}, 10,
+                            verbose=False)
+        fewer = gbflow.train(X, y, {"objective": objective}, 10, verbose=False)
+        assert np.asarray(more.predict(X)).mean() > np.asarray(fewer.predict(X)).mean()
+
+
+def test_softmax_predicts_the_most_probable_class_and_evaluates_probabilities():
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((2000, 4)).astype(np.float32)
+    y = np.digitize(X[:, 0], [-0.5, 0.5]).astype(np.float32)
+    common = {"num_class": 3, "max_depth": 3}
+    softmax = gbflow.train(X, y, {**common, "objective": "multi:softmax"}, 5,
+                           evals=[((X, y), "train")], verbose=False)
+    softprob = gbflow.train(X, y, {**common, "objective": "multi:softprob"}, 5,
+                            evals=[((X, y), "train")], verbose=False)
+    assert [t.to_dict() for t in softmax.trees] == [t.to_dict() for t in softprob.trees]
+    assert softmax.evals_result == softprob.evals_result  # mlogloss of the probabilities
+    proba = softprob.predict(X)
+    assert np.array_equal(softmax.predict(X), np.argmax(proba, axis=1).astype(np.float64))
+    assert softmax.predict(X, output_margin=True).shape == (2000, 3)
+    frame = pd.DataFrame(X, columns=list("abcd"))
+    booster = gbflow.train(frame.assign(y=y), label="y",
+                           params={**common, "objective": "multi:softmax"}, num_boost_round=2,
+                           verbose=False)
+    out = booster.predict(frame, name="cls")
+    assert isinstance(out, pd.Series) and out.name == "cls"
+
+
+@pytest.mark.parametrize("objective,label,match", [
+    ("reg:gamma", 0.0, "reg:gamma needs labels > 0"),
+    ("count:poisson", -1.0, "count:poisson needs labels >= 0"),
+    ("reg:tweedie", -0.5, "reg:tweedie needs labels >= 0"),
+    ("binary:hinge", 0.5, "binary:hinge needs labels 0 or 1"),
+    ("reg:squaredlogerror", -1.0, "needs labels > -1"),
+    ("reg:logistic", 2.0, "reg:logistic needs labels in"),
+])
+def test_labels_outside_the_objectives_domain_are_refused_by_column(objective, label, match):
+    df = pd.DataFrame({"x": np.arange(50.0), "target": np.ones(50)})
+    df.loc[7, "target"] = label
+    with pytest.raises(ValueError, match=match) as error:
+        gbflow.train(df, label="target", params={"objective": objective}, num_boost_round=1,
+                     verbose=False)
+    assert "target" in str(error.value)
+
+
+@pytest.mark.parametrize("params,match", [
+    ({"objective": "count:poisson", "base_score": 0.0}, "base_score must be > 0"),
+    ({"objective": "reg:logistic", "base_score": 1.0}, r"base_score must lie in \(0, 1\)"),
+    ({"objective": "reg:tweedie", "tweedie_variance_power": 2.0}, "tweedie_variance_power"),
+    ({"scale_pos_weight": 0}, "scale_pos_weight must be > 0"),
+    ({"objective": "multi:softmax"}, "needs the parameter num_class"),
+    ({"objective": "rank:ndcg"}, "not supported by this version"),
+    ({"tree_method": "exact"}, "tree_method='exact' is not supported"),
+    ({"booster": "dart"}, "booster='dart' is not supported"),
+])
+def test_bad_objective_parameters_are_refused_before_training(params, match):
+    with pytest.raises(ValueError, match=match):
+        make_params(params)
+
+
+def test_xgboost_parameter_dicts_run():
+    """What ported scripts carry: tree_method "hist", booster "gbtree", the new objectives'
+    parameters, with XGBoost's defaults."""
+    p = make_params({"tree_method": "hist", "booster": "gbtree", "objective": "reg:tweedie",
+                     "tweedie_variance_power": 1.2})
+    assert p.loss.rho == 1.2 and p.metrics == ("tweedie-nloglik@1.2",)
+    assert make_params({"objective": "reg:tweedie"}).metrics == ("tweedie-nloglik@1.5",)
+    assert make_params({"objective": "binary:logitraw"}).metrics == ("logloss",)
+    assert make_params({"objective": "reg:gamma"}).metrics == ("gamma-deviance",)
+    assert make_params({"objective": "multi:softmax", "num_class": 4}).n_groups == 4
+
+
+@pytest.mark.parametrize("objective", ["count:poisson", "reg:gamma", "reg:tweedie",
+                                       "reg:squaredlogerror", "reg:pseudohubererror"])
+def test_default_base_margin_is_xgboosts(objective):
+    """One Newton step from margin 0 over all rows, as XGBoost estimates base_score for these
+    losses; the same on several parts (exact sums), and with weights."""
+    rng = np.random.default_rng(8)
+    y = _labels(objective, rng.standard_normal(3000), rng)
+    X = rng.standard_normal((3000, 3)).astype(np.float32)
+    theirs = xgb.train({"objective": objective, "tree_method": "hist"}, xgb.DMatrix(X, y), 1)
+    import json
+    expected = float(json.loads(theirs.save_config())["learner"]["learner_model_param"][
+        "base_score"].strip("[]"))
+    loss = make_params({"objective": objective}).loss
+    ours = loss.base_margin(np, [y.astype(np.float64)], None, None)[0]
+    # XGBoost stores base_score in prediction space (exp of the margin for the log links)
+    link = np.exp(ours) if objective in ("count:poisson", "reg:gamma", "reg:tweedie") else ours
+    assert link == pytest.approx(expected, rel=1e-5)
+    parts = np.split(y.astype(np.float64), [7, 1000])
+    assert loss.base_margin(np, parts, None, None)[0] == ours
+    w = rng.uniform(0.5, 2.0, 3000)
+    weighted = loss.base_margin(np, [y.astype(np.float64)], [w], None)[0]
+    if link is ours:  # one Newton step from margin 0
+        g, h = loss.gradients(np, np.zeros((3000, 1)), y.astype(np.float64), w)
+        expected = -g.astype(np.float64).sum() / h.astype(np.float64).sum()
+    else:  # the log of the weighted mean label
+        expected = np.log(np.sum(w * y) / np.sum(w))
+    assert weighted == pytest.approx(expected, rel=1e-9)
+    assert loss.base_margin(np, [y], None, 2.0)[0] == pytest.approx(
+        2.0 if link is ours else np.log(2.0))
