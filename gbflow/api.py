@@ -6,6 +6,7 @@ import numpy as np
 from . import boosting, inputs
 from .backend import get_backend, on_gpu
 from .booster import Booster
+from .custom_objective import Custom
 from .evaluation import TRAINING, eval_options
 from .params import make_params
 
@@ -26,8 +27,9 @@ def _eval_dataset(entry, label, weight, train: inputs.DataSet, index: int):
 
 def train(data, label=None, params: dict | None = None, num_boost_round: int = 100,
           evals=None, early_stopping_rounds: int | None = None, weight=None,
-          verbose=True, client=None, *, custom_metric=None, maximize: bool | None = None,
-          early_stopping_metric: str | None = None, metric_period: int = 1) -> Booster:
+          verbose=True, client=None, *, obj=None, custom_metric=None,
+          maximize: bool | None = None, early_stopping_metric: str | None = None,
+          metric_period: int = 1) -> Booster:
     """Train a gradient-boosted tree model.
 
     data: pandas DataFrame or 2-D NumPy array (features; float32 is used internally, NaN and
@@ -55,6 +57,15 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     aucpr up, the others down; for a custom name, XGBoost's rule: names starting with auc, pre,
     map or ndcg up).
 
+    obj: XGBoost's custom objective, ``obj(margins, data) -> (grad, hess)``, called every round
+    with the raw margins ((n,) float64, (n, n_classes) for the multi-class objectives) on the
+    device where the data is (NumPy, or CuPy for GPU training; on Dask each worker's own rows)
+    and ``data`` offering ``get_label()``, ``get_weight()``, ``num_row()`` there; it returns
+    arrays of the margins' shape. As XGBoost, it applies the weights itself, and the start
+    is base_score (0.5 unless given) through the configured objective's link, whose
+    transform, label checks and default metric still apply. Each round waits for the device
+    to check that its values are finite. On Dask it must pickle.
+
     custom_metric: XGBoost's signature ``f(predictions, data) -> (name, value)`` or a list of
     such pairs, evaluated after the built-in metrics. predictions: host NumPy (n,) or
     (n, n_classes) transformed predictions (probabilities for the classification objectives) of
@@ -77,15 +88,18 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
                            maximize, custom_metric, metric_period)
     if label is None:
         raise ValueError("train needs a label: a column name of data or an array")
+    if obj is not None and not callable(obj):
+        raise TypeError(f"obj must be a function (margins, data) -> (grad, hess), got "
+                        f"{type(obj).__name__}")
+    objective = params.loss if obj is None else Custom(params.loss, obj)
     if inputs.is_dask_collection(data):  # trained where its partitions live: gbflow.dask
         from .dask import driver
         return driver.train(data, label, params, int(num_boost_round), evals, options, weight,
-                            verbose, client=client)
+                            verbose, client=client, objective=None if obj is None else objective)
     if client is not None:
         raise TypeError(f"client= is for Dask collections; the training data is a "
                         f"{type(data).__name__}, trained in this process")
     dataset = inputs.load(data, label, weight, "training data")
-    objective = params.loss
     objective.check_label(dataset.label, f"label column {dataset.label_name!r}"
                           if dataset.label_name else "the training label")
     if dataset.weight is not None and not dataset.weight.sum() > 0:
@@ -100,7 +114,7 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
         eval_sets.append((d, name))
     backend = get_backend(params.device, data_on_gpu=on_gpu(dataset.X))
     return boosting.fit(backend, [dataset], params, int(num_boost_round), eval_sets, options,
-                        verbose, drop_features=True)
+                        verbose, drop_features=True, objective=None if obj is None else objective)
 
 
 def _is_training(entry, data, label, weight) -> bool:

@@ -23,7 +23,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
         options: EvalOptions | None = None, verbose=True,
         keep_training_margins: bool = False, *, shardset: ShardSet | None = None,
         row_offsets: list | None = None, drop_features: bool = False, emit=None,
-        after_quantize=None) -> Booster:
+        after_quantize=None, objective=None) -> Booster:
     """The boosting loop over this process's parts, with every cross-part reduction done by
     ``shardset``'s collective. Inputs are already validated (each part on its own).
 
@@ -39,8 +39,9 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     follows them. drop_features: set each part's X to None once binned, so the raw float32
     matrix can be freed. emit: where progress lines go (default stderr). after_quantize: called
     without arguments once every process has binned its parts (the Dask driver then lets the raw
-    partitions go). Every process must call ``fit`` with the same params, round count and
-    evaluation set names, and gets the same model.
+    partitions go). objective: an ``Objective`` in place of ``params.loss`` (``obj=``'s
+    ``custom_objective.Custom``). Every process must call ``fit`` with the same params, round
+    count and evaluation set names, and gets the same model.
 
     The model depends only on the rows of the concatenated parts (over all processes), not on how
     they are split into parts or processes, nor (without ``subsample``, whose draws follow the
@@ -51,7 +52,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     """
     xp = backend.xp
     start = time.perf_counter()
-    objective = params.loss
+    objective = params.loss if objective is None else objective
     rules = TreeRules.of(params)
     n_groups = params.n_groups
     feature_names = parts[0].feature_names

@@ -43,3 +43,4 @@ class Spec:
     evals: tuple[tuple[str, Table | None], ...]
     timeout: float
     data_on_gpu: bool = False  # cuDF partitions: device="auto" then means the GPU
+    objective: object = None  # obj='s custom_objective.Custom, or None for params.loss

@@ -93,7 +93,8 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
                 backend, parts, spec.params, spec.num_boost_round, eval_parts(evals, spec),
                 spec.options, spec.verbose if rank == 0 else False,
                 shardset=shardset, row_offsets=[row_ids], drop_features=True,
-                emit=emit if rank == 0 else None, after_quantize=after_quantize)
+                emit=emit if rank == 0 else None, after_quantize=after_quantize,
+                objective=spec.objective)
             stages.done("fit")
         stages.done("free memory")
         memory.stop()
