@@ -1,0 +1,149 @@
+"""Objectives benchmark: gbflow against XGBoost per objective, same data, same run, one row each.
+
+    python benchmarks/objectives.py --device cuda                 # 10M x 28, depth 8, 100 rounds
+    python benchmarks/objectives.py --device cpu --rows 200000 --rounds 50
+    python benchmarks/objectives.py --objective count:poisson --objective reg:gamma
+
+The features are gpu_binary.py's HIGGS-like Gaussians (generated on the GPU, or with NumPy on the
+CPU); each objective gets a target of its kind driven by the same signal (counts for Poisson,
+positive values for gamma, compound Poisson-gamma with zeros for Tweedie, classes for the
+classifiers). Time includes each library's quantization; both are warmed up on a slice first.
+The held-out value is each library's own evaluation of the objective's default metric on a
+test set, so the two columns compare model quality as well as time. Peak device memory (NVML,
+above the data) is printed for the GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from gpu_binary import PeakMemory, free_gpu_memory, make_data
+
+OBJECTIVES = ["reg:squarederror", "reg:squaredlogerror", "reg:pseudohubererror",
+              "binary:logistic", "binary:hinge", "count:poisson", "reg:gamma", "reg:tweedie",
+              "multi:softmax"]
+
+
+def targets(xp, objective: str, f, seed: int):
+    """A target of the objective's kind driven by the signal f (float32, on f's device)."""
+    rng = xp.random.default_rng(seed)
+    n = f.shape[0]
+    if objective == "count:poisson":
+        y = rng.poisson(xp.exp(0.5 * f))
+    elif objective == "reg:gamma":
+        y = rng.gamma(2.0, xp.exp(0.3 * f) / 2) + 1e-3
+    elif objective == "reg:tweedie":
+        y = rng.poisson(xp.exp(0.3 * f)) * rng.gamma(2.0, 1.0, n)
+    elif objective == "reg:squaredlogerror":
+        y = xp.exp(0.5 * f + 0.3 * rng.standard_normal(n))
+    elif objective == "reg:pseudohubererror":
+        y = f + rng.standard_normal(n) * xp.sqrt(1 + rng.standard_normal(n) ** 2)
+    elif objective == "reg:squarederror":
+        y = f + rng.standard_normal(n)
+    elif objective == "multi:softmax":
+        y = xp.digitize(f + 0.5 * rng.standard_normal(n), xp.asarray([-1.0, 0.5]))
+    else:
+        y = rng.random(n) < 1 / (1 + xp.exp(-2 * f))
+    return xp.asarray(y, dtype=xp.float32)
+
+
+def run(library: str, objective: str, X, y, Xt, yt, args, sync):
+    params = {"objective": objective, "max_depth": args.depth, "learning_rate": 0.1,
+              "max_bin": args.max_bin}
+    if objective == "multi:softmax":
+        params["num_class"] = 3
+    if library == "gbflow":
+        import gbflow
+        params["device"] = args.device
+        gbflow.train(X[:5000], y[:5000], params, 2, verbose=False)  # warm-up
+        sync()
+        start = time.perf_counter()
+        booster = gbflow.train(X, y, params, args.rounds, evals=[((Xt, yt), "test")],
+                               verbose=False)
+        sync()
+        seconds = time.perf_counter() - start
+        history = booster.evals_result["test"]
+        return seconds, {k: v[-1] for k, v in history.items()}
+    import xgboost as xgb
+    params.update(device=args.device, tree_method="hist")
+    xgb.train(params, xgb.QuantileDMatrix(X[:5000], y[:5000], max_bin=args.max_bin), 2)
+    sync()
+    history = {}
+    start = time.perf_counter()
+    d = xgb.QuantileDMatrix(X, y, max_bin=args.max_bin)
+    test = xgb.QuantileDMatrix(Xt, yt, ref=d, max_bin=args.max_bin)
+    booster = xgb.train(params, d, args.rounds, evals=[(test, "test")], evals_result=history,
+                        verbose_eval=False)
+    booster.predict(xgb.DMatrix(X[:10]))  # XGBoost trains lazily: make sure it finished
+    sync()
+    seconds = time.perf_counter() - start
+    return seconds, {k: v[-1] for k, v in history["test"].items()}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--test-rows", type=int, default=500_000)
+    parser.add_argument("--features", type=int, default=28)
+    parser.add_argument("--depth", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--max-bin", type=int, default=256)
+    parser.add_argument("--objective", action="append", choices=OBJECTIVES)
+    args = parser.parse_args()
+    gpu = args.device == "cuda"
+    if gpu:
+        import cupy as xp
+        name = xp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+
+        def sync():
+            xp.cuda.Device().synchronize()
+    else:
+        xp = np
+        import os
+        name = f"CPU, {os.cpu_count()} cores"
+
+        def sync():
+            pass
+    X, _ = make_data(xp, args.rows + args.test_rows, args.features, seed=7) if gpu else \
+        (None, None)
+    if not gpu:
+        rng = np.random.default_rng(7)
+        X = rng.standard_normal((args.rows + args.test_rows, args.features), dtype=np.float32)
+    f = X[:, 0] * 0.6 + xp.sin(2 * X[:, 1]) * X[:, 2] * 0.5 + 0.4 * xp.tanh(X[:, 3] * X[:, 4])
+    Xtr, Xte = xp.ascontiguousarray(X[: args.rows]), xp.ascontiguousarray(X[args.rows:])
+    print(f"device: {name}; {time.strftime('%Y-%m-%d %H:%M')}")
+    print(f"data: {args.rows:,} x {args.features} training, {args.test_rows:,} test rows; depth "
+          f"{args.depth}, {args.rounds} rounds, max_bin {args.max_bin}")
+    print(f"{'objective':22s} {'gbflow':>9s} {'xgboost':>9s} {'ratio':>6s}  held-out metric "
+          f"(gbflow / xgboost)")
+    for objective in args.objective or OBJECTIVES:
+        y = targets(xp, objective, f, seed=11)
+        ytr, yte = y[: args.rows], y[args.rows:]
+        row = {}
+        for library in ("gbflow", "xgboost"):
+            with (PeakMemory() if gpu else _NoMemory()) as memory:
+                row[library] = run(library, objective, Xtr, ytr, Xte, yte, args, sync) + \
+                    (memory.peak,)
+            if gpu:
+                free_gpu_memory(xp)
+        (g, gm, gp), (x, xm, xp_peak) = row["gbflow"], row["xgboost"]
+        metric = next(iter(gm))
+        memory_note = f"  peak {gp / 2**30:.2f} / {xp_peak / 2**30:.2f} GiB" if gpu else ""
+        print(f"{objective:22s} {g:8.2f}s {x:8.2f}s {g / x:5.2f}x  {metric} {gm[metric]:.5f} / "
+              f"{xm.get(metric, float('nan')):.5f}{memory_note}", flush=True)
+
+
+class _NoMemory:
+    peak = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+if __name__ == "__main__":
+    main()
