@@ -1,11 +1,13 @@
 """The public entry point ``gbflow.train``: arguments checked, Dask collections handed on."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from . import boosting, inputs
 from .backend import get_backend, on_gpu
-from .booster import Booster
+from .booster import Booster, load_model
 from .custom_objective import Custom
 from .evaluation import TRAINING, eval_options
 from .params import make_params
@@ -29,7 +31,7 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
           evals=None, early_stopping_rounds: int | None = None, weight=None,
           verbose=True, client=None, *, obj=None, custom_metric=None,
           maximize: bool | None = None, early_stopping_metric: str | None = None,
-          metric_period: int = 1) -> Booster:
+          metric_period: int = 1, xgb_model=None) -> Booster:
     """Train a gradient-boosted tree model.
 
     data: pandas DataFrame or 2-D NumPy array (features; float32 is used internally, NaN and
@@ -66,6 +68,13 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     transform, label checks and default metric still apply. Each round waits for the device
     to check that its values are finite. On Dask it must pickle.
 
+    xgb_model: a ``Booster`` (or a saved model's path) to continue, as XGBoost's: its trees,
+    cuts and base margin are kept and ``num_boost_round`` more rounds are added (row and
+    feature sampling continue from its round count; ``best_iteration`` counts its rounds
+    too). On the same data and parameters, training n rounds and then m more gives the model
+    of n + m rounds in one run, bit for bit. Its objective, num_class, max_bin and features
+    must be the same; other parameters (learning rate, depth, ...) may change.
+
     custom_metric: XGBoost's signature ``f(predictions, data) -> (name, value)`` or a list of
     such pairs, evaluated after the built-in metrics. predictions: host NumPy (n,) or
     (n, n_classes) transformed predictions (probabilities for the classification objectives) of
@@ -92,10 +101,16 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
         raise TypeError(f"obj must be a function (margins, data) -> (grad, hess), got "
                         f"{type(obj).__name__}")
     objective = params.loss if obj is None else Custom(params.loss, obj)
+    if xgb_model is not None and not isinstance(xgb_model, Booster):
+        if not isinstance(xgb_model, (str, os.PathLike)):
+            raise TypeError(f"xgb_model must be a gbflow Booster or a model file's path, got "
+                            f"{type(xgb_model).__name__}")
+        xgb_model = load_model(xgb_model)
     if inputs.is_dask_collection(data):  # trained where its partitions live: gbflow.dask
         from .dask import driver
         return driver.train(data, label, params, int(num_boost_round), evals, options, weight,
-                            verbose, client=client, objective=None if obj is None else objective)
+                            verbose, client=client, objective=None if obj is None else objective,
+                            init_model=xgb_model)
     if client is not None:
         raise TypeError(f"client= is for Dask collections; the training data is a "
                         f"{type(data).__name__}, trained in this process")
@@ -114,7 +129,8 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
         eval_sets.append((d, name))
     backend = get_backend(params.device, data_on_gpu=on_gpu(dataset.X))
     return boosting.fit(backend, [dataset], params, int(num_boost_round), eval_sets, options,
-                        verbose, drop_features=True, objective=None if obj is None else objective)
+                        verbose, drop_features=True, objective=None if obj is None else objective,
+                        init_model=xgb_model)
 
 
 def _is_training(entry, data, label, weight) -> bool:

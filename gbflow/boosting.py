@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from . import fixed_point, prepare
+from . import fixed_point, predictor, prepare
 from .booster import Booster
 from .evaluation import TRAINING, EvalOptions, EvalSet, Evaluation
 from .grow import finished_tree, grow_tree
@@ -23,7 +23,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
         options: EvalOptions | None = None, verbose=True,
         keep_training_margins: bool = False, *, shardset: ShardSet | None = None,
         row_offsets: list | None = None, drop_features: bool = False, emit=None,
-        after_quantize=None, objective=None) -> Booster:
+        after_quantize=None, objective=None, init_model: Booster | None = None) -> Booster:
     """The boosting loop over this process's parts, with every cross-part reduction done by
     ``shardset``'s collective. Inputs are already validated (each part on its own).
 
@@ -40,8 +40,12 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     matrix can be freed. emit: where progress lines go (default stderr). after_quantize: called
     without arguments once every process has binned its parts (the Dask driver then lets the raw
     partitions go). objective: an ``Objective`` in place of ``params.loss`` (``obj=``'s
-    ``custom_objective.Custom``). Every process must call ``fit`` with the same params, round
-    count and evaluation set names, and gets the same model.
+    ``custom_objective.Custom``). init_model: a ``Booster`` to continue (XGBoost's
+    ``xgb_model``): its cuts, base margin and trees are kept, every margin starts from its
+    predictions, row and feature sampling continue from its round count, and the result holds
+    its trees followed by the new ones; on the same data and parameters the same model as one
+    run of all the rounds. Every process must call ``fit`` with the same params, round count
+    and evaluation set names, and gets the same model.
 
     The model depends only on the rows of the concatenated parts (over all processes), not on how
     they are split into parts or processes, nor (without ``subsample``, whose draws follow the
@@ -65,24 +69,35 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     weighted = parts[0].weight is not None
     eval_parts = [(parts if d is TRAINING else _as_parts(d), name) for d, name in evals]
     eval_parts = [(e, name, e[0].weight is not None if e else weighted) for e, name in eval_parts]
+    forest, first_round = None, 0
+    if init_model is not None:
+        check_continuation(init_model, params, feature_names)
+        forest = predictor.FlatForest.from_trees(init_model.trees)
+        first_round = init_model.num_boosted_rounds()
+        # the model's margins on the raw rows, before binning lets them go
+        start_margins = [predictor.predict_margin(backend, backend.asarray(p.X), forest,
+                                                  init_model.base_margin) for p in parts]
     with timers("quantize"):
         sizes = prepare.check_global_inputs(collective, parts, eval_parts, metric_list,
                                             multiclass=n_groups > 1)
         n_rows, max_weight = sizes.n_rows, sizes.max_weight
         cuts = prepare.bin_into(shardset, parts, params, n_rows, max_weight, row_offsets,
-                                drop_features)
+                                drop_features, cuts=None if forest is None else init_model.cuts)
     shards = shardset.shards
     weights = None if shards[0].weight is None else [s.weight for s in shards]
-    base_margin = objective.base_margin(xp, [s.label for s in shards], weights,
-                                        params.base_score, collective=collective)
+    base_margin = init_model.base_margin if forest is not None else objective.base_margin(
+        xp, [s.label for s in shards], weights, params.base_score, collective=collective)
     if after_quantize is not None:  # the reductions above passed: every process has binned
         after_quantize()
-    for shard in shards:
+    for i, shard in enumerate(shards):
+        if forest is not None:
+            shard.margin = start_margins[i]
+            continue
         shard.margin = xp.empty((shard.n_rows, n_groups), dtype=np.float64)
         shard.margin[:] = xp.asarray(base_margin)[None, :]
     n_total = shardset.n_rows_total
     eval_sets = [EvalSet(backend, name, base_margin, w, shards=shards) if d is TRAINING else
-                 EvalSet(backend, name, base_margin, w, parts=e, cuts=cuts)
+                 EvalSet(backend, name, base_margin, w, parts=e, cuts=cuts, forest=forest)
                  for (d, _), (e, name, w) in zip(evals, eval_parts)]
     evaluation = Evaluation(backend, eval_sets, sizes.eval_rows, sizes.eval_max_weights,
                             objective, metric_list, options, collective, num_boost_round)
@@ -109,7 +124,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                          f"{evaluation.best_iteration + 1}, {evaluation.sets[-1].name}-"
                          f"{evaluation.watched}={evaluation.best_score:.6f}")
         return evaluation.stopped
-    trees = []
+    trees = [] if init_model is None else list(init_model.trees)
     # Fixed-point scales from the loss's bounds on |g| and |h| where it has them (no per-round
     # reduction), else from the round's global max |g| and |h|.
     bounds = objective.gradient_bounds(max_weight)
@@ -120,7 +135,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                 g, h = objective.gradients(xp, shard.margin, shard.label, shard.weight)
                 if params.subsample < 1.0:
                     keep = row_sample_mask(xp, shard.n_rows, shard.row_offset, params.seed,
-                                           round_index, params.subsample)
+                                           first_round + round_index, params.subsample)
                     g, h = g * keep[:, None], h * keep[:, None]
                 grad_hess.append((g, h))
             largest = bounds if bounds is not None else \
@@ -132,8 +147,8 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                                 fixed_point.fixed_point_scale(float(largest[k, 1]), n_total))
                 gh = [backend.kernels.quantise_gradients(g[:, k], h[:, k], scales.g, scales.h)
                       for g, h in grad_hess]
-            allowed = feature_sample(len(feature_names), params.seed, round_index, k,
-                                     params.colsample_bytree)
+            allowed = feature_sample(len(feature_names), params.seed, first_round + round_index,
+                                     k, params.colsample_bytree)
             tree, leaf_rows = grow_tree(shardset, gh, scales, cuts, rules, allowed, k)
             with timers("margins"):
                 for shard, rows in zip(shards, leaf_rows):
@@ -159,7 +174,8 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
             evaluate(num_boost_round - 1, trees[-n_groups:], last=True)
     trees = [finished_tree(t) for t in trees]
     stopping = bool(options.early_stopping_rounds)
-    best_iteration = evaluation.best_iteration if stopping else None
+    best_iteration = first_round + evaluation.best_iteration if stopping and \
+        evaluation.best_iteration is not None else None
     truncated = best_iteration is not None and len(trees) > (best_iteration + 1) * n_groups
     if best_iteration is not None:  # the model ends at its best round, stopped early or not
         trees = trees[: (best_iteration + 1) * n_groups]
@@ -173,6 +189,24 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     if keep_training_margins and not truncated:
         booster.training_margins = [backend.to_host(s.margin) for s in shards]
     return booster
+
+
+def check_continuation(model: Booster, params, feature_names: list) -> None:
+    """ValueError, before any work, when training cannot continue ``model`` with these params
+    and features: another objective, class count or max_bin (its cuts are reused), or other
+    features (names and order)."""
+    if not isinstance(model, Booster):
+        raise TypeError(f"xgb_model must be a gbflow Booster or a model file's path, got "
+                        f"{type(model).__name__}")
+    for name in ("objective", "num_class", "max_bin"):
+        theirs, ours = getattr(model.params, name), getattr(params, name)
+        if theirs != ours:
+            raise ValueError(f"xgb_model was trained with {name}={theirs!r}; training cannot "
+                             f"continue it with {name}={ours!r}")
+    if list(model.feature_names) != list(feature_names):
+        raise ValueError(f"xgb_model's features {list(model.feature_names)[:5]}... differ from "
+                         f"the training data's {list(feature_names)[:5]}... (names and order "
+                         f"must match)")
 
 
 def _largest_gradients(backend, collective, grad_hess, n_groups: int) -> np.ndarray:

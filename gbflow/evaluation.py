@@ -123,14 +123,15 @@ class EvalSet:
     """An evaluation set as this process holds it (possibly no part), its margins up to date.
 
     Either held-out ``parts`` (``inputs.DataSet``: X, label, weight), whose margins are
-    predicted here tree by tree (dense ones kept binned with the training ``cuts``), or the
+    predicted here tree by tree (dense ones kept binned with the training ``cuts``; margins
+    starting from ``forest``'s, a continued model's, when given), or the
     training ``shards`` (``shards.Shard``), whose margins training keeps. labels, weights: per
     part (n_i,) float64 on the backend's device; weights None for a set without weights (the
     same on every process).
     """
 
     def __init__(self, backend, name: str, base_margin, weighted: bool, parts=None,
-                 shards=None, cuts=None):
+                 shards=None, cuts=None, forest=None):
         self.name, self.backend = name, backend
         if shards is not None:
             self.X = None
@@ -142,9 +143,11 @@ class EvalSet:
         # Dense parts are kept binned with the training cuts: a quarter of the memory, and read
         # round after round (a 200,000 x 28 float32 set, 22 MB, crowded training's data out of
         # the CPU's cache: training itself ran 10-30% slower beside it).
-        self.X = [_binned(backend, backend.asarray(p.X), cuts) for p in parts]
-        empty = predictor.FlatForest.from_trees([])
-        self.margin = [predictor.predict_margin(backend, X, empty, base_margin) for X in self.X]
+        raw = [backend.asarray(p.X) for p in parts]
+        start = predictor.FlatForest.from_trees([]) if forest is None else forest
+        self.margin = [predictor.predict_margin(backend, X, start, base_margin) for X in raw]
+        self.X = [_binned(backend, X, cuts) for X in raw]
+        del raw
         self.labels = [xp.asarray(backend.asarray(p.label), dtype=xp.float64) for p in parts]
         self.weights = [xp.asarray(backend.asarray(p.weight), dtype=xp.float64)
                         for p in parts] if weighted else None

@@ -76,7 +76,7 @@ def _row_offset(offset):
 
 
 def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_offsets: list,
-             drop_features: bool):
+             drop_features: bool, cuts=None):
     """Fill ``shardset`` (empty) with one shard per part, binned with cut points computed over
     every process's parts, the features routed into the dense and sparse stores. Returns the
     ``Cuts``.
@@ -86,15 +86,18 @@ def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_
     (n_i,) array of its rows' global numbers. Reductions through ``shardset.collective``, in the
     same order on every process. Side effects: with ``drop_features`` each part's X is set to
     None once binned (the raw matrix can be freed); the backend's cached device memory is given
-    back after the sketch and after routing.
+    back after the sketch and after routing. cuts: the ``Cuts`` to bin with (a model's, when
+    training continues from it) instead of sketching new ones.
     """
     backend, collective = shardset.backend, shardset.collective
     device_X = [backend.asarray(p.X) for p in parts]
     weights = None if parts[0].weight is None else [backend.asarray(p.weight) for p in parts]
-    cuts = sketch.compute_cuts(backend.xp, device_X, weights, params.max_bin,
-                                 collective=collective, block_values=backend.sketch_block_values,
-                                 n_rows=n_rows, max_weight=max_weight)
-    backend.free_cached_memory()  # the sketch's temporaries
+    if cuts is None:
+        cuts = sketch.compute_cuts(backend.xp, device_X, weights, params.max_bin,
+                                   collective=collective,
+                                   block_values=backend.sketch_block_values, n_rows=n_rows,
+                                   max_weight=max_weight)
+        backend.free_cached_memory()  # the sketch's temporaries
     binned = [binning.bin_part(backend, X, cuts) for X in device_X]
     del device_X  # only the binned shards stay
     route = routing.Routing.all_dense(cuts.n_features)

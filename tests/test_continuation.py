@@ -1,0 +1,106 @@
+"""Continued training (``xgb_model``): n rounds and then m more are the model of n + m rounds."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import make_table
+
+import gbflow
+
+PARAMS = {
+    "regression": {"objective": "reg:squarederror", "max_depth": 4, "subsample": 0.8,
+                   "colsample_bytree": 0.7, "seed": 3},
+    "binary": {"objective": "binary:logistic", "max_depth": 3, "learning_rate": 0.2},
+    "multiclass": {"objective": "multi:softprob", "num_class": 3, "max_depth": 3},
+}
+
+
+@pytest.mark.parametrize("task", list(PARAMS))
+def test_n_rounds_then_m_more_equal_n_plus_m(device, task, tmp_path):
+    """The same model file and the same evaluation values (the continued run's are the last
+    ones of the single run), with row and feature sampling, weights and an evaluation set."""
+    df = make_table(n_rows=3000, task=task, seed=31)
+    df["w"] = np.linspace(0.5, 2.0, len(df))
+    valid = make_table(n_rows=800, task=task, seed=32).assign(w=1.0)
+    params = {**PARAMS[task], "device": device}
+    kwargs = dict(label="y", weight="w", params=params, verbose=False)
+    whole = gbflow.train(df, num_boost_round=9, evals=[(valid, "valid")], **kwargs)
+    first = gbflow.train(df, num_boost_round=4, **kwargs)
+    path = tmp_path / "first.json"
+    first.save_model(path)
+    for start in (first, str(path)):
+        rest = gbflow.train(df, num_boost_round=5, evals=[(valid, "valid")], xgb_model=start,
+                            **kwargs)
+        assert rest.to_json() == whole.to_json()
+        assert rest.num_boosted_rounds() == 9
+        for metric, values in whole.evals_result["valid"].items():
+            assert rest.evals_result["valid"][metric] == values[4:]
+    assert first.num_boosted_rounds() == 4  # the model continued from is not changed
+
+
+def test_continued_early_stopping_counts_the_models_rounds():
+    df = make_table(n_rows=2000, task="binary", seed=33)
+    valid = make_table(n_rows=600, task="binary", seed=34)
+    params = {"objective": "binary:logistic", "max_depth": 3, "learning_rate": 0.5}
+    first = gbflow.train(df, label="y", params=params, num_boost_round=3, verbose=False)
+    rest = gbflow.train(df, label="y", params=params, num_boost_round=60, verbose=False,
+                        evals=[(valid, "valid")], early_stopping_rounds=3, xgb_model=first)
+    local_best = int(np.argmin(rest.evals_result["valid"]["logloss"]))
+    assert rest.best_iteration == 3 + local_best
+    assert rest.num_boosted_rounds() == rest.best_iteration + 1
+    assert rest.trees[:3] == first.trees
+
+
+def test_continued_training_may_change_the_learning_rate():
+    df = make_table(n_rows=1500, seed=35)
+    first = gbflow.train(df, label="y", params={"max_depth": 3}, num_boost_round=3,
+                         verbose=False)
+    rest = gbflow.train(df, label="y", params={"max_depth": 5, "learning_rate": 0.05},
+                        num_boost_round=2, xgb_model=first, verbose=False)
+    assert rest.num_boosted_rounds() == 5 and rest.params.learning_rate == 0.05
+    X = df.drop(columns="y")
+    # the first three trees' predictions plus the new ones'
+    assert not np.allclose(rest.predict(X), first.predict(X))
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"objective": "reg:pseudohubererror"}, "objective='reg:squarederror'"),
+    ({"max_bin": 64}, "max_bin=256"),
+])
+def test_continuing_with_another_objective_or_max_bin_is_refused(change, match):
+    df = make_table(n_rows=500, seed=36)
+    first = gbflow.train(df, label="y", params={"max_depth": 2}, num_boost_round=2,
+                         verbose=False)
+    with pytest.raises(ValueError, match=match):
+        gbflow.train(df, label="y", params={"max_depth": 2, **change}, num_boost_round=2,
+                     xgb_model=first, verbose=False)
+
+
+def test_continuing_on_other_features_is_refused():
+    df = make_table(n_rows=500, seed=37)
+    first = gbflow.train(df, label="y", params={"max_depth": 2}, num_boost_round=2,
+                         verbose=False)
+    renamed = df.rename(columns={df.columns[0]: "other"})
+    with pytest.raises(ValueError, match="names and order must match"):
+        gbflow.train(renamed, label="y", num_boost_round=1, xgb_model=first, verbose=False)
+    with pytest.raises(TypeError, match="xgb_model must be a gbflow Booster"):
+        gbflow.train(df, label="y", num_boost_round=1, xgb_model=3, verbose=False)
+
+
+def test_continued_training_on_workers_equals_in_process():
+    dd = pytest.importorskip("dask.dataframe")
+    distributed = pytest.importorskip("distributed")
+    df = make_table(n_rows=1600, seed=38)
+    params = {"max_depth": 3, "subsample": 0.9}
+    whole = gbflow.train(df, label="y", params=params, num_boost_round=6, verbose=False)
+    ddf = dd.from_pandas(df, npartitions=3)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as client:
+        first = gbflow.train(ddf, label="y", params=params, num_boost_round=2, verbose=False,
+                             client=client)
+        rest = gbflow.train(ddf, label="y", params=params, num_boost_round=4, verbose=False,
+                            client=client, xgb_model=first)
+    assert [t.to_dict() for t in rest.trees] == [t.to_dict() for t in whole.trees]
+    assert isinstance(rest.predict(df.drop(columns="y")), pd.Series)
