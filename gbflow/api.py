@@ -1,6 +1,7 @@
 """The public entry point ``gbflow.train``: arguments checked, Dask collections handed on."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -128,9 +129,12 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
         objective.check_label(d.label, f"evaluation set {name!r}")
         eval_sets.append((d, name))
     backend = get_backend(params.device, data_on_gpu=on_gpu(dataset.X))
-    return boosting.fit(backend, [dataset], params, int(num_boost_round), eval_sets, options,
-                        verbose, drop_features=True, objective=None if obj is None else objective,
-                        init_model=xgb_model)
+    with contextlib.ExitStack() as stack:
+        if params.nthread is not None:
+            stack.enter_context(backend.limited_threads(params.nthread))
+        return boosting.fit(backend, [dataset], params, int(num_boost_round), eval_sets,
+                            options, verbose, drop_features=True,
+                            objective=None if obj is None else objective, init_model=xgb_model)
 
 
 def _is_training(entry, data, label, weight) -> bool:

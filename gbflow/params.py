@@ -18,6 +18,7 @@ ALIASES = {
     "alpha": "reg_alpha",
     "min_split_loss": "gamma",
     "random_state": "seed",
+    "n_jobs": "nthread",
 }
 
 
@@ -42,6 +43,9 @@ class Params:
     huber_slope: float = 1.0  # reg:pseudohubererror's and the mphe metric's delta (XGBoost's)
     tweedie_variance_power: float = 1.5  # reg:tweedie's rho, in (1, 2) (XGBoost's default)
     scale_pos_weight: float = 1.0  # weight factor of rows labelled 1 (XGBoost's rule)
+    # CPU threads of the kernels (XGBoost's nthread, alias n_jobs); None or <= 0: every core
+    # numba may use (on a Dask worker, its own thread count)
+    nthread: int | None = None
     quantile_alpha: float = 0.5  # the quantile metric's level (XGBoost's name and default)
     # XGBoost's: without eval_metric, evaluate no built-in metric (only a custom metric)
     disable_default_eval_metric: bool = False
@@ -93,8 +97,7 @@ _ELSEWHERE = {
     "early_stopping_rounds": "it is an argument of train(), not a parameter",
     **dict.fromkeys(("verbosity", "verbose", "silent"),
                     "progress output is train()'s verbose argument"),
-    **dict.fromkeys(("nthread", "n_jobs", "num_threads"),
-                    "gbflow has no thread-count parameter (numba's NUMBA_NUM_THREADS sets it)"),
+    "num_threads": "gbflow's thread count is XGBoost's nthread (alias n_jobs)",
     **dict.fromkeys(("grow_policy", "max_leaves", "num_leaves", "colsample_bylevel",
                      "colsample_bynode",
                      "max_delta_step", "monotone_constraints", "interaction_constraints",
@@ -189,6 +192,9 @@ def make_params(user: dict | None = None, **overrides) -> Params:
                 bound = f"lie in {'(' if low_open else '['}{low}, {high}]"
             raise ValueError(f"parameter {name} must {bound}, got {merged[name]!r}")
         p[name] = v
+    if merged.get("nthread") is not None:
+        threads = _number("nthread", merged["nthread"], int)
+        p["nthread"] = threads if threads > 0 else None  # XGBoost's 0, scikit-learn's -1: all
     if p.get("tweedie_variance_power", 1.5) >= 2:
         raise ValueError(f"parameter tweedie_variance_power must lie in (1, 2), got "
                          f"{merged['tweedie_variance_power']!r}")

@@ -344,3 +344,29 @@ def test_bad_custom_objectives_are_refused(obj, error, match):
     X = np.random.default_rng(0).standard_normal((100, 2)).astype(np.float32)
     with pytest.raises(error, match=match):
         gbflow.train(X, X[:, 0], {"max_depth": 2}, 2, obj=obj, verbose=False)
+
+
+# -- nthread / n_jobs -----------------------------------------------------------------------
+
+def test_nthread_limits_the_kernels_threads_and_changes_no_model():
+    import numba
+    seen = []
+
+    def recording_squared_error(margin, data):
+        seen.append(numba.get_num_threads())
+        return squared_error(margin, data)
+
+    before = numba.get_num_threads()
+    rng = np.random.default_rng(14)
+    X = rng.standard_normal((2000, 4)).astype(np.float32)
+    y = X[:, 0] + rng.standard_normal(2000).astype(np.float32)
+    one = gbflow.train(X, y, {"nthread": 1, "device": "cpu"}, 3, obj=recording_squared_error,
+                       verbose=False)
+    assert seen == [1, 1, 1]
+    every = gbflow.train(X, y, {"n_jobs": -1, "device": "cpu"}, 3, obj=squared_error,
+                         verbose=False)
+    assert _trees(one) == _trees(every)  # threads never change the model
+    assert numba.get_num_threads() == before  # restored after
+    assert make_params({"n_jobs": 4}).nthread == 4 and make_params({"nthread": 0}).nthread is None
+    with pytest.raises(ValueError, match="given twice"):
+        make_params({"n_jobs": 2, "nthread": 2})

@@ -30,7 +30,8 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
     "booster" (rank 0 only), "lines" (progress lines, rank 0), "report" (memory and partition
     figures)}. Side effects: progress events on ``spec.topic`` (rank 0); on failure, the other
     ranks are told to abort; glibc malloc settings while it runs (``malloc_for_training``);
-    on the CPU, this thread's kernels use the worker's thread count (``limited_threads``).
+    on the CPU, this thread's kernels use the worker's thread count, or ``nthread`` when set
+    (``limited_threads``).
     """
     from distributed import get_worker
 
@@ -43,7 +44,8 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
     try:
         backend = get_backend(spec.params.device, data_on_gpu=spec.data_on_gpu)
         with malloc_for_training(), backend.own_memory_pool(), \
-                backend.limited_threads(worker.state.nthreads) as threads:
+                backend.limited_threads(spec.params.nthread or worker.state.nthreads) \
+                as threads:
             opening = open_nccl(backend, collective, rank)  # opens while partitions load
             stages.done("start communicator")
 
