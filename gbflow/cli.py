@@ -1,0 +1,297 @@
+"""The ``gbflow`` command line: train, predict and info for scheduled jobs.
+
+Exit codes a scheduler can act on: 0 done, 2 bad input or arguments, 1 failure (one line on
+stderr either way).
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import logging
+import os
+import sys
+import time
+
+EXAMPLES = """examples:
+  gbflow train data/loans/ --label default --set objective=binary:logistic --set max_depth=8 \\
+      --eval-fraction 0.2 --early-stopping 20 --model model.json --report report.json
+  gbflow train 'data/*.csv' --label y --params params.toml --rounds 300 --local-cluster 4
+  gbflow train data/ --label y --scheduler tcp://scheduler:8786 --model model.json
+  gbflow predict model.json data/new/ --output scored.parquet
+  gbflow info model.json
+"""
+
+BAD_INPUT, FAILURE = 2, 1
+
+
+class BadInput(ValueError):
+    """An argument or file the command cannot use (exit code 2)."""
+
+
+def input_files(spec: str) -> tuple[list[str], str]:
+    """The files a data argument names (a file, a folder, or a glob pattern) and their format
+    ("parquet" or "csv", from the extensions)."""
+    if os.path.isdir(spec):
+        files = sorted(f for f in glob.glob(os.path.join(spec, "**", "*"), recursive=True)
+                       if os.path.isfile(f) and _format(f) is not None)
+    else:
+        files = sorted(glob.glob(spec)) if glob.has_magic(spec) else \
+            ([spec] if os.path.isfile(spec) else [])
+    if not files:
+        raise BadInput(f"no Parquet or CSV file at {spec!r}")
+    formats = {_format(f) for f in files}
+    if None in formats:
+        bad = next(f for f in files if _format(f) is None)
+        raise BadInput(f"{bad!r} is neither Parquet (.parquet, .pq) nor CSV (.csv)")
+    if len(formats) > 1:
+        raise BadInput(f"{spec!r} mixes Parquet and CSV files; give one kind")
+    return files, formats.pop()
+
+
+def _format(path: str) -> str | None:
+    lower = path.lower()
+    if lower.endswith((".parquet", ".pq")):
+        return "parquet"
+    return "csv" if lower.endswith(".csv") else None
+
+
+def _value(text: str):
+    """A --set value: JSON when it parses (numbers, true/false, lists), else the string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def load_params(path: str | None, settings: list[str]) -> dict:
+    """Parameters from a TOML or JSON file, then ``key=value`` settings over them."""
+    params: dict = {}
+    if path:
+        if not os.path.isfile(path):
+            raise BadInput(f"parameter file {path!r} does not exist")
+        with open(path, "rb") as f:
+            if path.lower().endswith(".toml"):
+                import tomllib
+                try:
+                    params = tomllib.load(f)
+                except tomllib.TOMLDecodeError as e:
+                    raise BadInput(f"parameter file {path!r}: {e}") from None
+            else:
+                try:
+                    params = json.load(f)
+                except json.JSONDecodeError as e:
+                    raise BadInput(f"parameter file {path!r}: {e}") from None
+        if not isinstance(params, dict):
+            raise BadInput(f"parameter file {path!r} must hold a table of names to values")
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise BadInput(f"--set takes key=value, got {item!r}")
+        params[key.strip()] = _value(value.strip())
+    return params
+
+
+class _Data:
+    """The frames a command works on: pandas in this process, or Dask on a cluster."""
+
+    def __init__(self, args):
+        self.on_dask = bool(args.scheduler or args.local_cluster or args.gpu)
+        self.gpu = args.gpu
+
+    def read(self, spec: str):
+        files, fmt = input_files(spec)
+        if self.on_dask:
+            from .dask import files as dask_files
+            return dask_files.read_dask(files, fmt, self.gpu)
+        import pandas as pd
+        reader = pd.read_parquet if fmt == "parquet" else pd.read_csv
+        frames = [reader(f) for f in files]
+        return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+
+    def split(self, frame, fraction: float, seed: int):
+        """(train, evaluation): a seeded random share of the rows held out."""
+        if self.on_dask:
+            train, held = frame.random_split([1.0 - fraction, fraction], random_state=seed)
+            return train, held
+        import numpy as np
+        held = np.random.default_rng(seed).random(len(frame)) < fraction
+        return frame[~held], frame[held]
+
+    def write(self, frame, path: str) -> None:
+        if self.on_dask:
+            from .dask import files as dask_files
+            dask_files.write_dask(frame, path)
+            return
+        if _format(path) == "csv":
+            frame.to_csv(path, index=False)
+        else:
+            frame.to_parquet(path, index=False)
+
+
+def _client(args):
+    import contextlib
+    if not (args.scheduler or args.local_cluster or args.gpu):
+        return contextlib.nullcontext()
+    from .dask import files as dask_files
+    return dask_files.client(args.scheduler, args.local_cluster, args.gpu)
+
+
+def _write_json(path: str, payload: dict) -> None:
+    """Write ``payload`` to ``path`` whole or not at all (a temporary file renamed)."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(payload, f, indent=2, default=float)
+            f.write("\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def cmd_train(args) -> int:
+    import gbflow
+
+    from .params import make_params
+    params = load_params(args.params, args.set)
+    if args.eval and args.eval_fraction:
+        raise BadInput("give --eval or --eval-fraction, not both")
+    if args.eval_fraction is not None and not 0 < args.eval_fraction < 1:
+        raise BadInput(f"--eval-fraction must lie in (0, 1), got {args.eval_fraction}")
+    if args.early_stopping and not (args.eval or args.eval_fraction):
+        raise BadInput("--early-stopping needs an evaluation set (--eval or --eval-fraction)")
+    make_params(params)  # a bad parameter fails before any data is read
+    started = time.perf_counter()
+    data = _Data(args)
+    with _client(args) as client:
+        frame = data.read(args.data)
+        evals = []
+        if args.eval:
+            evals = [(data.read(args.eval), "eval")]
+        elif args.eval_fraction:
+            frame, held = data.split(frame, args.eval_fraction, args.seed)
+            evals = [(held, "eval")]
+        booster = gbflow.train(frame, label=args.label, weight=args.weight, params=params,
+                               num_boost_round=args.rounds, evals=evals or None,
+                               early_stopping_rounds=args.early_stopping,
+                               verbose=not args.quiet, client=client)
+    booster.save_model(args.model)
+    report = {
+        "model": os.path.abspath(args.model), "data": args.data, "label": args.label,
+        "rounds": booster.num_boosted_rounds(), "best_iteration": booster.best_iteration,
+        "best_score": booster.best_score, "params": booster.params.to_dict(),
+        "metrics": {name: {m: values[-1] for m, values in metrics.items()}
+                    for name, metrics in booster.evals_result.items()},
+        "timings": booster.timings, "seconds": time.perf_counter() - started,
+        "workers": getattr(booster, "worker_report", None),
+    }
+    if args.report:
+        _write_json(args.report, report)
+    logging.getLogger("gbflow").info("trained %d rounds in %.1f s; model %s",
+                                     report["rounds"], report["seconds"], args.model)
+    return 0
+
+
+def cmd_predict(args) -> int:
+    import gbflow
+    if not os.path.isfile(args.model):
+        raise BadInput(f"model file {args.model!r} does not exist")
+    booster = gbflow.load_model(args.model)
+    data = _Data(args)
+    with _client(args):
+        frame = data.read(args.data)
+        scored = booster.transform(frame, name=args.name, output_margin=args.margin)
+        data.write(scored, args.output)
+    return 0
+
+
+def cmd_info(args) -> int:
+    import gbflow
+    if not os.path.isfile(args.model):
+        raise BadInput(f"model file {args.model!r} does not exist")
+    booster = gbflow.load_model(args.model)
+    print(json.dumps({
+        "objective": booster.params.objective, "rounds": booster.num_boosted_rounds(),
+        "trees": len(booster.trees), "features": booster.feature_names,
+        "label": booster.label_name, "weight": booster.weight_name,
+        "best_iteration": booster.best_iteration, "best_score": booster.best_score,
+        "params": booster.params.to_dict(),
+    }, indent=2))
+    return 0
+
+
+def _cluster_options(parser) -> None:
+    group = parser.add_argument_group("where it runs (default: this process, pandas)")
+    group.add_argument("--scheduler", help="address of a running Dask scheduler")
+    group.add_argument("--local-cluster", type=int, metavar="N",
+                       help="start a local Dask cluster of N CPU workers")
+    group.add_argument("--gpu", action="store_true",
+                       help="start a LocalCUDACluster (one worker a GPU), cuDF partitions")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="gbflow", description="Train gradient-boosted trees on Parquet or CSV data and "
+        "score data with a saved model.", epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = top.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train a model", epilog=EXAMPLES,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    train.add_argument("data", help="a Parquet or CSV file, a folder of them, or a glob")
+    train.add_argument("--label", required=True, help="the label column")
+    train.add_argument("--weight", help="a weight column")
+    train.add_argument("--params", help="a TOML or JSON file of parameters (XGBoost's names)")
+    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="a parameter (repeatable; over --params)")
+    train.add_argument("--rounds", type=int, default=100, help="boosting rounds (default 100)")
+    train.add_argument("--eval", help="evaluation data (like DATA)")
+    train.add_argument("--eval-fraction", type=float,
+                       help="hold out this share of DATA's rows for evaluation")
+    train.add_argument("--seed", type=int, default=0, help="seed of --eval-fraction's split")
+    train.add_argument("--early-stopping", type=int, metavar="ROUNDS",
+                       help="stop when the evaluation metric has not improved for ROUNDS")
+    train.add_argument("--model", default="model.json", help="where the model goes")
+    train.add_argument("--report", help="a JSON report: metrics, timings, workers' memory")
+    train.add_argument("--quiet", action="store_true", help="no progress lines")
+    _cluster_options(train)
+    train.set_defaults(run=cmd_train)
+    predict = sub.add_parser("predict", help="score data with a saved model")
+    predict.add_argument("model", help="a model file (gbflow JSON)")
+    predict.add_argument("data", help="a Parquet or CSV file, a folder of them, or a glob")
+    predict.add_argument("--output", required=True,
+                         help="where the input's columns and the prediction go (Parquet, or CSV "
+                              "by extension; a Parquet folder on Dask)")
+    predict.add_argument("--name", default="prediction", help="the prediction column's name")
+    predict.add_argument("--margin", action="store_true", help="raw margins, not predictions")
+    _cluster_options(predict)
+    predict.set_defaults(run=cmd_predict)
+    info = sub.add_parser("info", help="describe a saved model (JSON on stdout)")
+    info.add_argument("model")
+    info.set_defaults(run=cmd_info, scheduler=None, local_cluster=None, gpu=False)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns the exit code (errors are one line on stderr)."""
+    args = parser().parse_args(argv)
+    log = logging.getLogger("gbflow")
+    if not log.handlers:  # gbflow's own lines only: Dask's loggers keep their levels
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("gbflow: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+    try:
+        return args.run(args)
+    except (BadInput, ValueError, TypeError, KeyError, FileNotFoundError) as e:
+        message = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"gbflow: error: {message}", file=sys.stderr)
+        return BAD_INPUT
+    except Exception as e:  # noqa: BLE001 - a scheduler needs a code, not a traceback
+        print(f"gbflow: failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return FAILURE
+
+
+def main_exit() -> None:
+    """The console script: ``main`` with its code as the process's exit status."""
+    sys.exit(main())

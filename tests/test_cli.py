@@ -1,0 +1,96 @@
+"""The ``gbflow`` command line: train, predict, info, and the exit codes a scheduler sees."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import gbflow
+from gbflow.cli import main
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """A folder of three Parquet parts of one binary table, and the whole table."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((3000, 4))
+    df = pd.DataFrame(X, columns=list("abcd"))
+    df["y"] = (X[:, 0] + 0.5 * X[:, 1] + rng.standard_normal(3000) > 0).astype(np.int64)
+    (tmp_path / "data").mkdir()
+    for i, part in enumerate(np.array_split(np.arange(3000), 3)):
+        df.iloc[part].to_parquet(tmp_path / "data" / f"part{i}.parquet")
+    return tmp_path, df
+
+
+def test_train_writes_the_model_and_report_of_the_same_training_in_python(folder):
+    tmp, df = folder
+    (tmp / "p.toml").write_text('objective = "binary:logistic"\nmax_depth = 3\n')
+    code = main(["train", str(tmp / "data"), "--label", "y", "--params", str(tmp / "p.toml"),
+                 "--set", "learning_rate=0.2", "--rounds", "7", "--model", str(tmp / "m.json"),
+                 "--report", str(tmp / "r.json"), "--quiet"])
+    assert code == 0
+    expected = gbflow.train(df, label="y", params={"objective": "binary:logistic",
+                                                   "max_depth": 3, "learning_rate": 0.2},
+                            num_boost_round=7, verbose=False)
+    model = gbflow.load_model(tmp / "m.json")
+    assert [t.to_dict() for t in model.trees] == [t.to_dict() for t in expected.trees]
+    report = json.loads((tmp / "r.json").read_text())
+    assert report["rounds"] == 7 and report["params"]["learning_rate"] == 0.2
+    assert "quantize" in report["timings"] and report["seconds"] > 0
+
+
+def test_evaluation_split_early_stopping_predict_and_info(folder, capsys):
+    tmp, df = folder
+    assert main(["train", str(tmp / "data" / "*.parquet"), "--label", "y", "--set",
+                 "objective=binary:logistic", "--set", 'eval_metric=["logloss","auc"]',
+                 "--eval-fraction", "0.25", "--early-stopping", "3", "--rounds", "200",
+                 "--model", str(tmp / "m.json"), "--report", str(tmp / "r.json"),
+                 "--quiet"]) == 0
+    report = json.loads((tmp / "r.json").read_text())
+    assert set(report["metrics"]["eval"]) == {"logloss", "auc"}
+    assert report["rounds"] == report["best_iteration"] + 1 < 200
+    assert main(["predict", str(tmp / "m.json"), str(tmp / "data"), "--output",
+                 str(tmp / "scored.csv"), "--name", "p"]) == 0
+    scored = pd.read_csv(tmp / "scored.csv")
+    assert list(scored.columns) == ["a", "b", "c", "d", "y", "p"] and len(scored) == 3000
+    model = gbflow.load_model(tmp / "m.json")
+    np.testing.assert_allclose(scored["p"], model.predict(df.drop(columns="y")), rtol=1e-12)
+    capsys.readouterr()
+    assert main(["info", str(tmp / "m.json")]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["objective"] == "binary:logistic" and info["features"] == list("abcd")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["train", "{tmp}/nowhere", "--label", "y"], "no Parquet or CSV file"),
+    (["train", "{tmp}/data", "--label", "y", "--set", "max_depht=3"], "did you mean"),
+    (["train", "{tmp}/data", "--label", "zz"], "label column 'zz' is not in"),
+    (["train", "{tmp}/data", "--label", "y", "--set", "oops"], "--set takes key=value"),
+    (["train", "{tmp}/data", "--label", "y", "--early-stopping", "3"], "needs an evaluation"),
+    (["train", "{tmp}/data", "--label", "y", "--params", "{tmp}/none.toml"], "does not exist"),
+    (["predict", "{tmp}/none.json", "{tmp}/data", "--output", "{tmp}/o.parquet"],
+     "model file"),
+])
+def test_bad_input_exits_2_with_one_line(folder, capsys, argv, message):
+    tmp, _ = folder
+    code = main([a.format(tmp=tmp) for a in argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("gbflow: error:")
+    assert message in err[0]
+
+
+def test_the_console_script_and_module_run(folder):
+    tmp, _ = folder
+    result = subprocess.run([sys.executable, "-m", "gbflow", "train", str(tmp / "data"),
+                             "--label", "y", "--rounds", "2", "--model", str(tmp / "m.json"),
+                             "--local-cluster", "2", "--quiet"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert gbflow.load_model(tmp / "m.json").num_boosted_rounds() == 2
+    bad = subprocess.run([sys.executable, "-m", "gbflow", "train"], capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "--label" in bad.stderr
