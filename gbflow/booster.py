@@ -15,7 +15,7 @@ from .tree import Tree
 
 FORMAT = "gbflow-model"
 FORMAT_VERSION = 1
-IMPORTANCE_TYPES = ("gain", "total_gain", "split", "cover", "total_cover")
+IMPORTANCE_TYPES = ("gain", "total_gain", "split", "cover", "total_cover")  # and "weight"
 
 
 class Booster:
@@ -53,8 +53,8 @@ class Booster:
         multi:softmax's class, num_class for multi:softprob's probabilities)."""
         return self.n_groups if output_margin else self._objective.n_outputs
 
-    @property
     def num_features(self) -> int:
+        """Number of features (a method, as XGBoost's ``Booster.num_features()``)."""
         return len(self.feature_names)
 
     def num_boosted_rounds(self) -> int:
@@ -63,7 +63,7 @@ class Booster:
 
     def __repr__(self) -> str:
         return (f"<gbflow.Booster {self.params.objective}, {self.num_boosted_rounds()} rounds, "
-                f"{self.num_features} features>")
+                f"{self.num_features()} features>")
 
     # -- prediction ------------------------------------------------------------------------
     def _features(self, data, passengers_allowed: bool):
@@ -123,13 +123,14 @@ class Booster:
         """Importance per feature used in a split, as {name: value}.
 
         "gain": mean loss reduction of the feature's splits (XGBoost's "gain"); "total_gain": their
-        sum; "split": how many splits use the feature (XGBoost's "weight"); "cover"/"total_cover":
-        mean/total hessian of the nodes split on it.
+        sum; "split": how many splits use the feature (XGBoost's "weight", accepted too);
+        "cover"/"total_cover": mean/total hessian of the nodes split on it.
         """
+        importance_type = "split" if importance_type == "weight" else importance_type
         if importance_type not in IMPORTANCE_TYPES:
             raise ValueError(f"importance_type must be one of {IMPORTANCE_TYPES}, "
                              f"got {importance_type!r}")
-        n = self.num_features
+        n = self.num_features()
         splits, gain, cover = np.zeros(n), np.zeros(n), np.zeros(n)
         for t in self.trees:
             inner = ~t.is_leaf

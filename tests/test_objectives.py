@@ -370,3 +370,14 @@ def test_nthread_limits_the_kernels_threads_and_changes_no_model():
     assert make_params({"n_jobs": 4}).nthread == 4 and make_params({"nthread": 0}).nthread is None
     with pytest.raises(ValueError, match="given twice"):
         make_params({"n_jobs": 2, "nthread": 2})
+
+
+def test_xgboost_habits_on_the_booster():
+    """num_features() is a method, and importance type "weight" is XGBoost's name of "split"."""
+    rng = np.random.default_rng(15)
+    X = rng.standard_normal((500, 3)).astype(np.float32)
+    booster = gbflow.train(X, X[:, 0] * 2, {"max_depth": 2}, 3, verbose=False)
+    assert booster.num_features() == 3
+    assert booster.feature_importances("weight") == booster.feature_importances("split")
+    with pytest.raises(ValueError, match="importance_type must be one of"):
+        booster.feature_importances("wieght")
