@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 
 import numpy as np
 
@@ -116,6 +117,7 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
         raise TypeError(f"client= is for Dask collections; the training data is a "
                         f"{type(data).__name__}, trained in this process")
     dataset = inputs.load(data, label, weight, "training data")
+    _warn_label_as_feature(data, label, dataset.feature_names)
     objective.check_label(dataset.label, f"label column {dataset.label_name!r}"
                           if dataset.label_name else "the training label")
     if dataset.weight is not None and not dataset.weight.sum() > 0:
@@ -135,6 +137,23 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
         return boosting.fit(backend, [dataset], params, int(num_boost_round), eval_sets,
                             options, verbose, drop_features=True,
                             objective=None if obj is None else objective, init_model=xgb_model)
+
+
+def _warn_label_as_feature(data, label, feature_names: list) -> None:
+    """Warn when the label, given as a Series, is also one of the feature columns (its name,
+    the same values): the model would learn it from itself. Reads one column, no more."""
+    name = getattr(label, "name", None)
+    if name is None or isinstance(label, str) or name not in set(feature_names):
+        return
+    column = data[name]
+    try:
+        same = len(column) == len(label) and bool((column.to_numpy() == label.to_numpy()).all())
+    except (AttributeError, TypeError, ValueError):
+        return
+    if same:
+        warnings.warn(f"the label is also the feature column {name!r} (the same values): the "
+                      f"model will learn it from itself; give label={name!r} to train without "
+                      f"it, or drop the column", UserWarning, stacklevel=3)
 
 
 def _is_training(entry, data, label, weight) -> bool:

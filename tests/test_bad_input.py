@@ -678,3 +678,13 @@ def test_load_incomplete_model(booster, tmp_path, edit, match):
 def test_load_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"nothere\.json"):
         gbflow.load_model(tmp_path / "nothere.json")
+
+
+def test_a_label_series_that_is_still_a_feature_column_warns(df):
+    with pytest.warns(UserWarning, match="the label is also the feature column 'y'"):
+        gbflow.train(df, label=df["y"], num_boost_round=1, verbose=False)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gbflow.train(df, label="y", num_boost_round=1, verbose=False)  # the usual way: silent
+        gbflow.train(df.drop(columns="y"), label=df["y"], num_boost_round=1, verbose=False)
