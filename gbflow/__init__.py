@@ -1,11 +1,12 @@
 """gbflow: gradient-boosted trees for Dask/cuDF pipelines, on GPUs and CPUs (the public names)."""
+from . import callback  # gbflow.callback.TrainingCallback, for train(callbacks=)
 from .api import train
 from .booster import Booster, load_model
 from .params import Params
 
 __version__ = "0.1.0"
 # The estimators are reached lazily (they need scikit-learn), so `import *` leaves them out.
-__all__ = ["Booster", "Params", "load_model", "train", "__version__"]
+__all__ = ["Booster", "Params", "callback", "load_model", "train", "__version__"]
 
 
 def __getattr__(name):

@@ -10,6 +10,7 @@ import numpy as np
 from . import boosting, inputs
 from .backend import get_backend, on_gpu
 from .booster import Booster, load_model
+from .callback import check_callbacks
 from .custom_objective import Custom
 from .evaluation import TRAINING, eval_options
 from .params import make_params
@@ -33,7 +34,7 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
           evals=None, early_stopping_rounds: int | None = None, weight=None,
           verbose=True, client=None, *, obj=None, custom_metric=None,
           maximize: bool | None = None, early_stopping_metric: str | None = None,
-          metric_period: int = 1, xgb_model=None) -> Booster:
+          metric_period: int = 1, xgb_model=None, callbacks=None) -> Booster:
     """Train a gradient-boosted tree model.
 
     data: pandas DataFrame or 2-D NumPy array (features; float32 is used internally, NaN and
@@ -77,6 +78,10 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     of n + m rounds in one run, bit for bit. Its objective, num_class, max_bin and features
     must be the same; other parameters (learning rate, depth, ...) may change.
 
+    callbacks: a list of ``gbflow.callback.TrainingCallback`` (XGBoost's interface:
+    before_training, before_iteration, after_iteration returning True to stop, after_training),
+    run on the host after each round's evaluation; see the class for what they receive.
+
     custom_metric: XGBoost's signature ``f(predictions, data) -> (name, value)`` or a list of
     such pairs, evaluated after the built-in metrics. predictions: host NumPy (n,) or
     (n, n_classes) transformed predictions (probabilities for the classification objectives) of
@@ -103,6 +108,7 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
         raise TypeError(f"obj must be a function (margins, data) -> (grad, hess), got "
                         f"{type(obj).__name__}")
     objective = params.loss if obj is None else Custom(params.loss, obj)
+    callbacks = check_callbacks(callbacks)
     if xgb_model is not None and not isinstance(xgb_model, Booster):
         if not isinstance(xgb_model, (str, os.PathLike)):
             raise TypeError(f"xgb_model must be a gbflow Booster or a model file's path, got "
@@ -112,7 +118,7 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
         from .dask import driver
         return driver.train(data, label, params, int(num_boost_round), evals, options, weight,
                             verbose, client=client, objective=None if obj is None else objective,
-                            init_model=xgb_model)
+                            init_model=xgb_model, callbacks=callbacks)
     if client is not None:
         raise TypeError(f"client= is for Dask collections; the training data is a "
                         f"{type(data).__name__}, trained in this process")
@@ -136,7 +142,8 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
             stack.enter_context(backend.limited_threads(params.nthread))
         return boosting.fit(backend, [dataset], params, int(num_boost_round), eval_sets,
                             options, verbose, drop_features=True,
-                            objective=None if obj is None else objective, init_model=xgb_model)
+                            objective=None if obj is None else objective, init_model=xgb_model,
+                            callbacks=callbacks)
 
 
 def _warn_label_as_feature(data, label, feature_names: list) -> None:

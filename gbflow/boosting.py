@@ -7,6 +7,7 @@ import numpy as np
 
 from . import fixed_point, predictor, prepare
 from .booster import Booster
+from .callback import Callbacks
 from .evaluation import TRAINING, EvalOptions, EvalSet, Evaluation
 from .grow import finished_tree, grow_tree
 from .progress import Progress
@@ -23,7 +24,8 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
         options: EvalOptions | None = None, verbose=True,
         keep_training_margins: bool = False, *, shardset: ShardSet | None = None,
         row_offsets: list | None = None, drop_features: bool = False, emit=None,
-        after_quantize=None, objective=None, init_model: Booster | None = None) -> Booster:
+        after_quantize=None, objective=None, init_model: Booster | None = None,
+        callbacks: list | None = None) -> Booster:
     """The boosting loop over this process's parts, with every cross-part reduction done by
     ``shardset``'s collective. Inputs are already validated (each part on its own).
 
@@ -44,8 +46,9 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     ``xgb_model``): its cuts, base margin and trees are kept, every margin starts from its
     predictions, row and feature sampling continue from its round count, and the result holds
     its trees followed by the new ones; on the same data and parameters the same model as one
-    run of all the rounds. Every process must call ``fit`` with the same params, round count
-    and evaluation set names, and gets the same model.
+    run of all the rounds. callbacks: ``callback.TrainingCallback`` instances, run on the host
+    in order (then each round is evaluated as it ends). Every process must call ``fit`` with
+    the same params, round count and evaluation set names, and gets the same model.
 
     The model depends only on the rows of the concatenated parts (over all processes), not on how
     they are split into parts or processes, nor (without ``subsample``, whose draws follow the
@@ -107,7 +110,9 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     # early stopping ends training, that next round's trees lie beyond the best round and are
     # cut off with the rest: the model is the same. Not with the training data as an evaluation
     # set: its margins already hold the next round's trees by then.
-    late = backend.queues_ahead and not any(s.X is None for s in eval_sets)
+    # Callbacks see each round's values after it: no late evaluation with them.
+    hooks = Callbacks(callbacks or [])
+    late = backend.queues_ahead and not any(s.X is None for s in eval_sets) and not hooks
 
     def evaluate(round_index: int, round_trees: list, last: bool = False) -> bool:
         """Evaluate a round's (built) trees, report the rounds whose values are in, and say
@@ -125,10 +130,20 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                          f"{evaluation.watched}={evaluation.best_score:.6f}")
         return evaluation.stopped
     trees = [] if init_model is None else list(init_model.trees)
+
+    def snapshot() -> Booster:
+        """The model so far, for the callbacks (pending device trees built first)."""
+        trees[:] = [finished_tree(t) for t in trees]
+        return Booster(list(trees), cuts, feature_names, params, base_margin,
+                       label_name=parts[0].label_name, weight_name=parts[0].weight_name)
+
+    hooks.before_training(snapshot)
     # Fixed-point scales from the loss's bounds on |g| and |h| where it has them (no per-round
     # reduction), else from the round's global max |g| and |h|.
     bounds = objective.gradient_bounds(max_weight)
     for round_index in range(num_boost_round):
+        if hooks.before_iteration(snapshot, first_round + round_index, evaluation.history):
+            break
         with timers("gradients"):
             grad_hess = []
             for shard in shards:
@@ -166,8 +181,11 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                 break
         else:
             trees[-n_groups:] = [finished_tree(t) for t in trees[-n_groups:]]
-            if evaluate(round_index, trees[-n_groups:], last=round_index + 1 == num_boost_round):
+            if evaluate(round_index, trees[-n_groups:],
+                        last=round_index + 1 == num_boost_round or bool(hooks)):
                 break
+        if hooks.after_iteration(snapshot, first_round + round_index, evaluation.history):
+            break
     else:
         if evaluation and late and num_boost_round:
             trees[-n_groups:] = [finished_tree(t) for t in trees[-n_groups:]]
@@ -188,6 +206,11 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     booster.timings = dict(timers.seconds, total=time.perf_counter() - start)
     if keep_training_margins and not truncated:
         booster.training_margins = [backend.to_host(s.margin) for s in shards]
+    if hooks:
+        booster = hooks.after_training(booster)
+        if not isinstance(booster, Booster):
+            raise TypeError(f"a callback's after_training returned a {type(booster).__name__}, "
+                            f"not the model")
     return booster
 
 

@@ -39,13 +39,14 @@ def _timeout() -> float:
 
 def _spec(params, num_boost_round, options, verbose, label, weight, features,
           train_table, evals, data_on_gpu: bool, session="", objective=None,
-          init_model=None) -> Spec:
+          init_model=None, callbacks=()) -> Spec:
     return Spec(
         session=session, topic=f"gbflow-{session}", params=params,
         num_boost_round=num_boost_round, options=options,
         verbose=verbose, label=label, weight=weight, features=tuple(features), train=train_table,
         evals=tuple((name, table) for _, name, table in evals), timeout=_timeout(),
-        data_on_gpu=data_on_gpu, objective=objective, init_model=init_model)
+        data_on_gpu=data_on_gpu, objective=objective, init_model=init_model,
+        callbacks=callbacks)
 
 
 def _delayed(frame) -> list:
@@ -63,7 +64,8 @@ def current_client():
 
 
 def train(data, label, params: Params, num_boost_round: int, evals, options: EvalOptions,
-          weight, verbose, client=None, objective=None, init_model=None):
+          weight, verbose, client=None, objective=None, init_model=None,
+          callbacks=()):
     """``gbflow.train`` for a Dask DataFrame (parameters as there, already checked).
 
     With a client (given, or the active one) training runs on its workers; without one, in this
@@ -72,7 +74,7 @@ def train(data, label, params: Params, num_boost_round: int, evals, options: Eva
     ddf, features, table, evals = dask_inputs.check(data, label, weight, evals)
     spec = _spec(params, num_boost_round, options, verbose, label, weight, features,
                  table, evals, data_on_gpu=on_gpu(ddf._meta), objective=objective,
-                 init_model=init_model)
+                 init_model=init_model, callbacks=tuple(callbacks))
     client = client if client is not None else current_client()
     if client is None:
         return _train_in_process(ddf, evals, spec)
@@ -113,7 +115,8 @@ def _train_in_process(ddf, evals, spec: Spec):
         booster = boosting.fit(backend, [train.part], spec.params, spec.num_boost_round,
                                eval_parts(evals_joined, spec), spec.options, spec.verbose,
                                row_offsets=[train.row_ids(offsets)], drop_features=True,
-                               objective=spec.objective, init_model=spec.init_model)
+                               objective=spec.objective, init_model=spec.init_model,
+                               callbacks=list(spec.callbacks))
     booster.timings["dask_compute"] = computed
     booster.timings["dask_total"] = time.perf_counter() - started
     return booster

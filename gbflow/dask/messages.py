@@ -45,3 +45,4 @@ class Spec:
     data_on_gpu: bool = False  # cuDF partitions: device="auto" then means the GPU
     objective: object = None  # obj='s custom_objective.Custom, or None for params.loss
     init_model: object = None  # xgb_model's Booster to continue, or None
+    callbacks: tuple = ()  # callback.TrainingCallback instances, run on every worker

@@ -96,7 +96,8 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
                 spec.options, spec.verbose if rank == 0 else False,
                 shardset=shardset, row_offsets=[row_ids], drop_features=True,
                 emit=emit if rank == 0 else None, after_quantize=after_quantize,
-                objective=spec.objective, init_model=spec.init_model)
+                objective=spec.objective, init_model=spec.init_model,
+                callbacks=list(spec.callbacks))
             stages.done("fit")
         stages.done("free memory")
         memory.stop()
