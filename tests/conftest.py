@@ -163,3 +163,16 @@ def pytest_sessionfinish(session, exitstatus):
         record = {test: sorted(digests) for test, digests in sorted(_recorded.items())}
         with open(_RECORD_PATH, "w") as f:
             json.dump(record, f, indent=1)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Skipped tests counted by reason, one line each (-ra listed every location)."""
+    reasons: dict = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    if reasons:
+        terminalreporter.section("skipped, by reason")
+        for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
+            terminalreporter.line(f"{count:5d}  {reason}")

@@ -13,7 +13,8 @@ from gbflow.backend import cuda_available, get_backend
 from gbflow.metrics import auc
 
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU with CuPy here")]
+              pytest.mark.skipif(not cuda_available(),
+                                 reason="no CUDA GPU with CuPy on this machine")]
 
 
 def _fit(data, device, rounds=20, weight=None, **params):
