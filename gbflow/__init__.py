@@ -12,6 +12,12 @@ __all__ = ["Booster", "Params", "callback", "load_model", "train", "__version__"
 def __getattr__(name):
     # scikit-learn is a test/optional dependency: import the estimators only when asked for.
     if name in ("GBFlowRegressor", "GBFlowClassifier"):
-        from . import sklearn
+        try:
+            from . import sklearn
+        except ModuleNotFoundError as e:
+            if e.name is None or not e.name.startswith("sklearn"):
+                raise
+            raise ImportError(f"gbflow.{name} needs scikit-learn, which is not installed: "
+                              f"pip install 'gbflow[sklearn]' (or scikit-learn)") from e
         return getattr(sklearn, name)
     raise AttributeError(f"module 'gbflow' has no attribute {name!r}")

@@ -409,3 +409,15 @@ def test_eval_set_checks_are_the_same_for_both_kinds(kind, fit_kwargs, error, ma
                             fit_kwargs.pop("early_stopping", False) else None)
     with pytest.raises(error, match=match):
         model.fit(X, y, eval_set=eval_set, **fit_kwargs)
+
+
+def test_without_scikit_learn_the_estimators_name_the_extra(monkeypatch):
+    import sys
+
+    import gbflow
+    for name in [m for m in sys.modules if m == "sklearn" or m.startswith("sklearn.")]:
+        monkeypatch.setitem(sys.modules, name, None)  # importing any of them now fails
+    monkeypatch.delitem(sys.modules, "gbflow.sklearn", raising=False)
+    monkeypatch.delattr(gbflow, "sklearn", raising=False)
+    with pytest.raises(ImportError, match=r"pip install 'gbflow\[sklearn\]'"):
+        gbflow.GBFlowRegressor  # noqa: B018
