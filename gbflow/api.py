@@ -1,7 +1,6 @@
 """The public entry point ``gbflow.train``: arguments checked, Dask collections handed on."""
 from __future__ import annotations
 
-import contextlib
 import os
 import warnings
 
@@ -117,7 +116,7 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     if inputs.is_dask_collection(data):  # trained where its partitions live: gbflow.dask
         from .dask import driver
         return driver.train(data, label, params, int(num_boost_round), evals, options, weight,
-                            verbose, client=client, objective=None if obj is None else objective,
+                            verbose, client=client, objective=objective,
                             init_model=xgb_model, callbacks=callbacks)
     if client is not None:
         raise TypeError(f"client= is for Dask collections; the training data is a "
@@ -137,13 +136,10 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
         objective.check_label(d.label, f"evaluation set {name!r}")
         eval_sets.append((d, name))
     backend = get_backend(params.device, data_on_gpu=on_gpu(dataset.X))
-    with contextlib.ExitStack() as stack:
-        if params.nthread is not None:
-            stack.enter_context(backend.limited_threads(params.nthread))
+    with backend.limited_threads(params.nthread):
         return boosting.fit(backend, [dataset], params, int(num_boost_round), eval_sets,
-                            options, verbose, drop_features=True,
-                            objective=None if obj is None else objective, init_model=xgb_model,
-                            callbacks=callbacks)
+                            options, verbose, drop_features=True, objective=objective,
+                            init_model=xgb_model, callbacks=callbacks)
 
 
 def _warn_label_as_feature(data, label, feature_names: list) -> None:

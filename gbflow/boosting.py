@@ -85,19 +85,21 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                                             multiclass=n_groups > 1)
         n_rows, max_weight = sizes.n_rows, sizes.max_weight
         cuts = prepare.bin_into(shardset, parts, params, n_rows, max_weight, row_offsets,
-                                drop_features, cuts=None if forest is None else init_model.cuts)
+                                drop_features,
+                                cuts=None if init_model is None else init_model.cuts)
     shards = shardset.shards
     weights = None if shards[0].weight is None else [s.weight for s in shards]
-    base_margin = init_model.base_margin if forest is not None else objective.base_margin(
-        xp, [s.label for s in shards], weights, params.base_score, collective=collective)
+    base_margin = init_model.base_margin if init_model is not None else \
+        objective.base_margin(xp, [s.label for s in shards], weights, params.base_score,
+                              collective=collective)
     if after_quantize is not None:  # the reductions above passed: every process has binned
         after_quantize()
     for i, shard in enumerate(shards):
-        if forest is not None:
+        if init_model is not None:
             shard.margin = start_margins[i]
-            continue
-        shard.margin = xp.empty((shard.n_rows, n_groups), dtype=np.float64)
-        shard.margin[:] = xp.asarray(base_margin)[None, :]
+        else:
+            shard.margin = xp.empty((shard.n_rows, n_groups), dtype=np.float64)
+            shard.margin[:] = xp.asarray(base_margin)[None, :]
     n_total = shardset.n_rows_total
     eval_sets = [EvalSet(backend, name, base_margin, w, shards=shards) if d is TRAINING else
                  EvalSet(backend, name, base_margin, w, parts=e, cuts=cuts, forest=forest)
@@ -218,9 +220,6 @@ def check_continuation(model: Booster, params, feature_names: list) -> None:
     """ValueError, before any work, when training cannot continue ``model`` with these params
     and features: another objective, class count or max_bin (its cuts are reused), or other
     features (names and order)."""
-    if not isinstance(model, Booster):
-        raise TypeError(f"xgb_model must be a gbflow Booster or a model file's path, got "
-                        f"{type(model).__name__}")
     for name in ("objective", "num_class", "max_bin"):
         theirs, ours = getattr(model.params, name), getattr(params, name)
         if theirs != ours:

@@ -6,12 +6,14 @@ stderr either way).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import json
 import logging
 import os
 import sys
 import time
+import tomllib
 
 EXAMPLES = """examples:
   gbflow train data/loans/ --label default --set objective=binary:logistic --set max_depth=8 \\
@@ -70,18 +72,13 @@ def load_params(path: str | None, settings: list[str]) -> dict:
     if path:
         if not os.path.isfile(path):
             raise BadInput(f"parameter file {path!r} does not exist")
+        load, malformed = (tomllib.load, tomllib.TOMLDecodeError) \
+            if path.lower().endswith(".toml") else (json.load, json.JSONDecodeError)
         with open(path, "rb") as f:
-            if path.lower().endswith(".toml"):
-                import tomllib
-                try:
-                    params = tomllib.load(f)
-                except tomllib.TOMLDecodeError as e:
-                    raise BadInput(f"parameter file {path!r}: {e}") from None
-            else:
-                try:
-                    params = json.load(f)
-                except json.JSONDecodeError as e:
-                    raise BadInput(f"parameter file {path!r}: {e}") from None
+            try:
+                params = load(f)
+            except malformed as e:
+                raise BadInput(f"parameter file {path!r}: {e}") from None
         if not isinstance(params, dict):
             raise BadInput(f"parameter file {path!r} must hold a table of names to values")
     for item in settings:
@@ -130,7 +127,7 @@ class _Data:
 
 
 def _client(args):
-    import contextlib
+    """The Dask client the arguments ask for, or a context that gives None (this process)."""
     if not (args.scheduler or args.local_cluster or args.gpu):
         return contextlib.nullcontext()
     from .dask import files as dask_files
@@ -193,11 +190,15 @@ def cmd_train(args) -> int:
     return 0
 
 
-def cmd_predict(args) -> int:
+def _model(path: str):
     import gbflow
-    if not os.path.isfile(args.model):
-        raise BadInput(f"model file {args.model!r} does not exist")
-    booster = gbflow.load_model(args.model)
+    if not os.path.isfile(path):
+        raise BadInput(f"model file {path!r} does not exist")
+    return gbflow.load_model(path)
+
+
+def cmd_predict(args) -> int:
+    booster = _model(args.model)
     data = _Data(args)
     with _client(args):
         frame = data.read(args.data)
@@ -207,10 +208,7 @@ def cmd_predict(args) -> int:
 
 
 def cmd_info(args) -> int:
-    import gbflow
-    if not os.path.isfile(args.model):
-        raise BadInput(f"model file {args.model!r} does not exist")
-    booster = gbflow.load_model(args.model)
+    booster = _model(args.model)
     print(json.dumps({
         "objective": booster.params.objective, "rounds": booster.num_boosted_rounds(),
         "trees": len(booster.trees), "features": booster.feature_names,

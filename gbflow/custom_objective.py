@@ -57,9 +57,8 @@ class Custom(Objective):
     def base_score_margin(self, base_score):
         return self.base.base_score_margin(base_score)
 
-    def base_margin(self, xp, labels, weights, base_score, collective=LOCAL):
-        start = self.base.base_score_margin(0.5 if base_score is None else base_score)
-        return np.full(self.n_groups, start)
+    def estimate_margin(self, xp, labels, weights, collective=LOCAL):
+        return np.full(self.n_groups, self.base_score_margin(0.5))
 
     def gradients(self, xp, margin, label, weight):
         given = margin[:, 0] if self.n_groups == 1 else margin

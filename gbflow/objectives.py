@@ -34,10 +34,18 @@ class Objective:
 
     def base_margin(self, xp, labels: list, weights: list | None, base_score,
                     collective=LOCAL) -> np.ndarray:
-        """(n_groups,) float64 starting margin: from ``base_score`` if given, else estimated from
-        every process's ``labels``/``weights`` (lists of per-shard arrays) through ``collective``
-        with exact sums, so it does not depend on how rows are split. Every process must call it."""
-        raise NotImplementedError
+        """(n_groups,) float64 starting margin: ``base_score_margin(base_score)`` if given, else
+        ``estimate_margin``. Every process must call it."""
+        if base_score is not None:
+            return np.full(self.n_groups, self.base_score_margin(base_score))
+        return self.estimate_margin(xp, labels, weights, collective)
+
+    def estimate_margin(self, xp, labels: list, weights: list | None,
+                        collective=LOCAL) -> np.ndarray:
+        """(n_groups,) float64 default start (XGBoost's estimate for the loss), from every
+        process's ``labels``/``weights`` (lists of per-shard arrays) through ``collective`` with
+        exact sums, so it does not depend on how rows are split; margin 0 here."""
+        return np.zeros(self.n_groups)
 
     def gradients(self, xp, margin, label, weight):
         """(n_rows, n_groups) float32 gradient and hessian (new arrays)."""
@@ -119,9 +127,13 @@ class SquaredError(Objective):
         """The largest row weight once ``scale_pos_weight`` is applied."""
         return max_weight * max(self.scale_pos_weight, 1.0)
 
-    def base_margin(self, xp, labels, weights, base_score, collective=LOCAL):
-        if base_score is not None:
-            return np.array([self.base_score_margin(base_score)])
+    # XGBoost's start for the losses of this family without a closed form (squared log error,
+    # pseudo-Huber): one Newton step from margin 0 instead of the weighted mean label
+    newton_start = False
+
+    def estimate_margin(self, xp, labels, weights, collective=LOCAL):
+        if self.newton_start:
+            return np.array([_newton_step_from_zero(self, xp, labels, weights, collective)])
         return np.array([_weighted_mean(xp, labels, weights, collective)])
 
     def gradients(self, xp, margin, label, weight):
@@ -164,9 +176,7 @@ class Logistic(SquaredError):
                              f"probability), got {base_score!r}")
         return math.log(p / (1 - p))
 
-    def base_margin(self, xp, labels, weights, base_score, collective=LOCAL):
-        if base_score is not None:
-            return np.array([self.base_score_margin(base_score)])
+    def estimate_margin(self, xp, labels, weights, collective=LOCAL):
         p = _weighted_mean(xp, labels, weights, collective)
         if not 0 < p < 1:
             p = min(max(p, 1e-7), 1 - 1e-7)  # a single-class label: a finite, very sure start
@@ -205,9 +215,8 @@ class Softprob(Objective):
                              f"0..{self.n_groups - 1}; {where} has {int(bad.sum())} others, "
                              f"e.g. {float(label[bad][0]):g}")
 
-    def base_margin(self, xp, labels, weights, base_score, collective=LOCAL):
-        # A common margin for every class leaves softmax unchanged: start from uniform.
-        return np.full(self.n_groups, float(base_score) if base_score is not None else 0.0)
+    # A common margin for every class leaves softmax unchanged: the default start, margin 0,
+    # is uniform probabilities; a base_score is that common margin.
 
     def _softmax(self, xp, margin):
         shifted = margin - margin.max(axis=1, keepdims=True)
@@ -268,9 +277,7 @@ class _LogLink(Objective):
             raise ValueError(f"{self.name} needs labels {rule}; {where} has "
                              f"{int(bad.sum())} others, e.g. {float(label[bad][0]):g}")
 
-    def base_margin(self, xp, labels, weights, base_score, collective=LOCAL):
-        if base_score is not None:
-            return np.array([self.base_score_margin(base_score)])
+    def estimate_margin(self, xp, labels, weights, collective=LOCAL):
         mean = _weighted_mean(xp, labels, weights, collective)
         return np.array([math.log(max(mean, 1e-7))])  # all-zero labels: a very low start
 
@@ -316,6 +323,7 @@ class Tweedie(_LogLink):
 class SquaredLogError(SquaredError):
     name = "reg:squaredlogerror"
     default_metric = "rmsle"
+    newton_start = True
 
     def check_label(self, label, where):
         bad = label <= -1
@@ -323,11 +331,6 @@ class SquaredLogError(SquaredError):
             raise ValueError(f"reg:squaredlogerror needs labels > -1 (log1p of the label); "
                              f"{where} has {int(bad.sum())} others, e.g. "
                              f"{float(label[bad][0]):g}")
-
-    def base_margin(self, xp, labels, weights, base_score, collective=LOCAL):
-        if base_score is not None:
-            return np.array([self.base_score_margin(base_score)])
-        return np.array([_newton_step_from_zero(self, xp, labels, weights, collective)])
 
     def gradients(self, xp, margin, label, weight):
         p = xp.maximum(margin, -1.0 + 1e-6)  # log1p's domain, as XGBoost
@@ -340,15 +343,11 @@ class SquaredLogError(SquaredError):
 class PseudoHuber(SquaredError):
     name = "reg:pseudohubererror"
     default_metric = "mphe"
+    newton_start = True
 
     def __init__(self, slope: float = 1.0, scale_pos_weight: float = 1.0):
         super().__init__(scale_pos_weight)
         self.slope = float(slope)
-
-    def base_margin(self, xp, labels, weights, base_score, collective=LOCAL):
-        if base_score is not None:
-            return np.array([self.base_score_margin(base_score)])
-        return np.array([_newton_step_from_zero(self, xp, labels, weights, collective)])
 
     def gradients(self, xp, margin, label, weight):
         z = margin - label[:, None]
@@ -372,9 +371,6 @@ class Hinge(Objective):
         if bad.any():
             raise ValueError(f"binary:hinge needs labels 0 or 1; {where} has {int(bad.sum())} "
                              f"others, e.g. {float(label[bad][0]):g}")
-
-    def base_margin(self, xp, labels, weights, base_score, collective=LOCAL):
-        return np.array([float(base_score) if base_score is not None else 0.0])
 
     def gradients(self, xp, margin, label, weight):
         sign = 2.0 * label[:, None] - 1.0

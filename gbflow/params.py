@@ -172,32 +172,31 @@ def make_params(user: dict | None = None, **overrides) -> Params:
             spelled[canonical] = name
             merged[canonical] = value
     p = {}
-    for name, kind, low, high, low_open in [
-        ("learning_rate", float, 0, math.inf, True), ("max_depth", int, 1, 30, False),
-        ("min_child_weight", float, 0, math.inf, False), ("gamma", float, 0, math.inf, False),
-        ("reg_lambda", float, 0, math.inf, False), ("reg_alpha", float, 0, math.inf, False),
-        ("subsample", float, 0, 1, True), ("colsample_bytree", float, 0, 1, True),
-        ("max_bin", int, 3, 65536, False), ("seed", int, -(2**63), 2**63 - 1, False),
-        ("sparse_threshold", float, 0, 1, False), ("huber_slope", float, 0, math.inf, True),
-        ("quantile_alpha", float, 0, 1, True), ("scale_pos_weight", float, 0, math.inf, True),
-        ("tweedie_variance_power", float, 1, 2, True),
+    # (name, kind, low, high, interval): "(" / ")" exclude the bound, "[" / "]" include it
+    for name, kind, low, high, interval in [
+        ("learning_rate", float, 0, math.inf, "(]"), ("max_depth", int, 1, 30, "[]"),
+        ("min_child_weight", float, 0, math.inf, "[]"), ("gamma", float, 0, math.inf, "[]"),
+        ("reg_lambda", float, 0, math.inf, "[]"), ("reg_alpha", float, 0, math.inf, "[]"),
+        ("subsample", float, 0, 1, "(]"), ("colsample_bytree", float, 0, 1, "(]"),
+        ("max_bin", int, 3, 65536, "[]"), ("seed", int, -(2**63), 2**63 - 1, "[]"),
+        ("sparse_threshold", float, 0, 1, "[]"), ("huber_slope", float, 0, math.inf, "(]"),
+        ("quantile_alpha", float, 0, 1, "(]"), ("scale_pos_weight", float, 0, math.inf, "(]"),
+        ("tweedie_variance_power", float, 1, 2, "()"),
     ]:
         if name not in merged or (name == "sparse_threshold" and merged[name] is None):
             continue
         v = _number(name, merged[name], kind)
-        if v < low or v > high or (low_open and v == low):
+        low_open, high_open = interval[0] == "(", interval[1] == ")"
+        if v < low or v > high or (low_open and v == low) or (high_open and v == high):
             if high == math.inf:
                 bound = f"be {'>' if low_open else '>='} {low}"
             else:
-                bound = f"lie in {'(' if low_open else '['}{low}, {high}]"
+                bound = f"lie in {interval[0]}{low}, {high}{interval[1]}"
             raise ValueError(f"parameter {name} must {bound}, got {merged[name]!r}")
         p[name] = v
     if merged.get("nthread") is not None:
         threads = _number("nthread", merged["nthread"], int)
         p["nthread"] = threads if threads > 0 else None  # XGBoost's 0, scikit-learn's -1: all
-    if p.get("tweedie_variance_power", 1.5) >= 2:
-        raise ValueError(f"parameter tweedie_variance_power must lie in (1, 2), got "
-                         f"{merged['tweedie_variance_power']!r}")
     objective = merged.get("objective", Params.objective)
     if not isinstance(objective, str):
         raise TypeError(f"parameter objective must be a string such as 'reg:squarederror', got "

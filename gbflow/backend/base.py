@@ -102,7 +102,8 @@ class Backend:
         yield
 
     @contextlib.contextmanager
-    def limited_threads(self, n: int):
-        """Within this block, this thread's kernels use at most ``n`` CPU threads. Yields the
-        thread count used, or None where the kernels do not run on CPU threads."""
+    def limited_threads(self, n: int | None):
+        """Within this block, this thread's kernels use at most ``n`` CPU threads (None: no
+        limit, the setting as it is). Yields the thread count used, or None where the kernels
+        do not run on CPU threads."""
         yield None

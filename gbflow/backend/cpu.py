@@ -20,10 +20,10 @@ class CpuBackend(Backend):
         super().__init__(np, kernels)
 
     @contextlib.contextmanager
-    def limited_threads(self, n: int):
+    def limited_threads(self, n: int | None):
         """Within this block, this thread's numba kernels use at most ``n`` threads (a Dask
         worker's share of the cores: a LocalCluster of several workers, each with numba's
-        default of every core, ran 4x to 40x slower from oversubscription). Yields the thread
-        count used."""
+        default of every core, ran 4x to 40x slower from oversubscription; ``nthread``); None
+        leaves numba's setting as it is. Yields the thread count used."""
         with cpu_kernels.limited_threads(n) as used:
             yield used

@@ -29,10 +29,13 @@ _NODES_APART = 2
 
 
 @contextlib.contextmanager
-def limited_threads(n: int):
+def limited_threads(n: int | None):
     """Within this block, the calling thread's kernels use at most ``n`` threads (numba's
-    setting is per thread: other threads keep theirs). Yields the count used."""
+    setting is per thread: other threads keep theirs; None: as it is). Yields the count used."""
     previous = numba.get_num_threads()
+    if n is None:
+        yield previous
+        return
     used = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
     numba.set_num_threads(used)
     try:
@@ -397,47 +400,50 @@ def add_split_leaf_values(margin, bins_by_feature, row_index, seg_start, seg_cou
                            numba.get_num_threads())
 
 
-@njit(parallel=True, **_JIT)
-def _predict_margins(X, feature, threshold, default_left, left, right, value, tree_root,
-                     tree_group, out):
-    # Without a branch on the direction (a row's path is unpredictable): the right child follows
-    # the left one (``predictor.FlatForest``), 1.5x faster than choosing between left and right.
-    for i in prange(X.shape[0]):
-        for t in range(tree_root.shape[0]):
-            node = tree_root[t]
-            f = feature[node]
-            while f >= 0:
-                x = X[i, f]
-                missing = x != x
-                go_left = (missing and default_left[node]) or \
-                    (not missing and x < threshold[node])
-                node = left[node] + np.int32(1 - go_left)
+# The node tests of the tree walks: whether a row goes left at ``node`` (node arrays passed
+# whole: a node's threshold or default is read only on the path that needs it, which the walk's
+# speed depends on).
+@njit(inline="always", **_JIT)
+def _value_goes_left(x, threshold, default_left, node):
+    missing = x != x
+    return (missing and default_left[node]) or (not missing and x < threshold[node])
+
+
+@njit(inline="always", **_JIT)
+def _bin_goes_left(b, bin_threshold, default_left, node):
+    b = np.int32(b)
+    return (b == 0 and default_left[node]) or (b != 0 and b <= bin_threshold[node])
+
+
+def _tree_walk(goes_left):
+    """The prediction kernel of one node test (raw values or bins; numba inlines it): every
+    tree in tree order per row, the leaf value added. Without a branch on the direction (a
+    row's path is unpredictable): the right child follows the left one
+    (``predictor.FlatForest``), 1.5x faster than choosing between left and right."""
+    @njit(parallel=True, **_JIT)
+    def walk(rows, feature, threshold, default_left, left, value, tree_root, tree_group, out):
+        for i in prange(rows.shape[0]):
+            for t in range(tree_root.shape[0]):
+                node = tree_root[t]
                 f = feature[node]
-            out[i, tree_group[t]] += value[node]
+                while f >= 0:
+                    go_left = goes_left(rows[i, f], threshold, default_left, node)
+                    node = left[node] + np.int32(1 - go_left)
+                    f = feature[node]
+                out[i, tree_group[t]] += value[node]
+    return walk
+
+
+_predict_margins = _tree_walk(_value_goes_left)
+_predict_margins_binned = _tree_walk(_bin_goes_left)
 
 
 def predict_margins(X, feature, threshold, default_left, left, right, value, tree_root, tree_group,
                     out):
     """See numpy_kernels.predict_margins."""
-    _predict_margins(X, feature, threshold, default_left, left, right, value, tree_root,
-                     tree_group, out)
+    _predict_margins(X, feature, threshold, default_left, left, value, tree_root, tree_group,
+                     out)
     return out
-
-
-
-@njit(parallel=True, **_JIT)
-def _predict_margins_binned(bins, feature, bin_threshold, default_left, left, value, tree_root,
-                            tree_group, out):
-    for i in prange(bins.shape[0]):
-        for t in range(tree_root.shape[0]):
-            node = tree_root[t]
-            f = feature[node]
-            while f >= 0:
-                b = np.int32(bins[i, f])
-                go_left = (b == 0 and default_left[node]) or (b != 0 and b <= bin_threshold[node])
-                node = left[node] + np.int32(1 - go_left)  # right = left + 1, as above
-                f = feature[node]
-            out[i, tree_group[t]] += value[node]
 
 
 def predict_margins_binned(bins, feature, bin_threshold, default_left, left, right, value,
@@ -446,6 +452,7 @@ def predict_margins_binned(bins, feature, bin_threshold, default_left, left, rig
     _predict_margins_binned(bins, feature, np.asarray(bin_threshold, dtype=np.int32),
                             default_left, left, value, tree_root, tree_group, out)
     return out
+
 
 # ---------------------------------------------------------------------------------------------
 # Sparse columns: see the "Sparse columns" section of numpy_kernels for the sparse store and the
@@ -812,10 +819,8 @@ def _predict_margins_csr(indptr, indices, data, feature, threshold, default_left
             while feature[node] >= 0:
                 f = feature[node]
                 e = _lower_bound(indices, lo, hi, f)
-                if e < hi and indices[e] == f and data[e] == data[e]:
-                    go_left = data[e] < threshold[node]
-                else:  # absent or NaN: missing
-                    go_left = default_left[node]
+                x = data[e] if e < hi and indices[e] == f else np.float32(np.nan)  # absent: NaN
+                go_left = _value_goes_left(x, threshold, default_left, node)
                 node = left[node] + np.int32(1 - go_left)  # right = left + 1: no branch
             out[i, tree_group[t]] += value[node]
 

@@ -477,44 +477,42 @@ def add_split_leaf_values(margin, bins_by_feature, row_index, seg_start, seg_cou
          row_index, work, *split))
 
 
+def _walk_trees(name: str, rows, threshold_dtype, feature, threshold, default_left, left,
+                right, value, tree_root, tree_group, out):
+    """Launch the tree walk of kernels.cu for (n, >= F) CuPy ``rows`` (any strides) of its
+    kind: raw float32 values or uint8/uint16 bins, with float32 or int32 thresholds."""
+    n_rows = rows.shape[0]
+    if n_rows == 0 or len(tree_root) == 0:
+        return out
+    if not out.flags.c_contiguous:
+        raise ValueError(f"{name}: out must be C-contiguous")
+    grid = min(-(-n_rows // _THREADS), 65535 * 16)
+    arrays = _upload_small((feature, np.int32), (threshold, threshold_dtype),
+                           (default_left, np.bool_), (left, np.int32), (right, np.int32),
+                           (value, np.float64), (tree_root, np.int64), (tree_group, np.int32))
+    _kernel(name, rows.itemsize if rows.dtype != np.float32 else 1)(
+        (grid,), (_THREADS,),
+        (rows, _i64(n_rows), _i64(rows.strides[0] // rows.itemsize),
+         _i64(rows.strides[1] // rows.itemsize), *arrays, _i32(len(tree_root)), out,
+         _i32(out.shape[1])))
+    return out
+
+
 def predict_margins(X, feature, threshold, default_left, left, right, value, tree_root, tree_group,
                     out):
     """See ``numpy_kernels.predict_margins``. X: (n, F) float32 CuPy, any strides; out: (n, G)
     float64 C-contiguous CuPy, updated in place and returned."""
-    n_rows = X.shape[0]
-    if n_rows == 0 or len(tree_root) == 0:
-        return out
-    if not out.flags.c_contiguous:
-        raise ValueError("predict_margins: out must be C-contiguous")
-    grid = min(-(-n_rows // _THREADS), 65535 * 16)
-    _kernel("predict_margins", 1)(
-        (grid,), (_THREADS,),
-        (X, _i64(n_rows), _i64(X.strides[0] // X.itemsize), _i64(X.strides[1] // X.itemsize),
-         *_forest(feature, threshold, default_left, left, right, value, tree_root, tree_group),
-         _i32(len(tree_root)), out, _i32(out.shape[1])))
-    return out
-
+    return _walk_trees("predict_margins", X, np.float32, feature, threshold, default_left, left,
+                       right, value, tree_root, tree_group, out)
 
 
 def predict_margins_binned(bins, feature, bin_threshold, default_left, left, right, value,
                            tree_root, tree_group, out):
     """See ``numpy_kernels.predict_margins_binned``. bins: (n, >= F) uint8/uint16 CuPy, any
     strides; out: (n, G) float64 C-contiguous CuPy, updated in place and returned."""
-    n_rows = bins.shape[0]
-    if n_rows == 0 or len(tree_root) == 0:
-        return out
-    if not out.flags.c_contiguous:
-        raise ValueError("predict_margins_binned: out must be C-contiguous")
-    grid = min(-(-n_rows // _THREADS), 65535 * 16)
-    arrays = _upload_small((feature, np.int32), (bin_threshold, np.int32),
-                           (default_left, np.bool_), (left, np.int32), (right, np.int32),
-                           (value, np.float64), (tree_root, np.int64), (tree_group, np.int32))
-    _kernel("predict_margins_binned", bins.itemsize)(
-        (grid,), (_THREADS,),
-        (bins, _i64(n_rows), _i64(bins.strides[0] // bins.itemsize),
-         _i64(bins.strides[1] // bins.itemsize), *arrays, _i32(len(tree_root)), out,
-         _i32(out.shape[1])))
-    return out
+    return _walk_trees("predict_margins_binned", bins, np.int32, feature, bin_threshold,
+                       default_left, left, right, value, tree_root, tree_group, out)
+
 
 def _forest(feature, threshold, default_left, left, right, value, tree_root, tree_group):
     """A forest's node arrays on the device in the kernels' dtypes: one host-to-device copy

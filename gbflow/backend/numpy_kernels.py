@@ -245,6 +245,26 @@ def add_split_leaf_values(margin, bins_by_feature, row_index, seg_start, seg_cou
         margin[rows] += np.where(go_left, left_value[k], right_value[k])
 
 
+def _walk_trees(rows, feature, threshold, default_left, left, right, value, tree_root,
+                tree_group, out, goes_left):
+    """The walk both predictions share: every tree in tree order, each row from the root to a
+    leaf by ``goes_left(row values at each row's node feature, the nodes' thresholds, their
+    default_left)`` (vectorised over the rows still inside the tree), its leaf value added."""
+    index = np.arange(rows.shape[0])
+    for t in range(len(tree_root)):
+        node = np.full(rows.shape[0], tree_root[t], dtype=np.int64)
+        while True:
+            f = feature[node]
+            inner = f >= 0
+            if not inner.any():
+                break
+            n = node[inner]
+            go_left = goes_left(rows[index[inner], f[inner]], threshold[n], default_left[n])
+            node[inner] = np.where(go_left, left[n], right[n])
+        out[:, tree_group[t]] += value[node]
+    return out
+
+
 def predict_margins(X, feature, threshold, default_left, left, right, value, tree_root, tree_group,
                     out):
     """Add every tree's leaf value to ``out``, walking the trees on raw values, in tree order.
@@ -255,21 +275,9 @@ def predict_margins(X, feature, threshold, default_left, left, right, value, tre
     the output column of each tree. out: (n_rows, n_groups) float64, holding the base margin;
     updated in place and returned.
     """
-    rows = np.arange(X.shape[0])
-    for t in range(len(tree_root)):
-        node = np.full(X.shape[0], tree_root[t], dtype=np.int64)
-        while True:
-            f = feature[node]
-            inner = f >= 0
-            if not inner.any():
-                break
-            x = X[rows[inner], f[inner]]
-            n = node[inner]
-            go_left = np.where(np.isnan(x), default_left[n], x < threshold[n])
-            node[inner] = np.where(go_left, left[n], right[n])
-        out[:, tree_group[t]] += value[node]
-    return out
-
+    return _walk_trees(X, feature, threshold, default_left, left, right, value, tree_root,
+                       tree_group, out,
+                       lambda x, thr, dl: np.where(np.isnan(x), dl, x < thr))
 
 
 def predict_margins_binned(bins, feature, bin_threshold, default_left, left, right, value,
@@ -281,20 +289,10 @@ def predict_margins_binned(bins, feature, bin_threshold, default_left, left, rig
 
     bins: (n_rows, >= n_features) uint8/uint16, any strides. Other arguments and the result as
     ``predict_margins``'; out updated in place and returned."""
-    rows = np.arange(bins.shape[0])
-    for t in range(len(tree_root)):
-        node = np.full(bins.shape[0], tree_root[t], dtype=np.int64)
-        while True:
-            f = feature[node]
-            inner = f >= 0
-            if not inner.any():
-                break
-            b = bins[rows[inner], f[inner]].astype(np.int64)
-            n = node[inner]
-            go_left = np.where(b == 0, default_left[n], b <= bin_threshold[n])
-            node[inner] = np.where(go_left, left[n], right[n])
-        out[:, tree_group[t]] += value[node]
-    return out
+    return _walk_trees(bins, feature, bin_threshold, default_left, left, right, value,
+                       tree_root, tree_group, out,
+                       lambda b, thr, dl: np.where(b == 0, dl, b.astype(np.int64) <= thr))
+
 
 # Sparse columns (see ``gbflow.routing``). A shard's sparse store holds, row by row, only the
 # entries of its sparse features whose bin is not that feature's common bin:

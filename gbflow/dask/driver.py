@@ -4,7 +4,6 @@ partitions (without one); it watches the tasks and the workers and fails fast wh
 """
 from __future__ import annotations
 
-import contextlib
 import sys
 import threading
 import time
@@ -109,9 +108,7 @@ def _train_in_process(ddf, evals, spec: Spec):
     first_error(LOCAL, [e for j in joined if j is not None for e in j.errors])
     train, evals_joined = joined[0], joined[1:]
     offsets = global_offsets(LOCAL, train.lengths)
-    with contextlib.ExitStack() as stack:
-        if spec.params.nthread is not None:
-            stack.enter_context(backend.limited_threads(spec.params.nthread))
+    with backend.limited_threads(spec.params.nthread):
         booster = boosting.fit(backend, [train.part], spec.params, spec.num_boost_round,
                                eval_parts(evals_joined, spec), spec.options, spec.verbose,
                                row_offsets=[train.row_ids(offsets)], drop_features=True,

@@ -29,8 +29,8 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
     the largest weight over every process, when the caller has them already (each saves a
     reduction; every process must pass them alike). The result does not depend on how rows
     are split into parts or processes, nor on their order, nor on whether a part is dense or CSR.
-    One process with at most ``direct.DIRECT_VALUES`` values skips the passes: one sort of all
-    its values gives the same cuts (``direct.direct_cuts``).
+    One process with at most ``direct.DIRECT_VALUES`` values skips the passes: tallying all its
+    values at once gives the same cuts (``direct.direct_cuts``).
     Reductions (every process calls them in the same order): row count and max weight (unless
     given), then per pass
     the sparse summary (gathered, then merged by adding the weights of equal ids), except for

@@ -479,50 +479,60 @@ extern "C" __global__ void reduce_splits(const Best* partial, int n_nodes, int n
 }
 
 // ---------------------------------------------------------------------------------------------
-// Prediction on raw float32 values: one thread per row walks every tree in tree order and adds
-// the leaf value to out[row, group] (the same float64 additions, in the same order, as NumPy).
-extern "C" __global__ void predict_margins(
-        const float* X, i64 n_rows, i64 x_row_stride, i64 x_col_stride, const int* feature,
-        const float* threshold, const bool* default_left, const int* left, const int* right,
-        const double* value, const i64* tree_root, const int* tree_group, int n_trees,
-        double* out, int n_groups) {
+// Prediction: one thread per row walks every tree in tree order and adds the leaf value to
+// out[row, group] (the same float64 additions, in the same order, as NumPy). One walk for raw
+// float32 values and for rows binned with the model's cuts; only the node test differs.
+
+// raw values: NaN is missing, x < threshold goes left
+__device__ __forceinline__ bool walk_left(float x, const float* threshold,
+                                          const bool* default_left, i64 node) {
+    return isnan(x) ? default_left[node] : x < threshold[node];
+}
+
+// bins (numpy_kernels.predict_margins_binned): bin 0 is missing, bins 1..bin_threshold go left,
+// the partition's rule (goes_left above)
+__device__ __forceinline__ bool walk_left(BIN_T b, const int* bin_threshold,
+                                          const bool* default_left, i64 node) {
+    return b == 0 ? default_left[node] : (int)b <= bin_threshold[node];
+}
+
+template <typename Row, typename Threshold>
+__device__ void walk_trees(const Row* rows, i64 n_rows, i64 row_stride, i64 col_stride,
+                           const int* feature, const Threshold* threshold,
+                           const bool* default_left, const int* left, const int* right,
+                           const double* value, const i64* tree_root, const int* tree_group,
+                           int n_trees, double* out, int n_groups) {
     for (i64 row = blockIdx.x * (i64)blockDim.x + threadIdx.x; row < n_rows;
          row += (i64)gridDim.x * blockDim.x) {
-        const float* x_row = X + row * x_row_stride;
+        const Row* values = rows + row * row_stride;
         for (int t = 0; t < n_trees; ++t) {
             i64 node = tree_root[t];
             int f;
             while ((f = feature[node]) >= 0) {
-                float x = x_row[(i64)f * x_col_stride];
-                bool go_left = isnan(x) ? default_left[node] : x < threshold[node];
-                node = go_left ? left[node] : right[node];
+                node = walk_left(values[(i64)f * col_stride], threshold, default_left, node)
+                    ? left[node] : right[node];
             }
             out[row * n_groups + tree_group[t]] += value[node];
         }
     }
 }
 
-// predict_margins on rows binned with the model's cuts (numpy_kernels.predict_margins_binned):
-// bin 0 is missing, bins 1..bin_threshold go left.
+extern "C" __global__ void predict_margins(
+        const float* X, i64 n_rows, i64 x_row_stride, i64 x_col_stride, const int* feature,
+        const float* threshold, const bool* default_left, const int* left, const int* right,
+        const double* value, const i64* tree_root, const int* tree_group, int n_trees,
+        double* out, int n_groups) {
+    walk_trees(X, n_rows, x_row_stride, x_col_stride, feature, threshold, default_left, left,
+               right, value, tree_root, tree_group, n_trees, out, n_groups);
+}
+
 extern "C" __global__ void predict_margins_binned(
         const BIN_T* bins, i64 n_rows, i64 row_stride, i64 col_stride, const int* feature,
         const int* bin_threshold, const bool* default_left, const int* left, const int* right,
         const double* value, const i64* tree_root, const int* tree_group, int n_trees,
         double* out, int n_groups) {
-    for (i64 row = blockIdx.x * (i64)blockDim.x + threadIdx.x; row < n_rows;
-         row += (i64)gridDim.x * blockDim.x) {
-        const BIN_T* b_row = bins + row * row_stride;
-        for (int t = 0; t < n_trees; ++t) {
-            i64 node = tree_root[t];
-            int f;
-            while ((f = feature[node]) >= 0) {
-                int b = b_row[(i64)f * col_stride];
-                bool go_left = b == 0 ? default_left[node] : b <= bin_threshold[node];
-                node = go_left ? left[node] : right[node];
-            }
-            out[row * n_groups + tree_group[t]] += value[node];
-        }
-    }
+    walk_trees(bins, n_rows, row_stride, col_stride, feature, bin_threshold, default_left, left,
+               right, value, tree_root, tree_group, n_trees, out, n_groups);
 }
 
 // ---------------------------------------------------------------------------------------------
