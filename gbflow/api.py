@@ -122,6 +122,8 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
         raise TypeError(f"client= is for Dask collections; the training data is a "
                         f"{type(data).__name__}, trained in this process")
     dataset = inputs.load(data, label, weight, "training data")
+    if not params.enable_categorical:
+        inputs.check_categorical(data, dataset.feature_names, [], "training data", enabled=False)
     _warn_label_as_feature(data, label, dataset.feature_names)
     objective.check_label(dataset.label, f"label column {dataset.label_name!r}"
                           if dataset.label_name else "the training label")

@@ -7,6 +7,7 @@ import secrets
 
 import numpy as np
 
+from . import categories as categories_module
 from . import inputs, predictor
 from .backend import backend_for, frames
 from .cuts import Cuts
@@ -23,13 +24,16 @@ class Booster:
 
     trees: in training order, ``n_groups`` trees per round (one per class for multi:softprob).
     cuts: the training cut points. base_margin: (n_groups,) float64 starting margins.
+    categories: {feature name: its categories' values, sorted} of the categorical features
+    (``gbflow.categories``); prediction matches a frame's categories to them by value.
     """
 
     def __init__(self, trees: list[Tree], cuts: Cuts, feature_names: list[str], params: Params,
                  base_margin: np.ndarray, label_name: str | None = None,
                  weight_name: str | None = None, best_iteration: int | None = None,
-                 best_score: float | None = None):
+                 best_score: float | None = None, categories: dict | None = None):
         self.trees = trees
+        self.categories = dict(categories or {})
         self.cuts = cuts
         self.feature_names = list(feature_names)
         self.params = params
@@ -72,12 +76,12 @@ class Booster:
             allowed = set(frames.column_names(data)) if passengers_allowed else \
                 {self.label_name, self.weight_name} - {None}
             inputs.check_columns(data, self.feature_names, allowed, "prediction data")
-            bad = frames.non_numeric_columns(data, self.feature_names)
-            if bad:
-                raise TypeError(f"prediction data has non-numeric feature column(s) {bad}")
+            inputs.check_feature_dtypes(data, self.feature_names, "prediction data")
         else:
             inputs.check_columns(data, self.feature_names, (), "prediction data")
-        X = frames.feature_matrix(data, self.feature_names)
+        inputs.check_categorical(data, self.feature_names, list(self.categories),
+                                 "prediction data")
+        X = frames.feature_matrix(data, self.feature_names, self.categories)
         inputs.check_features(X, self.feature_names, "prediction data")
         return X
 
@@ -147,7 +151,10 @@ class Booster:
     def to_dict(self) -> dict:
         # The device trained on is a run-time choice, not part of the model: CPU and GPU training
         # of the same data give the same file, byte for byte.
-        params = {k: v for k, v in self.params.to_dict().items() if k != "device"}
+        params = {k: v for k, v in self.params.to_dict(bool(self.categories)).items()
+                  if k != "device"}
+        extra = {"categories": categories_module.to_json(self.categories)} \
+            if self.categories else {}
         return {
             "format": FORMAT,
             "version": FORMAT_VERSION,
@@ -160,6 +167,7 @@ class Booster:
             "best_score": self.best_score,
             "cuts": self.cuts.to_dict(),
             "trees": [t.to_dict() for t in self.trees],
+            **extra,
         }
 
     def to_json(self) -> str:
@@ -212,7 +220,8 @@ class Booster:
                    feature_names=d["feature_names"], params=params,
                    base_margin=np.asarray(d["base_margin"]), label_name=d.get("label_name"),
                    weight_name=d.get("weight_name"), best_iteration=d.get("best_iteration"),
-                   best_score=d.get("best_score"))
+                   best_score=d.get("best_score"),
+                   categories=categories_module.from_json(d.get("categories")))
 
 
 def load_model(path) -> Booster:

@@ -8,6 +8,8 @@ import numpy as np
 from . import fixed_point, predictor, prepare
 from .booster import Booster
 from .callback import Callbacks
+from .categories import recode_part
+from .categories import unify as unify_categories
 from .evaluation import TRAINING, EvalOptions, EvalSet, Evaluation
 from .grow import finished_tree, grow_tree
 from .progress import Progress
@@ -74,7 +76,15 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     eval_parts = [(e, name, e[0].weight is not None if e else weighted) for e, name in eval_parts]
     forest, first_round = None, 0
     if init_model is not None:
-        check_continuation(init_model, params, feature_names)
+        check_continuation(init_model, params, feature_names, parts[0].categories)
+    # one category list per categorical feature over every process; the evaluation sets' codes
+    # moved onto them (categories training never saw become missing there)
+    categories = unify_categories(collective, parts, None if init_model is None else
+                                  init_model.categories)
+    for e, _, _ in eval_parts:
+        for part in e:
+            recode_part(part, categories)
+    if init_model is not None:
         forest = predictor.FlatForest.from_trees(init_model.trees)
         first_round = init_model.num_boosted_rounds()
         # the model's margins on the raw rows, before binning lets them go
@@ -137,7 +147,8 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
         """The model so far, for the callbacks (pending device trees built first)."""
         trees[:] = [finished_tree(t) for t in trees]
         return Booster(list(trees), cuts, feature_names, params, base_margin,
-                       label_name=parts[0].label_name, weight_name=parts[0].weight_name)
+                       label_name=parts[0].label_name, weight_name=parts[0].weight_name,
+                       categories=categories)
 
     hooks.before_training(snapshot)
     # Fixed-point scales from the loss's bounds on |g| and |h| where it has them (no per-round
@@ -202,7 +213,8 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     booster = Booster(trees, cuts, feature_names, params, base_margin,
                       label_name=parts[0].label_name, weight_name=parts[0].weight_name,
                       best_iteration=best_iteration,
-                      best_score=evaluation.best_score if stopping else None)
+                      best_score=evaluation.best_score if stopping else None,
+                      categories=categories)
     booster.evals_result = evaluation.history
     booster.eval_rounds = evaluation.rounds
     booster.timings = dict(timers.seconds, total=time.perf_counter() - start)
@@ -216,10 +228,11 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     return booster
 
 
-def check_continuation(model: Booster, params, feature_names: list) -> None:
+def check_continuation(model: Booster, params, feature_names: list,
+                       categories: dict | None = None) -> None:
     """ValueError, before any work, when training cannot continue ``model`` with these params
-    and features: another objective, class count or max_bin (its cuts are reused), or other
-    features (names and order)."""
+    and features: another objective, class count or max_bin (its cuts are reused), other
+    features (names and order), or other categorical features (``categories``: the data's)."""
     for name in ("objective", "num_class", "max_bin"):
         theirs, ours = getattr(model.params, name), getattr(params, name)
         if theirs != ours:
@@ -229,6 +242,9 @@ def check_continuation(model: Booster, params, feature_names: list) -> None:
         raise ValueError(f"xgb_model's features {list(model.feature_names)[:5]}... differ from "
                          f"the training data's {list(feature_names)[:5]}... (names and order "
                          f"must match)")
+    if categories is not None and set(model.categories) != set(categories):
+        raise ValueError(f"xgb_model's categorical features {sorted(model.categories)} differ "
+                         f"from the training data's category columns {sorted(categories)}")
 
 
 def _largest_gradients(backend, collective, grad_hess, n_groups: int) -> np.ndarray:

@@ -38,7 +38,18 @@ class Cuts:
 
     @property
     def bin_dtype(self) -> np.dtype:
-        return _dtypes.bin_dtype(self.max_bin)
+        """uint8 or uint16: wide enough for max_bin and for every feature's bins (a categorical
+        feature has a bin per category, however many)."""
+        return _dtypes.bin_dtype(max(self.max_bin, self.n_bins))
+
+    def with_features(self, replaced: dict) -> "Cuts":
+        """These cuts with some features' cut points replaced ({feature: ascending float32
+        cuts}): categorical features get one bin per category."""
+        per_feature = [np.asarray(replaced[f], dtype=_dtypes.CUT) if f in replaced
+                       else self.feature_cuts(f) for f in range(self.n_features)]
+        offsets = np.concatenate([[0], np.cumsum([len(c) for c in per_feature])]).astype(np.int64)
+        values = np.concatenate(per_feature) if per_feature else self.values[:0]
+        return Cuts(values=values.astype(_dtypes.CUT), offsets=offsets, max_bin=self.max_bin)
 
     def split_thresholds(self, feature, bin_threshold) -> np.ndarray:
         """float32 thresholds (``x < threshold`` goes left) of splits given by their features

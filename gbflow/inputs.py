@@ -24,6 +24,8 @@ class DataSet:
 
     X: (n, F) float32, NaN = missing. label: (n,) float64 or None. weight: (n,) float64 or None.
     feature_names: F names. label_name / weight_name: the column names they came from, or None.
+    categories: {name: sorted category values (host array)} of the categorical features, whose
+    columns of X hold positions in these lists (``gbflow.categories`` unifies them over parts).
     """
 
     X: np.ndarray
@@ -32,6 +34,7 @@ class DataSet:
     feature_names: list[str]
     label_name: str | None = None
     weight_name: str | None = None
+    categories: dict = dataclasses.field(default_factory=dict)
 
     @property
     def n_rows(self) -> int:
@@ -211,14 +214,7 @@ def load(data, label=None, weight=None, what: str = "data", feature_names=None,
         raise ValueError(f"{what} has no feature columns" +
                          (f" (its only column(s), {_names(used)}, are label/weight)"
                           if used else ""))
-    bad = frames.non_numeric_columns(data, features)
-    if bad:
-        if not frames.is_frame(data):
-            raise TypeError(f"{what} is an array of dtype {_dtype_of(bad[0])}; gbflow takes "
-                            f"numeric or boolean features only")
-        raise TypeError(f"{what} has non-numeric feature column(s) {_column_list(bad)}; gbflow "
-                        f"takes numeric and boolean columns only (categorical support comes "
-                        f"later): encode or drop them")
+    check_feature_dtypes(data, features, what)
     if label_values is not None:
         _check_finite(label_values, "label", what, label_col)
     if weight_values is not None:
@@ -227,10 +223,52 @@ def load(data, label=None, weight=None, what: str = "data", feature_names=None,
             where = np.flatnonzero(weight_values < 0)
             raise ValueError(f"{_describe('weight', weight_col, what)} has {len(where)} negative "
                              f"value(s), at {_positions(where)}; weights must be >= 0")
-    X = frames.feature_matrix(data, features)
+    categories = frames.observed_categories(data, frames.category_columns(data, features))
+    X = frames.feature_matrix(data, features, categories)
     check_features(X, features, what)
     return DataSet(X=X, label=label_values, weight=weight_values, feature_names=features,
-                   label_name=label_col, weight_name=weight_col)
+                   label_name=label_col, weight_name=weight_col, categories=categories)
+
+
+def check_feature_dtypes(data, features: list[str], what: str) -> None:
+    """TypeError naming the columns whose dtype cannot be a feature: anything but numbers,
+    booleans and ``category`` (strings are told to become categories)."""
+    bad = frames.non_numeric_columns(data, features)
+    if not bad:
+        return
+    if not frames.is_frame(data):
+        raise TypeError(f"{what} is an array of dtype {_dtype_of(bad[0])}; gbflow takes "
+                        f"numeric or boolean features only")
+    texts = [b.rpartition(" (")[0] for b in bad if _dtype_of(b) in ("object", "string", "str")]
+    hint = (f"; string columns become categorical features as category dtype: "
+            f"df[{texts[0]!r}] = df[{texts[0]!r}].astype('category')" if texts else "")
+    raise TypeError(f"{what} has non-numeric feature column(s) {_column_list(bad)}; gbflow "
+                    f"takes numeric, boolean and category columns{hint}; or encode or drop them")
+
+
+def check_categorical(data, features: list[str], categorical: list[str], what: str,
+                      enabled: bool = True) -> None:
+    """TypeError unless exactly the ``categorical`` features are ``category`` columns of
+    ``data`` (a model's categorical features in data to predict), or, with ``enabled`` False
+    (XGBoost's enable_categorical=False), any feature is one."""
+    given = frames.category_columns(data, features)
+    if not enabled and given:
+        raise TypeError(f"{what} has category column(s) {_names(given)} but "
+                        f"enable_categorical=False; leave it True (the default) to train on "
+                        f"them as categorical features, or encode them as numbers")
+    lacking = [f for f in categorical if f not in given]
+    extra = [f for f in given if f not in set(categorical)]
+    if (lacking or extra) and frames.is_frame(data):
+        problems = ([f"column(s) {_names(lacking)} were categorical in training but are not "
+                     f"category dtype here"] if lacking else []) + \
+            ([f"column(s) {_names(extra)} are category dtype but were numeric in training"]
+             if extra else [])
+        raise TypeError(f"{what}: " + " and ".join(problems) + "; give each feature the dtype "
+                        "it had in training (.astype('category') for categorical ones)")
+    if categorical and not frames.is_frame(data):
+        raise TypeError(f"{what} is a {type(data).__name__}, but the model has categorical "
+                        f"features ({_names(categorical)}): give a DataFrame with them as "
+                        f"category columns (categories are matched by value)")
 
 
 def check_columns(data, feature_names: list[str], allowed_extra, what: str) -> None:

@@ -55,6 +55,18 @@ class Params:
     # entries take less memory than their dense columns (routing.decide). Routing changes speed
     # and memory, never the model.
     sparse_threshold: float | None = None
+    # Categorical features (pandas/cuDF ``category`` columns; gbflow.categories). XGBoost's
+    # enable_categorical is accepted; False refuses category columns, as XGBoost's does.
+    enable_categorical: bool = True
+    # XGBoost's: a feature of fewer categories splits one category against the rest
+    max_cat_to_onehot: int = 4
+    # XGBoost's: at most this many categories on the chosen side of a partition split
+    max_cat_threshold: int = 64
+    # LightGBM's, in hessian units (rows for squared error): a partition split sorts categories
+    # by G / (H + cat_smooth) and leaves out of the sorted scan those holding less hessian
+    cat_smooth: float = 10.0
+    # LightGBM's: the L2 penalty of partition splits' gains is reg_lambda + cat_l2
+    cat_l2: float = 10.0
 
     @functools.cached_property
     def loss(self) -> objectives.Objective:
@@ -79,13 +91,20 @@ class Params:
         which are not kept on the parameters that travel to Dask workers)."""
         return [metrics.metric(name, self) for name in self.metrics]
 
-    def to_dict(self) -> dict:
+    def to_dict(self, categorical: bool = True) -> dict:
+        """The parameters as a dict; without ``categorical`` the categorical ones are left out
+        (a model without categorical features: they had no effect on it)."""
         d = dataclasses.asdict(self)
+        if not categorical:
+            for name in CATEGORICAL:
+                del d[name]
         d["eval_metric"] = list(self.eval_metric) if self.eval_metric is not None else None
         return d
 
 
 KNOWN = tuple(f.name for f in dataclasses.fields(Params))
+CATEGORICAL = ("enable_categorical", "max_cat_to_onehot", "max_cat_threshold", "cat_smooth",
+               "cat_l2")
 
 
 # Names users bring from XGBoost/LightGBM that are not parameters here: say where they belong.
@@ -101,7 +120,7 @@ _ELSEWHERE = {
     **dict.fromkeys(("grow_policy", "max_leaves", "num_leaves", "colsample_bylevel",
                      "colsample_bynode",
                      "max_delta_step", "monotone_constraints", "interaction_constraints",
-                     "sampling_method", "enable_categorical", "max_cat_to_onehot"),
+                     "sampling_method"),
                     "this version of gbflow does not support it"),
 }
 
@@ -182,6 +201,9 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         ("sparse_threshold", float, 0, 1, "[]"), ("huber_slope", float, 0, math.inf, "(]"),
         ("quantile_alpha", float, 0, 1, "(]"), ("scale_pos_weight", float, 0, math.inf, "(]"),
         ("tweedie_variance_power", float, 1, 2, "()"),
+        ("max_cat_to_onehot", int, 1, 2**31 - 1, "[]"),
+        ("max_cat_threshold", int, 1, 2**31 - 1, "[]"),
+        ("cat_smooth", float, 0, math.inf, "[]"), ("cat_l2", float, 0, math.inf, "[]"),
     ]:
         if name not in merged or (name == "sparse_threshold" and merged[name] is None):
             continue
@@ -237,6 +259,11 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         raise TypeError(f"parameter disable_default_eval_metric must be True or False, got "
                         f"{disable!r}")
     p["disable_default_eval_metric"] = bool(disable)
+    for name in ("enable_categorical",):
+        flag = merged.get(name, True)
+        if flag not in (True, False, 0, 1) or isinstance(flag, float):
+            raise TypeError(f"parameter {name} must be True or False, got {flag!r}")
+        p[name] = bool(flag)
     metric = merged.get("eval_metric")
     if metric is not None:
         if isinstance(metric, str):

@@ -18,7 +18,9 @@ class FlatForest:
     the trees were grown on), default_left bool, left/right int32 (right = left + 1 on inner
     nodes, as in ``Tree``: the CPU kernels step to left + 1 without a branch), value float64,
     each (n_nodes,).
-    tree_root int64 (n_trees,), tree_group int32 (n_trees,).
+    tree_root int64 (n_trees,), tree_group int32 (n_trees,). cat_start (n_nodes,) int32 and
+    cat_bits uint32: the categorical splits' sets (``numpy_kernels.in_category_set``; -1 on
+    the other nodes), or None when no tree has one.
     """
 
     feature: np.ndarray
@@ -30,6 +32,8 @@ class FlatForest:
     value: np.ndarray
     tree_root: np.ndarray
     tree_group: np.ndarray
+    cat_start: np.ndarray | None = None
+    cat_bits: np.ndarray | None = None
 
     @classmethod
     def from_trees(cls, trees: list[Tree]) -> "FlatForest":
@@ -49,12 +53,36 @@ class FlatForest:
                      for t, r in zip(trees, roots)]
             return np.concatenate(parts).astype(_dtypes.NODE)
 
+        cat_start, cat_bits = _category_sets(trees, roots, int(sizes.sum()))
         return cls(feature=joined("feature", _dtypes.NODE),
                    threshold=joined("threshold", _dtypes.CUT),
                    bin_threshold=joined("bin_threshold", np.int32),
                    default_left=joined("default_left", np.bool_), left=children("left"),
                    right=children("right"), value=joined("value", _dtypes.MARGIN), tree_root=roots,
-                   tree_group=np.array([t.group for t in trees], dtype=np.int32))
+                   tree_group=np.array([t.group for t in trees], dtype=np.int32),
+                   cat_start=cat_start, cat_bits=cat_bits)
+
+
+def _category_sets(trees: list[Tree], roots: np.ndarray, n_nodes: int) -> tuple:
+    """(cat_start, cat_bits) of the trees' categorical splits (None, None without any): each
+    set as its word count and the bit words of its category positions."""
+    if not any(t.categories for t in trees):
+        return None, None
+    cat_start = np.full(n_nodes, -1, dtype=np.int32)
+    words = []
+    at = 0
+    for tree, root in zip(trees, roots):
+        for node, positions in sorted(tree.categories.items()):
+            positions = np.asarray(positions, dtype=np.int64)
+            n_words = int(positions.max()) // 32 + 1 if len(positions) else 0
+            bits = np.zeros(n_words + 1, dtype=np.uint32)
+            bits[0] = n_words
+            np.bitwise_or.at(bits, 1 + positions // 32,
+                             np.left_shift(np.uint32(1), (positions % 32).astype(np.uint32)))
+            cat_start[root + node] = at
+            words.append(bits)
+            at += len(bits)
+    return cat_start, np.concatenate(words)
 
 
 @dataclasses.dataclass
@@ -82,12 +110,15 @@ def add_trees(backend, X, forest: FlatForest, margin):
     # host arrays: the kernels put them on their device (the GPU's in one copy)
     arrays = [forest.feature, forest.threshold, forest.default_left, forest.left, forest.right,
               forest.value, forest.tree_root, forest.tree_group]
+    sets = () if forest.cat_start is None else (forest.cat_start, forest.cat_bits)
     if isinstance(X, BinnedRows):
         arrays[1] = forest.bin_threshold
-        return backend.kernels.predict_margins_binned(X.bins, *arrays, margin)
+        return backend.kernels.predict_margins_binned(X.bins, *arrays, margin, *sets)
     if isinstance(X, CSR):
+        if sets:  # (inputs.check_categorical refuses them first)
+            raise TypeError("a model with categorical splits predicts DataFrames, not CSRs")
         return backend.kernels.predict_margins_csr(X.indptr, X.indices, X.data, *arrays, margin)
-    return backend.kernels.predict_margins(X, *arrays, margin)
+    return backend.kernels.predict_margins(X, *arrays, margin, *sets)
 
 
 def predict_margin(backend, X, forest: FlatForest, base_margin: np.ndarray):

@@ -5,7 +5,7 @@ import dataclasses
 
 import numpy as np
 
-from . import binning, routing, sketch
+from . import binning, categories, routing, sketch
 from .shards import Shard
 from .stores import DenseStore, SparseStore
 
@@ -98,13 +98,18 @@ def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_
                                    block_values=backend.sketch_block_values, n_rows=n_rows,
                                    max_weight=max_weight)
         backend.free_cached_memory()  # the sketch's temporaries
+        names = parts[0].feature_names
+        cuts = cuts.with_features({names.index(name): categories.category_cuts(len(values))
+                                   for name, values in parts[0].categories.items()})
+    categorical = np.isin(parts[0].feature_names, list(parts[0].categories))
+    shardset.categorical = categorical
     binned = [binning.bin_part(backend, X, cuts) for X in device_X]
     del device_X  # only the binned shards stay
     route = routing.Routing.all_dense(cuts.n_features)
     if params.sparse_threshold is None or params.sparse_threshold < 1.0:
         counts = collective.allreduce_sum(  # rows per (feature, bin), over every process
             np.sum([binning.bin_counts(backend, b, cuts) for b in binned], axis=0))
-        route = routing.decide(counts, cuts, params.sparse_threshold)
+        route = routing.decide(counts, cuts, params.sparse_threshold, keep_dense=categorical)
     dense = DenseStore(backend, route.dense, cuts.n_value_bins[route.dense])
     stores = [dense]
     if route.has_sparse:

@@ -73,7 +73,7 @@ def _smaller_subset(above: np.ndarray, largest: np.ndarray, n_rows: int, cuts: C
     entries = n_rows - largest[candidates]
     order = np.argsort(entries, kind="stable")
     k = np.arange(1, len(order) + 1)
-    bin_bytes = _dtypes.bin_dtype(cuts.max_bin).itemsize
+    bin_bytes = cuts.bin_dtype.itemsize
     id_bytes = np.where(k <= _dtypes.ENTRY_FEATURE_NARROW_MAX, 2, 4)
     saving = 2 * bin_bytes * n_rows * k - (8 * (n_rows + 1) + np.cumsum(entries[order]) *
                                           (id_bytes + bin_bytes))
@@ -83,11 +83,13 @@ def _smaller_subset(above: np.ndarray, largest: np.ndarray, n_rows: int, cuts: C
     return chosen
 
 
-def decide(counts: np.ndarray, cuts: Cuts, threshold: float | None) -> Routing:
+def decide(counts: np.ndarray, cuts: Cuts, threshold: float | None,
+           keep_dense: np.ndarray | None = None) -> Routing:
     """Route the features from the global ``bin_counts``: sparse where the most common bin holds
     more than ``threshold`` of the rows (1.0: nothing is sparse); None (``sparse_threshold``'s
     default): more than ``AUTO_THRESHOLD``, and only the ones whose entries take fewer bytes
-    than their dense columns (``_smaller_subset``)."""
+    than their dense columns (``_smaller_subset``). keep_dense: (F,) bool, features that stay
+    dense whatever their counts (the categorical ones: their splits read the dense store)."""
     smaller_only = threshold is None
     if smaller_only:
         threshold = AUTO_THRESHOLD
@@ -103,6 +105,8 @@ def decide(counts: np.ndarray, cuts: Cuts, threshold: float | None) -> Routing:
     _, first = np.unique(feature_of_slot[holding], return_index=True)
     common = (holding[first] - offsets[:-1]).astype(np.int32)
     sparse = largest > threshold * n_rows_total
+    if keep_dense is not None:
+        sparse &= ~keep_dense
     if smaller_only:
         sparse = _smaller_subset(sparse, largest, n_rows_total, cuts)
     nvb = cuts.n_value_bins[sparse]

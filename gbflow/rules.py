@@ -7,6 +7,7 @@ import numpy as np
 
 from . import _dtypes
 from .backend import numpy_kernels
+from .category_splits import CategoryRule
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +65,8 @@ class TreeRules:
     max_depth: int
     split: SplitRule
     leaf: LeafRule
+    category: CategoryRule = CategoryRule(max_cat_to_onehot=4, max_cat_threshold=64,
+                                          cat_smooth=10.0, cat_l2=10.0)  # Params' defaults
 
     @classmethod
     def of(cls, params) -> "TreeRules":
@@ -71,4 +74,6 @@ class TreeRules:
         return cls(max_depth=params.max_depth,
                    split=SplitRule(params.reg_lambda, params.reg_alpha, params.min_child_weight,
                                    max(params.gamma, _dtypes.MIN_SPLIT_IMPROVEMENT)),
-                   leaf=LeafRule(params.reg_lambda, params.reg_alpha, params.learning_rate))
+                   leaf=LeafRule(params.reg_lambda, params.reg_alpha, params.learning_rate),
+                   category=CategoryRule(params.max_cat_to_onehot, params.max_cat_threshold,
+                                         params.cat_smooth, params.cat_l2))

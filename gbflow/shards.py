@@ -61,6 +61,7 @@ class ShardSet:
         self.planned_layout = None  # the planned trees' level arrays (``grow.planned``)
         self._owner = self._local = None  # per feature: its store, its id there
         self._split_column: list = []  # per shard, the gathered split bins (several stores)
+        self.categorical: np.ndarray | None = None  # (F,) bool, set with the stores (prepare)
 
     def set_stores(self, stores: list) -> None:
         """Where the features live (every shard's data in each store). Allocates each shard's
@@ -73,7 +74,7 @@ class ShardSet:
         for i, store in enumerate(stores):
             self._owner[store.features] = i
             self._local[store.features] = np.arange(store.n_features)
-        if len(stores) > 1:
+        if len(stores) > 1 or self.has_categorical:
             dense = stores[0]
             self._split_column = [self.backend.xp.zeros(shard.n_rows, dtype=dense.bins[s].dtype)
                                   for s, shard in enumerate(self.shards)]
@@ -84,12 +85,16 @@ class ShardSet:
         return self.stores[0]
 
     @property
+    def has_categorical(self) -> bool:
+        return self.categorical is not None and bool(self.categorical.any())
+
+    @property
     def uses_level_plans(self) -> bool:
-        """Whether trees are grown planned: only dense features, and ``level_plans`` True, or
-        None where the backend queues ahead."""
+        """Whether trees are grown planned: only dense, numeric features, and ``level_plans``
+        True, or None where the backend queues ahead."""
         dense_only = len(self.stores) == 1 and self.dense.n_features > 0
         wanted = self.backend.queues_ahead if self.level_plans is None else self.level_plans
-        return dense_only and wanted
+        return dense_only and not self.has_categorical and wanted
 
     @property
     def n_rows_total(self) -> int:
@@ -141,26 +146,47 @@ class ShardSet:
         for store, array in zip(self.stores, hist.arrays):
             store.fill_common_bins(array, totals)
 
-    def split_source(self, s: int, seg_start, seg_count, feature) -> tuple:
+    def split_source(self, s: int, seg_start, seg_count, feature, side_map=None) -> tuple:
         """Where the partition and margin kernels read shard s's split bins from: (a (k, n)
         column-major bins matrix, int32 row ids into it) for the listed nodes' global split
         ``feature`` (n_nodes,).
 
         When every node splits on a dense feature: the dense store's columns and its ids.
         Otherwise the rows' bins of their node's split feature are gathered into the shard's
-        split column, read as a (1, n) matrix with row 0."""
+        split column, read as a (1, n) matrix with row 0. side_map: None, or (n_nodes, n_bins)
+        uint8 host (``LevelSplits.side_map``): the column then holds each row's bin mapped
+        through its node's row (0 missing, 1 left, 2 right)."""
         owner, local = self._owner[feature], self._local[feature]
         dense = self.dense
-        if (owner == 0).all():
+        if (owner == 0).all() and side_map is None:
             return dense.by_feature[s], local
         column = self._split_column[s]
-        self.stores[1].gather_split_bins(s, dense.by_feature[s], self.row_index[s], seg_start,
-                                         seg_count, np.where(owner == 0, local, -1),
-                                         np.where(owner == 1, local, -1), column)
+        matrix, ids = dense.by_feature[s], local
+        if not (owner == 0).all():
+            self.stores[1].gather_split_bins(s, dense.by_feature[s], self.row_index[s],
+                                             seg_start, seg_count, np.where(owner == 0, local, -1),
+                                             np.where(owner == 1, local, -1), column)
+            matrix, ids = column[None, :], np.zeros(len(feature), dtype=np.int32)
+        if side_map is not None:
+            self._map_sides(s, matrix, ids, seg_start, seg_count, side_map, column)
         return column[None, :], np.zeros(len(feature), dtype=np.int32)
 
+    def _map_sides(self, s: int, matrix, ids, seg_start, seg_count, side_map, column) -> None:
+        """column[row] = side_map[k, matrix[ids[k], row]] for every row of node k's segment of
+        shard s (array operations on the device: a row's node found by a search over the
+        segments' ends)."""
+        xp = self.backend.xp
+        counts = np.asarray(seg_count, dtype=np.int64)
+        ends = xp.asarray(np.cumsum(counts))
+        position = xp.arange(int(counts.sum()), dtype=np.int64)
+        node = xp.searchsorted(ends, position, side="right")
+        first = xp.asarray(np.asarray(seg_start, dtype=np.int64) - (np.cumsum(counts) - counts))
+        rows = self.row_index[s][first[node] + position].astype(np.int64)
+        bins = matrix[xp.asarray(np.asarray(ids, dtype=np.int64))[node], rows]
+        column[rows] = xp.asarray(side_map)[node, bins.astype(np.int64)].astype(column.dtype)
+
     def partition(self, gh, seg_start, seg_count, feature, bin_threshold, default_left,
-                  small_is_left, n_bins, out: Histograms) -> list:
+                  small_is_left, n_bins, out: Histograms, side_map=None) -> list:
         """Split every listed node's rows into its children, in every shard, and add the global
         histograms of the children picked by ``small_is_left`` (bool per node) into ``out``.
 
@@ -173,13 +199,15 @@ class ShardSet:
         ``Histograms.next_level``): every shard's kernels add into it, then it is all-reduced in
         place; its common bins are left 0. Returns per shard (n_nodes,) int64 left counts. They
         stay on the device (the caller fetches them with the next level's splits, in one wait)
-        unless another store's histograms needed them on the host.
+        unless another store's histograms needed them on the host. side_map: as
+        ``split_source``'s (bin_threshold then 1 for every node).
         """
         kernels = self.backend.kernels  # the split arrays stay on the host: kernels take either
         dense, others = self.dense, list(zip(self.stores[1:], out.arrays[1:]))
         left_counts = []
         for s in range(len(self.shards)):
-            by_feature, store_feature = self.split_source(s, seg_start[s], seg_count[s], feature)
+            by_feature, store_feature = self.split_source(s, seg_start[s], seg_count[s], feature,
+                                                          side_map)
             moved = self._spare_index[s]
             left, _ = kernels.partition_and_histogram(
                 dense.bins[s], by_feature, gh[s], self.row_index[s], seg_start[s],

@@ -5,6 +5,8 @@ import dataclasses
 
 import numpy as np
 
+from . import category_splits
+
 
 @dataclasses.dataclass
 class LevelSplits:
@@ -13,7 +15,11 @@ class LevelSplits:
     gain: float64 loss reduction (-inf: none). feature: int32 global id (-1: none).
     bin_threshold: int32, bins 1..t go left (0: no value bin does; the present values are split
     from the missing ones). default_left: bool, where missing values go. left_sum: (n, 2) int64
-    fixed-point [g, h] of the left child. do_split: bool, the split is taken.
+    fixed-point [g, h] of the left child. do_split: bool, the split is taken. right_bins:
+    None without categorical features, else (n, n_bins) bool, on a category split (a set of
+    categories, ``on_categories``) the bins that go right (bin_threshold is then 0 and not
+    used). on_categories: None, or (n,) bool, the nodes whose split is a category set; a
+    categorical feature may also split by value order (bins 1..t left), as a numeric one.
     """
 
     gain: np.ndarray
@@ -22,10 +28,34 @@ class LevelSplits:
     default_left: np.ndarray
     left_sum: np.ndarray
     do_split: np.ndarray
+    right_bins: np.ndarray | None = None
+    on_categories: np.ndarray | None = None
+
+    def category_sets(self, sp: np.ndarray):
+        """None when no node of ``sp`` (split positions) splits by a category set; else
+        (n_split, n_bins) bool, the bins going right of those that do (rows of False for the
+        others)."""
+        if self.on_categories is None or not self.on_categories[sp].any():
+            return None
+        return np.where(self.on_categories[sp][:, None], self.right_bins[sp], False)
+
+    def side_map(self, sp: np.ndarray, n_bins: int):
+        """None when no node of ``sp`` splits by a category set; else (n_split, n_bins) uint8,
+        each split's bins mapped to 0 (missing), 1 (left) or 2 (right): the partition reads a
+        node's side through it (with bin threshold 1), one rule for both kinds of split."""
+        sets = self.category_sets(sp)
+        if sets is None:
+            return None
+        bins = np.arange(n_bins)[None, :]
+        by_value_right = bins > self.bin_threshold[sp][:, None]
+        right = np.where(self.on_categories[sp][:, None], sets, by_value_right)
+        return np.where(bins == 0, 0, np.where(right, 2, 1)).astype(np.uint8)
 
 
 def find_splits(backend, stores: list, hist, feature_allowed: np.ndarray, constants: tuple,
-                min_gain: float, fetch: list = ()) -> tuple[LevelSplits, list]:
+                min_gain: float, fetch: list = (), categorical: np.ndarray | None = None,
+                category_rule: category_splits.CategoryRule | None = None
+                ) -> tuple[LevelSplits, list]:
     """Evaluate every candidate of every node in ``hist`` and keep each node's best.
 
     stores: the shard set's column stores; hist: ``histogram.Histograms`` in their order, on the
@@ -33,17 +63,38 @@ def find_splits(backend, stores: list, hist, feature_allowed: np.ndarray, consta
     use. constants: ``SplitRule.constants``. Each store is searched on its own and, per node, the
     better result kept, a tie going to the lower feature id: the choice one search over all
     features in order would make. A split is taken when its gain exceeds ``min_gain``.
+    categorical: None, or (F,) host bool: those features (all in the dense store) are searched
+    by ``category_splits.search`` with ``category_rule`` too: a category set competes with
+    their value-order splits (bins in the sorted value order, which a set must beat by the
+    penalty its gain pays), the value-order split winning ties.
 
     fetch: other arrays (host or device) the caller needs on the host; they come back in the
     same device-to-host copy as the split results (one wait for the device per level). Returns
     (the splits, host copies of ``fetch``).
     """
+    if categorical is not None and not categorical.any():
+        categorical = None
     searched = [store for store in stores if store.n_features]
     found = [store.search(array, store.allowed(feature_allowed), constants)
              for store, array in zip(stores, hist.arrays) if store.n_features]
-    on_host = backend.to_host_all([a for result in found for a in result] + list(fetch))
+    right_bins = None
+    if categorical is not None:
+        dense = stores[0]
+        local = np.flatnonzero(categorical[dense.features])
+        result = category_splits.search(
+            backend.xp, hist.arrays[0], local, dense.n_value_bins_host[local],
+            backend.xp.asarray(feature_allowed[dense.features[local]]), constants,
+            category_rule)
+        gain, feature, right_bins, default_left, left_sum = result
+        no_threshold = backend.xp.zeros(len(gain), dtype=np.int32)
+        found.append((gain, feature, no_threshold, default_left, left_sum))
+        searched.append(dense)
+    on_host = backend.to_host_all([a for result in found for a in result] + list(fetch)
+                                  + ([] if right_bins is None else [right_bins]))
+    if right_bins is not None:
+        right_bins = on_host.pop()
     fetched = on_host[5 * len(found):]
-    best = None
+    best, on_categories = None, None
     for i, store in enumerate(searched):
         gain, feature, bin_threshold, default_left, left_sum = on_host[5 * i: 5 * i + 5]
         feature = np.where(feature >= 0, store.features[np.maximum(feature, 0)],
@@ -54,6 +105,9 @@ def find_splits(backend, stores: list, hist, feature_allowed: np.ndarray, consta
         take = (feature >= 0) & ((gain > best[0]) | ((gain == best[0]) & (feature < best[1])))
         for j, values in enumerate((gain, feature, bin_threshold, default_left, left_sum)):
             best[j] = np.where(take.reshape((-1,) + (1,) * (values.ndim - 1)), values, best[j])
+        if right_bins is not None and i == len(searched) - 1:  # the category sets' result
+            on_categories = take
     gain, feature, bin_threshold, default_left, left_sum = best
     do_split = (feature >= 0) & (gain > min_gain)
-    return LevelSplits(gain, feature, bin_threshold, default_left, left_sum, do_split), fetched
+    return LevelSplits(gain, feature, bin_threshold, default_left, left_sum, do_split,
+                       right_bins, on_categories), fetched

@@ -23,7 +23,10 @@ class Tree:
     left/right: child node ids (-1 for a leaf); right = left + 1 (prediction relies on it).
     value: leaf value (learning rate applied; on inner nodes the value the node would have as a
     leaf). gain: loss reduction of the split (0 on leaves). cover: hessian sum of the node.
-    group: the output column (class) this tree adds to.
+    group: the output column (class) this tree adds to. categories: {node id: (k,) int32
+    ascending positions in its feature's category list (``gbflow.categories``)} of the nodes
+    that split on a categorical feature: those categories go right, the others left, missing
+    values by default_left (bin_threshold and threshold are 0 and not read there).
     """
 
     feature: np.ndarray
@@ -36,6 +39,7 @@ class Tree:
     gain: np.ndarray
     cover: np.ndarray
     group: int = 0
+    categories: dict = dataclasses.field(default_factory=dict)
 
     @property
     def n_nodes(self) -> int:
@@ -55,6 +59,10 @@ class Tree:
             values = getattr(self, name)
             d[name] = [bool(v) for v in values] if name == "default_left" else \
                 [int(v) for v in values] if values.dtype.kind == "i" else [float(v) for v in values]
+        if self.categories:  # only then: trees without categorical splits keep their bytes
+            nodes = sorted(self.categories)
+            d["categorical_nodes"] = nodes
+            d["categories"] = [[int(c) for c in self.categories[n]] for n in nodes]
         return d
 
     @classmethod
@@ -72,23 +80,34 @@ class Tree:
                                 and right.max() < len(inner)):
             raise ValueError("tree entry's children are not gbflow's layout (the right child "
                              "right after the left one, both after the root, within the tree)")
-        return cls(group=int(d.get("group", 0)), **arrays)
+        nodes, sets = d.get("categorical_nodes", []), d.get("categories", [])
+        if len(nodes) != len(sets) or any(not 0 <= n < len(inner) or not inner[n] for n in nodes):
+            raise ValueError("tree entry's categorical_nodes and categories do not match its "
+                             "inner nodes")
+        categories = {int(n): np.asarray(c, dtype=np.int32) for n, c in zip(nodes, sets)}
+        return cls(group=int(d.get("group", 0)), categories=categories, **arrays)
 
     @classmethod
     def concatenate_levels(cls, levels: list[dict], group: int) -> "Tree":
         """Join per-level dicts of node arrays (same keys as the fields) into one tree."""
         arrays = {name: np.concatenate([lv[name] for lv in levels]).astype(dtype)
                   for name, dtype in _FIELDS.items()}
-        return cls(group=group, **arrays)
+        categories, first = {}, 0
+        for lv in levels:
+            categories.update({first + k: v for k, v in lv.get("categories", {}).items()})
+            first += len(lv["feature"])
+        return cls(group=group, categories=categories, **arrays)
 
 
 def level_arrays(cuts, value, cover, at, sp, feature, bin_threshold, default_left, gain,
-                 left_id) -> dict:
+                 left_id, right_bins=None) -> dict:
     """One level's node arrays (a dict for ``Tree.concatenate_levels``) in id order (a node's id
     is its place in the tree), from arrays in the level's own order: value, cover (n,) float64
     per node, ``at`` each node's place in id order; sp (n_split,) the positions of the nodes
     that split, with their global feature ids, bin thresholds (written as float thresholds with
-    ``cuts``), default directions, gains and left child ids (None when none split)."""
+    ``cuts``), default directions, gains and left child ids (None when none split).
+    right_bins: None, or (n_split,  n_bins) bool, the bins going right of the categorical splits
+    (rows of False for the others): the level's ``categories`` entry."""
     n = len(value)
     level = {
         "feature": np.full(n, _dtypes.LEAF), "bin_threshold": np.zeros(n),
@@ -107,4 +126,9 @@ def level_arrays(cuts, value, cover, at, sp, feature, bin_threshold, default_lef
     for name, values in level.items():
         level[name] = np.empty_like(values)
         level[name][at] = values
+    if right_bins is not None:
+        on_categories = np.flatnonzero(right_bins.any(axis=1))
+        level["threshold"][at[sp[on_categories]]] = 0.0
+        level["categories"] = {int(at[sp[j]]): (np.flatnonzero(right_bins[j]) - 1)
+                               .astype(np.int32) for j in on_categories}
     return level

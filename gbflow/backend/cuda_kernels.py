@@ -478,40 +478,47 @@ def add_split_leaf_values(margin, bins_by_feature, row_index, seg_start, seg_cou
 
 
 def _walk_trees(name: str, rows, threshold_dtype, feature, threshold, default_left, left,
-                right, value, tree_root, tree_group, out):
+                right, value, tree_root, tree_group, out, cat_start, cat_bits):
     """Launch the tree walk of kernels.cu for (n, >= F) CuPy ``rows`` (any strides) of its
-    kind: raw float32 values or uint8/uint16 bins, with float32 or int32 thresholds."""
+    kind: raw float32 values or uint8/uint16 bins, with float32 or int32 thresholds, and the
+    categorical splits' sets (None: none)."""
     n_rows = rows.shape[0]
     if n_rows == 0 or len(tree_root) == 0:
         return out
     if not out.flags.c_contiguous:
         raise ValueError(f"{name}: out must be C-contiguous")
     grid = min(-(-n_rows // _THREADS), 65535 * 16)
+    has_categories = cat_start is not None and bool((np.asarray(
+        cat_start.get() if isinstance(cat_start, cp.ndarray) else cat_start) >= 0).any())
+    if not has_categories:
+        cat_start, cat_bits = np.zeros(1, dtype=np.int32), np.zeros(1, dtype=np.uint32)
     arrays = _upload_small((feature, np.int32), (threshold, threshold_dtype),
                            (default_left, np.bool_), (left, np.int32), (right, np.int32),
-                           (value, np.float64), (tree_root, np.int64), (tree_group, np.int32))
+                           (value, np.float64), (tree_root, np.int64), (tree_group, np.int32),
+                           (cat_start, np.int32), (cat_bits, np.uint32))
     _kernel(name, rows.itemsize if rows.dtype != np.float32 else 1)(
         (grid,), (_THREADS,),
         (rows, _i64(n_rows), _i64(rows.strides[0] // rows.itemsize),
-         _i64(rows.strides[1] // rows.itemsize), *arrays, _i32(len(tree_root)), out,
-         _i32(out.shape[1])))
+         _i64(rows.strides[1] // rows.itemsize), *arrays[:8], _i32(len(tree_root)), out,
+         _i32(out.shape[1]), *arrays[8:], _i32(int(has_categories))))
     return out
 
 
 def predict_margins(X, feature, threshold, default_left, left, right, value, tree_root, tree_group,
-                    out):
+                    out, cat_start=None, cat_bits=None):
     """See ``numpy_kernels.predict_margins``. X: (n, F) float32 CuPy, any strides; out: (n, G)
     float64 C-contiguous CuPy, updated in place and returned."""
     return _walk_trees("predict_margins", X, np.float32, feature, threshold, default_left, left,
-                       right, value, tree_root, tree_group, out)
+                       right, value, tree_root, tree_group, out, cat_start, cat_bits)
 
 
 def predict_margins_binned(bins, feature, bin_threshold, default_left, left, right, value,
-                           tree_root, tree_group, out):
+                           tree_root, tree_group, out, cat_start=None, cat_bits=None):
     """See ``numpy_kernels.predict_margins_binned``. bins: (n, >= F) uint8/uint16 CuPy, any
     strides; out: (n, G) float64 C-contiguous CuPy, updated in place and returned."""
     return _walk_trees("predict_margins_binned", bins, np.int32, feature, bin_threshold,
-                       default_left, left, right, value, tree_root, tree_group, out)
+                       default_left, left, right, value, tree_root, tree_group, out, cat_start,
+                       cat_bits)
 
 
 def _forest(feature, threshold, default_left, left, right, value, tree_root, tree_group):

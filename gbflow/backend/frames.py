@@ -89,8 +89,67 @@ def check_unique_columns(data) -> None:
         raise ValueError(f"columns appear more than once: {repeated}")
 
 
+def is_category(dtype) -> bool:
+    """True for pandas' and cuDF's ``category`` dtypes."""
+    return isinstance(dtype, pd.CategoricalDtype) or str(dtype) == "category"
+
+
+def category_columns(data, columns: Sequence[str]) -> list[str]:
+    """The listed columns of a frame (none of an array) whose dtype is ``category``."""
+    if not is_frame(data):
+        return []
+    by_name = {str(c): c for c in data.columns}
+    return [name for name in columns if is_category(data[by_name[name]].dtype)]
+
+
+def _categories_and_codes(data, name: str):
+    """A category column's categories (a host pandas Index, in the column's order) and codes
+    ((n,) int64, -1 where null; NumPy, or CuPy for cuDF)."""
+    column = data[{str(c): c for c in data.columns}[name]]
+    if is_cudf(data):
+        codes = column.cat.codes.astype("int64").fillna(-1).to_cupy()
+        return column.cat.categories.to_pandas(), codes
+    return column.cat.categories, column.cat.codes.to_numpy().astype(np.int64)
+
+
+def observed_categories(data, columns: Sequence[str]) -> dict[str, np.ndarray]:
+    """{name: the categories that occur in the column, sorted by value (a host array)} for the
+    listed ``category`` columns: categories are identified by value, so two frames that order
+    them differently, or declare unused ones, give the same list. Raises TypeError naming the
+    column when its categories are neither numbers nor strings (or cannot be ordered)."""
+    found = {}
+    for name in columns:
+        categories, codes = _categories_and_codes(data, name)
+        xp = _cupy() if is_cudf(data) else np
+        used = xp.bincount(codes + 1, minlength=len(categories) + 1)[1:] > 0
+        values = categories.to_numpy()[np.asarray(used.get() if xp is not np else used)]
+        kind_ok = values.dtype.kind in "iufb" or all(isinstance(v, str) for v in values)
+        try:
+            if not kind_ok:
+                raise TypeError(values.dtype)
+            found[name] = np.sort(values)
+        except TypeError:
+            raise TypeError(f"category column {name!r} has categories of dtype "
+                            f"{categories.dtype} (for example {values[:1].tolist()}); gbflow "
+                            f"takes categories that are numbers or strings") from None
+    return found
+
+
+def encode_categories(data, name: str, categories: np.ndarray):
+    """A category column as (n,) float32 positions of its values in ``categories`` (a sorted
+    host array of values); NaN for nulls and for values not among ``categories``. NumPy, or
+    CuPy for cuDF."""
+    own, codes = _categories_and_codes(data, name)
+    lookup = pd.Index(categories).get_indexer(own).astype(np.float32)  # -1: not in categories
+    lookup[lookup < 0] = np.nan
+    lookup = np.concatenate([lookup, [np.float32(np.nan)]])  # code -1 (null) reads the NaN
+    xp = _cupy() if is_cudf(data) else np
+    return xp.asarray(lookup)[codes]
+
+
 def non_numeric_columns(data, columns: Sequence[str]) -> list[str]:
-    """The listed columns whose dtype is not numeric or boolean, as 'name (dtype)' strings."""
+    """The listed columns whose dtype is not numeric, boolean or ``category``, as
+    'name (dtype)' strings."""
     if not is_frame(data):
         arr = data if is_device_array(data) or is_sparse_matrix(data) else np.asarray(data)
         if arr.dtype.kind in "biuf":  # complex ("c") is refused: its imaginary part would be lost
@@ -100,6 +159,8 @@ def non_numeric_columns(data, columns: Sequence[str]) -> list[str]:
     bad = []
     for name in columns:
         dtype = data[by_name[name]].dtype
+        if is_category(dtype):
+            continue
         numeric = pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_complex_dtype(dtype)
         if not (numeric or pd.api.types.is_bool_dtype(dtype)):
             bad.append(f"{name} ({dtype})")
@@ -115,14 +176,32 @@ def column_values(data, name: str):
     return column.to_numpy(dtype=np.float64, na_value=np.nan)
 
 
-def feature_matrix(data, feature_names: Sequence[str] | None = None) -> np.ndarray:
+def feature_matrix(data, feature_names: Sequence[str] | None = None,
+                   categories: dict | None = None) -> np.ndarray:
     """The features as a (n_rows, n_features) float32 C-ordered array, nulls as NaN (a ``CSR``
     for a sparse matrix: see ``gbflow.csr``).
 
     data: pandas DataFrame (columns picked by name, in ``feature_names`` order) or a 2-D array
     (taken as is). Returns a new host array; for cuDF or CuPy data a new CuPy array on the same
     GPU (column-major for cuDF: that is how cuDF stores columns, and it costs no transpose).
+    categories: {name: sorted values} for the frame's ``category`` columns, which become
+    positions in those lists (``encode_categories``); each must be listed.
     """
+    wanted = list(feature_names) if feature_names is not None else column_names(data)
+    coded = category_columns(data, wanted)
+    if coded:
+        missing = [name for name in coded if name not in (categories or {})]
+        if missing:
+            raise ValueError(f"no category list for category column(s) {missing}")
+        numeric = [name for name in wanted if name not in coded]
+        X = feature_matrix(data, numeric)
+        xp = _cupy() if is_cudf(data) else np
+        out = xp.empty((len(data), len(wanted)), dtype=_dtypes.FEATURE)
+        at = {name: j for j, name in enumerate(wanted)}
+        out[:, [at[name] for name in numeric]] = X
+        for name in coded:
+            out[:, at[name]] = encode_categories(data, name, categories[name])
+        return out
     if is_sparse_matrix(data):
         return csr_from_matrix(data)
     if is_device_array(data):

@@ -245,11 +245,23 @@ def add_split_leaf_values(margin, bins_by_feature, row_index, seg_start, seg_cou
         margin[rows] += np.where(go_left, left_value[k], right_value[k])
 
 
+def in_category_set(position, cat_bits, start):
+    """Whether category ``position`` (int array, >= 0) is in the sets at ``start`` (int array,
+    per position) of ``cat_bits`` (uint32): a set is its word count, then its bit words
+    (position p is bit p % 32 of word p // 32); positions beyond its words are not in it."""
+    word = position >> 5
+    inside = word < cat_bits[start].astype(np.int64)
+    bits = cat_bits[np.where(inside, start + 1 + word, start)].astype(np.int64)
+    return inside & (((bits >> (position & 31)) & 1) == 1)
+
+
 def _walk_trees(rows, feature, threshold, default_left, left, right, value, tree_root,
-                tree_group, out, goes_left):
+                tree_group, out, goes_left, position_of, cat_start, cat_bits):
     """The walk both predictions share: every tree in tree order, each row from the root to a
     leaf by ``goes_left(row values at each row's node feature, the nodes' thresholds, their
-    default_left)`` (vectorised over the rows still inside the tree), its leaf value added."""
+    default_left)`` (vectorised over the rows still inside the tree), its leaf value added.
+    Nodes with ``cat_start >= 0`` test categories instead: a row whose ``position_of(value)``
+    (-1: missing) is in the node's set goes right, a missing one by default_left."""
     index = np.arange(rows.shape[0])
     for t in range(len(tree_root)):
         node = np.full(rows.shape[0], tree_root[t], dtype=np.int64)
@@ -259,39 +271,60 @@ def _walk_trees(rows, feature, threshold, default_left, left, right, value, tree
             if not inner.any():
                 break
             n = node[inner]
-            go_left = goes_left(rows[index[inner], f[inner]], threshold[n], default_left[n])
+            values = rows[index[inner], f[inner]]
+            go_left = goes_left(values, threshold[n], default_left[n])
+            if cat_start is not None:
+                start = cat_start[n].astype(np.int64)
+                on_categories = start >= 0
+                position = position_of(values[on_categories])
+                chosen = in_category_set(np.maximum(position, 0), cat_bits,
+                                         start[on_categories])
+                go_left[on_categories] = np.where(position < 0, default_left[n][on_categories],
+                                                  ~chosen)
             node[inner] = np.where(go_left, left[n], right[n])
         out[:, tree_group[t]] += value[node]
     return out
 
 
+def _value_position(x):
+    """Raw values of a categorical feature -> category positions, -1 for NaN (or a value that
+    is no position)."""
+    valid = (x >= 0) & (x < 2**31)
+    return np.where(valid, np.where(valid, x, 0).astype(np.int64), -1)
+
+
 def predict_margins(X, feature, threshold, default_left, left, right, value, tree_root, tree_group,
-                    out):
+                    out, cat_start=None, cat_bits=None):
     """Add every tree's leaf value to ``out``, walking the trees on raw values, in tree order.
 
     X: (n_rows, n_features) float32. Flat node arrays of all trees: feature int32 (-1 = leaf),
     threshold float32 (go left when x < threshold), default_left bool (where x is NaN), left/right
     int32 absolute node ids, value float64. tree_root int64 (n_trees,), tree_group int32 (n_trees,)
     the output column of each tree. out: (n_rows, n_groups) float64, holding the base margin;
-    updated in place and returned.
+    updated in place and returned. cat_start: None (no categorical split), or (n_nodes,) int32,
+    on a categorical split the start of its set in cat_bits (uint32; ``in_category_set``), -1
+    elsewhere: there x is a category position, and the categories of the set go right.
     """
     return _walk_trees(X, feature, threshold, default_left, left, right, value, tree_root,
                        tree_group, out,
-                       lambda x, thr, dl: np.where(np.isnan(x), dl, x < thr))
+                       lambda x, thr, dl: np.where(np.isnan(x), dl, x < thr), _value_position,
+                       cat_start, cat_bits)
 
 
 def predict_margins_binned(bins, feature, bin_threshold, default_left, left, right, value,
-                           tree_root, tree_group, out):
+                           tree_root, tree_group, out, cat_start=None, cat_bits=None):
     """``predict_margins`` on rows binned with the model's cuts: a row goes left where its bin
     is 0 (missing) and default_left, or 1 <= bin <= bin_threshold (int32), the rule training
     partitions by; for values binned with the cuts the trees were grown on it agrees with
-    ``x < threshold`` exactly (``Cuts.split_thresholds``).
+    ``x < threshold`` exactly (``Cuts.split_thresholds``). On categorical splits, bin b is
+    category position b - 1.
 
     bins: (n_rows, >= n_features) uint8/uint16, any strides. Other arguments and the result as
     ``predict_margins``'; out updated in place and returned."""
     return _walk_trees(bins, feature, bin_threshold, default_left, left, right, value,
                        tree_root, tree_group, out,
-                       lambda b, thr, dl: np.where(b == 0, dl, b.astype(np.int64) <= thr))
+                       lambda b, thr, dl: np.where(b == 0, dl, b.astype(np.int64) <= thr),
+                       lambda b: b.astype(np.int64) - 1, cat_start, cat_bits)
 
 
 # Sparse columns (see ``gbflow.routing``). A shard's sparse store holds, row by row, only the

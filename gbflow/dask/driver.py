@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 
-from .. import boosting
+from .. import boosting, inputs
 from ..backend import get_backend, on_gpu
 from ..evaluation import EvalOptions
 from ..params import Params
@@ -71,6 +71,8 @@ def train(data, label, params: Params, num_boost_round: int, evals, options: Eva
     process over the partitions. Either way the model is the same bit for bit.
     """
     ddf, features, table, evals = dask_inputs.check(data, label, weight, evals)
+    if not params.enable_categorical:
+        inputs.check_categorical(ddf._meta, features, [], "training data", enabled=False)
     spec = _spec(params, num_boost_round, options, verbose, label, weight, features,
                  table, evals, data_on_gpu=on_gpu(ddf._meta), objective=objective,
                  init_model=init_model, callbacks=tuple(callbacks))

@@ -5,7 +5,7 @@ import asyncio
 
 import numpy as np
 
-from .. import inputs
+from .. import categories, inputs
 from ..evaluation import TRAINING
 from .errors import CollectiveError
 from .messages import PartitionRef, Spec, Table
@@ -87,6 +87,7 @@ class JoinedPartitions:
         xp = backend.xp
         X = xp.empty((total, len(spec.features)), dtype=np.float32)
         labels, weights, self.runs, at = [], [], [], 0  # runs: (partition index, rows)
+        blocks = []  # per partition (its rows of X, its categories): joined onto one list below
         for position in range(len(frames)):
             index, frame = frames[position]
             frames[position] = None  # the loop holds the only reference: let it go when done
@@ -99,6 +100,7 @@ class JoinedPartitions:
             finally:
                 del frame
             X[at: at + part.n_rows] = backend.asarray(part.X)
+            blocks.append((slice(at, at + part.n_rows), part.categories))
             # Host copies (np.concatenate below copies): nothing keeps the partition alive.
             labels.append(backend.to_host(part.label))
             if part.weight is not None:
@@ -112,6 +114,20 @@ class JoinedPartitions:
             weight=None if spec.weight is None else (
                 np.concatenate(weights) if weights else np.zeros(0)),
             feature_names=list(spec.features), label_name=spec.label, weight_name=spec.weight)
+        self._join_categories(blocks)
+
+    def _join_categories(self, blocks: list) -> None:
+        """Each partition's category codes moved onto the union of the partitions' lists (the
+        training's union over workers comes later: ``categories.unify``)."""
+        names = categories.check_same_features([c for _, c in blocks], self.part.feature_names)
+        if not names:
+            return
+        joined = {name: categories.union(c[name] for _, c in blocks) for name in names}
+        for rows, own in blocks:
+            block = inputs.DataSet(X=self.part.X[rows], label=None, weight=None,
+                                   feature_names=self.part.feature_names, categories=own)
+            categories.recode_part(block, joined)
+        self.part.categories = joined
 
     def row_ids(self, offsets: dict[int, int]):
         """The joined part's global row numbers, given every partition's first global row: an

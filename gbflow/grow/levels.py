@@ -88,7 +88,9 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed: n
             with timers("splits"):
                 found, fetched = split.find_splits(backend, shardset.stores, hist,
                                                    feature_allowed, split_constants,
-                                                   rules.split.min_gain, fetch=fetch)
+                                                   rules.split.min_gain, fetch=fetch,
+                                                   categorical=shardset.categorical,
+                                                   category_rule=rules.category)
         if depth == 0:
             totals = fetched.pop()
         if moved is not None:  # this level's segments, in its order; a parent's rows: left, right
@@ -110,6 +112,10 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed: n
             default_left = found.default_left[sp]
             left_sum = found.left_sum[sp]
             right_sum = totals[sp] - left_sum
+            # categorical splits: every split node's side read through a bin map (threshold 1)
+            side_map = found.side_map(sp, n_bins)
+            side_threshold = bin_threshold if side_map is None else \
+                np.ones(n_split, dtype=np.int32)
             # Build the child with the smaller global hessian while partitioning; its sibling is
             # the parent minus it. (Children at the last level are ordered the same way, though
             # nothing is built for them.)
@@ -120,17 +126,18 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed: n
             if depth + 1 == rules.max_depth:
                 # Children at the last level are leaves: their rows need not move, only their
                 # margins change.
-                sources = [shardset.split_source(s, starts[s], counts[s], feature)
+                sources = [shardset.split_source(s, starts[s], counts[s], feature, side_map)
                            for s in range(n_shards)]
-                last = _LastSplits(starts, counts, sources[0][1], bin_threshold, default_left,
+                last = _LastSplits(starts, counts, sources[0][1], side_threshold, default_left,
                                    [by_feature for by_feature, _ in sources])
             else:  # queued first: the host's bookkeeping below runs while the device partitions
                 with timers("partition+histograms"):
                     children = Histograms.next_level(shardset.level_buffers, hist, n_split,
                                                      depth + 1)
                     built = children.nodes(n_split, 2 * n_split)
-                    left_counts = shardset.partition(gh, starts, counts, feature, bin_threshold,
-                                                     default_left, built_left, n_bins, built)
+                    left_counts = shardset.partition(gh, starts, counts, feature, side_threshold,
+                                                     default_left, built_left, n_bins, built,
+                                                     side_map=side_map)
                 moved = _Partitioned(starts, counts, built_left, left_counts)
             totals = _next_level_order(left_sum, right_sum, built_left)
             left_id = next_id + 2 * np.arange(n_split, dtype=np.int64)
@@ -144,7 +151,8 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed: n
         levels.append(level_arrays(
             cuts, value, level_totals[:, 1] * (1.0 / scales.h), level_id - first_id, sp,
             *((feature, bin_threshold, default_left, found.gain[sp], left_id) if n_split else
-              (None,) * 5)))
+              (None,) * 5),
+            right_bins=found.category_sets(sp) if n_split else None))
         if record_leaves:
             stay = ~do_split
             for s in range(n_shards):

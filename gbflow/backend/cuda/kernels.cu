@@ -496,12 +496,30 @@ __device__ __forceinline__ bool walk_left(BIN_T b, const int* bin_threshold,
     return b == 0 ? default_left[node] : (int)b <= bin_threshold[node];
 }
 
+// categorical splits: a raw value is a category position (NaN, or no position: missing); bin b
+// is position b - 1 (bin 0: missing)
+__device__ __forceinline__ i64 category_position(float x) {
+    return (x >= 0.0f && x < 2147483648.0f) ? (i64)x : -1;
+}
+__device__ __forceinline__ i64 category_position(BIN_T b) { return (i64)b - 1; }
+
+// numpy_kernels.in_category_set: a set is its word count, then its bit words; the categories of
+// the set go right, missing values by default_left
+__device__ __forceinline__ bool category_left(i64 position, const unsigned* cat_bits, int start,
+                                              const bool* default_left, i64 node) {
+    if (position < 0) return default_left[node];
+    i64 word = position >> 5;
+    if (word >= (i64)cat_bits[start]) return true;
+    return ((cat_bits[start + 1 + word] >> (position & 31)) & 1u) == 0;
+}
+
 template <typename Row, typename Threshold>
 __device__ void walk_trees(const Row* rows, i64 n_rows, i64 row_stride, i64 col_stride,
                            const int* feature, const Threshold* threshold,
                            const bool* default_left, const int* left, const int* right,
                            const double* value, const i64* tree_root, const int* tree_group,
-                           int n_trees, double* out, int n_groups) {
+                           int n_trees, double* out, int n_groups, const int* cat_start,
+                           const unsigned* cat_bits, int has_categories) {
     for (i64 row = blockIdx.x * (i64)blockDim.x + threadIdx.x; row < n_rows;
          row += (i64)gridDim.x * blockDim.x) {
         const Row* values = rows + row * row_stride;
@@ -509,8 +527,12 @@ __device__ void walk_trees(const Row* rows, i64 n_rows, i64 row_stride, i64 col_
             i64 node = tree_root[t];
             int f;
             while ((f = feature[node]) >= 0) {
-                node = walk_left(values[(i64)f * col_stride], threshold, default_left, node)
-                    ? left[node] : right[node];
+                Row v = values[(i64)f * col_stride];
+                bool go_left = (has_categories && cat_start[node] >= 0)
+                    ? category_left(category_position(v), cat_bits, cat_start[node],
+                                    default_left, node)
+                    : walk_left(v, threshold, default_left, node);
+                node = go_left ? left[node] : right[node];
             }
             out[row * n_groups + tree_group[t]] += value[node];
         }
@@ -521,18 +543,22 @@ extern "C" __global__ void predict_margins(
         const float* X, i64 n_rows, i64 x_row_stride, i64 x_col_stride, const int* feature,
         const float* threshold, const bool* default_left, const int* left, const int* right,
         const double* value, const i64* tree_root, const int* tree_group, int n_trees,
-        double* out, int n_groups) {
+        double* out, int n_groups, const int* cat_start, const unsigned* cat_bits,
+        int has_categories) {
     walk_trees(X, n_rows, x_row_stride, x_col_stride, feature, threshold, default_left, left,
-               right, value, tree_root, tree_group, n_trees, out, n_groups);
+               right, value, tree_root, tree_group, n_trees, out, n_groups, cat_start, cat_bits,
+               has_categories);
 }
 
 extern "C" __global__ void predict_margins_binned(
         const BIN_T* bins, i64 n_rows, i64 row_stride, i64 col_stride, const int* feature,
         const int* bin_threshold, const bool* default_left, const int* left, const int* right,
         const double* value, const i64* tree_root, const int* tree_group, int n_trees,
-        double* out, int n_groups) {
+        double* out, int n_groups, const int* cat_start, const unsigned* cat_bits,
+        int has_categories) {
     walk_trees(bins, n_rows, row_stride, col_stride, feature, bin_threshold, default_left, left,
-               right, value, tree_root, tree_group, n_trees, out, n_groups);
+               right, value, tree_root, tree_group, n_trees, out, n_groups, cat_start, cat_bits,
+               has_categories);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,0 +1,333 @@
+"""Categorical features: category columns by value, the split search, the walk kernels, the
+model file, and the same model whatever the category order, partitioning or device."""
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import gbflow
+from gbflow import boosting, category_splits, inputs, predictor
+from gbflow.backend import get_backend, numpy_kernels
+from gbflow.tree import Tree
+
+
+def _table(n=4000, n_categories=40, seed=0, missing=0.05):
+    """A frame with a string-valued category column carrying per-category effects, a small
+    integer-valued category column, a numeric column, and a regression label y."""
+    rng = np.random.default_rng(seed)
+    effect = rng.normal(size=n_categories)
+    code = rng.integers(0, n_categories, n)
+    small = rng.integers(0, 3, n)
+    x = rng.normal(size=n)
+    y = effect[code] + 0.8 * (small == 1) + 0.5 * x + 0.3 * rng.normal(size=n)
+    city = pd.Series([f"c{i:03d}" for i in code], dtype="category")
+    city[rng.random(n) < missing] = None
+    return pd.DataFrame({"city": city, "small": pd.Categorical(small), "x": x, "y": y})
+
+
+PARAMS = {"max_depth": 4, "learning_rate": 0.3, "max_cat_to_onehot": 4}
+
+
+# -- the split search --------------------------------------------------------------------------
+
+def _search(xp, hist, n_categories, rule, constants=(1.0, 1.0, 0.0, 0.0, 0.0)):
+    n_features = hist.shape[1]
+    return category_splits.search(xp, xp.asarray(hist), np.arange(n_features),
+                                  np.asarray(n_categories), xp.ones(n_features, dtype=bool),
+                                  constants, rule)
+
+
+def _gain(G, H, GL, HL):
+    return GL * GL / HL + (G - GL) ** 2 / (H - HL) - G * G / H
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_partition_search_finds_the_best_of_all_subsets(seed):
+    """Without regularisation the sorted-prefix scan finds the best of every subset of the
+    categories (Fisher's result for the score G^2 / H), checked by brute force."""
+    rng = np.random.default_rng(seed)
+    K = 6
+    hist = np.zeros((1, 1, K + 1, 2), dtype=np.int64)
+    hist[0, 0, 1:, 0] = rng.integers(-50, 50, K)
+    hist[0, 0, 1:, 1] = rng.integers(1, 30, K)
+    rule = category_splits.CategoryRule(max_cat_to_onehot=1, max_cat_threshold=64,
+                                        cat_smooth=0.0, cat_l2=0.0)
+    gain, feature, right_bins, default_left, left_sum = _search(np, hist, [K], rule)
+    g, h = hist[0, 0, 1:, 0].astype(float), hist[0, 0, 1:, 1].astype(float)
+    best = max(_gain(g.sum(), h.sum(), g[list(s)].sum(), h[list(s)].sum())
+               for r in range(1, K) for s in itertools.combinations(range(K), r))
+    assert feature[0] == 0 and np.isclose(gain[0], best, rtol=1e-12)
+    left = ~right_bins[0, 1:]
+    assert left_sum[0, 0] == hist[0, 0, 1:, 0][left].sum()
+    assert left_sum[0, 1] == hist[0, 0, 1:, 1][left].sum()
+
+
+def test_one_hot_search_tries_each_category_and_both_sides_for_missing():
+    hist = np.zeros((1, 1, 4, 2), dtype=np.int64)
+    hist[0, 0, :, 0] = [-30, 5, 40, -6]  # missing, then categories 0, 1, 2
+    hist[0, 0, :, 1] = [10, 10, 10, 10]
+    rule = category_splits.CategoryRule(max_cat_to_onehot=4, max_cat_threshold=64,
+                                        cat_smooth=0.0, cat_l2=0.0)
+    gain, feature, right_bins, default_left, left_sum = _search(np, hist, [3], rule)
+    g = hist[0, 0, :, 0].astype(float)
+    candidates = {}
+    for k in range(3):
+        for missing_right in (False, True):
+            GR = g[k + 1] + (g[0] if missing_right else 0)
+            HR = 10.0 * (2 if missing_right else 1)
+            candidates[(k, missing_right)] = _gain(g.sum(), 40.0, g.sum() - GR, 40.0 - HR)
+    (k, missing_right), best = max(candidates.items(), key=lambda kv: kv[1])
+    assert np.isclose(gain[0], best, rtol=1e-12)
+    assert right_bins[0].tolist() == [b == k + 1 for b in range(4)]
+    assert bool(default_left[0]) == (not missing_right)
+
+
+def test_cat_smooth_leaves_light_categories_out_and_cat_l2_lowers_the_gain():
+    hist = np.zeros((1, 1, 5, 2), dtype=np.int64)
+    hist[0, 0, 1:, 0] = [-40, 40, 30, -100]
+    hist[0, 0, 1:, 1] = [20, 20, 20, 2]  # the last category holds little hessian
+    plain = category_splits.CategoryRule(1, 64, 0.0, 0.0)
+    smooth = category_splits.CategoryRule(1, 64, 5.0, 0.0)
+    penalised = category_splits.CategoryRule(1, 64, 5.0, 10.0)
+    found = _search(np, hist, [4], plain)
+    # unsmoothed, the light and extreme category wins alone: what cat_smooth is for
+    assert found[2][0].tolist() == [False, False, False, False, True]
+    smoothed = _search(np, hist, [4], smooth)
+    assert not smoothed[2][0, 4]  # left out of the sort: it stays left
+    assert smoothed[2][0].tolist() == [False, False, True, True, False]
+    assert _search(np, hist, [4], penalised)[0][0] < smoothed[0][0]
+
+
+def test_the_search_is_the_same_on_the_gpu(device):
+    if device != "cuda":
+        pytest.skip("compares the GPU with the CPU")
+    import cupy
+    rng = np.random.default_rng(5)
+    hist = np.zeros((7, 3, 30, 2), dtype=np.int64)
+    hist[..., 0] = rng.integers(-100, 100, hist.shape[:3])
+    hist[..., 1] = rng.integers(0, 40, hist.shape[:3])
+    hist[:, :, 5:9] = hist[:, :, 1:2]  # equal sort keys: ties broken by category
+    rule = category_splits.CategoryRule(4, 8, 3.0, 2.0)
+    constants = (0.5, 0.25, 1.0, 0.5, 1.0)
+    on_cpu = _search(np, hist, [2, 29, 17], rule, constants)
+    on_gpu = _search(cupy, hist, [2, 29, 17], rule, constants)
+    for a, b in zip(on_cpu, on_gpu):
+        assert np.array_equal(a, cupy.asnumpy(b))
+
+
+# -- the walk kernels --------------------------------------------------------------------------
+
+def _categorical_forest(rng, n_features=3, n_trees=6, n_categories=70):
+    """Depth-2 trees whose inner nodes split on numeric feature 0 or categorical features 1, 2
+    (random category sets, some beyond one 32-bit word)."""
+    trees = []
+    for t in range(n_trees):
+        feature = np.array([1, t % n_features, 2, -1, -1, -1, -1], dtype=np.int32)
+        categories = {}
+        for node in (0, 1, 2):
+            if feature[node] > 0:
+                size = rng.integers(1, n_categories)
+                categories[node] = np.sort(rng.choice(n_categories, size, replace=False)) \
+                    .astype(np.int32)
+        threshold = np.where(feature == 0, rng.integers(1, 5, 7), 0).astype(np.float32)
+        trees.append(Tree(feature=feature, bin_threshold=threshold.astype(np.int32),
+                          threshold=threshold, default_left=rng.random(7) < 0.5,
+                          left=np.array([1, 3, 5, -1, -1, -1, -1], dtype=np.int32),
+                          right=np.array([2, 4, 6, -1, -1, -1, -1], dtype=np.int32),
+                          value=rng.normal(size=7), gain=np.zeros(7), cover=np.zeros(7),
+                          categories=categories))
+    return trees
+
+
+def test_category_walks_agree_with_the_twins_and_with_each_other(kernels):
+    rng = np.random.default_rng(3)
+    forest = predictor.FlatForest.from_trees(_categorical_forest(rng))
+    X = rng.integers(0, 70, (500, 3)).astype(np.float32)
+    X[rng.random(X.shape) < 0.1] = np.nan
+    X[:, 0] = np.where(np.isnan(X[:, 0]), np.nan, X[:, 0] % 6)
+    bins = np.where(np.isnan(X), 0, X + 1).astype(np.uint8)  # category k, value k: bin k + 1
+    common = (forest.feature, forest.threshold, forest.default_left, forest.left, forest.right,
+              forest.value, forest.tree_root, forest.tree_group)
+    binned = (forest.feature, forest.bin_threshold) + common[2:]
+    sets = (forest.cat_start, forest.cat_bits)
+    start = np.zeros((500, 1))
+    raw = numpy_kernels.predict_margins(X, *common, start.copy(), *sets)
+    assert np.array_equal(numpy_kernels.predict_margins_binned(bins, *binned, start.copy(),
+                                                               *sets), raw)
+    assert np.array_equal(kernels.predict_margins(X, *common, start.copy(), *sets), raw)
+    assert np.array_equal(kernels.predict_margins_binned(bins, *binned, start.copy(), *sets),
+                          raw)
+
+
+def test_a_categorical_stump_sends_its_set_right_and_missing_by_default():
+    stump = Tree(feature=np.array([0, -1, -1], dtype=np.int32), bin_threshold=np.zeros(3, np.int32),
+                 threshold=np.zeros(3, np.float32), default_left=np.array([False, False, False]),
+                 left=np.array([1, -1, -1], dtype=np.int32),
+                 right=np.array([2, -1, -1], dtype=np.int32), value=np.array([0.0, -1.0, 1.0]),
+                 gain=np.zeros(3), cover=np.zeros(3),
+                 categories={0: np.array([1, 40], dtype=np.int32)})
+    forest = predictor.FlatForest.from_trees([stump])
+    X = np.array([[0], [1], [2], [40], [41], [500], [np.nan]], dtype=np.float32)
+    got = predictor.predict_margin(get_backend("cpu"), X, forest, np.zeros(1))[:, 0]
+    assert got.tolist() == [-1, 1, -1, 1, -1, -1, 1]  # NaN: default right
+
+
+# -- training ------------------------------------------------------------------------------------
+
+def test_categories_are_matched_by_value_not_by_code(device):
+    df = _table()
+    model = gbflow.train(df, label="y", params={**PARAMS, "device": device},
+                         num_boost_round=8, verbose=False)
+    assert model.categories["small"].tolist() == [0, 1, 2]
+    assert any(t.categories for t in model.trees)
+    other = df.copy()
+    cats = list(other["city"].cat.categories)
+    other["city"] = other["city"].cat.set_categories(cats[::-1] + ["never seen"])
+    again = gbflow.train(other, label="y", params={**PARAMS, "device": device},
+                         num_boost_round=8, verbose=False)
+    assert again.to_json() == model.to_json()
+    assert np.array_equal(model.predict(other).to_numpy(), model.predict(df).to_numpy())
+
+
+def test_training_margins_equal_predictions_and_the_model_file_round_trips(tmp_path):
+    df = _table(missing=0.1)
+    params = gbflow.Params(**{**PARAMS, "max_cat_threshold": 5})
+    dataset = inputs.load(df, "y")
+    booster = boosting.fit(get_backend("cpu"), [dataset], params, 10, verbose=False,
+                           keep_training_margins=True)
+    assert np.array_equal(booster.training_margins[0][:, 0], booster.predict(df, True))
+    booster.save_model(tmp_path / "m.json")
+    loaded = gbflow.load_model(tmp_path / "m.json")
+    assert loaded.to_json() == booster.to_json()
+    assert np.array_equal(loaded.predict(df).to_numpy(), booster.predict(df).to_numpy())
+    sets = [t.categories for t in booster.trees if t.categories]
+    assert all(len(s) <= 5 for tree_sets in sets for s in tree_sets.values() if len(s) > 3)
+
+
+def test_unseen_categories_and_missing_values_take_the_default_direction():
+    df = _table()
+    model = gbflow.train(df, label="y", params=PARAMS, num_boost_round=5, verbose=False)
+    new = df.head(50).copy()
+    new["city"] = pd.Categorical(["not in training"] * 50)
+    missing = df.head(50).copy()
+    missing["city"] = pd.Categorical([None] * 50, categories=["c000"])
+    assert np.array_equal(model.predict(new).to_numpy(), model.predict(missing).to_numpy())
+
+
+def test_the_model_does_not_depend_on_the_partitioning():
+    """Parts holding different categories (sorted by category: disjoint sets) give the model
+    of one part."""
+    df = _table(n=3000).sort_values("city").reset_index(drop=True)
+    params = gbflow.Params(**PARAMS)
+    one = boosting.fit(get_backend("cpu"), [inputs.load(df, "y")], params, 6, verbose=False)
+    pieces = [df.iloc[:1000], df.iloc[1000:1700], df.iloc[1700:]]
+    parts = [inputs.load(p.assign(city=p.city.astype(str).astype("category")), "y")
+             for p in pieces]
+    assert [len(p.categories["city"]) for p in parts] != [40] * 3
+    three = boosting.fit(get_backend("cpu"), parts, params, 6, verbose=False)
+    assert three.to_json() == one.to_json()
+
+
+def test_categorical_splits_beat_ordinal_codes_on_held_out_data():
+    df = _table(n=8000, n_categories=300, seed=1)
+    train, test = df.iloc[:6000], df.iloc[6000:]
+    params = {**PARAMS, "max_depth": 4, "learning_rate": 0.2}
+    model = gbflow.train(train, label="y", params=params, num_boost_round=40, verbose=False)
+
+    def ordinal(d):
+        return d.assign(city=d.city.cat.codes.astype(float), small=d.small.cat.codes)
+    plain = gbflow.train(ordinal(train), label="y", params=params, num_boost_round=40,
+                         verbose=False)
+    error = np.mean((model.predict(test).to_numpy() - test.y) ** 2)
+    plain_error = np.mean((plain.predict(ordinal(test)).to_numpy() - test.y) ** 2)
+    assert error < 0.8 * plain_error
+
+
+def test_eval_sets_and_continued_training_with_categories():
+    df = _table(n=3000)
+    train, valid = df.iloc[:2000], df.iloc[2000:].copy()
+    valid["city"] = valid["city"].cat.add_categories(["only in valid"])
+    valid.loc[valid.index[:20], "city"] = "only in valid"
+    result = {}
+    full = gbflow.train(train, label="y", params=PARAMS, num_boost_round=10,
+                        evals=[(valid, "valid")], verbose=False)
+    result = full.evals_result["valid"]["rmse"]
+    assert np.isclose(result[-1], np.sqrt(np.mean((full.predict(valid) - valid.y) ** 2)),
+                      rtol=1e-9)
+    first = gbflow.train(train, label="y", params=PARAMS, num_boost_round=4, verbose=False)
+    rest = gbflow.train(train, label="y", params=PARAMS, num_boost_round=6, verbose=False,
+                        xgb_model=first)
+    assert rest.to_json() == gbflow.train(train, label="y", params=PARAMS, num_boost_round=10,
+                                          verbose=False).to_json()
+
+
+def test_a_model_without_categories_writes_no_categorical_entries():
+    df = _table().drop(columns=["city", "small"])
+    d = json.loads(gbflow.train(df, label="y", num_boost_round=2, verbose=False).to_json())
+    assert "categories" not in d and "max_cat_to_onehot" not in d["params"]
+    assert all("categories" not in t for t in d["trees"])
+
+
+# -- errors --------------------------------------------------------------------------------------
+
+def test_string_columns_are_told_to_become_categories():
+    df = _table().assign(city=lambda d: d.city.astype(str))
+    with pytest.raises(TypeError, match=r"'city' \((object|str)\).*astype\('category'\)"):
+        gbflow.train(df, label="y", verbose=False)
+
+
+def test_enable_categorical_false_refuses_category_columns():
+    with pytest.raises(TypeError, match=r"'city', 'small'.*enable_categorical=False"):
+        gbflow.train(_table(), label="y", params={"enable_categorical": False}, verbose=False)
+
+
+def test_prediction_needs_the_training_dtypes():
+    df = _table()
+    model = gbflow.train(df, label="y", params=PARAMS, num_boost_round=2, verbose=False)
+    with pytest.raises(TypeError, match=r"'city'.*categorical in training"):
+        model.predict(df.assign(city=df.city.cat.codes))
+    with pytest.raises(TypeError, match=r"ndarray.*categorical features"):
+        model.predict(np.zeros((3, 3)))
+    numeric = gbflow.train(df.assign(small=df.small.astype(int)), label="y", params=PARAMS,
+                           num_boost_round=2, verbose=False)
+    with pytest.raises(TypeError, match=r"'small'.*numeric in training"):
+        numeric.predict(df)
+
+
+def test_a_categorical_feature_also_splits_by_value_order():
+    """Categories whose effect follows their value order: the value-order split (plain
+    reg_lambda) beats the category set, which pays cat_l2, and is written as a threshold."""
+    rng = np.random.default_rng(2)
+    level = rng.integers(0, 30, 3000)
+    df = pd.DataFrame({"level": pd.Categorical(level), "y": (level >= 15) + 0.1 * rng.normal(
+        size=3000)})
+    model = gbflow.train(df, label="y", params={"max_depth": 1}, num_boost_round=1,
+                         verbose=False)
+    root = model.trees[0]
+    assert root.feature[0] == 0 and not root.categories and root.threshold[0] == 15
+    penalty_free = gbflow.train(df, label="y", params={"max_depth": 1, "cat_l2": 0.0},
+                                num_boost_round=1, verbose=False)
+    assert not penalty_free.trees[0].categories  # a tie: the value-order split wins it
+    assert np.array_equal(penalty_free.predict(df), model.predict(df))
+
+
+def test_dask_partitions_with_unknown_categories_give_the_in_process_model():
+    distributed = pytest.importorskip("distributed")
+    dd = pytest.importorskip("dask.dataframe")
+    df = _table(n=3000).sort_values("city").reset_index(drop=True)
+    text = df.assign(city=df.city.astype(str).where(df.city.notna()))
+    ddf = dd.from_pandas(text, npartitions=3)
+    ddf = ddf.assign(city=ddf.city.astype("category"))  # each partition: its own categories
+    assert not ddf.city.cat.known
+    local = gbflow.train(df, label="y", params=PARAMS, num_boost_round=5, verbose=False)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster):
+        model = gbflow.train(ddf, label="y", params=PARAMS, num_boost_round=5, verbose=False)
+        predicted = model.predict(ddf).compute()
+    assert model.to_json() == local.to_json()
+    assert np.array_equal(predicted.to_numpy(), local.predict(df).to_numpy())
