@@ -67,73 +67,87 @@ def search(xp, hist, features: np.ndarray, n_categories: np.ndarray, allowed, co
     n_categories: (C,) host int their category counts. allowed: (C,) device bool.
     constants: ``SplitRule.constants``. Returns device arrays: gain (N,) float64 (-inf: none),
     feature (N,) int32 store-local (-1: none), right_bins (N, B) bool (the bins that go right),
-    default_left (N,) bool, left_sum (N, 2) int64. No side effects.
+    default_left (N,) bool, left_sum (N, 2) int64. Features are searched one at a time, each
+    over its own categories; a tie goes to the earlier feature. No side effects.
     """
-    inv_g, inv_h, reg_lambda, reg_alpha, mcw = constants
     n_nodes, _, n_bins, _ = hist.shape
-    n_cat = len(features)
-    K = n_bins - 1
-    feats = xp.asarray(np.asarray(features, dtype=np.int64))
-    cats = hist[:, feats, 1:, :]  # (N, C, K, 2)
-    missing = hist[:, feats, 0, :][:, :, None, :]  # (N, C, 1, 2)
-    total = hist[:, 0, :, :].sum(axis=1)[:, None, None, :]  # (N, 1, 1, 2)
-    count = xp.asarray(np.asarray(n_categories, dtype=np.int64))[None, :, None]
-    position = xp.arange(K)[None, None, :]
+    total = hist[:, 0, :, :].sum(axis=1)  # (N, 2)
+    gain = xp.full(n_nodes, -np.inf)
+    feature = xp.full(n_nodes, -1, dtype=np.int32)
+    right_bins = xp.zeros((n_nodes, n_bins), dtype=bool)
+    default_left = xp.zeros(n_nodes, dtype=bool)
+    left_sum = xp.zeros((n_nodes, 2), dtype=np.int64)
+    for i, (f, count) in enumerate(zip(features, n_categories)):
+        if count < 1:
+            continue
+        found = _feature_search(xp, hist[:, int(f), : int(count) + 1], total, allowed[i],
+                                constants, rule)
+        take = found[0] > gain
+        gain = xp.where(take, found[0], gain)
+        feature = xp.where(take, np.int32(f), feature)
+        right_bins[:, : int(count) + 1] = xp.where(take[:, None], found[1],
+                                                   right_bins[:, : int(count) + 1])
+        right_bins[:, int(count) + 1:] &= ~take[:, None]
+        default_left = xp.where(take, found[2], default_left)
+        left_sum = xp.where(take[:, None], found[3], left_sum)
+    return gain, feature, right_bins, default_left, left_sum
+
+
+def _feature_search(xp, hist, total, allowed, constants: tuple, rule: CategoryRule) -> tuple:
+    """One categorical feature's best split per node: hist (N, K + 1, 2) int64 (missing bin,
+    then its K categories), total (N, 2) int64, allowed a device bool scalar. Returns gain
+    (N,), right_bins (N, K + 1) bool, default_left (N,), left_sum (N, 2)."""
+    inv_g, inv_h, reg_lambda, reg_alpha, mcw = constants
+    n_nodes, width, _ = hist.shape
+    K = width - 1
+    cats = hist[:, 1:, :]  # (N, K, 2)
+    missing = hist[:, 0:1, :]  # (N, 1, 2)
+    node_total = total[:, None, None, :]  # (N, 1, 1, 2)
+    position = xp.arange(K)[None, :]
     held = (cats[..., 0] != 0) | (cats[..., 1] != 0)
-    allowed = xp.asarray(allowed)[None, :, None]
-    onehot = count < rule.max_cat_to_onehot
-    candidates = []  # (gain (N, C, m, 2 sides), right sums (N, C, m, 2 sides, 2))
+    candidates = []  # gains (N, m, 2 sides) and right sums (N, m, 2 sides, 2)
 
     def add(right, valid, lam):
-        with_missing = xp.stack([right, right + missing], axis=3)  # missing left, then right
-        gain = _gains(xp, with_missing, total[:, :, :, None, :], inv_g, inv_h, lam, reg_alpha,
-                      mcw, (valid & allowed)[..., None])
-        candidates.append((gain, with_missing))
+        with_missing = xp.stack([right, right + missing], axis=2)  # missing left, then right
+        candidates.append((_gains(xp, with_missing, node_total, inv_g, inv_h, lam, reg_alpha,
+                                  mcw, (valid & allowed)[..., None]), with_missing))
 
-    n_onehot = max(0, min(K, rule.max_cat_to_onehot - 1))
-    add(cats[:, :, :n_onehot], onehot & held[:, :, :n_onehot] & (position[:, :, :n_onehot] <
-                                                                  count), reg_lambda)
-    # sorted partitions: the sort keys of the categories with enough hessian
-    H = cats[..., 1] * inv_h
-    eligible = held & (position < count) & (H > 0) & (H >= rule.cat_smooth) & ~onehot
-    key = xp.where(eligible, cats[..., 0] * inv_g, 0.0) / xp.where(eligible, H + rule.cat_smooth,
-                                                                   1.0)
-    n_eligible = eligible.sum(axis=2)[..., None]  # (N, C, 1)
-    prefix = min(K, rule.max_cat_threshold)
-    orders = []
-    for sign in (1.0, -1.0):  # ascending keys, then descending: the prefix read from each end
-        order = xp.argsort(xp.where(eligible, sign * key, np.inf), axis=2, kind="stable")
-        orders.append(order)
-        ordered = xp.take_along_axis(cats, order[..., :prefix, None], axis=2)
-        # at least one sorted category stays left: the light ones never form a side alone
-        add(xp.cumsum(ordered, axis=2), position[:, :, :prefix] + 1 < n_eligible,
-            reg_lambda + rule.cat_l2)
-    gain = xp.concatenate([g.reshape(n_nodes, n_cat, -1) for g, _ in candidates], axis=2)
-    flat = gain.reshape(n_nodes, -1)
-    best = xp.argmax(flat, axis=1)
+    onehot = K < rule.max_cat_to_onehot
+    if onehot:
+        add(cats, held, reg_lambda)
+        order, prefix = None, 0
+    else:
+        H = cats[..., 1] * inv_h
+        eligible = held & (H > 0) & (H >= rule.cat_smooth)
+        key = xp.where(eligible, cats[..., 0] * inv_g, 0.0) / \
+            xp.where(eligible, H + rule.cat_smooth, 1.0)
+        n_eligible = eligible.sum(axis=1)[:, None]  # (N, 1)
+        prefix = min(K, rule.max_cat_threshold)
+        order = []
+        for sign in (1.0, -1.0):  # ascending keys, then descending: a prefix from each end
+            sorted_at = xp.argsort(xp.where(eligible, sign * key, np.inf), axis=1, kind="stable")
+            order.append(sorted_at)
+            ordered = xp.take_along_axis(cats, sorted_at[:, :prefix, None], axis=1)
+            # at least one sorted category stays left: the light ones never form a side alone
+            add(xp.cumsum(ordered, axis=1), position[:, :prefix] + 1 < n_eligible,
+                reg_lambda + rule.cat_l2)
+    gain = xp.concatenate([g.reshape(n_nodes, -1) for g, _ in candidates], axis=1)
+    right = xp.concatenate([r.reshape(n_nodes, -1, 2) for _, r in candidates], axis=1)
+    best = xp.argmax(gain, axis=1)
     nodes = xp.arange(n_nodes)
-    best_gain = flat[nodes, best]
+    best_gain = gain[nodes, best]
     found = best_gain > -np.inf
-    per_feature = gain.shape[2]
-    c, at = best // per_feature, best % per_feature
-    sizes = [2 * n_onehot, 2 * prefix, 2 * prefix]
-    right = xp.concatenate([r.reshape(n_nodes, n_cat, -1, 2) for _, r in candidates], axis=2)
-    right_sum = right[nodes, c, at]  # (N, 2)
-    missing_right = (at % 2) == 1
-    # the chosen set, as bins: one-hot (its category), or the first ``size`` of an order
-    kind_onehot = at < sizes[0]
-    in_desc = at >= sizes[0] + sizes[1]
-    size = xp.where(in_desc, at - sizes[0] - sizes[1], at - sizes[0]) // 2 + 1
-    chosen_order = xp.where(in_desc[:, None], orders[1][nodes, c], orders[0][nodes, c])  # (N, K)
-    in_set = xp.arange(K)[None, :] < size[:, None]
-    right_cats = xp.zeros((n_nodes, K), dtype=bool)
-    right_cats[nodes[:, None], chosen_order] = in_set
-    onehot_cats = xp.arange(K)[None, :] == (at // 2)[:, None]
-    right_cats = xp.where(kind_onehot[:, None], onehot_cats, right_cats) & found[:, None]
-    right_bins = xp.concatenate([xp.zeros((n_nodes, 1), dtype=bool), right_cats], axis=1)
-    return (best_gain.astype(np.float64),
-            xp.where(found, xp.asarray(np.asarray(features, dtype=np.int32))[c], -1)
-            .astype(np.int32),
-            right_bins,
-            found & ~missing_right,
-            xp.where(found[:, None], total[:, 0, 0, :] - right_sum, 0).astype(np.int64))
+    right_sum = right[nodes, best]
+    missing_right = (best % 2) == 1
+    if onehot:
+        right_cats = position == (best // 2)[:, None]
+    else:  # the first ``size`` categories of the chosen order
+        descending = best >= 2 * prefix
+        size = xp.where(descending, best - 2 * prefix, best) // 2 + 1
+        chosen = xp.where(descending[:, None], order[1], order[0])
+        right_cats = xp.zeros((n_nodes, K), dtype=bool)
+        right_cats[nodes[:, None], chosen] = position < size[:, None]
+    right_bins = xp.concatenate([xp.zeros((n_nodes, 1), dtype=bool), right_cats & found[:, None]],
+                                axis=1)
+    return (best_gain, right_bins, found & ~missing_right,
+            xp.where(found[:, None], total - right_sum, 0).astype(np.int64))
