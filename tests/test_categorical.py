@@ -11,7 +11,7 @@ import pytest
 
 import gbflow
 from gbflow import boosting, category_splits, inputs, predictor
-from gbflow.backend import get_backend, numpy_kernels
+from gbflow.backend import cuda_available, get_backend, numpy_kernels
 from gbflow.tree import Tree
 
 
@@ -29,6 +29,7 @@ def _table(n=4000, n_categories=40, seed=0, missing=0.05):
     return pd.DataFrame({"city": city, "small": pd.Categorical(small), "x": x, "y": y})
 
 
+needs_gpu = pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU with CuPy on this machine")
 PARAMS = {"max_depth": 4, "learning_rate": 0.3, "max_cat_to_onehot": 4}
 
 
@@ -102,9 +103,9 @@ def test_cat_smooth_leaves_light_categories_out_and_cat_l2_lowers_the_gain():
     assert _search(np, hist, [4], penalised)[0][0] < smoothed[0][0]
 
 
-def test_the_search_is_the_same_on_the_gpu(device):
-    if device != "cuda":
-        pytest.skip("compares the GPU with the CPU")
+@pytest.mark.gpu
+@needs_gpu
+def test_the_search_is_the_same_on_the_gpu():
     import cupy
     rng = np.random.default_rng(5)
     hist = np.zeros((7, 3, 30, 2), dtype=np.int64)
@@ -331,3 +332,16 @@ def test_dask_partitions_with_unknown_categories_give_the_in_process_model():
         predicted = model.predict(ddf).compute()
     assert model.to_json() == local.to_json()
     assert np.array_equal(predicted.to_numpy(), local.predict(df).to_numpy())
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_cudf_category_columns_give_the_pandas_model():
+    cudf = pytest.importorskip("cudf")
+    df = _table()
+    on_gpu = cudf.from_pandas(df)
+    params = {**PARAMS, "device": "cuda"}
+    model = gbflow.train(on_gpu, label="y", params=params, num_boost_round=6, verbose=False)
+    same = gbflow.train(df, label="y", params=params, num_boost_round=6, verbose=False)
+    assert model.to_json() == same.to_json()
+    assert np.array_equal(model.predict(on_gpu).to_numpy(), same.predict(df).to_numpy())
