@@ -89,11 +89,17 @@ def unify(collective, parts: list, fixed: dict | None = None) -> dict[str, np.nd
 
 def recode_part(part, target: dict) -> None:
     """Move one ``DataSet``'s categorical columns onto the lists of ``target`` (in place)."""
-    xp = backend_for(part.X).xp
-    for name, values in target.items():
-        if name in part.categories:
-            recode(xp, part.X, part.feature_names.index(name), part.categories[name], values)
+    recode_columns(part.X, part.feature_names, part.categories, target)
     part.categories = dict(target)
+
+
+def recode_columns(X, feature_names: list, own: dict, target: dict) -> None:
+    """X's (n, F) categorical columns, coded in the lists ``own``, moved onto ``target``'s
+    ({name: sorted values} both), in place."""
+    xp = backend_for(X).xp
+    for name, values in target.items():
+        if name in own:
+            recode(xp, X, feature_names.index(name), own[name], values)
 
 
 def category_cuts(n_categories: int) -> np.ndarray:

@@ -64,7 +64,8 @@ def search(xp, hist, features: np.ndarray, n_categories: np.ndarray, allowed, co
 
     hist: (N, D, B, 2) int64 device histograms of the dense store (every row in one bin of each
     feature). features: (C,) host int store-local ids of its categorical features;
-    n_categories: (C,) host int their category counts. allowed: (C,) device bool.
+    n_categories: (C,) host int their category counts. allowed: (C,) host bool, the features
+    this tree may use (the others are not searched).
     constants: ``SplitRule.constants``. Returns device arrays: gain (N,) float64 (-inf: none),
     feature (N,) int32 store-local (-1: none), right_bins (N, B) bool (the bins that go right),
     default_left (N,) bool, left_sum (N, 2) int64. Features are searched one at a time, each
@@ -77,11 +78,10 @@ def search(xp, hist, features: np.ndarray, n_categories: np.ndarray, allowed, co
     right_bins = xp.zeros((n_nodes, n_bins), dtype=bool)
     default_left = xp.zeros(n_nodes, dtype=bool)
     left_sum = xp.zeros((n_nodes, 2), dtype=np.int64)
-    for i, (f, count) in enumerate(zip(features, n_categories)):
-        if count < 1:
+    for f, count, usable in zip(features, n_categories, allowed):
+        if count < 1 or not usable:
             continue
-        found = _feature_search(xp, hist[:, int(f), : int(count) + 1], total, allowed[i],
-                                constants, rule)
+        found = _feature_search(xp, hist[:, int(f), : int(count) + 1], total, constants, rule)
         take = found[0] > gain
         gain = xp.where(take, found[0], gain)
         feature = xp.where(take, np.int32(f), feature)
@@ -93,9 +93,9 @@ def search(xp, hist, features: np.ndarray, n_categories: np.ndarray, allowed, co
     return gain, feature, right_bins, default_left, left_sum
 
 
-def _feature_search(xp, hist, total, allowed, constants: tuple, rule: CategoryRule) -> tuple:
+def _feature_search(xp, hist, total, constants: tuple, rule: CategoryRule) -> tuple:
     """One categorical feature's best split per node: hist (N, K + 1, 2) int64 (missing bin,
-    then its K categories), total (N, 2) int64, allowed a device bool scalar. Returns gain
+    then its K categories), total (N, 2) int64. Returns gain
     (N,), right_bins (N, K + 1) bool, default_left (N,), left_sum (N, 2)."""
     inv_g, inv_h, reg_lambda, reg_alpha, mcw = constants
     n_nodes, width, _ = hist.shape
@@ -110,7 +110,7 @@ def _feature_search(xp, hist, total, allowed, constants: tuple, rule: CategoryRu
     def add(right, valid, lam):
         with_missing = xp.stack([right, right + missing], axis=2)  # missing left, then right
         candidates.append((_gains(xp, with_missing, node_total, inv_g, inv_h, lam, reg_alpha,
-                                  mcw, (valid & allowed)[..., None]), with_missing))
+                                  mcw, valid[..., None]), with_missing))
 
     onehot = K < rule.max_cat_to_onehot
     if onehot:

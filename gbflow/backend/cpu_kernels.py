@@ -467,10 +467,10 @@ _predict_margins_binned = _tree_walk(_bin_goes_left, _bin_position)
 
 
 def _category_arrays(cat_start, cat_bits):
+    """The walks' last three arguments: the sets, and whether there are any (None: none)."""
     if cat_start is None:
         return np.zeros(1, dtype=np.int32), np.zeros(1, dtype=np.uint32), False
-    return (np.asarray(cat_start, dtype=np.int32), np.asarray(cat_bits, dtype=np.uint32),
-            bool((np.asarray(cat_start) >= 0).any()))
+    return np.asarray(cat_start, dtype=np.int32), np.asarray(cat_bits, dtype=np.uint32), True
 
 
 def predict_margins(X, feature, threshold, default_left, left, right, value, tree_root, tree_group,

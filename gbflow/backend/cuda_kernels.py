@@ -488,8 +488,7 @@ def _walk_trees(name: str, rows, threshold_dtype, feature, threshold, default_le
     if not out.flags.c_contiguous:
         raise ValueError(f"{name}: out must be C-contiguous")
     grid = min(-(-n_rows // _THREADS), 65535 * 16)
-    has_categories = cat_start is not None and bool((np.asarray(
-        cat_start.get() if isinstance(cat_start, cp.ndarray) else cat_start) >= 0).any())
+    has_categories = cat_start is not None
     if not has_categories:
         cat_start, cat_bits = np.zeros(1, dtype=np.int32), np.zeros(1, dtype=np.uint32)
     arrays = _upload_small((feature, np.int32), (threshold, threshold_dtype),

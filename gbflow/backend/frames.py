@@ -13,6 +13,7 @@ import pandas as pd
 
 from .. import _dtypes
 from ..csr import CSR
+from .arrays import to_host
 
 
 def _module(data) -> str:
@@ -122,7 +123,7 @@ def observed_categories(data, columns: Sequence[str]) -> dict[str, np.ndarray]:
         categories, codes = _categories_and_codes(data, name)
         xp = _cupy() if is_cudf(data) else np
         used = xp.bincount(codes + 1, minlength=len(categories) + 1)[1:] > 0
-        values = categories.to_numpy()[np.asarray(used.get() if xp is not np else used)]
+        values = categories.to_numpy()[to_host(used)]
         kind_ok = values.dtype.kind in "iufb" or all(isinstance(v, str) for v in values)
         try:
             if not kind_ok:
@@ -187,21 +188,6 @@ def feature_matrix(data, feature_names: Sequence[str] | None = None,
     categories: {name: sorted values} for the frame's ``category`` columns, which become
     positions in those lists (``encode_categories``); each must be listed.
     """
-    wanted = list(feature_names) if feature_names is not None else column_names(data)
-    coded = category_columns(data, wanted)
-    if coded:
-        missing = [name for name in coded if name not in (categories or {})]
-        if missing:
-            raise ValueError(f"no category list for category column(s) {missing}")
-        numeric = [name for name in wanted if name not in coded]
-        X = feature_matrix(data, numeric)
-        xp = _cupy() if is_cudf(data) else np
-        out = xp.empty((len(data), len(wanted)), dtype=_dtypes.FEATURE)
-        at = {name: j for j, name in enumerate(wanted)}
-        out[:, [at[name] for name in numeric]] = X
-        for name in coded:
-            out[:, at[name]] = encode_categories(data, name, categories[name])
-        return out
     if is_sparse_matrix(data):
         return csr_from_matrix(data)
     if is_device_array(data):
@@ -210,6 +196,17 @@ def feature_matrix(data, feature_names: Sequence[str] | None = None,
         return np.ascontiguousarray(np.asarray(data, dtype=_dtypes.FEATURE))
     by_name = {str(c): c for c in data.columns}
     names = list(feature_names) if feature_names is not None else list(by_name)
+    coded = category_columns(data, names)
+    missing = [name for name in coded if name not in (categories or {})]
+    if missing:
+        raise ValueError(f"no category list for category column(s) {missing}")
+    if is_cudf(data) and coded:  # the numeric block as below, then the coded columns
+        numeric = [j for j, name in enumerate(names) if name not in coded]
+        out = _cupy().empty((len(data), len(names)), dtype=_dtypes.FEATURE)
+        out[:, numeric] = feature_matrix(data, [names[j] for j in numeric])
+        for name in coded:
+            out[:, names.index(name)] = encode_categories(data, name, categories[name])
+        return out
     if is_cudf(data):
         if not names:
             return _cupy().empty((len(data), 0), dtype=_dtypes.FEATURE)
@@ -218,7 +215,8 @@ def feature_matrix(data, feature_names: Sequence[str] | None = None,
         return data[[by_name[n] for n in names]].astype(_dtypes.FEATURE).to_cupy()
     out = np.empty((len(data), len(names)), dtype=_dtypes.FEATURE)
     for j, name in enumerate(names):
-        out[:, j] = data[by_name[name]].to_numpy(dtype=_dtypes.FEATURE, na_value=np.nan)
+        out[:, j] = encode_categories(data, name, categories[name]) if name in coded else \
+            data[by_name[name]].to_numpy(dtype=_dtypes.FEATURE, na_value=np.nan)
     return out
 
 

@@ -124,9 +124,7 @@ class JoinedPartitions:
             return
         joined = {name: categories.union(c[name] for _, c in blocks) for name in names}
         for rows, own in blocks:
-            block = inputs.DataSet(X=self.part.X[rows], label=None, weight=None,
-                                   feature_names=self.part.feature_names, categories=own)
-            categories.recode_part(block, joined)
+            categories.recode_columns(self.part.X[rows], self.part.feature_names, own, joined)
         self.part.categories = joined
 
     def row_ids(self, offsets: dict[int, int]):
