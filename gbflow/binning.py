@@ -114,7 +114,7 @@ def _empty_dense(xp, n_rows: int, n_dense: int, dtype):
 
 
 def build_stores(backend, part: BinnedPart, cuts: Cuts, routing: Routing):
-    """(dense bins (n, D), the same column by column (D, n), SparseBins or None) of one part.
+    """(dense bins (n, D), SparseBins or None) of one part.
 
     Without sparse features the dense matrix is ``part.bins`` itself. Side effect: none; the
     caller drops ``part`` afterwards, so the full binned matrix does not stay.
@@ -123,7 +123,7 @@ def build_stores(backend, part: BinnedPart, cuts: Cuts, routing: Routing):
     n = part.n_rows
     dtype = cuts.bin_dtype
     if part.csr is None and not routing.has_sparse:
-        return part.bins, xp.ascontiguousarray(part.bins.T), None
+        return part.bins, None
     common = xp.asarray(routing.common_bin)
     if part.csr is None:
         bins = part.bins
@@ -149,7 +149,7 @@ def build_stores(backend, part: BinnedPart, cuts: Cuts, routing: Routing):
         indptr = xp.zeros(n + 1, dtype=xp.int64)
         indptr[1:] = xp.cumsum(table_counts(xp, rows, n))
         sparse = SparseBins(indptr=indptr, entry_feature=features, entry_bin=entry_bins)
-        return dense, xp.ascontiguousarray(dense.T), sparse
+        return dense, sparse
     return _stores_from_csr(backend, part, cuts, routing)
 
 
@@ -220,9 +220,9 @@ def _stores_from_csr(backend, part: BinnedPart, cuts: Cuts, routing: Routing):
         feature_parts.append(ids_b.astype(feature_dtype, copy=False))
         bin_parts.append(bins_b.astype(dtype, copy=False))
     if not n_sparse:
-        return dense, xp.ascontiguousarray(dense.T), None
+        return dense, None
     indptr = xp.zeros(n + 1, dtype=xp.int64)
     indptr[1:] = xp.cumsum(row_counts)
     sparse = SparseBins(indptr=indptr, entry_feature=xp.concatenate(feature_parts),
                         entry_bin=xp.concatenate(bin_parts))
-    return dense, xp.ascontiguousarray(dense.T), sparse
+    return dense, sparse

@@ -152,7 +152,7 @@ class Booster:
         # The device trained on is a run-time choice, not part of the model: CPU and GPU training
         # of the same data give the same file, byte for byte.
         params = {k: v for k, v in self.params.to_dict(bool(self.categories)).items()
-                  if k != "device"}
+                  if k not in ("device", "device_memory_limit")}
         extra = {"categories": categories_module.to_json(self.categories)} \
             if self.categories else {}
         return {

@@ -104,9 +104,9 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                               collective=collective)
     if after_quantize is not None:  # the reductions above passed: every process has binned
         after_quantize()
-    for i, shard in enumerate(shards):
+    for shard, (i, r0, r1) in zip(shards, shardset.part_rows):
         if init_model is not None:
-            shard.margin = start_margins[i]
+            shard.margin = start_margins[i][r0:r1]
         else:
             shard.margin = xp.empty((shard.n_rows, n_groups), dtype=np.float64)
             shard.margin[:] = xp.asarray(base_margin)[None, :]
@@ -219,7 +219,10 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     booster.eval_rounds = evaluation.rounds
     booster.timings = dict(timers.seconds, total=time.perf_counter() - start)
     if keep_training_margins and not truncated:
-        booster.training_margins = [backend.to_host(s.margin) for s in shards]
+        margins = [backend.to_host(s.margin) for s in shards]  # a part's pages in order
+        booster.training_margins = [
+            np.concatenate([m for m, (i, _, _) in zip(margins, shardset.part_rows) if i == k])
+            for k in range(len(parts))]
     if hooks:
         booster = hooks.after_training(booster)
         if not isinstance(booster, Booster):

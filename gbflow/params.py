@@ -67,6 +67,10 @@ class Params:
     cat_smooth: float = 10.0
     # LightGBM's: the L2 penalty of partition splits' gains is reg_lambda + cat_l2
     cat_l2: float = 10.0
+    # dask-cuda's name: the device bytes this process's binned training data may take; above
+    # it the bins live in host pages streamed to the device level by level. None: the device's
+    # free memory (the CPU: nothing paged). Changes speed and memory, never the model.
+    device_memory_limit: int | None = None
 
     @functools.cached_property
     def loss(self) -> objectives.Objective:
@@ -161,6 +165,26 @@ def _number(name, value, kind=float):
     return kind(float(value)) if kind is float else int(float(value))
 
 
+_BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(name: str, value) -> int:
+    """A byte count from an int or a string such as "8GB", "512 MiB", "1.5e9" (dask's units:
+    KB/MB/GB decimal, KiB/MiB/GiB binary); errors name the parameter."""
+    text = str(value).strip().lower().replace(" ", "")
+    number = text.rstrip("kmgtib")
+    unit = text[len(number):]
+    try:
+        count = float(number) * _BYTE_UNITS[unit]
+    except (KeyError, ValueError):
+        raise ValueError(f"parameter {name} must be a byte count such as 8000000000 or '8GB', "
+                         f"got {value!r}") from None
+    if isinstance(value, bool) or not math.isfinite(count) or count < 1:
+        raise ValueError(f"parameter {name} must be at least 1 byte, got {value!r}")
+    return int(count)
+
+
 def make_params(user: dict | None = None, **overrides) -> Params:
     """Validate a user's parameter dict (aliases allowed) into ``Params``; errors name the
     parameter."""
@@ -216,6 +240,9 @@ def make_params(user: dict | None = None, **overrides) -> Params:
                 bound = f"lie in {interval[0]}{low}, {high}{interval[1]}"
             raise ValueError(f"parameter {name} must {bound}, got {merged[name]!r}")
         p[name] = v
+    if merged.get("device_memory_limit") is not None:
+        p["device_memory_limit"] = parse_bytes("device_memory_limit",
+                                               merged["device_memory_limit"])
     if merged.get("nthread") is not None:
         threads = _number("nthread", merged["nthread"], int)
         p["nthread"] = threads if threads > 0 else None  # XGBoost's 0, scikit-learn's -1: all

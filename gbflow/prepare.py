@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 
-from . import binning, categories, routing, sketch
+from . import _dtypes, binning, categories, routing, sketch
+from .csr import CSR
 from .shards import Shard
 from .stores import DenseStore, SparseStore
 
@@ -75,25 +77,63 @@ def _row_offset(offset):
     return int(offset) if isinstance(offset, (int, np.integer)) else np.asarray(offset, np.uint64)
 
 
+# Device bytes a training row takes besides its bins: label, margin (one output), fixed-point
+# gradients (int64 pairs), float32 gradients, two row-position arrays. The default page limit
+# leaves room for them.
+_ROW_STATE_BYTES = 8 + 8 + 16 + 8 + 8
+
+
+def page_rows(backend, params, parts: list, n_features: int, bin_dtype) -> int | None:
+    """Rows per page of this process's binned training data, or None when it stays on the
+    device whole (it fits ``params.device_memory_limit``).
+
+    The binned size is estimated before binning: every feature dense, rows padded
+    (``binning.padded_width``), or a CSR's stored entries. Pages hold half the limit each: the
+    device holds two at a time (one read, the next arriving). The default limit is the device's
+    free memory less what the rows' training state takes; the CPU's default pages nothing."""
+    limit = params.device_memory_limit
+    n_rows = sum(p.n_rows for p in parts)
+    if limit is None:
+        free = backend.device_free_bytes()
+        if free is None:
+            return None
+        limit = free - n_rows * _ROW_STATE_BYTES * max(1, params.n_groups)
+    itemsize = np.dtype(bin_dtype).itemsize
+    row_bytes = binning.padded_width(n_features, itemsize) * itemsize
+    binned = sum(p.X.nnz * (itemsize + 4) + 8 * p.n_rows if isinstance(p.X, CSR)
+                 else p.n_rows * row_bytes for p in parts)
+    if binned <= limit:
+        return None
+    return max(1, int(max(limit, 0) // 2 // row_bytes))
+
+
 def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_offsets: list,
              drop_features: bool, cuts=None):
-    """Fill ``shardset`` (empty) with one shard per part, binned with cut points computed over
-    every process's parts, the features routed into the dense and sparse stores. Returns the
-    ``Cuts``.
+    """Fill ``shardset`` (empty) with shards binned with cut points computed over every
+    process's parts, the features routed into the dense and sparse stores. Returns the ``Cuts``.
 
-    parts: this process's checked ``DataSet``s (one shard each). n_rows, max_weight: from
-    ``check_global_inputs``. row_offsets: per part the global number of its first row, or an
-    (n_i,) array of its rows' global numbers. Reductions through ``shardset.collective``, in the
-    same order on every process. Side effects: with ``drop_features`` each part's X is set to
-    None once binned (the raw matrix can be freed); the backend's cached device memory is given
-    back after the sketch and after routing. cuts: the ``Cuts`` to bin with (a model's, when
-    training continues from it) instead of sketching new ones.
+    parts: this process's checked ``DataSet``s. Each part is one shard, or, when the binned data
+    exceeds the device memory limit (``page_rows``), one shard per page of rows whose dense bins
+    live in host memory (``stores.DenseStore``, paged): the raw values then stay where they are
+    and reach the device a block (sketch) or a page (binning) at a time. Shards change speed and
+    memory, never the model. n_rows, max_weight: from ``check_global_inputs``. row_offsets: per
+    part the global number of its first row, or an (n_i,) array of its rows' global numbers.
+    Reductions through ``shardset.collective``, in the same order on every process. Side
+    effects: with ``drop_features`` each part's X is set to None once binned (the raw matrix
+    can be freed); the backend's cached device memory is given back after the sketch and after
+    routing. cuts: the ``Cuts`` to bin with (a model's, when training continues from it) instead
+    of sketching new ones.
     """
     backend, collective = shardset.backend, shardset.collective
-    device_X = [backend.asarray(p.X) for p in parts]
     weights = None if parts[0].weight is None else [backend.asarray(p.weight) for p in parts]
+    # the bins' width before any cut is known: categorical features have a bin per category
+    bin_dtype = cuts.bin_dtype if cuts is not None else _dtypes.bin_dtype(
+        max([params.max_bin] + [len(v) + 1 for v in parts[0].categories.values()]))
+    rows_per_page = page_rows(backend, params, parts, len(parts[0].feature_names), bin_dtype)
+    paged = rows_per_page is not None
+    raw = [p.X if paged else backend.asarray(p.X) for p in parts]
     if cuts is None:
-        cuts = sketch.compute_cuts(backend.xp, device_X, weights, params.max_bin,
+        cuts = sketch.compute_cuts(backend.xp, raw, weights, params.max_bin,
                                    collective=collective,
                                    block_values=backend.sketch_block_values, n_rows=n_rows,
                                    max_weight=max_weight)
@@ -103,30 +143,55 @@ def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_
                                    for name, values in parts[0].categories.items()})
     categorical = np.isin(parts[0].feature_names, list(parts[0].categories))
     shardset.categorical = categorical
-    binned = [binning.bin_part(backend, X, cuts) for X in device_X]
-    del device_X  # only the binned shards stay
+    pages = [(i, r0, min(p.n_rows, r0 + rows_per_page) if paged else p.n_rows)
+             for i, p in enumerate(parts)
+             for r0 in (range(0, max(p.n_rows, 1), rows_per_page) if paged else [0])]
+
+    def binned_page(page):
+        i, r0, r1 = page
+        X = raw[i] if not paged else raw[i].rows(r0, r1) if isinstance(raw[i], CSR) \
+            else raw[i][r0:r1]
+        return binning.bin_part(backend, backend.asarray(X), cuts)
+
+    # resident: each part binned once and kept for its stores; paged: binned once to count,
+    # again to build its stores, so no more than a page's bins are on the device at a time
+    binned = [binned_page(page) for page in pages] if not paged else [None] * len(pages)
     route = routing.Routing.all_dense(cuts.n_features)
     if params.sparse_threshold is None or params.sparse_threshold < 1.0:
         counts = collective.allreduce_sum(  # rows per (feature, bin), over every process
-            np.sum([binning.bin_counts(backend, b, cuts) for b in binned], axis=0))
+            np.sum([binning.bin_counts(backend, b if b is not None else binned_page(page), cuts)
+                    for b, page in zip(binned, pages)], axis=0))
         route = routing.decide(counts, cuts, params.sparse_threshold, keep_dense=categorical)
-    dense = DenseStore(backend, route.dense, cuts.n_value_bins[route.dense])
+    dense = DenseStore(backend, route.dense, cuts.n_value_bins[route.dense],
+                       column_copy=column_copy(), paged=paged)
     stores = [dense]
     if route.has_sparse:
         stores.append(SparseStore(backend, route.sparse, route.n_value_bins, route.common_bin,
                                   route.bin_offsets))
-    for i, p in enumerate(parts):
-        bins, by_feature, entries = binning.build_stores(backend, binned[i], cuts, route)
-        binned[i] = None
-        dense.add_shard(bins, by_feature)
+    for k, (i, r0, r1) in enumerate(pages):
+        part = binned[k] if binned[k] is not None else binned_page((i, r0, r1))
+        binned[k] = None
+        bins, entries = binning.build_stores(backend, part, cuts, route)
+        del part
+        dense.add_shard(bins)
         if entries is not None:
             stores[1].add_shard(entries)
-        shardset.shards.append(Shard(label=backend.asarray(p.label),
-                                     weight=None if weights is None else weights[i],
-                                     row_offset=_row_offset(row_offsets[i])))
+        shardset.part_rows.append((i, r0, r1))
+        p, offset = parts[i], row_offsets[i]
+        shardset.shards.append(Shard(
+            label=backend.asarray(p.label[r0:r1]),
+            weight=None if weights is None else weights[i][r0:r1],
+            row_offset=_row_offset(offset + r0 if isinstance(offset, (int, np.integer))
+                                   else np.asarray(offset)[r0:r1])))
     shardset.set_stores(stores)
     backend.free_cached_memory()  # the full binned matrix and routing's temporaries
     if drop_features:
         for p in parts:
             p.X = None
     return cuts
+
+
+def column_copy() -> bool:
+    """Whether resident dense stores keep a column-major copy of the bins beside the rows
+    (GBFLOW_COLUMN_COPY=0/1; default 1)."""
+    return os.environ.get("GBFLOW_COLUMN_COPY", "1") != "0"

@@ -62,6 +62,9 @@ class ShardSet:
         self._owner = self._local = None  # per feature: its store, its id there
         self._split_column: list = []  # per shard, the gathered split bins (several stores)
         self.categorical: np.ndarray | None = None  # (F,) bool, set with the stores (prepare)
+        # per shard (part, first row, end row): the rows of this process's part it holds (a
+        # part is one shard, or several pages)
+        self.part_rows: list[tuple[int, int, int]] = []
 
     def set_stores(self, stores: list) -> None:
         """Where the features live (every shard's data in each store). Allocates each shard's
@@ -76,8 +79,8 @@ class ShardSet:
             self._local[store.features] = np.arange(store.n_features)
         if len(stores) > 1 or self.has_categorical:
             dense = stores[0]
-            self._split_column = [self.backend.xp.zeros(shard.n_rows, dtype=dense.bins[s].dtype)
-                                  for s, shard in enumerate(self.shards)]
+            self._split_column = [self.backend.xp.zeros(shard.n_rows, dtype=dense.dtype)
+                                  for shard in self.shards]
 
     @property
     def dense(self):
@@ -148,28 +151,36 @@ class ShardSet:
 
     def split_source(self, s: int, seg_start, seg_count, feature, side_map=None) -> tuple:
         """Where the partition and margin kernels read shard s's split bins from: (a (k, n)
-        column-major bins matrix, int32 row ids into it) for the listed nodes' global split
+        bins-by-feature matrix on the device, ``split_ids``) for the listed nodes' global split
         ``feature`` (n_nodes,).
 
-        When every node splits on a dense feature: the dense store's columns and its ids.
-        Otherwise the rows' bins of their node's split feature are gathered into the shard's
-        split column, read as a (1, n) matrix with row 0. side_map: None, or (n_nodes, n_bins)
-        uint8 host (``LevelSplits.side_map``): the column then holds each row's bin mapped
-        through its node's row (0 missing, 1 left, 2 right)."""
+        When every node splits on a dense feature: the dense store's columns. Otherwise the
+        rows' bins of their node's split feature are gathered into the shard's split column,
+        read as a (1, n) matrix. side_map: None, or (n_nodes, n_bins) uint8 host
+        (``LevelSplits.side_map``): the column then holds each row's bin mapped through its
+        node's row (0 missing, 1 left, 2 right). The dense columns of a paged store are valid
+        until other shards' are read: call this right before the kernels that read it."""
+        ids = self.split_ids(feature, side_map)
         owner, local = self._owner[feature], self._local[feature]
         dense = self.dense
         if (owner == 0).all() and side_map is None:
-            return dense.by_feature[s], local
+            return dense.columns(s), ids
         column = self._split_column[s]
-        matrix, ids = dense.by_feature[s], local
+        matrix, columns_ids = dense.columns(s), local
         if not (owner == 0).all():
-            self.stores[1].gather_split_bins(s, dense.by_feature[s], self.row_index[s],
+            self.stores[1].gather_split_bins(s, matrix, self.row_index[s],
                                              seg_start, seg_count, np.where(owner == 0, local, -1),
                                              np.where(owner == 1, local, -1), column)
-            matrix, ids = column[None, :], np.zeros(len(feature), dtype=np.int32)
+            matrix, columns_ids = column[None, :], ids
         if side_map is not None:
-            self._map_sides(s, matrix, ids, seg_start, seg_count, side_map, column)
-        return column[None, :], np.zeros(len(feature), dtype=np.int32)
+            self._map_sides(s, matrix, columns_ids, seg_start, seg_count, side_map, column)
+        return column[None, :], ids
+
+    def split_ids(self, feature, side_map=None) -> np.ndarray:
+        """(n_nodes,) int32 host: each node's row of its ``split_source`` matrix."""
+        if (self._owner[feature] == 0).all() and side_map is None:
+            return self._local[feature]
+        return np.zeros(len(feature), dtype=np.int32)
 
     def _map_sides(self, s: int, matrix, ids, seg_start, seg_count, side_map, column) -> None:
         """column[row] = side_map[k, matrix[ids[k], row]] for every row of node k's segment of
@@ -210,7 +221,7 @@ class ShardSet:
                                                           side_map)
             moved = self._spare_index[s]
             left, _ = kernels.partition_and_histogram(
-                dense.bins[s], by_feature, gh[s], self.row_index[s], seg_start[s],
+                dense.rows(s), by_feature, gh[s], self.row_index[s], seg_start[s],
                 seg_count[s], store_feature, bin_threshold, default_left, small_is_left, n_bins,
                 out=out.arrays[0], dest=moved)
             if others:  # the built children's segments, for the other stores' work lists

@@ -120,27 +120,67 @@ class _Store:
 
 
 class DenseStore(_Store):
-    """The dense features' bins: per shard ``bins`` (n, D) uint8/uint16 row by row (a view of
-    a zero-padded matrix, see ``binning.padded_width``) and ``by_feature`` (D, n), the same bins
-    column by column (a row's side at a split is read from one column; histograms read whole
-    rows). D may be 0 (every feature sparse): the store still partitions the rows."""
+    """The dense features' bins, per shard (n, D) uint8/uint16 row by row: a view of a
+    zero-padded (n, W) matrix (``binning.padded_width``). Histograms read whole rows; a row's
+    side at a split is read from one feature's column (``columns``).
 
-    def __init__(self, backend, features, n_value_bins):
+    Resident (``pages`` None): each shard's bins on the device, and with ``column_copy`` also a
+    (D, n) column-major copy (the partition's reads of one feature are then contiguous; without
+    it ``columns`` is a transposed view of the rows: one binned copy of the data). Paged: each
+    shard's padded bins are a host page (``Backend.to_page``) read through the backend's
+    ``page_reader``, which keeps at most two pages on the device; the shards are then the pages.
+    D may be 0 (every feature sparse): the store still partitions the rows."""
+
+    def __init__(self, backend, features, n_value_bins, column_copy: bool = True,
+                 paged: bool = False):
         super().__init__(backend, features, n_value_bins)
-        self.bins: list = []
-        self.by_feature: list = []
+        self.column_copy = column_copy and not paged
+        self.paged = paged
+        self.dtype = None  # the bins' dtype, set by the first shard
+        self._bins: list = []  # per shard: device (n, D) views, or host padded (n, W) pages
+        self._by_feature: list = []  # per shard (D, n) column copies (column_copy)
+        self._reader = None
 
-    def add_shard(self, bins, by_feature) -> None:
-        self.bins.append(bins)
-        self.by_feature.append(by_feature)
+    def add_shard(self, bins) -> None:
+        """Shard s's (n, D) bins (a view of its padded storage, on the device or the host):
+        kept on the device, or paged to the host (the device copy can then be freed)."""
+        self.dtype = bins.dtype
+        if self.paged:
+            self._bins.append(self.backend.to_page(padded_storage(bins)))
+            self._reader = None
+            return
+        bins = self.backend.asarray(bins)
+        self._bins.append(bins)
+        if self.column_copy:
+            self._by_feature.append(self.backend.xp.ascontiguousarray(bins.T))
+
+    def rows(self, s: int):
+        """(n, D) device bins of shard s. Paged: the page in a device buffer, valid until two
+        other pages have been asked for."""
+        if not self.paged:
+            return self._bins[s]
+        if self._reader is None:
+            self._reader = self.backend.page_reader(self._bins)
+        return self._reader.get(s)[:, : self.n_features]
+
+    def columns(self, s: int):
+        """(D, n) device bins of shard s by feature: the column copy, or a transposed view of
+        ``rows(s)`` (the kernels take any strides)."""
+        return self._by_feature[s] if self.column_copy else self.rows(s).T
+
+    @property
+    def bytes_streamed(self) -> int:
+        """Bytes copied from host pages to the device so far (0 unless paged)."""
+        return getattr(self._reader, "bytes_copied", 0)
 
     def nbytes(self, s: int) -> int:
-        """Device bytes of shard s's bins (the padded storage and the column-major copy)."""
-        return nbytes_of(self.bins[s]) + nbytes_of(self.by_feature[s])
+        """Bytes of shard s's bins: the padded storage (on the device, or a host page) and the
+        column copy."""
+        return nbytes_of(self._bins[s]) + sum(nbytes_of(c) for c in self._by_feature[s:s + 1])
 
     def build_histograms(self, s, gh, row_index, seg_start, seg_count, n_bins: int):
         """(n_nodes, D, n_bins, 2) int64 device histograms of shard s's listed segments."""
-        return self.backend.kernels.build_histograms(self.bins[s], gh, row_index, seg_start,
+        return self.backend.kernels.build_histograms(self.rows(s), gh, row_index, seg_start,
                                                      seg_count, n_bins)
 
     def fill_common_bins(self, hist, totals) -> None:
@@ -150,6 +190,16 @@ class DenseStore(_Store):
         """``evaluate_splits`` on the store's histograms: five device arrays, features as
         store-local ids."""
         return self.backend.kernels.evaluate_splits(hist, self.n_value_bins, allowed, *constants)
+
+
+def padded_storage(bins):
+    """The (n, W) zero-padded matrix that (n, D) ``bins`` is the first columns of (``bins``
+    itself when it has no padding)."""
+    base = getattr(bins, "base", None)
+    if base is not None and base.ndim == 2 and base.shape[0] == bins.shape[0] and \
+            base.strides == bins.strides and base.dtype == bins.dtype:
+        return base
+    return bins
 
 
 class SparseStore(_Store):

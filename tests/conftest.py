@@ -35,7 +35,11 @@ class _OnDevice:
 
         def call(*args, **kwargs):
             def device(a):
-                return cupy.asarray(a) if isinstance(a, np.ndarray) else a
+                if not isinstance(a, np.ndarray):
+                    return a
+                if a.ndim == 2 and not a.flags.c_contiguous and a.T.flags.c_contiguous:
+                    return cupy.asarray(a.T).T  # a transposed view stays one on the device
+                return cupy.asarray(a)
 
             on_device = [device(a) for a in args]
             kw_device = {k: device(v) for k, v in kwargs.items()}

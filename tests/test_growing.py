@@ -39,7 +39,7 @@ def _shard_set(backend, bins, gh, sparse_features=(), level_plans=None) -> Shard
     shardset.shards.append(Shard(label=xp.zeros(n), weight=None, row_offset=0))
     dense_store = DenseStore(backend, dense, np.maximum(cuts_bins[dense], 1))
     block = np.ascontiguousarray(bins[:, dense].astype(np.uint8))
-    dense_store.add_shard(xp.asarray(block), xp.asarray(np.ascontiguousarray(block.T)))
+    dense_store.add_shard(xp.asarray(block))
     stores = [dense_store]
     if len(sparse):
         n_value_bins = np.maximum(cuts_bins[sparse], 1).astype(np.int32)

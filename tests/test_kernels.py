@@ -96,12 +96,20 @@ def test_quantise_gradients(kernels, n_rows, dtype):
     assert np.array_equal(expected[:, 0], np.rint(grad[:, 1] * scale_g).astype(np.int64))
 
 
+def by_feature_of(bins, layout: str):
+    """The kernels' (F, n) bins-by-feature matrix: a column-major copy, or a transposed view of
+    the row-major bins (a store without the copy: paged, or one binned copy)."""
+    return np.ascontiguousarray(bins.T) if layout == "copy" else bins.T
+
+
+@pytest.mark.parametrize("layout", ["copy", "view"])
 @pytest.mark.parametrize("n_rows,n_features,n_bins,n_nodes", CASES)
-def test_partition_and_histogram_adds_into_out(kernels, n_rows, n_features, n_bins, n_nodes):
+def test_partition_and_histogram_adds_into_out(kernels, n_rows, n_features, n_bins, n_nodes,
+                                               layout):
     rng = np.random.default_rng(17 + n_rows)
     bins, gh, row_index, start, count = random_level(rng, n_rows, n_features, n_bins, n_nodes)
     split = random_partition_split(rng, n_features, n_bins, n_nodes)
-    by_feature = np.ascontiguousarray(bins.T)
+    by_feature = by_feature_of(bins, layout)
     ref_rows = row_index.copy()
     ref_left, ref_hist = numpy_kernels.partition_and_histogram(
         bins, by_feature, gh, ref_rows, start, count, *split, n_bins)
@@ -122,15 +130,17 @@ def test_partition_and_histogram_adds_into_out(kernels, n_rows, n_features, n_bi
     assert np.array_equal(fresh, ref_hist)
 
 
+@pytest.mark.parametrize("layout", ["copy", "view"])
 @pytest.mark.parametrize("n_rows,n_features,n_bins,n_nodes", CASES)
-def test_partition_and_histogram_into_dest(kernels, n_rows, n_features, n_bins, n_nodes):
+def test_partition_and_histogram_into_dest(kernels, n_rows, n_features, n_bins, n_nodes,
+                                           layout):
     """With ``dest``, the listed segments' new order goes there (row_index untouched) and
     dest's other positions keep what they held: a grower ping-pongs between two arrays."""
     rng = np.random.default_rng(27 + n_rows)
     bins, gh, row_index, start, count = random_level(rng, n_rows, n_features, n_bins, n_nodes)
     split = random_partition_split(rng, n_features, n_bins, n_nodes)
     listed = rng.random(n_nodes) < 0.7  # the other nodes' segments are not partitioned
-    by_feature = np.ascontiguousarray(bins.T)
+    by_feature = by_feature_of(bins, layout)
     in_place = row_index.copy()
     ref_left, ref_hist = numpy_kernels.partition_and_histogram(
         bins, by_feature, gh, in_place, start[listed], count[listed],
@@ -289,15 +299,16 @@ def test_add_planned_leaf_values(kernels, constants):
     assert np.array_equal(reference, by_segments)
 
 
+@pytest.mark.parametrize("layout", ["copy", "view"])
 @pytest.mark.parametrize("constants", LEAF_CONSTANTS)
 @pytest.mark.parametrize("n_split", [0, 1, 5])
-def test_add_planned_split_values(kernels, constants, n_split):
+def test_add_planned_split_values(kernels, constants, n_split, layout):
     """The last level's leaves through their parents' splits: what add_split_leaf_values does
     with the children's weights on the sides the plan built."""
     rng = np.random.default_rng(n_split)
     n_rows, n_features, n_bins, cap = 4000, 4, 32, 8
     bins, _, row_index, start, count = random_level(rng, n_rows, n_features, n_bins, cap)
-    bins_by_feature = np.ascontiguousarray(bins.T)
+    bins_by_feature = by_feature_of(bins, layout)
     feature, threshold, default_left, built_left = random_partition_split(
         rng, n_features, n_bins, cap)
     feature, threshold = feature.astype(np.int32), threshold.astype(np.int32)
@@ -559,8 +570,9 @@ def test_add_leaf_values(kernels):
     assert np.array_equal(margin, expected) and np.all(margin[:, 0] == 0)
 
 
+@pytest.mark.parametrize("layout", ["copy", "view"])
 @pytest.mark.parametrize("n_rows,n_features,n_bins,n_nodes", CASES)
-def test_add_split_leaf_values(kernels, n_rows, n_features, n_bins, n_nodes):
+def test_add_split_leaf_values(kernels, n_rows, n_features, n_bins, n_nodes, layout):
     rng = np.random.default_rng(11 + n_rows)
     bins, _, row_index, start, count = random_level(rng, n_rows, n_features, n_bins, n_nodes)
     split = (rng.integers(0, n_features, size=n_nodes),
@@ -569,7 +581,8 @@ def test_add_split_leaf_values(kernels, n_rows, n_features, n_bins, n_nodes):
     expected = np.full(n_rows, 0.25)
     numpy_kernels.add_split_leaf_values(expected, bins.T.copy(), row_index, start, count, *split)
     got = np.full(n_rows, 0.25)
-    kernels.add_split_leaf_values(got, bins.T.copy(), row_index, start, count, *split)
+    kernels.add_split_leaf_values(got, by_feature_of(bins, layout), row_index, start, count,
+                                  *split)
     assert np.array_equal(got, expected)
     # the same as partitioning the rows and adding each child's value to its segment
     rows = row_index.copy()

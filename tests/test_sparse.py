@@ -263,7 +263,7 @@ def _stores(X, y, threshold=0.8):
     cuts = sketch.compute_cuts(np, [dataset.X], None, 256)
     part = binning.bin_part(backend, dataset.X, cuts)
     route = routing.decide(binning.bin_counts(backend, part, cuts), cuts, threshold)
-    return route, binning.build_stores(backend, part, cuts, route)[2]
+    return route, binning.build_stores(backend, part, cuts, route)[1]
 
 
 def test_entry_feature_dtype_is_int16_while_the_ids_fit():

@@ -416,15 +416,18 @@ SPLIT_CASES = [  # n_rows, n_dense, n_sparse, n_bins, n_nodes
 ]
 
 
+@pytest.mark.parametrize("layout", ["copy", "view"])
 @pytest.mark.parametrize("id_dtype", ID_DTYPES)
 @pytest.mark.parametrize("n_rows,n_dense,n_sparse,n_bins,n_nodes", SPLIT_CASES)
 def test_split_column(kernels, n_rows, n_dense, n_sparse, n_bins, n_nodes, id_dtype,
-                      monkeypatch):
+                      monkeypatch, layout):
     rng, sparse_bins, n_value_bins, s, _, row_index, start, count = _level(
         n_rows, n_sparse, n_bins, n_nodes, seed=17 + n_rows + n_bins, id_dtype=id_dtype)
     assert s["entry_feature"].dtype == id_dtype
     dtype = _dtypes.bin_dtype(n_bins)
     bins_by_feature = rng.integers(0, n_bins, size=(n_dense, n_rows)).astype(dtype)
+    if layout == "view":  # the dense store's rows read by feature (no column copy)
+        bins_by_feature = np.ascontiguousarray(bins_by_feature.T).T
     on_dense = rng.random(n_nodes) < 0.4 if n_sparse else np.ones(n_nodes, bool)
     if not n_dense:
         on_dense[:] = False

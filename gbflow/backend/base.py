@@ -20,6 +20,17 @@ class PendingCopies:
         return self._finish()
 
 
+class HostPages:
+    """Pages of binned rows read where they lie (the CPU: host memory is the device's)."""
+
+    def __init__(self, pages: list):
+        self.pages = pages
+
+    def get(self, i: int):
+        """Page ``i`` as the kernels read it."""
+        return self.pages[i]
+
+
 class Backend:
     """An array namespace ``xp`` (NumPy or CuPy) and ``kernels``, a module with the functions of
     ``numpy_kernels`` (same names and signatures) for its arrays. Core modules receive one and
@@ -82,6 +93,23 @@ class Backend:
 
     def _asarray(self, array):
         return self.to_host(array)
+
+    def to_page(self, array):
+        """A page of paged training data (``stores.DenseStore``): ``array`` (host or device) in
+        host memory the device reads fastest from (page-locked on the GPU); on the CPU the host
+        array itself (no copy when it is one)."""
+        return self.to_host(array)
+
+    def page_reader(self, pages: list):
+        """What reads ``to_page`` pages back for the kernels: ``get(i)`` gives page i on the
+        device. On the CPU the pages themselves; on the GPU each page is copied into one of two
+        device buffers, the next page's copy overlapping the kernels that read this one."""
+        return HostPages(pages)
+
+    def device_free_bytes(self) -> int | None:
+        """Bytes free on the device now, or None where training data lives in host memory (the
+        CPU: nothing is paged unless asked)."""
+        return None
 
     def fused(self, function, name: str):
         """``function`` (elementwise arithmetic on this backend's arrays, array arguments only)

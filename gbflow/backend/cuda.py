@@ -66,6 +66,27 @@ class CudaBackend(Backend):
             return super().to_host_later(arrays)
         return _copies(self.xp, arrays, pinned=None)
 
+    def to_page(self, array):
+        """``array`` copied into page-locked host memory of its own (a NumPy array of the same
+        shape and dtype): the host-to-device copies of paged training run at the bus's speed
+        from there, and asynchronously."""
+        host = np.frombuffer(self.xp.cuda.alloc_pinned_memory(max(int(array.nbytes), 1)),
+                             dtype=array.dtype, count=int(array.size)).reshape(array.shape)
+        if on_gpu(array):
+            self.xp.ascontiguousarray(array).get(out=host)
+        else:
+            host[...] = array
+        return host
+
+    def page_reader(self, pages: list):
+        return StreamedPages(self.xp, pages)
+
+    def device_free_bytes(self) -> int | None:
+        """Free bytes of the current GPU, counting what CuPy's pool holds unused."""
+        free, _ = self.xp.cuda.runtime.memGetInfo()
+        pool = self.xp.get_default_memory_pool()
+        return int(free + pool.total_bytes() - pool.used_bytes())
+
     def free_cached_memory(self) -> None:
         """Give the device memory that CuPy's pool holds but no array uses back to the GPU
         (other users of the GPU, cuDF and other processes, get it back too)."""
@@ -84,6 +105,51 @@ class CudaBackend(Backend):
                 yield
         finally:
             pool.free_all_blocks()
+
+
+class StreamedPages:
+    """Page-locked host pages read on the GPU through two device buffers.
+
+    ``get(i)`` returns page i in a device buffer (a view of the page's shape and dtype) and
+    starts copying the next page (i + 1, after the last one the first: levels and trees read the
+    pages in order) into the other buffer on a stream of its own, so that the copy overlaps the
+    kernels queued on the current stream that read page i. A copy into a buffer first waits for
+    the work queued before it (which may still read the buffer's previous page); the current
+    stream waits for a page's copy before its kernels. A page read out of order is copied then.
+    """
+
+    def __init__(self, cupy, pages: list):
+        self._cupy, self.pages = cupy, pages
+        size = max((int(p.nbytes) for p in pages), default=0)
+        self._buffers = [cupy.empty(max(size, 1), dtype=np.uint8) for _ in range(2)]
+        self._held = [-1, -1]  # the page in each buffer (or on its way there)
+        self._ready = [None, None]  # per buffer: the event after its copy
+        self._last = 1  # the buffer of the page asked for last
+        self._stream = cupy.cuda.Stream(non_blocking=True)
+        self.bytes_copied = 0
+
+    def get(self, i: int):
+        buffer = self._held.index(i) if i in self._held else self._load(i, 1 - self._last)
+        self._last = buffer
+        self._cupy.cuda.get_current_stream().wait_event(self._ready[buffer])
+        following = (i + 1) % len(self.pages)
+        if following not in self._held:
+            self._load(following, 1 - buffer)
+        page = self.pages[i]
+        return self._buffers[buffer][: page.nbytes].view(page.dtype).reshape(page.shape)
+
+    def _load(self, i: int, buffer: int) -> int:
+        runtime = self._cupy.cuda.runtime
+        free = self._cupy.cuda.get_current_stream().record()  # readers of the old page queued
+        self._stream.wait_event(free)
+        page = self.pages[i]
+        if page.nbytes:
+            runtime.memcpyAsync(self._buffers[buffer].data.ptr, page.ctypes.data, page.nbytes,
+                                runtime.memcpyHostToDevice, self._stream.ptr)
+        self._ready[buffer] = self._stream.record()
+        self._held[buffer] = i
+        self.bytes_copied += int(page.nbytes)
+        return buffer
 
 
 _pinned = threading.local()  # per thread: training tasks of one process may run side by side

@@ -263,12 +263,11 @@ def _partition(bins, bins_by_feature, gh, row_index, work, n_work, n_blocks: int
     Returns left_count (n_nodes,) int64 CuPy; hist is added into."""
     *split, small_is_left = split
     n_features = bins.shape[1]
-    n_rows_total = np.int64(bins_by_feature.shape[1])
+    columns = _columns(bins_by_feature)
     block_left = cp.empty(n_blocks, dtype=np.int64)
     itemsize = bins.itemsize
     _kernel("count_left", itemsize)((n_blocks,), (_THREADS,),
-                                    (bins_by_feature, n_rows_total, row_index, work, n_work,
-                                     *split, block_left))
+                                    (*columns, row_index, work, n_work, *split, block_left))
     left_count = cp.zeros(n_nodes, dtype=np.int64)  # nodes without rows have no block to set it
     use_shared, group, n_groups = _feature_groups(max(n_features, 1), n_bins, _HIST_THREADS * 4)
     # Wide data: partition alone, then the children's histograms from their new segments (each
@@ -282,7 +281,7 @@ def _partition(bins, bins_by_feature, gh, row_index, work, n_work, n_blocks: int
     bin_stride = _i64(bins.strides[0] // itemsize)
     _launch_shared(_kernel("scatter_and_histogram", itemsize),
                    (n_blocks, 1 if separate else n_groups), _HIST_THREADS, shared,
-                   (bins, bin_stride, bins_by_feature, n_rows_total, _i32(fused_features),
+                   (bins, bin_stride, *columns, _i32(fused_features),
                     _i32(n_bins), gh, row_index, target, work, n_work, block_left, *split,
                     small_is_left, _i32(group), _i32(use_shared), hist, left_count))
     if dest is None:
@@ -338,15 +337,14 @@ def add_planned_split_values(margin, bins_by_feature, row_index, split_start, sp
                              n_split, split_feature, split_threshold, split_default_left,
                              built_left, child_totals, child_half, inv_scale_g, inv_scale_h,
                              reg_lambda, reg_alpha, learning_rate):
-    """See ``numpy_kernels.add_planned_split_values``; CuPy arrays (bins_by_feature (D, n)
-    C-contiguous), margin may be a column view. Nothing is read back."""
+    """See ``numpy_kernels.add_planned_split_values``; CuPy arrays (bins_by_feature (D, n),
+    any strides), margin may be a column view. Nothing is read back."""
     cap = len(split_start)
     if cap == 0:
         return
-    bins_by_feature = cp.ascontiguousarray(bins_by_feature)
     _kernel("add_planned_split_values", bins_by_feature.itemsize)(
         _slot_grid(cap), (_THREADS,),
-        (margin, _margin_stride(margin), bins_by_feature, np.int64(bins_by_feature.shape[1]),
+        (margin, _margin_stride(margin), *_columns(bins_by_feature),
          _dev(row_index, _dtypes.ROW_INDEX), _dev(split_start, np.int64),
          _dev(split_count, np.int64), _dev(n_split, np.int64), _dev(split_feature, np.int32),
          _dev(split_threshold, np.int32), _dev(split_default_left, bool),
@@ -473,8 +471,7 @@ def add_split_leaf_values(margin, bins_by_feature, row_index, seg_start, seg_cou
                            (right_value, np.float64))
     _kernel("add_split_leaf_values", bins_by_feature.itemsize)(
         (len(work),), (_THREADS,),
-        (margin, _margin_stride(margin), bins_by_feature, np.int64(bins_by_feature.shape[1]),
-         row_index, work, *split))
+        (margin, _margin_stride(margin), *_columns(bins_by_feature), row_index, work, *split))
 
 
 def _walk_trees(name: str, rows, threshold_dtype, feature, threshold, default_left, left,
@@ -537,6 +534,15 @@ def _forest(feature, threshold, default_left, left, right, value, tree_root, tre
 def _grid(n: int) -> tuple[int]:
     """Blocks of a grid-stride kernel over n items (n > 0)."""
     return (min(-(-n // _THREADS), 65535 * 16),)
+
+
+def _columns(bins_by_feature) -> tuple:
+    """The kernel arguments of a (D, n) CuPy bins-by-feature matrix of any strides (D may be 0):
+    the array, its feature stride and its row stride in elements. No copy: a transposed view of
+    the row-major bins is read where it lies."""
+    size = bins_by_feature.itemsize
+    return (bins_by_feature, _i64(bins_by_feature.strides[0] // size),
+            _i64(bins_by_feature.strides[1] // size))
 
 
 def _dev(array, dtype):
@@ -678,10 +684,11 @@ def split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, 
     _check_out(out, "split_column")
     work, dense_feature, sparse_feature, common_bin = _upload(
         work, (dense_feature, np.int32), (sparse_feature, np.int32), (common_bin, np.int32))
-    bins_by_feature = _dev(bins_by_feature, out.dtype)  # (D, n_rows); D may be 0
+    if bins_by_feature.dtype != out.dtype:
+        raise TypeError(f"split_column: bins are {bins_by_feature.dtype}, out {out.dtype}")
     _sparse_kernel("split_column", out.itemsize, entry_feature.itemsize)(
         (len(work),), (_THREADS,),
-        (bins_by_feature, _i64(bins_by_feature.shape[1]), _dev(indptr, np.int64),
+        (*_columns(bins_by_feature), _dev(indptr, np.int64),
          entry_feature, _dev(entry_bin, out.dtype),
          cp.ascontiguousarray(common_bin), _dev(row_index, _dtypes.ROW_INDEX),
          cp.ascontiguousarray(work), cp.ascontiguousarray(dense_feature),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -26,7 +27,8 @@ class _Partitioned:
 @dataclasses.dataclass
 class _LastSplits:
     """Nodes split at the last level (their rows are not moved): per shard their segments, the
-    splits, and per shard the matrix their split bins are read from (``ShardSet.split_source``)."""
+    splits, and per shard what gives the matrix their split bins are read from
+    (``ShardSet.split_source``, when called)."""
 
     starts: list
     counts: list
@@ -126,10 +128,12 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed: n
             if depth + 1 == rules.max_depth:
                 # Children at the last level are leaves: their rows need not move, only their
                 # margins change.
-                sources = [shardset.split_source(s, starts[s], counts[s], feature, side_map)
-                           for s in range(n_shards)]
-                last = _LastSplits(starts, counts, sources[0][1], side_threshold, default_left,
-                                   [by_feature for by_feature, _ in sources])
+                # their split bins are read when the margins are updated (a paged store holds
+                # only the shards it is reading on the device)
+                sources = [functools.partial(_split_matrix, shardset, s, starts[s], counts[s],
+                                             feature, side_map) for s in range(n_shards)]
+                last = _LastSplits(starts, counts, shardset.split_ids(feature, side_map),
+                                   side_threshold, default_left, sources)
             else:  # queued first: the host's bookkeeping below runs while the device partitions
                 with timers("partition+histograms"):
                     children = Histograms.next_level(shardset.level_buffers, hist, n_split,
@@ -182,10 +186,14 @@ def _leaf_rows(shardset, leaves: list, last: _LastSplits | None, last_values) ->
             split_rows, by_feature = (last.starts[s], last.counts[s]), last.by_feature[s]
         else:
             split_rows = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-            by_feature = shardset.dense.by_feature[s]
+            by_feature = functools.partial(shardset.dense.columns, s)
         result.append(LeafRows(_leaves_by_array(leaves[s]), shardset.row_index[s], *split_rows,
                                *split_info, by_feature=by_feature))
     return result
+
+
+def _split_matrix(shardset, s, seg_start, seg_count, feature, side_map):
+    return shardset.split_source(s, seg_start, seg_count, feature, side_map)[0]
 
 
 def _leaves_by_array(levels: list) -> list:

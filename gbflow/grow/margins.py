@@ -15,9 +15,9 @@ class LeafRows:
     row array into the other and back, level by level, and a leaf's rows stay where its level
     left them.) Nodes split at the last level were not partitioned: their segments of
     ``row_index`` (split_start, split_count) and splits (feature, bin_threshold, default_left)
-    send each row to left_value or right_value, the row's split bin read from ``by_feature``
-    (the dense store's (D, n) columns, or a (1, n) gathered split column with ``feature`` 0).
-    Host arrays, except the row arrays and ``by_feature`` (device).
+    send each row to left_value or right_value, the row's split bin read from the matrix
+    ``by_feature()`` gives when the update runs (the dense store's (D, n) columns, or a (1, n)
+    gathered split column with ``feature`` 0). Host arrays, except the row arrays (device).
     """
 
     leaves: list
@@ -29,7 +29,7 @@ class LeafRows:
     default_left: np.ndarray
     left_value: np.ndarray
     right_value: np.ndarray
-    by_feature: object
+    by_feature: object  # () -> (k, n) device matrix
 
     def add_to(self, kernels, margin) -> None:
         """margin[row] += the value of the row's leaf, for every row (margin: (n,) float64,
@@ -37,7 +37,7 @@ class LeafRows:
         for row_index, start, count, value in self.leaves:
             kernels.add_leaf_values(margin, row_index, start, count, value)
         if len(self.split_start):
-            kernels.add_split_leaf_values(margin, self.by_feature, self.row_index,
+            kernels.add_split_leaf_values(margin, self.by_feature(), self.row_index,
                                           self.split_start, self.split_count, self.feature,
                                           self.bin_threshold, self.default_left,
                                           self.left_value, self.right_value)
@@ -54,7 +54,7 @@ class PlannedMargins:
     rows: tuple  # the shard's two row arrays: level d's rows are in rows[d % 2]
     constants: tuple  # LeafRule.constants
     shard: int
-    by_feature: object  # the shard's dense (D, n) columns
+    by_feature: object  # () -> the shard's dense (D, n) columns
 
     def add_to(self, kernels, margin) -> None:
         s = self.shard
@@ -66,7 +66,7 @@ class PlannedMargins:
             last, child = self.levels[-2], self.levels[-1]
             plan = last.plan
             kernels.add_planned_split_values(
-                margin, self.by_feature, self.rows[(len(self.levels) - 2) % 2],
+                margin, self.by_feature(), self.rows[(len(self.levels) - 2) % 2],
                 last.split_start[s][: child.half], last.split_count[s][: child.half],
                 plan["n_split"], plan["split_feature"][: child.half],
                 plan["split_threshold"][: child.half], plan["split_default_left"][: child.half],

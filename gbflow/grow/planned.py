@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -188,7 +189,7 @@ def grow_tree_planned(shardset, gh: list, scales, cuts, rules, feature_allowed: 
                             ("split_feature", "split_threshold", "split_default_left",
                              "built_left")]
             level.left = [kernels.partition_planned(
-                dense.bins[s], dense.by_feature[s], gh[s], rows[depth % 2][s], level.work[s],
+                dense.rows(s), dense.columns(s), gh[s], rows[depth % 2][s], level.work[s],
                 level.n_work[s], *split_arrays, n_bins, built.arrays[0], rows[(depth + 1) % 2][s])
                 for s in range(len(shards))]
             shardset.allreduce_histograms(built)
@@ -203,7 +204,8 @@ def grow_tree_planned(shardset, gh: list, scales, cuts, rules, feature_allowed: 
                                                 cuts, rules, group), timers)
     constants = rules.leaf.constants(scales)
     return pending, [PlannedMargins(levels, [r[s] for r in rows], constants, s,
-                                    dense.by_feature[s]) for s in range(len(shards))]
+                                    functools.partial(dense.columns, s))
+            for s in range(len(shards))]
 
 
 def _planned_tree(features, levels, fetched, scales, cuts, rules, group) -> Tree:

@@ -156,14 +156,15 @@ def _groups(xp, X, w_fixed, block_values: int, kept: dict | None = None):
         # Rows that hold every block_values-th entry start the blocks (a device search; only
         # the few block boundaries come to the host).
         marks = xp.arange(block_values, nnz, block_values, dtype=xp.int64)
-        rows = to_host(xp.searchsorted(X.indptr, marks, side="right") - 1)
+        rows = to_host(xp.searchsorted(xp.asarray(X.indptr), marks, side="right") - 1)
         bounds = np.unique(np.concatenate([[0], rows, [n_rows]])).tolist()
 
         def csr_block(r0, r1):
-            part = X.rows(r0, r1)
-            w = None if w_fixed is None else w_fixed[r0:r1][entry_rows(xp, part.indptr, part.nnz)]
+            part = X.rows(r0, r1)  # X may be in host memory: a block at a time reaches xp
+            w = None if w_fixed is None else \
+                w_fixed[r0:r1][entry_rows(xp, xp.asarray(part.indptr), part.nnz)]
             # int32 column ids (widened only where ids are built): 4 bytes an entry, not 12
-            return _Block(xp, part.data, part.indices, w)
+            return _Block(xp, xp.asarray(part.data), xp.asarray(part.indices), w)
 
         def csr_blocks():
             for r0, r1 in zip(bounds[:-1], bounds[1:]):
@@ -178,7 +179,7 @@ def _groups(xp, X, w_fixed, block_values: int, kept: dict | None = None):
         f1 = min(n_features, f0 + group)
 
         def dense_block(f0, f1, start):
-            values = X[start : start + step, f0:f1]
+            values = xp.asarray(X[start : start + step, f0:f1])  # X may be in host memory
             w = None if w_fixed is None else w_fixed[start : start + step, None]
             return _Block(xp, values, xp.arange(f0, f1, dtype=xp.int64)[None, :], w)
 

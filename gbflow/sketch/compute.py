@@ -22,7 +22,8 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
     """Exact weighted quantile cuts over all ``parts`` of every process of ``collective``.
 
     parts: non-empty list, each a (n_i, n_features) float32 array (NaN = missing) or a
-    ``csr.CSR`` (absent entries and stored NaN = missing), in the ``xp`` namespace (n_i may be 0);
+    ``csr.CSR`` (absent entries and stored NaN = missing), in the ``xp`` namespace or in host
+    memory (then read a block at a time: data larger than the device) (n_i may be 0);
     a CSR part costs time in proportion to its stored entries. weights: matching list of (n_i,)
     float arrays, or None for unit weights; a row's weight applies to each of its values.
     block_values: values per block in the summary passes. n_rows, max_weight: the row count and
@@ -56,7 +57,7 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
     fixed = [None] * len(parts) if weights is None else \
         [fixed_weights(xp, w, scale) for w in weights]
     if collective.size == 1 and n_values(parts) <= direct.DIRECT_VALUES:
-        values, offsets = direct_cuts(xp, parts, fixed, n_value_bins)
+        values, offsets = direct_cuts(xp, [_in(xp, p) for p in parts], fixed, n_value_bins)
         return Cuts(values=values, offsets=offsets, max_bin=max_bin)
 
     def merged(summaries):
@@ -85,3 +86,11 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
     values, offsets = choose_cuts(coarse, candidates, slots, middle, sub_candidates, fine,
                                   n_value_bins)
     return Cuts(values=values, offsets=offsets, max_bin=max_bin)
+
+
+def _in(xp, part):
+    """A dense part or ``CSR`` in the ``xp`` namespace (a copy when it is in host memory)."""
+    if isinstance(part, CSR):
+        return CSR(indptr=xp.asarray(part.indptr), indices=xp.asarray(part.indices),
+                   data=xp.asarray(part.data), n_cols=part.n_cols)
+    return xp.asarray(part)

@@ -6,7 +6,8 @@
 //
 // Memory layout (shared with the NumPy twins):
 //   bins             (n_rows, bin_stride) BIN_T, row-major; the first n_features columns are used
-//   bins_by_feature  (n_features, n_rows) BIN_T, the same bins column by column
+//   bins_by_feature  the same bins read by feature: element (f, row) at f * feature_stride +
+//                    row * row_stride (a column-major copy, or a transposed view of bins)
 //   gh               (n_rows, 2) int64 fixed-point [gradient, hessian]
 //   row_index        (n_rows,) int32 row positions, each node owning one contiguous segment
 //   hist             (n_nodes, n_features, n_bins, 2) int64
@@ -196,13 +197,15 @@ extern "C" __global__ void build_histograms_global(
 // same positions. A grower that ping-pongs between two row arrays passes the other one as
 // `moved` and needs no pass 3.
 
-__device__ __forceinline__ bool goes_left(const BIN_T* bins_by_feature, i64 n_rows_total, int row,
-                                          int feature, int threshold, bool default_left) {
-    int b = bins_by_feature[(i64)feature * n_rows_total + row];
+__device__ __forceinline__ bool goes_left(const BIN_T* bins_by_feature, i64 feature_stride,
+                                          i64 row_stride, int row, int feature, int threshold,
+                                          bool default_left) {
+    int b = bins_by_feature[(i64)feature * feature_stride + (i64)row * row_stride];
     return b == 0 ? default_left : b <= threshold;
 }
 
-extern "C" __global__ void count_left(const BIN_T* bins_by_feature, i64 n_rows_total,
+extern "C" __global__ void count_left(const BIN_T* bins_by_feature, i64 feature_stride,
+                                      i64 row_stride,
                                       const int* row_index, const i64* work, const i64* n_work,
                                       const int* feature, const int* bin_threshold,
                                       const bool* default_left, i64* block_left) {
@@ -214,7 +217,7 @@ extern "C" __global__ void count_left(const BIN_T* bins_by_feature, i64 n_rows_t
     bool dl = default_left[node];
     i64 count = 0;
     for (i64 p = begin + threadIdx.x; p < end; p += blockDim.x)
-        count += goes_left(bins_by_feature, n_rows_total, row_index[p], f, t, dl);
+        count += goes_left(bins_by_feature, feature_stride, row_stride, row_index[p], f, t, dl);
     for (int o = 16; o > 0; o >>= 1) count += __shfl_down_sync(0xffffffffu, count, o);
     if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = count;
     __syncthreads();
@@ -227,7 +230,8 @@ extern "C" __global__ void count_left(const BIN_T* bins_by_feature, i64 n_rows_t
 
 // Dynamic shared memory: [histogram words of the group] [tile rows of the small side (int)].
 extern "C" __global__ void scatter_and_histogram(
-        const BIN_T* bins, i64 bin_stride, const BIN_T* bins_by_feature, i64 n_rows_total,
+        const BIN_T* bins, i64 bin_stride, const BIN_T* bins_by_feature, i64 feature_stride,
+        i64 row_stride,
         int n_features, int n_bins, const i64* gh, const int* row_index, int* moved,
         const i64* work, const i64* n_work, const i64* block_left, const int* feature,
         const int* bin_threshold, const bool* default_left, const bool* small_is_left,
@@ -266,7 +270,8 @@ extern "C" __global__ void scatter_and_histogram(
         i64 p = tile + threadIdx.x;
         bool active = p < end;
         int row = active ? row_index[p] : 0;
-        bool left = active && goes_left(bins_by_feature, n_rows_total, row, f, t, dl);
+        bool left = active &&
+                    goes_left(bins_by_feature, feature_stride, row_stride, row, f, t, dl);
         bool right = active && !left;
         bool small = small_left ? left : right;
         unsigned left_mask = __ballot_sync(0xffffffffu, left);
@@ -369,7 +374,8 @@ extern "C" __global__ void add_leaf_values(double* margin, i64 margin_stride, co
 }
 
 extern "C" __global__ void add_split_leaf_values(
-        double* margin, i64 margin_stride, const BIN_T* bins_by_feature, i64 n_rows_total,
+        double* margin, i64 margin_stride, const BIN_T* bins_by_feature, i64 feature_stride,
+        i64 row_stride,
         const int* row_index, const i64* work, const int* feature, const int* bin_threshold,
         const bool* default_left, const double* left_value, const double* right_value) {
     const i64* w = work + WORK_WIDTH * blockIdx.x;
@@ -380,7 +386,7 @@ extern "C" __global__ void add_split_leaf_values(
     for (i64 p = w[1] + threadIdx.x; p < w[2]; p += blockDim.x) {
         int row = row_index[p];
         margin[(i64)row * margin_stride] +=
-            goes_left(bins_by_feature, n_rows_total, row, f, t, dl) ? lv : rv;
+            goes_left(bins_by_feature, feature_stride, row_stride, row, f, t, dl) ? lv : rv;
     }
 }
 
@@ -722,7 +728,8 @@ extern "C" __global__ void add_planned_leaf_values(
 }
 
 extern "C" __global__ void add_planned_split_values(
-        double* margin, i64 margin_stride, const BIN_T* bins_by_feature, i64 n_rows_total,
+        double* margin, i64 margin_stride, const BIN_T* bins_by_feature, i64 feature_stride,
+        i64 row_stride,
         const int* row_index, const i64* split_start, const i64* split_count,
         const i64* n_split, const int* split_feature, const int* split_threshold,
         const bool* split_default_left, const bool* built_left, const i64* child_totals,
@@ -742,6 +749,6 @@ extern "C" __global__ void add_planned_split_values(
          p += (i64)gridDim.y * blockDim.x) {
         int row = row_index[p];
         margin[(i64)row * margin_stride] +=
-            goes_left(bins_by_feature, n_rows_total, row, f, t, dl) ? left : right;
+            goes_left(bins_by_feature, feature_stride, row_stride, row, f, t, dl) ? left : right;
     }
 }

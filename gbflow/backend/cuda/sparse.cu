@@ -195,11 +195,12 @@ extern "C" __global__ void evaluate_sparse_splits(
 // ---------------------------------------------------------------------------------------------
 // split_column: one block per work item, one thread per row position of the listed segments.
 // Node k's rows get their bin of the node's split feature: a dense feature's from
-// bins_by_feature (n_dense, n_rows_total), a sparse feature's by binary search among the row's
+// bins_by_feature (element (d, row) at d * feature_stride + row * row_stride), a sparse
+// feature's by binary search among the row's
 // entries (features ascending), else the feature's common bin. Rows outside the listed segments
 // are not written.
 extern "C" __global__ void split_column(
-        const BIN_T* bins_by_feature, i64 n_rows_total, const i64* indptr,
+        const BIN_T* bins_by_feature, i64 feature_stride, i64 row_stride, const i64* indptr,
         const FEATURE_T* entry_feature, const BIN_T* entry_bin, const int* common_bin,
         const int* row_index, const i64* work, const int* dense_feature,
         const int* sparse_feature, BIN_T* out) {
@@ -207,10 +208,10 @@ extern "C" __global__ void split_column(
     i64 node = w[0], begin = w[1], end = w[2];
     int d = dense_feature[node];
     if (d >= 0) {
-        const BIN_T* column = bins_by_feature + (i64)d * n_rows_total;
+        const BIN_T* column = bins_by_feature + (i64)d * feature_stride;
         for (i64 p = begin + threadIdx.x; p < end; p += blockDim.x) {
             int row = row_index[p];
-            out[row] = column[row];
+            out[row] = column[(i64)row * row_stride];
         }
     } else {
         int s = sparse_feature[node];

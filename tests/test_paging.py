@@ -1,0 +1,200 @@
+"""Paged training (issue F8): binned pages in host memory give the model of resident training.
+
+``device_memory_limit`` below the binned size turns each part into pages of rows whose bins live
+in host memory (page-locked on the GPU) and reach the device two at a time. Paging changes speed
+and memory, never the model: every test here compares model files (and evaluation results) by
+equality with training that pages nothing. The CPU runs the same paged code with host views, so
+tiny limits that force many pages are tested here; on the GPU the pages really stream.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+
+import gbflow
+from gbflow import prepare, sketch
+from gbflow.backend import get_backend
+from gbflow.params import make_params
+
+# a limit of a few KB: pages of a few hundred rows, tens of pages per part
+TINY = 8_000
+
+
+def _data(n=6000, n_features=7, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, n_features)).astype(np.float32)
+    X[rng.random(X.shape) < 0.05] = np.nan
+    X[:, 2] = rng.integers(0, 5, n)
+    signal = X[:, 0] + np.sin(2 * np.nan_to_num(X[:, 1])) + 0.5 * (X[:, 2] == 3)
+    y = (signal + rng.normal(size=n) * 0.5 > 0).astype(np.float64)
+    return X, y, rng
+
+
+def _same(params, data, label, device, rounds=8, **kwargs):
+    """Trains without and with a tiny limit; returns both boosters after checking they agree."""
+    params = dict(params, device=device)
+    resident = gbflow.train(data, label, params, num_boost_round=rounds, verbose=False, **kwargs)
+    paged = gbflow.train(data, label, dict(params, device_memory_limit=TINY),
+                         num_boost_round=rounds, verbose=False, **kwargs)
+    assert paged.to_json() == resident.to_json()
+    assert paged.evals_result == resident.evals_result
+    assert paged.best_iteration == resident.best_iteration
+    return resident, paged
+
+
+@pytest.mark.parametrize("extra", [
+    {},
+    {"subsample": 0.7, "colsample_bytree": 0.6, "seed": 3},
+    {"objective": "multi:softprob", "num_class": 3},
+    {"objective": "reg:squarederror", "max_depth": 3, "reg_alpha": 0.5},
+])
+def test_paged_training_gives_the_resident_model(extra, device):
+    X, y, _ = _data()
+    if extra.get("num_class"):
+        y = np.digitize(X[:, 0], [-0.5, 0.5]).astype(np.float64)
+    params = {"objective": "binary:logistic", "max_depth": 5, **extra}
+    _same(params, X, y, device)
+
+
+def test_paged_training_with_weights_and_an_early_stopped_evaluation_set(device):
+    X, y, rng = _data(seed=1)
+    w = rng.random(len(y)) + 0.1
+    valid = (X[:2000], y[:2000])
+    resident, _ = _same({"objective": "binary:logistic", "eval_metric": ["logloss", "auc"]},
+                        X[2000:], y[2000:], device, rounds=60, weight=w[2000:],
+                        evals=[(valid, "valid")], early_stopping_rounds=3)
+    assert resident.best_iteration < 59  # stopping did happen (so the comparison covers it)
+
+
+def test_paged_training_of_a_sparse_one_hot_matrix_routes_as_resident_training(device):
+    """A CSR: most features become sparse entries (on the device), the dense ones paged."""
+    rng = np.random.default_rng(2)
+    n = 5000
+    onehot = sp.random(n, 200, density=0.03, format="csr", random_state=2,
+                       data_rvs=lambda k: np.ones(k)).astype(np.float32)
+    dense = sp.csr_matrix(rng.normal(size=(n, 3)).astype(np.float32))
+    X = sp.hstack([dense, onehot], format="csr")
+    y = ((np.asarray(onehot[:, :15].sum(1)).ravel() > 0) ^ (rng.random(n) < 0.1)).astype(float)
+    _same({"objective": "binary:logistic", "max_depth": 6}, X, y, device)
+
+
+def test_paged_training_with_categorical_features(device):
+    X, y, rng = _data(seed=4)
+    df = pd.DataFrame(X, columns=[f"x{i}" for i in range(X.shape[1])])
+    df["shop"] = pd.Categorical(rng.integers(0, 30, len(df)).astype(str))
+    label = y + (df["shop"].cat.codes.to_numpy() % 4 == 0)
+    _same({"objective": "reg:squarederror", "max_depth": 4}, df, label, device)
+
+
+def test_the_sketch_reads_host_data_a_block_at_a_time(device, monkeypatch):
+    """Paged training leaves the raw values in host memory: the sketch's passes (not its
+    one-sort shortcut for small data) upload a block at a time, with the same cuts."""
+    monkeypatch.setattr(sketch.direct, "DIRECT_VALUES", 0)
+    X, y, _ = _data(n=3000, seed=5)
+    _same({"objective": "binary:logistic", "max_depth": 4}, X, y, device, rounds=4)
+
+
+def test_continued_training_pages_as_the_first_part(device):
+    X, y, _ = _data(seed=6)
+    params = {"objective": "binary:logistic", "max_depth": 4, "device": device}
+    first = gbflow.train(X, y, params, num_boost_round=3, verbose=False)
+    resident = gbflow.train(X, y, params, num_boost_round=3, verbose=False, xgb_model=first)
+    paged = gbflow.train(X, y, dict(params, device_memory_limit=TINY), num_boost_round=3,
+                         verbose=False, xgb_model=first)
+    assert paged.to_json() == resident.to_json()
+
+
+def test_page_rows_pages_only_what_does_not_fit(device):
+    X, y, _ = _data(n=5000)
+    backend = get_backend(device)
+    from gbflow.inputs import DataSet
+    part = DataSet(X=X, label=y, weight=None, feature_names=[f"x{i}" for i in range(7)])
+    row_bytes = 8  # 7 uint8 bins padded to 8 bytes
+    fits = make_params({"device_memory_limit": 5000 * row_bytes})
+    assert prepare.page_rows(backend, fits, [part], 7, np.uint8) is None
+    tight = make_params({"device_memory_limit": 5000 * row_bytes - 1})
+    # two pages fit the limit at a time
+    assert prepare.page_rows(backend, tight, [part], 7, np.uint8) == (5000 * 8 - 1) // 2 // 8
+    if device == "cpu":  # the CPU pages only when asked
+        assert prepare.page_rows(backend, make_params({}), [part], 7, np.uint8) is None
+
+
+def test_pages_are_shards_in_host_memory_and_stream_in_order(device):
+    """Each page is a shard whose bins are in host memory; the training margins, page after
+    page, are the resident ones."""
+    from gbflow import boosting, inputs
+    from gbflow.shards import ShardSet
+    X, y, _ = _data(n=4000)
+    params = make_params({"objective": "binary:logistic", "max_depth": 3, "device": device})
+    backend = get_backend(device)
+    resident = boosting.fit(backend, [inputs.load(X, y)], params, 2, verbose=False,
+                            keep_training_margins=True)
+    shardset = ShardSet(backend)
+    paged = boosting.fit(backend, [inputs.load(X, y)],
+                         make_params(dict(params.to_dict(), device_memory_limit=4000)), 2,
+                         verbose=False, keep_training_margins=True, shardset=shardset)
+    assert np.array_equal(paged.training_margins[0], resident.training_margins[0])
+    dense = shardset.dense
+    assert dense.paged and len(shardset.shards) == -(-4000 // (4000 // 2 // 8))
+    assert sum(s.n_rows for s in shardset.shards) == 4000
+    assert isinstance(dense._bins[0], np.ndarray)  # host memory
+    if device == "cuda":  # every level reads every page once, in order
+        assert dense.bytes_streamed >= 2 * sum(dense.nbytes(s) for s in range(len(dense._bins)))
+
+
+def test_page_reader_gives_every_page_in_any_order(device):
+    backend = get_backend(device)
+    rng = np.random.default_rng(7)
+    pages = [backend.to_page(rng.integers(0, 255, size=(n, 8)).astype(np.uint8))
+             for n in (100, 37, 100, 0, 64)]
+    reader = backend.page_reader(pages)
+    for i in [0, 1, 2, 3, 4, 0, 0, 2, 4, 1, 3, 3, 0]:
+        assert np.array_equal(backend.to_host(reader.get(i)), pages[i])
+
+
+@pytest.mark.parametrize("value,expected", [
+    (1000, 1000), ("8GB", 8 * 10**9), ("512 MiB", 512 * 2**20), ("1.5e9", 1_500_000_000),
+    ("2kib", 2048)])
+def test_device_memory_limit_takes_dasks_spellings(value, expected):
+    assert make_params({"device_memory_limit": value}).device_memory_limit == expected
+
+
+@pytest.mark.parametrize("value", ["eight GB", "8XB", 0, -5, True, "nan"])
+def test_a_bad_device_memory_limit_names_the_parameter(value):
+    with pytest.raises(ValueError, match="device_memory_limit"):
+        make_params({"device_memory_limit": value})
+
+
+def test_the_model_file_does_not_hold_the_limit():
+    X, y, _ = _data(n=500)
+    booster = gbflow.train(X, y, {"device_memory_limit": "1GB"}, num_boost_round=2,
+                           verbose=False)
+    assert "device_memory_limit" not in booster.to_json()
+
+
+def test_paged_dask_workers_give_the_in_process_model(monkeypatch):
+    """Each of two workers pages its own shards: the model of in-process resident training."""
+    chosen = []
+    page_rows = prepare.page_rows
+    monkeypatch.setattr(prepare, "page_rows", lambda *a: chosen.append(page_rows(*a)) or
+                        chosen[-1])
+    dd = pytest.importorskip("dask.dataframe")
+    distributed = pytest.importorskip("distributed")
+    import dask
+    X, y, _ = _data(n=6000, seed=8)
+    df = pd.DataFrame(X, columns=[f"x{i}" for i in range(X.shape[1])])
+    df["y"] = y
+    parts = [df.iloc[a:b] for a, b in ((0, 2500), (2500, 4000), (4000, 6000))]
+    ddf = dd.from_delayed([dask.delayed(p.copy)() for p in parts], meta=parts[0].iloc[:0],
+                          verify_meta=False)
+    params = {"objective": "binary:logistic", "max_depth": 4, "subsample": 0.8}
+    expected = gbflow.train(df, "y", params, num_boost_round=5, verbose=False)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=":0") as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:
+        got = gbflow.train(ddf, "y", dict(params, device_memory_limit=TINY), num_boost_round=5,
+                           verbose=False, client=client)
+    assert got.to_json() == expected.to_json()
+    assert len(chosen) == 3 and chosen[0] is None and chosen[1] and chosen[2]  # workers paged
