@@ -160,11 +160,12 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
         with timers("gradients"):
             grad_hess = []
             for shard in shards:
-                g, h = objective.gradients(xp, shard.margin, shard.label, shard.weight)
+                g, h = _gradients(xp, objective, shard)
                 if params.subsample < 1.0:
                     keep = row_sample_mask(xp, shard.n_rows, shard.row_offset, params.seed,
                                            first_round + round_index, params.subsample)
-                    g, h = g * keep[:, None], h * keep[:, None]
+                    g *= keep[:, None]  # in place: the gradients are this round's own
+                    h *= keep[:, None]
                 grad_hess.append((g, h))
             largest = bounds if bounds is not None else \
                 _largest_gradients(backend, collective, grad_hess, n_groups)
@@ -175,12 +176,17 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                                 fixed_point.fixed_point_scale(float(largest[k, 1]), n_total))
                 gh = [backend.kernels.quantise_gradients(g[:, k], h[:, k], scales.g, scales.h)
                       for g, h in grad_hess]
+                if k == n_groups - 1:
+                    grad_hess = None  # quantized: the float gradients' memory serves the tree
             allowed = feature_sample(len(feature_names), params.seed, first_round + round_index,
                                      k, params.colsample_bytree)
             tree, leaf_rows = grow_tree(shardset, gh, scales, cuts, rules, allowed, k)
             with timers("margins"):
                 for shard, rows in zip(shards, leaf_rows):
                     rows.add_to(backend.kernels, shard.margin[:, k])
+            # the fixed-point gradients go now, not when the next ones are made beside them (the
+            # device's queued reads come first in stream order, so their memory may be reused)
+            gh = leaf_rows = None
             round_trees.append(tree)
         # A tree may still be on its way from the device (``PendingTree``): the previous
         # round's are built now, while the device grows this round's.
@@ -248,6 +254,27 @@ def check_continuation(model: Booster, params, feature_names: list,
     if categories is not None and set(model.categories) != set(categories):
         raise ValueError(f"xgb_model's categorical features {sorted(model.categories)} differ "
                          f"from the training data's category columns {sorted(categories)}")
+
+
+# Rows per block of the gradient computation: the losses' float64 temporaries (a few arrays the
+# size of the margins) stay a few tens of MB however many rows a shard holds.
+GRADIENT_ROWS = 1 << 21
+
+
+def _gradients(xp, objective, shard) -> tuple:
+    """(n, n_groups) float32 gradients and hessians of a shard, a block of rows at a time for
+    row-wise losses (the same values: every operation is per row)."""
+    n = shard.n_rows
+    if n <= GRADIENT_ROWS or not objective.row_wise:
+        return objective.gradients(xp, shard.margin, shard.label, shard.weight)
+    g = xp.empty((n, objective.n_groups), dtype=np.float32)
+    h = xp.empty_like(g)
+    for a in range(0, n, GRADIENT_ROWS):
+        b = min(n, a + GRADIENT_ROWS)
+        g[a:b], h[a:b] = objective.gradients(
+            xp, shard.margin[a:b], shard.label[a:b],
+            None if shard.weight is None else shard.weight[a:b])
+    return g, h
 
 
 def _largest_gradients(backend, collective, grad_hess, n_groups: int) -> np.ndarray:

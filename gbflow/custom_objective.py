@@ -42,6 +42,8 @@ class Custom(Objective):
     non-finite value stops training with an error naming the round's shard (checked on the
     host: a wait for the device every round)."""
 
+    row_wise = False
+
     def __init__(self, base: Objective, function):
         self.base, self.function = base, function
         self.name, self.default_metric = base.name, base.default_metric

@@ -18,6 +18,9 @@ class Objective:
     name = ""
     default_metric = ""
     n_groups = 1  # margins (and trees) per row and round
+    # each row's gradients depend on that row alone: they may be computed a block of rows at a
+    # time (a custom objective sees every row at once, as XGBoost's does)
+    row_wise = True
 
     @property
     def n_outputs(self) -> int:

@@ -429,13 +429,13 @@ def test_a_workers_partitions_are_joined_with_their_global_row_numbers():
                          timeout=1.0)
     parts = _partitions(df, [0, 10, 10, 40, 70, 100])  # partition 1 is empty
     offsets = {0: 0, 1: 10, 2: 10, 3: 40, 4: 70}
-    items = [(0, parts[0]), (1, parts[1]), (2, parts[2])]
+    items = [(i, len(parts[i]), parts[i]) for i in range(3)]  # (index, rows, frame)
     joined = loading.JoinedPartitions(get_backend("cpu"), spec, spec.train, 0, items)
     assert items == [] and joined.lengths == {0: 10, 1: 0, 2: 30}
     assert joined.row_ids(offsets) == 0  # adjacent, the empty one in between: one offset
     np.testing.assert_array_equal(joined.part.X, df.iloc[:40].drop(columns="y").to_numpy())
     apart = loading.JoinedPartitions(get_backend("cpu"), spec, spec.train, 0,
-                        [(2, parts[2]), (4, lambda: parts[4])])
+                        [(2, 30, parts[2]), (4, 30, lambda: parts[4])])
     ids = apart.row_ids(offsets)
     np.testing.assert_array_equal(ids, np.r_[10:40, 70:100].astype(np.uint64))
     np.testing.assert_array_equal(apart.part.label, df["y"].to_numpy()[np.r_[10:40, 70:100]])

@@ -198,3 +198,26 @@ def test_paged_dask_workers_give_the_in_process_model(monkeypatch):
                            verbose=False, client=client)
     assert got.to_json() == expected.to_json()
     assert len(chosen) == 3 and chosen[0] is None and chosen[1] and chosen[2]  # workers paged
+
+
+@pytest.mark.parametrize("params", [
+    {"objective": "binary:logistic", "scale_pos_weight": 2.0},
+    {"objective": "multi:softprob", "num_class": 3},
+    {"objective": "reg:tweedie"},
+    {"objective": "reg:pseudohubererror"},
+])
+def test_gradients_a_block_of_rows_at_a_time_give_the_same_model(params, device, monkeypatch):
+    """Row-wise losses compute their gradients in blocks of rows (bounded temporaries on large
+    shards): the model of computing them all at once."""
+    from gbflow import boosting
+    X, y, rng = _data(n=5000, seed=9)
+    if params.get("num_class"):
+        y = np.digitize(X[:, 0], [-0.5, 0.5]).astype(np.float64)
+    if params["objective"] == "reg:tweedie":
+        y = y * rng.gamma(2.0, size=len(y))
+    w = rng.random(len(y)) + 0.5
+    full = dict(params, device=device, max_depth=4)
+    whole = gbflow.train(X, y, full, num_boost_round=4, weight=w, verbose=False)
+    monkeypatch.setattr(boosting, "GRADIENT_ROWS", 999)
+    blocks = gbflow.train(X, y, full, num_boost_round=4, weight=w, verbose=False)
+    assert blocks.to_json() == whole.to_json()

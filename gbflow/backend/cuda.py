@@ -17,9 +17,10 @@ class CudaBackend(Backend):
 
     name = "cuda"
     queues_ahead = True
-    # 2**24 values per sketch block: few enough blocks that launches do not matter, small enough
-    # that the passes' temporaries (keys, ids, masks: about 20 bytes a value) stay near 0.3 GB.
-    sketch_block_values = 1 << 24
+    # 2**23 values per sketch block: few enough blocks that launches do not matter, small enough
+    # that the passes' temporaries (keys, ids, masks: about 20 bytes a value) stay near 0.17 GB
+    # (2**24 blocks made the sketch the stage of training's peak device memory).
+    sketch_block_values = 1 << 23
 
     def __init__(self):
         import cupy

@@ -101,7 +101,7 @@ def _train_in_process(ddf, evals, spec: Spec):
     items, at = [], 0
     for count in [ddf.npartitions] + [0 if frame is None else frame.npartitions
                                       for frame, _, _ in evals]:
-        items.append(list(enumerate(frames[at: at + count])))
+        items.append([(i, len(f), f) for i, f in enumerate(frames[at: at + count])])
         at += count
     del frames
     tables = [spec.train] + [table for _, table in spec.evals]
@@ -143,7 +143,14 @@ class OrderedLines:
 
 
 class _Cluster:
-    """One training run on a cluster: place, submit, watch, collect."""
+    """One training run on a cluster: compute, place, submit, watch, collect.
+
+    Every future gbflow makes is in ``_futures`` and released (``Future.release``) when ``run``
+    ends, however it ends: copies of the Python objects (in a traceback's frames, say) then
+    hold nothing on the cluster. A placed partition's future is released earlier, as soon as
+    every task reading its key has copied it, so that Dask frees it while training runs (one
+    compute gives one future per key: an evaluation set may share the training data's keys).
+    """
 
     def __init__(self, client, ddf, evals, spec: Spec):
         self.client, self.ddf, self.evals = client, ddf, evals
@@ -152,24 +159,93 @@ class _Cluster:
         self.spec = dataclasses.replace(spec, session=session, topic=f"gbflow-{session}")
         self.progress = Progress(spec.verbose, max(1, spec.num_boost_round))
         self.lines = OrderedLines()
-        self.quantized = False
         self.closed = False
+        self._lock = threading.Lock()  # events arrive on the client's event loop thread
+        self._futures: list = []  # every future of this run
+        self._placed: dict[tuple[int, int, int], object] = {}  # (rank, set, index) -> key
+        self._readers: dict[object, int] = {}  # key -> placements not yet copied
+        self._held: dict[object, object] = {}  # key -> its future, while it has readers
 
-    # -- progress events from rank 0 -------------------------------------------------------------
+    # -- gbflow's futures --------------------------------------------------------------------
+    def _hold(self, place: tuple[int, int, int], future) -> None:
+        """Partition ``place`` (rank, set, index; set 0 the training data) is read from
+        ``future``'s key."""
+        self._placed[place] = future.key
+        self._readers[future.key] = self._readers.get(future.key, 0) + 1
+        self._held[future.key] = future
+
+    def _release(self, place=None) -> None:
+        """Partition ``place`` was copied (None: every one was): release its key's future once
+        no placement still reads it. Releasing a future twice is harmless."""
+        with self._lock:
+            places = list(self._placed) if place is None else [place]
+            futures = []
+            for key in [self._placed.pop(p) for p in places if p in self._placed]:
+                self._readers[key] -= 1
+                if not self._readers[key]:
+                    del self._readers[key]
+                    futures.append(self._held.pop(key))
+        for f in futures:
+            f.release()
+
+    def _release_all(self) -> None:
+        self._release()
+        futures, self._futures = self._futures, []
+        for f in futures:
+            f.release()
+
+    # -- events from the tasks -------------------------------------------------------------------
     def _on_event(self, event) -> None:
         _, message = event
         if self.closed or not isinstance(message, dict):
             return
-        if message.get("stage") == "quantized":
-            self.quantized = True
+        stage = message.get("stage")
+        if stage == "loaded":  # a task copied one of its partitions
+            self._release((message["rank"], message["set"], message["index"]))
+        elif stage == "quantized":  # every rank binned its data (and so loaded it)
+            self._release()
         elif "line" in message:
             self.lines.put(message["seq"], message["line"])
 
     # -- the run ---------------------------------------------------------------------------------
     def run(self):
-        from distributed import wait
         client, spec = self.client, self.spec
         started = time.perf_counter()
+        try:
+            addresses, train_refs, eval_refs = self._place(*self._compute())
+            computed = time.perf_counter() - started
+            self.progress.say(f"gbflow.dask: training on {len(addresses)} worker(s)")
+            client.register_plugin(CollectivePlugin(), name=CollectivePlugin.name)
+            relay = _Relay(self._on_event)
+            client.subscribe_topic(spec.topic, relay)
+            tasks = [client.submit(train_task, spec, rank, addresses, train_refs[rank],
+                                   eval_refs[rank], key=f"gbflow-train-{spec.session}-{rank}",
+                                   workers=[address], allow_other_workers=False, pure=False)
+                     for rank, address in enumerate(addresses)]
+            self._futures.extend(tasks)  # their results (the booster) are released at the end
+            finished = False
+            try:
+                self._watch(tasks, addresses)
+                raise_first(tasks)
+                if any(t.status == "cancelled" for t in tasks):
+                    raise CollectiveError("a gbflow training task was cancelled (by another "
+                                          "client, or the cluster is closing)")
+                results = [t.result() for t in tasks]
+                finished = True
+            finally:
+                self.closed = True
+                relay.target = None
+                client.unsubscribe_topic(spec.topic)
+                if not finished:
+                    self._stop(tasks, addresses)
+        finally:
+            self._release_all()
+        return self._collect(results, computed, started)
+
+    def _compute(self):
+        """Every partition computed on the cluster, with its row count. Returns ((training
+        futures, their rows), [(evaluation futures, their rows)] per set, who holds each)."""
+        from distributed import wait
         delayed = list(self.ddf.to_delayed())
         eval_delayed = [_delayed(frame) for frame, _, _ in self.evals]
         self.progress.say(f"gbflow.dask: computing {len(delayed)} training partition(s)"
@@ -177,49 +253,38 @@ class _Cluster:
                              if eval_delayed else "") + " on the cluster")
         # One compute for every partition: inputs shared by training and evaluation sets (such
         # as a random_split) are computed once. Already persisted partitions are not recomputed.
-        futures = client.compute(delayed + [d for ds in eval_delayed for d in ds])
-        wait(futures)
-        for f in futures:
+        partitions = self.client.compute(delayed + [d for ds in eval_delayed for d in ds])
+        self._futures.extend(partitions)
+        wait(partitions)
+        for f in partitions:
             if f.status == "error":
                 f.result()  # the pipeline's own error (raises it with its traceback)
-        train_futures = futures[: len(delayed)]
-        eval_futures, at = [], len(delayed)
+        # Each partition's length, counted where it is, while it is fresh (not spilled): a
+        # task sizes its matrix from them, then reads its partitions one at a time. Pinned: an
+        # unknown task's duration counts as 0.5 s, so Dask could move a partition to count it;
+        # and after the compute, not in it (these tasks changed where Dask put the partitions).
+        who_has = self.client.who_has(partitions)
+        counts = [self.client.submit(len, f, workers=sorted(who_has.get(f.key, ())) or None,
+                                     allow_other_workers=False) for f in partitions]
+        self._futures.extend(counts)
+        rows = self.client.gather(counts)
+        for f in counts:
+            f.release()
+        train = (partitions[: len(delayed)], rows[: len(delayed)])
+        evals, at = [], len(delayed)
         for ds in eval_delayed:
-            eval_futures.append(futures[at: at + len(ds)])
+            evals.append((partitions[at: at + len(ds)], rows[at: at + len(ds)]))
             at += len(ds)
-        addresses, train_refs, eval_refs = self._place(train_futures, eval_futures, futures)
-        computed = time.perf_counter() - started
-        self.progress.say(f"gbflow.dask: training on {len(addresses)} worker(s)")
-        client.register_plugin(CollectivePlugin(), name=CollectivePlugin.name)
-        client.subscribe_topic(spec.topic, self._on_event)
-        tasks = [client.submit(train_task, spec, rank, addresses, train_refs[rank],
-                               eval_refs[rank], key=f"gbflow-train-{spec.session}-{rank}",
-                               workers=[address], allow_other_workers=False, pure=False)
-                 for rank, address in enumerate(addresses)]
-        finished = False
-        try:
-            self._watch(tasks, addresses, futures)
-            raise_first(tasks)
-            if any(t.status == "cancelled" for t in tasks):
-                raise CollectiveError("a gbflow training task was cancelled (by another client, "
-                                      "or the cluster is closing)")
-            results = [t.result() for t in tasks]
-            finished = True
-        finally:
-            self.closed = True
-            client.unsubscribe_topic(spec.topic)
-            futures.clear()
-            if not finished:
-                self._stop(tasks, addresses)
-        return self._collect(results, computed, started)
+        return train, evals, who_has
 
-    def _place(self, train_futures, eval_futures, futures):
+    def _place(self, train, evals, who_has):
         """Ranks: the workers holding training partitions (each partition trained where it is).
         Evaluation partitions go to a training worker holding them, else are copied to the one
-        with the fewest so far. Returns (addresses, training refs per rank, evaluation refs per
-        rank and set); copies are appended to ``futures`` (so they are released with the rest)."""
+        with the fewest so far. train: (futures, rows); evals: one such pair per set; who_has:
+        the partitions' holders. Returns (addresses, training refs per rank, evaluation refs per
+        rank and set); the futures are held (``_hold``) until their tasks have copied them."""
         from distributed import wait
-        who_has = self.client.who_has(train_futures + [f for fs in eval_futures for f in fs])
+        train_futures, train_rows = train
         load: dict[str, int] = {}
         owner = []
         for f in train_futures:
@@ -233,35 +298,47 @@ class _Cluster:
         addresses = sorted(load)
         rank_of = {a: r for r, a in enumerate(addresses)}
         train_refs = [[] for _ in addresses]
-        for index, (f, address) in enumerate(zip(train_futures, owner)):
-            train_refs[rank_of[address]].append(PartitionRef(index, f.key))
-        eval_refs = [[[] for _ in eval_futures] for _ in addresses]
+        for index, (f, rows, address) in enumerate(zip(train_futures, train_rows, owner)):
+            rank = rank_of[address]
+            train_refs[rank].append(PartitionRef(index, f.key, rows))
+            self._hold((rank, 0, index), f)
+        eval_refs = [[[] for _ in evals] for _ in addresses]
         eval_load = {a: 0 for a in addresses}
-        copies = []
-        for j, fs in enumerate(eval_futures):
-            for index, f in enumerate(fs):
+        copied = []  # (original, copy)
+        for j, (fs, counts) in enumerate(evals):
+            for index, (f, rows) in enumerate(zip(fs, counts)):
                 local = [a for a in sorted(who_has.get(f.key, ())) if a in rank_of]
                 chosen = min(local or addresses, key=lambda a: (eval_load[a], a))
                 eval_load[chosen] += 1
                 if not local:  # held by a worker that does not train: copy it over, once
-                    f = self.client.submit(_same, f, workers=[chosen], allow_other_workers=False,
-                                           pure=False)
-                    copies.append(f)
-                eval_refs[rank_of[chosen]][j].append(PartitionRef(index, f.key))
-        if copies:
-            wait(copies)
-            futures.extend(copies)
+                    copy = self.client.submit(_same, f, workers=[chosen],
+                                              allow_other_workers=False, pure=False)
+                    self._futures.append(copy)
+                    copied.append((f, copy))
+                    f = copy
+                rank = rank_of[chosen]
+                eval_refs[rank][j].append(PartitionRef(index, f.key, rows))
+                self._hold((rank, 1 + j, index), f)
+        if copied:
+            wait([copy for _, copy in copied])
+            for original, _ in copied:  # the copy is what training reads (and a key held by
+                original.release()      # no training worker is read by no task)
         return addresses, train_refs, eval_refs
 
-    def _watch(self, tasks, addresses, futures) -> None:
-        """Wait for the tasks; let the raw partitions go once every worker has binned its data;
-        stop at the first failed task or lost worker. Wakes when a task ends (not at the next
-        poll), and at least every ``_POLL`` seconds to look at the workers and the events."""
-        from distributed import wait
+    def _watch(self, tasks, addresses) -> None:
+        """Wait for the tasks; stop at the first failed task or lost worker. Wakes when a task
+        ends (not at the next poll), and at least every ``_POLL`` seconds to look at the
+        workers.
+
+        It waits on an event set by the tasks' done callbacks, not on ``distributed.wait`` with
+        a timeout: each timeout raised a TimeoutError, whose traceback, caught here, kept this
+        frame and ``run``'s alive until the garbage collector ran."""
+        ended = threading.Event()
+        for t in tasks:
+            t.add_done_callback(lambda _: ended.set())
         next_check = 0.0
         while True:
-            if self.quantized and futures:
-                futures.clear()  # gbflow's references to the raw partitions
+            ended.clear()  # before looking: a task ending after the look wakes the wait below
             states = [t.status for t in tasks]
             if all(s == "finished" for s in states):
                 return
@@ -283,11 +360,7 @@ class _Cluster:
                         f"worker yet, so training was stopped on the others. Run train() again: "
                         f"Dask recomputes the lost partitions")
                 next_check = now + _LIVENESS_PERIOD
-            try:
-                wait([t for t in tasks if not t.done()], timeout=_POLL,
-                     return_when="FIRST_COMPLETED")
-            except Exception:  # timed out (TimeoutError), or a task was cancelled: the states
-                pass           # above tell which, on the next pass
+            ended.wait(_POLL)
 
     def _stop(self, tasks, addresses) -> None:
         """After a failure: tell the surviving tasks to stop, then cancel them."""
@@ -314,6 +387,21 @@ class _Cluster:
         booster.timings["dask_compute"] = computed
         booster.timings["dask_total"] = time.perf_counter() - started
         return booster
+
+
+class _Relay:
+    """A run's event handler: passes the events on to ``target`` until the run sets it to None.
+    distributed keeps a topic's handler after ``unsubscribe_topic`` (2026.8 only tells the
+    scheduler), so the handler must not hold the run, and through it the user's collections (a
+    persisted frame's futures, a ``from_pandas`` frame's data), for the client's lifetime."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def __call__(self, event) -> None:
+        target = self.target
+        if target is not None:
+            target(event)
 
 
 def _same(frame):

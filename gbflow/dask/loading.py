@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import traceback
 
 import numpy as np
 
@@ -69,50 +70,60 @@ def first_error(collective, errors: list[tuple[tuple, BaseException]]):
 class JoinedPartitions:
     """One collection's partitions on this process, checked and joined into one part.
 
-    Partitions are loaded one at a time and copied into a single (rows, features) float32 matrix
+    Partitions are read one at a time and copied into a single (rows, features) float32 matrix
     (on the backend's device), so that only one raw partition's float32 copy exists at a time
-    besides
-    the joined matrix, and training sees one shard per worker (a shard per partition would cost a
-    kernel call per partition and level). errors: (sort key, exception) of partitions that failed
-    their checks. lengths: {partition index: rows}. raw_bytes: the partitions' size.
+    besides the joined matrix, and training sees one shard per worker (a shard per partition would
+    cost a kernel call per partition and level). Nothing of a partition is kept once it is copied
+    (its labels and weights are copied too: they would be views of the partition's memory), and
+    ``released`` is told, so that the driver can let Dask drop it while the next ones load.
+    errors: (sort key, exception) of partitions that failed their checks. lengths: {partition
+    index: rows}. raw_bytes: the partitions' size.
     """
 
-    def __init__(self, backend, spec: Spec, table: Table, key: int, items: list):
-        """items: (partition index, frame) pairs, frames as pandas/cuDF partitions or callables
-        returning one; the list is emptied (the frames are let go as they are converted)."""
+    def __init__(self, backend, spec: Spec, table: Table, key: int, items: list, released=None):
+        """items: (partition index, rows, frame) triples, a frame as a pandas/cuDF partition or a
+        callable returning one (called when its turn comes: the matrix is sized from ``rows``
+        first); the list is emptied as the frames are converted. released(index): called once
+        partition ``index`` is let go (converted, or failed its checks)."""
         self.spec, self.errors, self.lengths, self.raw_bytes = spec, [], {}, 0
-        frames = [(i, f() if callable(f) else f) for i, f in items]
-        items.clear()
-        total = sum(len(f) for _, f in frames)
+        total = sum(rows for _, rows, _ in items)
         xp = backend.xp
         X = xp.empty((total, len(spec.features)), dtype=np.float32)
-        labels, weights, self.runs, at = [], [], [], 0  # runs: (partition index, rows)
+        label = np.empty(total, dtype=np.float64)
+        weight = None if spec.weight is None else np.empty(total, dtype=np.float64)
+        self.runs, at = [], 0  # runs: (partition index, rows)
         blocks = []  # per partition (its rows of X, its categories): joined onto one list below
-        for position in range(len(frames)):
-            index, frame = frames[position]
-            frames[position] = None  # the loop holds the only reference: let it go when done
+        items.reverse()  # popped from the end: the list holds only the partitions still to come
+        while items:
+            index, rows, frame = items.pop()
             try:
+                frame = frame() if callable(frame) else frame
                 self.raw_bytes += raw_bytes(frame)
+                if len(frame) != rows:
+                    raise CollectiveError(
+                        f"{table.what} partition {index} has {len(frame)} rows where {rows} were "
+                        f"counted when it was computed (was it recomputed differently?)")
                 part = load_partition(frame, index, table, spec)
             except Exception as e:  # reported once every process agrees on the first error
+                # The traceback's frames would keep the partition alive (a local of each).
+                traceback.clear_frames(e.__traceback__)
                 self.errors.append(((key, index), e))
                 continue
             finally:
                 del frame
+                if released is not None:
+                    released(index)
             X[at: at + part.n_rows] = backend.asarray(part.X)
             blocks.append((slice(at, at + part.n_rows), part.categories))
-            # Host copies (np.concatenate below copies): nothing keeps the partition alive.
-            labels.append(backend.to_host(part.label))
-            if part.weight is not None:
-                weights.append(backend.to_host(part.weight))
+            label[at: at + part.n_rows] = backend.to_host(part.label)
+            if weight is not None:
+                weight[at: at + part.n_rows] = backend.to_host(part.weight)
             self.lengths[index] = part.n_rows
             self.runs.append((index, part.n_rows))
             at += part.n_rows
             del part
         self.part = inputs.DataSet(
-            X=X[:at], label=np.concatenate(labels) if labels else np.zeros(0),
-            weight=None if spec.weight is None else (
-                np.concatenate(weights) if weights else np.zeros(0)),
+            X=X[:at], label=label[:at], weight=None if weight is None else weight[:at],
             feature_names=list(spec.features), label_name=spec.label, weight_name=spec.weight)
         self._join_categories(blocks)
 

@@ -9,11 +9,12 @@ from ..params import Params
 
 @dataclasses.dataclass(frozen=True)
 class PartitionRef:
-    """Partition ``index`` of a collection, held under Dask key ``key`` (on the task's worker,
-    unless the driver could not place it there)."""
+    """Partition ``index`` of a collection, held under Dask key ``key`` on the task's worker, with
+    ``rows`` rows (counted when it was computed: the task sizes its matrix before reading any)."""
 
     index: int
     key: object
+    rows: int
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The training task each worker runs: partitions loaded, ranks agreed, ``boosting.fit`` run."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import time
@@ -49,13 +50,20 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
             opening = open_nccl(backend, collective, rank)  # opens while partitions load
             stages.done("start communicator")
 
-            def supply(ref, what):
-                return lambda: fetch(worker, ref, what)
+            def items(refs, what) -> list:
+                return [(r.index, r.rows, functools.partial(fetch, worker, r, what))
+                        for r in refs]
+
+            def released(collection: int):
+                """Tell the driver that a partition is copied: it lets go of its future, so
+                Dask frees the raw partition (unless the user holds it) while others load."""
+                return lambda index: worker.log_event(spec.topic, {
+                    "stage": "loaded", "rank": rank, "set": collection, "index": index})
 
             train = JoinedPartitions(backend, spec, spec.train, 0,
-                           [(r.index, supply(r, spec.train.what)) for r in train_refs])
+                                     items(train_refs, spec.train.what), released(0))
             evals = [JoinedPartitions(backend, spec, table, 1 + j,
-                            [(r.index, supply(r, table.what)) for r in eval_refs[j]])
+                                      items(eval_refs[j], table.what), released(1 + j))
                      if table is not None else None
                      for j, (_, table) in enumerate(spec.evals)]
             stages.done("load partitions")
