@@ -31,26 +31,25 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     """The boosting loop over this process's parts, with every cross-part reduction done by
     ``shardset``'s collective. Inputs are already validated (each part on its own).
 
-    parts: non-empty list of ``inputs.DataSet`` (one shard each; 0-row parts are allowed), the
-    same feature names and label/weight presence everywhere. params: validated ``Params``.
-    evals: (DataSet or list of DataSet, name) pairs; a list holds this process's parts of the set
-    (possibly none); ``evaluation.TRAINING`` as data stands for the training data. options:
-    ``evaluation.EvalOptions`` (metrics every round, no early stopping by default). shardset:
-    an empty ``ShardSet`` whose collective reaches the other processes (default: this process
-    only). row_offsets: global row number of each part's first
-    row (default: the parts one after the other from 0), or for a part whose rows are not
-    numbered consecutively an (n_i,) uint64 array of its rows' global numbers; row sampling
-    follows them. drop_features: set each part's X to None once binned, so the raw float32
-    matrix can be freed. emit: where progress lines go (default stderr). after_quantize: called
-    without arguments once every process has binned its parts (the Dask driver then lets the raw
-    partitions go). objective: an ``Objective`` in place of ``params.loss`` (``obj=``'s
-    ``custom_objective.Custom``). init_model: a ``Booster`` to continue (XGBoost's
-    ``xgb_model``): its cuts, base margin and trees are kept, every margin starts from its
-    predictions, row and feature sampling continue from its round count, and the result holds
-    its trees followed by the new ones; on the same data and parameters the same model as one
-    run of all the rounds. callbacks: ``callback.TrainingCallback`` instances, run on the host
-    in order (then each round is evaluated as it ends). Every process must call ``fit`` with
-    the same params, round count and evaluation set names, and gets the same model.
+    parts: non-empty list of ``inputs.DataSet`` (one shard each; 0-row parts are allowed), the same
+    feature names and label/weight presence everywhere. params: validated ``Params``. evals:
+    (DataSet or list of DataSet, name) pairs; a list holds this process's parts of the set (possibly
+    none); ``evaluation.TRAINING`` as data stands for the training data. options:
+    ``evaluation.EvalOptions`` (metrics every round, no early stopping by default). shardset: an
+    empty ``ShardSet`` whose collective reaches the other processes (default: this process only).
+    row_offsets: global row number of each part's first row (default: the parts one after the other
+    from 0), or for a part whose rows are not numbered consecutively an (n_i,) uint64 array of its
+    rows' global numbers; row sampling follows them. drop_features: set each part's X (training and
+    held-out parts) to None once binned, so the raw float32 matrices can be freed. emit: where
+    progress lines go (default stderr). after_quantize: called without arguments once every process
+    has binned its parts (the Dask driver then lets the raw partitions go). objective: an
+    ``Objective`` in place of ``params.loss`` (``obj=``'s ``custom_objective.Custom``). init_model:
+    a ``Booster`` to continue (XGBoost's ``xgb_model``): its cuts, base margin and trees are kept,
+    every margin starts from its predictions, row and feature sampling continue from its round
+    count, and the result holds its trees followed by the new ones; on the same data and parameters
+    the same model as one run of all the rounds. callbacks: ``callback.TrainingCallback`` instances,
+    run on the host in order (then each round is evaluated as it ends). Every process must call
+    ``fit`` with the same params, round count and evaluation set names, and gets the same model.
 
     The model depends only on the rows of the concatenated parts (over all processes), not on how
     they are split into parts or processes, nor (without ``subsample``, whose draws follow the
@@ -114,6 +113,10 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     eval_sets = [EvalSet(backend, name, base_margin, w, shards=shards) if d is TRAINING else
                  EvalSet(backend, name, base_margin, w, parts=e, cuts=cuts, forest=forest)
                  for (d, _), (e, name, w) in zip(evals, eval_parts)]
+    if drop_features:  # the held-out sets hold their rows binned now: the raw matrices may go
+        for e, _, _ in eval_parts:
+            for part in e:
+                part.X = None
     evaluation = Evaluation(backend, eval_sets, sizes.eval_rows, sizes.eval_max_weights,
                             objective, metric_list, options, collective, num_boost_round)
     progress = Progress(verbose, num_boost_round, emit)

@@ -221,3 +221,20 @@ def test_gradients_a_block_of_rows_at_a_time_give_the_same_model(params, device,
     monkeypatch.setattr(boosting, "GRADIENT_ROWS", 999)
     blocks = gbflow.train(X, y, full, num_boost_round=4, weight=w, verbose=False)
     assert blocks.to_json() == whole.to_json()
+
+
+def test_held_out_sets_let_their_raw_matrix_go_once_binned(device):
+    """With drop_features (gbflow.train, Dask workers) the evaluation sets' float32 matrices go
+    once binned, as the training data's do; the model and the evaluation are the same."""
+    from gbflow import boosting, inputs
+    X, y, _ = _data(n=3000, seed=10)
+    params = make_params({"objective": "binary:logistic", "max_depth": 3, "device": device})
+    backend = get_backend(device)
+    results = []
+    for drop in (False, True):
+        train, valid = inputs.load(X[:2000], y[:2000]), inputs.load(X[2000:], y[2000:])
+        booster = boosting.fit(backend, [train], params, 5, evals=[(valid, "valid")],
+                               verbose=False, drop_features=drop)
+        assert (valid.X is None) == drop and (train.X is None) == drop
+        results.append((booster.to_json(), booster.evals_result))
+    assert results[0] == results[1]
