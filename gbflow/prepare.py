@@ -73,8 +73,19 @@ def check_global_inputs(collective, parts, eval_sets, metric_list,
     return GlobalSizes(int(n_rows), float(largest), [int(c) for c in counts], max_weights)
 
 
-def _row_offset(offset):
-    return int(offset) if isinstance(offset, (int, np.integer)) else np.asarray(offset, np.uint64)
+def _row_offset(offset, r0: int, r1: int):
+    """The global row numbering of rows r0..r1-1 of a part numbered by ``offset`` (its first
+    row's number, or an array of every row's)."""
+    if isinstance(offset, (int, np.integer)):
+        return int(offset) + r0
+    return np.asarray(offset, np.uint64)[r0:r1]
+
+
+def _rows(X, r0: int, r1: int):
+    """Rows r0..r1-1 of a dense matrix or ``CSR`` (X itself when that is all of it)."""
+    if (r0, r1) == (0, X.shape[0]):
+        return X
+    return X.rows(r0, r1) if isinstance(X, CSR) else X[r0:r1]
 
 
 # Device bytes a training row takes besides its bins: label, margin (one output), fixed-point
@@ -90,14 +101,17 @@ def page_rows(backend, params, parts: list, n_features: int, bin_dtype) -> int |
     The binned size is estimated before binning: every feature dense, rows padded
     (``binning.padded_width``), or a CSR's stored entries. Pages hold half the limit each: the
     device holds two at a time (one read, the next arriving). The default limit is the device's
-    free memory less what the rows' training state takes; the CPU's default pages nothing."""
+    free memory less what the rows' training state takes (at least a quarter of it); the CPU's
+    default pages nothing."""
     limit = params.device_memory_limit
     n_rows = sum(p.n_rows for p in parts)
     if limit is None:
         free = backend.device_free_bytes()
         if free is None:
             return None
-        limit = free - n_rows * _ROW_STATE_BYTES * max(1, params.n_groups)
+        # at least a quarter of what is free: a device too full for the rows' state still
+        # pages in large pages (training may then run out of memory, saying so)
+        limit = max(free - n_rows * _ROW_STATE_BYTES * max(1, params.n_groups), free // 4)
     itemsize = np.dtype(bin_dtype).itemsize
     row_bytes = binning.padded_width(n_features, itemsize) * itemsize
     binned = sum(p.X.nnz * (itemsize + 4) + 8 * p.n_rows if isinstance(p.X, CSR)
@@ -149,9 +163,7 @@ def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_
 
     def binned_page(page):
         i, r0, r1 = page
-        X = raw[i] if not paged else raw[i].rows(r0, r1) if isinstance(raw[i], CSR) \
-            else raw[i][r0:r1]
-        return binning.bin_part(backend, backend.asarray(X), cuts)
+        return binning.bin_part(backend, backend.asarray(_rows(raw[i], r0, r1)), cuts)
 
     # resident: each part binned once and kept for its stores; paged: binned once to count,
     # again to build its stores, so no more than a page's bins are on the device at a time
@@ -177,12 +189,9 @@ def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_
         if entries is not None:
             stores[1].add_shard(entries)
         shardset.part_rows.append((i, r0, r1))
-        p, offset = parts[i], row_offsets[i]
-        shardset.shards.append(Shard(
-            label=backend.asarray(p.label[r0:r1]),
-            weight=None if weights is None else weights[i][r0:r1],
-            row_offset=_row_offset(offset + r0 if isinstance(offset, (int, np.integer))
-                                   else np.asarray(offset)[r0:r1])))
+        shardset.shards.append(Shard(label=backend.asarray(parts[i].label[r0:r1]),
+                                     weight=None if weights is None else weights[i][r0:r1],
+                                     row_offset=_row_offset(row_offsets[i], r0, r1)))
     shardset.set_stores(stores)
     backend.free_cached_memory()  # the full binned matrix and routing's temporaries
     if drop_features:

@@ -176,7 +176,8 @@ class DenseStore(_Store):
     def nbytes(self, s: int) -> int:
         """Bytes of shard s's bins: the padded storage (on the device, or a host page) and the
         column copy."""
-        return nbytes_of(self._bins[s]) + sum(nbytes_of(c) for c in self._by_feature[s:s + 1])
+        copy = nbytes_of(self._by_feature[s]) if self.column_copy else 0
+        return nbytes_of(self._bins[s]) + copy
 
     def build_histograms(self, s, gh, row_index, seg_start, seg_count, n_bins: int):
         """(n_nodes, D, n_bins, 2) int64 device histograms of shard s's listed segments."""

@@ -238,3 +238,29 @@ def test_held_out_sets_let_their_raw_matrix_go_once_binned(device):
         assert (valid.X is None) == drop and (train.X is None) == drop
         results.append((booster.to_json(), booster.evals_result))
     assert results[0] == results[1]
+
+
+def test_the_default_limit_is_the_devices_free_memory_less_the_rows_state():
+    """A device's default limit: its free memory less ~48 bytes a row of training state, but
+    at least a quarter of what is free (a nearly full device pages in large pages, never in
+    pages of a row)."""
+    from gbflow.inputs import DataSet
+
+    class Device:
+        def __init__(self, free):
+            self.free = free
+
+        def device_free_bytes(self):
+            return self.free
+
+    X, y, _ = _data(n=5000)
+    part = DataSet(X=X, label=y, weight=None, feature_names=[f"x{i}" for i in range(7)])
+    params = make_params({})
+    row_bytes = 256  # 200 features, padded: the bins outweigh the rows' state
+    roomy = 5000 * row_bytes + 5000 * prepare._ROW_STATE_BYTES  # the bins and the state fit
+    assert prepare.page_rows(Device(roomy), params, [part], 200, np.uint8) is None
+    assert prepare.page_rows(Device(roomy - 1), params, [part], 200, np.uint8) == \
+        (5000 * row_bytes - 1) // 2 // row_bytes
+    # nearly full: the state alone is more than is free; pages of a quarter of it, not of a row
+    assert prepare.page_rows(Device(100_000), params, [part], 200, np.uint8) == \
+        100_000 // 4 // 2 // row_bytes
