@@ -54,8 +54,9 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     (and at the last) instead of every round.
 
     early_stopping_rounds: stop when the watched metric, on the last pair of ``evals``, has not
-    improved for that many rounds; the model keeps the trees up to its best round
-    (``best_iteration``, 0-based, and ``best_score``). The watched metric is
+    improved for that many rounds; the model keeps every round trained and records its best
+    (``best_iteration``, 0-based, and ``best_score``): prediction stops at the best round unless
+    given an ``iteration_range``, as XGBoost's scikit-learn models do. The watched metric is
     ``early_stopping_metric`` or else the last metric (a custom metric's, when there is one);
     ``maximize`` says whether larger is better (default: the metric's own direction: auc and
     aucpr up, the others down; for a custom name, XGBoost's rule: names starting with auc, pre,

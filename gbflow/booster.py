@@ -8,7 +8,7 @@ import secrets
 import numpy as np
 
 from . import categories as categories_module
-from . import inputs, predictor
+from . import explain, inputs, model_tables, predictor, xgboost_format
 from .backend import backend_for, frames
 from .cuts import Cuts
 from .params import Params, make_params
@@ -45,7 +45,7 @@ class Booster:
         self.evals_result: dict = {}
         self.timings: dict = {}
         self._objective = params.loss
-        self._forest = None
+        self._forests: dict = {}  # (first tree, end tree) -> predictor.FlatForest
 
     # -- shape -----------------------------------------------------------------------------
     @property
@@ -85,41 +85,126 @@ class Booster:
         inputs.check_features(X, self.feature_names, "prediction data")
         return X
 
-    def _predict(self, data, output_margin: bool, name: str, passengers_allowed: bool):
+    def _tree_range(self, iteration_range) -> tuple[int, int]:
+        """The trees [first, end) of ``iteration_range`` (rounds, XGBoost's meaning: (0, 0) is
+        every round); None: up to the best round when early stopping ran, else every round."""
+        rounds = self.num_boosted_rounds()
+        if iteration_range is None:
+            begin, end = 0, rounds if self.best_iteration is None else self.best_iteration + 1
+        else:
+            try:
+                begin, end = (int(r) for r in iteration_range)
+            except (TypeError, ValueError):
+                raise TypeError(f"iteration_range must be a pair of round numbers (begin, end), "
+                                f"got {iteration_range!r}") from None
+            end = rounds if (begin, end) == (0, 0) else end
+            if not 0 <= begin < end <= rounds:
+                raise ValueError(f"iteration_range {tuple(iteration_range)} is outside the "
+                                 f"model's rounds: it needs 0 <= begin < end <= {rounds}")
+        return begin * self.n_groups, end * self.n_groups
+
+    def _forest(self, trees: tuple[int, int]) -> predictor.FlatForest:
+        if trees not in self._forests:
+            self._forests[trees] = predictor.FlatForest.from_trees(self.trees[slice(*trees)])
+        return self._forests[trees]
+
+    def _cover(self, trees: tuple[int, int]) -> np.ndarray:
+        """(n_nodes,) float64 hessian sums of the nodes of the forest of ``trees``."""
+        chosen = self.trees[slice(*trees)]
+        return np.concatenate([t.cover for t in chosen]) if chosen else np.empty(0)
+
+    def output_columns(self, name: str = "prediction", output_margin: bool = False,
+                       kind: str = "value", iteration_range=None) -> list[str]:
+        """The column names ``predict`` gives a frame for these options (kind: "value",
+        "leaf", "contribs" or "approx_contribs")."""
+        if kind == "leaf":
+            first, end = self._tree_range(iteration_range)
+            return [f"tree_{t}" for t in range(first, end)]
+        if kind in ("contribs", "approx_contribs"):
+            names = [*self.feature_names, "bias"]
+            return names if self.n_groups == 1 else \
+                [f"{c}_{k}" for k in range(self.n_groups) for c in names]
+        width = self.output_width(output_margin)
+        return [name] if width == 1 else [f"{name}_{k}" for k in range(width)]
+
+    def _predict(self, data, output_margin: bool, name: str, passengers_allowed: bool,
+                 kind: str = "value", iteration_range=None):
         X = self._features(data, passengers_allowed)
         backend = backend_for(X)  # predict where the data lives
-        if self._forest is None:
-            self._forest = predictor.FlatForest.from_trees(self.trees)
-        margin = predictor.predict_margin(backend, X, self._forest, self.base_margin)
-        values = margin if self.n_groups > 1 else margin[:, 0]
-        if not output_margin:
-            values = self._objective.transform(backend.xp, margin)
-        return frames.wrap_prediction(values, data, name)
+        trees = self._tree_range(iteration_range)
+        forest = self._forest(trees)
+        if kind == "value":
+            margin = predictor.predict_margin(backend, X, forest, self.base_margin)
+            values = margin if self.n_groups > 1 else margin[:, 0]
+            if not output_margin:
+                values = self._objective.transform(backend.xp, margin)
+            return frames.wrap_prediction(values, data, name)
+        X = frames.dense_rows(X)
+        columns = self.output_columns(name, output_margin, kind, iteration_range)
+        if kind == "leaf":
+            return frames.wrap_columns(explain.leaf_indices(backend, X, forest), data, columns)
+        cover = self._cover(trees)
+        if kind == "interactions":
+            values = explain.interactions(backend, X, forest, cover, self.base_margin)
+            return values[:, 0] if self.n_groups == 1 else values
+        values = explain.contributions(backend, X, forest, cover, self.base_margin,
+                                       approximate=kind == "approx_contribs")
+        if not frames.is_frame(data):
+            return values[:, 0] if self.n_groups == 1 else values
+        return frames.wrap_columns(values.reshape(len(values), -1), data, columns)
 
-    def predict(self, data, output_margin: bool = False, name: str = "prediction"):
-        """Predictions for ``data``.
+    def predict(self, data, output_margin: bool = False, name: str = "prediction", *,
+                pred_leaf: bool = False, pred_contribs: bool = False,
+                approx_contribs: bool = False, pred_interactions: bool = False,
+                iteration_range=None):
+        """Predictions for ``data``, or their explanations.
 
-        data: pandas DataFrame (its columns must be the training features; the training label and
-        weight columns may be present too) or a 2-D array with the features in training order.
-        Returns a pandas Series with data's index (a DataFrame with one column per class for
-        multi:softprob) for frames, a NumPy array (n,) or (n, n_classes) for arrays. Values are
+        data: pandas or cuDF DataFrame (its columns must be the training features; the training
+        label and weight columns may be present too), a 2-D NumPy/CuPy array with the features in
+        training order, or a scipy/CuPy sparse matrix. Computed on the data's device.
+
+        Returns a Series with data's index (a DataFrame with one column per class for
+        multi:softprob) for frames, an array (n,) or (n, n_classes) for arrays. Values are
         probabilities for the classification objectives, or raw margins with ``output_margin``.
         A Dask DataFrame gives a lazy Dask Series/DataFrame with its index and divisions
         (``gbflow.dask.predict``).
+
+        XGBoost's options (one at a time):
+
+        - ``pred_contribs``: exact TreeSHAP values: an array (n, F + 1) ((n, n_groups, F + 1)
+          for several classes), the last column the bias (base margin plus the trees' expected
+          value), summing to the margin; a frame of columns ``<feature>``/``bias`` (with
+          ``_<class>`` appended for several classes) for frame input. With ``approx_contribs``,
+          Saabas's path attribution instead (faster, not consistent).
+        - ``pred_interactions``: SHAP interaction values, an array (n, [n_groups,] F + 1, F + 1)
+          on the data's device for any input (symmetric; [i, i] is feature i's value less its
+          interactions; everything sums to the margin).
+        - ``pred_leaf``: the leaf (node id within its tree, as in the model file) each row reaches
+          in each tree: int32 (n, n_trees), or a frame of ``tree_<t>`` columns.
+
+        iteration_range: (begin, end) rounds to use, half open; (0, 0) every round. Default: up
+        to ``best_iteration`` when training stopped early (the model keeps the later rounds,
+        reachable with an explicit range), else every round.
         """
+        kind = _explain_kind(output_margin, pred_leaf, pred_contribs, approx_contribs,
+                             pred_interactions)
         if inputs.is_dask_collection(data):
             from .dask import predict as dask_predict
-            return dask_predict.predict(self, data, output_margin, name)
-        return self._predict(data, output_margin, name, passengers_allowed=False)
+            return dask_predict.predict(self, data, output_margin, name, kind, iteration_range)
+        return self._predict(data, output_margin, name, passengers_allowed=False, kind=kind,
+                             iteration_range=iteration_range)
 
-    def transform(self, data, name: str = "prediction", output_margin: bool = False):
+    def transform(self, data, name: str = "prediction", output_margin: bool = False, *,
+                  iteration_range=None):
         """``data`` with the prediction column(s) appended (a new frame; columns other than the
         features ride along untouched). For arrays, the prediction is appended as last column(s).
-        A Dask DataFrame gives a lazy Dask DataFrame (``gbflow.dask.predict.transform``)."""
+        A Dask DataFrame gives a lazy Dask DataFrame (``gbflow.dask.predict.transform``).
+        iteration_range as in ``predict``."""
         if inputs.is_dask_collection(data):
             from .dask import predict as dask_predict
-            return dask_predict.transform(self, data, name, output_margin)
-        prediction = self._predict(data, output_margin, name, passengers_allowed=True)
+            return dask_predict.transform(self, data, name, output_margin, iteration_range)
+        prediction = self._predict(data, output_margin, name, passengers_allowed=True,
+                                   iteration_range=iteration_range)
         return frames.append_prediction(data, prediction)
 
     # -- importances -----------------------------------------------------------------------
@@ -146,6 +231,24 @@ class Booster:
             values = {"gain": gain / splits, "total_gain": gain, "split": splits,
                       "cover": cover / splits, "total_cover": cover}[importance_type]
         return {self.feature_names[j]: float(values[j]) for j in np.flatnonzero(used)}
+
+    def get_score(self, importance_type: str = "weight") -> dict[str, float]:
+        """XGBoost's ``Booster.get_score``: {feature: importance} of the features used in a
+        split; importance_type "weight" (number of splits), "gain"/"cover" (mean per split),
+        "total_gain"/"total_cover"."""
+        return self.feature_importances(importance_type)
+
+    def trees_to_dataframe(self):
+        """A pandas DataFrame of every node (``gbflow.model_tables.trees_to_dataframe``)."""
+        return model_tables.trees_to_dataframe(self)
+
+    def get_dump(self, with_stats: bool = False, dump_format: str = "text") -> list[str]:
+        """Each tree as XGBoost's text or JSON dump (``gbflow.model_tables.get_dump``)."""
+        return model_tables.get_dump(self, with_stats, dump_format)
+
+    def dump_model(self, fout, with_stats: bool = False, dump_format: str = "text") -> None:
+        """Write every tree's dump to the file ``fout`` (``gbflow.model_tables.dump_model``)."""
+        model_tables.dump_model(self, fout, with_stats, dump_format)
 
     # -- model file ------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -174,12 +277,44 @@ class Booster:
         """The model file's text (deterministic: the same model gives the same bytes)."""
         return json.dumps(self.to_dict(), allow_nan=False, separators=(",", ":"))
 
-    def save_model(self, path) -> None:
-        """Write the model as JSON to ``path``. The file appears whole or not at all: the text is
-        written to a temporary file in the same folder, flushed to disk, then renamed over
-        ``path``; on any failure the temporary file is removed and an existing ``path`` is left
-        as it was."""
+    def to_xgboost(self):
+        """The model as an ``xgboost.Booster`` (through XGBoost's JSON model format,
+        ``gbflow.xgboost_format``): predictions agree to float32 rounding, ``pred_leaf``
+        exactly. Needs the xgboost package."""
+        try:
+            import xgboost
+        except ImportError as e:
+            raise ImportError("Booster.to_xgboost needs the xgboost package (pip install "
+                              "xgboost, or the gbflow[xgboost] extra)") from e
+        model = xgboost.Booster()
+        model.load_model(bytearray(json.dumps(xgboost_format.to_xgboost_dict(self)).encode()))
+        return model
+
+    def to_treelite(self):
+        """The model as a ``treelite.Model`` (``gbflow.treelite_format``: float64 thresholds and
+        leaves, the objective's link as postprocessor; every round), for Treelite's predictor,
+        RAPIDS FIL/nvForest and Triton's FIL backend (``model.serialize(path)`` writes the
+        checkpoint Triton loads). Needs the treelite package."""
+        from . import treelite_format
+        return treelite_format.to_treelite(self)
+
+    def save_model(self, path, format: str | None = None) -> None:
+        """Write the model to ``path``: gbflow's JSON model file (format None or "gbflow"), or
+        XGBoost's model format (format="xgboost"): JSON, or UBJSON when the name ends with
+        ``.ubj`` (that one written through the xgboost package). A ``.ubj`` name without
+        format="xgboost" is an error (gbflow's own files are JSON).
+
+        The file appears whole or not at all: the text is written to a temporary file in the
+        same folder, flushed to disk, then renamed over ``path``; on any failure the temporary
+        file is removed and an existing ``path`` is left as it was."""
         path = os.fspath(path)
+        if format not in (None, "gbflow", "xgboost"):
+            raise ValueError(f"save_model: format must be 'gbflow' or 'xgboost', got {format!r}")
+        ubj = path.lower().endswith(".ubj")
+        if ubj and format != "xgboost":
+            raise ValueError(f"save_model: {path!r} asks for UBJSON, which gbflow's own model "
+                             f"files are not (they are JSON): name it .json, or pass "
+                             f"format='xgboost' for XGBoost's UBJSON model")
         folder = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(folder):
             raise FileNotFoundError(f"save_model: folder {folder!r} does not exist "
@@ -187,25 +322,14 @@ class Booster:
         if os.path.isdir(path):
             raise IsADirectoryError(f"save_model: {path!r} is a folder; give a file name such "
                                     f"as {os.path.join(path, 'model.json')!r}")
-        text = self.to_json()
-        # A fresh name opened with "x" (never an existing file), with the umask's permissions
-        # (tempfile.mkstemp would make the model file private to its owner).
-        tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}."
-                                   f"{secrets.token_hex(4)}.tmp")
-        try:
-            with open(tmp, "x", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException as e:
-            try:
-                os.unlink(tmp)
-            except OSError:  # never created, or already renamed
-                pass
-            if isinstance(e, Exception):
-                e.add_note(f"save_model: {path!r} was not written (left as it was)")
-            raise
+        if format != "xgboost":
+            content = self.to_json().encode("utf-8")
+        elif ubj:
+            content = bytes(self.to_xgboost().save_raw("ubj"))
+        else:
+            content = json.dumps(xgboost_format.to_xgboost_dict(self), allow_nan=False,
+                                 separators=(",", ":")).encode("utf-8")
+        _write_whole(path, folder, content)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Booster":
@@ -222,6 +346,49 @@ class Booster:
                    weight_name=d.get("weight_name"), best_iteration=d.get("best_iteration"),
                    best_score=d.get("best_score"),
                    categories=categories_module.from_json(d.get("categories")))
+
+
+def _write_whole(path: str, folder: str, content: bytes) -> None:
+    """Write ``content`` to ``path`` through a temporary file of ``folder`` renamed over it."""
+    # A fresh name opened with "x" (never an existing file), with the umask's permissions
+    # (tempfile.mkstemp would make the model file private to its owner).
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}."
+                               f"{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "xb") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:  # never created, or already renamed
+            pass
+        if isinstance(e, Exception):
+            e.add_note(f"save_model: {path!r} was not written (left as it was)")
+        raise
+
+
+def _explain_kind(output_margin: bool, pred_leaf: bool, pred_contribs: bool,
+                  approx_contribs: bool, pred_interactions: bool) -> str:
+    """What ``predict`` computes: "value", "leaf", "contribs", "approx_contribs" or
+    "interactions"; a clear error for options that do not go together."""
+    chosen = [n for n, on in (("pred_leaf", pred_leaf), ("pred_contribs", pred_contribs),
+                              ("pred_interactions", pred_interactions)) if on]
+    if len(chosen) > 1:
+        raise ValueError(f"predict: choose one of pred_leaf, pred_contribs and "
+                         f"pred_interactions (got {' and '.join(chosen)})")
+    if approx_contribs and not pred_contribs:
+        raise ValueError("predict: approx_contribs=True goes with pred_contribs=True (Saabas's "
+                         "approximate contributions; interactions are exact only)")
+    if chosen and output_margin:
+        raise ValueError(f"predict: output_margin does not apply to {chosen[0]} (contributions "
+                         f"are in margin units already)")
+    if not chosen:
+        return "value"
+    return {"pred_leaf": "leaf", "pred_interactions": "interactions"}.get(
+        chosen[0], "approx_contribs" if approx_contribs else "contribs")
 
 
 def load_model(path) -> Booster:

@@ -122,8 +122,8 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     progress = Progress(verbose, num_boost_round, emit)
     # Where the device queues work ahead of the host, a round is evaluated one round late, while
     # the device grows the next one: the host then never waits for a tree to evaluate it. When
-    # early stopping ends training, that next round's trees lie beyond the best round and are
-    # cut off with the rest: the model is the same. Not with the training data as an evaluation
+    # early stopping ends training, the rounds grown after the stopping one are cut off: the
+    # model is the same. Not with the training data as an evaluation
     # set: its margins already hold the next round's trees by then.
     # Callbacks see each round's values after it: no late evaluation with them.
     hooks = Callbacks(callbacks or [])
@@ -216,9 +216,13 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     stopping = bool(options.early_stopping_rounds)
     best_iteration = first_round + evaluation.best_iteration if stopping and \
         evaluation.best_iteration is not None else None
-    truncated = best_iteration is not None and len(trees) > (best_iteration + 1) * n_groups
-    if best_iteration is not None:  # the model ends at its best round, stopped early or not
-        trees = trees[: (best_iteration + 1) * n_groups]
+    # Every round up to the one that stopped training is kept (XGBoost's way: prediction stops
+    # at best_iteration unless told not to). Rounds grown before a late evaluation said stop
+    # are not (the model is the one an evaluation in step gives; the margins then hold more).
+    dropped_round = bool(evaluation) and evaluation.stopped and \
+        len(trees) > (first_round + evaluation.rounds[-1] + 1) * n_groups
+    if dropped_round:
+        trees = trees[: (first_round + evaluation.rounds[-1] + 1) * n_groups]
     booster = Booster(trees, cuts, feature_names, params, base_margin,
                       label_name=parts[0].label_name, weight_name=parts[0].weight_name,
                       best_iteration=best_iteration,
@@ -227,7 +231,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     booster.evals_result = evaluation.history
     booster.eval_rounds = evaluation.rounds
     booster.timings = dict(timers.seconds, total=time.perf_counter() - start)
-    if keep_training_margins and not truncated:
+    if keep_training_margins and not dropped_round:
         margins = [backend.to_host(s.margin) for s in shards]  # a part's pages in order
         booster.training_margins = [
             np.concatenate([m for m, (i, _, _) in zip(margins, shardset.part_rows) if i == k])

@@ -422,8 +422,8 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
         column names are all strings (always the case for a Dask DataFrame).
     feature_importances_ : (n_features_in_,) float64 ndarray, normalized "gain".
     evals_result_ : dict, ``{"validation_i": {metric: [value per round]}}``.
-    best_iteration_ : int, 0-based best round (only when early stopping ran); the booster then
-        holds ``best_iteration_ + 1`` rounds.
+    best_iteration_ : int, 0-based best round (only when early stopping ran); the booster keeps
+        every round trained and predicts with the first ``best_iteration_ + 1``.
     best_score_ : float, the watched metric at ``best_iteration_`` (only with early stopping).
     """
 

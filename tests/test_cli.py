@@ -52,7 +52,8 @@ def test_evaluation_split_early_stopping_predict_and_info(folder, capsys):
                  "--quiet"]) == 0
     report = json.loads((tmp / "r.json").read_text())
     assert set(report["metrics"]["eval"]) == {"logloss", "auc"}
-    assert report["rounds"] == report["best_iteration"] + 1 < 200
+    # every round trained is kept: the best, then the 3 that did not improve on it
+    assert report["rounds"] == report["best_iteration"] + 1 + 3 < 200
     assert main(["predict", str(tmp / "m.json"), str(tmp / "data"), "--output",
                  str(tmp / "scored.csv"), "--name", "p"]) == 0
     scored = pd.read_csv(tmp / "scored.csv")

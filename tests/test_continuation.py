@@ -48,7 +48,9 @@ def test_continued_early_stopping_counts_the_models_rounds():
                         evals=[(valid, "valid")], early_stopping_rounds=3, xgb_model=first)
     local_best = int(np.argmin(rest.evals_result["valid"]["logloss"]))
     assert rest.best_iteration == 3 + local_best
-    assert rest.num_boosted_rounds() == rest.best_iteration + 1
+    # every round trained is kept; prediction stops at the best one
+    assert rest.num_boosted_rounds() == 3 + len(rest.evals_result["valid"]["logloss"])
+    assert rest.num_boosted_rounds() == rest.best_iteration + 1 + 3
     assert rest.trees[:3] == first.trees
 
 

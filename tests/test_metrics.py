@@ -252,7 +252,7 @@ def test_early_stopping_picks_the_round_xgboost_picks(maximize):
     assert len(ours.evals_result["v"]["scripted"]) == len(history["v"]["scripted"])
     assert ours.evals_result["v"]["rmse"]  # the built-in metric is evaluated too, first
     assert list(ours.evals_result["v"]) == ["rmse", "scripted"]
-    assert ours.num_boosted_rounds() == ours.best_iteration + 1
+    assert ours.num_boosted_rounds() == model.num_boosted_rounds()  # both keep every round
 
 
 def test_the_watched_metric_and_direction_can_be_named():

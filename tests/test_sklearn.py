@@ -194,8 +194,10 @@ def test_eval_set_and_early_stopping():
     watched = history["validation_1"]["rmse"]  # the last set drives early stopping
     best = model.best_iteration_
     assert isinstance(best, int) and best < 200
-    assert model.get_booster().num_boosted_rounds() == best + 1
     assert len(watched) == best + 1 + 5  # stopped 5 rounds after the best one
+    assert model.get_booster().num_boosted_rounds() == len(watched)  # every round kept
+    assert np.array_equal(model.predict(X), model.get_booster().predict(
+        X, iteration_range=(0, best + 1)))  # predicting with the best round
     assert len(history["validation_0"]["rmse"]) == len(watched)
     assert model.best_score_ == watched[best] == min(watched)
 
@@ -210,7 +212,7 @@ def test_classifier_early_stopping_on_string_labels():
     model = GBFlowClassifier(n_estimators=100, max_depth=4, early_stopping_rounds=3)
     model.fit(X[:300], y[:300], eval_set=[(X[300:], y[300:])])
     watched = model.evals_result_["validation_0"]["mlogloss"]
-    assert model.get_booster().num_boosted_rounds() == model.best_iteration_ + 1
+    assert model.get_booster().num_boosted_rounds() == model.best_iteration_ + 1 + 3
     assert model.best_score_ == min(watched) and len(watched) < 100
 
 

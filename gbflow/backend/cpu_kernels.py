@@ -490,6 +490,214 @@ def predict_margins_binned(bins, feature, bin_threshold, default_left, left, rig
     return out
 
 
+
+# ---------------------------------------------------------------------------------------------
+# Explaining predictions: see the section of numpy_kernels. Rows in parallel, each row's trees
+# or paths in order, with the twin's operations in the twin's order.
+
+@njit(inline="always", **_JIT)
+def _goes_left_at(rows, i, node, feature, threshold, default_left, cat_start, cat_bits,
+                  has_categories):
+    f = feature[node]
+    if has_categories and cat_start[node] >= 0:
+        return _category_goes_left(_value_position(rows[i, f]), cat_bits, cat_start[node],
+                                   default_left, node)
+    return _value_goes_left(rows[i, f], threshold, default_left, node)
+
+
+@njit(parallel=True, **_JIT)
+def _predict_leaves(X, feature, threshold, default_left, left, tree_root, out, cat_start,
+                    cat_bits, has_categories):
+    for i in prange(X.shape[0]):
+        for t in range(tree_root.shape[0]):
+            node = tree_root[t]
+            while feature[node] >= 0:
+                go_left = _goes_left_at(X, i, node, feature, threshold, default_left, cat_start,
+                                        cat_bits, has_categories)
+                node = left[node] + np.int32(1 - go_left)
+            out[i, t] = node - tree_root[t]
+
+
+def predict_leaves(X, feature, threshold, default_left, left, right, tree_root, out,
+                   cat_start=None, cat_bits=None):
+    """See numpy_kernels.predict_leaves."""
+    _predict_leaves(X, feature, threshold, default_left, left, tree_root, out,
+                    *_category_arrays(cat_start, cat_bits))
+    return out
+
+
+@njit(parallel=True, **_JIT)
+def _saabas_contributions(X, feature, threshold, default_left, left, tree_root, tree_group,
+                          node_mean, out, cat_start, cat_bits, has_categories):
+    bias = out.shape[2] - 1
+    for i in prange(X.shape[0]):
+        for t in range(tree_root.shape[0]):
+            g = tree_group[t]
+            node = tree_root[t]
+            out[i, g, bias] += node_mean[node]
+            while feature[node] >= 0:
+                go_left = _goes_left_at(X, i, node, feature, threshold, default_left, cat_start,
+                                        cat_bits, has_categories)
+                child = left[node] + np.int32(1 - go_left)
+                out[i, g, feature[node]] += node_mean[child] - node_mean[node]
+                node = child
+
+
+def saabas_contributions(X, feature, threshold, default_left, left, right, tree_root,
+                         tree_group, node_mean, out, cat_start=None, cat_bits=None):
+    """See numpy_kernels.saabas_contributions."""
+    _saabas_contributions(X, feature, threshold, default_left, left, tree_root, tree_group,
+                          node_mean, out, *_category_arrays(cat_start, cat_bits))
+    return out
+
+
+@njit(inline="always", **_JIT)
+def _path_ones(X, i, p, feature, threshold, default_left, path_ptr, elem_ptr, edge_node,
+               edge_left, cat_start, cat_bits, has_categories, one):
+    """one[j] = whether row i satisfies every edge of element j of path p."""
+    for j in range(path_ptr[p + 1] - path_ptr[p]):
+        k = path_ptr[p] + j
+        satisfied = True
+        for e in range(elem_ptr[k], elem_ptr[k + 1]):
+            went_left = _goes_left_at(X, i, edge_node[e], feature, threshold, default_left,
+                                      cat_start, cat_bits, has_categories)
+            satisfied = satisfied and went_left == edge_left[e]
+        one[j] = satisfied
+
+
+@njit(inline="always", **_JIT)
+def _extend_one(e, degree, z):
+    """e *= (z + t) in place (e of ``degree``, room for one more)."""
+    e[degree + 1] = e[degree]
+    for s in range(degree, 0, -1):
+        e[s] = e[s] * z + e[s - 1]
+    e[0] = e[0] * z
+
+
+@njit(inline="always", **_JIT)
+def _unwind(e, degree, z, q):
+    """q = e / (z + t), from the top down (degree >= 1)."""
+    q[degree - 1] = e[degree]
+    for s in range(degree - 1, 0, -1):
+        q[s - 1] = e[s] - z * q[s]
+
+
+@njit(inline="always", **_JIT)
+def _weighted(a, count, weights):
+    total = 0.0
+    for s in range(count):
+        total = total + weights[s] * a[s]
+    return total
+
+
+@njit(parallel=True, **_JIT)
+def _shap_contributions(X, feature, threshold, default_left, path_ptr, path_value, path_group,
+                        elem_ptr, elem_feature, elem_zero, edge_node, edge_left, shapley_weights,
+                        out, cat_start, cat_bits, has_categories):
+    bias = out.shape[2] - 1
+    width = shapley_weights.shape[0] + 1
+    for i in prange(X.shape[0]):
+        one = np.empty(width, dtype=np.bool_)
+        e = np.empty(width)
+        q = np.empty(width)
+        for p in range(path_value.shape[0]):
+            first, m, g = path_ptr[p], path_ptr[p + 1] - path_ptr[p], path_group[p]
+            _path_ones(X, i, p, feature, threshold, default_left, path_ptr, elem_ptr, edge_node,
+                       edge_left, cat_start, cat_bits, has_categories, one)
+            e[0] = 1.0
+            degree = 0
+            rest = 1.0
+            for j in range(m):
+                if one[j]:
+                    _extend_one(e, degree, elem_zero[first + j])
+                    degree += 1
+                else:
+                    rest = rest * elem_zero[first + j]
+            c = path_value[p] * rest
+            out[i, g, bias] += c * e[0]
+            if m == 0:
+                continue
+            w = shapley_weights[m]
+            failed = -(c * _weighted(e, degree + 1, w))
+            for j in range(m):
+                z = elem_zero[first + j]
+                if one[j]:
+                    _unwind(e, degree, z, q)
+                    out[i, g, elem_feature[first + j]] += (c * (1.0 - z)) * \
+                        _weighted(q, degree, w)
+                else:
+                    out[i, g, elem_feature[first + j]] += failed
+
+
+def shap_contributions(X, feature, threshold, default_left, path_ptr, path_value, path_group,
+                       elem_ptr, elem_feature, elem_zero, edge_node, edge_left, shapley_weights,
+                       out, cat_start=None, cat_bits=None):
+    """See numpy_kernels.shap_contributions."""
+    _shap_contributions(X, feature, threshold, default_left, path_ptr, path_value, path_group,
+                        elem_ptr, elem_feature, elem_zero, edge_node, edge_left, shapley_weights,
+                        out, *_category_arrays(cat_start, cat_bits))
+    return out
+
+
+@njit(parallel=True, **_JIT)
+def _shap_interactions(X, feature, threshold, default_left, path_ptr, path_value, path_group,
+                       elem_ptr, elem_feature, elem_zero, edge_node, edge_left, shapley_weights,
+                       out, cat_start, cat_bits, has_categories):
+    width = shapley_weights.shape[0] + 1
+    for r in prange(X.shape[0]):
+        one = np.empty(width, dtype=np.bool_)
+        e = np.empty(width)
+        e_i = np.empty(width)
+        q = np.empty(width)
+        for p in range(path_value.shape[0]):
+            first, m, g = path_ptr[p], path_ptr[p + 1] - path_ptr[p], path_group[p]
+            if m < 2:
+                continue
+            _path_ones(X, r, p, feature, threshold, default_left, path_ptr, elem_ptr, edge_node,
+                       edge_left, cat_start, cat_bits, has_categories, one)
+            e[0] = 1.0
+            degree = 0
+            for j in range(m):
+                if one[j]:
+                    _extend_one(e, degree, elem_zero[first + j])
+                    degree += 1
+            w = shapley_weights[m - 1]
+            for i in range(m):
+                z_i = elem_zero[first + i]
+                if one[i]:
+                    _unwind(e, degree, z_i, e_i)
+                    degree_i = degree - 1
+                else:
+                    e_i[: degree + 1] = e[: degree + 1]
+                    degree_i = degree
+                rest = 1.0
+                for j in range(m):
+                    if j != i and not one[j]:
+                        rest = rest * elem_zero[first + j]
+                c = path_value[p] * rest
+                scale = (np.float64(one[i]) - z_i) * 0.5
+                failed = -(c * _weighted(e_i, degree_i + 1, w))
+                for j in range(m):
+                    if j == i:
+                        continue
+                    z = elem_zero[first + j]
+                    if one[j]:
+                        _unwind(e_i, degree_i, z, q)
+                        value = (c * (1.0 - z)) * _weighted(q, degree_i, w)
+                    else:
+                        value = failed
+                    out[r, g, elem_feature[first + i], elem_feature[first + j]] += scale * value
+
+
+def shap_interactions(X, feature, threshold, default_left, path_ptr, path_value, path_group,
+                      elem_ptr, elem_feature, elem_zero, edge_node, edge_left, shapley_weights,
+                      out, cat_start=None, cat_bits=None):
+    """See numpy_kernels.shap_interactions."""
+    _shap_interactions(X, feature, threshold, default_left, path_ptr, path_value, path_group,
+                       elem_ptr, elem_feature, elem_zero, edge_node, edge_left, shapley_weights,
+                       out, *_category_arrays(cat_start, cat_bits))
+    return out
+
 # ---------------------------------------------------------------------------------------------
 # Sparse columns: see the "Sparse columns" section of numpy_kernels for the sparse store and the
 # compact histograms (n_nodes, n_slots, 2), feature s at slots bin_offsets[s]..bin_offsets[s+1]-1.

@@ -525,6 +525,103 @@ def _forest(feature, threshold, default_left, left, right, value, tree_root, tre
                          (tree_root, np.int64), (tree_group, np.int32))
 
 
+
+# ---------------------------------------------------------------------------------------------
+# Explaining predictions (kernels.cu's section): see numpy_kernels. One thread per row.
+
+@functools.lru_cache(maxsize=None)
+def _explain_kernel(name: str, max_path: int = 8):
+    """An explanation kernel of kernels.cu whose per-thread arrays hold ``max_path`` path
+    features (a power of two from 8, so few modules are compiled)."""
+    options = ("--std=c++17", "--fmad=false", "-DBIN_T=unsigned char",
+               f"-DMAX_PATH={max_path}")
+    return cp.RawKernel(_source("kernels.cu"), name, options=options)
+
+
+def _explain_args(X, feature, threshold, default_left, cat_start, cat_bits):
+    """(grid, the X and node arguments, the categorical arguments) of an explanation kernel."""
+    has_categories = cat_start is not None
+    if not has_categories:
+        cat_start, cat_bits = np.zeros(1, dtype=np.int32), np.zeros(1, dtype=np.uint32)
+    nodes = _upload_small((feature, np.int32), (threshold, np.float32), (default_left, np.bool_),
+                          (cat_start, np.int32), (cat_bits, np.uint32))
+    rows = (X, _i64(X.shape[0]), _i64(X.strides[0] // X.itemsize),
+            _i64(X.strides[1] // X.itemsize), *nodes[:3])
+    return _grid(X.shape[0]), rows, (*nodes[3:], _i32(int(has_categories)))
+
+
+def predict_leaves(X, feature, threshold, default_left, left, right, tree_root, out,
+                   cat_start=None, cat_bits=None):
+    """See numpy_kernels.predict_leaves. X: (n, F) float32 CuPy, any strides; out: (n, T)
+    int32 C-contiguous CuPy, written and returned."""
+    if X.shape[0] == 0 or len(tree_root) == 0:
+        return out
+    _check_out(out, "predict_leaves", np.int32)
+    grid, rows, cats = _explain_args(X, feature, threshold, default_left,
+                                     cat_start, cat_bits)
+    tree = _upload_small((left, np.int32), (tree_root, np.int64))
+    _explain_kernel("predict_leaves")(grid, (_THREADS,),
+                                      (*rows, *tree, _i32(len(tree_root)), out, *cats))
+    return out
+
+
+def saabas_contributions(X, feature, threshold, default_left, left, right, tree_root,
+                         tree_group, node_mean, out, cat_start=None, cat_bits=None):
+    """See numpy_kernels.saabas_contributions. out: (n, G, F + 1) float64 C-contiguous CuPy,
+    added to and returned."""
+    if X.shape[0] == 0 or len(tree_root) == 0:
+        return out
+    _check_out(out, "saabas_contributions", np.float64)
+    grid, rows, cats = _explain_args(X, feature, threshold, default_left, cat_start,
+                                     cat_bits)
+    tree = _upload_small((left, np.int32), (tree_root, np.int64), (tree_group, np.int32))
+    mean = _dev(node_mean, np.float64)
+    _explain_kernel("saabas_contributions")(
+        grid, (_THREADS,), (*rows, *tree, _i32(len(tree_root)), mean, out, _i32(out.shape[1]),
+                            _i32(out.shape[2]), *cats))
+    return out
+
+
+def _shap(name, X, feature, threshold, default_left, path_ptr, path_value, path_group,
+          elem_ptr, elem_feature, elem_zero, edge_node, edge_left, shapley_weights, out,
+          cat_start, cat_bits):
+    if X.shape[0] == 0 or len(path_value) == 0:
+        return out
+    _check_out(out, name, np.float64)
+    grid, rows, cats = _explain_args(X, feature, threshold, default_left, cat_start, cat_bits)
+    paths = _upload_small((path_ptr, np.int64), (path_value, np.float64),
+                          (path_group, np.int32), (elem_ptr, np.int64), (elem_feature, np.int32),
+                          (elem_zero, np.float64), (edge_node, np.int32), (edge_left, np.bool_),
+                          (shapley_weights, np.float64))
+    max_path = 8
+    while max_path < shapley_weights.shape[0]:
+        max_path *= 2
+    _explain_kernel(name, max_path)(
+        grid, (_THREADS,),
+        (*rows, *paths[:3], _i64(len(path_value)), *paths[3:], _i32(shapley_weights.shape[1]),
+         out, _i32(out.shape[1]), _i32(out.shape[2]), *cats))
+    return out
+
+
+def shap_contributions(X, feature, threshold, default_left, path_ptr, path_value, path_group,
+                       elem_ptr, elem_feature, elem_zero, edge_node, edge_left, shapley_weights,
+                       out, cat_start=None, cat_bits=None):
+    """See numpy_kernels.shap_contributions. out: (n, G, F + 1) float64 C-contiguous CuPy,
+    added to and returned."""
+    return _shap("shap_contributions", X, feature, threshold, default_left, path_ptr,
+                 path_value, path_group, elem_ptr, elem_feature, elem_zero, edge_node, edge_left,
+                 shapley_weights, out, cat_start, cat_bits)
+
+
+def shap_interactions(X, feature, threshold, default_left, path_ptr, path_value, path_group,
+                      elem_ptr, elem_feature, elem_zero, edge_node, edge_left, shapley_weights,
+                      out, cat_start=None, cat_bits=None):
+    """See numpy_kernels.shap_interactions. out: (n, G, F + 1, F + 1) float64 C-contiguous
+    CuPy, added to and returned."""
+    return _shap("shap_interactions", X, feature, threshold, default_left, path_ptr,
+                 path_value, path_group, elem_ptr, elem_feature, elem_zero, edge_node, edge_left,
+                 shapley_weights, out, cat_start, cat_bits)
+
 # ---------------------------------------------------------------------------------------------
 # Sparse columns (cuda/sparse.cu): see the "Sparse columns" section of numpy_kernels. The small
 # per-level or per-model arrays (bin_offsets, common_bin, n_value_bins, feature_allowed,

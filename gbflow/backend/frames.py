@@ -255,6 +255,29 @@ def wrap_prediction(values, like, name: str):
     return pd.DataFrame(values, index=like.index, columns=columns)
 
 
+
+def wrap_columns(values, like, columns: Sequence[str]):
+    """2-D ``values`` (n, len(columns)) as a frame of ``like``'s kind (pandas or cuDF) with its
+    index and these column names; the bare array when ``like`` is not a frame."""
+    if not is_frame(like):
+        return values
+    if is_cudf(like):
+        import cudf
+        return cudf.DataFrame({c: values[:, k] for k, c in enumerate(columns)}, index=like.index)
+    return pd.DataFrame(values, index=like.index, columns=list(columns))
+
+
+def dense_rows(X):
+    """X as a dense (n_rows, n_cols) float32 matrix in its namespace: a ``CSR``'s absent entries
+    become NaN (missing); a dense matrix is returned as it is."""
+    if not isinstance(X, CSR):
+        return X
+    xp = _cupy() if is_device_array(X.data) else np
+    out = xp.full(X.shape, np.nan, dtype=_dtypes.FEATURE)
+    rows = xp.repeat(xp.arange(X.n_rows), xp.diff(X.indptr))
+    out[rows, X.indices] = X.data
+    return out
+
 def append_prediction(data, prediction):
     """``data`` with the prediction column(s) appended (a new frame or array; ``data`` is not
     changed)."""

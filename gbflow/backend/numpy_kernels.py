@@ -327,6 +327,198 @@ def predict_margins_binned(bins, feature, bin_threshold, default_left, left, rig
                        lambda b: b.astype(np.int64) - 1, cat_start, cat_bits)
 
 
+
+# ---------------------------------------------------------------------------------------------
+# Explaining predictions (``gbflow.explain``): leaves, Saabas contributions, exact TreeSHAP.
+# The raw-value kernels take X (n_rows, n_features) float32 and the forest's node arrays as
+# ``predict_margins`` does (cat_start/cat_bits: None, or the categorical splits' sets).
+
+def _goes_left_at(X, node, feature, threshold, default_left, cat_start, cat_bits):
+    """(n_rows,) bool: whether each row of X goes left at ``node`` (a scalar node id)."""
+    x = X[:, feature[node]]
+    if cat_start is not None and cat_start[node] >= 0:
+        position = _value_position(x)
+        start = np.full(len(x), cat_start[node], dtype=np.int64)
+        chosen = in_category_set(np.maximum(position, 0), cat_bits, start)
+        return np.where(position < 0, bool(default_left[node]), ~chosen)
+    return np.where(np.isnan(x), bool(default_left[node]), x < threshold[node])
+
+
+def _descend(X, root, feature, threshold, default_left, left, right, cat_start, cat_bits,
+             on_step=None):
+    """(n_rows,) int64 leaf of each row in the tree at ``root``; ``on_step(rows, node, child)``
+    is told every step (rows: the positions still inside, each once)."""
+    index = np.arange(X.shape[0])
+    node = np.full(X.shape[0], root, dtype=np.int64)
+    while True:
+        inner = feature[node] >= 0
+        if not inner.any():
+            return node
+        go_left = np.zeros(X.shape[0], dtype=bool)
+        for n in np.unique(node[inner]):
+            at = node == n
+            go_left[at] = _goes_left_at(X[at], n, feature, threshold, default_left, cat_start,
+                                        cat_bits)
+        child = np.where(go_left, left[node], right[node])
+        if on_step is not None:
+            on_step(index[inner], node[inner], child[inner])
+        node = np.where(inner, child, node)
+
+
+def predict_leaves(X, feature, threshold, default_left, left, right, tree_root, out,
+                   cat_start=None, cat_bits=None):
+    """The leaf each row reaches in each tree, as the leaf's node id within its tree.
+
+    out: (n_rows, n_trees) int32, written in place and returned."""
+    for t in range(len(tree_root)):
+        leaf = _descend(X, tree_root[t], feature, threshold, default_left, left, right,
+                        cat_start, cat_bits)
+        out[:, t] = leaf - tree_root[t]
+    return out
+
+
+def saabas_contributions(X, feature, threshold, default_left, left, right, tree_root,
+                         tree_group, node_mean, out, cat_start=None, cat_bits=None):
+    """Saabas's approximate contributions: along each row's path, a split's feature gets the
+    change of the node mean (``explain.node_means``, float64 (n_nodes,)) from the node to the
+    child taken; the last column gets each tree's root mean.
+
+    out: (n_rows, n_groups, n_features + 1) float64, added to in place (tree order, then the
+    path from the root down) and returned."""
+    bias = out.shape[2] - 1
+    for t in range(len(tree_root)):
+        g = tree_group[t]
+
+        def step(rows, node, child, g=g):
+            out[rows, g, feature[node]] += node_mean[child] - node_mean[node]
+
+        out[:, g, bias] += node_mean[tree_root[t]]
+        _descend(X, tree_root[t], feature, threshold, default_left, left, right, cat_start,
+                 cat_bits, step)
+    return out
+
+
+def _path_ones(X, p, feature, threshold, default_left, path_ptr, elem_ptr, edge_node,
+               edge_left, cat_start, cat_bits):
+    """(n_rows, m) bool: whether each row satisfies every edge of each element of path p."""
+    elems = range(path_ptr[p], path_ptr[p + 1])
+    one = np.ones((X.shape[0], len(elems)), dtype=bool)
+    for j, k in enumerate(elems):
+        for e in range(elem_ptr[k], elem_ptr[k + 1]):
+            went_left = _goes_left_at(X, edge_node[e], feature, threshold, default_left,
+                                      cat_start, cat_bits)
+            one[:, j] &= went_left == edge_left[e]
+    return one
+
+
+def _extend(one, zero):
+    """The polynomial prod(zero[k] + t, k with one[:, k]) per row: (n_rows, m + 1) float64
+    coefficients (lowest first; 0 above the row's degree), its degree (n_rows,) int64, and the
+    product of zero[k] over the other k (n_rows,). Elements in order, as the fast kernels do."""
+    n, m = one.shape
+    e = np.zeros((n, m + 1))
+    e[:, 0] = 1.0
+    degree = np.zeros(n, dtype=np.int64)
+    rest = np.ones(n)
+    for k in range(m):
+        z = zero[k]
+        grown = np.empty_like(e)
+        grown[:, 0] = e[:, 0] * z
+        grown[:, 1:] = e[:, 1:] * z + e[:, :-1]
+        e = np.where(one[:, k : k + 1], grown, e)
+        rest = np.where(one[:, k], rest, rest * z)
+        degree += one[:, k]
+    return e, degree, rest
+
+
+def _unwind(e, degree, z):
+    """e divided by (z + t), from the top coefficient down: (n_rows, m + 1), for the rows of
+    degree >= 1 (the others' values are not used)."""
+    q = np.zeros_like(e)
+    for s in range(e.shape[1] - 1, 0, -1):
+        q[:, s - 1] = np.where(s == degree, e[:, s],
+                               np.where(s < degree, e[:, s] - z * q[:, s], 0.0))
+    return q
+
+
+def _weighted(a, count, weights):
+    """(n_rows,) sum over s < count (per row) of weights[s] * a[:, s], s ascending."""
+    total = np.zeros(a.shape[0])
+    for s in range(a.shape[1]):
+        total = np.where(s < count, total + weights[s] * a[:, s], total)
+    return total
+
+
+def shap_contributions(X, feature, threshold, default_left, path_ptr, path_value, path_group,
+                       elem_ptr, elem_feature, elem_zero, edge_node, edge_left, shapley_weights,
+                       out, cat_start=None, cat_bits=None):
+    """Exact TreeSHAP values of every path (``explain.ForestPaths`` arrays), in path order.
+
+    For path p of m elements, per row: e = the polynomial of the elements the row satisfies
+    (``_extend``), rest the product of the others' fractions, c = value * rest. The bias column
+    gets c * e[0]; a failed element -(c * sum_s w[m, s] e[s]); a satisfied one with fraction z
+    (c * (1 - z)) * sum_s w[m, s] q[s], q = e / (z + t). out: (n_rows, n_groups, n_features + 1)
+    float64, added to in place and returned (the base margin is not added)."""
+    bias = out.shape[2] - 1
+    for p in range(len(path_value)):
+        elems = np.arange(path_ptr[p], path_ptr[p + 1])
+        m, g = len(elems), path_group[p]
+        one = _path_ones(X, p, feature, threshold, default_left, path_ptr, elem_ptr, edge_node,
+                         edge_left, cat_start, cat_bits)
+        e, degree, rest = _extend(one, elem_zero[elems])
+        c = path_value[p] * rest
+        out[:, g, bias] += c * e[:, 0]
+        if m == 0:
+            continue
+        w = shapley_weights[m]
+        failed = -(c * _weighted(e, degree + 1, w))
+        for j, k in enumerate(elems):
+            z = elem_zero[k]
+            satisfied = (c * (1.0 - z)) * _weighted(_unwind(e, degree, z), degree, w)
+            out[:, g, elem_feature[k]] += np.where(one[:, j], satisfied, failed)
+    return out
+
+
+def shap_interactions(X, feature, threshold, default_left, path_ptr, path_value, path_group,
+                      elem_ptr, elem_feature, elem_zero, edge_node, edge_left, shapley_weights,
+                      out, cat_start=None, cat_bits=None):
+    """The off-diagonal SHAP interaction values of every path, in path order: for each element
+    i of a path, ((one_i - z_i) * 0.5) times the SHAP values of the other elements j in the path
+    without i (``shap_contributions``' terms with m - 1 players, i's factor left out).
+
+    out: (n_rows, n_groups, n_features + 1, n_features + 1) float64, [r, g, f_i, f_j] added to in
+    place and returned (diagonal and bias not touched: ``explain.shap_interactions`` fills them).
+    """
+    for p in range(len(path_value)):
+        elems = np.arange(path_ptr[p], path_ptr[p + 1])
+        m, g = len(elems), path_group[p]
+        if m < 2:
+            continue
+        one = _path_ones(X, p, feature, threshold, default_left, path_ptr, elem_ptr, edge_node,
+                         edge_left, cat_start, cat_bits)
+        zero = elem_zero[elems]
+        e, degree, _ = _extend(one, zero)
+        w = shapley_weights[m - 1]
+        for i in range(m):
+            z_i = zero[i]
+            e_i = np.where(one[:, i : i + 1], _unwind(e, degree, z_i), e)
+            degree_i = degree - one[:, i]
+            rest = np.ones(X.shape[0])
+            for j in range(m):
+                if j != i:
+                    rest = np.where(one[:, j], rest, rest * zero[j])
+            c = path_value[p] * rest
+            scale = (one[:, i] - z_i) * 0.5
+            failed = -(c * _weighted(e_i, degree_i + 1, w))
+            for j in range(m):
+                if j == i:
+                    continue
+                z = zero[j]
+                satisfied = (c * (1.0 - z)) * _weighted(_unwind(e_i, degree_i, z), degree_i, w)
+                out[:, g, elem_feature[elems[i]], elem_feature[elems[j]]] += \
+                    scale * np.where(one[:, j], satisfied, failed)
+    return out
+
 # Sparse columns (see ``gbflow.routing``). A shard's sparse store holds, row by row, only the
 # entries of its sparse features whose bin is not that feature's common bin:
 #

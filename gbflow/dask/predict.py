@@ -18,50 +18,75 @@ def _model(booster):
     return dask.delayed(booster, pure=False)
 
 
-def _predict_partition(frame, booster, output_margin: bool, name: str):
-    return booster.predict(frame, output_margin=output_margin, name=name)
+def _predict_partition(frame, booster, output_margin: bool, name: str, kind: str,
+                       iteration_range):
+    return booster._predict(frame, output_margin, name, passengers_allowed=False, kind=kind,
+                            iteration_range=iteration_range)
 
 
-def _transform_partition(frame, booster, output_margin: bool, name: str):
-    return booster.transform(frame, name=name, output_margin=output_margin)
+def _transform_partition(frame, booster, output_margin: bool, name: str, iteration_range):
+    return booster.transform(frame, name=name, output_margin=output_margin,
+                             iteration_range=iteration_range)
 
 
-def _output_columns(booster, name: str, output_margin: bool) -> list[str]:
-    width = booster.output_width(output_margin)
-    return [name] if width == 1 else [f"{name}_{k}" for k in range(width)]
-
-
-def _prediction_meta(booster, meta, name: str, output_margin: bool):
+def _prediction_meta(booster, meta, name: str, output_margin: bool, kind: str,
+                     iteration_range):
     """The empty result, built from the input's meta so that it has the same frame type (pandas
-    or cuDF) and index: a float64 Series ``name``, or a DataFrame of ``name_k`` columns."""
-    column = meta[meta.columns[0]].astype("float64")
-    if booster.output_width(output_margin) == 1:
+    or cuDF) and index: a float64 Series ``name``, or a DataFrame of the prediction's columns
+    (int32 leaf ids for pred_leaf)."""
+    column = meta[meta.columns[0]].astype("int32" if kind == "leaf" else "float64")
+    columns = booster.output_columns(name, output_margin, kind, iteration_range)
+    if kind == "value" and len(columns) == 1:
         return column.rename(name)
-    return meta[[]].assign(**{c: column for c in _output_columns(booster, name, output_margin)})
+    return meta[[]].assign(**{c: column for c in columns})
 
 
-def predict(booster, data, output_margin: bool = False, name: str = "prediction"):
+def _interactions(booster, ddf, iteration_range):
+    """A lazy Dask array of SHAP interaction values, a chunk per partition (row counts unknown
+    until computed)."""
+    import dask
+    import dask.array as da
+    width = booster.num_features() + 1
+    shape = (width, width) if booster.n_groups == 1 else (booster.n_groups, width, width)
+    model = _model(booster)
+    chunks = [dask.delayed(_predict_partition)(part, model, False, "", "interactions",
+                                               iteration_range)
+              for part in ddf.to_delayed()]
+    like = booster._predict(ddf._meta, False, "", False, "interactions", iteration_range)
+    return da.concatenate([da.from_delayed(c, shape=(float("nan"), *shape), dtype="float64",
+                                           meta=like) for c in chunks])
+
+
+def predict(booster, data, output_margin: bool = False, name: str = "prediction",
+            kind: str = "value", iteration_range=None):
     """Lazy predictions of a Dask DataFrame: a Dask Series (a Dask DataFrame of one column per
     class for multi:softprob, or for margins of several classes) with ``data``'s index and
     divisions. Columns must be the training features (the training label and weight columns may
-    be present), as for pandas."""
+    be present), as for pandas. kind (``Booster.predict``'s options): "leaf" and the
+    contributions give Dask DataFrames of named columns, "interactions" a Dask array."""
     ddf = as_dask_frame(data, "prediction data")
     booster._features(ddf._meta, passengers_allowed=False)
-    return ddf.map_partitions(_predict_partition, _model(booster), output_margin, name,
-                              meta=_prediction_meta(booster, ddf._meta, name, output_margin))
+    booster._tree_range(iteration_range)  # a bad range fails here, not in a task
+    if kind == "interactions":
+        return _interactions(booster, ddf, iteration_range)
+    meta = _prediction_meta(booster, ddf._meta, name, output_margin, kind, iteration_range)
+    return ddf.map_partitions(_predict_partition, _model(booster), output_margin, name, kind,
+                              iteration_range, meta=meta)
 
 
-def transform(booster, data, name: str = "prediction", output_margin: bool = False):
+def transform(booster, data, name: str = "prediction", output_margin: bool = False,
+              iteration_range=None):
     """Lazy ``data`` with the prediction column(s) appended (ready for ``to_parquet``): the same
     index and divisions; columns other than the features ride along."""
     ddf = as_dask_frame(data, "prediction data")
     meta = ddf._meta
     booster._features(meta, passengers_allowed=True)
-    new = _output_columns(booster, name, output_margin)
+    booster._tree_range(iteration_range)
+    new = booster.output_columns(name, output_margin)
     clash = [c for c in new if c in set(map(str, meta.columns))]
     if clash:
         raise ValueError(f"transform: column(s) {clash} already exist in the data; pass "
                          f"another name=")
     out_meta = meta.assign(**{c: meta[meta.columns[0]].astype("float64") for c in new})
     return ddf.map_partitions(_transform_partition, _model(booster), output_margin, name,
-                              meta=out_meta)
+                              iteration_range, meta=out_meta)

@@ -752,3 +752,214 @@ extern "C" __global__ void add_planned_split_values(
             goes_left(bins_by_feature, feature_stride, row_stride, row, f, t, dl) ? left : right;
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Explaining predictions (numpy_kernels' section of that name): one thread per row walks every
+// tree or path in order and owns its row of out, so the float64 operations and their order are
+// the twin's (no atomics). MAX_PATH (the most features on one path) sizes the per-thread
+// polynomial arrays; it is a compile-time constant of the module (cuda_kernels._explain_kernel).
+
+__device__ __forceinline__ bool node_left(const float* values, i64 col_stride, i64 node,
+                                          const int* feature, const float* threshold,
+                                          const bool* default_left, const int* cat_start,
+                                          const unsigned* cat_bits, int has_categories) {
+    float v = values[(i64)feature[node] * col_stride];
+    return (has_categories && cat_start[node] >= 0)
+        ? category_left(category_position(v), cat_bits, cat_start[node], default_left, node)
+        : walk_left(v, threshold, default_left, node);
+}
+
+extern "C" __global__ void predict_leaves(
+        const float* X, i64 n_rows, i64 row_stride, i64 col_stride, const int* feature,
+        const float* threshold, const bool* default_left, const int* left, const i64* tree_root,
+        int n_trees, int* out, const int* cat_start, const unsigned* cat_bits,
+        int has_categories) {
+    for (i64 row = blockIdx.x * (i64)blockDim.x + threadIdx.x; row < n_rows;
+         row += (i64)gridDim.x * blockDim.x) {
+        const float* values = X + row * row_stride;
+        for (int t = 0; t < n_trees; ++t) {
+            i64 node = tree_root[t];
+            while (feature[node] >= 0) {
+                node = node_left(values, col_stride, node, feature, threshold, default_left,
+                                 cat_start, cat_bits, has_categories) ? left[node]
+                                                                      : left[node] + 1;
+            }
+            out[row * n_trees + t] = (int)(node - tree_root[t]);
+        }
+    }
+}
+
+extern "C" __global__ void saabas_contributions(
+        const float* X, i64 n_rows, i64 row_stride, i64 col_stride, const int* feature,
+        const float* threshold, const bool* default_left, const int* left, const i64* tree_root,
+        const int* tree_group, int n_trees, const double* node_mean, double* out, int n_groups,
+        int width, const int* cat_start, const unsigned* cat_bits, int has_categories) {
+    for (i64 row = blockIdx.x * (i64)blockDim.x + threadIdx.x; row < n_rows;
+         row += (i64)gridDim.x * blockDim.x) {
+        const float* values = X + row * row_stride;
+        for (int t = 0; t < n_trees; ++t) {
+            double* o = out + (row * n_groups + tree_group[t]) * width;
+            i64 node = tree_root[t];
+            o[width - 1] += node_mean[node];
+            while (feature[node] >= 0) {
+                i64 child = node_left(values, col_stride, node, feature, threshold,
+                                      default_left, cat_start, cat_bits, has_categories)
+                    ? left[node] : left[node] + 1;
+                o[feature[node]] += node_mean[child] - node_mean[node];
+                node = child;
+            }
+        }
+    }
+}
+
+#ifndef MAX_PATH
+#define MAX_PATH 8
+#endif
+
+// one[j]: whether the row satisfies every edge of element j of path p
+__device__ __forceinline__ void path_ones(const float* values, i64 col_stride, i64 p,
+                                          const int* feature, const float* threshold,
+                                          const bool* default_left, const i64* path_ptr,
+                                          const i64* elem_ptr, const int* edge_node,
+                                          const bool* edge_left, const int* cat_start,
+                                          const unsigned* cat_bits, int has_categories,
+                                          bool* one) {
+    for (i64 k = path_ptr[p]; k < path_ptr[p + 1]; ++k) {
+        bool satisfied = true;
+        for (i64 e = elem_ptr[k]; e < elem_ptr[k + 1]; ++e) {
+            bool went_left = node_left(values, col_stride, edge_node[e], feature, threshold,
+                                       default_left, cat_start, cat_bits, has_categories);
+            satisfied = satisfied && went_left == edge_left[e];
+        }
+        one[k - path_ptr[p]] = satisfied;
+    }
+}
+
+__device__ __forceinline__ void extend_one(double* e, int degree, double z) {
+    e[degree + 1] = e[degree];
+    for (int s = degree; s > 0; --s) e[s] = e[s] * z + e[s - 1];
+    e[0] = e[0] * z;
+}
+
+__device__ __forceinline__ void unwind(const double* e, int degree, double z, double* q) {
+    q[degree - 1] = e[degree];
+    for (int s = degree - 1; s > 0; --s) q[s - 1] = e[s] - z * q[s];
+}
+
+__device__ __forceinline__ double weighted(const double* a, int count, const double* weights) {
+    double total = 0.0;
+    for (int s = 0; s < count; ++s) total = total + weights[s] * a[s];
+    return total;
+}
+
+extern "C" __global__ void shap_contributions(
+        const float* X, i64 n_rows, i64 row_stride, i64 col_stride, const int* feature,
+        const float* threshold, const bool* default_left, const i64* path_ptr,
+        const double* path_value, const int* path_group, i64 n_paths, const i64* elem_ptr,
+        const int* elem_feature, const double* elem_zero, const int* edge_node,
+        const bool* edge_left, const double* shapley_weights, int weights_width, double* out,
+        int n_groups, int width, const int* cat_start, const unsigned* cat_bits,
+        int has_categories) {
+    bool one[MAX_PATH + 1];
+    double e[MAX_PATH + 2], q[MAX_PATH + 2];
+    for (i64 row = blockIdx.x * (i64)blockDim.x + threadIdx.x; row < n_rows;
+         row += (i64)gridDim.x * blockDim.x) {
+        const float* values = X + row * row_stride;
+        for (i64 p = 0; p < n_paths; ++p) {
+            i64 first = path_ptr[p];
+            int m = (int)(path_ptr[p + 1] - first);
+            double* o = out + (row * n_groups + path_group[p]) * width;
+            path_ones(values, col_stride, p, feature, threshold, default_left, path_ptr,
+                      elem_ptr, edge_node, edge_left, cat_start, cat_bits, has_categories, one);
+            e[0] = 1.0;
+            int degree = 0;
+            double rest = 1.0;
+            for (int j = 0; j < m; ++j) {
+                if (one[j]) {
+                    extend_one(e, degree, elem_zero[first + j]);
+                    degree += 1;
+                } else {
+                    rest = rest * elem_zero[first + j];
+                }
+            }
+            double c = path_value[p] * rest;
+            o[width - 1] += c * e[0];
+            if (m == 0) continue;
+            const double* w = shapley_weights + (i64)m * weights_width;
+            double failed = -(c * weighted(e, degree + 1, w));
+            for (int j = 0; j < m; ++j) {
+                double z = elem_zero[first + j];
+                if (one[j]) {
+                    unwind(e, degree, z, q);
+                    o[elem_feature[first + j]] += (c * (1.0 - z)) * weighted(q, degree, w);
+                } else {
+                    o[elem_feature[first + j]] += failed;
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void shap_interactions(
+        const float* X, i64 n_rows, i64 row_stride, i64 col_stride, const int* feature,
+        const float* threshold, const bool* default_left, const i64* path_ptr,
+        const double* path_value, const int* path_group, i64 n_paths, const i64* elem_ptr,
+        const int* elem_feature, const double* elem_zero, const int* edge_node,
+        const bool* edge_left, const double* shapley_weights, int weights_width, double* out,
+        int n_groups, int width, const int* cat_start, const unsigned* cat_bits,
+        int has_categories) {
+    bool one[MAX_PATH + 1];
+    double e[MAX_PATH + 2], e_i[MAX_PATH + 2], q[MAX_PATH + 2];
+    for (i64 row = blockIdx.x * (i64)blockDim.x + threadIdx.x; row < n_rows;
+         row += (i64)gridDim.x * blockDim.x) {
+        const float* values = X + row * row_stride;
+        for (i64 p = 0; p < n_paths; ++p) {
+            i64 first = path_ptr[p];
+            int m = (int)(path_ptr[p + 1] - first);
+            if (m < 2) continue;
+            double* o = out + (row * n_groups + path_group[p]) * (i64)width * width;
+            path_ones(values, col_stride, p, feature, threshold, default_left, path_ptr,
+                      elem_ptr, edge_node, edge_left, cat_start, cat_bits, has_categories, one);
+            e[0] = 1.0;
+            int degree = 0;
+            for (int j = 0; j < m; ++j) {
+                if (one[j]) {
+                    extend_one(e, degree, elem_zero[first + j]);
+                    degree += 1;
+                }
+            }
+            const double* w = shapley_weights + (i64)(m - 1) * weights_width;
+            for (int i = 0; i < m; ++i) {
+                double z_i = elem_zero[first + i];
+                int degree_i;
+                if (one[i]) {
+                    unwind(e, degree, z_i, e_i);
+                    degree_i = degree - 1;
+                } else {
+                    for (int s = 0; s <= degree; ++s) e_i[s] = e[s];
+                    degree_i = degree;
+                }
+                double rest = 1.0;
+                for (int j = 0; j < m; ++j) {
+                    if (j != i && !one[j]) rest = rest * elem_zero[first + j];
+                }
+                double c = path_value[p] * rest;
+                double scale = ((one[i] ? 1.0 : 0.0) - z_i) * 0.5;
+                double failed = -(c * weighted(e_i, degree_i + 1, w));
+                for (int j = 0; j < m; ++j) {
+                    if (j == i) continue;
+                    double z = elem_zero[first + j];
+                    double value;
+                    if (one[j]) {
+                        unwind(e_i, degree_i, z, q);
+                        value = (c * (1.0 - z)) * weighted(q, degree_i, w);
+                    } else {
+                        value = failed;
+                    }
+                    o[(i64)elem_feature[first + i] * width + elem_feature[first + j]] +=
+                        scale * value;
+                }
+            }
+        }
+    }
+}

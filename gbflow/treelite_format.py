@@ -1,0 +1,63 @@
+"""gbflow models as Treelite models, for Treelite's predictor, RAPIDS FIL/nvForest and Triton.
+
+Built with Treelite's model builder: float64 thresholds and leaves (a float32 threshold is exact
+in float64, so rows are routed as in training, and the leaves keep gbflow's float64 values),
+numerical tests ``x < threshold`` with gbflow's default directions, categorical tests whose
+listed categories (positions in ``Booster.categories``, the codes rows must carry) go right, the
+base margin as Treelite's base score and the objective's link as its postprocessor.
+"""
+from __future__ import annotations
+
+# gbflow objective -> Treelite postprocessor (multi:softmax gives the probabilities, whose
+# largest is gbflow's predicted class)
+_POSTPROCESSOR = {
+    "binary:logistic": "sigmoid", "reg:logistic": "sigmoid", "binary:hinge": "hinge",
+    "count:poisson": "exponential", "reg:gamma": "exponential", "reg:tweedie": "exponential",
+    "multi:softprob": "softmax", "multi:softmax": "softmax",
+}
+
+
+def to_treelite(booster):
+    """A ``treelite.Model`` of ``booster`` (every round; see ``Booster.to_treelite``)."""
+    try:
+        from treelite import model_builder as tb
+    except ImportError as e:
+        raise ImportError("Booster.to_treelite needs the treelite package (pip install "
+                          "treelite, or the gbflow[export] extra)") from e
+    n_groups = booster.n_groups
+    objective = booster.params.objective
+    task = "kMultiClf" if n_groups > 1 else \
+        "kBinaryClf" if _POSTPROCESSOR.get(objective) in ("sigmoid", "hinge") else "kRegressor"
+    builder = tb.ModelBuilder(
+        threshold_type="float64", leaf_output_type="float64",
+        metadata=tb.Metadata(num_feature=booster.num_features(), task_type=task,
+                             average_tree_output=False, num_target=1, num_class=[n_groups],
+                             leaf_vector_shape=(1, 1)),
+        tree_annotation=tb.TreeAnnotation(num_tree=len(booster.trees),
+                                          target_id=[0] * len(booster.trees),
+                                          class_id=[int(t.group) for t in booster.trees]),
+        postprocessor=tb.PostProcessorFunc(name=_POSTPROCESSOR.get(objective, "identity")),
+        base_scores=[float(m) for m in booster.base_margin])
+    for tree in booster.trees:
+        builder.start_tree()
+        for node in range(tree.n_nodes):
+            builder.start_node(node)
+            feature = int(tree.feature[node])
+            if feature < 0:
+                builder.leaf(float(tree.value[node]))
+            elif node in tree.categories:
+                builder.categorical_test(
+                    feature, default_left=bool(tree.default_left[node]),
+                    category_list=[int(c) for c in tree.categories[node]],
+                    category_list_right_child=True, left_child_key=int(tree.left[node]),
+                    right_child_key=int(tree.right[node]))
+            else:
+                builder.numerical_test(
+                    feature, float(tree.threshold[node]),
+                    default_left=bool(tree.default_left[node]), opname="<",
+                    left_child_key=int(tree.left[node]), right_child_key=int(tree.right[node]))
+            builder.gain(float(tree.gain[node])) if feature >= 0 else None
+            builder.sum_hess(float(tree.cover[node]))
+            builder.end_node()
+        builder.end_tree()
+    return builder.commit()

@@ -1,0 +1,134 @@
+"""gbflow models in XGBoost's JSON model format, for XGBoost, the SHAP library and serving stacks.
+
+XGBoost's trees test ``x < split_condition`` with float32 thresholds and send missing values by
+``default_left``: gbflow's own rule, so a written tree routes every row as gbflow does. Node ids
+are kept (pred_leaf agrees). What differs: XGBoost keeps leaf values in float32 and adds them in
+float32 (gbflow in float64), and stores the base margin in prediction space (a probability for
+the logistic objectives), so predictions agree to float32 rounding, not bit for bit.
+Categorical splits are written with category codes equal to gbflow's positions in the sorted
+category list (``Booster.categories``): frames given to XGBoost must carry those categories in
+that order (pandas' default for categories it infers).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# XGBoost's format version written (read by XGBoost 3.x; 2.x reads its scalar base_score only)
+VERSION = [3, 2, 0]
+_ROOT_PARENT = 2147483647  # XGBoost's parent id of a root
+# objectives whose base_score XGBoost stores through the inverse of its link
+_LOGISTIC = ("binary:logistic", "reg:logistic", "binary:logitraw")
+_LOG_LINK = ("count:poisson", "reg:gamma", "reg:tweedie")
+
+
+def _number(x: float) -> str:
+    """A float32 as XGBoost writes parameters: the shortest text that reads back the same."""
+    return np.format_float_scientific(np.float32(x), unique=True, trim="-").upper() \
+        .replace("E+", "E")
+
+
+def _objective(params) -> dict:
+    name = params.objective
+    config = {"name": name}
+    if name in ("reg:squarederror", "reg:logistic", "binary:logistic", "binary:logitraw",
+                "reg:gamma"):
+        config["reg_loss_param"] = {"scale_pos_weight": repr(float(params.scale_pos_weight))}
+    elif name == "reg:pseudohubererror":
+        config["pseudo_huber_param"] = {"huber_slope": repr(float(params.huber_slope))}
+    elif name == "count:poisson":
+        config["poisson_regression_param"] = {"max_delta_step": "0.699999988"}
+    elif name == "reg:tweedie":
+        config["tweedie_regression_param"] = {
+            "tweedie_variance_power": repr(float(params.tweedie_variance_power))}
+    elif name in ("multi:softprob", "multi:softmax"):
+        config["softmax_multiclass_param"] = {"num_class": str(params.num_class)}
+    return config
+
+
+def base_score(objective: str, margin: float) -> float:
+    """The base margin in XGBoost's prediction space (the inverse of its ProbToMargin)."""
+    if objective in _LOGISTIC and objective != "binary:logitraw":
+        return 1.0 / (1.0 + math.exp(-margin))
+    if objective in _LOG_LINK:
+        return math.exp(margin)
+    return margin
+
+
+def _tree(tree, tree_id: int, n_features: int) -> dict:
+    leaf = tree.feature < 0
+    n = tree.n_nodes
+    parents = np.full(n, _ROOT_PARENT, dtype=np.int64)
+    inner = np.flatnonzero(~leaf)
+    parents[tree.left[inner]] = inner
+    parents[tree.right[inner]] = inner
+    value = tree.value.astype(np.float32)
+    condition = np.where(leaf, value, tree.threshold.astype(np.float32))
+    nodes = sorted(tree.categories)
+    sets = [np.asarray(tree.categories[k], dtype=np.int64) for k in nodes]
+    split_type = np.zeros(n, dtype=np.int64)
+    split_type[nodes] = 1
+    condition[nodes] = 0.0
+    sizes = [len(s) for s in sets]
+    return {
+        "base_weights": [float(v) for v in value],
+        "categories": [int(c) for s in sets for c in s],
+        "categories_nodes": [int(k) for k in nodes],
+        "categories_segments": [int(x) for x in np.concatenate([[0], np.cumsum(sizes)[:-1]])]
+        if nodes else [],
+        "categories_sizes": sizes,
+        "default_left": [int(d) for d in tree.default_left],
+        "id": tree_id,
+        "left_children": [int(c) for c in tree.left],
+        "loss_changes": [float(np.float32(g)) for g in tree.gain],
+        "parents": [int(p) for p in parents],
+        "right_children": [int(c) for c in tree.right],
+        "split_conditions": [float(c) for c in condition],
+        "split_indices": [int(f) if f >= 0 else 0 for f in tree.feature],
+        "split_type": [int(t) for t in split_type],
+        "sum_hessian": [float(np.float32(c)) for c in tree.cover],
+        "tree_param": {"num_deleted": "0", "num_feature": str(n_features),
+                       "num_nodes": str(n), "size_leaf_vector": "1"},
+    }
+
+
+def to_xgboost_dict(booster) -> dict:
+    """The booster as XGBoost's JSON model (a dict for ``json.dumps``); ValueError naming what
+    the format cannot hold."""
+    params = booster.params
+    objective = params.objective
+    n_groups = booster.n_groups
+    n_features = booster.num_features()
+    scores = ",".join(_number(base_score(objective, m)) for m in booster.base_margin)
+    attributes = {}
+    if booster.best_iteration is not None:
+        attributes["best_iteration"] = str(booster.best_iteration)
+    if booster.best_score is not None:
+        attributes["best_score"] = repr(float(booster.best_score))
+    categorical = set(booster.categories)
+    return {
+        "learner": {
+            "attributes": attributes,
+            "feature_names": list(booster.feature_names),
+            "feature_types": ["c" if name in categorical else "float"
+                              for name in booster.feature_names],
+            "gradient_booster": {
+                "model": {
+                    "gbtree_model_param": {"num_parallel_tree": "1",
+                                           "num_trees": str(len(booster.trees))},
+                    "iteration_indptr": list(range(0, len(booster.trees) + 1, n_groups)),
+                    "tree_info": [int(t.group) for t in booster.trees],
+                    "trees": [_tree(t, i, n_features) for i, t in enumerate(booster.trees)],
+                },
+                "name": "gbtree",
+            },
+            "learner_model_param": {
+                "base_score": f"[{scores}]", "boost_from_average": "1",
+                "num_class": str(params.num_class if n_groups > 1 else 0),
+                "num_feature": str(n_features), "num_target": "1",
+            },
+            "objective": _objective(params),
+        },
+        "version": VERSION,
+    }
