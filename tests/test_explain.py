@@ -12,7 +12,7 @@ import pytest
 
 import gbflow
 from gbflow import explain, predictor
-from gbflow.backend import numpy_kernels
+from gbflow.backend import cpu_kernels, numpy_kernels
 
 OBJECTIVES = ("reg:squarederror", "reg:squaredlogerror", "reg:pseudohubererror", "reg:logistic",
               "binary:logistic", "binary:logitraw", "binary:hinge", "count:poisson", "reg:gamma",
@@ -302,7 +302,7 @@ def test_treelite_export_predicts_the_same(objective, categorical):
 
 
 def test_tables_dumps_and_scores_match_xgboost():
-    xgb = pytest.importorskip("xgboost")
+    pytest.importorskip("xgboost")
     booster, df = _train("binary:logistic", rounds=4)
     model = booster.to_xgboost()
     ours, theirs = booster.trees_to_dataframe(), model.trees_to_dataframe()
@@ -411,3 +411,20 @@ def test_explain_on_the_data_device(device):
         got = call(on_device, backend)
         got = got.get() if hasattr(got, "get") else got
         assert np.array_equal(got, host), name
+
+
+def test_shap_kernel_without_shared_row_sums(kernels, monkeypatch):
+    """The CUDA kernel sums a row in shared memory when a warp's rows fit there, else in
+    ``out`` itself: both give the twin's values (forced here with no shared memory)."""
+    if kernels is cpu_kernels:
+        pytest.skip("a choice of the CUDA kernel only")
+    from gbflow.backend import cuda_kernels
+    monkeypatch.setattr(cuda_kernels, "_SHARED_SUMS", 0)
+    booster, df = _train(rounds=3)
+    X = df.to_numpy(np.float32)[:200].copy()  # writable: the GPU wrapper copies back into it
+    forest, cover, sets, nodes = _kernel_inputs(booster, X)
+    paths = explain.forest_paths(forest, cover)
+    shape = (len(X), 1, X.shape[1] + 1)
+    expected = numpy_kernels.shap_contributions(X, *nodes, *paths.arrays, np.zeros(shape))
+    assert np.array_equal(kernels.shap_contributions(X, *nodes, *paths.arrays, np.zeros(shape)),
+                          expected)

@@ -816,42 +816,100 @@ extern "C" __global__ void saabas_contributions(
 #define MAX_PATH 8
 #endif
 
-// one[j]: whether the row satisfies every edge of element j of path p
-__device__ __forceinline__ void path_ones(const float* values, i64 col_stride, i64 p,
-                                          const int* feature, const float* threshold,
-                                          const bool* default_left, const i64* path_ptr,
-                                          const i64* elem_ptr, const int* edge_node,
-                                          const bool* edge_left, const int* cat_start,
-                                          const unsigned* cat_bits, int has_categories,
-                                          bool* one) {
-    for (i64 k = path_ptr[p]; k < path_ptr[p + 1]; ++k) {
-        bool satisfied = true;
-        for (i64 e = elem_ptr[k]; e < elem_ptr[k + 1]; ++e) {
-            bool went_left = node_left(values, col_stride, edge_node[e], feature, threshold,
-                                       default_left, cat_start, cat_bits, has_categories);
-            satisfied = satisfied && went_left == edge_left[e];
+// The polynomial loops run over every slot up to MAX_PATH with the row's degree as a predicate
+// (fully unrolled: the arrays stay in registers instead of local memory); the operations done
+// and their order are the twin's.
+
+#ifndef TREE_WORDS
+#define TREE_WORDS 0
+#endif
+
+// A row's direction at every inner node of the tree rooted at ``root`` (``size`` nodes): bit
+// (node - root) of ``dirs`` set where it goes left. Each node is tested once per tree, not
+// once per path through it (a depth-8 tree's 256 paths hold 2,048 edges over 255 nodes).
+__device__ __forceinline__ void tree_directions(const float* values, i64 col_stride, i64 root,
+                                                i64 size, const int* feature,
+                                                const float* threshold,
+                                                const bool* default_left, const int* cat_start,
+                                                const unsigned* cat_bits, int has_categories,
+                                                unsigned* dirs) {
+#pragma unroll
+    for (int w = 0; w < (TREE_WORDS > 0 ? TREE_WORDS : 1); ++w) dirs[w] = 0u;
+    for (i64 node = 0; node < size; ++node) {
+        if (feature[root + node] >= 0 &&
+            node_left(values, col_stride, root + node, feature, threshold, default_left,
+                      cat_start, cat_bits, has_categories)) {
+            dirs[node >> 5] |= 1u << (node & 31);
         }
-        one[k - path_ptr[p]] = satisfied;
     }
 }
 
+// bit j of the result: whether the row satisfies every edge of element j of path p (from the
+// tree's directions when TREE_WORDS > 0, else testing each edge's node)
+__device__ __forceinline__ unsigned path_ones(const float* values, i64 col_stride, i64 p,
+                                              const int* feature, const float* threshold,
+                                              const bool* default_left, const i64* path_ptr,
+                                              const i64* elem_ptr, const int* edge_node,
+                                              const bool* edge_left, const int* cat_start,
+                                              const unsigned* cat_bits, int has_categories,
+                                              const unsigned* dirs, i64 root) {
+    unsigned one = 0;
+    for (i64 k = path_ptr[p]; k < path_ptr[p + 1]; ++k) {
+        bool satisfied = true;
+        for (i64 e = elem_ptr[k]; e < elem_ptr[k + 1]; ++e) {
+            i64 node = edge_node[e];
+            bool went_left;
+            if (TREE_WORDS > 0) {
+                went_left = (dirs[(node - root) >> 5] >> ((node - root) & 31)) & 1u;
+            } else {
+                went_left = node_left(values, col_stride, node, feature, threshold,
+                                      default_left, cat_start, cat_bits, has_categories);
+            }
+            satisfied = satisfied && went_left == edge_left[e];
+        }
+        one |= (unsigned)satisfied << (k - path_ptr[p]);
+    }
+    return one;
+}
+
+// the directions of the tree of path p, when it is not the tree of the previous path
+#define NEXT_TREE(p)                                                                            \
+    if (TREE_WORDS > 0 && path_root[p] != root) {                                               \
+        root = path_root[p];                                                                    \
+        tree_directions(values, col_stride, root, path_tree_size[p], feature, threshold,       \
+                        default_left, cat_start, cat_bits, has_categories, dirs);              \
+    }
+
 __device__ __forceinline__ void extend_one(double* e, int degree, double z) {
-    e[degree + 1] = e[degree];
-    for (int s = degree; s > 0; --s) e[s] = e[s] * z + e[s - 1];
+#pragma unroll
+    for (int s = MAX_PATH; s > 0; --s) {
+        if (s == degree + 1) e[s] = e[s - 1];
+        else if (s <= degree) e[s] = e[s] * z + e[s - 1];
+    }
     e[0] = e[0] * z;
 }
 
 __device__ __forceinline__ void unwind(const double* e, int degree, double z, double* q) {
-    q[degree - 1] = e[degree];
-    for (int s = degree - 1; s > 0; --s) q[s - 1] = e[s] - z * q[s];
+#pragma unroll
+    for (int s = MAX_PATH; s > 0; --s) {
+        if (s == degree) q[s - 1] = e[s];
+        else if (s < degree) q[s - 1] = e[s] - z * q[s];
+    }
 }
 
 __device__ __forceinline__ double weighted(const double* a, int count, const double* weights) {
     double total = 0.0;
-    for (int s = 0; s < count; ++s) total = total + weights[s] * a[s];
+#pragma unroll
+    for (int s = 0; s <= MAX_PATH; ++s) {
+        if (s < count) total = total + weights[s] * a[s];
+    }
     return total;
 }
 
+// With ``acc_shared``, a row's (n_groups, width) values are added up in shared memory (each
+// thread's own slots, value k at acc[k * blockDim.x + threadIdx.x]) and written to out once: the
+// adds of every path would otherwise read and write out in device memory (a million rows' out
+// exceeds the L2 cache). Same additions, same order: the same values.
 extern "C" __global__ void shap_contributions(
         const float* X, i64 n_rows, i64 row_stride, i64 col_stride, const int* feature,
         const float* threshold, const bool* default_left, const i64* path_ptr,
@@ -859,43 +917,64 @@ extern "C" __global__ void shap_contributions(
         const int* elem_feature, const double* elem_zero, const int* edge_node,
         const bool* edge_left, const double* shapley_weights, int weights_width, double* out,
         int n_groups, int width, const int* cat_start, const unsigned* cat_bits,
-        int has_categories) {
-    bool one[MAX_PATH + 1];
-    double e[MAX_PATH + 2], q[MAX_PATH + 2];
+        int has_categories, const i64* path_root, const i64* path_tree_size, int acc_shared) {
+    extern __shared__ double acc[];
+    unsigned dirs[TREE_WORDS > 0 ? TREE_WORDS : 1];
+    double e[MAX_PATH + 1], q[MAX_PATH + 1];
+    i64 row_width = (i64)n_groups * width;
+    i64 stride = acc_shared ? blockDim.x : 1;
     for (i64 row = blockIdx.x * (i64)blockDim.x + threadIdx.x; row < n_rows;
          row += (i64)gridDim.x * blockDim.x) {
         const float* values = X + row * row_stride;
+        double* out_row = out + row * row_width;
+        double* sums = acc_shared ? acc + threadIdx.x : out_row;
+        if (acc_shared) {
+            for (i64 k = 0; k < row_width; ++k) sums[k * stride] = out_row[k];
+        }
+        i64 root = -1;
         for (i64 p = 0; p < n_paths; ++p) {
             i64 first = path_ptr[p];
             int m = (int)(path_ptr[p + 1] - first);
-            double* o = out + (row * n_groups + path_group[p]) * width;
-            path_ones(values, col_stride, p, feature, threshold, default_left, path_ptr,
-                      elem_ptr, edge_node, edge_left, cat_start, cat_bits, has_categories, one);
+            double* o = sums + (i64)path_group[p] * width * stride;
+            NEXT_TREE(p)
+            unsigned one = path_ones(values, col_stride, p, feature, threshold, default_left,
+                                     path_ptr, elem_ptr, edge_node, edge_left, cat_start,
+                                     cat_bits, has_categories, dirs, root);
             e[0] = 1.0;
             int degree = 0;
             double rest = 1.0;
-            for (int j = 0; j < m; ++j) {
-                if (one[j]) {
-                    extend_one(e, degree, elem_zero[first + j]);
-                    degree += 1;
-                } else {
-                    rest = rest * elem_zero[first + j];
+#pragma unroll
+            for (int j = 0; j < MAX_PATH; ++j) {
+                if (j < m) {
+                    if ((one >> j) & 1u) {
+                        extend_one(e, degree, elem_zero[first + j]);
+                        degree += 1;
+                    } else {
+                        rest = rest * elem_zero[first + j];
+                    }
                 }
             }
             double c = path_value[p] * rest;
-            o[width - 1] += c * e[0];
+            o[(width - 1) * stride] += c * e[0];
             if (m == 0) continue;
             const double* w = shapley_weights + (i64)m * weights_width;
             double failed = -(c * weighted(e, degree + 1, w));
-            for (int j = 0; j < m; ++j) {
-                double z = elem_zero[first + j];
-                if (one[j]) {
-                    unwind(e, degree, z, q);
-                    o[elem_feature[first + j]] += (c * (1.0 - z)) * weighted(q, degree, w);
-                } else {
-                    o[elem_feature[first + j]] += failed;
+#pragma unroll
+            for (int j = 0; j < MAX_PATH; ++j) {
+                if (j < m) {
+                    double z = elem_zero[first + j];
+                    i64 at = (i64)elem_feature[first + j] * stride;
+                    if ((one >> j) & 1u) {
+                        unwind(e, degree, z, q);
+                        o[at] += (c * (1.0 - z)) * weighted(q, degree, w);
+                    } else {
+                        o[at] += failed;
+                    }
                 }
             }
+        }
+        if (acc_shared) {
+            for (i64 k = 0; k < row_width; ++k) out_row[k] = sums[k * stride];
         }
     }
 }
@@ -907,50 +986,62 @@ extern "C" __global__ void shap_interactions(
         const int* elem_feature, const double* elem_zero, const int* edge_node,
         const bool* edge_left, const double* shapley_weights, int weights_width, double* out,
         int n_groups, int width, const int* cat_start, const unsigned* cat_bits,
-        int has_categories) {
-    bool one[MAX_PATH + 1];
-    double e[MAX_PATH + 2], e_i[MAX_PATH + 2], q[MAX_PATH + 2];
+        int has_categories, const i64* path_root, const i64* path_tree_size) {
+    unsigned dirs[TREE_WORDS > 0 ? TREE_WORDS : 1];
+    double e[MAX_PATH + 1], e_i[MAX_PATH + 1], q[MAX_PATH + 1];
     for (i64 row = blockIdx.x * (i64)blockDim.x + threadIdx.x; row < n_rows;
          row += (i64)gridDim.x * blockDim.x) {
         const float* values = X + row * row_stride;
+        i64 root = -1;
         for (i64 p = 0; p < n_paths; ++p) {
             i64 first = path_ptr[p];
             int m = (int)(path_ptr[p + 1] - first);
             if (m < 2) continue;
             double* o = out + (row * n_groups + path_group[p]) * (i64)width * width;
-            path_ones(values, col_stride, p, feature, threshold, default_left, path_ptr,
-                      elem_ptr, edge_node, edge_left, cat_start, cat_bits, has_categories, one);
+            NEXT_TREE(p)
+            unsigned one = path_ones(values, col_stride, p, feature, threshold, default_left,
+                                     path_ptr, elem_ptr, edge_node, edge_left, cat_start,
+                                     cat_bits, has_categories, dirs, root);
             e[0] = 1.0;
             int degree = 0;
-            for (int j = 0; j < m; ++j) {
-                if (one[j]) {
+#pragma unroll
+            for (int j = 0; j < MAX_PATH; ++j) {
+                if (j < m && ((one >> j) & 1u)) {
                     extend_one(e, degree, elem_zero[first + j]);
                     degree += 1;
                 }
             }
             const double* w = shapley_weights + (i64)(m - 1) * weights_width;
-            for (int i = 0; i < m; ++i) {
+#pragma unroll
+            for (int i = 0; i < MAX_PATH; ++i) {
+                if (i >= m) continue;
                 double z_i = elem_zero[first + i];
+                bool one_i = (one >> i) & 1u;
                 int degree_i;
-                if (one[i]) {
+                if (one_i) {
                     unwind(e, degree, z_i, e_i);
                     degree_i = degree - 1;
                 } else {
-                    for (int s = 0; s <= degree; ++s) e_i[s] = e[s];
+#pragma unroll
+                    for (int s = 0; s <= MAX_PATH; ++s) {
+                        if (s <= degree) e_i[s] = e[s];
+                    }
                     degree_i = degree;
                 }
                 double rest = 1.0;
-                for (int j = 0; j < m; ++j) {
-                    if (j != i && !one[j]) rest = rest * elem_zero[first + j];
+#pragma unroll
+                for (int j = 0; j < MAX_PATH; ++j) {
+                    if (j < m && j != i && !((one >> j) & 1u)) rest = rest * elem_zero[first + j];
                 }
                 double c = path_value[p] * rest;
-                double scale = ((one[i] ? 1.0 : 0.0) - z_i) * 0.5;
+                double scale = ((one_i ? 1.0 : 0.0) - z_i) * 0.5;
                 double failed = -(c * weighted(e_i, degree_i + 1, w));
-                for (int j = 0; j < m; ++j) {
-                    if (j == i) continue;
+#pragma unroll
+                for (int j = 0; j < MAX_PATH; ++j) {
+                    if (j >= m || j == i) continue;
                     double z = elem_zero[first + j];
                     double value;
-                    if (one[j]) {
+                    if ((one >> j) & 1u) {
                         unwind(e_i, degree_i, z, q);
                         value = (c * (1.0 - z)) * weighted(q, degree_i, w);
                     } else {
