@@ -1,15 +1,55 @@
-"""Progress lines of a training run: every ``period`` rounds, the first and the last."""
+"""Progress lines of a training run (every ``period`` rounds, the first and the last), logged."""
 from __future__ import annotations
 
+import logging
 import sys
 import time
+
+LOGGER = logging.getLogger("gbflow")
+
+
+class _CurrentStderr(logging.StreamHandler):
+    """A handler writing to ``sys.stderr`` as it is at each record (pytest and notebooks
+    replace it after gbflow is imported)."""
+
+    def __init__(self):
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):  # StreamHandler.__init__ sets it; the property always reads now
+        pass
+
+
+_OWN_HANDLER = _CurrentStderr()
+_OWN_HANDLER.setFormatter(logging.Formatter("%(message)s"))
+
+
+def log_line(line: str) -> None:
+    """Log one line of progress at INFO on the ``gbflow`` logger. While nothing in the process
+    has configured logging (no handler on the way to the root), gbflow's own handler prints it
+    to stderr, so ``verbose`` output shows by default; once the application configures logging,
+    its handlers and levels decide (and gbflow's handler steps aside)."""
+    root_configured = bool(logging.getLogger().handlers)
+    ours = _OWN_HANDLER in LOGGER.handlers
+    if root_configured and ours:
+        LOGGER.removeHandler(_OWN_HANDLER)
+    elif not ours and not LOGGER.hasHandlers():
+        LOGGER.addHandler(_OWN_HANDLER)
+        if LOGGER.level == logging.NOTSET:
+            LOGGER.setLevel(logging.INFO)
+    LOGGER.info(line)
 
 
 class Progress:
     """Per-round log lines: every ``period`` rounds, the first and the last.
 
-    Lines go to stderr, or to ``emit`` (a callable taking one line) when given: on a Dask worker
-    they are sent to the client, which prints them.
+    Lines are logged (``log_line``: INFO on the ``gbflow`` logger, on stderr unless the
+    application configured logging), or go to ``emit`` (a callable taking one line) when given:
+    on a Dask worker they are sent to the client, which logs them.
     """
 
     def __init__(self, verbose, n_rounds: int, emit=None):
@@ -18,7 +58,7 @@ class Progress:
         else:
             period = int(verbose) if verbose else 0
         self.period, self.n_rounds, self.start = period, n_rounds, time.perf_counter()
-        self.emit = emit or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.emit = emit or log_line
 
     def round(self, i: int, scores: list[tuple[str, str, float]]) -> None:
         if not self.period or not (i == 0 or (i + 1) % self.period == 0 or i + 1 == self.n_rounds):

@@ -187,23 +187,28 @@ def test_worker_report_measures_memory(clients):
         assert 0 < r["stages"]["fit"] <= sum(r["stages"].values()) <= r["task_seconds"]
 
 
-def test_progress_lines_reach_the_client_once(clients, capsys):
+def test_progress_lines_reach_the_client_once(clients, caplog):
+    import logging
     df = make_table(n_rows=800, seed=26)
-    gbflow.train(dd.from_pandas(df, npartitions=2), label="y", num_boost_round=6,
-                 evals=[(dd.from_pandas(df, npartitions=2), "train")], verbose=2,
-                 client=clients(2))
-    err = capsys.readouterr().err.splitlines()
-    rounds = [line.split("]")[0] for line in err if line.startswith("[")]
+    with caplog.at_level(logging.INFO, logger="gbflow"):
+        gbflow.train(dd.from_pandas(df, npartitions=2), label="y", num_boost_round=6,
+                     evals=[(dd.from_pandas(df, npartitions=2), "train")], verbose=2,
+                     client=clients(2))
+    lines = [r.getMessage() for r in caplog.records if r.name == "gbflow"]
+    rounds = [line.split("]")[0] for line in lines if line.startswith("[")]
     assert rounds == ["[1/6", "[2/6", "[4/6", "[6/6"]  # every line once, in order
-    assert any(line.startswith("gbflow.dask: training on 2 worker(s)") for line in err)
+    assert any(line.startswith("gbflow.dask: training on 2 worker(s)") for line in lines)
 
 
-def test_progress_lines_print_in_order_once_whatever_order_they_arrive(capsys):
+def test_progress_lines_print_in_order_once_whatever_order_they_arrive(caplog):
+    import logging
+
     from gbflow.dask.driver import OrderedLines
     lines = OrderedLines()
-    for seq in (1, 0, 0, 3, 2, 1, 4):  # events out of order, then the result's copies
-        lines.put(seq, f"line {seq}")
-    assert capsys.readouterr().err.splitlines() == [f"line {i}" for i in range(5)]
+    with caplog.at_level(logging.INFO, logger="gbflow"):
+        for seq in (1, 0, 0, 3, 2, 1, 4):  # events out of order, then the result's copies
+            lines.put(seq, f"line {seq}")
+    assert [r.getMessage() for r in caplog.records] == [f"line {i}" for i in range(5)]
 
 
 def test_without_a_client_training_runs_in_process():

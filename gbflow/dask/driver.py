@@ -4,7 +4,6 @@ partitions (without one); it watches the tasks and the workers and fails fast wh
 """
 from __future__ import annotations
 
-import sys
 import threading
 import time
 import uuid
@@ -13,7 +12,7 @@ from .. import boosting, inputs
 from ..backend import get_backend, on_gpu
 from ..evaluation import EvalOptions
 from ..params import Params
-from ..progress import Progress
+from ..progress import Progress, log_line
 from . import inputs as dask_inputs
 from .collective import CollectivePlugin, abort_session
 from .errors import CollectiveAborted, CollectiveError, WorkerLostError
@@ -122,9 +121,10 @@ def _train_in_process(ddf, evals, spec: Spec):
 
 
 class OrderedLines:
-    """Rank 0's progress lines printed to stderr in its order, each once, whether its event or
-    its result brings a line first: events may arrive out of order, and the result's copy of
-    the lines may come while events are still being delivered (on another thread)."""
+    """Rank 0's progress lines logged (``progress.log_line``) in its order, each once, whether
+    its event or its result brings a line first: events may arrive out of order, and the
+    result's copy of the lines may come while events are still being delivered (on another
+    thread)."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -139,7 +139,7 @@ class OrderedLines:
             self._ahead[seq] = line
             while self.printed + 1 in self._ahead:
                 self.printed += 1
-                print(self._ahead.pop(self.printed), file=sys.stderr, flush=True)
+                log_line(self._ahead.pop(self.printed))
 
 
 class _Cluster:
