@@ -4,30 +4,21 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
-import pandas as pd
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, is_regressor
+from sklearn.base import (
+    BaseEstimator,
+    ClassifierMixin,
+    RegressorMixin,
+    TransformerMixin,
+    is_regressor,
+)
 from sklearn.utils import TransformerTags
-from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_consistent_length, check_is_fitted, column_or_1d
-
-try:
-    from sklearn.utils.validation import validate_data
-except ImportError as e:  # scikit-learn < 1.6
-    raise ImportError("gbflow's scikit-learn estimators need scikit-learn >= 1.6") from e
+from sklearn.utils.validation import check_is_fitted
 
 from .api import train
 from .evaluation import cost_metric
-from .inputs import is_dask_collection
+from .sklearn_data import PREDICTION_COLUMN, adapter_for
 
 __all__ = ["GBFlowClassifier", "GBFlowRegressor"]
-
-# How every feature matrix is checked: dense or CSR, numeric, NaN allowed (a missing value), at
-# least one row and one feature. dtype "numeric" keeps float32/float64/int/bool arrays as they are
-# (gbflow converts them to float32 itself) and converts object arrays to float64.
-_CHECK_X = dict(accept_sparse="csr", dtype="numeric", ensure_all_finite="allow-nan",
-                ensure_min_samples=1, ensure_min_features=1)
-
-_PREDICTION_COLUMN = "prediction"
 
 # Attributes a fit sets; a new fit drops the old ones first so that nothing stale survives it.
 _FITTED = ("booster_", "classes_", "n_classes_", "best_iteration_", "best_score_",
@@ -39,166 +30,25 @@ _FITTED = ("booster_", "classes_", "n_classes_", "best_iteration_", "best_score_
 _NOT_PARAMS = ("n_estimators", "early_stopping_rounds", "verbose", "random_state")
 
 
-def _adapter(X, estimator):
-    """The adapter for X's kind: ``gbflow.dask.estimators.DaskAdapter`` for Dask collections
-    (imported only then: dask is optional), ``_InMemoryAdapter`` for anything else."""
-    if is_dask_collection(X):
-        from .dask.estimators import DaskAdapter
-        return DaskAdapter(estimator, _PREDICTION_COLUMN)
-    return _InMemoryAdapter(estimator)
-
-
-def _weights(weight, n_rows: int, what: str, match: str = "") -> np.ndarray:
-    """Row weights as a float64 (n_rows,) array; ValueError naming ``what`` otherwise."""
-    weight = np.asarray(weight, dtype=np.float64)
-    if weight.ndim != 1 or len(weight) != n_rows:
-        raise ValueError(f"{what} must have shape ({n_rows},){match}, got shape {weight.shape}")
-    return weight
-
-
-def _labels(p: np.ndarray, classes: np.ndarray) -> np.ndarray:
-    """Probabilities (n,) of ``classes[1]`` or (n, k) per class -> (n,) most probable labels."""
-    return classes[(p > 0.5).astype(np.intp) if p.ndim == 1 else np.argmax(p, axis=1)]
-
-
-class _InMemoryAdapter:
-    """pandas DataFrames, NumPy arrays and scipy sparse matrices (taken as CSR, absent entries
-    being missing values), checked by scikit-learn's ``validate_data``. A DataFrame with string
-    column names reaches gbflow as a frame, so the booster knows the feature names; anything else
-    as the checked array (features f0, f1, ...): float32 features either way, as in
-    ``gbflow.train``. ``gbflow.dask.estimators.DaskAdapter`` offers the same methods; ``classes``
-    is None for a numeric target (the regressor), else the sorted class labels.
-    """
-
-    def __init__(self, estimator):
-        self.estimator = estimator
-
-    def _data(self, X, X_checked):
-        """What gbflow gets: a frame as it is when fitted with string column names (which
-        ``validate_data`` has checked X has, in order), else the checked array."""
-        if isinstance(X, pd.DataFrame) and hasattr(self.estimator, "feature_names_in_"):
-            return X
-        return X_checked
-
-    def _checked(self, X):
-        """X checked against the training features -> (checked array, gbflow data)."""
-        X_checked = validate_data(self.estimator, X, reset=False, **_CHECK_X)
-        return X_checked, self._data(X, X_checked)
-
-    # -- fit -------------------------------------------------------------------------------------
-    def fit_data(self, X, y, y_numeric: bool = False):
-        """X and y checked for training (this records ``n_features_in_`` and, for string column
-        names, ``feature_names_in_``) -> (gbflow data, (n,) y)."""
-        X_checked, y = validate_data(self.estimator, X, y, reset=True, y_numeric=y_numeric,
-                                     **_CHECK_X)
-        return self._data(X, X_checked), y
-
-    def classes(self, y) -> np.ndarray:
-        """The sorted distinct labels of a classification target."""
-        check_classification_targets(y)
-        return np.unique(y)
-
-    def encode(self, y, classes, what: str) -> np.ndarray:
-        """y -> gbflow's float64 (n,) label: the numbers themselves (``classes`` None), or the
-        positions in ``classes``; a label not in ``classes`` is an error."""
-        name = "y" if what == "fit" else f"y of {what}"
-        y = column_or_1d(y, warn=True)
-        if classes is None:
-            try:
-                return np.asarray(y, dtype=np.float64)
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"{name} must be numeric, got dtype {y.dtype}") from e
-        try:
-            index = np.clip(np.searchsorted(classes, y), 0, len(classes) - 1)
-            known = np.asarray(classes[index] == y, dtype=bool)
-        except TypeError:  # labels of a type that cannot be compared with the classes
-            index, known = None, np.zeros(len(y), dtype=bool)
-        if known.shape != y.shape:
-            known = np.zeros(len(y), dtype=bool)
-        if not known.all():
-            unseen = list(dict.fromkeys(y[~known].tolist()))
-            raise ValueError(f"{name} has label(s) {unseen[:5]} that are not among the classes "
-                             f"seen in the training y: {classes.tolist()}")
-        return index.astype(np.float64)
-
-    def training(self, data, y, sample_weight) -> dict:
-        """``gbflow.train``'s data, label and weight arguments."""
-        if sample_weight is not None:
-            sample_weight = _weights(sample_weight, data.shape[0], "sample_weight", " to match X")
-        return dict(data=data, label=y, weight=sample_weight)
-
-    def eval_data(self, X, y, weight, index: int, classes, weighted: bool) -> tuple:
-        """``eval_set[index]`` as the data of one of gbflow's evals: (X, y[, weight])."""
-        X_checked = validate_data(self.estimator, X, reset=False, **_CHECK_X)
-        y = self.encode(y, classes, f"eval_set[{index}]")
-        check_consistent_length(X_checked, y)
-        data = (self._data(X, X_checked), y)
-        if weight is None:
-            return data
-        return data + (_weights(weight, X_checked.shape[0], f"sample_weight_eval_set[{index}]"),)
-
-    def trained(self, booster):
-        return booster
-
-    # -- fitted model ------------------------------------------------------------------------------
-    def predict(self, X) -> np.ndarray:
-        """The booster's float64 prediction: (n,), or (n, n_classes) for multi:softprob."""
-        return np.asarray(self.estimator.booster_.predict(self._checked(X)[1]), dtype=np.float64)
-
-    def labels(self, X, classes) -> np.ndarray:
-        return _labels(self.predict(X), classes)
-
-    def proba(self, X, classes) -> np.ndarray:
-        """(n, n_classes) float64; for two classes ``[1 - p, p]``."""
-        p = self.predict(X)
-        return np.column_stack((1.0 - p, p)) if p.ndim == 1 else p
-
-    def transform(self, X, classes):
-        """X with the prediction (``classes`` None) or the predicted label appended: a new frame
-        with a "prediction" column for a DataFrame, else a column of the checked array."""
-        X_checked, data = self._checked(X)
-        booster = self.estimator.booster_
-        if classes is None and data is X:  # a frame whose names the booster knows: its transform
-            return booster.transform(X, name=_PREDICTION_COLUMN)
-        values = np.asarray(booster.predict(data), dtype=np.float64)
-        if classes is not None:
-            values = _labels(values, classes)
-        if isinstance(X, pd.DataFrame):
-            if _PREDICTION_COLUMN in X.columns:
-                raise ValueError(f"transform: X already has a column {_PREDICTION_COLUMN!r}")
-            out = X.copy()
-            out[_PREDICTION_COLUMN] = values
-            return out
-        if hasattr(X_checked, "tocsr"):  # scipy sparse: the prediction becomes one more column
-            if values.dtype.kind not in "biuf":
-                raise TypeError("transform: a sparse X cannot hold non-numeric class labels; use "
-                                "predict()")
-            import scipy.sparse
-            return scipy.sparse.hstack([X_checked, scipy.sparse.csr_matrix(values[:, None])],
-                                       format="csr")
-        if values.dtype.kind not in "biuf":  # e.g. string labels: keep the features as numbers
-            X_checked = X_checked.astype(object)
-            values = values.astype(object)
-        return np.column_stack((X_checked, values))
-
-
 def _store(estimator, values: dict) -> None:
     """scikit-learn's contract: ``__init__`` stores every parameter of its signature as is."""
     for name in estimator._get_param_names():
         setattr(estimator, name, values[name])
 
 
-class _GBFlowModel(BaseEstimator):
+class _GBFlowModel(TransformerMixin, BaseEstimator):
     """Shared parameters, fitting and prediction of the gbflow estimators: scikit-learn's
     estimator contract, and XGBoost's scikit-learn wrapper where that contract leaves room
     (``eval_set`` named ``validation_0``, ...; ``early_stopping_rounds`` as a constructor
     parameter; ``get_booster()``; ``evals_result()``; ``feature_importances_`` as normalized
-    "gain"). Each call hands its data to the adapter of the data's kind (``_adapter``)."""
+    "gain"). Each call hands its data to the adapter of the data's kind
+    (``sklearn_data.adapter_for``)."""
 
     def __init__(self, *, n_estimators=100, max_depth=6, learning_rate=0.3, min_child_weight=1.0,
                  gamma=0.0, reg_lambda=1.0, reg_alpha=0.0, subsample=1.0, colsample_bytree=1.0,
                  max_bin=256, random_state=0, base_score=None, eval_metric=None,
-                 early_stopping_rounds=None, device="auto", sparse_threshold=None, verbose=False):
+                 early_stopping_rounds=None, device="auto", sparse_threshold=None, verbose=False,
+                 n_jobs=None):
         _store(self, locals())
 
     # -- scikit-learn protocol -------------------------------------------------------------
@@ -255,7 +105,8 @@ class _GBFlowModel(BaseEstimator):
     def _check_objective(self):  # the regressor refuses the classifier's objective
         pass
 
-    def fit(self, X, y, sample_weight=None, eval_set=None, sample_weight_eval_set=None):
+    def fit(self, X, y, sample_weight=None, eval_set=None, sample_weight_eval_set=None,
+            verbose=None):
         """Train the model.
 
         X : pandas DataFrame, array-like or scipy sparse matrix of shape (n_samples,
@@ -275,12 +126,14 @@ class _GBFlowModel(BaseEstimator):
             ``early_stopping_rounds``.
         sample_weight_eval_set : list of array-like or None, optional
             One weight array (or None) per ``eval_set`` entry.
+        verbose : bool or int, optional
+            Progress lines of this fit (default: the estimator's ``verbose``).
 
         Returns self.
         """
         self._clear_fit()
         self._check_objective()
-        adapter = _adapter(X, self)
+        adapter = adapter_for(X, self)
         data, y = adapter.fit_data(X, y, y_numeric=is_regressor(self))
         label, params = self._target(adapter, y)
         training = adapter.training(data, label, sample_weight)
@@ -295,7 +148,8 @@ class _GBFlowModel(BaseEstimator):
             custom = cost_metric(self.eval_metric)
         booster = train(**training, params=params, num_boost_round=self.n_estimators,
                         evals=evals or None, early_stopping_rounds=self.early_stopping_rounds,
-                        verbose=self.verbose, custom_metric=custom,
+                        verbose=self.verbose if verbose is None else verbose,
+                        custom_metric=custom,
                         maximize=False if custom is not None else None)
         self.booster_ = booster = adapter.trained(booster)
         self.evals_result_ = {name: {m: list(v) for m, v in per.items()}
@@ -337,7 +191,7 @@ class _GBFlowModel(BaseEstimator):
     # -- fitted model --------------------------------------------------------------------------
     def _fitted_adapter(self, X):
         check_is_fitted(self)
-        return _adapter(X, self)
+        return adapter_for(X, self)
 
     def transform(self, X):
         """X with ``predict(X)`` appended as its last column.
@@ -354,6 +208,56 @@ class _GBFlowModel(BaseEstimator):
         """The trained ``gbflow.Booster`` (``booster_``); raises NotFittedError before fit."""
         check_is_fitted(self)
         return self.booster_
+
+    def get_feature_names_out(self, input_features=None) -> np.ndarray:
+        """The columns of ``transform``'s output: the input features, then "prediction"
+        (what ``set_output(transform="pandas")`` names its DataFrame's columns)."""
+        check_is_fitted(self)
+        names = getattr(self, "feature_names_in_", None)
+        if names is None:
+            names = [f"x{i}" for i in range(self.n_features_in_)]
+        if input_features is not None:
+            if len(input_features) != self.n_features_in_:
+                raise ValueError(f"input_features has {len(input_features)} names, the "
+                                 f"estimator {self.n_features_in_} features")
+            names = input_features
+        return np.asarray([*map(str, names), PREDICTION_COLUMN], dtype=object)
+
+    def apply(self, X) -> np.ndarray:
+        """The leaf each row reaches in each tree: int32 ndarray (n_samples, n_trees), node
+        ids within each tree as in the model file (XGBoost's ``apply``; every round trained)."""
+        rounds = self.get_booster().num_boosted_rounds()
+        return self._fitted_adapter(X).predict(X, pred_leaf=True, iteration_range=(0, rounds))
+
+    def save_model(self, path, format=None) -> None:
+        """Write the trained booster (``Booster.save_model``: gbflow's JSON file, or
+        ``format="xgboost"`` for XGBoost's)."""
+        self.get_booster().save_model(path, format=format)
+
+    def load_model(self, path):
+        """Load a model written by ``save_model`` (gbflow's format) into this estimator, ready
+        to predict; returns self. A classifier's ``classes_`` become 0..n_classes-1 (the
+        labels themselves are not in the model file), as XGBoost's do."""
+        from .booster import load_model
+        booster = load_model(path)
+        self._clear_fit()
+        self.booster_ = booster
+        self.n_features_in_ = booster.num_features()
+        names = booster.feature_names
+        if names != [f"f{i}" for i in range(len(names))]:
+            self.feature_names_in_ = np.asarray(names, dtype=object)
+        elif "feature_names_in_" in self.__dict__:
+            del self.feature_names_in_
+        self.evals_result_ = {}
+        if booster.best_iteration is not None:
+            self.best_iteration_ = int(booster.best_iteration)
+            self.best_score_ = float(booster.best_score)
+        self._loaded(booster)
+        return self
+
+    def _loaded(self, booster) -> None:
+        """What a loaded booster sets besides the common attributes (the classifier's
+        classes)."""
 
     def evals_result(self) -> dict:
         """Metric history of the eval_set, as XGBoost gives it:
@@ -412,7 +316,10 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
     sparse_threshold : float or None, default None
         Storage routing only; never changes the model (None: sparse where that saves memory).
     verbose : bool or int, default False
-        Progress lines on stderr (True: about 20, an int: every that many rounds).
+        Progress lines (the "gbflow" logger; True: about 20, an int: every that many rounds).
+        ``fit(verbose=...)`` overrides it for one fit, as in XGBoost.
+    n_jobs : int or None, default None
+        CPU threads of training (XGBoost's ``n_jobs``, gbflow's ``nthread``; None: every core).
 
     Attributes
     ----------
@@ -431,7 +338,7 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
                  learning_rate=0.3, min_child_weight=1.0, gamma=0.0, reg_lambda=1.0,
                  reg_alpha=0.0, subsample=1.0, colsample_bytree=1.0, max_bin=256, random_state=0,
                  base_score=None, eval_metric=None, early_stopping_rounds=None, device="auto",
-                 sparse_threshold=None, verbose=False):
+                 sparse_threshold=None, verbose=False, n_jobs=None):
         _store(self, locals())
 
     def _check_objective(self):
@@ -442,15 +349,18 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
     def _target(self, adapter, y):
         return adapter.encode(y, None, "fit"), self._train_params()
 
-    def predict(self, X):
+    def predict(self, X, output_margin=False, iteration_range=None):
         """Predicted targets: float64 ndarray of shape (n_samples,).
 
         X : pandas DataFrame or array-like of shape (n_samples, n_features_in_), the training
         features in training order (a DataFrame fitted with string column names must have the
         same names). Raises NotFittedError before fit. For a Dask DataFrame: a lazy float64 Dask
-        Series named "prediction" with X's index and divisions.
+        Series named "prediction" with X's index and divisions. output_margin: the raw margins
+        (before the objective's link). iteration_range: as ``Booster.predict``'s (default: up to
+        ``best_iteration_`` after early stopping).
         """
-        return self._fitted_adapter(X).predict(X)
+        return self._fitted_adapter(X).predict(X, output_margin=output_margin,
+                                               iteration_range=iteration_range)
 
 
 class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
@@ -485,16 +395,26 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
     def _classes(self):
         return self.classes_
 
-    def predict_proba(self, X):
+    def _loaded(self, booster) -> None:
+        self.n_classes_ = max(booster.n_groups, 2)
+        self.classes_ = np.arange(self.n_classes_)
+
+    def predict_proba(self, X, iteration_range=None):
         """Class probabilities: float64 ndarray of shape (n_samples, n_classes_), columns in the
         order of ``classes_``, rows summing to 1 (two classes: ``[1 - p, p]`` with p the
         probability of ``classes_[1]``). Raises NotFittedError before fit. For a Dask DataFrame:
-        a lazy Dask DataFrame with X's index, one column per class named ``str(class)``."""
-        return self._fitted_adapter(X).proba(X, self.classes_)
+        a lazy Dask DataFrame with X's index, one column per class named ``str(class)``.
+        iteration_range: as ``Booster.predict``'s."""
+        return self._fitted_adapter(X).proba(X, self.classes_, iteration_range=iteration_range)
 
-    def predict(self, X):
+    def predict(self, X, output_margin=False, iteration_range=None):
         """Predicted labels: ndarray of shape (n_samples,) with ``classes_``'s dtype, the most
         probable class of each row (two classes: ``classes_[1]`` when its probability is > 0.5).
         Raises NotFittedError before fit. For a Dask DataFrame: a lazy Dask Series named
-        "prediction" with X's index and divisions."""
-        return self._fitted_adapter(X).labels(X, self.classes_)
+        "prediction" with X's index and divisions. output_margin: the raw margins instead
+        (float64 (n_samples,), or (n_samples, n_classes_) for more than two classes), as in
+        XGBoost. iteration_range: as ``Booster.predict``'s."""
+        adapter = self._fitted_adapter(X)
+        if output_margin:
+            return adapter.predict(X, output_margin=True, iteration_range=iteration_range)
+        return adapter.labels(X, self.classes_, iteration_range=iteration_range)

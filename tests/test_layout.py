@@ -13,7 +13,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "gbflow"
 RULES = {"cupy": "backend", "cupyx": "backend", "cudf": "backend", "dask": "dask",
-         "distributed": "dask", "dask_cudf": "dask", "dask_cuda": "dask", "sklearn": "sklearn.py"}
+         "distributed": "dask", "dask_cudf": "dask", "dask_cuda": "dask",
+         "sklearn": "sklearn"}  # sklearn.py (the estimators) and sklearn_data.py (their data)
 # Modules of kernels (one function per kernel and its wrapper) may be long; any other module
 # over this many lines holds more than one job.
 MAX_LINES = 500

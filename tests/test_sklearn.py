@@ -141,7 +141,7 @@ def test_get_params_set_params_and_clone_round_trip():
     expected = {"n_estimators", "max_depth", "learning_rate", "min_child_weight", "gamma",
                 "reg_lambda", "reg_alpha", "subsample", "colsample_bytree", "max_bin",
                 "random_state", "base_score", "eval_metric", "early_stopping_rounds", "device",
-                "sparse_threshold", "verbose"}
+                "sparse_threshold", "verbose", "n_jobs"}
     assert set(params) == expected | {"objective"}
     assert set(GBFlowClassifier().get_params()) == expected
 
@@ -366,13 +366,14 @@ def _dask_frame(df, npartitions=2):
 def test_each_input_kind_gets_its_adapter():
     import scipy.sparse
 
-    from gbflow import sklearn as gbsk
+    from gbflow import sklearn_data
     X, _ = regression_data(n=20)
     model = GBFlowRegressor()
     for data in (X, X.tolist(), pd.DataFrame(X, columns=list("abcde")),
                  scipy.sparse.csr_matrix(X)):
-        assert type(gbsk._adapter(data, model)) is gbsk._InMemoryAdapter
-    dask_adapter = gbsk._adapter(_dask_frame(pd.DataFrame(X, columns=list("abcde"))), model)
+        assert type(sklearn_data.adapter_for(data, model)) is sklearn_data._InMemoryAdapter
+    dask_adapter = sklearn_data.adapter_for(
+        _dask_frame(pd.DataFrame(X, columns=list("abcde"))), model)
     from gbflow.dask.estimators import DaskAdapter
     assert type(dask_adapter) is DaskAdapter and dask_adapter.estimator is model
 
@@ -423,3 +424,61 @@ def test_without_scikit_learn_the_estimators_name_the_extra(monkeypatch):
     monkeypatch.delattr(gbflow, "sklearn", raising=False)
     with pytest.raises(ImportError, match=r"pip install 'gbflow\[sklearn\]'"):
         gbflow.GBFlowRegressor  # noqa: B018
+
+
+# -- XGBoost's habits and scikit-learn's output API (F13) ----------------------------------
+def test_set_output_pandas_in_a_pipeline():
+    X, y = regression_data(n=200)
+    frame = pd.DataFrame(X, columns=list("abcde"))
+    pipe = make_pipeline(StandardScaler(), GBFlowRegressor(n_estimators=5)).set_output(
+        transform="pandas")
+    pipe.fit(frame, y)
+    out = pipe.transform(frame)
+    assert isinstance(out, pd.DataFrame)
+    assert list(out.columns) == ["a", "b", "c", "d", "e", "prediction"]
+    assert np.array_equal(out["prediction"].to_numpy(), pipe.predict(frame))
+    model = GBFlowRegressor(n_estimators=3).set_output(transform="pandas").fit(X, y)
+    assert list(model.transform(X).columns) == ["x0", "x1", "x2", "x3", "x4", "prediction"]
+
+
+def test_save_load_apply_and_output_margin(tmp_path):
+    X, y = three_class_data(n=300)
+    model = GBFlowClassifier(n_estimators=6, max_depth=3).fit(X, y)
+    model.save_model(tmp_path / "m.json")
+    loaded = GBFlowClassifier().load_model(tmp_path / "m.json")
+    assert loaded.booster_.to_json() == model.booster_.to_json()
+    assert np.array_equal(loaded.predict_proba(X), model.predict_proba(X))
+    assert list(loaded.classes_) == [0, 1, 2] and loaded.n_features_in_ == X.shape[1]
+    assert np.array_equal(model.classes_[loaded.predict(X)], model.predict(X))
+    leaves = model.apply(X)
+    assert leaves.shape == (300, 18) and leaves.dtype == np.int32
+    assert np.array_equal(leaves, model.get_booster().predict(X, pred_leaf=True))
+    margins = model.predict(X, output_margin=True)
+    assert margins.shape == (300, 3)
+    assert np.array_equal(margins, model.get_booster().predict(X, output_margin=True))
+    first = model.predict_proba(X, iteration_range=(0, 2))
+    assert np.array_equal(first, model.get_booster().predict(X, iteration_range=(0, 2)))
+    Xr, yr = regression_data(n=100)
+    regressor = GBFlowRegressor(n_estimators=4).fit(Xr, yr)
+    regressor.save_model(tmp_path / "r.json")
+    again = GBFlowRegressor().load_model(tmp_path / "r.json")
+    assert np.array_equal(again.predict(Xr), regressor.predict(Xr))
+    assert not hasattr(again, "classes_")
+
+
+def test_fit_verbose_and_n_jobs(caplog):
+    import logging
+    X, y = regression_data(n=200)
+    with caplog.at_level(logging.INFO, logger="gbflow"):
+        GBFlowRegressor(n_estimators=4).fit(X, y, eval_set=[(X, y)], verbose=True)
+    assert [r.getMessage().split("]")[0] for r in caplog.records] == ["[1/4", "[2/4", "[3/4",
+                                                                       "[4/4"]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="gbflow"):
+        quiet = GBFlowRegressor(n_estimators=4, verbose=True).fit(X, y, eval_set=[(X, y)],
+                                                                  verbose=False)
+    assert caplog.records == []
+    one_thread = GBFlowRegressor(n_estimators=4, n_jobs=1).fit(X, y)
+    assert one_thread.get_booster().params.nthread == 1
+    assert [t.to_dict() for t in one_thread.get_booster().trees] == \
+        [t.to_dict() for t in quiet.get_booster().trees]

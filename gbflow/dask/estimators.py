@@ -125,7 +125,7 @@ class DaskAdapter:
     column names (the feature names), y and weights Dask Series partitioned like it. Training
     data becomes one frame with label and weight columns for ``gbflow.train`` on Dask; nothing
     is computed but the classifier's distinct labels, and predictions are lazy. The methods are
-    those of ``gbflow.sklearn._InMemoryAdapter``; ``column`` names the prediction.
+    those of ``gbflow.sklearn_data._InMemoryAdapter``; ``column`` names the prediction.
     """
 
     def __init__(self, estimator, column: str):
@@ -165,15 +165,16 @@ class DaskAdapter:
         return booster
 
     # -- fitted model ------------------------------------------------------------------------------
-    def predict(self, X):
-        """Lazy float64 Dask Series (a DataFrame, one column per class, for multi:softprob)."""
-        return self.estimator.booster_.predict(_check_features(X), name=self.column)
+    def predict(self, X, **options):
+        """Lazy float64 Dask Series (a DataFrame, one column per class, for multi:softprob);
+        ``options`` are ``Booster.predict``'s."""
+        return self.estimator.booster_.predict(_check_features(X), name=self.column, **options)
 
-    def labels(self, X, known):
-        return _labels(self.predict(X), known, self.column)
+    def labels(self, X, known, **options):
+        return _labels(self.predict(X, **options), known, self.column)
 
-    def proba(self, X, known):
-        return _probabilities(self.predict(X), known)
+    def proba(self, X, known, **options):
+        return _probabilities(self.predict(X, **options), known)
 
     def transform(self, X, known):
         """X plus a column: the prediction (``known`` None) or the predicted label (lazy)."""

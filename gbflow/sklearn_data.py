@@ -1,0 +1,167 @@
+"""How the scikit-learn estimators read their data: in-memory adapters (and the Dask one's door)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_consistent_length, column_or_1d
+
+try:
+    from sklearn.utils.validation import validate_data
+except ImportError as e:  # scikit-learn < 1.6
+    raise ImportError("gbflow's scikit-learn estimators need scikit-learn >= 1.6") from e
+
+from .inputs import is_dask_collection
+
+# How every feature matrix is checked: dense or CSR, numeric, NaN allowed (a missing value), at
+# least one row and one feature. dtype "numeric" keeps float32/float64/int/bool arrays as they are
+# (gbflow converts them to float32 itself) and converts object arrays to float64.
+_CHECK_X = dict(accept_sparse="csr", dtype="numeric", ensure_all_finite="allow-nan",
+                ensure_min_samples=1, ensure_min_features=1)
+
+PREDICTION_COLUMN = "prediction"
+
+
+def adapter_for(X, estimator):
+    """The adapter for X's kind: ``gbflow.dask.estimators.DaskAdapter`` for Dask collections
+    (imported only then: dask is optional), ``_InMemoryAdapter`` for anything else."""
+    if is_dask_collection(X):
+        from .dask.estimators import DaskAdapter
+        return DaskAdapter(estimator, PREDICTION_COLUMN)
+    return _InMemoryAdapter(estimator)
+
+
+def _weights(weight, n_rows: int, what: str, match: str = "") -> np.ndarray:
+    """Row weights as a float64 (n_rows,) array; ValueError naming ``what`` otherwise."""
+    weight = np.asarray(weight, dtype=np.float64)
+    if weight.ndim != 1 or len(weight) != n_rows:
+        raise ValueError(f"{what} must have shape ({n_rows},){match}, got shape {weight.shape}")
+    return weight
+
+
+def _labels(p: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """Probabilities (n,) of ``classes[1]`` or (n, k) per class -> (n,) most probable labels."""
+    return classes[(p > 0.5).astype(np.intp) if p.ndim == 1 else np.argmax(p, axis=1)]
+
+
+class _InMemoryAdapter:
+    """pandas DataFrames, NumPy arrays and scipy sparse matrices (taken as CSR, absent entries
+    being missing values), checked by scikit-learn's ``validate_data``. A DataFrame with string
+    column names reaches gbflow as a frame, so the booster knows the feature names; anything else
+    as the checked array (features f0, f1, ...): float32 features either way, as in
+    ``gbflow.train``. ``gbflow.dask.estimators.DaskAdapter`` offers the same methods; ``classes``
+    is None for a numeric target (the regressor), else the sorted class labels.
+    """
+
+    def __init__(self, estimator):
+        self.estimator = estimator
+
+    def _data(self, X, X_checked):
+        """What gbflow gets: a frame as it is when fitted with string column names (which
+        ``validate_data`` has checked X has, in order), else the checked array."""
+        if isinstance(X, pd.DataFrame) and hasattr(self.estimator, "feature_names_in_"):
+            return X
+        return X_checked
+
+    def _checked(self, X):
+        """X checked against the training features -> (checked array, gbflow data)."""
+        X_checked = validate_data(self.estimator, X, reset=False, **_CHECK_X)
+        return X_checked, self._data(X, X_checked)
+
+    # -- fit -------------------------------------------------------------------------------------
+    def fit_data(self, X, y, y_numeric: bool = False):
+        """X and y checked for training (this records ``n_features_in_`` and, for string column
+        names, ``feature_names_in_``) -> (gbflow data, (n,) y)."""
+        X_checked, y = validate_data(self.estimator, X, y, reset=True, y_numeric=y_numeric,
+                                     **_CHECK_X)
+        return self._data(X, X_checked), y
+
+    def classes(self, y) -> np.ndarray:
+        """The sorted distinct labels of a classification target."""
+        check_classification_targets(y)
+        return np.unique(y)
+
+    def encode(self, y, classes, what: str) -> np.ndarray:
+        """y -> gbflow's float64 (n,) label: the numbers themselves (``classes`` None), or the
+        positions in ``classes``; a label not in ``classes`` is an error."""
+        name = "y" if what == "fit" else f"y of {what}"
+        y = column_or_1d(y, warn=True)
+        if classes is None:
+            try:
+                return np.asarray(y, dtype=np.float64)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"{name} must be numeric, got dtype {y.dtype}") from e
+        try:
+            index = np.clip(np.searchsorted(classes, y), 0, len(classes) - 1)
+            known = np.asarray(classes[index] == y, dtype=bool)
+        except TypeError:  # labels of a type that cannot be compared with the classes
+            index, known = None, np.zeros(len(y), dtype=bool)
+        if known.shape != y.shape:
+            known = np.zeros(len(y), dtype=bool)
+        if not known.all():
+            unseen = list(dict.fromkeys(y[~known].tolist()))
+            raise ValueError(f"{name} has label(s) {unseen[:5]} that are not among the classes "
+                             f"seen in the training y: {classes.tolist()}")
+        return index.astype(np.float64)
+
+    def training(self, data, y, sample_weight) -> dict:
+        """``gbflow.train``'s data, label and weight arguments."""
+        if sample_weight is not None:
+            sample_weight = _weights(sample_weight, data.shape[0], "sample_weight", " to match X")
+        return dict(data=data, label=y, weight=sample_weight)
+
+    def eval_data(self, X, y, weight, index: int, classes, weighted: bool) -> tuple:
+        """``eval_set[index]`` as the data of one of gbflow's evals: (X, y[, weight])."""
+        X_checked = validate_data(self.estimator, X, reset=False, **_CHECK_X)
+        y = self.encode(y, classes, f"eval_set[{index}]")
+        check_consistent_length(X_checked, y)
+        data = (self._data(X, X_checked), y)
+        if weight is None:
+            return data
+        return data + (_weights(weight, X_checked.shape[0], f"sample_weight_eval_set[{index}]"),)
+
+    def trained(self, booster):
+        return booster
+
+    # -- fitted model ------------------------------------------------------------------------------
+    def predict(self, X, **options) -> np.ndarray:
+        """The booster's prediction as an array: float64 (n,), or (n, n_classes) for
+        multi:softprob; ``options`` are ``Booster.predict``'s (int32 leaves for pred_leaf)."""
+        values = np.asarray(self.estimator.booster_.predict(self._checked(X)[1], **options))
+        return values if options.get("pred_leaf") else values.astype(np.float64, copy=False)
+
+    def labels(self, X, classes, **options) -> np.ndarray:
+        return _labels(self.predict(X, **options), classes)
+
+    def proba(self, X, classes, **options) -> np.ndarray:
+        """(n, n_classes) float64; for two classes ``[1 - p, p]``."""
+        p = self.predict(X, **options)
+        return np.column_stack((1.0 - p, p)) if p.ndim == 1 else p
+
+    def transform(self, X, classes):
+        """X with the prediction (``classes`` None) or the predicted label appended: a new frame
+        with a "prediction" column for a DataFrame, else a column of the checked array."""
+        X_checked, data = self._checked(X)
+        booster = self.estimator.booster_
+        if classes is None and data is X:  # a frame whose names the booster knows: its transform
+            return booster.transform(X, name=PREDICTION_COLUMN)
+        values = np.asarray(booster.predict(data), dtype=np.float64)
+        if classes is not None:
+            values = _labels(values, classes)
+        if isinstance(X, pd.DataFrame):
+            if PREDICTION_COLUMN in X.columns:
+                raise ValueError(f"transform: X already has a column {PREDICTION_COLUMN!r}")
+            out = X.copy()
+            out[PREDICTION_COLUMN] = values
+            return out
+        if hasattr(X_checked, "tocsr"):  # scipy sparse: the prediction becomes one more column
+            if values.dtype.kind not in "biuf":
+                raise TypeError("transform: a sparse X cannot hold non-numeric class labels; use "
+                                "predict()")
+            import scipy.sparse
+            return scipy.sparse.hstack([X_checked, scipy.sparse.csr_matrix(values[:, None])],
+                                       format="csr")
+        if values.dtype.kind not in "biuf":  # e.g. string labels: keep the features as numbers
+            X_checked = X_checked.astype(object)
+            values = values.astype(object)
+        return np.column_stack((X_checked, values))
