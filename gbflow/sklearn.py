@@ -259,6 +259,16 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
         """What a loaded booster sets besides the common attributes (the classifier's
         classes)."""
 
+    @property
+    def best_iteration(self) -> int:
+        """XGBoost's name for ``best_iteration_`` (AttributeError without early stopping)."""
+        return self.best_iteration_
+
+    @property
+    def best_score(self) -> float:
+        """XGBoost's name for ``best_score_`` (AttributeError without early stopping)."""
+        return self.best_score_
+
     def evals_result(self) -> dict:
         """Metric history of the eval_set, as XGBoost gives it:
         ``{"validation_0": {"rmse": [round 1, round 2, ...]}, ...}`` ({} without eval_set)."""

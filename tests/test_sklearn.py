@@ -200,6 +200,7 @@ def test_eval_set_and_early_stopping():
         X, iteration_range=(0, best + 1)))  # predicting with the best round
     assert len(history["validation_0"]["rmse"]) == len(watched)
     assert model.best_score_ == watched[best] == min(watched)
+    assert (model.best_iteration, model.best_score) == (best, model.best_score_)  # XGBoost's
 
     # a refit without early stopping drops the stale attributes
     model.set_params(early_stopping_rounds=None, n_estimators=5).fit(X, y)
