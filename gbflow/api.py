@@ -90,8 +90,10 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     predictions there (on Dask, gathers every worker's rows to every worker, in worker order):
     built-in metrics cost a few scalars a round instead.
 
-    verbose: True for about 20 progress lines on stderr, an int for a line every that many rounds,
-    False for none. Returns a ``Booster``; nothing is computed before every input has been checked.
+    verbose: True for about 20 progress lines (the "gbflow" logger; stderr unless logging is
+    configured), an int for a line every that many rounds, "bar" for a tqdm progress bar (a
+    notebook widget in Jupyter; on Dask drawn on the client), False for none. Returns a
+    ``Booster``; nothing is computed before every input has been checked.
     """
     params = make_params(params)
     if isinstance(num_boost_round, bool) or not isinstance(num_boost_round, (int, np.integer)) \

@@ -212,6 +212,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
         if evaluation and late and num_boost_round:
             trees[-n_groups:] = [finished_tree(t) for t in trees[-n_groups:]]
             evaluate(num_boost_round - 1, trees[-n_groups:], last=True)
+    progress.close()
     trees = [finished_tree(t) for t in trees]
     stopping = bool(options.early_stopping_rounds)
     best_iteration = first_round + evaluation.best_iteration if stopping and \

@@ -44,16 +44,36 @@ def log_line(line: str) -> None:
     LOGGER.info(line)
 
 
+BAR = "bar"  # verbose="bar": a progress bar (tqdm) instead of lines
+
+
+def _bar(n_rounds: int):
+    """A tqdm progress bar of ``n_rounds`` (tqdm.auto: a widget in notebooks), or None with a
+    warning when tqdm is not installed."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        LOGGER.warning("verbose='bar' needs tqdm (pip install tqdm): printing lines instead")
+        return None
+    return tqdm(total=n_rounds, desc="gbflow", unit="round", leave=True)
+
+
 class Progress:
-    """Per-round log lines: every ``period`` rounds, the first and the last.
+    """Per-round log lines: every ``period`` rounds, the first and the last; or a bar.
 
     Lines are logged (``log_line``: INFO on the ``gbflow`` logger, on stderr unless the
     application configured logging), or go to ``emit`` (a callable taking one line) when given:
-    on a Dask worker they are sent to the client, which logs them.
+    on a Dask worker they are sent to the client, which logs them. ``verbose="bar"``: a tqdm bar
+    advanced every round, the metrics as its postfix (where an ``emit`` is given, a line every
+    round instead: the Dask client draws the bar from them, ``relay``).
     """
 
     def __init__(self, verbose, n_rounds: int, emit=None):
-        if verbose is True:
+        self.bar = None
+        if verbose == BAR:
+            self.bar = _bar(n_rounds) if emit is None else None
+            period = 1 if self.bar is not None or emit is not None else max(1, n_rounds // 20)
+        elif verbose is True:
             period = max(1, n_rounds // 20)
         else:
             period = int(verbose) if verbose else 0
@@ -64,11 +84,41 @@ class Progress:
         if not self.period or not (i == 0 or (i + 1) % self.period == 0 or i + 1 == self.n_rounds):
             return
         text = "  ".join(f"{name}-{metric}:{value:.6f}" for name, metric, value in scores)
+        if self.bar is not None:
+            self._advance(i + 1, text)
+            return
         elapsed = time.perf_counter() - self.start
         width = len(str(self.n_rounds))
         self.emit(f"[{i + 1:>{width}}/{self.n_rounds}] " + (f"{text}  " if text else "")
                   + f"({elapsed:.1f}s)")
 
+    def _advance(self, done: int, text: str) -> None:
+        self.bar.update(max(0, done - self.bar.n))
+        if text:
+            self.bar.set_postfix_str(text, refresh=False)
+        if done >= self.n_rounds:
+            self.close()
+
+    def relay(self, line: str) -> None:
+        """A line of a worker's ``Progress`` (on the Dask client): logged, or drawn on the bar
+        when it is a round's line ("[i/n] metrics (seconds)")."""
+        if self.bar is not None and line.startswith("[") and "/" in line.split("]")[0]:
+            done = int(line[1:].split("/")[0])
+            text = line.split("] ", 1)[1].rsplit("(", 1)[0].strip() if "] " in line else ""
+            self._advance(done, text)
+        elif self.bar is not None:
+            self.bar.write(line)
+        else:
+            log_line(line)
+
     def say(self, text: str) -> None:
-        if self.period:
+        if self.bar is not None:
+            self.bar.write(text)
+        elif self.period:
             self.emit(text)
+
+    def close(self) -> None:
+        """End the bar (training stopped early, or ended): nothing without one."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

@@ -338,3 +338,37 @@ def test_planned_trees_by_default_on_the_gpu_only_with_dense_features(device):
                      shardset=shardset)
         assert (len(shardset.stores) > 1) != dense_only
         assert shardset.uses_level_plans == (device == "cuda" and dense_only)
+
+
+def test_a_progress_bar_on_request(monkeypatch):
+    """verbose="bar": a tqdm bar advanced once a round, the metrics as its postfix, closed at
+    the end, early stopping included (a stand-in for tqdm records what it is told)."""
+    import sys
+    import types
+    bars = []
+
+    class Bar:
+        def __init__(self, total, **kwargs):
+            self.total, self.n, self.postfix, self.closed, self.written = total, 0, "", False, []
+            bars.append(self)
+
+        def update(self, k):
+            self.n += k
+
+        def set_postfix_str(self, text, refresh=True):
+            self.postfix = text
+
+        def write(self, text):
+            self.written.append(text)
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setitem(sys.modules, "tqdm.auto", types.SimpleNamespace(tqdm=Bar))
+    df = make_table(n_rows=600, seed=6)
+    booster = gbflow.train(df, "y", {"learning_rate": 0.9}, 100, evals=[(df.iloc[:200], "v")],
+                           early_stopping_rounds=2, verbose="bar")
+    [bar] = bars
+    assert bar.total == 100 and bar.closed
+    assert bar.n == booster.num_boosted_rounds() < 100 and bar.postfix.startswith("v-rmse:")
+    assert bar.written and bar.written[0].startswith("early stopping at round")

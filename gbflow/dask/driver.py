@@ -126,8 +126,9 @@ class OrderedLines:
     result's copy of the lines may come while events are still being delivered (on another
     thread)."""
 
-    def __init__(self):
+    def __init__(self, sink=log_line):
         self._lock = threading.Lock()
+        self.sink = sink  # takes each line, in order
         self.printed = -1  # sequence number of the last line printed
         self._ahead: dict[int, str] = {}  # lines that arrived before an earlier one
 
@@ -139,7 +140,7 @@ class OrderedLines:
             self._ahead[seq] = line
             while self.printed + 1 in self._ahead:
                 self.printed += 1
-                log_line(self._ahead.pop(self.printed))
+                self.sink(self._ahead.pop(self.printed))
 
 
 class _Cluster:
@@ -158,7 +159,7 @@ class _Cluster:
         import dataclasses
         self.spec = dataclasses.replace(spec, session=session, topic=f"gbflow-{session}")
         self.progress = Progress(spec.verbose, max(1, spec.num_boost_round))
-        self.lines = OrderedLines()
+        self.lines = OrderedLines(self.progress.relay)
         self.closed = False
         self._lock = threading.Lock()  # events arrive on the client's event loop thread
         self._futures: list = []  # every future of this run
@@ -234,6 +235,7 @@ class _Cluster:
                 finished = True
             finally:
                 self.closed = True
+                self.progress.close()
                 relay.target = None
                 client.unsubscribe_topic(spec.topic)
                 if not finished:
