@@ -372,3 +372,24 @@ def test_a_progress_bar_on_request(monkeypatch):
     assert bar.total == 100 and bar.closed
     assert bar.n == booster.num_boosted_rounds() < 100 and bar.postfix.startswith("v-rmse:")
     assert bar.written and bar.written[0].startswith("early stopping at round")
+
+
+def test_the_first_compile_is_announced_once(monkeypatch, caplog):
+    """With none of the core CPU kernels in numba's disk cache (a fresh install), the backend
+    says it is compiling, once per process; with them cached it says nothing."""
+    import logging
+
+    from gbflow.backend import cpu
+    monkeypatch.setattr(cpu, "_announced", False)
+    monkeypatch.setattr(cpu, "_cached_on_disk", lambda dispatcher: True)
+    with caplog.at_level(logging.WARNING, logger="gbflow"):
+        cpu.CpuBackend()
+    assert caplog.records == []
+    monkeypatch.setattr(cpu, "_announced", False)
+    monkeypatch.setattr(cpu, "_cached_on_disk", lambda dispatcher: False)
+    with caplog.at_level(logging.WARNING, logger="gbflow"):
+        cpu.CpuBackend()
+        cpu.CpuBackend()
+    [record] = caplog.records
+    assert "compiling the CPU kernels" in record.getMessage()
+    assert cpu._cached_on_disk(cpu.cpu_kernels._bin_features) in (True, False, None)

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 
 import numpy as np
 
@@ -18,6 +20,8 @@ class CpuBackend(Backend):
 
     def __init__(self, kernels=cpu_kernels):
         super().__init__(np, kernels)
+        if kernels is cpu_kernels:
+            announce_first_compile()
 
     @contextlib.contextmanager
     def limited_threads(self, n: int | None):
@@ -27,3 +31,34 @@ class CpuBackend(Backend):
         leaves numba's setting as it is. Yields the thread count used."""
         with cpu_kernels.limited_threads(n) as used:
             yield used
+
+
+# Kernels every dense training calls: when numba's disk cache holds none of them, this is the
+# first use in this environment (or after an upgrade), and compiling takes 10-20 s.
+_CORE_KERNELS = ("_bin_features", "_quantise_gradients", "_build_histograms",
+                 "_partition_and_histogram")
+_announced = False
+
+
+def _cached_on_disk(dispatcher) -> bool | None:
+    """Whether numba's cache index of ``dispatcher`` exists (None: cannot tell; numba's cache
+    attributes are internal, so any surprise means "do not know")."""
+    try:
+        return os.path.exists(dispatcher._cache._cache_file._index_path)
+    except AttributeError:
+        return None
+
+
+def announce_first_compile() -> None:
+    """Log once per process, at WARNING on the "gbflow" logger (seen without any logging set
+    up), that the CPU kernels are about to be compiled, when none of the core ones is in
+    numba's disk cache: otherwise the first training is silent for 10-20 s."""
+    global _announced
+    if _announced:
+        return
+    _announced = True
+    cached = [_cached_on_disk(getattr(cpu_kernels, name)) for name in _CORE_KERNELS]
+    if not any(c is None or c for c in cached):
+        logging.getLogger("gbflow").warning(
+            "gbflow: compiling the CPU kernels for this machine (first use after installing; "
+            "about 10-20 s, cached on disk for later runs)")
