@@ -381,19 +381,31 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
     trained on their positions 0..k-1, with objective "binary:logistic" for two classes and
     "multi:softprob" (``num_class=k``) for more. ``predict`` returns the original labels.
 
-    Parameters: as ``GBFlowRegressor`` (without ``objective``, which follows from the classes).
-    For two classes ``base_score`` is a probability of ``classes_[1]``; ``eval_metric`` must fit
-    the objective ("logloss", "auc", "rmse" for two classes; "mlogloss" for more).
+    Parameters: as ``GBFlowRegressor``; ``objective`` (XGBoost's parameter) may be left None
+    (it follows from the classes) or name the one they need. For two classes ``base_score`` is
+    a probability of ``classes_[1]``; ``eval_metric`` must fit the objective ("logloss", "auc",
+    "rmse" for two classes; "mlogloss" for more).
 
     Attributes: as ``GBFlowRegressor``, plus ``classes_`` ((n_classes,) ndarray of the sorted
     labels) and ``n_classes_`` (int).
     """
+
+    def __init__(self, *, objective=None, n_estimators=100, max_depth=6, learning_rate=0.3,
+                 min_child_weight=1.0, gamma=0.0, reg_lambda=1.0, reg_alpha=0.0, subsample=1.0,
+                 colsample_bytree=1.0, max_bin=256, random_state=0, base_score=None,
+                 eval_metric=None, early_stopping_rounds=None, device="auto",
+                 sparse_threshold=None, verbose=False, n_jobs=None):
+        _store(self, locals())
 
     def _target(self, adapter, y):
         classes = adapter.classes(y)
         if len(classes) < 2:
             raise ValueError(f"GBFlowClassifier needs at least 2 classes in y, but y has only "
                              f"{len(classes)} class: {classes.tolist()}")
+        needed = "binary:logistic" if len(classes) == 2 else "multi:softprob"
+        if self.objective not in (None, needed):
+            raise ValueError(f"GBFlowClassifier(objective={self.objective!r}) does not fit y's "
+                             f"{len(classes)} classes: leave objective None, or give {needed!r}")
         self.classes_ = classes
         self.n_classes_ = len(classes)
         if self.n_classes_ == 2:

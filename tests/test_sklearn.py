@@ -143,7 +143,7 @@ def test_get_params_set_params_and_clone_round_trip():
                 "random_state", "base_score", "eval_metric", "early_stopping_rounds", "device",
                 "sparse_threshold", "verbose", "n_jobs"}
     assert set(params) == expected | {"objective"}
-    assert set(GBFlowClassifier().get_params()) == expected
+    assert set(GBFlowClassifier().get_params()) == expected | {"objective"}
 
     assert model.set_params(max_depth=2, n_estimators=10) is model
     assert model.get_params()["max_depth"] == 2 and model.max_depth == 2
@@ -483,3 +483,13 @@ def test_fit_verbose_and_n_jobs(caplog):
     assert one_thread.get_booster().params.nthread == 1
     assert [t.to_dict() for t in one_thread.get_booster().trees] == \
         [t.to_dict() for t in quiet.get_booster().trees]
+
+
+def test_the_classifier_takes_the_objective_its_classes_need():
+    X, y = three_class_data(n=150)
+    fitted = GBFlowClassifier(objective="multi:softprob", n_estimators=3).fit(X, y)
+    assert np.array_equal(fitted.predict_proba(X),
+                          GBFlowClassifier(n_estimators=3).fit(X, y).predict_proba(X))
+    with pytest.raises(ValueError, match=r"GBFlowClassifier\(objective='binary:logistic'\) does "
+                                         r"not fit y's 3 classes"):
+        GBFlowClassifier(objective="binary:logistic").fit(X, y)
