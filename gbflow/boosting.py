@@ -119,7 +119,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                 part.X = None
     evaluation = Evaluation(backend, eval_sets, sizes.eval_rows, sizes.eval_max_weights,
                             objective, metric_list, options, collective, num_boost_round)
-    progress = Progress(verbose, num_boost_round, emit)
+    progress = Progress(verbose, num_boost_round, emit, has_metrics=bool(evaluation))
     # Where the device queues work ahead of the host, a round is evaluated one round late, while
     # the device grows the next one: the host then never waits for a tree to evaluate it. When
     # early stopping ends training, the rounds grown after the stopping one are cut off: the

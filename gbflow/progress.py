@@ -65,16 +65,18 @@ class Progress:
     application configured logging), or go to ``emit`` (a callable taking one line) when given:
     on a Dask worker they are sent to the client, which logs them. ``verbose="bar"``: a tqdm bar
     advanced every round, the metrics as its postfix (where an ``emit`` is given, a line every
-    round instead: the Dask client draws the bar from them, ``relay``).
+    round instead: the Dask client draws the bar from them, ``relay``). ``verbose=True``
+    without metrics (no evaluation set: ``has_metrics`` False) prints no round lines, as in
+    XGBoost; an explicit period still does.
     """
 
-    def __init__(self, verbose, n_rounds: int, emit=None):
+    def __init__(self, verbose, n_rounds: int, emit=None, has_metrics: bool = True):
         self.bar = None
         if verbose == BAR:
             self.bar = _bar(n_rounds) if emit is None else None
             period = 1 if self.bar is not None or emit is not None else max(1, n_rounds // 20)
-        elif verbose is True:
-            period = max(1, n_rounds // 20)
+        elif verbose is True:  # without metrics the lines would say nothing: XGBoost is silent
+            period = max(1, n_rounds // 20) if has_metrics else 0
         else:
             period = int(verbose) if verbose else 0
         self.period, self.n_rounds, self.start = period, n_rounds, time.perf_counter()

@@ -199,6 +199,13 @@ def test_progress_goes_through_the_gbflow_logger(caplog):
     lines = [r.getMessage() for r in caplog.records if r.name == "gbflow"]
     assert [line.split("]")[0] for line in lines] == ["[1/4", "[2/4", "[3/4", "[4/4"]
     assert all(r.levelno == logging.INFO for r in caplog.records if r.name == "gbflow")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="gbflow"):  # no metrics to show: silent, as XGBoost
+        gbflow.train(df, "y", {"max_depth": 2}, 4, verbose=True)
+    assert caplog.records == []
+    with caplog.at_level(logging.INFO, logger="gbflow"):  # an explicit period still prints
+        gbflow.train(df, "y", {"max_depth": 2}, 4, verbose=2)
+    assert [r.getMessage().split("]")[0] for r in caplog.records] == ["[1/4", "[2/4", "[4/4"]
 
 
 def test_feature_importances_rank_the_signal():
