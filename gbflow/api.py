@@ -15,18 +15,19 @@ from .evaluation import TRAINING, eval_options
 from .params import make_params
 
 
-def _eval_dataset(entry, label, weight, train: inputs.DataSet, index: int):
+def _eval_dataset(entry, label, weight, train: inputs.DataSet, index: int, missing=None):
     data, name, what = inputs.eval_pair(entry, index)
     if isinstance(data, tuple):
         if len(data) not in (2, 3):
             raise TypeError(f"{what}: give (X, y) or (X, y, weight) as data")
         X, y, w = data if len(data) == 3 else (*data, None)
-        return inputs.load(X, y, w, what, feature_names=train.feature_names), name
+        return inputs.load(X, y, w, what, feature_names=train.feature_names,
+                           missing=missing), name
     if not isinstance(label, str):
         raise TypeError(f"{what}: the training label was an array, so give this evaluation set "
                         f"as ((X, y), {name!r}) or ((X, y, weight), {name!r})")
     return inputs.load(data, label, weight if isinstance(weight, str) else None, what,
-                         feature_names=train.feature_names), name
+                       feature_names=train.feature_names, missing=missing), name
 
 
 def train(data, label=None, params: dict | None = None, num_boost_round: int = 100,
@@ -124,7 +125,7 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     if client is not None:
         raise TypeError(f"client= is for Dask collections; the training data is a "
                         f"{type(data).__name__}, trained in this process")
-    dataset = inputs.load(data, label, weight, "training data")
+    dataset = inputs.load(data, label, weight, "training data", missing=params.missing)
     if not params.enable_categorical:
         inputs.check_categorical(data, dataset.feature_names, [], "training data", enabled=False)
     _warn_label_as_feature(data, label, dataset.feature_names)
@@ -137,7 +138,7 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
         if _is_training(entry, data, label, weight):
             eval_sets.append((TRAINING, entry[1]))
             continue
-        d, name = _eval_dataset(entry, label, weight, dataset, i)
+        d, name = _eval_dataset(entry, label, weight, dataset, i, params.missing)
         objective.check_label(d.label, f"evaluation set {name!r}")
         eval_sets.append((d, name))
     backend = get_backend(params.device, data_on_gpu=on_gpu(dataset.X))

@@ -82,6 +82,8 @@ class Booster:
         inputs.check_categorical(data, self.feature_names, list(self.categories),
                                  "prediction data")
         X = frames.feature_matrix(data, self.feature_names, self.categories)
+        X = frames.mark_missing(X, self.params.missing, [
+            j for j, name in enumerate(self.feature_names) if name in self.categories])
         inputs.check_features(X, self.feature_names, "prediction data")
         return X
 

@@ -186,13 +186,15 @@ def check_features(X, feature_names: list[str], what: str) -> None:
 
 
 def load(data, label=None, weight=None, what: str = "data", feature_names=None,
-         label_name=None, weight_name=None, allow_empty: bool = False) -> DataSet:
+         label_name=None, weight_name=None, allow_empty: bool = False,
+         missing: float | None = None) -> DataSet:
     """Validate ``data`` and its label/weight and return them as arrays where the data lives.
 
     label/weight: a column name (not a feature then) or an array of one value per row.
     feature_names: when given (evaluation data), the columns must be exactly these features
     (plus the label/weight columns). label_name/weight_name: training's column names.
     allow_empty: accept 0 rows (a Dask partition, or a Dask DataFrame's meta).
+    missing: a feature value read as missing (XGBoost's; None: only NaN and nulls).
     """
     check_container(data, what)
     n_rows = frames.n_rows(data)
@@ -225,6 +227,7 @@ def load(data, label=None, weight=None, what: str = "data", feature_names=None,
                              f"value(s), at {_positions(where)}; weights must be >= 0")
     categories = frames.observed_categories(data, frames.category_columns(data, features))
     X = frames.feature_matrix(data, features, categories)
+    X = frames.mark_missing(X, missing, [j for j, n in enumerate(features) if n in categories])
     check_features(X, features, what)
     return DataSet(X=X, label=label_values, weight=weight_values, feature_names=features,
                    label_name=label_col, weight_name=weight_col, categories=categories)

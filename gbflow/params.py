@@ -50,6 +50,9 @@ class Params:
     # XGBoost's: without eval_metric, evaluate no built-in metric (only a custom metric)
     disable_default_eval_metric: bool = False
     device: str = "auto"
+    # XGBoost's missing: a feature value read as missing, like NaN (None: only NaN and nulls);
+    # applied to numeric features in training, evaluation and prediction data
+    missing: float | None = None
     # LightGBM's meaning: a column whose most common bin holds more than this share of rows is
     # stored as sparse entries (1.0: none is). None (the default): above 0.8, and only those whose
     # entries take less memory than their dense columns (routing.decide). Routing changes speed
@@ -103,6 +106,8 @@ class Params:
             for name in CATEGORICAL:
                 del d[name]
         d["eval_metric"] = list(self.eval_metric) if self.eval_metric is not None else None
+        if self.missing is None:  # XGBoost's default: model files without it keep their bytes
+            del d["missing"]
         return d
 
 
@@ -281,6 +286,10 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         raise ValueError(f"parameter device must be one of {', '.join(map(repr, DEVICES))}, "
                          f"got {device!r}")
     p["device"] = device
+    missing = merged.get("missing")
+    is_nan = isinstance(missing, float) and math.isnan(missing)  # always missing: nothing to add
+    if missing is not None and not is_nan:
+        p["missing"] = _number("missing", missing, float)
     disable = merged.get("disable_default_eval_metric", False)
     if disable not in (True, False, 0, 1) or isinstance(disable, float):
         raise TypeError(f"parameter disable_default_eval_metric must be True or False, got "

@@ -220,6 +220,33 @@ def feature_matrix(data, feature_names: Sequence[str] | None = None,
     return out
 
 
+
+def mark_missing(X, value, skip: Sequence[int] = ()):
+    """X with its entries equal to ``value`` (a float, XGBoost's ``missing``; None: nothing to
+    do) made NaN, except in the columns ``skip`` (category positions). X (dense float32, or a
+    ``CSR`` whose stored entries are checked) may be the caller's own array: a changed copy is
+    returned, X itself is never written; X is returned as it is when nothing matches."""
+    if value is None:
+        return X
+    if isinstance(X, CSR):
+        xp = _cupy() if is_device_array(X.data) else np
+        hit = X.data == np.float32(value)
+        if len(skip):
+            hit &= ~xp.isin(X.indices, xp.asarray(list(skip)))
+        if not bool(hit.any()):
+            return X
+        data = X.data.copy()
+        data[hit] = np.nan
+        return CSR(X.indptr, X.indices, data, X.n_cols)
+    hit = X == np.float32(value)
+    if len(skip):
+        hit[:, list(skip)] = False
+    if not bool(hit.any()):
+        return X
+    out = X.copy(order="K")
+    out[hit] = np.nan
+    return out
+
 def as_vector(values, what: str) -> np.ndarray:
     """A 1-D float64 array from a Series, list or array (nulls as NaN); ``what`` names it in
     errors."""

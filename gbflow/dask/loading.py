@@ -31,7 +31,8 @@ def load_partition(frame, index: int, table: Table, spec: Spec) -> inputs.DataSe
                          f"columns (its meta: {inputs._names(table.columns)}); every partition "
                          f"must have the same columns")
     dataset = inputs.load(frame, spec.label, spec.weight, what,
-                            feature_names=list(spec.features), allow_empty=True)
+                            feature_names=list(spec.features), allow_empty=True,
+                            missing=spec.params.missing)
     spec.params.loss.check_label(dataset.label, f"label column {spec.label!r} of {what}")
     return dataset
 
