@@ -13,6 +13,7 @@ from .callback import check_callbacks
 from .custom_objective import Custom
 from .evaluation import TRAINING, eval_options
 from .params import make_params
+from .progress import check_verbose
 
 
 def _eval_dataset(entry, label, weight, train: inputs.DataSet, index: int, missing=None):
@@ -97,6 +98,7 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     ``Booster``; nothing is computed before every input has been checked.
     """
     params = make_params(params)
+    check_verbose(verbose)
     if isinstance(num_boost_round, bool) or not isinstance(num_boost_round, (int, np.integer)) \
             or num_boost_round < 0:
         raise ValueError(f"num_boost_round must be a non-negative integer, got {num_boost_round!r}")

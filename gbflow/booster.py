@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import operator
 import os
 import secrets
 
@@ -88,19 +89,20 @@ class Booster:
         return X
 
     def _tree_range(self, iteration_range) -> tuple[int, int]:
-        """The trees [first, end) of ``iteration_range`` (rounds, XGBoost's meaning: (0, 0) is
-        every round); None: up to the best round when early stopping ran, else every round."""
+        """The trees [first, end) of ``iteration_range`` (integer rounds, XGBoost's meaning: an
+        end of 0 is the last round, so (0, 0) is every round); None: up to the best round when
+        early stopping ran, else every round."""
         rounds = self.num_boosted_rounds()
         if iteration_range is None:
             begin, end = 0, rounds if self.best_iteration is None else self.best_iteration + 1
         else:
             try:
-                begin, end = (int(r) for r in iteration_range)
+                begin, end = (operator.index(r) for r in iteration_range)
             except (TypeError, ValueError):
                 raise TypeError(f"iteration_range must be a pair of round numbers (begin, end), "
                                 f"got {iteration_range!r}") from None
-            end = rounds if (begin, end) == (0, 0) else end
-            if not 0 <= begin < end <= rounds:
+            end = rounds if end == 0 else end  # XGBoost's: end 0 is the last round
+            if not (0 <= begin < end <= rounds or begin == end == rounds == 0):
                 raise ValueError(f"iteration_range {tuple(iteration_range)} is outside the "
                                  f"model's rounds: it needs 0 <= begin < end <= {rounds}")
         return begin * self.n_groups, end * self.n_groups
@@ -153,7 +155,7 @@ class Booster:
                                        approximate=kind == "approx_contribs")
         if not frames.is_frame(data):
             return values[:, 0] if self.n_groups == 1 else values
-        return frames.wrap_columns(values.reshape(len(values), -1), data, columns)
+        return frames.wrap_columns(values.reshape(len(values), len(columns)), data, columns)
 
     def predict(self, data, output_margin: bool = False, name: str = "prediction", *,
                 pred_leaf: bool = False, pred_contribs: bool = False,

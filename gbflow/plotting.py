@@ -46,8 +46,12 @@ def plot_metric(booster, metric: str | None = None, ax=None, title: str = "Metri
     recorded) against the round (``eval_rounds`` when evaluation ran every few rounds), the best
     round marked when early stopping ran. booster: a Booster, a fitted estimator or an
     ``evals_result`` dict. Returns the matplotlib Axes."""
-    evals_result = booster if isinstance(booster, dict) else \
-        getattr(booster, "evals_result_", None) or getattr(booster, "evals_result", {})
+    if isinstance(booster, dict):
+        evals_result = booster
+    elif hasattr(booster, "booster_") or hasattr(booster, "evals_result_"):  # an estimator
+        evals_result = getattr(booster, "evals_result_", None) or {}
+    else:
+        evals_result = getattr(booster, "evals_result", {})
     booster = getattr(booster, "booster_", booster)
     if not evals_result:
         raise ValueError("plot_metric: no evaluation results (train with evals=...)")

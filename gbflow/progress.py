@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import logging
+import numbers
 import sys
 import time
+
+import numpy as np
 
 LOGGER = logging.getLogger("gbflow")
 
@@ -30,18 +33,15 @@ _OWN_HANDLER.setFormatter(logging.Formatter("%(message)s"))
 
 def log_line(line: str) -> None:
     """Log one line of progress at INFO on the ``gbflow`` logger. While nothing in the process
-    has configured logging (no handler on the way to the root), gbflow's own handler prints it
-    to stderr, so ``verbose`` output shows by default; once the application configures logging,
-    its handlers and levels decide (and gbflow's handler steps aside)."""
-    root_configured = bool(logging.getLogger().handlers)
-    ours = _OWN_HANDLER in LOGGER.handlers
-    if root_configured and ours:
-        LOGGER.removeHandler(_OWN_HANDLER)
-    elif not ours and not LOGGER.hasHandlers():
-        LOGGER.addHandler(_OWN_HANDLER)
-        if LOGGER.level == logging.NOTSET:
-            LOGGER.setLevel(logging.INFO)
-    LOGGER.info(line)
+    has configured logging (no handler on the way to the root, no level set on the "gbflow"
+    logger), gbflow's own handler prints it to stderr, so ``verbose`` output shows by default;
+    once the application configures logging, its handlers and levels decide. Neither the
+    logger's level nor its handlers are changed."""
+    if LOGGER.hasHandlers() or LOGGER.level != logging.NOTSET:
+        LOGGER.info(line)
+    else:
+        _OWN_HANDLER.handle(LOGGER.makeRecord(LOGGER.name, logging.INFO, __file__, 0, line,
+                                              None, None))
 
 
 BAR = "bar"  # verbose="bar": a progress bar (tqdm) instead of lines
@@ -58,6 +58,15 @@ def _bar(n_rounds: int):
     return tqdm(total=n_rounds, desc="gbflow", unit="round", leave=True)
 
 
+def check_verbose(verbose) -> None:
+    """ValueError unless ``verbose`` is a bool, a non-negative int or "bar"."""
+    ok = isinstance(verbose, (bool, np.bool_)) or (isinstance(verbose, str) and verbose == BAR) \
+        or (isinstance(verbose, numbers.Integral) and verbose >= 0)
+    if not ok:
+        raise ValueError(f"verbose must be True, False, a number of rounds (>= 0) or 'bar', "
+                         f"got {verbose!r}")
+
+
 class Progress:
     """Per-round log lines: every ``period`` rounds, the first and the last; or a bar.
 
@@ -72,9 +81,12 @@ class Progress:
 
     def __init__(self, verbose, n_rounds: int, emit=None, has_metrics: bool = True):
         self.bar = None
+        # the period of the lines a client relays from a worker (a bar without tqdm: True's)
+        self.relay_period = 1
         if verbose == BAR:
             self.bar = _bar(n_rounds) if emit is None else None
             period = 1 if self.bar is not None or emit is not None else max(1, n_rounds // 20)
+            self.relay_period = 1 if self.bar is not None else max(1, n_rounds // 20)
         elif verbose is True:  # without metrics the lines would say nothing: XGBoost is silent
             period = max(1, n_rounds // 20) if has_metrics else 0
         else:
@@ -104,13 +116,15 @@ class Progress:
     def relay(self, line: str) -> None:
         """A line of a worker's ``Progress`` (on the Dask client): logged, or drawn on the bar
         when it is a round's line ("[i/n] metrics (seconds)")."""
-        if self.bar is not None and line.startswith("[") and "/" in line.split("]")[0]:
-            done = int(line[1:].split("/")[0])
+        is_round = line.startswith("[") and "/" in line.split("]")[0]
+        done = int(line[1:].split("/")[0]) if is_round else 0
+        if self.bar is not None and is_round:
             text = line.split("] ", 1)[1].rsplit("(", 1)[0].strip() if "] " in line else ""
             self._advance(done, text)
         elif self.bar is not None:
             self.bar.write(line)
-        else:
+        elif not is_round or done == 1 or done % self.relay_period == 0 or \
+                done >= self.n_rounds:
             log_line(line)
 
     def say(self, text: str) -> None:

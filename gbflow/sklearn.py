@@ -223,11 +223,12 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
             names = input_features
         return np.asarray([*map(str, names), PREDICTION_COLUMN], dtype=object)
 
-    def apply(self, X) -> np.ndarray:
+    def apply(self, X, iteration_range=None) -> np.ndarray:
         """The leaf each row reaches in each tree: int32 ndarray (n_samples, n_trees), node
-        ids within each tree as in the model file (XGBoost's ``apply``; every round trained)."""
-        rounds = self.get_booster().num_boosted_rounds()
-        return self._fitted_adapter(X).predict(X, pred_leaf=True, iteration_range=(0, rounds))
+        ids within each tree as in the model file (XGBoost's ``apply``: the rounds up to
+        ``best_iteration_`` after early stopping, unless ``iteration_range`` says otherwise)."""
+        return self._fitted_adapter(X).predict(X, pred_leaf=True,
+                                               iteration_range=iteration_range)
 
     def save_model(self, path, format=None) -> None:
         """Write the trained booster (``Booster.save_model``: gbflow's JSON file, or

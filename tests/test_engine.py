@@ -178,7 +178,11 @@ def test_verbose_progress_on_stderr():
               "y = X[:, 0] * 2\n"
               "gbflow.train(X, y, num_boost_round=10, evals=[((X, y), 'train')], verbose=5)\n"
               "print('--', file=__import__('sys').stderr)\n"
-              "gbflow.train(X, y, num_boost_round=3, verbose=False)\n")
+              "gbflow.train(X, y, num_boost_round=3, verbose=False)\n"
+              "import logging\n"
+              "assert logging.getLogger('gbflow').level == logging.NOTSET  # left alone\n"
+              "logging.basicConfig(level=logging.WARNING)  # the application's choice\n"
+              "gbflow.train(X, y, num_boost_round=3, evals=[((X, y), 't')], verbose=True)\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr
@@ -400,3 +404,27 @@ def test_the_first_compile_is_announced_once(monkeypatch, caplog):
     [record] = caplog.records
     assert "compiling the CPU kernels" in record.getMessage()
     assert cpu._cached_on_disk(cpu.cpu_kernels._bin_features) in (True, False, None)
+
+
+def test_a_bar_without_tqdm_relays_trues_lines(monkeypatch, caplog):
+    """verbose="bar" on a Dask client without tqdm: a warning, then the worker's per-round
+    lines thinned to verbose=True's (about 20), not all of them."""
+    import logging
+    import sys
+
+    from gbflow.progress import Progress
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # importing it fails
+    with caplog.at_level(logging.INFO, logger="gbflow"):
+        progress = Progress("bar", 100)
+        for i in range(100):
+            progress.relay(f"[{i + 1:>3}/100] v-rmse:0.5  (0.1s)")
+    messages = [r.getMessage() for r in caplog.records]
+    assert "needs tqdm" in messages[0]
+    assert [m.split("/")[0].strip("[ ") for m in messages[1:]] == \
+        ["1"] + [str(k) for k in range(5, 101, 5)]
+
+
+@pytest.mark.parametrize("verbose", ["Bar", -1, 2.5])
+def test_bad_verbose_is_refused_first(verbose):
+    with pytest.raises(ValueError, match="verbose must be True, False, a number of rounds"):
+        gbflow.train(make_table(n_rows=50), "y", num_boost_round=1, verbose=verbose)

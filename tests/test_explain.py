@@ -428,3 +428,67 @@ def test_shap_kernel_without_shared_row_sums(kernels, monkeypatch):
     expected = numpy_kernels.shap_contributions(X, *nodes, *paths.arrays, np.zeros(shape))
     assert np.array_equal(kernels.shap_contributions(X, *nodes, *paths.arrays, np.zeros(shape)),
                           expected)
+
+
+def _tree(feature, threshold, left, value, cover):
+    from gbflow.tree import Tree
+    n = len(feature)
+    left = np.asarray(left, dtype=np.int32)
+    return Tree(feature=np.asarray(feature, dtype=np.int32), bin_threshold=np.zeros(n, np.int32),
+                threshold=np.asarray(threshold, dtype=np.float32),
+                default_left=np.zeros(n, dtype=bool), left=left,
+                right=np.where(left >= 0, left + 1, -1).astype(np.int32),
+                value=np.asarray(value, dtype=np.float64), gain=np.zeros(n),
+                cover=np.asarray(cover, dtype=np.float64))
+
+
+def test_shap_kernels_with_single_leaf_trees_between_and_after(kernels):
+    """Leaf-only trees have paths without edges: the kernels (the GPU's per-tree direction
+    cache included) must still find each other path's tree."""
+    deep = _tree([1, 0, 0, -1, -1, -1, -1], [0.5, 0.3, 0.7, 0, 0, 0, 0],
+                 [1, 3, 5, -1, -1, -1, -1], [0, 0, 0, 1.0, -2.0, 3.0, 0.5],
+                 [10, 6, 4, 2, 4, 1, 3])
+    leaf = _tree([-1], [0], [-1], [0.25], [10])
+    forest = predictor.FlatForest.from_trees([leaf, deep, leaf, deep, leaf])
+    cover = np.concatenate([t.cover for t in (leaf, deep, leaf, deep, leaf)])
+    paths = explain.forest_paths(forest, cover)
+    X = np.random.default_rng(0).random((64, 2)).astype(np.float32)
+    nodes = (forest.feature, forest.threshold, forest.default_left)
+    for name, shape in (("shap_contributions", (64, 1, 3)), ("shap_interactions", (64, 1, 3, 3))):
+        expected = getattr(numpy_kernels, name)(X, *nodes, *paths.arrays, np.zeros(shape))
+        got = getattr(kernels, name)(X, *nodes, *paths.arrays, np.zeros(shape))
+        assert np.array_equal(got, expected), name
+    margin = numpy_kernels.predict_margins(X, *nodes, forest.left, forest.right, forest.value,
+                                           forest.tree_root, forest.tree_group,
+                                           np.zeros((64, 1)))
+    shap = numpy_kernels.shap_contributions(X, *nodes, *paths.arrays, np.zeros((64, 1, 3)))
+    np.testing.assert_allclose(shap.sum(axis=2), margin, atol=1e-12)
+
+
+def test_empty_inputs_ranges_and_zero_round_models():
+    import dask.dataframe as dd
+    booster, df = _train(rounds=5)
+    empty = booster.predict(df.iloc[:0], pred_contribs=True)
+    assert empty.shape == (0, 6) and list(empty.columns) == booster.feature_names + ["bias"]
+    filtered = dd.from_pandas(df, npartitions=3)
+    filtered = filtered[filtered.a > filtered.a.max().compute() - 1e-3]  # some partitions empty
+    assert len(booster.predict(filtered, pred_contribs=True).compute()) == \
+        len(filtered.compute())
+    # XGBoost's end 0: the last round
+    assert np.array_equal(booster.predict(df, iteration_range=(2, 0)),
+                          booster.predict(df, iteration_range=(2, 5)))
+    with pytest.raises(TypeError, match="iteration_range must be a pair"):
+        booster.predict(df, iteration_range=(0, 2.5))
+    none = gbflow.train(df, label=np.zeros(len(df)), num_boost_round=0, verbose=False)
+    assert np.array_equal(none.predict(df, iteration_range=(0, 0)), none.predict(df))
+    assert none.predict(df, pred_leaf=True).shape == (len(df), 0)
+
+
+def test_plot_metric_without_evaluation_results_is_a_clear_error():
+    pytest.importorskip("matplotlib")
+    from gbflow import GBFlowRegressor
+    booster, df = _train(rounds=2)
+    model = GBFlowRegressor(n_estimators=2).fit(df.to_numpy(), np.arange(len(df), dtype=float))
+    for source in (model, booster):
+        with pytest.raises(ValueError, match="no evaluation results"):
+            gbflow.plot_metric(source)

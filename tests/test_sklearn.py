@@ -201,6 +201,7 @@ def test_eval_set_and_early_stopping():
     assert len(history["validation_0"]["rmse"]) == len(watched)
     assert model.best_score_ == watched[best] == min(watched)
     assert (model.best_iteration, model.best_score) == (best, model.best_score_)  # XGBoost's
+    assert model.apply(X).shape == (len(X), best + 1)  # XGBoost's apply: up to the best round
 
     # a refit without early stopping drops the stale attributes
     model.set_params(early_stopping_rounds=None, n_estimators=5).fit(X, y)

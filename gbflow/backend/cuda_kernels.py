@@ -554,9 +554,8 @@ def _path_trees(path_ptr, elem_ptr, edge_node, n_nodes: int):
     first_edge = elem_ptr[path_ptr[:-1]]
     has_edges = path_ptr[1:] > path_ptr[:-1]
     root = np.full(len(first_edge), -1, dtype=np.int64)
-    if len(edge_node):
-        starts = np.minimum(first_edge, len(edge_node) - 1)
-        root = np.where(has_edges, np.minimum.reduceat(edge_node, starts), -1)
+    if has_edges.any():  # segments of the paths with edges only (a leaf-only tree has none)
+        root[has_edges] = np.minimum.reduceat(edge_node, first_edge[has_edges])
     roots = np.unique(root[root >= 0])
     ends = np.append(roots[1:], n_nodes)
     size = np.zeros(len(root), dtype=np.int64)

@@ -299,11 +299,7 @@ def dense_rows(X):
     become NaN (missing); a dense matrix is returned as it is."""
     if not isinstance(X, CSR):
         return X
-    xp = _cupy() if is_device_array(X.data) else np
-    out = xp.full(X.shape, np.nan, dtype=_dtypes.FEATURE)
-    rows = xp.repeat(xp.arange(X.n_rows), xp.diff(X.indptr))
-    out[rows, X.indices] = X.data
-    return out
+    return X.to_dense(_cupy() if is_device_array(X.data) else np)
 
 def append_prediction(data, prediction):
     """``data`` with the prediction column(s) appended (a new frame or array; ``data`` is not
