@@ -47,6 +47,7 @@ class Booster:
         self.timings: dict = {}
         self._objective = params.loss
         self._forests: dict = {}  # (first tree, end tree) -> predictor.FlatForest
+        self._explanations: dict = {}  # (first tree, end tree) -> explain.ExplainedForest
 
     # -- shape -----------------------------------------------------------------------------
     @property
@@ -112,10 +113,13 @@ class Booster:
             self._forests[trees] = predictor.FlatForest.from_trees(self.trees[slice(*trees)])
         return self._forests[trees]
 
-    def _cover(self, trees: tuple[int, int]) -> np.ndarray:
-        """(n_nodes,) float64 hessian sums of the nodes of the forest of ``trees``."""
-        chosen = self.trees[slice(*trees)]
-        return np.concatenate([t.cover for t in chosen]) if chosen else np.empty(0)
+    def _explained(self, trees: tuple[int, int]) -> explain.ExplainedForest:
+        """The forest of ``trees`` with its cover, paths and node means (made once)."""
+        if trees not in self._explanations:
+            chosen = self.trees[slice(*trees)]
+            cover = np.concatenate([t.cover for t in chosen]) if chosen else np.empty(0)
+            self._explanations[trees] = explain.ExplainedForest(self._forest(trees), cover)
+        return self._explanations[trees]
 
     def output_columns(self, name: str = "prediction", output_margin: bool = False,
                        kind: str = "value", iteration_range=None) -> list[str]:
@@ -142,16 +146,18 @@ class Booster:
             values = margin if self.n_groups > 1 else margin[:, 0]
             if not output_margin:
                 values = self._objective.transform(backend.xp, margin)
-            return frames.wrap_prediction(values, data, name)
+            if values.ndim == 1:
+                return frames.wrap_prediction(values, data, name)
+            return frames.wrap_columns(values, data, self.output_columns(name, output_margin))
         X = frames.dense_rows(X)
         columns = self.output_columns(name, output_margin, kind, iteration_range)
         if kind == "leaf":
             return frames.wrap_columns(explain.leaf_indices(backend, X, forest), data, columns)
-        cover = self._cover(trees)
+        explained = self._explained(trees)
         if kind == "interactions":
-            values = explain.interactions(backend, X, forest, cover, self.base_margin)
+            values = explain.interactions(backend, X, explained, self.base_margin)
             return values[:, 0] if self.n_groups == 1 else values
-        values = explain.contributions(backend, X, forest, cover, self.base_margin,
+        values = explain.contributions(backend, X, explained, self.base_margin,
                                        approximate=kind == "approx_contribs")
         if not frames.is_frame(data):
             return values[:, 0] if self.n_groups == 1 else values
@@ -291,7 +297,7 @@ class Booster:
             raise ImportError("Booster.to_xgboost needs the xgboost package (pip install "
                               "xgboost, or the gbflow[xgboost] extra)") from e
         model = xgboost.Booster()
-        model.load_model(bytearray(json.dumps(xgboost_format.to_xgboost_dict(self)).encode()))
+        model.load_model(bytearray(xgboost_format.to_xgboost_json(self).encode()))
         return model
 
     def to_treelite(self):
@@ -331,8 +337,7 @@ class Booster:
         elif ubj:
             content = bytes(self.to_xgboost().save_raw("ubj"))
         else:
-            content = json.dumps(xgboost_format.to_xgboost_dict(self), allow_nan=False,
-                                 separators=(",", ":")).encode("utf-8")
+            content = xgboost_format.to_xgboost_json(self).encode("utf-8")
         _write_whole(path, folder, content)
 
     @classmethod

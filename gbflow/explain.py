@@ -14,6 +14,7 @@ order, so the values are the same on every backend and do not depend on threads.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from fractions import Fraction
 
 import numpy as np
@@ -169,13 +170,30 @@ def leaf_indices(backend, X, forest: FlatForest):
                                           forest.tree_root, out, *sets)
 
 
-def contributions(backend, X, forest: FlatForest, cover: np.ndarray, base_margin: np.ndarray,
+class ExplainedForest:
+    """A forest and what explaining it needs, each made once (a booster keeps one per tree
+    range): the nodes' training cover (n_nodes,) float64 (hessian sums), the paths
+    (``forest_paths``) and the node means (``node_means``)."""
+
+    def __init__(self, forest: FlatForest, cover: np.ndarray):
+        self.forest, self.cover = forest, cover
+
+    @functools.cached_property
+    def paths(self) -> ForestPaths:
+        return forest_paths(self.forest, self.cover)
+
+    @functools.cached_property
+    def means(self) -> np.ndarray:
+        return node_means(self.forest, self.cover)
+
+
+def contributions(backend, X, explained: ExplainedForest, base_margin: np.ndarray,
                   approximate: bool = False):
     """(n_rows, n_groups, F + 1) float64 on X's device: each feature's contribution to each
     row's margin and, last, the bias (the base margin plus the trees' expected values); a row's
     values sum to its margin. Exact TreeSHAP, or Saabas's path attribution with
-    ``approximate``. X: (n_rows, F) float32; cover: (n_nodes,) float64 of the forest's nodes."""
-    xp = backend.xp
+    ``approximate``. X: (n_rows, F) float32."""
+    xp, forest = backend.xp, explained.forest
     n_groups = len(base_margin)
     out = xp.zeros((X.shape[0], n_groups, X.shape[1] + 1), dtype=np.float64)
     out[:, :, -1] = xp.asarray(base_margin)[None, :]
@@ -185,25 +203,22 @@ def contributions(backend, X, forest: FlatForest, cover: np.ndarray, base_margin
     if approximate:
         return backend.kernels.saabas_contributions(
             X, *nodes, forest.left, forest.right, forest.tree_root, forest.tree_group,
-            node_means(forest, cover), out, *sets)
-    paths = forest_paths(forest, cover)
-    return backend.kernels.shap_contributions(X, *nodes, *paths.arrays, out, *sets)
+            explained.means, out, *sets)
+    return backend.kernels.shap_contributions(X, *nodes, *explained.paths.arrays, out, *sets)
 
 
-def interactions(backend, X, forest: FlatForest, cover: np.ndarray, base_margin: np.ndarray):
+def interactions(backend, X, explained: ExplainedForest, base_margin: np.ndarray):
     """(n_rows, n_groups, F + 1, F + 1) float64 on X's device: SHAP interaction values. Off the
     diagonal [i, j] the interaction of features i and j (symmetric), on the diagonal feature
     i's SHAP value less its interactions, [F, F] the bias: a row's values sum to its margin.
     Takes (F + 1)**2 times the memory of a prediction."""
     xp = backend.xp
-    n_groups = len(base_margin)
     width = X.shape[1] + 1
-    out = xp.zeros((X.shape[0], n_groups, width, width), dtype=np.float64)
-    shap = contributions(backend, X, forest, cover, base_margin)
-    if X.shape[0] and len(forest.tree_root):
-        nodes, sets = _forest_arrays(forest)
-        paths = forest_paths(forest, cover)
-        backend.kernels.shap_interactions(X, *nodes, *paths.arrays, out, *sets)
+    out = xp.zeros((X.shape[0], len(base_margin), width, width), dtype=np.float64)
+    shap = contributions(backend, X, explained, base_margin)
+    if X.shape[0] and len(explained.forest.tree_root):
+        nodes, sets = _forest_arrays(explained.forest)
+        backend.kernels.shap_interactions(X, *nodes, *explained.paths.arrays, out, *sets)
     diagonal = xp.arange(width)
     out[:, :, diagonal, diagonal] = shap - out.sum(axis=3)
     return out

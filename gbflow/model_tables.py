@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 
-def _children(tree, node: int) -> tuple[int, int, int]:
+def children(tree, node: int) -> tuple[int, int, int]:
     """(yes, no, missing) child ids of an inner node, XGBoost's way: yes is the side of
     ``x < threshold``, or on a categorical split the side its listed categories take (right)."""
     left, right = int(tree.left[node]), int(tree.right[node])
@@ -15,7 +15,7 @@ def _children(tree, node: int) -> tuple[int, int, int]:
     return (right, left, missing) if node in tree.categories else (left, right, missing)
 
 
-def _split_text(booster, tree, node: int) -> tuple[str, object]:
+def split_of(booster, tree, node: int) -> tuple[str, object]:
     """(feature name, the split's value: float threshold, or the list of categories going
     right) of an inner node."""
     name = booster.feature_names[int(tree.feature[node])]
@@ -42,8 +42,8 @@ def trees_to_dataframe(booster) -> pd.DataFrame:
                              "No": None, "Missing": None, "Gain": float(tree.value[node]),
                              "Category": None})
                 continue
-            name, split = _split_text(booster, tree, node)
-            yes, no, missing = _children(tree, node)
+            name, split = split_of(booster, tree, node)
+            yes, no, missing = children(tree, node)
             rows.append({**common, "Feature": name,
                          "Split": np.nan if isinstance(split, list) else split,
                          "Yes": f"{t}-{yes}", "No": f"{t}-{no}", "Missing": f"{t}-{missing}",
@@ -63,10 +63,10 @@ def _text_tree(booster, tree, with_stats: bool) -> str:
         if tree.feature[node] < 0:
             lines.append(f"{indent}{node}:leaf={float(tree.value[node]):.9g}{stats}")
             return
-        name, split = _split_text(booster, tree, node)
+        name, split = split_of(booster, tree, node)
         test = f"{name}:{{{','.join(map(str, split))}}}" if isinstance(split, list) \
             else f"{name}<{split:.9g}"
-        yes, no, missing = _children(tree, node)
+        yes, no, missing = children(tree, node)
         gain = f",gain={float(tree.gain[node]):g}" if with_stats else ""
         lines.append(f"{indent}{node}:[{test}] yes={yes},no={no},missing={missing}"
                      f"{gain}{stats}")
@@ -83,8 +83,8 @@ def _json_tree(booster, tree, with_stats: bool) -> dict:
         if tree.feature[node] < 0:
             out["leaf"] = float(tree.value[node])
         else:
-            name, split = _split_text(booster, tree, node)
-            yes, no, missing = _children(tree, node)
+            name, split = split_of(booster, tree, node)
+            yes, no, missing = children(tree, node)
             out.update(depth=depth, split=name,
                        **({"categories": split} if isinstance(split, list)
                           else {"split_condition": split}),

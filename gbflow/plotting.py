@@ -1,6 +1,8 @@
 """Figures with matplotlib (an optional extra): feature importance, learning curves, one tree."""
 from __future__ import annotations
 
+from .model_tables import children, split_of
+
 
 def _axes(ax, figsize=None):
     try:
@@ -87,41 +89,40 @@ def plot_tree(booster, tree_idx: int = 0, ax=None, with_stats: bool = False, fig
     if not 0 <= tree_idx < len(booster.trees):
         raise ValueError(f"plot_tree: tree_idx {tree_idx} is not a tree of this model (it has "
                          f"{len(booster.trees)})")
-    table = booster.trees_to_dataframe()
-    table = table[table.Tree == tree_idx].set_index("Node")
+    tree = booster.trees[tree_idx]
     ax = _axes(ax, figsize)
     ax.set_axis_off()
     places, next_leaf = {}, [0]
 
     def place(node: int, depth: int) -> float:
-        row = table.loc[node]
-        if row.Feature == "Leaf":
+        """Leaves left to right in order, each inner node above the middle of its children."""
+        if tree.feature[node] < 0:
             x = next_leaf[0]
             next_leaf[0] += 1
         else:
-            children = [int(str(row.Yes).split("-")[1]), int(str(row.No).split("-")[1])]
-            x = sum(place(c, depth + 1) for c in children) / 2
+            x = (place(int(tree.left[node]), depth + 1) +
+                 place(int(tree.right[node]), depth + 1)) / 2
         places[node] = (x, -depth)
         return x
 
     place(0, 0)
     for node, (x, y) in places.items():
-        row = table.loc[node]
-        if row.Feature == "Leaf":
-            text = f"leaf {row.Gain:.4g}"
+        if tree.feature[node] < 0:
+            text = f"leaf {float(tree.value[node]):.4g}"
         else:
-            test = f"{row.Feature} in {row.Category}" if row.Category is not None \
-                else f"{row.Feature} < {row.Split:.4g}"
-            text = test + (f"\ngain {row.Gain:.4g}" if with_stats else "")
-            for label, child in (("yes", row.Yes), ("no", row.No)):
-                cx, cy = places[int(str(child).split("-")[1])]
-                missing = " / missing" if child == row.Missing else ""
+            name, split = split_of(booster, tree, node)
+            text = f"{name} in {split}" if isinstance(split, list) else f"{name} < {split:.4g}"
+            text += f"\ngain {float(tree.gain[node]):.4g}" if with_stats else ""
+            yes, no, missing = children(tree, node)
+            for label, child in (("yes", yes), ("no", no)):
+                cx, cy = places[child]
+                label += " / missing" if child == missing else ""
                 ax.annotate("", xy=(cx, cy + 0.15), xytext=(x, y - 0.15),
                             arrowprops={"arrowstyle": "->", "color": "grey"})
-                ax.text((x + cx) / 2, (y + cy) / 2, label + missing, fontsize=fontsize * 0.8,
+                ax.text((x + cx) / 2, (y + cy) / 2, label, fontsize=fontsize * 0.8,
                         ha="center", color="grey")
         if with_stats:
-            text += f"\ncover {row.Cover:.4g}"
+            text += f"\ncover {float(tree.cover[node]):.4g}"
         ax.text(x, y, text, ha="center", va="center", fontsize=fontsize,
                 bbox={"boxstyle": "round", "facecolor": "white"})
     xs = [x for x, _ in places.values()]

@@ -11,37 +11,16 @@ import numpy as np
 LOGGER = logging.getLogger("gbflow")
 
 
-class _CurrentStderr(logging.StreamHandler):
-    """A handler writing to ``sys.stderr`` as it is at each record (pytest and notebooks
-    replace it after gbflow is imported)."""
-
-    def __init__(self):
-        super().__init__(sys.stderr)
-
-    @property
-    def stream(self):
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value):  # StreamHandler.__init__ sets it; the property always reads now
-        pass
-
-
-_OWN_HANDLER = _CurrentStderr()
-_OWN_HANDLER.setFormatter(logging.Formatter("%(message)s"))
-
-
 def log_line(line: str) -> None:
     """Log one line of progress at INFO on the ``gbflow`` logger. While nothing in the process
     has configured logging (no handler on the way to the root, no level set on the "gbflow"
-    logger), gbflow's own handler prints it to stderr, so ``verbose`` output shows by default;
-    once the application configures logging, its handlers and levels decide. Neither the
-    logger's level nor its handlers are changed."""
+    logger) the line goes to stderr, as logging's own last resort does for warnings, so
+    ``verbose`` output shows by default; once the application configures logging, its handlers
+    and levels decide. The logger itself is never changed."""
     if LOGGER.hasHandlers() or LOGGER.level != logging.NOTSET:
         LOGGER.info(line)
     else:
-        _OWN_HANDLER.handle(LOGGER.makeRecord(LOGGER.name, logging.INFO, __file__, 0, line,
-                                              None, None))
+        print(line, file=sys.stderr, flush=True)
 
 
 BAR = "bar"  # verbose="bar": a progress bar (tqdm) instead of lines
@@ -94,8 +73,13 @@ class Progress:
         self.period, self.n_rounds, self.start = period, n_rounds, time.perf_counter()
         self.emit = emit or log_line
 
+    def _shown(self, done: int, period: int) -> bool:
+        """Whether the line of ``done`` rounds is shown at ``period``: the first, every
+        period-th and the last."""
+        return bool(period) and (done == 1 or done % period == 0 or done >= self.n_rounds)
+
     def round(self, i: int, scores: list[tuple[str, str, float]]) -> None:
-        if not self.period or not (i == 0 or (i + 1) % self.period == 0 or i + 1 == self.n_rounds):
+        if not self._shown(i + 1, self.period):
             return
         text = "  ".join(f"{name}-{metric}:{value:.6f}" for name, metric, value in scores)
         if self.bar is not None:
@@ -123,8 +107,7 @@ class Progress:
             self._advance(done, text)
         elif self.bar is not None:
             self.bar.write(line)
-        elif not is_round or done == 1 or done % self.relay_period == 0 or \
-                done >= self.n_rounds:
+        elif not is_round or self._shown(done, self.relay_period):
             log_line(line)
 
     def say(self, text: str) -> None:

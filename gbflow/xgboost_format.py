@@ -11,6 +11,7 @@ that order (pandas' default for categories it infers).
 """
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -18,8 +19,9 @@ import numpy as np
 # XGBoost's format version written (read by XGBoost 3.x; 2.x reads its scalar base_score only)
 VERSION = [3, 2, 0]
 _ROOT_PARENT = 2147483647  # XGBoost's parent id of a root
-# objectives whose base_score XGBoost stores through the inverse of its link
-_LOGISTIC = ("binary:logistic", "reg:logistic", "binary:logitraw")
+# objectives whose base_score XGBoost stores through the inverse of its link (the others, with
+# binary:logitraw and binary:hinge, store the margin itself)
+_LOGISTIC = ("binary:logistic", "reg:logistic")
 _LOG_LINK = ("count:poisson", "reg:gamma", "reg:tweedie")
 
 
@@ -49,7 +51,7 @@ def _objective(params) -> dict:
 
 def base_score(objective: str, margin: float) -> float:
     """The base margin in XGBoost's prediction space (the inverse of its ProbToMargin)."""
-    if objective in _LOGISTIC and objective != "binary:logitraw":
+    if objective in _LOGISTIC:
         return 1.0 / (1.0 + math.exp(-margin))
     if objective in _LOG_LINK:
         return math.exp(margin)
@@ -94,8 +96,9 @@ def _tree(tree, tree_id: int, n_features: int) -> dict:
 
 
 def to_xgboost_dict(booster) -> dict:
-    """The booster as XGBoost's JSON model (a dict for ``json.dumps``); ValueError naming what
-    the format cannot hold."""
+    """The booster as XGBoost's JSON model (a dict for ``json.dumps``). Every gbflow model fits
+    the format: its objectives are XGBoost's, its splits XGBoost's numeric and categorical
+    tests."""
     params = booster.params
     objective = params.objective
     n_groups = booster.n_groups
@@ -132,3 +135,8 @@ def to_xgboost_dict(booster) -> dict:
         },
         "version": VERSION,
     }
+
+
+def to_xgboost_json(booster) -> str:
+    """``to_xgboost_dict`` as compact JSON text (what XGBoost's ``load_model`` reads)."""
+    return json.dumps(to_xgboost_dict(booster), allow_nan=False, separators=(",", ":"))

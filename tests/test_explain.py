@@ -400,13 +400,14 @@ def test_explain_on_the_data_device(device):
     backend = get_backend(device)
     on_device = backend.xp.asarray(X)
     forest, cover, _, _ = _kernel_inputs(booster, X)
+    explained = explain.ExplainedForest(forest, cover)
     for name, call in [("leaves", lambda x, b: explain.leaf_indices(b, x, forest)),
-                       ("shap", lambda x, b: explain.contributions(b, x, forest, cover,
+                       ("shap", lambda x, b: explain.contributions(b, x, explained,
                                                                    booster.base_margin)),
                        ("saabas", lambda x, b: explain.contributions(
-                           b, x, forest, cover, booster.base_margin, approximate=True)),
+                           b, x, explained, booster.base_margin, approximate=True)),
                        ("interactions", lambda x, b: explain.interactions(
-                           b, x, forest, cover, booster.base_margin))]:
+                           b, x, explained, booster.base_margin))]:
         host = call(X, get_backend("cpu"))
         got = call(on_device, backend)
         got = got.get() if hasattr(got, "get") else got

@@ -490,7 +490,6 @@ def predict_margins_binned(bins, feature, bin_threshold, default_left, left, rig
     return out
 
 
-
 # ---------------------------------------------------------------------------------------------
 # Explaining predictions: see the section of numpy_kernels. Rows in parallel, each row's trees
 # or paths in order, with the twin's operations in the twin's order.
@@ -575,6 +574,22 @@ def _extend_one(e, degree, z):
 
 
 @njit(inline="always", **_JIT)
+def _satisfied_polynomial(one, m, elem_zero, first, e):
+    """e = the polynomial of path elements first..first+m-1 whose ``one`` is set
+    (numpy_kernels._extend) -> (its degree, the product of the other elements' fractions)."""
+    e[0] = 1.0
+    degree = 0
+    rest = 1.0
+    for j in range(m):
+        if one[j]:
+            _extend_one(e, degree, elem_zero[first + j])
+            degree += 1
+        else:
+            rest = rest * elem_zero[first + j]
+    return degree, rest
+
+
+@njit(inline="always", **_JIT)
 def _unwind(e, degree, z, q):
     """q = e / (z + t), from the top down (degree >= 1)."""
     q[degree - 1] = e[degree]
@@ -604,15 +619,7 @@ def _shap_contributions(X, feature, threshold, default_left, path_ptr, path_valu
             first, m, g = path_ptr[p], path_ptr[p + 1] - path_ptr[p], path_group[p]
             _path_ones(X, i, p, feature, threshold, default_left, path_ptr, elem_ptr, edge_node,
                        edge_left, cat_start, cat_bits, has_categories, one)
-            e[0] = 1.0
-            degree = 0
-            rest = 1.0
-            for j in range(m):
-                if one[j]:
-                    _extend_one(e, degree, elem_zero[first + j])
-                    degree += 1
-                else:
-                    rest = rest * elem_zero[first + j]
+            degree, rest = _satisfied_polynomial(one, m, elem_zero, first, e)
             c = path_value[p] * rest
             out[i, g, bias] += c * e[0]
             if m == 0:
@@ -655,12 +662,7 @@ def _shap_interactions(X, feature, threshold, default_left, path_ptr, path_value
                 continue
             _path_ones(X, r, p, feature, threshold, default_left, path_ptr, elem_ptr, edge_node,
                        edge_left, cat_start, cat_bits, has_categories, one)
-            e[0] = 1.0
-            degree = 0
-            for j in range(m):
-                if one[j]:
-                    _extend_one(e, degree, elem_zero[first + j])
-                    degree += 1
+            degree, _ = _satisfied_polynomial(one, m, elem_zero, first, e)
             w = shapley_weights[m - 1]
             for i in range(m):
                 z_i = elem_zero[first + i]

@@ -265,22 +265,15 @@ def as_vector(values, what: str) -> np.ndarray:
 
 
 def wrap_prediction(values, like, name: str):
-    """Predictions shaped like the input: a Series (or a DataFrame of one column per class) with
-    ``like``'s index for frame input, the bare array otherwise. values: (n,) or (n, n_classes),
-    NumPy for pandas/NumPy input, CuPy for cuDF/CuPy input (a cuDF Series/DataFrame then)."""
+    """(n,) predictions shaped like the input: a Series named ``name`` with ``like``'s index for
+    frame input (a cuDF Series for cuDF), the bare array otherwise. values: NumPy for
+    pandas/NumPy input, CuPy for cuDF/CuPy input. (Several columns: ``wrap_columns``.)"""
     if not is_frame(like):
         return values
     if is_cudf(like):
         import cudf
-        if values.ndim == 1:
-            return cudf.Series(values, index=like.index, name=name)
-        return cudf.DataFrame({f"{name}_{k}": values[:, k] for k in range(values.shape[1])},
-                              index=like.index)
-    if values.ndim == 1:
-        return pd.Series(values, index=like.index, name=name)
-    columns = [f"{name}_{k}" for k in range(values.shape[1])]
-    return pd.DataFrame(values, index=like.index, columns=columns)
-
+        return cudf.Series(values, index=like.index, name=name)
+    return pd.Series(values, index=like.index, name=name)
 
 
 def wrap_columns(values, like, columns: Sequence[str]):

@@ -519,6 +519,18 @@ __device__ __forceinline__ bool category_left(i64 position, const unsigned* cat_
     return ((cat_bits[start + 1 + word] >> (position & 31)) & 1u) == 0;
 }
 
+// whether a row (its values, one every col_stride) goes left at ``node``: raw values or bins
+template <typename Row, typename Threshold>
+__device__ __forceinline__ bool node_left(const Row* values, i64 col_stride, i64 node,
+                                          const int* feature, const Threshold* threshold,
+                                          const bool* default_left, const int* cat_start,
+                                          const unsigned* cat_bits, int has_categories) {
+    Row v = values[(i64)feature[node] * col_stride];
+    return (has_categories && cat_start[node] >= 0)
+        ? category_left(category_position(v), cat_bits, cat_start[node], default_left, node)
+        : walk_left(v, threshold, default_left, node);
+}
+
 template <typename Row, typename Threshold>
 __device__ void walk_trees(const Row* rows, i64 n_rows, i64 row_stride, i64 col_stride,
                            const int* feature, const Threshold* threshold,
@@ -531,14 +543,9 @@ __device__ void walk_trees(const Row* rows, i64 n_rows, i64 row_stride, i64 col_
         const Row* values = rows + row * row_stride;
         for (int t = 0; t < n_trees; ++t) {
             i64 node = tree_root[t];
-            int f;
-            while ((f = feature[node]) >= 0) {
-                Row v = values[(i64)f * col_stride];
-                bool go_left = (has_categories && cat_start[node] >= 0)
-                    ? category_left(category_position(v), cat_bits, cat_start[node],
-                                    default_left, node)
-                    : walk_left(v, threshold, default_left, node);
-                node = go_left ? left[node] : right[node];
+            while (feature[node] >= 0) {
+                node = node_left(values, col_stride, node, feature, threshold, default_left,
+                                 cat_start, cat_bits, has_categories) ? left[node] : right[node];
             }
             out[row * n_groups + tree_group[t]] += value[node];
         }
@@ -759,16 +766,6 @@ extern "C" __global__ void add_planned_split_values(
 // the twin's (no atomics). MAX_PATH (the most features on one path) sizes the per-thread
 // polynomial arrays; it is a compile-time constant of the module (cuda_kernels._explain_kernel).
 
-__device__ __forceinline__ bool node_left(const float* values, i64 col_stride, i64 node,
-                                          const int* feature, const float* threshold,
-                                          const bool* default_left, const int* cat_start,
-                                          const unsigned* cat_bits, int has_categories) {
-    float v = values[(i64)feature[node] * col_stride];
-    return (has_categories && cat_start[node] >= 0)
-        ? category_left(category_position(v), cat_bits, cat_start[node], default_left, node)
-        : walk_left(v, threshold, default_left, node);
-}
-
 extern "C" __global__ void predict_leaves(
         const float* X, i64 n_rows, i64 row_stride, i64 col_stride, const int* feature,
         const float* threshold, const bool* default_left, const int* left, const i64* tree_root,
@@ -820,65 +817,25 @@ extern "C" __global__ void saabas_contributions(
 // (fully unrolled: the arrays stay in registers instead of local memory); the operations done
 // and their order are the twin's.
 
-#ifndef TREE_WORDS
-#define TREE_WORDS 0
-#endif
-
-// A row's direction at every inner node of the tree rooted at ``root`` (``size`` nodes): bit
-// (node - root) of ``dirs`` set where it goes left. Each node is tested once per tree, not
-// once per path through it (a depth-8 tree's 256 paths hold 2,048 edges over 255 nodes).
-__device__ __forceinline__ void tree_directions(const float* values, i64 col_stride, i64 root,
-                                                i64 size, const int* feature,
-                                                const float* threshold,
-                                                const bool* default_left, const int* cat_start,
-                                                const unsigned* cat_bits, int has_categories,
-                                                unsigned* dirs) {
-#pragma unroll
-    for (int w = 0; w < (TREE_WORDS > 0 ? TREE_WORDS : 1); ++w) dirs[w] = 0u;
-    for (i64 node = 0; node < size; ++node) {
-        if (feature[root + node] >= 0 &&
-            node_left(values, col_stride, root + node, feature, threshold, default_left,
-                      cat_start, cat_bits, has_categories)) {
-            dirs[node >> 5] |= 1u << (node & 31);
-        }
-    }
-}
-
-// bit j of the result: whether the row satisfies every edge of element j of path p (from the
-// tree's directions when TREE_WORDS > 0, else testing each edge's node)
+// bit j of the result: whether the row satisfies every edge of element j of path p
 __device__ __forceinline__ unsigned path_ones(const float* values, i64 col_stride, i64 p,
                                               const int* feature, const float* threshold,
                                               const bool* default_left, const i64* path_ptr,
                                               const i64* elem_ptr, const int* edge_node,
                                               const bool* edge_left, const int* cat_start,
-                                              const unsigned* cat_bits, int has_categories,
-                                              const unsigned* dirs, i64 root) {
+                                              const unsigned* cat_bits, int has_categories) {
     unsigned one = 0;
     for (i64 k = path_ptr[p]; k < path_ptr[p + 1]; ++k) {
         bool satisfied = true;
         for (i64 e = elem_ptr[k]; e < elem_ptr[k + 1]; ++e) {
-            i64 node = edge_node[e];
-            bool went_left;
-            if (TREE_WORDS > 0) {
-                went_left = (dirs[(node - root) >> 5] >> ((node - root) & 31)) & 1u;
-            } else {
-                went_left = node_left(values, col_stride, node, feature, threshold,
-                                      default_left, cat_start, cat_bits, has_categories);
-            }
+            bool went_left = node_left(values, col_stride, (i64)edge_node[e], feature, threshold,
+                                       default_left, cat_start, cat_bits, has_categories);
             satisfied = satisfied && went_left == edge_left[e];
         }
         one |= (unsigned)satisfied << (k - path_ptr[p]);
     }
     return one;
 }
-
-// the directions of the tree of path p, when it is not the tree of the previous path
-#define NEXT_TREE(p)                                                                            \
-    if (TREE_WORDS > 0 && path_root[p] != root) {                                               \
-        root = path_root[p];                                                                    \
-        tree_directions(values, col_stride, root, path_tree_size[p], feature, threshold,       \
-                        default_left, cat_start, cat_bits, has_categories, dirs);              \
-    }
 
 __device__ __forceinline__ void extend_one(double* e, int degree, double z) {
 #pragma unroll
@@ -887,6 +844,28 @@ __device__ __forceinline__ void extend_one(double* e, int degree, double z) {
         else if (s <= degree) e[s] = e[s] * z + e[s - 1];
     }
     e[0] = e[0] * z;
+}
+
+// e = the polynomial of the m elements (from ``zero``) whose bits are set in ``one``; returns
+// its degree, and ``rest`` the product of the other elements' fractions (numpy_kernels._extend)
+__device__ __forceinline__ int satisfied_polynomial(unsigned one, int m, const double* zero,
+                                                    double* e, double* rest) {
+    e[0] = 1.0;
+    int degree = 0;
+    double product = 1.0;
+#pragma unroll
+    for (int j = 0; j < MAX_PATH; ++j) {
+        if (j < m) {
+            if ((one >> j) & 1u) {
+                extend_one(e, degree, zero[j]);
+                degree += 1;
+            } else {
+                product = product * zero[j];
+            }
+        }
+    }
+    *rest = product;
+    return degree;
 }
 
 __device__ __forceinline__ void unwind(const double* e, int degree, double z, double* q) {
@@ -917,9 +896,8 @@ extern "C" __global__ void shap_contributions(
         const int* elem_feature, const double* elem_zero, const int* edge_node,
         const bool* edge_left, const double* shapley_weights, int weights_width, double* out,
         int n_groups, int width, const int* cat_start, const unsigned* cat_bits,
-        int has_categories, const i64* path_root, const i64* path_tree_size, int acc_shared) {
+        int has_categories, int acc_shared) {
     extern __shared__ double acc[];
-    unsigned dirs[TREE_WORDS > 0 ? TREE_WORDS : 1];
     double e[MAX_PATH + 1], q[MAX_PATH + 1];
     i64 row_width = (i64)n_groups * width;
     i64 stride = acc_shared ? blockDim.x : 1;
@@ -931,29 +909,15 @@ extern "C" __global__ void shap_contributions(
         if (acc_shared) {
             for (i64 k = 0; k < row_width; ++k) sums[k * stride] = out_row[k];
         }
-        i64 root = -1;
         for (i64 p = 0; p < n_paths; ++p) {
             i64 first = path_ptr[p];
             int m = (int)(path_ptr[p + 1] - first);
             double* o = sums + (i64)path_group[p] * width * stride;
-            NEXT_TREE(p)
             unsigned one = path_ones(values, col_stride, p, feature, threshold, default_left,
                                      path_ptr, elem_ptr, edge_node, edge_left, cat_start,
-                                     cat_bits, has_categories, dirs, root);
-            e[0] = 1.0;
-            int degree = 0;
-            double rest = 1.0;
-#pragma unroll
-            for (int j = 0; j < MAX_PATH; ++j) {
-                if (j < m) {
-                    if ((one >> j) & 1u) {
-                        extend_one(e, degree, elem_zero[first + j]);
-                        degree += 1;
-                    } else {
-                        rest = rest * elem_zero[first + j];
-                    }
-                }
-            }
+                                     cat_bits, has_categories);
+            double rest;
+            int degree = satisfied_polynomial(one, m, elem_zero + first, e, &rest);
             double c = path_value[p] * rest;
             o[(width - 1) * stride] += c * e[0];
             if (m == 0) continue;
@@ -986,31 +950,21 @@ extern "C" __global__ void shap_interactions(
         const int* elem_feature, const double* elem_zero, const int* edge_node,
         const bool* edge_left, const double* shapley_weights, int weights_width, double* out,
         int n_groups, int width, const int* cat_start, const unsigned* cat_bits,
-        int has_categories, const i64* path_root, const i64* path_tree_size) {
-    unsigned dirs[TREE_WORDS > 0 ? TREE_WORDS : 1];
+        int has_categories) {
     double e[MAX_PATH + 1], e_i[MAX_PATH + 1], q[MAX_PATH + 1];
     for (i64 row = blockIdx.x * (i64)blockDim.x + threadIdx.x; row < n_rows;
          row += (i64)gridDim.x * blockDim.x) {
         const float* values = X + row * row_stride;
-        i64 root = -1;
         for (i64 p = 0; p < n_paths; ++p) {
             i64 first = path_ptr[p];
             int m = (int)(path_ptr[p + 1] - first);
             if (m < 2) continue;
             double* o = out + (row * n_groups + path_group[p]) * (i64)width * width;
-            NEXT_TREE(p)
             unsigned one = path_ones(values, col_stride, p, feature, threshold, default_left,
                                      path_ptr, elem_ptr, edge_node, edge_left, cat_start,
-                                     cat_bits, has_categories, dirs, root);
-            e[0] = 1.0;
-            int degree = 0;
-#pragma unroll
-            for (int j = 0; j < MAX_PATH; ++j) {
-                if (j < m && ((one >> j) & 1u)) {
-                    extend_one(e, degree, elem_zero[first + j]);
-                    degree += 1;
-                }
-            }
+                                     cat_bits, has_categories);
+            double unused;
+            int degree = satisfied_polynomial(one, m, elem_zero + first, e, &unused);
             const double* w = shapley_weights + (i64)(m - 1) * weights_width;
 #pragma unroll
             for (int i = 0; i < MAX_PATH; ++i) {
