@@ -528,16 +528,41 @@ def _forest(feature, threshold, default_left, left, right, value, tree_root, tre
 # Explaining predictions (kernels.cu's section): see numpy_kernels. One thread per row.
 
 @functools.lru_cache(maxsize=None)
-def _explain_kernel(name: str, max_path: int = 8):
+def _explain_kernel(name: str, max_path: int = 8, tree_words: int = 0):
     """An explanation kernel of kernels.cu for paths of at most ``max_path`` features (the
-    SHAP kernels' loops are unrolled to it: one module per forest depth in use)."""
+    SHAP kernels' loops are unrolled to it: one module per forest depth in use), caching a
+    row's directions in trees of at most ``tree_words`` * 32 nodes (0: no cache)."""
     options = ("--std=c++17", "--fmad=false", "-DBIN_T=unsigned char",
-               f"-DMAX_PATH={max_path}")
+               f"-DMAX_PATH={max_path}", f"-DTREE_WORDS={tree_words}")
     return cp.RawKernel(_source("kernels.cu"), name, options=options)
 
 
+# Trees of up to this many nodes have a row's directions cached per tree in the SHAP kernels
+# (32 words of registers or local memory per thread); larger ones test each path's nodes.
+_CACHED_TREE_NODES = 1024
 # Shared memory of one block's row sums in shap_contributions (the default limit of a block).
 _SHARED_SUMS = 48 * 1024
+
+
+def _path_trees(path_ptr, elem_ptr, edge_node, n_nodes: int):
+    """(path_root, path_tree_size, tree words) of the SHAP kernels: each path's tree root (its
+    smallest node: the root is the first node of its tree) and node count, from host arrays."""
+    path_ptr, elem_ptr = to_host(path_ptr), to_host(elem_ptr)
+    edge_node = to_host(edge_node).astype(np.int64)
+    first_edge = elem_ptr[path_ptr[:-1]]
+    has_edges = path_ptr[1:] > path_ptr[:-1]
+    root = np.full(len(first_edge), -1, dtype=np.int64)
+    if has_edges.any():  # segments of the paths with edges only (a leaf-only tree has none)
+        root[has_edges] = np.minimum.reduceat(edge_node, first_edge[has_edges])
+    roots = np.unique(root[root >= 0])
+    ends = np.append(roots[1:], n_nodes)
+    size = np.zeros(len(root), dtype=np.int64)
+    if len(roots):
+        at = np.searchsorted(roots, np.maximum(root, 0))
+        size = np.where(root >= 0, (ends - roots)[np.minimum(at, len(roots) - 1)], 0)
+    largest = int(size.max(initial=0))
+    words = -(-largest // 32) if largest <= _CACHED_TREE_NODES else 0
+    return root, size, words
 
 
 def _category_args(cat_start, cat_bits) -> tuple:
@@ -605,9 +630,11 @@ def _shap(name, X, feature, threshold, default_left, path_ptr, path_value, path_
     if max_path > 32:  # a path's satisfied elements are the bits of a 32-bit word
         raise ValueError(f"{name}: a path tests {max_path} features; the GPU explains paths of "
                          f"at most 32 (explain on the CPU)")
+    root, size, words = _path_trees(path_ptr, elem_ptr, edge_node, len(feature))
+    trees = _upload_small((root, np.int64), (size, np.int64))
     args = (*rows, *paths[:3], _i64(len(path_value)), *paths[3:], _i32(shapley_weights.shape[1]),
-            out, _i32(out.shape[1]), _i32(out.shape[2]), *cats)
-    kernel = _explain_kernel(name, max_path)
+            out, _i32(out.shape[1]), _i32(out.shape[2]), *cats, *trees)
+    kernel = _explain_kernel(name, max_path, words)
     if name != "shap_contributions":
         kernel(grid, (_THREADS,), args)
         return out
