@@ -44,6 +44,10 @@ MIN_SPLIT_IMPROVEMENT = 1e-6
 MIN_HESSIAN = 1e-16
 
 
+# Bins are stored as uint8 or uint16: no bin id (missing bin included) exceeds this.
+MAX_BIN_ID = 2**16 - 1
+
+
 def bin_dtype(max_bin: int) -> np.dtype:
     """Storage dtype of the binned matrix: uint8 while every bin id (missing bin included) fits."""
     return np.dtype(np.uint8) if max_bin <= 256 else np.dtype(np.uint16)

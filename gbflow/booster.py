@@ -9,7 +9,7 @@ import secrets
 import numpy as np
 
 from . import categories as categories_module
-from . import explain, inputs, model_tables, predictor, xgboost_format
+from . import explain, inputs, model_check, model_tables, predictor, xgboost_format
 from .backend import backend_for, frames
 from .cuts import Cuts
 from .params import Params, make_params
@@ -347,8 +347,10 @@ class Booster:
         if d.get("version") != FORMAT_VERSION:
             raise ValueError(f"gbflow model file version {d.get('version')!r} is not supported "
                              f"by this gbflow (reads version {FORMAT_VERSION})")
-        params = dict(d["params"])
-        params = make_params({k: v for k, v in params.items() if v is not None})
+        if not isinstance(d.get("params"), dict):
+            raise model_check.ModelFileError("params is missing or not a mapping")
+        params = make_params({k: v for k, v in d["params"].items() if v is not None})
+        model_check.check_model(d, params.n_groups)
         return cls(trees=[Tree.from_dict(t) for t in d["trees"]], cuts=Cuts.from_dict(d["cuts"]),
                    feature_names=d["feature_names"], params=params,
                    base_margin=np.asarray(d["base_margin"]), label_name=d.get("label_name"),
@@ -403,29 +405,37 @@ def _explain_kind(output_margin: bool, pred_leaf: bool, pred_contribs: bool,
 def load_model(path) -> Booster:
     """Read a model written by ``Booster.save_model``.
 
-    Raises FileNotFoundError for a missing file and ValueError naming the file when it is not
-    JSON or not a complete gbflow model.
+    The file is untrusted input: its whole structure is checked (``gbflow.model_check``) before
+    a Booster is made, and nothing in it is executed. Raises FileNotFoundError for a missing
+    file and ValueError naming the file and the entry at fault for anything else: not JSON, an
+    XGBoost or LightGBM model, another version, a missing, mistyped or inconsistent entry.
     """
     path = os.fspath(path)
     try:
         with open(path, encoding="utf-8") as f:
-            d = json.load(f)
+            text = f.read()
     except UnicodeDecodeError as e:
+        hint = " (XGBoost's UBJSON models load with xgboost.Booster)" \
+            if path.lower().endswith(".ubj") else ""
         raise ValueError(f"load_model: {path!r} is not a gbflow model file (not UTF-8 text: "
-                         f"{e.reason} at byte {e.start})") from e
-    except json.JSONDecodeError as e:
-        raise ValueError(f"load_model: {path!r} is not valid JSON ({e}); is it a gbflow model "
-                         f"file written by save_model?") from e
+                         f"{e.reason} at byte {e.start}){hint}") from e
+    try:
+        d = json.loads(text)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, too-long integers, nesting
+        hint = "it looks like a LightGBM text model (lightgbm.Booster(model_file=...) reads " \
+               "it)" if text.startswith("tree\n") else \
+            "is it a gbflow model file written by save_model?"
+        raise ValueError(f"load_model: {path!r} is not valid JSON ({e}); {hint}") from None
     if not isinstance(d, dict) or d.get("format") != FORMAT:
+        hint = "; it looks like an XGBoost model (xgboost.Booster().load_model reads it)" \
+            if isinstance(d, dict) and "learner" in d else ""
         raise ValueError(f"load_model: {path!r} is JSON but not a gbflow model file (it has no "
-                         f"'format': {FORMAT!r} entry)")
+                         f"'format': {FORMAT!r} entry){hint}")
     if d.get("version") != FORMAT_VERSION:
         raise ValueError(f"load_model: {path!r} is a gbflow model file of version "
                          f"{d.get('version')!r}, which this gbflow cannot read (it reads version "
                          f"{FORMAT_VERSION})")
     try:
         return Booster.from_dict(d)
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
-        detail = f"missing entry {e}" if isinstance(e, KeyError) else str(e)
-        raise ValueError(f"load_model: {path!r} is not a complete gbflow model ({detail})") \
-            from e
+    except (TypeError, ValueError) as e:  # model_check's, or the parameters'
+        raise ValueError(f"load_model: {path!r} is not a valid gbflow model ({e})") from e

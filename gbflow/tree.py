@@ -67,24 +67,10 @@ class Tree:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Tree":
-        missing = [name for name in _FIELDS if name not in d]
-        if missing:
-            raise ValueError(f"tree entry lacks {missing}")
-        lengths = {len(d[name]) for name in _FIELDS}
-        if len(lengths) != 1:
-            raise ValueError("tree entry has node arrays of different lengths")
+        """A tree from its model-file entry, checked first by ``model_check.check_model``."""
         arrays = {name: np.asarray(d[name], dtype=dtype) for name, dtype in _FIELDS.items()}
-        inner = arrays["feature"] != _dtypes.LEAF
-        left, right = arrays["left"][inner], arrays["right"][inner]
-        if inner.any() and not (np.all(right == left + 1) and left.min() > 0
-                                and right.max() < len(inner)):
-            raise ValueError("tree entry's children are not gbflow's layout (the right child "
-                             "right after the left one, both after the root, within the tree)")
-        nodes, sets = d.get("categorical_nodes", []), d.get("categories", [])
-        if len(nodes) != len(sets) or any(not 0 <= n < len(inner) or not inner[n] for n in nodes):
-            raise ValueError("tree entry's categorical_nodes and categories do not match its "
-                             "inner nodes")
-        categories = {int(n): np.asarray(c, dtype=np.int32) for n, c in zip(nodes, sets)}
+        categories = {int(n): np.asarray(c, dtype=np.int32)
+                      for n, c in zip(d.get("categorical_nodes", []), d.get("categories", []))}
         return cls(group=int(d.get("group", 0)), categories=categories, **arrays)
 
     @classmethod

@@ -660,12 +660,12 @@ def test_load_truncated_model(booster, tmp_path):
 
 
 @pytest.mark.parametrize("edit, match", [
-    (lambda d: d.pop("trees"), r"not a complete gbflow model \(missing entry 'trees'\)"),
-    (lambda d: d.pop("cuts"), r"missing entry 'cuts'"),
-    (lambda d: d["trees"][0].pop("feature"), r"not a complete gbflow model"),
+    (lambda d: d.pop("trees"), r"not a valid gbflow model \(trees is missing\)"),
+    (lambda d: d.pop("cuts"), r"cuts is missing"),
+    (lambda d: d["trees"][0].pop("feature"), r"trees\[0\]\.feature is missing"),
     (lambda d: d["params"].update(max_depth=0), r"parameter max_depth must lie in"),
     (lambda d: d["trees"][0].update(right=[r + 1 if r > 0 else r for r in d["trees"][0]["right"]]),
-     r"children are not gbflow's layout"),
+     r"trees\[0\]\.right\[\d+\] is \d+, outside \[-1, \d+\]"),
 ])
 def test_load_incomplete_model(booster, tmp_path, edit, match):
     d = booster.to_dict()
