@@ -21,6 +21,10 @@ FIXED_SUM_LIMIT = 2.0**62
 # Sketch weights are summed as float64 tables (``backend.tables.table_counts``); integer
 # totals below 2**53 are exact in float64, so the sketch stays order independent.
 SKETCH_SUM_LIMIT = 2.0**52
+# Largest |label|, |weight| and |base_score| taken: 2**62. A gradient is a float32 product of a
+# weight and a margin-minus-label difference (at most 2**62 * 2**63 = 2**125, below float32's
+# 2**128), and fixed-point scales are made from the largest gradient times the row count.
+TARGET_LIMIT = 2.0**62
 # Margins and leaf values are float64: training adds leaf values to margins in the same order as
 # prediction does, so the two agree exactly, and float64 keeps 1000s of rounds from drifting.
 MARGIN = np.float64

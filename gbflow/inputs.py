@@ -5,7 +5,8 @@ import dataclasses
 
 import numpy as np
 
-from .backend import frames, to_host
+from . import _dtypes
+from .backend import backend_for, frames, to_host
 from .csr import CSR
 
 _SHOW = 10  # how many names an error lists before "..."
@@ -146,11 +147,30 @@ def _positions(where: np.ndarray) -> str:
         (", ..." if len(where) > 5 else "")
 
 
-def _check_finite(values, role: str, what: str, column: str | None = None) -> None:
-    bad = ~np.isfinite(values)
-    if bad.any():
-        where = np.flatnonzero(bad)
-        n_nan = int(np.isnan(values[bad]).sum())
+def check_target(values, role: str, what: str, column: str | None = None) -> None:
+    """ValueError naming the column and rows of labels or weights (``role``) that gbflow cannot
+    train on: NaN, +-inf, magnitudes beyond ``_dtypes.TARGET_LIMIT``, and negative weights.
+
+    values: (n,) float64 on the host or the device; only the bad rows' positions are copied."""
+    xp = backend_for(values).xp
+    finite = xp.isfinite(values)
+    checks = [(~finite, None), (finite & (xp.abs(values) > _dtypes.TARGET_LIMIT), "large")]
+    if role == "weight":
+        checks.append((values < 0, "negative"))
+    for bad, kind in checks:
+        if not bool(bad.any()):
+            continue
+        where = np.flatnonzero(to_host(bad))
+        if kind == "negative":
+            raise ValueError(f"{_describe(role, column, what)} has {len(where)} negative "
+                             f"value(s), at {_positions(where)}; weights must be >= 0")
+        if kind == "large":
+            shown = float(to_host(values[int(where[0])]))
+            raise ValueError(f"{_describe(role, column, what)} has {len(where)} value(s) beyond "
+                             f"+-2**62 (about 4.6e18; {shown:g} at {_positions(where)}): "
+                             f"gbflow's gradients are float32 and its sums fixed point, which "
+                             f"hold {role}s up to that size; rescale the {role}")
+        n_nan = int(np.isnan(to_host(values[xp.asarray(where)])).sum())
         n_inf = len(where) - n_nan
         kinds = " and ".join(part for part in (f"{n_nan} NaN" if n_nan else "",
                                                f"{n_inf} infinite" if n_inf else "") if part)
@@ -177,8 +197,8 @@ def check_features(X, feature_names: list[str], what: str) -> None:
         infinite = np.isinf(X.data)
         columns = np.unique(to_host(X.indices[infinite])) if bool(infinite.any()) else []
     else:
-        infinite = np.isinf(X)
-        columns = np.flatnonzero(infinite.any(axis=0)) if infinite.any() else []
+        infinite = backend_for(X).xp.isinf(X).any(axis=0)  # (F,) on X's device
+        columns = np.flatnonzero(to_host(infinite)) if bool(infinite.any()) else []
     if len(columns):
         raise ValueError(f"{what} has infinite values (+-inf, or beyond float32's range of about "
                          f"3.4e38) in feature column(s) {_names(feature_names[j] for j in columns)}"
@@ -217,14 +237,10 @@ def load(data, label=None, weight=None, what: str = "data", feature_names=None,
                          (f" (its only column(s), {_names(used)}, are label/weight)"
                           if used else ""))
     check_feature_dtypes(data, features, what)
-    if label_values is not None:
-        _check_finite(label_values, "label", what, label_col)
-    if weight_values is not None:
-        _check_finite(weight_values, "weight", what, weight_col)
-        if (weight_values < 0).any():
-            where = np.flatnonzero(weight_values < 0)
-            raise ValueError(f"{_describe('weight', weight_col, what)} has {len(where)} negative "
-                             f"value(s), at {_positions(where)}; weights must be >= 0")
+    for values, role, column in ((label_values, "label", label_col),
+                                 (weight_values, "weight", weight_col)):
+        if values is not None:
+            check_target(values, role, what, column)
     categories = frames.observed_categories(data, frames.category_columns(data, features))
     X = frames.feature_matrix(data, features, categories)
     X = frames.mark_missing(X, missing, [j for j, n in enumerate(features) if n in categories])

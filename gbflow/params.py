@@ -9,7 +9,7 @@ import numbers
 
 import numpy as np
 
-from . import metrics, objectives
+from . import _dtypes, metrics, objectives
 from .backend import DEVICES
 
 ALIASES = {
@@ -278,6 +278,9 @@ def make_params(user: dict | None = None, **overrides) -> Params:
                          f"{' or '.join(objectives.MULTICLASS)} (the objective is {objective})")
     if merged.get("base_score") is not None:
         base_score = _number("base_score", merged["base_score"])
+        if abs(base_score) > _dtypes.TARGET_LIMIT:
+            raise ValueError(f"parameter base_score={base_score:g} is beyond +-2**62 (about "
+                             f"4.6e18), the largest label gbflow trains on; rescale the label")
         if objective not in objectives.MULTICLASS:
             objectives.get_objective(objective).base_score_margin(base_score)  # its link's range
         p["base_score"] = base_score

@@ -248,6 +248,54 @@ def test_repeated_column_names(no_work):
     refused(ValueError, r"columns appear more than once: \['a'\]", d, "y")
 
 
+@pytest.mark.parametrize("role, value", [("y", 1e39), ("y", -1e300), ("w", 1e39), ("w", 1e19)])
+def test_labels_and_weights_beyond_the_fixed_point_range_are_named(df, no_work, role, value):
+    """Finite float64 values the float32 gradients or fixed-point sums cannot hold: once a
+    ValueError deep in the gradients' scaling, or (one huge weight) a model that learned
+    nothing."""
+    df.loc[4, role] = value
+    noun = {"y": "label", "w": "weight"}[role]
+    message = refused(ValueError, rf"{noun} column '{role}' of training data has 1 value\(s\) "
+                                  rf"beyond \+-2\*\*62", df, "y", weight="w")
+    assert "row position 4" in message and f"{value:g}" in message
+
+
+def test_base_score_beyond_the_range_is_named(df, no_work):
+    refused(ValueError, r"parameter base_score=1e\+300 is beyond", df, "y",
+            params={**SMALL, "base_score": 1e300})
+
+
+@pytest.mark.parametrize("objective", ["reg:squarederror", "count:poisson", "reg:gamma"])
+def test_labels_and_weights_at_the_limit_train(df, device, objective):
+    """The largest label and weight taken train to finite predictions and metrics."""
+    df["y"] = df["y"].abs() + 0.5
+    df.loc[3, "y"] = 4.5e18
+    df.loc[5, "w"] = 4.5e18
+    b = gbflow.train(df, "y", {**SMALL, "objective": objective, "device": device},
+                     num_boost_round=3, weight="w", evals=[(df, "train")], verbose=False)
+    assert np.isfinite(b.predict(df)).all()
+    assert all(np.isfinite(v).all() for v in b.evals_result["train"].values())
+
+
+@pytest.mark.gpu
+def test_bad_device_arrays_are_named(df, no_work):
+    """CuPy labels, weights and features get the errors NumPy ones get (the positions are
+    copied to the host for the message)."""
+    cp = pytest.importorskip("cupy")
+    X = cp.asarray(df[["a", "b"]].to_numpy(np.float32))
+    y = cp.asarray(df["y"].to_numpy())
+    X[2, 1] = cp.inf
+    refused(ValueError, r"infinite values .* feature column\(s\) 'f1'", X, y)
+    X[2, 1] = 0
+    y[3] = cp.nan
+    refused(ValueError, r"label of training data has 1 NaN value\(s\), at row position 3", X, y)
+    y[3] = 1e39
+    refused(ValueError, r"beyond \+-2\*\*62 .*1e\+39 at row position 3", X, y)
+    y[3] = 0
+    refused(ValueError, r"weight of training data has 1 negative", X, y,
+            weight=cp.asarray(np.r_[-1.0, np.ones(len(df) - 1)]))
+
+
 # -- 5. infinite feature values ------------------------------------------------------------------
 def test_infinite_features_named(df, no_work):
     df.loc[2, "a"] = np.inf

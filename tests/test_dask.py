@@ -254,6 +254,29 @@ def test_predict_and_transform_are_lazy_and_keep_index_and_divisions(clients, tm
         lazy.compute()
 
 
+def test_transform_passes_passenger_columns_of_any_dtype_through():
+    """Passenger columns (dates, time zones, durations, strings, categories, objects, nullable
+    integers) come back untouched, lazily on Dask as in pandas."""
+    df = make_table(n_rows=300, task="binary", seed=30)
+    booster = gbflow.train(df, label="y", params={"max_depth": 3}, num_boost_round=3,
+                           verbose=False)
+    n = len(df)
+    passengers = df.assign(
+        when=pd.date_range("2024-01-01", periods=n, freq="h"),
+        when_tz=pd.date_range("2024-01-01", periods=n, freq="h", tz="Europe/Paris"),
+        took=pd.to_timedelta(np.arange(n), unit="s"), text=[f"r{i}" for i in range(n)],
+        kind=pd.Categorical(["a", "b", "c"] * (n // 3)), blob=[{"i": i} for i in range(n)],
+        count=pd.array(np.arange(n), dtype="Int64"))
+    expected = booster.transform(passengers)
+    pd.testing.assert_frame_equal(expected.drop(columns="prediction"), passengers)
+    # (dask's from_pandas makes object columns strings itself: the dicts stay in pandas only)
+    on_dask = passengers.drop(columns="blob")
+    scored = booster.transform(dd.from_pandas(on_dask, npartitions=3)).compute()
+    pd.testing.assert_frame_equal(scored, booster.transform(on_dask), check_dtype=False)
+    assert scored["when_tz"].dtype == on_dask["when_tz"].dtype
+    assert scored["took"].dtype == on_dask["took"].dtype
+
+
 def test_multiclass_predict_on_dask_is_a_frame_of_classes():
     df = make_table(n_rows=900, task="multiclass", seed=29)
     booster = gbflow.train(df, label="y", params=PARAMS["multiclass"], num_boost_round=4,
