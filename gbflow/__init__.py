@@ -4,11 +4,12 @@ from .api import train
 from .booster import Booster, load_model
 from .params import Params
 from .plotting import plot_importance, plot_metric, plot_tree  # matplotlib imported when called
+from .resume import Checkpoint
 
 __version__ = "0.1.0"
 # The estimators are reached lazily (they need scikit-learn), so `import *` leaves them out.
-__all__ = ["Booster", "Params", "callback", "load_model", "plot_importance", "plot_metric",
-           "plot_tree", "train", "__version__"]
+__all__ = ["Booster", "Checkpoint", "Params", "callback", "load_model", "plot_importance",
+           "plot_metric", "plot_tree", "train", "__version__"]
 
 
 def __getattr__(name):

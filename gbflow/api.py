@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 
-from . import boosting, inputs
+from . import boosting, inputs, resume
 from .backend import get_backend, on_gpu
 from .booster import Booster, load_model
 from .callback import check_callbacks
@@ -35,7 +35,8 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
           evals=None, early_stopping_rounds: int | None = None, weight=None,
           verbose=True, client=None, *, obj=None, custom_metric=None,
           maximize: bool | None = None, early_stopping_metric: str | None = None,
-          metric_period: int = 1, xgb_model=None, callbacks=None) -> Booster:
+          metric_period: int = 1, xgb_model=None, callbacks=None, checkpoint=None,
+          on_worker_lost: str = "restart") -> Booster:
     """Train a gradient-boosted tree model.
 
     data: pandas DataFrame or 2-D NumPy array (features; float32 is used internally, NaN and
@@ -84,6 +85,21 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     before_training, before_iteration, after_iteration returning True to stop, after_training),
     run on the host after each round's evaluation; see the class for what they receive.
 
+    checkpoint: a file path, a (path, period in rounds) pair or a ``gbflow.Checkpoint``
+    (period 10 by default): the training's state (a model file of the completed rounds plus
+    their evaluation history) is written there every period rounds, atomically, and at the end.
+    A training given a checkpoint whose file exists resumes from it: the same parameters,
+    features, round count, evaluation sets and row count are required (a clear error
+    otherwise), and the result is the model file of an uninterrupted run. A finished
+    checkpoint returns its model at once. Not with xgb_model.
+
+    on_worker_lost (Dask with a client): "restart" (default) restarts training on the
+    remaining workers (and any the cluster adds) from the last completed round when a training
+    worker dies; Dask recomputes the lost partitions and the model is the one an uninterrupted
+    run gives; at most ``gbflow.dask.driver.MAX_RESTARTS`` times. "raise" raises
+    ``gbflow.dask.WorkerLostError`` instead. Callbacks start again from their state when
+    training began.
+
     custom_metric: XGBoost's signature ``f(predictions, data) -> (name, value)`` or a list of
     such pairs, evaluated after the built-in metrics. predictions: host NumPy (n,) or
     (n, n_classes) transformed predictions (probabilities for the classification objectives) of
@@ -114,6 +130,12 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
                         f"{type(obj).__name__}")
     objective = params.loss if obj is None else Custom(params.loss, obj)
     callbacks = check_callbacks(callbacks)
+    checkpoint = resume.as_checkpoint(checkpoint)
+    if checkpoint is not None and xgb_model is not None:
+        raise ValueError("checkpoint and xgb_model do not go together: a checkpoint resumes its "
+                         "own training; continue a model with xgb_model alone")
+    if on_worker_lost not in ("restart", "raise"):
+        raise ValueError(f"on_worker_lost must be 'restart' or 'raise', got {on_worker_lost!r}")
     if xgb_model is not None and not isinstance(xgb_model, Booster):
         if not isinstance(xgb_model, (str, os.PathLike)):
             raise TypeError(f"xgb_model must be a gbflow Booster or a model file's path, got "
@@ -123,7 +145,8 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
         from .dask import driver
         return driver.train(data, label, params, int(num_boost_round), evals, options, weight,
                             verbose, client=client, objective=objective,
-                            init_model=xgb_model, callbacks=callbacks)
+                            init_model=xgb_model, callbacks=callbacks, checkpoint=checkpoint,
+                            on_worker_lost=on_worker_lost)
     if client is not None:
         raise TypeError(f"client= is for Dask collections; the training data is a "
                         f"{type(data).__name__}, trained in this process")
@@ -143,11 +166,24 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
         d, name = _eval_dataset(entry, label, weight, dataset, i, params.missing)
         objective.check_label(d.label, f"evaluation set {name!r}")
         eval_sets.append((d, name))
+    rows = dataset.n_rows
+    state = resume.read(checkpoint)
+    if state is not None:
+        resume.check_matches(state, checkpoint.path, params, dataset.feature_names,
+                             int(num_boost_round), [name for _, name in eval_sets], rows)
+        if state.finished:
+            return resume.resumed_model(state)
+    saver = None if checkpoint is None else resume.Saver(checkpoint, state.rounds if state else 0)
     backend = get_backend(params.device, data_on_gpu=on_gpu(dataset.X))
     with backend.limited_threads(params.nthread):
-        return boosting.fit(backend, [dataset], params, int(num_boost_round), eval_sets,
-                            options, verbose, drop_features=True, objective=objective,
-                            init_model=xgb_model, callbacks=callbacks)
+        booster = boosting.fit(backend, [dataset], params,
+                               int(num_boost_round) - (state.rounds if state else 0), eval_sets,
+                               options, verbose, drop_features=True, objective=objective,
+                               init_model=xgb_model, callbacks=callbacks, resume=state,
+                               on_rounds=saver)
+    if saver is not None:
+        saver.finish(booster, int(num_boost_round), rows)
+    return booster
 
 
 def _warn_label_as_feature(data, label, feature_names: list) -> None:

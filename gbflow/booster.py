@@ -338,7 +338,7 @@ class Booster:
             content = bytes(self.to_xgboost().save_raw("ubj"))
         else:
             content = xgboost_format.to_xgboost_json(self).encode("utf-8")
-        _write_whole(path, folder, content)
+        write_whole(path, folder, content)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Booster":
@@ -359,7 +359,7 @@ class Booster:
                    categories=categories_module.from_json(d.get("categories")))
 
 
-def _write_whole(path: str, folder: str, content: bytes) -> None:
+def write_whole(path: str, folder: str, content: bytes) -> None:
     """Write ``content`` to ``path`` through a temporary file of ``folder`` renamed over it."""
     # A fresh name opened with "x" (never an existing file), with the umask's permissions
     # (tempfile.mkstemp would make the model file private to its owner).

@@ -13,6 +13,7 @@ from .categories import unify as unify_categories
 from .evaluation import TRAINING, EvalOptions, EvalSet, Evaluation
 from .grow import finished_tree, grow_tree
 from .progress import Progress
+from .resume import TrainingState
 from .rules import Scales, TreeRules
 from .sampling import feature_sample, row_sample_mask
 from .shards import ShardSet
@@ -27,7 +28,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
         keep_training_margins: bool = False, *, shardset: ShardSet | None = None,
         row_offsets: list | None = None, drop_features: bool = False, emit=None,
         after_quantize=None, objective=None, init_model: Booster | None = None,
-        callbacks: list | None = None) -> Booster:
+        callbacks: list | None = None, resume=None, on_rounds=None) -> Booster:
     """The boosting loop over this process's parts, with every cross-part reduction done by
     ``shardset``'s collective. Inputs are already validated (each part on its own).
 
@@ -48,7 +49,13 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     every margin starts from its predictions, row and feature sampling continue from its round
     count, and the result holds its trees followed by the new ones; on the same data and parameters
     the same model as one run of all the rounds. callbacks: ``callback.TrainingCallback`` instances,
-    run on the host in order (then each round is evaluated as it ends). Every process must call
+    run on the host in order (then each round is evaluated as it ends). resume: a
+    ``resume.TrainingState`` of this training's first rounds (continued as ``init_model`` is,
+    its evaluation history and early stopping state taken over, rounds numbered from its start:
+    the model of a run that never stopped); num_boost_round is then the rounds left. on_rounds:
+    called each time more rounds are complete (their trees built and, where due, evaluated)
+    with their state as a ``resume.TrainingState`` whose history is the live one (copy what is
+    kept). Every process must call
     ``fit`` with the same params, round count and evaluation set names, and gets the same model.
 
     The model depends only on the rows of the concatenated parts (over all processes), not on how
@@ -74,6 +81,8 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     eval_parts = [(parts if d is TRAINING else _as_parts(d), name) for d, name in evals]
     eval_parts = [(e, name, e[0].weight is not None if e else weighted) for e, name in eval_parts]
     forest, first_round = None, 0
+    if resume is not None:
+        init_model = resume.model
     if init_model is not None:
         check_continuation(init_model, params, feature_names, parts[0].categories)
     # one category list per categorical feature over every process; the evaluation sets' codes
@@ -93,6 +102,10 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
         sizes = prepare.check_global_inputs(collective, parts, eval_parts, metric_list,
                                             multiclass=n_groups > 1)
         n_rows, max_weight = sizes.n_rows, sizes.max_weight
+        if resume is not None and resume.rows != n_rows:
+            raise ValueError(f"the checkpoint resumed was written by a training on "
+                             f"{resume.rows} rows; this one has {n_rows}: delete it to start "
+                             f"afresh, or give this training another checkpoint path")
         cuts = prepare.bin_into(shardset, parts, params, n_rows, max_weight, row_offsets,
                                 drop_features,
                                 cuts=None if init_model is None else init_model.cuts)
@@ -117,9 +130,21 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
         for e, _, _ in eval_parts:
             for part in e:
                 part.X = None
+    resumed = 0 if resume is None else first_round  # rounds numbered from the run's start
     evaluation = Evaluation(backend, eval_sets, sizes.eval_rows, sizes.eval_max_weights,
-                            objective, metric_list, options, collective, num_boost_round)
-    progress = Progress(verbose, num_boost_round, emit, has_metrics=bool(evaluation))
+                            objective, metric_list, options, collective, num_boost_round,
+                            offset=resumed)
+    if resume is not None:
+        evaluation.restore(resume.history, resume.eval_rounds)
+    progress = Progress(verbose, resumed + num_boost_round, emit, has_metrics=bool(evaluation))
+    complete = [first_round]  # rounds whose trees are built and, where due, evaluated
+
+    def completed(rounds: int) -> None:
+        if on_rounds is not None and rounds > complete[0]:
+            complete[0] = rounds
+            on_rounds(TrainingState(model_of(trees[:rounds * n_groups]), evaluation.history,
+                                    [resumed + r for r in evaluation.rounds],
+                                    resumed + num_boost_round, n_rows))
     # Where the device queues work ahead of the host, a round is evaluated one round late, while
     # the device grows the next one: the host then never waits for a tree to evaluate it. When
     # early stopping ends training, the rounds grown after the stopping one are cut off: the
@@ -138,20 +163,25 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
             if last:
                 done += evaluation.flush()
         for index, scores in done:
-            progress.round(index, scores)
+            progress.round(resumed + index, scores)
+        if done and not evaluation.stopped:
+            completed(first_round + done[-1][0] + 1)
         if evaluation.stopped:
-            progress.say(f"early stopping at round {done[-1][0] + 1}: best round "
-                         f"{evaluation.best_iteration + 1}, {evaluation.sets[-1].name}-"
+            progress.say(f"early stopping at round {resumed + done[-1][0] + 1}: best round "
+                         f"{resumed + evaluation.best_iteration + 1}, {evaluation.sets[-1].name}-"
                          f"{evaluation.watched}={evaluation.best_score:.6f}")
         return evaluation.stopped
     trees = [] if init_model is None else list(init_model.trees)
 
+    def model_of(built: list) -> Booster:
+        return Booster(list(built), cuts, feature_names, params, base_margin,
+                       label_name=parts[0].label_name, weight_name=parts[0].weight_name,
+                       categories=categories)
+
     def snapshot() -> Booster:
         """The model so far, for the callbacks (pending device trees built first)."""
         trees[:] = [finished_tree(t) for t in trees]
-        return Booster(list(trees), cuts, feature_names, params, base_margin,
-                       label_name=parts[0].label_name, weight_name=parts[0].weight_name,
-                       categories=categories)
+        return model_of(trees)
 
     hooks.before_training(snapshot)
     # Fixed-point scales from the loss's bounds on |g| and |h| where it has them (no per-round
@@ -197,7 +227,8 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
             trees[i] = finished_tree(trees[i])
         trees.extend(round_trees)
         if not evaluation:
-            progress.round(round_index, [])
+            progress.round(resumed + round_index, [])
+            completed(first_round + round_index)  # the rounds before this one are built
         elif late:  # the previous round's trees are built: evaluate them while the device grows
             if round_index and evaluate(round_index - 1, trees[-2 * n_groups:-n_groups]):
                 break
@@ -230,7 +261,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                       best_score=evaluation.best_score if stopping else None,
                       categories=categories)
     booster.evals_result = evaluation.history
-    booster.eval_rounds = evaluation.rounds
+    booster.eval_rounds = [resumed + r for r in evaluation.rounds]
     booster.timings = dict(timers.seconds, total=time.perf_counter() - start)
     if keep_training_margins and not dropped_round:
         margins = [backend.to_host(s.margin) for s in shards]  # a part's pages in order

@@ -173,9 +173,11 @@ class Evaluation:
     """
 
     def __init__(self, backend, sets: list, n_rows: list, max_weights: list, objective,
-                 metric_list: list, options: EvalOptions, collective, n_rounds: int):
+                 metric_list: list, options: EvalOptions, collective, n_rounds: int,
+                 offset: int = 0):
         self.backend, self.sets, self.objective = backend, sets, objective
         self.options, self.collective, self.n_rounds = options, collective, n_rounds
+        self.offset = offset  # a resumed training's rounds done before: metric_period counts them
         data = [metrics.EvalData(s.name, s.labels, s.weights, n, w, objective.n_groups)
                 for s, n, w in zip(sets, n_rows, max_weights)]
         self.names = [m.name for m in metric_list]
@@ -199,8 +201,19 @@ class Evaluation:
 
     def due(self, round_index: int) -> bool:
         """Whether ``round_index`` is evaluated: every ``metric_period`` rounds and the last."""
-        return (round_index + 1) % self.options.metric_period == 0 or \
-            round_index + 1 == self.n_rounds
+        done = self.offset + round_index + 1
+        return done % self.options.metric_period == 0 or done == self.offset + self.n_rounds
+
+    def restore(self, history: dict, eval_rounds: list) -> None:
+        """Take the values of the rounds before ``offset`` (a resumed training's: ``history``
+        and the global ``eval_rounds`` they belong to), and early stopping's state replayed
+        from them. Their rounds are numbered from the resumed one (negative)."""
+        for j, round_index in enumerate(eval_rounds):
+            scores = [(s, m, values[j]) for s, per in history.items() for m, values in per.items()]
+            for set_name, name, value in scores:
+                self.history[set_name].setdefault(name, []).append(value)
+            self.rounds.append(round_index - self.offset)
+            self._track_best(round_index - self.offset, scores)
 
     def submit(self, round_index: int, trees: list) -> list[tuple[int, list]]:
         """Take a round's (built) trees; on an evaluated round add every tree not yet added to

@@ -63,7 +63,7 @@ def current_client():
 
 def train(data, label, params: Params, num_boost_round: int, evals, options: EvalOptions,
           weight, verbose, client=None, objective=None, init_model=None,
-          callbacks=()):
+          callbacks=(), checkpoint=None, on_worker_lost: str = "restart"):
     """``gbflow.train`` for a Dask DataFrame (parameters as there, already checked).
 
     With a client (given, or the active one) training runs on its workers; without one, in this
