@@ -14,6 +14,7 @@ import uuid
 import numpy as np
 import pytest
 
+dask = pytest.importorskip("dask")
 dd = pytest.importorskip("dask.dataframe")
 distributed = pytest.importorskip("distributed")
 
@@ -95,8 +96,9 @@ def test_a_silent_rank_times_out(client3):
 
 
 def test_a_lost_worker_fails_training_fast():
-    """SIGKILL one of two worker processes mid-training: train() raises WorkerLostError naming it
-    within seconds (the limit asked for is 60 s), the survivor's task ends, and the cluster
+    """on_worker_lost="raise": SIGKILL one of two worker processes mid-training: train() raises
+    WorkerLostError naming it
+    within seconds, the survivor's task ends, and the cluster
     (its nanny restarts the dead worker) trains again afterwards."""
     df = make_table(n_rows=2000, seed=40)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
@@ -108,7 +110,8 @@ def test_a_lost_worker_fails_training_fast():
         def train():
             try:
                 gbflow.train(ddf, label="y", params={"max_depth": 3},
-                             num_boost_round=100_000, verbose=False, client=client)
+                             num_boost_round=100_000, verbose=False, client=client,
+                             on_worker_lost="raise")
                 outcome["error"] = None
             except BaseException as e:  # noqa: BLE001 - the test inspects it
                 outcome["error"] = e
@@ -143,6 +146,169 @@ def test_a_lost_worker_fails_training_fast():
                                num_boost_round=2, verbose=False, client=client)
         assert booster.to_json() == gbflow.train(df, label="y", num_boost_round=2,
                                                  verbose=False).to_json()
+
+
+def _processes_cluster(n: int):
+    return distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                    dashboard_address=":0")
+
+
+def _in_thread(fn) -> tuple[threading.Thread, dict]:
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = fn()
+        except BaseException as e:  # noqa: BLE001 - the test inspects it
+            outcome["error"] = e
+        outcome["at"] = time.monotonic()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def _wait_for_round(client, session_rounds: dict, at_least: int, thread, limit=60.0):
+    deadline = time.monotonic() + limit
+    while session_rounds.get("rounds", 0) < at_least:
+        assert time.monotonic() < deadline and thread.is_alive(), "training did not progress"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("evals", [False, True])
+def test_a_killed_worker_is_survived_with_the_same_model(evals, tmp_path, caplog):
+    """SIGKILL one of three worker processes at a random round: train() restarts from the last
+    completed round on the workers left (Dask recomputes the lost partitions) and the model file
+    and evaluation history equal an uninterrupted run's, and so does the checkpoint the driver
+    wrote from the rounds it was told of."""
+    caplog.set_level("INFO", logger="gbflow")
+    df = make_table(n_rows=6000, task="binary", seed=41)
+    valid = make_table(n_rows=1500, task="binary", seed=42)
+    params = {"objective": "binary:logistic", "max_depth": 4, "subsample": 0.8,
+              "colsample_bytree": 0.8, "learning_rate": 0.05}
+    kwargs = dict(label="y", params=params, num_boost_round=60, verbose=False)
+    if evals:
+        kwargs.update(evals=[(dd.from_pandas(valid, npartitions=3), "valid")],
+                      early_stopping_rounds=30)
+    rng = np.random.default_rng()
+    kill_at = int(rng.integers(5, 40))
+    with _processes_cluster(3) as cluster, distributed.Client(cluster,
+                                                              set_as_default=False) as client:
+        ddf = dd.from_pandas(df, npartitions=6)
+        whole = gbflow.train(ddf, client=client, **kwargs)
+        seen = {}
+        from gbflow.dask import rounds as rounds_module
+        put = rounds_module.KnownRounds.put
+
+        def spy(self, message):
+            put(self, message)
+            seen["rounds"] = self.rounds
+
+        rounds_module.KnownRounds.put = spy
+        try:
+            thread, outcome = _in_thread(lambda: gbflow.train(
+                ddf, client=client, checkpoint=(tmp_path / "job.json", 1), **kwargs))
+            _wait_for_round(client, seen, kill_at, thread)
+            pids = client.run(os.getpid)
+            victim = sorted(pids)[1]
+            killed_at, killed_round = time.monotonic(), seen["rounds"]
+            os.kill(pids[victim], signal.SIGKILL)
+            thread.join(120)
+        finally:
+            rounds_module.KnownRounds.put = put
+        assert not thread.is_alive(), "train() still running 120 s after a worker was killed"
+        assert "error" not in outcome, repr(outcome.get("error"))
+        booster = outcome["result"]
+        assert booster.to_json() == whole.to_json()
+        assert booster.evals_result == whole.evals_result
+        assert gbflow.load_model(tmp_path / "job.json").to_json() == whole.to_json()
+        restarts = [r.getMessage() for r in caplog.records if "restarting from round" in
+                    r.getMessage()]
+        assert len(restarts) == 1 and victim in restarts[0], restarts
+        print(f"killed at round {killed_round}; train() ended {outcome['at'] - killed_at:.1f} s "
+              f"later")
+
+
+def test_a_stopped_worker_ends_training_with_an_error_naming_it():
+    """SIGSTOP one of three worker processes mid-training (a hung worker the scheduler still
+    lists): train() raises CollectiveTimeout naming it within the collective timeout plus 10 s,
+    instead of waiting for it forever."""
+    df = make_table(n_rows=3000, seed=43)
+    with dask.config.set({"gbflow.collective-timeout": "3s"}), _processes_cluster(3) as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:
+        ddf = client.persist(dd.from_pandas(df, npartitions=6))
+        thread, outcome = _in_thread(lambda: gbflow.train(
+            ddf, label="y", params={"max_depth": 3}, num_boost_round=100_000, verbose=False,
+            client=client))
+        deadline = time.monotonic() + 60
+        while not all(client.run(collective.active_sessions).values()):
+            assert time.monotonic() < deadline and thread.is_alive()
+            time.sleep(0.05)
+        time.sleep(0.5)
+        pids = client.run(os.getpid)
+        victim = sorted(pids)[-1]
+        stopped_at = time.monotonic()
+        os.kill(pids[victim], signal.SIGSTOP)
+        try:
+            thread.join(3 + 10)
+            assert not thread.is_alive(), "train() still waits for the stopped worker"
+        finally:
+            os.kill(pids[victim], signal.SIGCONT)
+        error = outcome.get("error")
+        assert isinstance(error, gbflow.dask.CollectiveTimeout), repr(error)
+        assert victim in str(error) and "stopped answering" in str(error)
+        assert outcome["at"] - stopped_at < 3 + 10
+
+
+def test_paused_workers_end_training_with_an_error_naming_them():
+    """Workers Dask paused at their memory limit run no task: train() says so, naming them,
+    once nothing progressed for the collective timeout, instead of waiting forever. (With one
+    worker still running, the partitions go there and training succeeds.)"""
+    df = make_table(n_rows=600, seed=44)
+    with dask.config.set({"gbflow.collective-timeout": "2s"}), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                     dashboard_address=":0") as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:
+        ddf = client.persist(dd.from_pandas(df, npartitions=4))
+        client.gather(distributed.futures_of(ddf))  # computed before the pause
+        # the workers' memory monitors pause them: their memory is above the pause fraction
+        client.run(lambda dask_worker: setattr(dask_worker.memory_manager,
+                                               "memory_pause_fraction", 1e-9))
+        deadline = time.monotonic() + 10
+        while any(w["status"] != "paused" for w in client.scheduler_info()["workers"].values()):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        start = time.monotonic()
+        with pytest.raises(gbflow.dask.CollectiveTimeout,
+                           match=r"made no progress for 2 s .*\(paused\).*memory pause"):
+            gbflow.train(ddf, label="y", num_boost_round=5, verbose=False, client=client)
+        assert time.monotonic() - start < 2 + 10
+        client.run(lambda dask_worker: setattr(dask_worker.memory_manager,
+                                               "memory_pause_fraction", 0.8))
+
+
+def test_closing_the_client_stops_the_training_tasks():
+    """client.close() while train() runs: the workers' training tasks stop within seconds (Dask
+    cancels them; each looks at its task's state at every reduction)."""
+    df = make_table(n_rows=3000, seed=45)
+    with _processes_cluster(2) as cluster, \
+            distributed.Client(cluster, set_as_default=False) as watcher:
+        trainer = distributed.Client(cluster, set_as_default=False)
+        ddf = trainer.persist(dd.from_pandas(df, npartitions=4))
+        thread, outcome = _in_thread(lambda: gbflow.train(
+            ddf, label="y", params={"max_depth": 3}, num_boost_round=100_000, verbose=False,
+            client=trainer))
+        deadline = time.monotonic() + 60
+        while not all(watcher.run(collective.active_sessions).values()):
+            assert time.monotonic() < deadline and thread.is_alive()
+            time.sleep(0.05)
+        trainer.close()
+        closed_at = time.monotonic()
+        while any(watcher.run(collective.active_sessions).values()):
+            assert time.monotonic() - closed_at < 10, "training tasks run on after close()"
+            time.sleep(0.05)
+        thread.join(30)
+        assert not thread.is_alive() and "error" in outcome
 
 
 def test_an_error_on_one_worker_mid_training_is_the_error_raised(monkeypatch):

@@ -39,7 +39,13 @@ import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol.serialize import to_serialize
 
-from .errors import CollectiveAborted, CollectiveError, CollectiveTimeout, WorkerLostError
+from .errors import (
+    CollectiveAborted,
+    CollectiveError,
+    CollectiveTimeout,
+    TrainingCancelled,
+    WorkerLostError,
+)
 
 HANDLER = "gbflow_collective"
 _WAIT_SLICE = 0.2  # seconds between checks for an abort while waiting for a message
@@ -70,12 +76,14 @@ class _Mailbox:
             self.condition.wait_for(lambda: self.abort_reason is not None, seconds)
             return self.abort_reason
 
-    def take(self, key, deadline: float, describe):
-        """The message under ``key``, waiting until ``deadline`` (time.monotonic())."""
+    def take(self, key, deadline: float, check, describe):
+        """The message under ``key``, waiting until ``deadline`` (time.monotonic()); ``check()``
+        every slice (it raises to stop waiting)."""
         with self.condition:
             while key not in self.messages:
                 if self.abort_reason is not None:
                     raise CollectiveAborted(self.abort_reason)
+                check()
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise CollectiveTimeout(describe())
@@ -167,8 +175,9 @@ class DaskCollective:
     ``seconds`` and ``bytes_sent`` count the time spent inside calls and the payload bytes sent.
     """
 
-    def __init__(self, worker, session: str, rank: int, addresses: list[str], timeout: float):
-        self.worker, self.session, self.rank = worker, session, rank
+    def __init__(self, worker, session: str, rank: int, addresses: list[str], timeout: float,
+                 key=None):
+        self.worker, self.session, self.rank, self.key = worker, session, rank, key
         self.addresses, self.size, self.timeout = list(addresses), len(addresses), timeout
         self.box = _mailbox(session, rank)
         if self.box is None:
@@ -176,6 +185,15 @@ class DaskCollective:
         self._op = 0
         self.seconds = 0.0
         self.bytes_sent = 0
+
+    def check_cancelled(self) -> None:
+        """TrainingCancelled once Dask has cancelled this task (``key``, None: never): a worker
+        cannot stop a running task's thread, so the task looks at each reduction. A closed
+        client, or the driver's cancel after a failure, stops the training within a level."""
+        task = None if self.key is None else self.worker.state.tasks.get(self.key)
+        if self.key is not None and (task is None or task.state == "cancelled"):
+            raise TrainingCancelled(f"training task {self.key!r} was cancelled on worker "
+                                    f"{self.worker.address} (its client closed or cancelled it)")
 
     # -- point to point --------------------------------------------------------------------
     def _send(self, peer: int, tag, payload):
@@ -203,7 +221,8 @@ class DaskCollective:
                 f"training session"))
 
     def _receive(self, peer: int, tag):
-        return self.box.take((tag, peer), time.monotonic() + self.timeout, lambda: (
+        return self.box.take((tag, peer), time.monotonic() + self.timeout, self.check_cancelled,
+                             lambda: (
             f"no message from training worker {self.addresses[peer]} (rank {peer}) for "
             f"{self.timeout:.0f} s; is it alive?"))
 

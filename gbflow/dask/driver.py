@@ -4,20 +4,22 @@ partitions (without one); it watches the tasks and the workers and fails fast wh
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
 
-from .. import boosting, inputs
-from ..backend import get_backend, on_gpu
+from .. import inputs, resume
+from ..backend import on_gpu
 from ..evaluation import EvalOptions
 from ..params import Params
 from ..progress import Progress, log_line
 from . import inputs as dask_inputs
 from .collective import CollectivePlugin, abort_session
-from .errors import CollectiveAborted, CollectiveError, WorkerLostError
-from .loading import JoinedPartitions, eval_parts, first_error, global_offsets
+from .errors import CollectiveAborted, CollectiveError, CollectiveTimeout, WorkerLostError
+from .local import partitions_of, train_in_process
 from .messages import PartitionRef, Spec
+from .rounds import KnownRounds
 from .task import train_task
 
 # How long a training task waits for a peer's message before giving up (dask config key
@@ -26,6 +28,11 @@ from .task import train_task
 DEFAULT_TIMEOUT = "30 minutes"
 _POLL = 0.1  # the longest wait between looks at the tasks, workers and events
 _LIVENESS_PERIOD = 0.5  # seconds between asking the scheduler which workers are alive
+MAX_RESTARTS = 3  # restarts after lost workers before train() gives up
+_LOSS_NOTICE = 3.0  # seconds the scheduler gets to notice a dead worker (about 1 s after SIGKILL)
+_STOP_WAIT = 5.0  # seconds to wait for the workers to take an abort
+_PAUSED = ("a paused worker is above Dask's memory pause threshold (distributed.worker.memory."
+           "pause) and runs no task: give the workers more memory, or the data more workers")
 
 
 def _timeout() -> float:
@@ -45,11 +52,6 @@ def _spec(params, num_boost_round, options, verbose, label, weight, features,
         evals=tuple((name, table) for _, name, table in evals), timeout=_timeout(),
         data_on_gpu=data_on_gpu, objective=objective, init_model=init_model,
         callbacks=callbacks)
-
-
-def _delayed(frame) -> list:
-    """A frame's partitions as delayed objects (none for the training data as an eval set)."""
-    return [] if frame is None else list(frame.to_delayed())
 
 
 def current_client():
@@ -72,52 +74,50 @@ def train(data, label, params: Params, num_boost_round: int, evals, options: Eva
     ddf, features, table, evals = dask_inputs.check(data, label, weight, evals)
     if not params.enable_categorical:
         inputs.check_categorical(ddf._meta, features, [], "training data", enabled=False)
+    state = resume.read(checkpoint)
+    if state is not None:  # (the row count is checked once the partitions are counted)
+        resume.check_matches(state, checkpoint.path, params, features, num_boost_round,
+                             [name for _, name, _ in evals], None)
+        if state.finished:
+            return resume.resumed_model(state)
     spec = _spec(params, num_boost_round, options, verbose, label, weight, features,
                  table, evals, data_on_gpu=on_gpu(ddf._meta), objective=objective,
                  init_model=init_model, callbacks=tuple(callbacks))
     client = client if client is not None else current_client()
+    known = KnownRounds(state, num_boost_round, checkpoint)
     if client is None:
-        return _train_in_process(ddf, evals, spec)
-    if client.asynchronous:
+        booster = train_in_process(ddf, evals, dataclasses.replace(spec, resume=state), known)
+    elif client.asynchronous:
         raise TypeError("gbflow.train needs a synchronous distributed.Client (this one was "
                         "created with asynchronous=True)")
-    with client.as_current():  # the collections' own Dask calls use it too
-        return _Cluster(client, ddf, evals, spec).run()
-
-
-def _train_in_process(ddf, evals, spec: Spec):
-    """No client: compute every partition here (one dask.compute, so inputs shared by the
-    training and evaluation sets are computed once), check and join them, and run
-    ``boosting.fit`` on them, as one worker of a cluster would."""
-    import dask
-
-    from ..collective import LOCAL
-    started = time.perf_counter()
-    delayed = list(ddf.to_delayed()) + [d for frame, _, _ in evals for d in _delayed(frame)]
-    frames = list(dask.compute(*delayed))
-    computed = time.perf_counter() - started
-    backend = get_backend(spec.params.device, data_on_gpu=spec.data_on_gpu)
-    items, at = [], 0
-    for count in [ddf.npartitions] + [0 if frame is None else frame.npartitions
-                                      for frame, _, _ in evals]:
-        items.append([(i, len(f), f) for i, f in enumerate(frames[at: at + count])])
-        at += count
-    del frames
-    tables = [spec.train] + [table for _, table in spec.evals]
-    joined = [JoinedPartitions(backend, spec, table, key, part_items) if table is not None
-              else None for key, (table, part_items) in enumerate(zip(tables, items))]
-    first_error(LOCAL, [e for j in joined if j is not None for e in j.errors])
-    train, evals_joined = joined[0], joined[1:]
-    offsets = global_offsets(LOCAL, train.lengths)
-    with backend.limited_threads(spec.params.nthread):
-        booster = boosting.fit(backend, [train.part], spec.params, spec.num_boost_round,
-                               eval_parts(evals_joined, spec), spec.options, spec.verbose,
-                               row_offsets=[train.row_ids(offsets)], drop_features=True,
-                               objective=spec.objective, init_model=spec.init_model,
-                               callbacks=list(spec.callbacks))
-    booster.timings["dask_compute"] = computed
-    booster.timings["dask_total"] = time.perf_counter() - started
+    else:
+        with client.as_current():  # the collections' own Dask calls use it too
+            booster = _train_on_cluster(client, ddf, evals, spec, known, on_worker_lost)
+    if known.saver is not None:
+        known.saver.finish(booster, num_boost_round, known.rows)
     return booster
+
+
+def _train_on_cluster(client, ddf, evals, spec: Spec, known: KnownRounds, on_worker_lost: str):
+    """Train on the cluster; after a lost worker, again from the last completed round on the
+    workers left (and any the cluster adds), at most ``MAX_RESTARTS`` times."""
+    restart = on_worker_lost == "restart" and spec.init_model is None
+    for attempt in range(MAX_RESTARTS + 1):
+        run = _Cluster(client, ddf, evals, dataclasses.replace(
+            spec, resume=known.state(), report_rounds=restart or known.saver is not None), known)
+        try:
+            return run.run()
+        except WorkerLostError as e:
+            if not restart or attempt == MAX_RESTARTS:
+                if restart:
+                    e.add_note(f"gbflow restarted training {MAX_RESTARTS} times and gives up")
+                elif on_worker_lost == "restart":
+                    e.add_note("training that continues an xgb_model is not restarted")
+                raise
+            log_line(f"gbflow.dask: {e}; restarting from round {known.rounds} (restart "
+                     f"{attempt + 1} of at most {MAX_RESTARTS})")
+            client.wait_for_workers(1, timeout=spec.timeout)
+    raise AssertionError("unreachable")
 
 
 class OrderedLines:
@@ -153,10 +153,9 @@ class _Cluster:
     compute gives one future per key: an evaluation set may share the training data's keys).
     """
 
-    def __init__(self, client, ddf, evals, spec: Spec):
-        self.client, self.ddf, self.evals = client, ddf, evals
+    def __init__(self, client, ddf, evals, spec: Spec, known: KnownRounds):
+        self.client, self.ddf, self.evals, self.known = client, ddf, evals, known
         session = uuid.uuid4().hex
-        import dataclasses
         self.spec = dataclasses.replace(spec, session=session, topic=f"gbflow-{session}")
         self.progress = Progress(spec.verbose, max(1, spec.num_boost_round))
         self.lines = OrderedLines(self.progress.relay)
@@ -166,6 +165,7 @@ class _Cluster:
         self._placed: dict[tuple[int, int, int], object] = {}  # (rank, set, index) -> key
         self._readers: dict[object, int] = {}  # key -> placements not yet copied
         self._held: dict[object, object] = {}  # key -> its future, while it has readers
+        self.started: set[int] = set()  # ranks whose task has begun
 
     # -- gbflow's futures --------------------------------------------------------------------
     def _hold(self, place: tuple[int, int, int], future) -> None:
@@ -201,10 +201,14 @@ class _Cluster:
         if self.closed or not isinstance(message, dict):
             return
         stage = message.get("stage")
-        if stage == "loaded":  # a task copied one of its partitions
+        if stage == "started":
+            self.started.add(message["rank"])
+        elif stage == "loaded":  # a task copied one of its partitions
             self._release((message["rank"], message["set"], message["index"]))
         elif stage == "quantized":  # every rank binned its data (and so loaded it)
             self._release()
+        elif stage == "rounds":  # rank 0 completed rounds: their trees and values
+            self.known.put(message)
         elif "line" in message:
             self.lines.put(message["seq"], message["line"])
 
@@ -227,6 +231,7 @@ class _Cluster:
             finished = False
             try:
                 self._watch(tasks, addresses)
+                self._raise_stuck(tasks, addresses)
                 raise_first(tasks)
                 if any(t.status == "cancelled" for t in tasks):
                     raise CollectiveError("a gbflow training task was cancelled (by another "
@@ -247,9 +252,8 @@ class _Cluster:
     def _compute(self):
         """Every partition computed on the cluster, with its row count. Returns ((training
         futures, their rows), [(evaluation futures, their rows)] per set, who holds each)."""
-        from distributed import wait
         delayed = list(self.ddf.to_delayed())
-        eval_delayed = [_delayed(frame) for frame, _, _ in self.evals]
+        eval_delayed = [partitions_of(frame) for frame, _, _ in self.evals]
         self.progress.say(f"gbflow.dask: computing {len(delayed)} training partition(s)"
                           + (f" and {sum(map(len, eval_delayed))} evaluation partition(s)"
                              if eval_delayed else "") + " on the cluster")
@@ -257,7 +261,7 @@ class _Cluster:
         # as a random_split) are computed once. Already persisted partitions are not recomputed.
         partitions = self.client.compute(delayed + [d for ds in eval_delayed for d in ds])
         self._futures.extend(partitions)
-        wait(partitions)
+        self._wait_all(partitions, "computing the partitions")
         for f in partitions:
             if f.status == "error":
                 f.result()  # the pipeline's own error (raises it with its traceback)
@@ -269,10 +273,12 @@ class _Cluster:
         counts = [self.client.submit(len, f, workers=sorted(who_has.get(f.key, ())) or None,
                                      allow_other_workers=False) for f in partitions]
         self._futures.extend(counts)
+        self._wait_all(counts, "counting the partitions' rows")
         rows = self.client.gather(counts)
         for f in counts:
             f.release()
         train = (partitions[: len(delayed)], rows[: len(delayed)])
+        self.known.rows = sum(rows[: len(delayed)])
         evals, at = [], len(delayed)
         for ds in eval_delayed:
             evals.append((partitions[at: at + len(ds)], rows[at: at + len(ds)]))
@@ -285,7 +291,6 @@ class _Cluster:
         with the fewest so far. train: (futures, rows); evals: one such pair per set; who_has:
         the partitions' holders. Returns (addresses, training refs per rank, evaluation refs per
         rank and set); the futures are held (``_hold``) until their tasks have copied them."""
-        from distributed import wait
         train_futures, train_rows = train
         load: dict[str, int] = {}
         owner = []
@@ -322,10 +327,35 @@ class _Cluster:
                 eval_refs[rank][j].append(PartitionRef(index, f.key, rows))
                 self._hold((rank, 1 + j, index), f)
         if copied:
-            wait([copy for _, copy in copied])
+            self._wait_all([copy for _, copy in copied], "copying evaluation partitions")
             for original, _ in copied:  # the copy is what training reads (and a key held by
                 original.release()      # no training worker is read by no task)
         return addresses, train_refs, eval_refs
+
+    def _wait_all(self, futures, doing: str) -> None:
+        """Wait until every future is done. A pipeline may take as long as it takes, but when
+        none finished for the collective timeout and a worker is paused (Dask stops running
+        tasks on a worker above its memory pause threshold), CollectiveTimeout naming it."""
+        ended = threading.Event()
+        for f in futures:
+            f.add_done_callback(lambda _: ended.set())
+        finished, progress = 0, time.monotonic()
+        while True:
+            ended.clear()
+            now_done = sum(f.done() for f in futures)
+            if now_done == len(futures):
+                return
+            if now_done > finished:
+                finished, progress = now_done, time.monotonic()
+            elif time.monotonic() - progress > self.spec.timeout:
+                workers = self.client.scheduler_info(n_workers=-1)["workers"]
+                paused = [a for a, w in workers.items() if w.get("status") == "paused"]
+                if paused:
+                    raise CollectiveTimeout(
+                        f"{doing} made no progress for {self.spec.timeout:g} s "
+                        f"(gbflow.collective-timeout) and worker(s) {_statuses(paused, workers)}"
+                        f" hold what is left: {_PAUSED}")
+            ended.wait(_LIVENESS_PERIOD)
 
     def _watch(self, tasks, addresses) -> None:
         """Wait for the tasks; stop at the first failed task or lost worker. Wakes when a task
@@ -338,7 +368,7 @@ class _Cluster:
         ended = threading.Event()
         for t in tasks:
             t.add_done_callback(lambda _: ended.set())
-        next_check = 0.0
+        next_check, submitted = 0.0, time.monotonic()
         while True:
             ended.clear()  # before looking: a task ending after the look wakes the wait below
             states = [t.status for t in tasks]
@@ -351,29 +381,61 @@ class _Cluster:
                 while time.monotonic() < settle and not all(t.done() for t in tasks):
                     time.sleep(_POLL)
                 return
+            self.known.save()
             now = time.monotonic()
             if now >= next_check:
                 alive = self.client.scheduler_info(n_workers=-1)["workers"]
                 gone = [a for a in addresses if a not in alive]
                 if gone:
-                    raise WorkerLostError(
-                        f"training worker(s) {gone} left the cluster during training (of "
-                        f"{len(addresses)} training workers); gbflow cannot recover from a lost "
-                        f"worker yet, so training was stopped on the others. Run train() again: "
-                        f"Dask recomputes the lost partitions")
+                    raise _lost(gone, addresses)
+                waiting = [a for r, a in enumerate(addresses) if r not in self.started]
+                if waiting and now - submitted > self.spec.timeout:
+                    raise CollectiveTimeout(
+                        f"the training task did not start on worker(s) {_statuses(waiting, alive)}"
+                        f" within {self.spec.timeout:g} s (gbflow.collective-timeout): "
+                        f"{_PAUSED}")
                 next_check = now + _LIVENESS_PERIOD
             ended.wait(_POLL)
 
-    def _stop(self, tasks, addresses) -> None:
-        """After a failure: tell the surviving tasks to stop, then cancel them."""
-        reason = "training was stopped by the driver after a failure elsewhere"
-        try:
+    def _raise_stuck(self, tasks, addresses) -> None:
+        """After a task failed on a collective error while others still run: a worker that left
+        the scheduler is lost (``WorkerLostError``, which a restart recovers from); one still
+        there that stopped answering is hung, stopped or paused (``CollectiveTimeout`` naming
+        it). Waits up to ``_LOSS_NOTICE`` s for the scheduler to notice a death."""
+        failed = [t.exception() for t in tasks if t.status == "error"]
+        stuck = [a for a, t in zip(addresses, tasks) if not t.done()]
+        if not stuck or not failed or not all(isinstance(e, CollectiveError) for e in failed):
+            return
+        deadline = time.monotonic() + _LOSS_NOTICE
+        while True:
             alive = self.client.scheduler_info(n_workers=-1)["workers"]
-            self.client.run(abort_session, self.spec.session, reason,
-                            workers=[a for a in addresses if a in alive], wait=False,
-                            on_error="ignore")
-        except Exception:  # the cluster may be going away; cancelling is what matters
-            pass
+            gone = [a for a in addresses if a not in alive]
+            if gone:
+                raise _lost(gone, addresses)
+            if time.monotonic() > deadline:
+                break
+            time.sleep(_POLL)
+        raise CollectiveTimeout(
+            f"training worker(s) {_statuses(stuck, alive)} stopped answering (hung, stopped or "
+            f"paused) and the others gave up after {self.spec.timeout:g} s without a message "
+            f"(gbflow.collective-timeout); training was stopped") from failed[0]
+
+    def _stop(self, tasks, addresses) -> None:
+        """After a failure: tell the tasks still running to stop (in the background, for at most
+        ``_STOP_WAIT`` s: a hung worker never answers), and cancel them (each task then stops at
+        its next reduction)."""
+        reason = "training was stopped by the driver after a failure elsewhere"
+        running = [a for a, t in zip(addresses, tasks) if not t.done()]
+
+        def abort():
+            try:
+                self.client.run(abort_session, self.spec.session, reason, workers=running,
+                                wait=False, on_error="ignore", callback_timeout=_STOP_WAIT)
+            except Exception:  # a hung worker, or the cluster is going away
+                pass
+
+        if running:  # on a thread: a hung worker never answers, and cancelling matters more
+            threading.Thread(target=abort, name="gbflow-abort", daemon=True).start()
         self.client.cancel(tasks, force=True)
 
     def _collect(self, results, computed: float, started: float):
@@ -404,6 +466,18 @@ class _Relay:
         target = self.target
         if target is not None:
             target(event)
+
+
+def _statuses(workers: list, alive: dict) -> str:
+    """"['tcp://a' (paused), ...]": the workers with their status at the scheduler."""
+    return "[" + ", ".join(f"{a!r} ({alive.get(a, {}).get('status', 'gone')})"
+                           for a in workers) + "]"
+
+
+def _lost(gone: list, addresses: list) -> WorkerLostError:
+    return WorkerLostError(f"training worker(s) {gone} left the cluster during training (of "
+                           f"{len(addresses)} training workers); training was stopped on the "
+                           f"others")
 
 
 def _same(frame):

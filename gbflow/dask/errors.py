@@ -16,3 +16,7 @@ class WorkerLostError(CollectiveError):
 
 class CollectiveTimeout(CollectiveError):
     """A peer sent nothing for longer than the collective's timeout."""
+
+
+class TrainingCancelled(CollectiveAborted):
+    """The training task was cancelled (its client closed, or the driver cancelled it)."""

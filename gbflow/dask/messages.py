@@ -47,3 +47,5 @@ class Spec:
     objective: object = None  # obj='s custom_objective.Custom, or None for params.loss
     init_model: object = None  # xgb_model's Booster to continue, or None
     callbacks: tuple = ()  # callback.TrainingCallback instances, run on every worker
+    resume: object = None  # resume.TrainingState of the rounds done before a restart, or None
+    report_rounds: bool = False  # rank 0 sends each completed round's trees and values

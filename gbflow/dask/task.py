@@ -10,10 +10,11 @@ import numpy as np
 
 from .. import boosting
 from ..backend import get_backend
+from ..booster import Booster
 from ..shards import ShardSet
 from ..stores import nbytes_of
 from .collective import DaskCollective
-from .errors import CollectiveAborted
+from .errors import CollectiveAborted, TrainingCancelled
 from .loading import JoinedPartitions, eval_parts, fetch, first_error, global_offsets
 from .memory import MemoryWatch, lifetime_peak_rss, malloc_for_training
 from .messages import PartitionRef, Spec
@@ -37,7 +38,9 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
     from distributed import get_worker
 
     worker = get_worker()
-    collective = DaskCollective(worker, spec.session, rank, addresses, spec.timeout)
+    collective = DaskCollective(worker, spec.session, rank, addresses, spec.timeout,
+                                key=worker.get_current_task())
+    worker.log_event(spec.topic, {"stage": "started", "rank": rank})
     memory = MemoryWatch()
     started = time.perf_counter()
     stages = _Stages()
@@ -99,13 +102,16 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
 
             parts = [train.part]
             del train
+            done = spec.resume.rounds if spec.resume is not None else 0
             booster = boosting.fit(
-                backend, parts, spec.params, spec.num_boost_round, eval_parts(evals, spec),
-                spec.options, spec.verbose if rank == 0 else False,
+                backend, parts, spec.params, spec.num_boost_round - done,
+                eval_parts(evals, spec), spec.options, spec.verbose if rank == 0 else False,
                 shardset=shardset, row_offsets=[row_ids], drop_features=True,
                 emit=emit if rank == 0 else None, after_quantize=after_quantize,
                 objective=spec.objective, init_model=spec.init_model,
-                callbacks=list(spec.callbacks))
+                callbacks=list(spec.callbacks), resume=spec.resume,
+                on_rounds=RoundReports(worker, spec) if rank == 0 and spec.report_rounds
+                else None)
             stages.done("fit")
         stages.done("free memory")
         memory.stop()
@@ -125,7 +131,7 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
                 "booster": booster if rank == 0 else None, "lines": lines if rank == 0 else [],
                 "report": report}
     except BaseException as e:
-        if not isinstance(e, CollectiveAborted):
+        if not isinstance(e, CollectiveAborted) or isinstance(e, TrainingCancelled):
             collective.abort_peers(f"training worker {worker.address} (rank {rank}) failed: "
                                    f"{type(e).__name__}: {e}")
         raise
@@ -137,6 +143,36 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
         if shardset is not None and getattr(shardset.collective, "nccl", None) is not None:
             shardset.collective.nccl.close()
         collective.close()
+
+
+class RoundReports:
+    """Rank 0's ``on_rounds``: each time rounds are completed, their new trees and evaluation
+    values are sent to the driver as an event (the first one also the model's other entries),
+    so that it can write checkpoints and restart training from the last completed round."""
+
+    def __init__(self, worker, spec: Spec):
+        self.worker, self.topic = worker, spec.topic
+        state = spec.resume
+        self.trees = 0 if state is None else len(state.model.trees)  # known to the driver
+        self.evaluated = 0 if state is None else len(state.eval_rounds)
+        self.head_sent = state is not None
+
+    def __call__(self, state) -> None:
+        model, n = state.model, self.evaluated
+        message = {"stage": "rounds", "rounds": state.rounds, "rows": state.rows,
+                   "first_tree": self.trees,
+                   "trees": [t.to_dict() for t in model.trees[self.trees:]],
+                   "eval_rounds": list(state.eval_rounds[n:]),
+                   "history": {s: {m: list(v[n:]) for m, v in per.items()}
+                               for s, per in state.history.items()}}
+        if not self.head_sent:  # the model file's entries other than the trees, once
+            message["head"] = {k: v for k, v in Booster(
+                [], model.cuts, model.feature_names, model.params, model.base_margin,
+                model.label_name, model.weight_name, categories=model.categories).to_dict()
+                .items() if k != "trees"}
+            self.head_sent = True
+        self.worker.log_event(self.topic, message)
+        self.trees, self.evaluated = len(model.trees), len(state.eval_rounds)
 
 
 class _Stages:

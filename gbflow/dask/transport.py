@@ -32,6 +32,7 @@ class WorkerCollective:
         return self.nccl is not None
 
     def allreduce_sum(self, array):
+        self.collective.check_cancelled()
         if self.collective.size == 1:
             return array
         with self.timers("communication"):
@@ -48,6 +49,7 @@ class WorkerCollective:
             return self.backend.asarray(host)
 
     def allreduce_sum_inplace(self, arrays: list) -> None:
+        self.collective.check_cancelled()
         if self.collective.size == 1:
             return
         with self.timers("communication"):
@@ -63,6 +65,7 @@ class WorkerCollective:
                 offset += a.size
 
     def allreduce_max(self, value):
+        self.collective.check_cancelled()
         if self.collective.size == 1:
             return value
         with self.timers("communication"):
@@ -71,6 +74,7 @@ class WorkerCollective:
             return self.collective.allreduce_max(value)
 
     def allgather(self, value) -> list:
+        self.collective.check_cancelled()
         if self.collective.size == 1:
             return [value]
         with self.timers("communication"):
