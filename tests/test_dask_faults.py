@@ -12,6 +12,7 @@ import time
 import uuid
 
 import numpy as np
+import pandas as pd
 import pytest
 
 dask = pytest.importorskip("dask")
@@ -285,6 +286,65 @@ def test_paused_workers_end_training_with_an_error_naming_them():
         assert time.monotonic() - start < 2 + 10
         client.run(lambda dask_worker: setattr(dask_worker.memory_manager,
                                                "memory_pause_fraction", 0.8))
+
+
+def test_memory_starved_workers_end_training_with_a_clear_error():
+    """Workers at Dask's memory limit (300 MB each, 128 MB of data): train() ends within the
+    collective timeout plus 10 s with an error naming the workers and their memory (before
+    training, the estimate's MemoryError; if Dask paused them first, the paused workers),
+    instead of waiting at round 0."""
+    rng = np.random.default_rng(46)
+    n, f = 800_000, 40
+    df = pd.DataFrame(rng.standard_normal((n, f), dtype=np.float32),
+                      columns=[f"x{i}" for i in range(f)]).assign(y=np.float32(1.0))
+    with dask.config.set({"gbflow.collective-timeout": "5s"}), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                     memory_limit="300MB", dashboard_address=":0") as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:
+        ddf = client.persist(dd.from_pandas(df, npartitions=4))
+        del df
+        start = time.monotonic()
+        with pytest.raises((MemoryError, gbflow.dask.CollectiveTimeout)) as info:
+            gbflow.train(ddf, label="y", num_boost_round=5, verbose=False, client=client)
+        assert "memory" in str(info.value) and "tcp://" in str(info.value)
+        assert time.monotonic() - start < 5 + 10
+        assert not any(client.run(collective.active_sessions).values())
+
+
+def test_the_memory_estimate_refuses_workers_without_room():
+    from gbflow.dask.memory import check_worker_memory, training_bytes
+    need = training_bytes(400_000, 100_000, 40, 1, 1)
+    assert need == 400_000 * (40 * 5 + 24 + 32) + 100_000 * (40 * 5 + 8)
+    workers = {"tcp://a:1": {"memory_limit": 300 * 2**20, "metrics": {"memory": 150 * 2**20}},
+               "tcp://b:2": {"memory_limit": 8 * 2**30, "metrics": {"memory": 150 * 2**20}},
+               "tcp://c:3": {"memory_limit": 0, "metrics": {"memory": 150 * 2**20}}}
+    needs = {a: (need, 400_000) for a in workers}
+    with pytest.raises(MemoryError, match=r"tcp://a:1 needs about 117 MiB for its 400,000 rows "
+                                          r"but has 90 MiB \(memory_limit 300 MiB x pause "
+                                          r"fraction 0.8 - 150 MiB in use\)\. Dask would pause"
+                       ) as info:
+        check_worker_memory(needs, workers, 0.8)
+    assert "tcp://b" not in str(info.value) and "tcp://c" not in str(info.value)
+    check_worker_memory(needs, workers, False)  # pausing off: nothing to check
+
+
+def test_eight_concurrent_trainings_on_two_workers_give_the_sequential_models():
+    df = make_table(n_rows=1500, seed=47)
+    params = [{"max_depth": 2 + i % 3, "subsample": 0.8, "seed": i} for i in range(8)]
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=False,
+                                  dashboard_address=":0") as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:
+        ddf = client.persist(dd.from_pandas(df, npartitions=4))
+
+        def one(p):
+            return gbflow.train(ddf, label="y", params=p, num_boost_round=8, verbose=False,
+                                client=client).to_json()
+
+        sequential = [one(p) for p in params]
+        runs = [_in_thread(lambda p=p: one(p)) for p in params]
+        for thread, _ in runs:
+            thread.join(120)
+        assert [outcome.get("result") for _, outcome in runs] == sequential
 
 
 def test_closing_the_client_stops_the_training_tasks():

@@ -18,6 +18,7 @@ from . import inputs as dask_inputs
 from .collective import CollectivePlugin, abort_session
 from .errors import CollectiveAborted, CollectiveError, CollectiveTimeout, WorkerLostError
 from .local import partitions_of, train_in_process
+from .memory import check_worker_memory, training_bytes
 from .messages import PartitionRef, Spec
 from .rounds import KnownRounds
 from .task import train_task
@@ -218,6 +219,7 @@ class _Cluster:
         started = time.perf_counter()
         try:
             addresses, train_refs, eval_refs = self._place(*self._compute())
+            self._check_memory(addresses, train_refs, eval_refs)
             computed = time.perf_counter() - started
             self.progress.say(f"gbflow.dask: training on {len(addresses)} worker(s)")
             client.register_plugin(CollectivePlugin(), name=CollectivePlugin.name)
@@ -331,6 +333,23 @@ class _Cluster:
             for original, _ in copied:  # the copy is what training reads (and a key held by
                 original.release()      # no training worker is read by no task)
         return addresses, train_refs, eval_refs
+
+    def _check_memory(self, addresses, train_refs, eval_refs) -> None:
+        """On CPU workers, MemoryError (``memory.check_worker_memory``) when a rank's task would
+        need more than its worker has before Dask pauses it."""
+        import dask
+        spec = self.spec
+        if spec.data_on_gpu or spec.params.device == "cuda":
+            return  # device memory: paged training (device_memory_limit)
+        bin_bytes = 1 if spec.params.max_bin <= 256 else 2
+        needs = {}
+        for rank, address in enumerate(addresses):
+            rows = sum(r.rows for r in train_refs[rank])
+            eval_rows = sum(r.rows for refs in eval_refs[rank] for r in refs)
+            needs[address] = (training_bytes(rows, eval_rows, len(spec.features),
+                                             spec.params.n_groups, bin_bytes), rows)
+        check_worker_memory(needs, self.client.scheduler_info(n_workers=-1)["workers"],
+                            dask.config.get("distributed.worker.memory.pause", 0.8))
 
     def _wait_all(self, futures, doing: str) -> None:
         """Wait until every future is done. A pipeline may take as long as it takes, but when

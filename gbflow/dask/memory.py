@@ -1,4 +1,5 @@
-"""A training task's memory: resident-memory samples, and glibc's settings while training."""
+"""A training task's memory: what it will need (checked against the workers' limits before
+training), resident-memory samples, and glibc's settings while training."""
 from __future__ import annotations
 
 import contextlib
@@ -47,6 +48,50 @@ def lifetime_peak_rss() -> int:
     # ru_maxrss is in KiB on Linux, bytes on macOS.
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+# Bytes per training row besides its features: label, weight, row number, float64 margins and
+# float32 gradients and hessians per output, their int64 fixed-point copies.
+_ROW_BYTES, _ROW_BYTES_PER_OUTPUT = 24, 8 + 8 + 16
+
+
+def training_bytes(rows: int, eval_rows: int, n_features: int, n_groups: int,
+                   bin_bytes: int) -> int:
+    """A lower bound of the host memory a CPU training task adds to its worker: the float32
+    matrix of its rows (the raw partitions are in memory already) and their bins, the per-row
+    arrays, and its evaluation rows (float32, then bins). Histograms and kernel buffers come on
+    top: the bound errs on the side of training."""
+    per_row = n_features * (4 + bin_bytes) + _ROW_BYTES + _ROW_BYTES_PER_OUTPUT * n_groups
+    return int(rows * per_row + eval_rows * (n_features * (4 + bin_bytes) + 8 * n_groups))
+
+
+def check_worker_memory(needs: dict, workers: dict, pause_fraction) -> None:
+    """MemoryError before training when a worker's task needs more than the worker has below
+    Dask's pause threshold (``distributed.worker.memory.pause`` of ``memory_limit``, less what
+    the worker holds now): Dask would pause it, and training would wait. needs: {address:
+    (bytes, rows)}; workers: the scheduler's worker info. Workers without a memory limit, or
+    with pausing off, are not checked."""
+    short = []
+    for address, (need, rows) in needs.items():
+        info = workers.get(address, {})
+        limit = info.get("memory_limit") or 0
+        if not limit or not pause_fraction:
+            continue
+        used = int(info.get("metrics", {}).get("memory", 0))
+        room = int(limit * float(pause_fraction)) - used
+        if need > room:
+            short.append(f"{address} needs about {_mb(need)} for its {rows:,} rows but has "
+                         f"{_mb(max(room, 0))} (memory_limit {_mb(limit)} x pause fraction "
+                         f"{float(pause_fraction):g} - {_mb(used)} in use)")
+    if short:
+        raise MemoryError("not enough worker memory to train: " + "; ".join(short) + ". Dask "
+                          "would pause these workers and training would wait: give the workers "
+                          "more memory (memory_limit), the data more workers, or fewer "
+                          "features")
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:,.0f} MiB"
 
 
 # glibc's mallopt parameters (malloc.h)
