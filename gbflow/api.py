@@ -170,7 +170,8 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     state = resume.read(checkpoint)
     if state is not None:
         resume.check_matches(state, checkpoint.path, params, dataset.feature_names,
-                             int(num_boost_round), [name for _, name in eval_sets], rows)
+                             int(num_boost_round), [name for _, name in eval_sets], rows,
+                             options)
         if state.finished:
             return resume.resumed_model(state)
     saver = None if checkpoint is None else resume.Saver(checkpoint, state.rounds if state else 0)
@@ -182,7 +183,7 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
                                init_model=xgb_model, callbacks=callbacks, resume=state,
                                on_rounds=saver)
     if saver is not None:
-        saver.finish(booster, int(num_boost_round), rows)
+        saver.finish(booster, int(num_boost_round), rows, options)
     return booster
 
 

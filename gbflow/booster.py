@@ -437,5 +437,7 @@ def load_model(path) -> Booster:
                          f"{FORMAT_VERSION})")
     try:
         return Booster.from_dict(d)
-    except (TypeError, ValueError) as e:  # model_check's, or the parameters'
-        raise ValueError(f"load_model: {path!r} is not a valid gbflow model ({e})") from e
+    except (TypeError, ValueError, OverflowError, LookupError) as e:  # model_check's, the
+        # parameters', or (a backstop) any other a malformed entry raises on the way
+        detail = str(e) if isinstance(e, (TypeError, ValueError)) else f"{type(e).__name__}: {e}"
+        raise ValueError(f"load_model: {path!r} is not a valid gbflow model ({detail})") from e

@@ -13,7 +13,7 @@ from .categories import unify as unify_categories
 from .evaluation import TRAINING, EvalOptions, EvalSet, Evaluation
 from .grow import finished_tree, grow_tree
 from .progress import Progress
-from .resume import TrainingState
+from .resume import TrainingState, options_of
 from .rules import Scales, TreeRules
 from .sampling import feature_sample, row_sample_mask
 from .shards import ShardSet
@@ -138,13 +138,15 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
         evaluation.restore(resume.history, resume.eval_rounds)
     progress = Progress(verbose, resumed + num_boost_round, emit, has_metrics=bool(evaluation))
     complete = [first_round]  # rounds whose trees are built and, where due, evaluated
+    evaluated = [first_round]  # rounds whose values are in (reported once callbacks ran)
 
     def completed(rounds: int) -> None:
         if on_rounds is not None and rounds > complete[0]:
             complete[0] = rounds
             on_rounds(TrainingState(model_of(trees[:rounds * n_groups]), evaluation.history,
                                     [resumed + r for r in evaluation.rounds],
-                                    resumed + num_boost_round, n_rows))
+                                    resumed + num_boost_round, n_rows,
+                                    options=options_of(options)))
     # Where the device queues work ahead of the host, a round is evaluated one round late, while
     # the device grows the next one: the host then never waits for a tree to evaluate it. When
     # early stopping ends training, the rounds grown after the stopping one are cut off: the
@@ -165,7 +167,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
         for index, scores in done:
             progress.round(resumed + index, scores)
         if done and not evaluation.stopped:
-            completed(first_round + done[-1][0] + 1)
+            evaluated[0] = first_round + done[-1][0] + 1
         if evaluation.stopped:
             progress.say(f"early stopping at round {resumed + done[-1][0] + 1}: best round "
                          f"{resumed + evaluation.best_iteration + 1}, {evaluation.sets[-1].name}-"
@@ -228,7 +230,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
         trees.extend(round_trees)
         if not evaluation:
             progress.round(resumed + round_index, [])
-            completed(first_round + round_index)  # the rounds before this one are built
+            evaluated[0] = first_round + round_index  # the rounds before this one are built
         elif late:  # the previous round's trees are built: evaluate them while the device grows
             if round_index and evaluate(round_index - 1, trees[-2 * n_groups:-n_groups]):
                 break
@@ -239,6 +241,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                 break
         if hooks.after_iteration(snapshot, first_round + round_index, evaluation.history):
             break
+        completed(evaluated[0])  # after the callbacks: a stop they ask for is never lost
     else:
         if evaluation and late and num_boost_round:
             trees[-n_groups:] = [finished_tree(t) for t in trees[-n_groups:]]

@@ -14,11 +14,13 @@ import numbers
 import numpy as np
 
 from . import _dtypes
+from .cuts import Cuts
 
 _INT_FIELDS = ("feature", "bin_threshold", "left", "right")
 _FLOAT_FIELDS = ("threshold", "value", "gain", "cover")
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _INT32_MAX = int(np.iinfo(np.int32).max)
+MAX_DEPTH = 30  # max_depth's largest value: deeper trees are crafted, and SHAP's paths grow with it
 
 
 class ModelFileError(ValueError):
@@ -37,6 +39,7 @@ def check_model(d: dict, n_groups: int) -> None:
         raise ModelFileError("feature_names has duplicate names")
     n_features = len(names)
     n_value_bins = _check_cuts(_entry(d, "cuts", dict), n_features)
+    cuts = Cuts.from_dict(d["cuts"])
     categories = _check_categories(d.get("categories") or {}, names, n_value_bins)
     base = _entry(d, "base_margin", list)
     if len(base) != n_groups:
@@ -52,7 +55,7 @@ def check_model(d: dict, n_groups: int) -> None:
         raise ModelFileError(f"the model has {len(trees)} trees, not a whole number of rounds of "
                              f"{n_groups} tree(s) (one per output)")
     for t, tree in enumerate(trees):
-        _check_tree(tree, f"trees[{t}]", t % n_groups, n_value_bins, categories, names)
+        _check_tree(tree, f"trees[{t}]", t % n_groups, cuts, n_value_bins, categories, names)
     rounds = len(trees) // n_groups
     best = d.get("best_iteration")
     if best is not None and (not _is_int(best) or not 0 <= best < max(rounds, 1)):
@@ -78,7 +81,10 @@ def _is_int(v) -> bool:
 def _number(v, where: str) -> float:
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         raise ModelFileError(f"{where} is {v!r}, not a number")
-    return float(v)
+    try:
+        return float(v)
+    except OverflowError:  # an integer literal beyond every float
+        raise ModelFileError(f"{where} is an integer beyond float range") from None
 
 
 def _finite(v, where: str, limit: float = _FLOAT32_MAX) -> float:
@@ -105,7 +111,10 @@ def _float_list(values, where: str) -> np.ndarray:
     if not set(map(type, values)) <= {int, float}:
         at = next(i for i, v in enumerate(values) if type(v) not in (int, float))
         raise ModelFileError(f"{where}[{at}] is {values[at]!r}, not a number")
-    array = np.array(values, dtype=np.float64)
+    try:
+        array = np.array(values, dtype=np.float64)
+    except OverflowError:
+        raise ModelFileError(f"{where} holds an integer beyond float range") from None
     bad = np.flatnonzero(~(np.abs(array) <= _FLOAT32_MAX))
     if len(bad):
         raise ModelFileError(f"{where}[{bad[0]}] is {values[bad[0]]!r}, not a finite float32")
@@ -149,7 +158,8 @@ def _check_categories(categories, names: list, n_value_bins: np.ndarray) -> dict
                                   for v in values):
             raise ModelFileError(f"categories[{name!r}] mixes kinds or holds values that are "
                                  f"neither numbers nor strings")
-        if any(b <= a for a, b in zip(values, values[1:])):
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values) or \
+                any(b <= a for a, b in zip(values, values[1:])):
             raise ModelFileError(f"categories[{name!r}] is not sorted and distinct")
         f = names.index(name)
         if n_value_bins[f] != max(len(values), 1):
@@ -159,8 +169,8 @@ def _check_categories(categories, names: list, n_value_bins: np.ndarray) -> dict
     return counts
 
 
-def _check_tree(tree, where: str, group: int, n_value_bins: np.ndarray, categories: dict,
-                names: list) -> None:
+def _check_tree(tree, where: str, group: int, cuts: Cuts, n_value_bins: np.ndarray,
+                categories: dict, names: list) -> None:
     """One tree entry: its group, equal-length node arrays of the right types, a tree shape
     (every node but the root the child of exactly one node with a smaller id), features and
     bin thresholds within the cuts, categorical sets within their category lists."""
@@ -196,16 +206,40 @@ def _check_tree(tree, where: str, group: int, n_value_bins: np.ndarray, categori
         node = 0 if parents[0] else 1 + int(np.flatnonzero(parents[1:] != 1)[0])
         raise ModelFileError(f"{where}: node {node} is the child of {parents[node]} nodes; a "
                              f"tree's nodes other than the root have one parent each")
+    depth, frontier = 0, np.array([0])
+    while True:  # breadth-first: at most MAX_DEPTH + 1 vectorised steps
+        frontier = frontier[inner[frontier]]
+        if not len(frontier):
+            break
+        depth += 1
+        if depth > MAX_DEPTH:
+            raise ModelFileError(f"{where} is deeper than {MAX_DEPTH} levels (max_depth's "
+                                 f"largest value)")
+        frontier = np.concatenate([left[frontier], right[frontier]])
+    if np.any(np.array(lists["cover"], dtype=np.float64) < 0):
+        raise ModelFileError(f"{where}.cover has negative values")
     by_bins = inner.copy()  # the splits walked by bin thresholds: all but the category sets
     set_nodes = tree.get("categorical_nodes", [])
     by_bins[[k for k in set_nodes if _is_int(k) and 0 <= k < n] if isinstance(set_nodes, list)
             else []] = False
+    if not by_bins.any():
+        _check_tree_categories(tree, where, feature, inner, categories, names)
+        return
     over = by_bins & (bins > n_value_bins[np.maximum(feature, 0)] - 1)
     if over.any():
         node = ids[over][0]
         raise ModelFileError(f"{where}: node {node}'s bin_threshold {bins[node]} is beyond "
                              f"feature {names[feature[node]]!r}'s {n_value_bins[feature[node]]} "
                              f"value bins")
+    nodes = np.flatnonzero(by_bins)
+    expected = cuts.split_thresholds(feature[nodes], bins[nodes])
+    given = np.array(lists["threshold"], dtype=np.float64)[nodes].astype(np.float32)
+    wrong = np.flatnonzero(expected != given)
+    if len(wrong):
+        node = nodes[wrong[0]]
+        raise ModelFileError(f"{where}: node {node}'s threshold {float(given[wrong[0]]):g} is "
+                             f"not the cut of its bin_threshold {bins[node]} "
+                             f"({float(expected[wrong[0]]):g})")
     _check_tree_categories(tree, where, feature, inner, categories, names)
 
 

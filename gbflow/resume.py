@@ -37,6 +37,7 @@ class TrainingState:
     num_boost_round: int
     rows: int
     finished: bool = False  # training ended (all rounds, or early stopping): model is final
+    options: dict = dataclasses.field(default_factory=dict)  # options_of(the EvalOptions)
 
     @property
     def rounds(self) -> int:
@@ -45,7 +46,7 @@ class TrainingState:
     def to_dict(self) -> dict:
         return {**self.model.to_dict(), STATE_KEY: {
             "num_boost_round": int(self.num_boost_round), "rows": int(self.rows),
-            "finished": bool(self.finished),
+            "finished": bool(self.finished), "options": dict(self.options),
             "eval_rounds": [int(r) for r in self.eval_rounds],
             "evals_result": {s: {m: [float(v) for v in values] for m, values in per.items()}
                              for s, per in self.history.items()}}}
@@ -87,7 +88,8 @@ def as_checkpoint(value) -> Checkpoint | None:
 
 def write(checkpoint: Checkpoint, state: TrainingState) -> None:
     """The state written to the checkpoint's file, whole or not at all."""
-    text = json.dumps(state.to_dict(), allow_nan=False, separators=(",", ":"))
+    # (a metric may be NaN or infinite: Python's JSON reads them back)
+    text = json.dumps(state.to_dict(), separators=(",", ":"))
     path = checkpoint.path
     write_whole(path, os.path.dirname(os.path.abspath(path)), text.encode("utf-8"))
 
@@ -103,9 +105,12 @@ def read(checkpoint: Checkpoint | None) -> TrainingState | None:
     try:
         result = TrainingState(model, _history(state["evals_result"]),
                                _rounds(state["eval_rounds"]), _count(state["num_boost_round"]),
-                               _count(state["rows"]), state["finished"])
-        if not isinstance(result.finished, bool):
-            raise TypeError("finished is not true/false")
+                               _count(state["rows"]), state["finished"], state["options"])
+        if not isinstance(result.finished, bool) or not isinstance(result.options, dict):
+            raise TypeError("finished is not true/false, or options not a mapping")
+        if any(len(v) != len(result.eval_rounds) for per in result.history.values()
+               for v in per.values()):
+            raise ValueError("evals_result and eval_rounds have different lengths")
     except (TypeError, KeyError, ValueError) as e:
         raise ValueError(f"checkpoint {checkpoint.path!r} is a gbflow model but not a "
                          f"checkpoint (its training state is missing or broken: {e}); move it "
@@ -128,11 +133,11 @@ class Saver:
             write(self.checkpoint, state)
             self.written = state.rounds
 
-    def finish(self, booster: Booster, num_boost_round: int, rows: int) -> None:
+    def finish(self, booster: Booster, num_boost_round: int, rows: int, options) -> None:
         write(self.checkpoint, TrainingState(booster, booster.evals_result,
                                              list(getattr(booster, "eval_rounds", [])),
-                                             num_boost_round, rows,
-                                             finished=True))
+                                             num_boost_round, rows, finished=True,
+                                             options=options_of(options)))
 
 
 def resumed_model(state: TrainingState) -> Booster:
@@ -161,15 +166,29 @@ def _history(v) -> dict:
             for s, per in v.items()}
 
 
+def options_of(options) -> dict:
+    """What of ``evaluation.EvalOptions`` changes a model (a custom metric by its presence)."""
+    return {"early_stopping_rounds": options.early_stopping_rounds,
+            "early_stopping_metric": options.early_stopping_metric,
+            "maximize": options.maximize, "metric_period": options.metric_period,
+            "custom_metric": options.custom_metric is not None}
+
+
+# parameters that never change a model: a resumed training may set them otherwise
+_RUN_TIME = ("device", "device_memory_limit", "nthread")
+
+
 def check_matches(state: TrainingState, path: str, params, feature_names: list,
-                  num_boost_round: int, eval_names: list, rows: int | None) -> None:
+                  num_boost_round: int, eval_names: list, rows: int | None, options) -> None:
     """ValueError, before any training, when the checkpoint at ``path`` was written by another
-    training: other parameters, features, round count, evaluation sets or row count (None:
-    not known yet; checked again once it is)."""
+    training: other parameters, evaluation options, features, round count, evaluation sets or
+    row count (None: not known yet; checked again once it is)."""
     ours = {k: v for k, v in params.to_dict(bool(state.model.categories)).items()
-            if k not in ("device", "device_memory_limit")}
+            if k not in _RUN_TIME}
     theirs = {k: v for k, v in state.model.params.to_dict(bool(state.model.categories)).items()
-              if k not in ("device", "device_memory_limit")}
+              if k not in _RUN_TIME}
+    ours.update(options_of(options))
+    theirs.update(state.options)
     problems = [f"parameter {k}={theirs.get(k)!r} there, {ours.get(k)!r} here"
                 for k in sorted(set(ours) | set(theirs)) if ours.get(k) != theirs.get(k)]
     if list(state.model.feature_names) != list(feature_names):

@@ -110,6 +110,7 @@ def test_early_stopping_reached_before_the_kill_is_kept(tmp_path, monkeypatch):
     (dict(num_boost_round=7), r"num_boost_round=6 there, 7 here"),
     (dict(rows=900), r"1000 training rows there, 900 here"),
     (dict(evals=True), r"evaluation sets \[\] there, \['train'\] here"),
+    (dict(early_stopping_rounds=3), r"parameter early_stopping_rounds=None there, 3 here"),
 ])
 def test_a_checkpoint_of_another_training_is_refused(tmp_path, change, match):
     df = make_table(n_rows=1000, seed=65)
@@ -122,7 +123,9 @@ def test_a_checkpoint_of_another_training_is_refused(tmp_path, change, match):
                                          rf"training \(.*{match}"):
         gbflow.train(data, label="y", params=change.get("params", {"max_depth": 3}),
                      num_boost_round=change.get("num_boost_round", 6), verbose=False,
-                     evals=[(data, "train")] if change.get("evals") else None, checkpoint=path)
+                     evals=[(data, "train")] if change.get("evals") or
+                     change.get("early_stopping_rounds") else None, checkpoint=path,
+                     early_stopping_rounds=change.get("early_stopping_rounds"))
     assert path.read_bytes() == before  # left as it was
 
 
@@ -151,3 +154,17 @@ def test_checkpoint_object_and_period(tmp_path, monkeypatch):
     gbflow.train(df, label="y", num_boost_round=10, verbose=False,
                  checkpoint=gbflow.Checkpoint(str(tmp_path / "job.json"), period=4))
     assert written == [4, 8, 10]  # every 4 rounds, and the finished model
+
+
+def test_a_checkpoint_keeps_nan_metric_values_and_a_new_thread_count(tmp_path):
+    """A metric may be NaN (a custom one here): the checkpoint still writes and resumes; a
+    parameter that never changes a model (nthread) may differ on resume."""
+    df = make_table(n_rows=600, seed=68)
+    kwargs = dict(label="y", num_boost_round=6, verbose=False, evals=[(df, "train")],
+                  custom_metric=lambda p, d: ("nan_metric", float("nan")))
+    whole = gbflow.train(df, **kwargs)
+    first = gbflow.train(df, checkpoint=tmp_path / "job.json", params={"nthread": 1}, **kwargs)
+    again = gbflow.train(df, checkpoint=tmp_path / "job.json", params={"nthread": 2}, **kwargs)
+    assert first.to_json() == again.to_json()  # the finished checkpoint's model
+    assert [t.to_dict() for t in first.trees] == [t.to_dict() for t in whole.trees]
+    assert np.isnan(again.evals_result["train"]["nan_metric"]).all()

@@ -117,6 +117,52 @@ def test_trees_that_are_not_trees_are_refused(models, tmp_path, edit, match):
         _load(tmp_path, d)
 
 
+def _chain(d, n_inner: int):
+    """Tree 0 made a chain of ``n_inner`` splits (each node's right child splits again)."""
+    n = 2 * n_inner + 1
+    feature, left, right = [-1] * n, [-1] * n, [-1] * n
+    for k in range(n_inner):
+        node = 0 if k == 0 else 2 * k
+        feature[node], left[node], right[node] = 1, 2 * k + 1, 2 * k + 2
+    cut = d["cuts"]["values"][d["cuts"]["offsets"][1]]
+    d["trees"][0].update(feature=feature, left=left, right=right,
+                         bin_threshold=[1 if f >= 0 else 0 for f in feature],
+                         threshold=[cut if f >= 0 else 0.0 for f in feature],
+                         default_left=[True] * n, value=[0.1] * n, gain=[1.0] * n,
+                         cover=[1.0] * n, categorical_nodes=[], categories=[])
+    return d
+
+
+def test_tree_depth_is_bounded(models, tmp_path):
+    """A crafted chain deeper than max_depth allows (its SHAP paths grow with the depth: a 1 MB
+    file of 24,001 nodes asked for more than 8 GB) is refused; depth 30 loads and explains."""
+    with pytest.raises(ValueError, match=r"trees\[0\] is deeper than 30 levels"):
+        _load(tmp_path, _chain(json.loads(json.dumps(models["multi"])), 31))
+    booster = _load(tmp_path, _chain(json.loads(json.dumps(models["multi"])), 30))
+    rows = _frame(20, 3).drop(columns="y")
+    assert np.isfinite(np.asarray(booster.predict(rows, pred_contribs=True))).all()
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda d: d["trees"][0]["value"].__setitem__(0, 10**400), r"beyond float range"),
+    (lambda d: d["base_margin"].__setitem__(0, -10**400), r"beyond float range"),
+    (lambda d: d["trees"][0]["cover"].__setitem__(0, -1.0), r"cover has negative values"),
+    (lambda d: d["trees"][0]["threshold"].__setitem__(_numeric_inner(d["trees"][0]), 123.5),
+     r"threshold 123\.5 is not the cut of its bin_threshold"),
+    (lambda d: d.update(feature_names=[], categories={},
+                        cuts={"max_bin": 256, "offsets": [0], "values": []}),
+     r"trees\[0\]\.feature\[\d+\] is \d, outside \[-1, -1\]"),
+    (lambda d: d["categories"]["c"].__setitem__(0, float("nan")), r"categories\['c'\] mixes"),
+    (lambda d: d["categories"].update(c=[float("nan"), 1.0, 2.0, 3.0]),
+     r"categories\['c'\] is not sorted and distinct"),
+])
+def test_more_crafted_entries_are_named(models, tmp_path, edit, match):
+    d = json.loads(json.dumps(models["multi"]))
+    edit(d)
+    with pytest.raises(ValueError, match=match):
+        _load(tmp_path, json.dumps(d))
+
+
 def test_category_sets_are_checked(models, tmp_path):
     d = json.loads(json.dumps(models["binary"]))
     t, tree = next((i, t) for i, t in enumerate(d["trees"]) if t.get("categorical_nodes"))

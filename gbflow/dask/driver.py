@@ -78,7 +78,7 @@ def train(data, label, params: Params, num_boost_round: int, evals, options: Eva
     state = resume.read(checkpoint)
     if state is not None:  # (the row count is checked once the partitions are counted)
         resume.check_matches(state, checkpoint.path, params, features, num_boost_round,
-                             [name for _, name, _ in evals], None)
+                             [name for _, name, _ in evals], None, options)
         if state.finished:
             return resume.resumed_model(state)
     spec = _spec(params, num_boost_round, options, verbose, label, weight, features,
@@ -95,7 +95,7 @@ def train(data, label, params: Params, num_boost_round: int, evals, options: Eva
         with client.as_current():  # the collections' own Dask calls use it too
             booster = _train_on_cluster(client, ddf, evals, spec, known, on_worker_lost)
     if known.saver is not None:
-        known.saver.finish(booster, num_boost_round, known.rows)
+        known.saver.finish(booster, num_boost_round, known.rows, options)
     return booster
 
 
@@ -104,8 +104,9 @@ def _train_on_cluster(client, ddf, evals, spec: Spec, known: KnownRounds, on_wor
     workers left (and any the cluster adds), at most ``MAX_RESTARTS`` times."""
     restart = on_worker_lost == "restart" and spec.init_model is None
     for attempt in range(MAX_RESTARTS + 1):
-        run = _Cluster(client, ddf, evals, dataclasses.replace(
-            spec, resume=known.state(), report_rounds=restart or known.saver is not None), known)
+        run = _Cluster(client, ddf, evals, spec, known)
+        run.spec = dataclasses.replace(run.spec, resume=known.begin(run.spec.session),
+                                       report_rounds=restart or known.saver is not None)
         try:
             return run.run()
         except WorkerLostError as e:

@@ -151,7 +151,7 @@ class RoundReports:
     so that it can write checkpoints and restart training from the last completed round."""
 
     def __init__(self, worker, spec: Spec):
-        self.worker, self.topic = worker, spec.topic
+        self.worker, self.topic, self.session = worker, spec.topic, spec.session
         state = spec.resume
         self.trees = 0 if state is None else len(state.model.trees)  # known to the driver
         self.evaluated = 0 if state is None else len(state.eval_rounds)
@@ -159,7 +159,8 @@ class RoundReports:
 
     def __call__(self, state) -> None:
         model, n = state.model, self.evaluated
-        message = {"stage": "rounds", "rounds": state.rounds, "rows": state.rows,
+        message = {"stage": "rounds", "session": self.session, "rounds": state.rounds,
+                   "rows": state.rows, "options": state.options,
                    "first_tree": self.trees,
                    "trees": [t.to_dict() for t in model.trees[self.trees:]],
                    "eval_rounds": list(state.eval_rounds[n:]),
