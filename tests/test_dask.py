@@ -203,7 +203,7 @@ def test_progress_lines_reach_the_client_once(clients, caplog):
 def test_progress_lines_print_in_order_once_whatever_order_they_arrive(caplog):
     import logging
 
-    from gbflow.dask.driver import OrderedLines
+    from gbflow.dask.relay import OrderedLines
     lines = OrderedLines()
     with caplog.at_level(logging.INFO, logger="gbflow"):
         for seq in (1, 0, 0, 3, 2, 1, 4):  # events out of order, then the result's copies

@@ -169,6 +169,19 @@ def _in_thread(fn) -> tuple[threading.Thread, dict]:
     return thread, outcome
 
 
+def _training_forever(ddf, client, watcher) -> tuple[threading.Thread, dict]:
+    """train() of (practically) endless rounds on ``client`` in a thread, returned once every
+    worker runs its training task (seen through ``watcher``, a client of the same cluster)."""
+    thread, outcome = _in_thread(lambda: gbflow.train(
+        ddf, label="y", params={"max_depth": 3}, num_boost_round=100_000, verbose=False,
+        client=client))
+    deadline = time.monotonic() + 60
+    while not all(watcher.run(collective.active_sessions).values()):
+        assert time.monotonic() < deadline and thread.is_alive(), outcome.get("error")
+        time.sleep(0.05)
+    return thread, outcome
+
+
 def _wait_for_round(client, session_rounds: dict, at_least: int, thread, limit=60.0):
     deadline = time.monotonic() + limit
     while session_rounds.get("rounds", 0) < at_least:
@@ -238,13 +251,7 @@ def test_a_stopped_worker_ends_training_with_an_error_naming_it():
     with dask.config.set({"gbflow.collective-timeout": "3s"}), _processes_cluster(3) as cluster, \
             distributed.Client(cluster, set_as_default=False) as client:
         ddf = client.persist(dd.from_pandas(df, npartitions=6))
-        thread, outcome = _in_thread(lambda: gbflow.train(
-            ddf, label="y", params={"max_depth": 3}, num_boost_round=100_000, verbose=False,
-            client=client))
-        deadline = time.monotonic() + 60
-        while not all(client.run(collective.active_sessions).values()):
-            assert time.monotonic() < deadline and thread.is_alive()
-            time.sleep(0.05)
+        thread, outcome = _training_forever(ddf, client, client)
         time.sleep(0.5)
         pids = client.run(os.getpid)
         victim = sorted(pids)[-1]
@@ -355,13 +362,7 @@ def test_closing_the_client_stops_the_training_tasks():
             distributed.Client(cluster, set_as_default=False) as watcher:
         trainer = distributed.Client(cluster, set_as_default=False)
         ddf = trainer.persist(dd.from_pandas(df, npartitions=4))
-        thread, outcome = _in_thread(lambda: gbflow.train(
-            ddf, label="y", params={"max_depth": 3}, num_boost_round=100_000, verbose=False,
-            client=trainer))
-        deadline = time.monotonic() + 60
-        while not all(watcher.run(collective.active_sessions).values()):
-            assert time.monotonic() < deadline and thread.is_alive()
-            time.sleep(0.05)
+        thread, outcome = _training_forever(ddf, trainer, watcher)
         trainer.close()
         closed_at = time.monotonic()
         while any(watcher.run(collective.active_sessions).values()):

@@ -20,6 +20,7 @@ from .errors import CollectiveAborted, CollectiveError, CollectiveTimeout, Worke
 from .local import partitions_of, train_in_process
 from .memory import check_worker_memory, training_bytes
 from .messages import PartitionRef, Spec
+from .relay import OrderedLines, Relay
 from .rounds import KnownRounds
 from .task import train_task
 
@@ -92,8 +93,9 @@ def train(data, label, params: Params, num_boost_round: int, evals, options: Eva
         raise TypeError("gbflow.train needs a synchronous distributed.Client (this one was "
                         "created with asynchronous=True)")
     else:
-        with client.as_current():  # the collections' own Dask calls use it too
-            booster = _train_on_cluster(client, ddf, evals, spec, known, on_worker_lost)
+        # (not within client.as_current(): its dask.config.set is process-wide, and trainings
+        # run from several threads at once left the default scheduler set to a closed client)
+        booster = _train_on_cluster(client, ddf, evals, spec, known, on_worker_lost)
     if known.saver is not None:
         known.saver.finish(booster, num_boost_round, known.rows, options)
     return booster
@@ -120,29 +122,6 @@ def _train_on_cluster(client, ddf, evals, spec: Spec, known: KnownRounds, on_wor
                      f"{attempt + 1} of at most {MAX_RESTARTS})")
             client.wait_for_workers(1, timeout=spec.timeout)
     raise AssertionError("unreachable")
-
-
-class OrderedLines:
-    """Rank 0's progress lines logged (``progress.log_line``) in its order, each once, whether
-    its event or its result brings a line first: events may arrive out of order, and the
-    result's copy of the lines may come while events are still being delivered (on another
-    thread)."""
-
-    def __init__(self, sink=log_line):
-        self._lock = threading.Lock()
-        self.sink = sink  # takes each line, in order
-        self.printed = -1  # sequence number of the last line printed
-        self._ahead: dict[int, str] = {}  # lines that arrived before an earlier one
-
-    def put(self, seq: int, line: str) -> None:
-        """Line number ``seq`` (0, 1, ...): printed now if every earlier one has been."""
-        with self._lock:
-            if seq <= self.printed:
-                return
-            self._ahead[seq] = line
-            while self.printed + 1 in self._ahead:
-                self.printed += 1
-                self.sink(self._ahead.pop(self.printed))
 
 
 class _Cluster:
@@ -224,7 +203,7 @@ class _Cluster:
             computed = time.perf_counter() - started
             self.progress.say(f"gbflow.dask: training on {len(addresses)} worker(s)")
             client.register_plugin(CollectivePlugin(), name=CollectivePlugin.name)
-            relay = _Relay(self._on_event)
+            relay = Relay(self._on_event)
             client.subscribe_topic(spec.topic, relay)
             tasks = [client.submit(train_task, spec, rank, addresses, train_refs[rank],
                                    eval_refs[rank], key=f"gbflow-train-{spec.session}-{rank}",
@@ -471,21 +450,6 @@ class _Cluster:
         booster.timings["dask_compute"] = computed
         booster.timings["dask_total"] = time.perf_counter() - started
         return booster
-
-
-class _Relay:
-    """A run's event handler: passes the events on to ``target`` until the run sets it to None.
-    distributed keeps a topic's handler after ``unsubscribe_topic`` (2026.8 only tells the
-    scheduler), so the handler must not hold the run, and through it the user's collections (a
-    persisted frame's futures, a ``from_pandas`` frame's data), for the client's lifetime."""
-
-    def __init__(self, target):
-        self.target = target
-
-    def __call__(self, event) -> None:
-        target = self.target
-        if target is not None:
-            target(event)
 
 
 def _statuses(workers: list, alive: dict) -> str:
