@@ -174,12 +174,16 @@ class Logistic(SquaredError):
 
     def base_score_margin(self, base_score):
         p = float(base_score)
+        if self.name == "binary:logitraw":  # XGBoost's: its predictions are margins, and so is
+            return p                        # its base score
         if not 0 < p < 1:
             raise ValueError(f"parameter base_score must lie in (0, 1) for {self.name} (it is a "
                              f"probability), got {base_score!r}")
         return math.log(p / (1 - p))
 
     def estimate_margin(self, xp, labels, weights, collective=LOCAL):
+        if self.name == "binary:logitraw":  # XGBoost (3.2) estimates none: base score 0.5
+            return np.array([0.5])
         p = _weighted_mean(xp, labels, weights, collective)
         if not 0 < p < 1:
             p = min(max(p, 1e-7), 1 - 1e-7)  # a single-class label: a finite, very sure start

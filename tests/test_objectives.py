@@ -381,3 +381,19 @@ def test_xgboost_habits_on_the_booster():
     assert booster.feature_importances("weight") == booster.feature_importances("split")
     with pytest.raises(ValueError, match="importance_type must be one of"):
         booster.feature_importances("wieght")
+
+
+@pytest.mark.parametrize("base_score", [None, 0.3, 2.0, -1.5])
+def test_logitraw_base_score_is_a_margin_as_in_xgboost(base_score):
+    """binary:logitraw predicts margins, and XGBoost takes its base_score as one (any number;
+    0.5 when not given, not estimated from the labels): the same start as XGBoost's."""
+    xgboost = pytest.importorskip("xgboost")
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((400, 3)).astype(np.float32)
+    y = (rng.random(400) < 0.8).astype(np.float64)
+    params = {"objective": "binary:logitraw"} | ({} if base_score is None
+                                                 else {"base_score": base_score})
+    ours = gbflow.train(X, y, params, num_boost_round=0, verbose=False).predict(X)
+    theirs = xgboost.train(params, xgboost.DMatrix(X, y), 0).predict(xgboost.DMatrix(X))
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-7)
+    assert ours[0] == (0.5 if base_score is None else base_score)
