@@ -375,9 +375,13 @@ class _Cluster:
                 return
             if any(s in ("error", "cancelled") for s in states):
                 # The others stop within moments (aborted by the failing task); wait for them so
-                # that raise_first can choose the original error over their echoes of it.
+                # that raise_first can choose the original error over their echoes of it. A dead
+                # worker's task never ends: stop waiting once the scheduler reports it gone.
                 settle = time.monotonic() + 2.0
                 while time.monotonic() < settle and not all(t.done() for t in tasks):
+                    alive = self.client.scheduler_info(n_workers=-1)["workers"]
+                    if any(a not in alive for a, t in zip(addresses, tasks) if not t.done()):
+                        break
                     time.sleep(_POLL)
                 return
             self.known.save()
