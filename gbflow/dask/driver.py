@@ -120,7 +120,11 @@ def _train_on_cluster(client, ddf, evals, spec: Spec, known: KnownRounds, on_wor
                 raise
             log_line(f"gbflow.dask: {e}; restarting from round {known.rounds} (restart "
                      f"{attempt + 1} of at most {MAX_RESTARTS})")
-            client.wait_for_workers(1, timeout=spec.timeout)
+            try:
+                client.wait_for_workers(1, timeout=spec.timeout)
+            except TimeoutError:
+                raise WorkerLostError(f"no worker left to restart training on (waited "
+                                      f"{spec.timeout:g} s, gbflow.collective-timeout)") from e
     raise AssertionError("unreachable")
 
 
