@@ -410,6 +410,12 @@ def load_model(path) -> Booster:
     file and ValueError naming the file and the entry at fault for anything else: not JSON, an
     XGBoost or LightGBM model, another version, a missing, mistyped or inconsistent entry.
     """
+    return read_model_file(path)[0]
+
+
+def read_model_file(path) -> tuple[Booster, dict]:
+    """``load_model``'s Booster, and the file's parsed JSON (for entries beside the model's,
+    such as a checkpoint's training state)."""
     path = os.fspath(path)
     try:
         with open(path, encoding="utf-8") as f:
@@ -436,7 +442,7 @@ def load_model(path) -> Booster:
                          f"{d.get('version')!r}, which this gbflow cannot read (it reads version "
                          f"{FORMAT_VERSION})")
     try:
-        return Booster.from_dict(d)
+        return Booster.from_dict(d), d
     except (TypeError, ValueError, OverflowError, LookupError) as e:  # model_check's, the
         # parameters', or (a backstop) any other a malformed entry raises on the way
         detail = str(e) if isinstance(e, (TypeError, ValueError)) else f"{type(e).__name__}: {e}"

@@ -15,7 +15,7 @@ import json
 import numbers
 import os
 
-from .booster import Booster, load_model, write_whole
+from .booster import Booster, read_model_file, write_whole
 
 STATE_KEY = "training_state"  # the checkpoint's entry beside the model file's own
 
@@ -99,9 +99,8 @@ def read(checkpoint: Checkpoint | None) -> TrainingState | None:
     the file when it is not a gbflow checkpoint (a model file without training state, say)."""
     if checkpoint is None or not os.path.exists(checkpoint.path):
         return None
-    model = load_model(checkpoint.path)  # the model file's checks
-    with open(checkpoint.path, encoding="utf-8") as f:
-        state = json.load(f).get(STATE_KEY)
+    model, d = read_model_file(checkpoint.path)  # the model file's checks
+    state = d.get(STATE_KEY)
     try:
         result = TrainingState(model, _history(state["evals_result"]),
                                _rounds(state["eval_rounds"]), _count(state["num_boost_round"]),
@@ -128,8 +127,12 @@ class Saver:
     def __init__(self, checkpoint: Checkpoint, done: int = 0):
         self.checkpoint, self.written = checkpoint, done
 
+    def due(self, rounds: int) -> bool:
+        """Whether ``rounds`` completed rounds cross a period since the last state written."""
+        return rounds // self.checkpoint.period > self.written // self.checkpoint.period
+
     def __call__(self, state: TrainingState) -> None:
-        if state.rounds // self.checkpoint.period > self.written // self.checkpoint.period:
+        if self.due(state.rounds):
             write(self.checkpoint, state)
             self.written = state.rounds
 

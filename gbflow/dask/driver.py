@@ -9,14 +9,21 @@ import threading
 import time
 import uuid
 
-from .. import inputs, resume
+from .. import _dtypes, inputs, resume
 from ..backend import on_gpu
 from ..evaluation import EvalOptions
 from ..params import Params
 from ..progress import Progress, log_line
 from . import inputs as dask_inputs
 from .collective import CollectivePlugin, abort_session
-from .errors import CollectiveAborted, CollectiveError, CollectiveTimeout, WorkerLostError
+from .errors import (
+    CollectiveError,
+    CollectiveTimeout,
+    WorkerLostError,
+    lost_error,
+    raise_first,
+    worker_statuses,
+)
 from .local import partitions_of, train_in_process
 from .memory import check_worker_memory, training_bytes
 from .messages import PartitionRef, Spec
@@ -180,6 +187,11 @@ class _Cluster:
         for f in futures:
             f.release()
 
+    # -- the cluster's workers -------------------------------------------------------------------
+    def _workers(self) -> dict:
+        """The scheduler's workers now: {address: info (status, memory_limit, metrics, ...)}."""
+        return self.client.scheduler_info(n_workers=-1)["workers"]
+
     # -- events from the tasks -------------------------------------------------------------------
     def _on_event(self, event) -> None:
         _, message = event
@@ -325,23 +337,21 @@ class _Cluster:
         spec = self.spec
         if spec.data_on_gpu or spec.params.device == "cuda":
             return  # device memory: paged training (device_memory_limit)
-        bin_bytes = 1 if spec.params.max_bin <= 256 else 2
+        bin_bytes = _dtypes.bin_dtype(spec.params.max_bin).itemsize
         needs = {}
         for rank, address in enumerate(addresses):
             rows = sum(r.rows for r in train_refs[rank])
             eval_rows = sum(r.rows for refs in eval_refs[rank] for r in refs)
             needs[address] = (training_bytes(rows, eval_rows, len(spec.features),
                                              spec.params.n_groups, bin_bytes), rows)
-        check_worker_memory(needs, self.client.scheduler_info(n_workers=-1)["workers"],
+        check_worker_memory(needs, self._workers(),
                             dask.config.get("distributed.worker.memory.pause", 0.8))
 
     def _wait_all(self, futures, doing: str) -> None:
         """Wait until every future is done. A pipeline may take as long as it takes, but when
         none finished for the collective timeout and a worker is paused (Dask stops running
         tasks on a worker above its memory pause threshold), CollectiveTimeout naming it."""
-        ended = threading.Event()
-        for f in futures:
-            f.add_done_callback(lambda _: ended.set())
+        ended = _woken_when_done(futures)
         finished, progress = 0, time.monotonic()
         while True:
             ended.clear()
@@ -351,13 +361,13 @@ class _Cluster:
             if now_done > finished:
                 finished, progress = now_done, time.monotonic()
             elif time.monotonic() - progress > self.spec.timeout:
-                workers = self.client.scheduler_info(n_workers=-1)["workers"]
+                workers = self._workers()
                 paused = [a for a, w in workers.items() if w.get("status") == "paused"]
                 if paused:
                     raise CollectiveTimeout(
                         f"{doing} made no progress for {self.spec.timeout:g} s "
-                        f"(gbflow.collective-timeout) and worker(s) {_statuses(paused, workers)}"
-                        f" hold what is left: {_PAUSED}")
+                        f"(gbflow.collective-timeout) and worker(s) "
+                        f"{worker_statuses(paused, workers)} hold what is left: {_PAUSED}")
             ended.wait(_LIVENESS_PERIOD)
 
     def _watch(self, tasks, addresses) -> None:
@@ -368,9 +378,7 @@ class _Cluster:
         It waits on an event set by the tasks' done callbacks, not on ``distributed.wait`` with
         a timeout: each timeout raised a TimeoutError, whose traceback, caught here, kept this
         frame and ``run``'s alive until the garbage collector ran."""
-        ended = threading.Event()
-        for t in tasks:
-            t.add_done_callback(lambda _: ended.set())
+        ended = _woken_when_done(tasks)
         next_check, submitted = 0.0, time.monotonic()
         while True:
             ended.clear()  # before looking: a task ending after the look wakes the wait below
@@ -383,24 +391,22 @@ class _Cluster:
                 # worker's task never ends: stop waiting once the scheduler reports it gone.
                 settle = time.monotonic() + 2.0
                 while time.monotonic() < settle and not all(t.done() for t in tasks):
-                    alive = self.client.scheduler_info(n_workers=-1)["workers"]
-                    if any(a not in alive for a, t in zip(addresses, tasks) if not t.done()):
+                    if _gone(addresses, self._workers()):
                         break
                     time.sleep(_POLL)
                 return
             self.known.save()
             now = time.monotonic()
             if now >= next_check:
-                alive = self.client.scheduler_info(n_workers=-1)["workers"]
-                gone = [a for a in addresses if a not in alive]
-                if gone:
-                    raise _lost(gone, addresses)
+                alive = self._workers()
+                if _gone(addresses, alive):
+                    raise lost_error(_gone(addresses, alive), addresses)
                 waiting = [a for r, a in enumerate(addresses) if r not in self.started]
                 if waiting and now - submitted > self.spec.timeout:
                     raise CollectiveTimeout(
-                        f"the training task did not start on worker(s) {_statuses(waiting, alive)}"
-                        f" within {self.spec.timeout:g} s (gbflow.collective-timeout): "
-                        f"{_PAUSED}")
+                        f"the training task did not start on worker(s) "
+                        f"{worker_statuses(waiting, alive)} within {self.spec.timeout:g} s "
+                        f"(gbflow.collective-timeout): {_PAUSED}")
                 next_check = now + _LIVENESS_PERIOD
             ended.wait(_POLL)
 
@@ -415,17 +421,16 @@ class _Cluster:
             return
         deadline = time.monotonic() + _LOSS_NOTICE
         while True:
-            alive = self.client.scheduler_info(n_workers=-1)["workers"]
-            gone = [a for a in addresses if a not in alive]
-            if gone:
-                raise _lost(gone, addresses)
+            alive = self._workers()
+            if _gone(addresses, alive):
+                raise lost_error(_gone(addresses, alive), addresses)
             if time.monotonic() > deadline:
                 break
             time.sleep(_POLL)
         raise CollectiveTimeout(
-            f"training worker(s) {_statuses(stuck, alive)} stopped answering (hung, stopped or "
-            f"paused) and the others gave up after {self.spec.timeout:g} s without a message "
-            f"(gbflow.collective-timeout); training was stopped") from failed[0]
+            f"training worker(s) {worker_statuses(stuck, alive)} stopped answering (hung, "
+            f"stopped or paused) and the others gave up after {self.spec.timeout:g} s without a "
+            f"message (gbflow.collective-timeout); training was stopped") from failed[0]
 
     def _stop(self, tasks, addresses) -> None:
         """After a failure: tell the tasks still running to stop (in the background, for at most
@@ -460,32 +465,20 @@ class _Cluster:
         return booster
 
 
-def _statuses(workers: list, alive: dict) -> str:
-    """"['tcp://a' (paused), ...]": the workers with their status at the scheduler."""
-    return "[" + ", ".join(f"{a!r} ({alive.get(a, {}).get('status', 'gone')})"
-                           for a in workers) + "]"
+def _woken_when_done(futures) -> threading.Event:
+    """An event each future sets when it ends: a wait on it wakes at once, not at a poll (clear
+    it before looking at the futures, so that one ending after the look still wakes the wait)."""
+    ended = threading.Event()
+    for f in futures:
+        f.add_done_callback(lambda _: ended.set())
+    return ended
 
 
-def _lost(gone: list, addresses: list) -> WorkerLostError:
-    return WorkerLostError(f"training worker(s) {gone} left the cluster during training (of "
-                           f"{len(addresses)} training workers); training was stopped on the "
-                           f"others")
+def _gone(addresses: list, alive: dict) -> list:
+    """The training workers the scheduler no longer has."""
+    return [a for a in addresses if a not in alive]
 
 
 def _same(frame):
     """Identity task: a copy of a partition on the worker it runs on."""
     return frame
-
-
-def raise_first(tasks):
-    """Raise the most telling error of failed tasks: an input or program error before a lost
-    worker, before an abort (which only echoes another task's failure)."""
-    failed = [(t, t.exception()) for t in tasks if t.status == "error"]
-    if not failed:
-        return
-
-    def rank(item):
-        e = item[1]
-        return 2 if isinstance(e, CollectiveAborted) else 1 if isinstance(e, CollectiveError) else 0
-    failed.sort(key=rank)
-    failed[0][0].result()

@@ -72,9 +72,7 @@ class KnownRounds:
 
     def save(self) -> None:
         """Write the checkpoint when a period's rounds have been completed since the last."""
-        if self.saver is not None and \
-                self.rounds // self.saver.checkpoint.period > \
-                self.saver.written // self.saver.checkpoint.period:
+        if self.saver is not None and self.saver.due(self.rounds):
             state = self.state()
             if state is not None:
                 self.saver(state)

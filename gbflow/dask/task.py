@@ -1,6 +1,7 @@
 """The training task each worker runs: partitions loaded, ranks agreed, ``boosting.fit`` run."""
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import itertools
@@ -10,7 +11,6 @@ import numpy as np
 
 from .. import boosting
 from ..backend import get_backend
-from ..booster import Booster
 from ..shards import ShardSet
 from ..stores import nbytes_of
 from .collective import DaskCollective
@@ -167,10 +167,9 @@ class RoundReports:
                    "history": {s: {m: list(v[n:]) for m, v in per.items()}
                                for s, per in state.history.items()}}
         if not self.head_sent:  # the model file's entries other than the trees, once
-            message["head"] = {k: v for k, v in Booster(
-                [], model.cuts, model.feature_names, model.params, model.base_margin,
-                model.label_name, model.weight_name, categories=model.categories).to_dict()
-                .items() if k != "trees"}
+            treeless = copy.copy(model)
+            treeless.trees = []
+            message["head"] = {k: v for k, v in treeless.to_dict().items() if k != "trees"}
             self.head_sent = True
         self.worker.log_event(self.topic, message)
         self.trees, self.evaluated = len(model.trees), len(state.eval_rounds)
