@@ -1,8 +1,9 @@
 """The best categorical split of every node of a level (one-hot and sorted-partition splits).
 
-Written once against the array namespace: the same operations on NumPy and CuPy arrays, whose
-results agree exactly (integer sums, IEEE float64 arithmetic without fused multiply-adds, stable
-sorts), so a model does not depend on the device.
+Each (node, feature) is scored by the backend's ``categorical_splits`` kernel (its NumPy twin
+defines the candidates; numba and CUDA give the same results bit for bit); this module picks
+each node's best feature and forms its category set with array-namespace code, the same on
+NumPy and CuPy, so a model does not depend on the device.
 
 A categorical feature of K categories has bins 1..K (category k at bin k + 1 in the sorted
 value list) and the missing bin 0. A split sends a set S of categories right and the others
@@ -17,8 +18,8 @@ numeric splits.
   are regularised with reg_lambda + ``cat_l2`` (LightGBM's cat_l2), which keeps
   high-cardinality columns from winning on noise.
 
-Ties are broken by position in the candidate order (feature, kind, set size, missing side) and
-the sort by category: the first candidate of the best gain wins, on every device.
+Ties are broken by position in the candidate order (feature, direction, set size, missing side)
+and the sort by category: the first candidate of the best gain wins, on every device.
 """
 from __future__ import annotations
 
@@ -37,117 +38,61 @@ class CategoryRule:
     cat_l2: float
 
 
-def _score(xp, G, H, reg_lambda, reg_alpha):
-    t = xp.where(G > reg_alpha, G - reg_alpha, xp.where(G < -reg_alpha, G + reg_alpha, 0.0))
-    return t * t / (H + reg_lambda)
-
-
-def _gains(xp, right, total, inv_g, inv_h, lam, alpha, mcw, valid):
-    """Gains of candidates whose right children hold ``right`` (..., 2) int64 (the left ones the
-    rest of their node's ``total``, broadcast), -inf where not ``valid`` or a child is lighter
-    than ``mcw``. lam: reg_lambda (+ cat_l2), broadcastable."""
-    left = total - right
-    GL, HL = left[..., 0] * inv_g, left[..., 1] * inv_h
-    GR, HR = right[..., 0] * inv_g, right[..., 1] * inv_h
-    GP, HP = total[..., 0] * inv_g, total[..., 1] * inv_h
-    ok = valid & (HL >= mcw) & (HR >= mcw) & (HL + lam > 0) & (HR + lam > 0)
-    safe = xp.where(ok, 1.0, 0.0)  # keeps the dropped candidates' arithmetic finite
-    gain = (_score(xp, GL * safe, xp.where(ok, HL, 1.0), lam, alpha)
-            + _score(xp, GR * safe, xp.where(ok, HR, 1.0), lam, alpha)) \
-        - _score(xp, GP * safe, xp.where(ok, HP, 1.0), lam, alpha)
-    return xp.where(ok, gain, -np.inf)
-
-
-def search(xp, hist, features: np.ndarray, n_categories: np.ndarray, allowed, constants: tuple,
-           rule: CategoryRule) -> tuple:
+def search(xp, kernels, hist, features: np.ndarray, n_categories: np.ndarray, allowed,
+           constants: tuple, rule: CategoryRule) -> tuple:
     """Each node's best categorical split in a store's histograms.
 
+    kernels: the backend's kernel module (``categorical_splits`` scores every (node, feature)).
     hist: (N, D, B, 2) int64 device histograms of the dense store (every row in one bin of each
-    feature). features: (C,) host int store-local ids of its categorical features;
+    feature). features: (C,) host int store-local ids of its categorical features, ascending;
     n_categories: (C,) host int their category counts. allowed: (C,) host bool, the features
     this tree may use (the others are not searched).
     constants: ``SplitRule.constants``. Returns device arrays: gain (N,) float64 (-inf: none),
     feature (N,) int32 store-local (-1: none), right_bins (N, B) bool (the bins that go right),
-    default_left (N,) bool, left_sum (N, 2) int64. Features are searched one at a time, each
-    over its own categories; a tie goes to the earlier feature. No side effects.
+    default_left (N,) bool, left_sum (N, 2) int64. A tie goes to the earlier feature. No side
+    effects. One kernel call for the one-hot features and one for the others, whatever their
+    number: a handful of device operations a level.
     """
+    inv_g, inv_h, reg_lambda, reg_alpha, mcw = constants
     n_nodes, _, n_bins, _ = hist.shape
     total = hist[:, 0, :, :].sum(axis=1)  # (N, 2)
-    gain = xp.full(n_nodes, -np.inf)
-    feature = xp.full(n_nodes, -1, dtype=np.int32)
+    usable = [(int(f), int(k)) for f, k, ok in zip(features, n_categories, allowed)
+              if k >= 1 and ok]
     right_bins = xp.zeros((n_nodes, n_bins), dtype=bool)
+    if not usable or not n_nodes:
+        return (xp.full(n_nodes, -np.inf), xp.full(n_nodes, -1, dtype=np.int32), right_bins,
+                xp.zeros(n_nodes, dtype=bool), xp.zeros((n_nodes, 2), dtype=np.int64))
+    groups = []  # (positions in ``usable``, the kernel's results)
+    for onehot in (True, False):
+        members = [i for i, (_, k) in enumerate(usable) if (k < rule.max_cat_to_onehot) == onehot]
+        if members:
+            groups.append((members, kernels.categorical_splits(
+                hist, total, np.array([usable[i][0] for i in members], dtype=np.int64),
+                np.array([usable[i][1] for i in members], dtype=np.int64), onehot,
+                rule.max_cat_threshold, inv_g, inv_h, reg_lambda, reg_alpha, mcw,
+                rule.cat_smooth, rule.cat_l2)))
+    # every usable feature's gains in feature order: the first best is the earliest feature
+    placed = np.concatenate([members for members, _ in groups])
+    gain_table = xp.concatenate([result[0] for _, result in groups], axis=1)
+    if not np.array_equal(placed, np.arange(len(usable))):
+        gain_table = gain_table[:, xp.asarray(np.argsort(placed))]
+    choice = xp.argmax(gain_table, axis=1)
+    nodes = xp.arange(n_nodes)
+    gain = gain_table[nodes, choice]
+    split = gain > -np.inf
+    feature = xp.where(split, xp.asarray(np.array([f for f, _ in usable], np.int32))[choice],
+                       np.int32(-1))
     default_left = xp.zeros(n_nodes, dtype=bool)
     left_sum = xp.zeros((n_nodes, 2), dtype=np.int64)
-    for f, count, usable in zip(features, n_categories, allowed):
-        if count < 1 or not usable:
-            continue
-        found = _feature_search(xp, hist[:, int(f), : int(count) + 1], total, constants, rule)
-        take = found[0] > gain
-        gain = xp.where(take, found[0], gain)
-        feature = xp.where(take, np.int32(f), feature)
-        right_bins[:, : int(count) + 1] = xp.where(take[:, None], found[1],
-                                                   right_bins[:, : int(count) + 1])
-        right_bins[:, int(count) + 1:] &= ~take[:, None]
-        default_left = xp.where(take, found[2], default_left)
-        left_sum = xp.where(take[:, None], found[3], left_sum)
+    for members, (_, missing_right, right_sum, size, order) in groups:
+        column_of = np.full(len(usable), -1, dtype=np.int64)
+        column_of[members] = np.arange(len(members))
+        column = xp.asarray(column_of)[choice]  # the chosen feature's column here, -1: none
+        here = split & (column >= 0)
+        column = xp.maximum(column, 0)
+        default_left = xp.where(here, ~missing_right[nodes, column], default_left)
+        left_sum = xp.where(here[:, None], total - right_sum[nodes, column], left_sum)
+        # the chosen categories' bins (k + 1) go right; every other write is False to bin 0
+        goes = here[:, None] & (xp.arange(order.shape[2])[None, :] < size[nodes, column][:, None])
+        right_bins[nodes[:, None], xp.where(goes, order[nodes, column] + 1, 0)] = goes
     return gain, feature, right_bins, default_left, left_sum
-
-
-def _feature_search(xp, hist, total, constants: tuple, rule: CategoryRule) -> tuple:
-    """One categorical feature's best split per node: hist (N, K + 1, 2) int64 (missing bin,
-    then its K categories), total (N, 2) int64. Returns gain
-    (N,), right_bins (N, K + 1) bool, default_left (N,), left_sum (N, 2)."""
-    inv_g, inv_h, reg_lambda, reg_alpha, mcw = constants
-    n_nodes, width, _ = hist.shape
-    K = width - 1
-    cats = hist[:, 1:, :]  # (N, K, 2)
-    missing = hist[:, 0:1, :]  # (N, 1, 2)
-    node_total = total[:, None, None, :]  # (N, 1, 1, 2)
-    position = xp.arange(K)[None, :]
-    held = (cats[..., 0] != 0) | (cats[..., 1] != 0)
-    candidates = []  # gains (N, m, 2 sides) and right sums (N, m, 2 sides, 2)
-
-    def add(right, valid, lam):
-        with_missing = xp.stack([right, right + missing], axis=2)  # missing left, then right
-        candidates.append((_gains(xp, with_missing, node_total, inv_g, inv_h, lam, reg_alpha,
-                                  mcw, valid[..., None]), with_missing))
-
-    onehot = K < rule.max_cat_to_onehot
-    if onehot:
-        add(cats, held, reg_lambda)
-        order, prefix = None, 0
-    else:
-        H = cats[..., 1] * inv_h
-        eligible = held & (H > 0) & (H >= rule.cat_smooth)
-        key = xp.where(eligible, cats[..., 0] * inv_g, 0.0) / \
-            xp.where(eligible, H + rule.cat_smooth, 1.0)
-        n_eligible = eligible.sum(axis=1)[:, None]  # (N, 1)
-        prefix = min(K, rule.max_cat_threshold)
-        order = []
-        for sign in (1.0, -1.0):  # ascending keys, then descending: a prefix from each end
-            sorted_at = xp.argsort(xp.where(eligible, sign * key, np.inf), axis=1, kind="stable")
-            order.append(sorted_at)
-            ordered = xp.take_along_axis(cats, sorted_at[:, :prefix, None], axis=1)
-            # at least one sorted category stays left: the light ones never form a side alone
-            add(xp.cumsum(ordered, axis=1), position[:, :prefix] + 1 < n_eligible,
-                reg_lambda + rule.cat_l2)
-    gain = xp.concatenate([g.reshape(n_nodes, -1) for g, _ in candidates], axis=1)
-    right = xp.concatenate([r.reshape(n_nodes, -1, 2) for _, r in candidates], axis=1)
-    best = xp.argmax(gain, axis=1)
-    nodes = xp.arange(n_nodes)
-    best_gain = gain[nodes, best]
-    found = best_gain > -np.inf
-    right_sum = right[nodes, best]
-    missing_right = (best % 2) == 1
-    if onehot:
-        right_cats = position == (best // 2)[:, None]
-    else:  # the first ``size`` categories of the chosen order
-        descending = best >= 2 * prefix
-        size = xp.where(descending, best - 2 * prefix, best) // 2 + 1
-        chosen = xp.where(descending[:, None], order[1], order[0])
-        right_cats = xp.zeros((n_nodes, K), dtype=bool)
-        right_cats[nodes[:, None], chosen] = position < size[:, None]
-    right_bins = xp.concatenate([xp.zeros((n_nodes, 1), dtype=bool), right_cats & found[:, None]],
-                                axis=1)
-    return (best_gain, right_bins, found & ~missing_right,
-            xp.where(found[:, None], total - right_sum, 0).astype(np.int64))

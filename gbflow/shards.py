@@ -173,7 +173,8 @@ class ShardSet:
                                              np.where(owner == 1, local, -1), column)
             matrix, columns_ids = column[None, :], ids
         if side_map is not None:
-            self._map_sides(s, matrix, columns_ids, seg_start, seg_count, side_map, column)
+            self.backend.kernels.map_sides(matrix, self.row_index[s], seg_start, seg_count,
+                                           columns_ids, side_map, column)
         return column[None, :], ids
 
     def split_ids(self, feature, side_map=None) -> np.ndarray:
@@ -181,20 +182,6 @@ class ShardSet:
         if (self._owner[feature] == 0).all() and side_map is None:
             return self._local[feature]
         return np.zeros(len(feature), dtype=np.int32)
-
-    def _map_sides(self, s: int, matrix, ids, seg_start, seg_count, side_map, column) -> None:
-        """column[row] = side_map[k, matrix[ids[k], row]] for every row of node k's segment of
-        shard s (array operations on the device: a row's node found by a search over the
-        segments' ends)."""
-        xp = self.backend.xp
-        counts = np.asarray(seg_count, dtype=np.int64)
-        ends = xp.asarray(np.cumsum(counts))
-        position = xp.arange(int(counts.sum()), dtype=np.int64)
-        node = xp.searchsorted(ends, position, side="right")
-        first = xp.asarray(np.asarray(seg_start, dtype=np.int64) - (np.cumsum(counts) - counts))
-        rows = self.row_index[s][first[node] + position].astype(np.int64)
-        bins = matrix[xp.asarray(np.asarray(ids, dtype=np.int64))[node], rows]
-        column[rows] = xp.asarray(side_map)[node, bins.astype(np.int64)].astype(column.dtype)
 
     def partition(self, gh, seg_start, seg_count, feature, bin_threshold, default_left,
                   small_is_left, n_bins, out: Histograms, side_map=None) -> list:

@@ -82,7 +82,7 @@ def find_splits(backend, stores: list, hist, feature_allowed: np.ndarray, consta
         dense = stores[0]
         local = np.flatnonzero(categorical[dense.features])
         result = category_splits.search(
-            backend.xp, hist.arrays[0], local, dense.n_value_bins_host[local],
+            backend.xp, backend.kernels, hist.arrays[0], local, dense.n_value_bins_host[local],
             feature_allowed[dense.features[local]], constants, category_rule)
         gain, feature, right_bins, default_left, left_sum = result
         no_threshold = backend.xp.zeros(len(gain), dtype=np.int32)

@@ -37,7 +37,11 @@ PARAMS = {"max_depth": 4, "learning_rate": 0.3, "max_cat_to_onehot": 4}
 
 def _search(xp, hist, n_categories, rule, constants=(1.0, 1.0, 0.0, 0.0, 0.0)):
     n_features = hist.shape[1]
-    return category_splits.search(xp, xp.asarray(hist), np.arange(n_features),
+    if xp is np:
+        kernels = numpy_kernels
+    else:
+        from gbflow.backend import cuda_kernels as kernels
+    return category_splits.search(xp, kernels, xp.asarray(hist), np.arange(n_features),
                                   np.asarray(n_categories), xp.ones(n_features, dtype=bool),
                                   constants, rule)
 
@@ -101,6 +105,57 @@ def test_cat_smooth_leaves_light_categories_out_and_cat_l2_lowers_the_gain():
     assert not smoothed[2][0, 4]  # left out of the sort: it stays left
     assert smoothed[2][0].tolist() == [False, False, True, True, False]
     assert _search(np, hist, [4], penalised)[0][0] < smoothed[0][0]
+
+
+def _category_histograms(rng, n_nodes, n_categories, ties):
+    """(hist (N, F, B, 2) int64, total (N, 2)): random sums per category (some empty, some
+    without hessian), feature 0's bins summing to the nodes' totals, the others' missing bins
+    making up the rest; ``ties`` copies one category's sums onto a run of others."""
+    n_bins = int(max(n_categories)) + 1
+    hist = np.zeros((n_nodes, len(n_categories), n_bins, 2), dtype=np.int64)
+    for f, K in enumerate(n_categories):
+        hist[:, f, :K + 1, 0] = rng.integers(-40, 40, (n_nodes, K + 1)) * \
+            (rng.random((n_nodes, K + 1)) < 0.7)
+        hist[:, f, :K + 1, 1] = rng.integers(0, 25, (n_nodes, K + 1)) * \
+            (rng.random((n_nodes, K + 1)) < 0.8)
+        if ties and K > 8:
+            hist[:, f, 4:8] = hist[:, f, 2:3]
+    total = hist[:, 0].sum(axis=1)
+    for f in range(1, len(n_categories)):
+        hist[:, f, 0] += total - hist[:, f].sum(axis=1)
+    return hist, total
+
+
+@pytest.mark.parametrize("onehot", [True, False])
+@pytest.mark.parametrize("n_nodes,n_categories,threshold,smooth", [
+    (1, [1], 64, 0.0), (3, [6, 2, 30], 64, 0.0), (5, [40, 7, 40], 4, 3.0),
+    (4, [100, 3000, 17], 64, 1.0), (2, [5000], 8, 10.0), (7, [2, 2, 2, 2], 1, 0.0)])
+def test_categorical_splits_kernel_against_its_twin(kernels, onehot, n_nodes, n_categories,
+                                                    threshold, smooth):
+    """Every (node, feature)'s best set, bit for bit, and the twin's result is its definition:
+    the gain of the set it names, the best over one-category sets (one-hot)."""
+    rng = np.random.default_rng(n_nodes + sum(n_categories) + threshold)
+    for ties in (False, True):
+        hist, total = _category_histograms(rng, n_nodes, n_categories, ties)
+        columns = np.arange(len(n_categories))[::-1].copy()  # any order of columns
+        args = (hist, total, columns, np.array(n_categories)[columns], onehot, threshold,
+                0.5, 0.25, 1.0, 0.0, 0.5, smooth, 2.0)
+        expected = numpy_kernels.categorical_splits(*args)
+        got = kernels.categorical_splits(*args)
+        for a, b in zip(expected, got):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+        gain, missing_right, right_sum, size, order = expected
+        for n in range(n_nodes):
+            for j, f in enumerate(columns):
+                if gain[n, j] == -np.inf:
+                    assert size[n, j] == 0 and (order[n, j] == -1).all()
+                    continue
+                right = order[n, j, :size[n, j]]
+                assert (order[n, j, size[n, j]:] == -1).all() and len(set(right)) == len(right)
+                sums = hist[n, f, right + 1].sum(axis=0) + (hist[n, f, 0] if missing_right[n, j]
+                                                            else 0)
+                assert np.array_equal(right_sum[n, j], sums)
+                assert size[n, j] <= (1 if onehot else threshold)
 
 
 @pytest.mark.gpu

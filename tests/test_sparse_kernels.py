@@ -1,4 +1,4 @@
-"""Every fast sparse-column kernel against its plain NumPy twin, exactly, including edge cases.
+"""Every fast sparse-column and split-column kernel against its NumPy twin, exactly, edge cases too.
 
 The sparse store of each test is built from a random binned dense matrix the way routing builds it:
 per sparse feature the common bin is its most frequent bin, and the entries are the other bins,
@@ -539,3 +539,30 @@ def test_predict_margins_csr(kernels, n_rows, n_groups, n_trees):
     assert np.array_equal(out, expected) and np.array_equal(got, expected)
     # the same as prediction on the dense matrix with NaN in the absent places
     assert np.array_equal(expected, numpy_kernels.predict_margins(dense, *forest, base.copy()))
+
+
+# ---------------------------------------------------------------------------------------------
+# map_sides (categorical splits: each row's bin mapped through its node's side map)
+
+@pytest.mark.parametrize("layout", ["copy", "view"])
+@pytest.mark.parametrize("n_rows,n_features,n_bins,n_nodes", [
+    (0, 2, 16, 1), (1, 1, 16, 1), (777, 3, 300, 3), (3001, 2, 5000, 7), (30011, 4, 64, 300)])
+def test_map_sides(kernels, n_rows, n_features, n_bins, n_nodes, layout):
+    rng = np.random.default_rng(n_rows + n_bins)
+    dtype = _dtypes.bin_dtype(n_bins)
+    bins_by_feature = rng.integers(0, n_bins, size=(n_features, n_rows)).astype(dtype)
+    if layout == "view":
+        bins_by_feature = np.ascontiguousarray(bins_by_feature.T).T
+    row_index, start, count = random_segments(rng, n_rows, n_nodes)
+    listed = np.flatnonzero(rng.random(n_nodes) < 0.7) if n_nodes > 2 else np.arange(n_nodes)
+    side_map = rng.integers(0, 3, size=(len(listed), n_bins)).astype(np.uint8)
+    ids = rng.integers(0, n_features, len(listed)).astype(np.int32)
+    args = (bins_by_feature, row_index, start[listed], count[listed], ids, side_map)
+    poison = np.full(n_rows, 7, dtype)  # rows outside the listed segments keep it
+    expected = numpy_kernels.map_sides(*args, poison.copy())
+    for j, k in enumerate(listed):  # the twin against its definition, row by row
+        for row in row_index[start[k]:start[k] + count[k]][:50]:
+            assert expected[row] == side_map[j, bins_by_feature[ids[j], row]]
+    out = poison.copy()
+    got = kernels.map_sides(*args, out)
+    assert got is out and got.dtype == dtype and np.array_equal(out, expected)

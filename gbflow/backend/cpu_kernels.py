@@ -921,6 +921,107 @@ def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, pa
         left_sum[k, 1] = best_lh
 
 
+@njit(**_JIT)
+def _try_categories(hist, n, f, right_g, right_h, tg, th, parent, inv_scale_g, inv_scale_h, lam,
+                    reg_alpha, min_child_weight, best_gain, j, missing_right, right_sum):
+    """Both sides of the missing values for one category set summing to (right_g, right_h);
+    True where one beats best_gain[n, j] (then recorded)."""
+    taken = False
+    for side in range(2):
+        rg = right_g + (hist[n, f, 0, 0] if side else 0)
+        rh = right_h + (hist[n, f, 0, 1] if side else 0)
+        g = _candidate_gain(tg - rg, th - rh, tg, th, parent, inv_scale_g, inv_scale_h, lam,
+                            reg_alpha, min_child_weight)
+        if g > best_gain[n, j]:
+            best_gain[n, j] = g
+            missing_right[n, j] = side == 1
+            right_sum[n, j, 0] = rg
+            right_sum[n, j, 1] = rh
+            taken = True
+    return taken
+
+
+@njit(parallel=True, **_JIT)
+def _categorical_splits(hist, total, columns, n_categories, onehot, max_cat_threshold,
+                        inv_scale_g, inv_scale_h, lam, reg_alpha, min_child_weight, cat_smooth,
+                        gain, missing_right, right_sum, size, order):
+    n_features = columns.shape[0]
+    for task in prange(hist.shape[0] * n_features):
+        n = task // n_features
+        j = task % n_features
+        f = columns[j]
+        K = n_categories[j]
+        tg = total[n, 0]
+        th = total[n, 1]
+        parent = _score(np.float64(tg) * inv_scale_g, np.float64(th) * inv_scale_h, lam,
+                        reg_alpha)
+        if onehot:
+            for k in range(K):
+                cg = hist[n, f, k + 1, 0]
+                ch = hist[n, f, k + 1, 1]
+                if (cg != 0 or ch != 0) and _try_categories(
+                        hist, n, f, cg, ch, tg, th, parent, inv_scale_g, inv_scale_h, lam,
+                        reg_alpha, min_child_weight, gain, j, missing_right, right_sum):
+                    size[n, j] = 1
+                    order[n, j, 0] = k
+            continue
+        eligible = np.empty(K, dtype=np.int64)
+        n_eligible = 0
+        for k in range(K):
+            h = hist[n, f, k + 1, 1]
+            H = np.float64(h) * inv_scale_h
+            if h != 0 and H > 0 and H >= cat_smooth:
+                eligible[n_eligible] = k
+                n_eligible += 1
+        P = min(K, max_cat_threshold, n_eligible - 1)
+        if P <= 0:
+            continue
+        eligible = eligible[:n_eligible]
+        key = np.empty(n_eligible, dtype=np.float64)
+        for i in range(n_eligible):
+            k = eligible[i]
+            key[i] = (np.float64(hist[n, f, k + 1, 0]) * inv_scale_g) / \
+                (np.float64(hist[n, f, k + 1, 1]) * inv_scale_h + cat_smooth)
+        for direction in range(2):
+            if direction == 1:
+                key = -key
+            run = eligible[np.argsort(key, kind="mergesort")]  # stable: ties by category
+            right_g = 0
+            right_h = 0
+            for i in range(P):
+                right_g += hist[n, f, run[i] + 1, 0]
+                right_h += hist[n, f, run[i] + 1, 1]
+                if _try_categories(hist, n, f, right_g, right_h, tg, th, parent, inv_scale_g,
+                                   inv_scale_h, lam, reg_alpha, min_child_weight, gain, j,
+                                   missing_right, right_sum):
+                    size[n, j] = i + 1
+                    order[n, j, :] = -1
+                    order[n, j, :i + 1] = run[:i + 1]
+
+
+def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_threshold,
+                       inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, min_child_weight,
+                       cat_smooth, cat_l2):
+    """See numpy_kernels.categorical_splits (the same five results, bit for bit): one task per
+    (node, feature), the eligible categories sorted with a stable sort."""
+    n_nodes, n_features = hist.shape[0], len(columns)
+    n_categories = np.asarray(n_categories, dtype=np.int64)
+    width = 1 if onehot else max([min(int(k), max_cat_threshold) for k in n_categories] + [1])
+    gain = np.full((n_nodes, n_features), -np.inf)
+    missing_right = np.zeros((n_nodes, n_features), dtype=np.bool_)
+    right_sum = np.zeros((n_nodes, n_features, 2), dtype=_dtypes.FIXED)
+    size = np.zeros((n_nodes, n_features), dtype=np.int32)
+    order = np.full((n_nodes, n_features, width), -1, dtype=np.int32)
+    if n_nodes and n_features:
+        _categorical_splits(hist, np.ascontiguousarray(total, dtype=_dtypes.FIXED),
+                            np.asarray(columns, dtype=np.int64), n_categories, bool(onehot),
+                            int(max_cat_threshold), float(inv_scale_g), float(inv_scale_h),
+                            float(reg_lambda if onehot else reg_lambda + cat_l2),
+                            float(reg_alpha), float(min_child_weight), float(cat_smooth), gain,
+                            missing_right, right_sum, size, order)
+    return gain, missing_right, right_sum, size, order
+
+
 def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv_scale_g,
                            inv_scale_h, reg_lambda, reg_alpha, min_child_weight):
     """See numpy_kernels.evaluate_sparse_splits (the same five results, bit for bit). With no
@@ -974,6 +1075,27 @@ def _split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin,
                 hi = indptr[r + 1]
                 e = _lower_bound(entry_feature, indptr[r], hi, s)
                 out[r] = entry_bin[e] if e < hi and entry_feature[e] == s else common
+
+
+@njit(parallel=True, **_JIT)
+def _map_sides(bins_by_feature, row_index, chunk_node, chunk_begin, chunk_end, ids, side_map,
+               out):
+    for c in prange(chunk_node.shape[0]):
+        k = chunk_node[c]
+        d = ids[k]
+        for p in range(chunk_begin[c], chunk_end[c]):
+            r = row_index[p]
+            out[r] = side_map[k, bins_by_feature[d, r]]
+
+
+def map_sides(bins_by_feature, row_index, seg_start, seg_count, ids, side_map, out):
+    """See numpy_kernels.map_sides. out written at the listed segments' rows and returned."""
+    node, begin, end = _chunks(seg_start, seg_count, numba.get_num_threads())
+    if len(node):
+        _map_sides(bins_by_feature, row_index, node, begin, end,
+                   np.asarray(ids, dtype=np.int64), np.ascontiguousarray(side_map, np.uint8),
+                   out)
+    return out
 
 
 @njit(parallel=True, **_JIT)

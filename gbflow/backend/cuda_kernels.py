@@ -788,6 +788,51 @@ def fill_common_bins(hist, totals, bin_offsets, common_bin):
     return hist
 
 
+# Sorted-partition categories sorted in shared memory up to this many a block (12 bytes each);
+# a feature with more categories sorts in global scratch.
+_CATEGORY_SORT_CAPACITY = 2048
+
+
+def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_threshold,
+                       inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, min_child_weight,
+                       cat_smooth, cat_l2):
+    """See ``numpy_kernels.categorical_splits``; the five results are CuPy arrays. hist, total:
+    CuPy int64; columns, n_categories: host arrays. One block per (node, feature)
+    (cuda/categories.cu)."""
+    n_nodes, n_features = hist.shape[0], len(columns)
+    n_categories = to_host(n_categories).astype(np.int64)
+    width = 1 if onehot else max([min(int(k), max_cat_threshold) for k in n_categories] + [1])
+    gain = cp.full((n_nodes, n_features), -np.inf)
+    missing_right = cp.zeros((n_nodes, n_features), dtype=bool)
+    right_sum = cp.zeros((n_nodes, n_features, 2), dtype=_dtypes.FIXED)
+    size = cp.zeros((n_nodes, n_features), dtype=np.int32)
+    order = cp.full((n_nodes, n_features, width), -1, dtype=np.int32)
+    if n_nodes == 0 or n_features == 0:
+        return gain, missing_right, right_sum, size, order
+    sort_width = 1 << max(int(n_categories.max()) - 1, 0).bit_length()
+    capacity = min(sort_width, _CATEGORY_SORT_CAPACITY)
+    scratch_width = sort_width if sort_width > capacity and not onehot else 1
+    scratch_keys = cp.empty(n_nodes * n_features * scratch_width, dtype=np.float64)
+    scratch_cats = cp.empty(n_nodes * n_features * scratch_width, dtype=np.int32)
+    columns, n_categories = _upload_small((columns, np.int64), (n_categories, np.int64))
+    _categories_kernel()(
+        (n_nodes * n_features,), (_THREADS,),
+        (_dev(hist, _dtypes.FIXED), _i64(hist.shape[1]), _i64(hist.shape[2]),
+         _dev(total, _dtypes.FIXED), columns, n_categories, _i32(n_features), _i32(bool(onehot)),
+         _i32(max_cat_threshold), np.float64(inv_scale_g), np.float64(inv_scale_h),
+         np.float64(reg_lambda if onehot else reg_lambda + cat_l2), np.float64(reg_alpha),
+         np.float64(min_child_weight), np.float64(cat_smooth), _i32(0 if onehot else capacity),
+         scratch_keys, scratch_cats, _i32(scratch_width), gain, missing_right, right_sum, size,
+         order, _i32(width)),
+        shared_mem=0 if onehot else 12 * capacity)
+    return gain, missing_right, right_sum, size, order
+
+
+@functools.lru_cache(maxsize=None)
+def _categories_kernel():
+    return _compile("categories.cu", "categorical_splits", 1)
+
+
 def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv_scale_g,
                            inv_scale_h, reg_lambda, reg_alpha, min_child_weight):
     """See ``numpy_kernels.evaluate_sparse_splits``; the five results are CuPy arrays. With no
@@ -836,6 +881,24 @@ def split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, 
          cp.ascontiguousarray(common_bin), _dev(row_index, _dtypes.ROW_INDEX),
          cp.ascontiguousarray(work), cp.ascontiguousarray(dense_feature),
          cp.ascontiguousarray(sparse_feature), out))
+    return out
+
+
+def map_sides(bins_by_feature, row_index, seg_start, seg_count, ids, side_map, out):
+    """See ``numpy_kernels.map_sides``: CuPy array operations over every listed row at once (a
+    row's node found by a search over the segments' ends). bins_by_feature, row_index, out:
+    CuPy; seg_start and seg_count read on the host, ids and side_map on either.
+    out written at the listed rows and returned."""
+    counts = to_host(seg_count).astype(np.int64)
+    if counts.sum() == 0:
+        return out
+    ends = cp.asarray(np.cumsum(counts))
+    position = cp.arange(int(counts.sum()), dtype=np.int64)
+    node = cp.searchsorted(ends, position, side="right")
+    first = cp.asarray(to_host(seg_start).astype(np.int64) - (np.cumsum(counts) - counts))
+    rows = row_index[first[node] + position].astype(np.int64)
+    bins = bins_by_feature[cp.asarray(ids, dtype=np.int64)[node], rows]
+    out[rows] = cp.asarray(side_map)[node, bins.astype(np.int64)].astype(out.dtype)
     return out
 
 

@@ -600,6 +600,80 @@ def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv
                            reg_lambda, reg_alpha, min_child_weight)
 
 
+def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_threshold,
+                       inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, min_child_weight,
+                       cat_smooth, cat_l2):
+    """Each (node, categorical feature)'s best category-set split (``category_splits``).
+
+    hist: (N, D, B, 2) int64 histograms; total: (N, 2) int64 the nodes' sums; columns: (c,)
+    int64 the features searched (store-local); n_categories: (c,) int64 their category counts K
+    (category k in bin k + 1; bin 0 missing; K + 1 <= B).
+
+    onehot True: every category that holds anything alone to the right (reg_lambda).
+    onehot False (LightGBM's and XGBoost's sorted partition): the eligible categories (holding
+    hessian > 0 and >= cat_smooth) sorted by G / (H + cat_smooth), stably (ties by category);
+    the candidates are the prefixes of that order read from either end, of at most
+    P = min(K, max_cat_threshold) categories and fewer than the eligible ones (one stays left),
+    with gains regularised by reg_lambda + cat_l2. Candidates are ordered (ascending prefixes,
+    then descending; size; missing left then right) and the first of equal gains wins.
+
+    Returns gain (N, c) float64 (-inf: none), missing_right (N, c) bool, right_sum (N, c, 2)
+    int64, size (N, c) int32 and order (N, c, W) int32, W = 1 when onehot else
+    min(max K, max_cat_threshold): the categories (0-based) that go right are
+    order[n, j, :size[n, j]]; the rest of order is -1 (all of it when there is no candidate).
+    """
+    n_nodes, n_features = hist.shape[0], len(columns)
+    width = 1 if onehot else max([min(int(k), max_cat_threshold) for k in n_categories] + [1])
+    lam = reg_lambda if onehot else reg_lambda + cat_l2
+    gain = np.full((n_nodes, n_features), -np.inf)
+    missing_right = np.zeros((n_nodes, n_features), dtype=bool)
+    right_sum = np.zeros((n_nodes, n_features, 2), dtype=np.int64)
+    size = np.zeros((n_nodes, n_features), dtype=np.int32)
+    order = np.full((n_nodes, n_features, width), -1, dtype=np.int32)
+    for n in range(n_nodes):
+        tg, th = int(total[n, 0]), int(total[n, 1])
+        with np.errstate(divide="ignore", invalid="ignore"):  # a parent of no hessian
+            parent = _score(tg * inv_scale_g, th * inv_scale_h, lam, reg_alpha)
+        for j, (f, K) in enumerate(zip(columns, n_categories)):
+            cats, missing = hist[n, f, 1:int(K) + 1], hist[n, f, 0]
+            if onehot:
+                runs = [np.flatnonzero((cats[:, 0] != 0) | (cats[:, 1] != 0))]
+                candidates = [([k], cats[k]) for k in runs[0]]
+            else:
+                H = cats[:, 1] * inv_scale_h
+                eligible = np.flatnonzero((cats[:, 1] != 0) & (H > 0) & (H >= cat_smooth))
+                key = (cats[eligible, 0] * inv_scale_g) / (H[eligible] + cat_smooth)
+                P = min(int(K), max_cat_threshold, len(eligible) - 1)
+                runs = [eligible[np.argsort(sign * key, kind="stable")] for sign in (1.0, -1.0)]
+                candidates = [(run[:i + 1], np.cumsum(cats[run[:P]], axis=0)[i])
+                              for run in runs for i in range(max(P, 0))]
+            for right_cats, right in candidates:
+                for side in (0, 1):
+                    R = right + (missing if side else 0)
+                    g = _candidate_gain(tg - int(R[0]), th - int(R[1]), tg, th, parent,
+                                        inv_scale_g, inv_scale_h, lam, reg_alpha,
+                                        min_child_weight)
+                    if g > gain[n, j]:
+                        gain[n, j], missing_right[n, j], right_sum[n, j] = g, bool(side), R
+                        size[n, j] = len(right_cats)
+                        order[n, j] = -1
+                        order[n, j, :len(right_cats)] = right_cats[:width]
+    return gain, missing_right, right_sum, size, order
+
+
+def _candidate_gain(lg, lh, tg, th, parent, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
+                    min_child_weight):
+    """Gain of the split whose left child sums to (lg, lh) of the node's (tg, th): the float
+    operations of ``evaluate_splits`` in its order; -inf where not valid."""
+    GL, HL = np.float64(lg) * inv_scale_g, np.float64(lh) * inv_scale_h
+    GR, HR = np.float64(tg - lg) * inv_scale_g, np.float64(th - lh) * inv_scale_h
+    if not (HL >= min_child_weight and HR >= min_child_weight and HL + reg_lambda > 0
+            and HR + reg_lambda > 0):
+        return -np.inf
+    return (_score(GL, HL, reg_lambda, reg_alpha) + _score(GR, HR, reg_lambda, reg_alpha)) \
+        - parent
+
+
 def sparse_bin(indptr, entry_feature, entry_bin, common_bin, row, s):
     """The bin of row ``row`` in sparse feature ``s``: its stored entry, else the common bin.
     entry_feature int16 or int32 (0 <= s < S fits either)."""
@@ -627,6 +701,20 @@ def split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, 
             for row in rows:
                 out[row] = sparse_bin(indptr, entry_feature, entry_bin, common_bin, row,
                                       sparse_feature[k])
+    return out
+
+
+def map_sides(bins_by_feature, row_index, seg_start, seg_count, ids, side_map, out):
+    """Each listed node's rows' bins of its split feature, mapped through the node's side map.
+
+    bins_by_feature: (k, n_rows) bins; node k's rows (row_index[seg_start[k]:][:seg_count[k]])
+    read row ``ids[k]``. side_map: (n_nodes, n_bins) uint8 (0 missing, 1 left, 2 right;
+    ``split.LevelSplits.side_map``). out: (n_rows,) bins, written at the listed rows only:
+    out[row] = side_map[k, bins_by_feature[ids[k], row]]. Returns ``out``.
+    """
+    for k in range(len(seg_start)):
+        rows = row_index[seg_start[k] : seg_start[k] + seg_count[k]]
+        out[rows] = side_map[k, bins_by_feature[ids[k], rows].astype(np.int64)]
     return out
 
 
