@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from . import fixed_point, predictor, prepare
+from . import fixed_point, leaf_quantiles, predictor, prepare
 from .booster import Booster
 from .callback import Callbacks
 from .categories import recode_part
@@ -110,6 +110,8 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                                 drop_features,
                                 cuts=None if init_model is None else init_model.cuts)
     shards = shardset.shards
+    if objective.leaf_alpha is not None:  # the line search reads where each row's leaf is
+        shardset.level_plans = False
     weights = None if shards[0].weight is None else [s.weight for s in shards]
     base_margin = init_model.base_margin if init_model is not None else \
         objective.base_margin(xp, [s.label for s in shards], weights, params.base_score,
@@ -211,11 +213,19 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                                 fixed_point.fixed_point_scale(float(largest[k, 1]), n_total))
                 gh = [backend.kernels.quantise_gradients(g[:, k], h[:, k], scales.g, scales.h)
                       for g, h in grad_hess]
+                if objective.leaf_alpha is not None:  # the rows' weights (0: sampled out)
+                    search_weights = [leaf_quantiles.integer_weights(
+                        xp, h[:, k], float(largest[k, 1]), n_total) for _, h in grad_hess]
                 if k == n_groups - 1:
                     grad_hess = None  # quantized: the float gradients' memory serves the tree
             allowed = feature_sample(len(feature_names), params.seed, first_round + round_index,
                                      k, params.colsample_bytree)
             tree, leaf_rows = grow_tree(shardset, gh, scales, cuts, rules, allowed, k)
+            if objective.leaf_alpha is not None:
+                with timers("line search"):
+                    tree, leaf_rows = leaf_quantiles.line_search(
+                        backend, collective, tree, leaf_rows, shards, k, search_weights,
+                        objective.leaf_alpha, params.learning_rate)
             with timers("margins"):
                 for shard, rows in zip(shards, leaf_rows):
                     rows.add_to(backend.kernels, shard.margin[:, k])

@@ -46,7 +46,8 @@ class Params:
     # CPU threads of the kernels (XGBoost's nthread, alias n_jobs); None or <= 0: every core
     # numba may use (on a Dask worker, its own thread count)
     nthread: int | None = None
-    quantile_alpha: float = 0.5  # the quantile metric's level (XGBoost's name and default)
+    # reg:quantileerror's and the quantile metric's level (XGBoost's name and default)
+    quantile_alpha: float = 0.5
     # XGBoost's: without eval_metric, evaluate no built-in metric (only a custom metric)
     disable_default_eval_metric: bool = False
     device: str = "auto"
@@ -80,7 +81,8 @@ class Params:
         """The objective's ``Objective`` (gradients, link, base score), made once."""
         return objectives.get_objective(
             self.objective, self.num_class, scale_pos_weight=self.scale_pos_weight,
-            huber_slope=self.huber_slope, tweedie_variance_power=self.tweedie_variance_power)
+            huber_slope=self.huber_slope, tweedie_variance_power=self.tweedie_variance_power,
+            quantile_alpha=self.quantile_alpha)
 
     @property
     def n_groups(self) -> int:
@@ -220,6 +222,13 @@ def make_params(user: dict | None = None, **overrides) -> Params:
             spelled[canonical] = name
             merged[canonical] = value
     p = {}
+    alphas = merged.get("quantile_alpha")
+    if isinstance(alphas, (list, tuple, np.ndarray)):  # XGBoost takes several quantiles
+        if len(alphas) != 1:
+            raise ValueError(f"parameter quantile_alpha: one quantile per model in this version "
+                             f"of gbflow, got {len(alphas)} ({list(alphas)!r}); train one model "
+                             f"per quantile")
+        merged["quantile_alpha"] = alphas[0]
     # (name, kind, low, high, interval): "(" / ")" exclude the bound, "[" / "]" include it
     for name, kind, low, high, interval in [
         ("learning_rate", float, 0, math.inf, "(]"), ("max_depth", int, 1, 30, "[]"),

@@ -511,7 +511,8 @@ def test_cpu_workers_use_their_own_threads_only(clients, monkeypatch):
         assert numba.get_num_threads() == numba.config.NUMBA_NUM_THREADS
 
 
-@pytest.mark.parametrize("objective", ["count:poisson", "reg:tweedie", "multi:softmax"])
+@pytest.mark.parametrize("objective", ["count:poisson", "reg:tweedie", "multi:softmax",
+                                       "reg:quantileerror"])
 def test_new_objectives_on_workers_equal_in_process(objective, clients, tmp_path):
     """XGBoost's further objectives on 2 workers: the in-process model file and metrics, and
     multi:softmax's prediction of a Dask frame is one column of classes."""
@@ -520,6 +521,9 @@ def test_new_objectives_on_workers_equal_in_process(objective, clients, tmp_path
     if objective == "multi:softmax":
         df["y"] = np.digitize(df["y"], np.quantile(df["y"], [0.3, 0.7])).astype(float)
         params = {"objective": objective, "num_class": 3, "max_depth": 4}
+    elif objective == "reg:quantileerror":  # leaves by a line search over both workers' rows
+        params = {"objective": objective, "quantile_alpha": 0.3, "max_depth": 4,
+                  "subsample": 0.8}
     else:
         df["y"] = rng.poisson(np.exp(0.3 * (df["y"] - df["y"].mean()) / df["y"].std()))
         params = {"objective": objective, "max_depth": 4}

@@ -161,25 +161,25 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed: n
             stay = ~do_split
             for s in range(n_shards):
                 leaves[s].append((level_rows[s], seg_start[s][stay], seg_count[s][stay],
-                                  value[stay]))
+                                  level_id[stay]))
         if not n_split:
             break
         first_id = next_id
         next_id += 2 * n_split
     tree = Tree.concatenate_levels(levels, group)
-    return tree, _leaf_rows(shardset, leaves, last, levels[-1]["value"])
+    return tree, _leaf_rows(shardset, leaves, last, first_id, tree.value)
 
 
-def _leaf_rows(shardset, leaves: list, last: _LastSplits | None, last_values) -> list[LeafRows]:
+def _leaf_rows(shardset, leaves: list, last: _LastSplits | None, last_first_id: int,
+               node_value: np.ndarray) -> list[LeafRows]:
     """Every shard's ``LeafRows``: its leaves by row array, and the last level's splits (split
-    k's children are nodes 2k, 2k + 1 of the last level, in id order)."""
+    k's children are nodes last_first_id + 2k and + 2k + 1, in id order)."""
     if last is not None:
-        child_values = last_values.reshape(-1, 2)
-        split_info = (last.feature, last.bin_threshold, last.default_left, child_values[:, 0],
-                      child_values[:, 1])
+        split_info = (last.feature, last.bin_threshold, last.default_left,
+                      last_first_id + 2 * np.arange(len(last.feature), dtype=np.int64))
     else:
         empty = np.zeros(0, dtype=np.int64)
-        split_info = (empty, empty, np.zeros(0, dtype=bool), np.zeros(0), np.zeros(0))
+        split_info = (empty, empty, np.zeros(0, dtype=bool), empty)
     result = []
     for s in range(len(shardset.shards)):
         if last is not None:
@@ -188,7 +188,7 @@ def _leaf_rows(shardset, leaves: list, last: _LastSplits | None, last_values) ->
             split_rows = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
             by_feature = functools.partial(shardset.dense.columns, s)
         result.append(LeafRows(_leaves_by_array(leaves[s]), shardset.row_index[s], *split_rows,
-                               *split_info, by_feature=by_feature))
+                               *split_info, node_value=node_value, by_feature=by_feature))
     return result
 
 
@@ -197,8 +197,8 @@ def _split_matrix(shardset, s, seg_start, seg_count, feature, side_map):
 
 
 def _leaves_by_array(levels: list) -> list:
-    """Per level (row array, start, count, value) -> per distinct row array, in order of first
-    appearance, (row array, starts, counts, values) concatenated over its levels; arrays
+    """Per level (row array, start, count, node ids) -> per distinct row array, in order of
+    first appearance, (row array, starts, counts, node ids) concatenated over its levels; arrays
     without leaves are left out."""
     groups: list = []
     for rows, start, count, value in levels:

@@ -11,13 +11,16 @@ class LeafRows:
     """Where one shard's rows ended up in a level-by-level tree: all the margin update needs.
 
     Leaves above the last level own segments of a row array: ``leaves`` holds, per array that
-    holds any, (row_index, leaf_start, leaf_count, leaf_value). (The grower partitions from one
-    row array into the other and back, level by level, and a leaf's rows stay where its level
-    left them.) Nodes split at the last level were not partitioned: their segments of
-    ``row_index`` (split_start, split_count) and splits (feature, bin_threshold, default_left)
-    send each row to left_value or right_value, the row's split bin read from the matrix
-    ``by_feature()`` gives when the update runs (the dense store's (D, n) columns, or a (1, n)
-    gathered split column with ``feature`` 0). Host arrays, except the row arrays (device).
+    holds any, (row_index, leaf_start, leaf_count, leaf_node), leaf_node their tree node ids.
+    (The grower partitions from one row array into the other and back, level by level, and a
+    leaf's rows stay where its level left them.) Nodes split at the last level were not
+    partitioned: their segments of ``row_index`` (split_start, split_count) and splits
+    (feature, bin_threshold, default_left) send each row to the child left_node or
+    left_node + 1, the row's split bin read from the matrix ``by_feature()`` gives when the
+    update runs (the dense store's (D, n) columns, or a (1, n) gathered split column with
+    ``feature`` 0). node_value: (n_nodes,) float64 the tree's values by node id (``with_values``
+    swaps them: a line search's leaf values, or node ids to find each row's leaf). Host
+    arrays, except the row arrays (device).
     """
 
     leaves: list
@@ -27,20 +30,25 @@ class LeafRows:
     feature: np.ndarray
     bin_threshold: np.ndarray
     default_left: np.ndarray
-    left_value: np.ndarray
-    right_value: np.ndarray
+    left_node: np.ndarray
+    node_value: np.ndarray
     by_feature: object  # () -> (k, n) device matrix
 
     def add_to(self, kernels, margin) -> None:
         """margin[row] += the value of the row's leaf, for every row (margin: (n,) float64,
         device, may be a strided column view)."""
-        for row_index, start, count, value in self.leaves:
-            kernels.add_leaf_values(margin, row_index, start, count, value)
+        for row_index, start, count, node in self.leaves:
+            kernels.add_leaf_values(margin, row_index, start, count, self.node_value[node])
         if len(self.split_start):
             kernels.add_split_leaf_values(margin, self.by_feature(), self.row_index,
                                           self.split_start, self.split_count, self.feature,
                                           self.bin_threshold, self.default_left,
-                                          self.left_value, self.right_value)
+                                          self.node_value[self.left_node],
+                                          self.node_value[self.left_node + 1])
+
+    def with_values(self, node_value: np.ndarray) -> "LeafRows":
+        """The same rows, adding ``node_value`` ((n_nodes,) float64 host, by node id)."""
+        return dataclasses.replace(self, node_value=np.asarray(node_value, dtype=np.float64))
 
 
 @dataclasses.dataclass

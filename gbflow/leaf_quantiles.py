@@ -1,0 +1,118 @@
+"""Exact weighted quantiles per group of rows over every shard and process: the leaf values of
+reg:absoluteerror and reg:quantileerror (a line search after each tree) and their base scores.
+
+A group's ``alpha`` quantile is the smallest of its values v whose rows with values <= v weigh at
+least alpha times the group's weight (at least one row's). It is found digit by digit on the
+values' ordered 64-bit keys: eight rounds, each one table of (group, next byte) weights summed
+over the shards and through the collective. Weights are integer-valued, so every sum is exact
+and the quantile does not depend on how the rows are split into shards, partitions or workers.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from .backend.arrays import to_host
+from .backend.tables import table_counts
+from .collective import LOCAL
+
+_SIGN = np.uint64(1 << 63)
+# Integer weights are scaled so that a sum over every row stays below this: exact in float64.
+_WEIGHT_SUM_LIMIT = 2.0 ** 52
+
+
+def ordered_keys(xp, values):
+    """(n,) uint64 keys in the order of the (n,) float64 ``values`` (no NaN): the sign bit
+    flipped for positive values, every bit for negative ones."""
+    bits = xp.ascontiguousarray(values, dtype=np.float64).view(np.uint64)
+    return xp.where(bits >= _SIGN, ~bits, bits | _SIGN)
+
+
+def key_values(keys: np.ndarray) -> np.ndarray:
+    """The float64 values of host uint64 ``keys`` (``ordered_keys``' inverse)."""
+    keys = np.asarray(keys, dtype=np.uint64)
+    return np.where(keys >= _SIGN, keys & ~_SIGN, ~keys).view(np.float64)
+
+
+def integer_weights(xp, weights, max_weight: float, n_total: int):
+    """(n,) float64 integer-valued weights from (n,) non-negative ``weights`` (None: ones),
+    scaled by a power of two so that ``n_total`` rows of ``max_weight`` sum below 2**52: the
+    same row gets the same weight wherever it is."""
+    if weights is None:
+        return None
+    scale = 2.0 ** math.floor(math.log2(_WEIGHT_SUM_LIMIT / max(n_total * max_weight, 1e-300)))
+    return xp.rint(xp.asarray(weights, dtype=np.float64) * scale)
+
+
+def weighted_quantiles(xp, groups: list, values: list, weights: list | None, n_groups: int,
+                       alpha: float, collective=LOCAL) -> np.ndarray:
+    """(n_groups,) float64 host: each group's ``alpha`` quantile (module docstring), NaN for a
+    group of no weight.
+
+    groups: per shard (n_i,) int64 group ids in [0, n_groups); values: per shard (n_i,) float64
+    finite; weights: per shard (n_i,) float64 integer-valued >= 0 (``integer_weights``), or None
+    for ones. Every process calls it with the same n_groups and alpha. No side effects.
+    """
+    n_shards = len(groups)
+    keys = [ordered_keys(xp, v) for v in values]
+    ones = [xp.ones(len(g), dtype=np.float64) for g in groups]
+    weights = ones if weights is None else weights
+    total = _summed(xp, collective, [(g, w) for g, w in zip(groups, weights)], n_groups)
+    fraction = Fraction(alpha)
+    # rank (in weight) of the quantile: ceil(alpha * total), at least 1, in exact arithmetic
+    remaining = np.array([max(1, -((-int(t) * fraction.numerator) // fraction.denominator))
+                          for t in total], dtype=np.int64)
+    prefix = np.zeros(n_groups, dtype=np.uint64)
+    for shift in range(56, -8, -8):
+        prefix_device = xp.asarray(prefix)
+        pairs = []
+        for s in range(n_shards):
+            digit = ((keys[s] >> np.uint64(shift)) & np.uint64(255)).astype(np.int64)
+            weight = weights[s]
+            if shift < 56:  # rows whose higher bytes are their group's chosen ones so far
+                same = (keys[s] >> np.uint64(shift + 8)) == prefix_device[groups[s]]
+                weight = xp.where(same, weight, 0.0)
+            pairs.append((groups[s] * 256 + digit, weight))
+        table = _summed(xp, collective, pairs, n_groups * 256).reshape(n_groups, 256)
+        below = np.cumsum(table, axis=1)
+        digit = np.minimum((below < remaining[:, None]).sum(axis=1), 255)
+        remaining -= np.where(digit > 0, below[np.arange(n_groups), digit - 1], 0)
+        prefix = (prefix << np.uint64(8)) | digit.astype(np.uint64)
+    result = key_values(prefix)
+    return np.where(total > 0, result, np.nan)
+
+
+def _summed(xp, collective, pairs: list, size: int) -> np.ndarray:
+    """(size,) int64 host: the weights of every shard's (ids, weights) pairs tallied by id and
+    summed over the processes."""
+    table = np.zeros(size, dtype=np.int64)
+    for ids, weight in pairs:
+        counts = table_counts(xp, ids, size, weight)
+        table += to_host(counts).astype(np.int64)
+    return np.asarray(collective.allreduce_sum(table), dtype=np.int64)
+
+
+def line_search(backend, collective, tree, leaf_rows: list, shards: list, group: int,
+                weights: list | None, alpha: float, learning_rate: float) -> tuple:
+    """A grown tree's leaves set to ``learning_rate`` times the ``alpha`` quantile of their
+    rows' residuals (label - margin[:, group], the margins before this tree), over every shard
+    and process; a leaf of no weight gets 0. tree: a host ``Tree``; leaf_rows: per shard its
+    ``LeafRows``; weights: per shard (n_i,) integer-valued float64 (``integer_weights``; 0 for
+    rows sampled out), or None. Returns (the new tree, per shard ``LeafRows`` adding its
+    values). Reads the shards' labels and margins; changes nothing."""
+    xp, kernels = backend.xp, backend.kernels
+    node_ids = np.arange(tree.n_nodes, dtype=np.float64)
+    leaf_of_row, residuals = [], []
+    for shard, rows in zip(shards, leaf_rows):
+        leaf = xp.zeros(shard.n_rows, dtype=np.float64)
+        rows.with_values(node_ids).add_to(kernels, leaf)  # each row's leaf id
+        leaf_of_row.append(leaf.astype(np.int64))
+        residuals.append(shard.label - shard.margin[:, group])
+    quantiles = weighted_quantiles(xp, leaf_of_row, residuals, weights, tree.n_nodes, alpha,
+                                   collective)
+    value = tree.value.copy()
+    value[tree.is_leaf] = learning_rate * np.nan_to_num(quantiles[tree.is_leaf], nan=0.0)
+    return dataclasses.replace(tree, value=value), [rows.with_values(value) for rows in leaf_rows]

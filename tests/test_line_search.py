@@ -1,0 +1,124 @@
+"""reg:absoluteerror and reg:quantileerror: exact weighted quantiles, leaf values set by the
+line search, the same model whatever the partitioning, on every device and on Dask."""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from conftest import make_table
+
+import gbflow
+from gbflow import boosting, inputs, leaf_quantiles
+from gbflow.backend import get_backend
+from gbflow.params import make_params
+
+
+def _lower_quantile(values, weights, alpha):
+    """The definition, by sorting: the smallest value whose rows at or below it weigh at least
+    alpha times the total (at least one row's weight)."""
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(weights[order]).astype(np.int64)
+    target = max(1, math.ceil(Fraction(alpha) * int(cumulative[-1])))
+    return values[order][np.searchsorted(cumulative, target)]
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.1, 0.9, 1.0, 1e-9, 0.3333333333333333])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_weighted_quantiles_are_exact_and_do_not_depend_on_the_shards(alpha, weighted):
+    rng = np.random.default_rng(int(alpha * 1000) + weighted)
+    n, n_groups = 3000, 7
+    values = np.concatenate([rng.standard_t(2, n - 20) * 10.0 ** rng.integers(-3, 3, n - 20),
+                             np.zeros(10), -np.zeros(5), np.full(5, 2.5)])
+    groups = rng.integers(0, n_groups - 1, n)  # the last group holds no row
+    weights = rng.integers(0, 5, n).astype(np.float64) if weighted else np.ones(n)
+    whole = leaf_quantiles.weighted_quantiles(np, [groups], [values], [weights], n_groups, alpha)
+    cut = [0, 1, 1000, 1001, 2500, n]  # shards of one row, and an empty one
+    shards = [slice(a, b) for a, b in zip(cut[:-1], cut[1:])] + [slice(0, 0)]
+    split = leaf_quantiles.weighted_quantiles(
+        np, [groups[s] for s in shards], [values[s] for s in shards],
+        [weights[s] for s in shards], n_groups, alpha)
+    assert np.array_equal(whole, split, equal_nan=True)
+    assert np.isnan(whole[-1])
+    for g in range(n_groups - 1):
+        mine = groups == g
+        assert whole[g] == _lower_quantile(values[mine], weights[mine], alpha)
+    if not weighted:  # None means weights of one
+        assert np.array_equal(whole, leaf_quantiles.weighted_quantiles(
+            np, [groups], [values], None, n_groups, alpha), equal_nan=True)
+
+
+def test_ordered_keys_keep_the_order_of_the_values():
+    values = np.array([-np.inf, -1e300, -1.5, -5e-324, -0.0, 0.0, 5e-324, 1.0, 1e300, np.inf])
+    keys = leaf_quantiles.ordered_keys(np, values)
+    assert (np.diff(keys.astype(object)) > 0).all()
+    assert np.array_equal(leaf_quantiles.key_values(keys).view(np.uint64), values.view(np.uint64))
+
+
+@pytest.mark.parametrize("objective,alpha", [("reg:absoluteerror", 0.5),
+                                             ("reg:quantileerror", 0.8)])
+def test_leaves_are_the_learning_rate_times_their_rows_residual_quantile(device, objective,
+                                                                         alpha):
+    df = make_table(n_rows=2000, seed=11)
+    X, y = df.drop(columns="y"), df["y"].to_numpy()
+    params = {"objective": objective, "quantile_alpha": alpha, "max_depth": 3,
+              "learning_rate": 0.3, "device": device}
+    booster = gbflow.train(X, y, params=params, num_boost_round=1, verbose=False)
+    base = float(np.asarray(booster.predict(X.iloc[:1], output_margin=True))[0]
+                 - booster.trees[0].value[np.asarray(booster.predict(
+                     X.iloc[:1], pred_leaf=True)).reshape(-1)[0]])
+    assert base == _lower_quantile(y, np.ones(len(y)), alpha)  # the labels' quantile
+    leaf = np.asarray(booster.predict(X, pred_leaf=True)).reshape(-1)
+    tree = booster.trees[0]
+    for node in np.unique(leaf):
+        rows = leaf == node
+        expected = 0.3 * _lower_quantile(y[rows] - base, np.ones(rows.sum()), alpha)
+        assert tree.value[node] == expected
+
+
+@pytest.mark.parametrize("extra", [{}, {"subsample": 0.7}, {"weights": True},
+                                   {"objective": "reg:absoluteerror"}])
+def test_same_model_on_one_or_many_shards_and_training_margins_are_predictions(extra, device):
+    df = make_table(seed=4)
+    rng = np.random.default_rng(1)
+    if extra.pop("weights", False):
+        df["w"] = rng.uniform(0.1, 3.0, len(df))
+    weight = "w" if "w" in df else None
+    params = make_params({"objective": "reg:quantileerror", "quantile_alpha": 0.7,
+                          "max_depth": 4, "learning_rate": 0.3, **extra})
+    backend = get_backend(device)
+    one = boosting.fit(backend, [inputs.load(df, "y", weight=weight)], params, 8, verbose=False,
+                       keep_training_margins=True)
+    bounds = [0, 1, 700, 701, 2000, len(df)]
+    parts = [inputs.load(df.iloc[a:b], "y", weight=weight) for a, b in zip(bounds[:-1],
+                                                                           bounds[1:])]
+    many = boosting.fit(backend, parts, params, 8, verbose=False, keep_training_margins=True)
+    assert many.to_json() == one.to_json()
+    assert np.array_equal(np.concatenate(many.training_margins), one.training_margins[0])
+    X = df.drop(columns=[c for c in ("y", "w") if c in df])
+    predicted = np.asarray(one.predict(X, output_margin=True)).reshape(-1)
+    assert np.array_equal(predicted, one.training_margins[0][:, 0])
+
+
+def test_continued_training_equals_one_run():
+    df = make_table(seed=8)
+    X, y = df.drop(columns="y"), df["y"]
+    params = {"objective": "reg:quantileerror", "quantile_alpha": 0.25, "max_depth": 4}
+    whole = gbflow.train(X, y, params=params, num_boost_round=10, verbose=False)
+    first = gbflow.train(X, y, params=params, num_boost_round=4, verbose=False)
+    rest = gbflow.train(X, y, params=params, num_boost_round=6, xgb_model=first, verbose=False)
+    assert rest.to_json() == whole.to_json()
+
+
+@pytest.mark.parametrize("alpha,error", [([0.1, 0.9], "one quantile per model"),
+                                         (0.0, "quantile_alpha must lie in"),
+                                         ("0.5", "must be a number")])
+def test_bad_quantile_alpha_is_refused_before_training(alpha, error):
+    with pytest.raises((ValueError, TypeError), match=error):
+        make_params({"objective": "reg:quantileerror", "quantile_alpha": alpha})
+
+
+def test_one_quantile_in_a_list_is_taken():
+    assert make_params({"objective": "reg:quantileerror",
+                        "quantile_alpha": [0.25]}).quantile_alpha == 0.25
