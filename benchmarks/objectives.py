@@ -21,8 +21,8 @@ import numpy as np
 from gpu_binary import PeakMemory, free_gpu_memory, make_data
 
 OBJECTIVES = ["reg:squarederror", "reg:squaredlogerror", "reg:pseudohubererror",
-              "binary:logistic", "binary:hinge", "count:poisson", "reg:gamma", "reg:tweedie",
-              "multi:softmax"]
+              "reg:absoluteerror", "reg:quantileerror", "binary:logistic", "binary:hinge",
+              "count:poisson", "reg:gamma", "reg:tweedie", "multi:softmax"]
 
 
 def targets(xp, objective: str, f, seed: int):
@@ -37,7 +37,7 @@ def targets(xp, objective: str, f, seed: int):
         y = rng.poisson(xp.exp(0.3 * f)) * rng.gamma(2.0, 1.0, n)
     elif objective == "reg:squaredlogerror":
         y = xp.exp(0.5 * f + 0.3 * rng.standard_normal(n))
-    elif objective == "reg:pseudohubererror":
+    elif objective in ("reg:pseudohubererror", "reg:absoluteerror", "reg:quantileerror"):
         y = f + rng.standard_normal(n) * xp.sqrt(1 + rng.standard_normal(n) ** 2)
     elif objective == "reg:squarederror":
         y = f + rng.standard_normal(n)
@@ -53,6 +53,8 @@ def run(library: str, objective: str, X, y, Xt, yt, args, sync):
               "max_bin": args.max_bin}
     if objective == "multi:softmax":
         params["num_class"] = 3
+    if objective == "reg:quantileerror":
+        params["quantile_alpha"] = 0.9
     if library == "gbflow":
         import gbflow
         params["device"] = args.device

@@ -1,4 +1,5 @@
-"""Row and feature sampling (``subsample``, ``colsample_bytree``) from global numbers only."""
+"""Row and feature sampling (``subsample``, ``colsample_bytree``, ``colsample_bylevel``) from
+global numbers only."""
 from __future__ import annotations
 
 import numpy as np
@@ -40,3 +41,19 @@ def feature_sample(n_features: int, seed: int, round_index: int, group: int, rat
     allowed[:] = False
     allowed[rng.choice(n_features, size=k, replace=False)] = True
     return allowed
+
+
+def level_samples(tree_allowed: np.ndarray, seed: int, round_index: int, group: int,
+                  rate: float, n_levels: int) -> np.ndarray:
+    """(n_levels, F) bool: the features the nodes of each depth may split on
+    (``colsample_bylevel``, XGBoost's meaning): a sample of ``rate`` of the tree's allowed
+    features ((F,) bool), at least one, drawn anew for every level; the same on every process."""
+    if rate >= 1.0:
+        return np.broadcast_to(tree_allowed, (n_levels, len(tree_allowed)))
+    chosen = np.flatnonzero(tree_allowed)
+    k = max(1, int(np.floor(rate * len(chosen) + 1e-9)))
+    levels = np.zeros((n_levels, len(tree_allowed)), dtype=bool)
+    for depth in range(n_levels):  # a stream apart from the tree's ([seed, round, group])
+        rng = np.random.default_rng([seed % 2**63, round_index, group, depth + 1])
+        levels[depth, rng.choice(chosen, size=k, replace=False)] = True
+    return levels

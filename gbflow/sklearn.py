@@ -46,9 +46,9 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
 
     def __init__(self, *, n_estimators=100, max_depth=6, learning_rate=0.3, min_child_weight=1.0,
                  gamma=0.0, reg_lambda=1.0, reg_alpha=0.0, subsample=1.0, colsample_bytree=1.0,
-                 max_bin=256, random_state=0, base_score=None, eval_metric=None,
-                 early_stopping_rounds=None, device="auto", sparse_threshold=None, verbose=False,
-                 n_jobs=None):
+                 colsample_bylevel=1.0, max_bin=256, random_state=0, base_score=None,
+                 eval_metric=None, early_stopping_rounds=None, device="auto",
+                 sparse_threshold=None, verbose=False, n_jobs=None):
         _store(self, locals())
 
     # -- scikit-learn protocol -------------------------------------------------------------
@@ -309,8 +309,8 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
         Minimum loss reduction of a split.
     reg_lambda, reg_alpha : float, default 1.0 and 0.0
         L2 and L1 regularization of leaf values.
-    subsample, colsample_bytree : float, default 1.0
-        Share of rows per round and of features per tree.
+    subsample, colsample_bytree, colsample_bylevel : float, default 1.0
+        Share of rows per round, of features per tree, and of the tree's features per depth.
     max_bin : int, default 256
         Histogram bins per feature.
     random_state : int, RandomState, Generator or None, default 0
@@ -331,6 +331,8 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
         ``fit(verbose=...)`` overrides it for one fit, as in XGBoost.
     n_jobs : int or None, default None
         CPU threads of training (XGBoost's ``n_jobs``, gbflow's ``nthread``; None: every core).
+    quantile_alpha : float, default 0.5
+        The quantile of objective "reg:quantileerror" (and of the "quantile" metric).
 
     Attributes
     ----------
@@ -347,9 +349,10 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
 
     def __init__(self, *, objective="reg:squarederror", n_estimators=100, max_depth=6,
                  learning_rate=0.3, min_child_weight=1.0, gamma=0.0, reg_lambda=1.0,
-                 reg_alpha=0.0, subsample=1.0, colsample_bytree=1.0, max_bin=256, random_state=0,
-                 base_score=None, eval_metric=None, early_stopping_rounds=None, device="auto",
-                 sparse_threshold=None, verbose=False, n_jobs=None):
+                 reg_alpha=0.0, subsample=1.0, colsample_bytree=1.0, colsample_bylevel=1.0,
+                 max_bin=256, random_state=0, base_score=None, eval_metric=None,
+                 early_stopping_rounds=None, device="auto", sparse_threshold=None, verbose=False,
+                 n_jobs=None, quantile_alpha=0.5):
         _store(self, locals())
 
     def _check_objective(self):
@@ -393,8 +396,8 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
 
     def __init__(self, *, objective=None, n_estimators=100, max_depth=6, learning_rate=0.3,
                  min_child_weight=1.0, gamma=0.0, reg_lambda=1.0, reg_alpha=0.0, subsample=1.0,
-                 colsample_bytree=1.0, max_bin=256, random_state=0, base_score=None,
-                 eval_metric=None, early_stopping_rounds=None, device="auto",
+                 colsample_bytree=1.0, colsample_bylevel=1.0, max_bin=256, random_state=0,
+                 base_score=None, eval_metric=None, early_stopping_rounds=None, device="auto",
                  sparse_threshold=None, verbose=False, n_jobs=None):
         _store(self, locals())
 

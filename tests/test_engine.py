@@ -11,7 +11,7 @@ import scipy.sparse as sp
 from conftest import make_table, present_or_missing
 
 import gbflow
-from gbflow import _dtypes, boosting, inputs, shards
+from gbflow import _dtypes, boosting, inputs, sampling, shards
 from gbflow.backend import get_backend, reference_kernels
 from gbflow.params import make_params
 
@@ -37,7 +37,8 @@ def test_same_model_twice_and_with_rows_permuted(task, device):
 
 
 @pytest.mark.parametrize("task", list(PARAMS))
-@pytest.mark.parametrize("extra", [{}, {"subsample": 0.7, "colsample_bytree": 0.5}])
+@pytest.mark.parametrize("extra", [{}, {"subsample": 0.7, "colsample_bytree": 0.5},
+                                   {"colsample_bytree": 0.8, "colsample_bylevel": 0.5}])
 def test_same_model_on_one_or_many_shards(task, extra, device):
     df = make_table(task=task, seed=4)
     params = make_params({**PARAMS[task], **extra})
@@ -428,3 +429,29 @@ def test_a_bar_without_tqdm_relays_trues_lines(monkeypatch, caplog):
 def test_bad_verbose_is_refused_first(verbose):
     with pytest.raises(ValueError, match="verbose must be True, False, a number of rounds"):
         gbflow.train(make_table(n_rows=50), "y", num_boost_round=1, verbose=verbose)
+
+
+@pytest.mark.parametrize("level_plans", [False, True])
+def test_colsample_bylevel_splits_each_depth_on_its_sample_of_the_trees_features(level_plans,
+                                                                                device):
+    """Every split at depth d uses a feature of level d's sample (drawn from the tree's), and
+    the samples differ between levels; planned and level-by-level trees are the same."""
+    df = make_table(n_rows=3000, n_features=10, seed=12)
+    params = make_params({"max_depth": 5, "colsample_bytree": 0.8, "colsample_bylevel": 0.4,
+                          "seed": 3})
+    shardset = shards.ShardSet(get_backend(device))
+    shardset.level_plans = level_plans
+    booster = boosting.fit(shardset.backend, [inputs.load(df, "y")], params, 6, verbose=False,
+                           shardset=shardset)
+    for r, tree in enumerate(booster.trees):
+        levels = sampling.level_samples(sampling.feature_sample(10, 3, r, 0, 0.8), 3, r, 0, 0.4,
+                                        5)
+        assert (levels.sum(axis=1) == 3).all() and len({row.tobytes() for row in levels}) > 1
+        depth = np.zeros(tree.n_nodes, dtype=int)
+        for node in range(tree.n_nodes):
+            if not tree.is_leaf[node]:
+                depth[tree.left[node]] = depth[tree.right[node]] = depth[node] + 1
+                assert levels[depth[node], tree.feature[node]]
+    if level_plans:
+        assert booster.to_json() == boosting.fit(
+            get_backend(device), [inputs.load(df, "y")], params, 6, verbose=False).to_json()

@@ -122,3 +122,16 @@ def test_bad_quantile_alpha_is_refused_before_training(alpha, error):
 def test_one_quantile_in_a_list_is_taken():
     assert make_params({"objective": "reg:quantileerror",
                         "quantile_alpha": [0.25]}).quantile_alpha == 0.25
+
+
+def test_the_regressor_takes_quantile_alpha_and_trains_the_same_model():
+    pytest.importorskip("sklearn")
+    df = make_table(seed=9)
+    X, y = df.drop(columns="y"), df["y"].to_numpy()
+    model = gbflow.GBFlowRegressor(objective="reg:quantileerror", quantile_alpha=0.9,
+                                   n_estimators=30, learning_rate=0.2).fit(X, y)
+    direct = gbflow.train(X, y, params={"objective": "reg:quantileerror", "quantile_alpha": 0.9,
+                                        "learning_rate": 0.2}, num_boost_round=30,
+                          verbose=False)
+    assert np.array_equal(model.predict(X), np.asarray(direct.predict(X)))
+    assert 0.85 < np.mean(y <= model.predict(X)) < 0.95

@@ -139,10 +139,10 @@ def test_get_params_set_params_and_clone_round_trip():
     assert params["max_depth"] == 4 and params["random_state"] == 7
     assert params["objective"] == "reg:squarederror" and params["n_estimators"] == 100
     expected = {"n_estimators", "max_depth", "learning_rate", "min_child_weight", "gamma",
-                "reg_lambda", "reg_alpha", "subsample", "colsample_bytree", "max_bin",
-                "random_state", "base_score", "eval_metric", "early_stopping_rounds", "device",
-                "sparse_threshold", "verbose", "n_jobs"}
-    assert set(params) == expected | {"objective"}
+                "reg_lambda", "reg_alpha", "subsample", "colsample_bytree", "colsample_bylevel",
+                "max_bin", "random_state", "base_score", "eval_metric", "early_stopping_rounds",
+                "device", "sparse_threshold", "verbose", "n_jobs"}
+    assert set(params) == expected | {"objective", "quantile_alpha"}
     assert set(GBFlowClassifier().get_params()) == expected | {"objective"}
 
     assert model.set_params(max_depth=2, n_estimators=10) is model
@@ -390,7 +390,7 @@ def test_train_params_are_the_constructor_parameters():
     clf = GBFlowClassifier(random_state=None, sparse_threshold=0.5)
     params = clf._train_params(objective="multi:softprob", num_class=3)
     assert params["seed"] == 0 and params["sparse_threshold"] == 0.5
-    assert set(params) == set(expected) | {"seed", "num_class"}
+    assert set(params) == set(expected) - {"quantile_alpha"} | {"seed", "num_class"}
 
 
 @pytest.mark.parametrize("kind", ["memory", "dask"])

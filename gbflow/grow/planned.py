@@ -140,7 +140,7 @@ def grow_tree_planned(shardset, gh: list, scales, cuts, rules, feature_allowed: 
     timers = shardset.timers
     n_bins = cuts.n_bins
     dense = shardset.dense
-    allowed = dense.allowed(feature_allowed)
+    allowed = [dense.allowed(level) for level in feature_allowed]  # per depth
     shards = shardset.shards
     max_depth = rules.max_depth
     layout = _layout(shardset, max_depth, dense.n_features * n_bins * 16)
@@ -158,7 +158,8 @@ def grow_tree_planned(shardset, gh: list, scales, cuts, rules, feature_allowed: 
     for depth in range(max_depth):
         plan = level.plan
         with timers("splits"):
-            found = kernels.evaluate_splits(hist.arrays[0], dense.n_value_bins, allowed, *search)
+            found = kernels.evaluate_splits(hist.arrays[0], dense.n_value_bins, allowed[depth],
+                                            *search)
             kernels.plan_level(level.n_parent, level.half, *found, level.totals, min_gain,
                                *plan.values())
         with timers("partition+histograms"):

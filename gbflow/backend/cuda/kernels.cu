@@ -420,7 +420,10 @@ extern "C" __global__ void evaluate_splits(
         bool allowed = feature_allowed[f];
         int nvb = n_value_bins[f];
         i64 carry_g = 0, carry_h = 0;
-        for (int chunk = 1; chunk < n_bins; chunk += 32) {
+        // thresholds past nvb are no candidates: a feature narrower than the histograms (a
+        // wide categorical feature widens every feature's) stops at its own bins
+        int t_end = min(n_bins, nvb + 1);
+        for (int chunk = 1; chunk < t_end; chunk += 32) {
             int t = chunk + lane;  // threshold: bins 1..t go left
             i64 vg = 0, vh = 0;
             if (t < n_bins) { vg = hf[2 * t]; vh = hf[2 * t + 1]; }
