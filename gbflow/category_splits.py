@@ -27,6 +27,8 @@ import dataclasses
 
 import numpy as np
 
+from .backend.arrays import to_host
+
 
 @dataclasses.dataclass(frozen=True)
 class CategoryRule:
@@ -38,61 +40,91 @@ class CategoryRule:
     cat_l2: float
 
 
-def search(xp, kernels, hist, features: np.ndarray, n_categories: np.ndarray, allowed,
-           constants: tuple, rule: CategoryRule) -> tuple:
-    """Each node's best categorical split in a store's histograms.
+@dataclasses.dataclass
+class Scores:
+    """A level's categorical scores as the kernels left them: per group of features searched
+    together (the one-hot ones, the others) their positions in ``usable`` and the
+    ``categorical_splits`` results, and the nodes' (N, 2) int64 totals; device arrays until
+    fetched (``arrays``), then read on the host by ``best``."""
+
+    usable: list  # (store-local feature, category count) of the features searched, ascending
+    groups: list  # (positions in usable, the kernel's five results)
+    total: object
+
+    def arrays(self) -> list:
+        """Every array ``best`` reads, in its order (to fetch them with other results)."""
+        return [self.total] + [a for _, result in self.groups for a in result]
+
+    def best(self, fetched: list, n_bins: int) -> tuple:
+        """Each node's best categorical split from the host copies of ``arrays()``: gain (N,)
+        float64 (-inf: none), feature (N,) int32 store-local (-1: none), right_bins (N, n_bins)
+        bool (the bins that go right), default_left (N,) bool, left_sum (N, 2) int64. A tie
+        goes to the earlier feature (the first best of the gains in feature order)."""
+        total, rest = np.asarray(fetched[0]), fetched[1:]
+        results = [rest[5 * i: 5 * i + 5] for i in range(len(self.groups))]
+        n_nodes = len(total)
+        gain_table = np.full((n_nodes, len(self.usable)), -np.inf)
+        for (members, _), result in zip(self.groups, results):
+            gain_table[:, members] = result[0]
+        choice = np.argmax(gain_table, axis=1) if self.usable else np.zeros(n_nodes, int)
+        nodes = np.arange(n_nodes)
+        gain = gain_table[nodes, choice] if self.usable else np.full(n_nodes, -np.inf)
+        split = gain > -np.inf
+        feature = np.where(split, np.array([f for f, _ in self.usable] + [0],
+                                           dtype=np.int32)[choice], np.int32(-1))
+        right_bins = np.zeros((n_nodes, n_bins), dtype=bool)
+        default_left = np.zeros(n_nodes, dtype=bool)
+        left_sum = np.zeros((n_nodes, 2), dtype=np.int64)
+        for (members, _), (_, missing_right, right_sum, size, order) in zip(self.groups,
+                                                                            results):
+            column_of = np.full(len(self.usable), -1)
+            column_of[members] = np.arange(len(members))
+            here = np.flatnonzero(split & (column_of[choice] >= 0))
+            j = column_of[choice[here]]
+            default_left[here] = ~missing_right[here, j]
+            left_sum[here] = total[here] - right_sum[here, j]
+            # the first size[n, j] categories of order[n, j] go right: their bins k + 1
+            goes = np.arange(order.shape[2])[None, :] < size[here, j][:, None]
+            r, c = np.nonzero(goes)
+            right_bins[here[r], order[here, j][r, c] + 1] = True
+        return gain, feature, right_bins, default_left, left_sum
+
+
+def score(xp, kernels, hist, features: np.ndarray, n_categories: np.ndarray, allowed,
+          constants: tuple, rule: CategoryRule) -> Scores:
+    """Score every (node, categorical feature) of a store's histograms: the kernels queued, no
+    wait for the device.
 
     kernels: the backend's kernel module (``categorical_splits`` scores every (node, feature)).
     hist: (N, D, B, 2) int64 device histograms of the dense store (every row in one bin of each
     feature). features: (C,) host int store-local ids of its categorical features, ascending;
     n_categories: (C,) host int their category counts. allowed: (C,) host bool, the features
-    this tree may use (the others are not searched).
-    constants: ``SplitRule.constants``. Returns device arrays: gain (N,) float64 (-inf: none),
-    feature (N,) int32 store-local (-1: none), right_bins (N, B) bool (the bins that go right),
-    default_left (N,) bool, left_sum (N, 2) int64. A tie goes to the earlier feature. No side
-    effects. One kernel call for the one-hot features and one for the others, whatever their
-    number: a handful of device operations a level.
+    this tree may use (the others are not searched). constants: ``SplitRule.constants``. One
+    kernel call for the one-hot features and one for the others, whatever their number.
     """
     inv_g, inv_h, reg_lambda, reg_alpha, mcw = constants
-    n_nodes, _, n_bins, _ = hist.shape
-    total = hist[:, 0, :, :].sum(axis=1)  # (N, 2)
     usable = [(int(f), int(k)) for f, k, ok in zip(features, n_categories, allowed)
               if k >= 1 and ok]
-    right_bins = xp.zeros((n_nodes, n_bins), dtype=bool)
-    if not usable or not n_nodes:
-        return (xp.full(n_nodes, -np.inf), xp.full(n_nodes, -1, dtype=np.int32), right_bins,
-                xp.zeros(n_nodes, dtype=bool), xp.zeros((n_nodes, 2), dtype=np.int64))
-    groups = []  # (positions in ``usable``, the kernel's results)
-    for onehot in (True, False):
-        members = [i for i, (_, k) in enumerate(usable) if (k < rule.max_cat_to_onehot) == onehot]
-        if members:
-            groups.append((members, kernels.categorical_splits(
-                hist, total, np.array([usable[i][0] for i in members], dtype=np.int64),
-                np.array([usable[i][1] for i in members], dtype=np.int64), onehot,
-                rule.max_cat_threshold, inv_g, inv_h, reg_lambda, reg_alpha, mcw,
-                rule.cat_smooth, rule.cat_l2)))
-    # every usable feature's gains in feature order: the first best is the earliest feature
-    placed = np.concatenate([members for members, _ in groups])
-    gain_table = xp.concatenate([result[0] for _, result in groups], axis=1)
-    if not np.array_equal(placed, np.arange(len(usable))):
-        gain_table = gain_table[:, xp.asarray(np.argsort(placed))]
-    choice = xp.argmax(gain_table, axis=1)
-    nodes = xp.arange(n_nodes)
-    gain = gain_table[nodes, choice]
-    split = gain > -np.inf
-    feature = xp.where(split, xp.asarray(np.array([f for f, _ in usable], np.int32))[choice],
-                       np.int32(-1))
-    default_left = xp.zeros(n_nodes, dtype=bool)
-    left_sum = xp.zeros((n_nodes, 2), dtype=np.int64)
-    for members, (_, missing_right, right_sum, size, order) in groups:
-        column_of = np.full(len(usable), -1, dtype=np.int64)
-        column_of[members] = np.arange(len(members))
-        column = xp.asarray(column_of)[choice]  # the chosen feature's column here, -1: none
-        here = split & (column >= 0)
-        column = xp.maximum(column, 0)
-        default_left = xp.where(here, ~missing_right[nodes, column], default_left)
-        left_sum = xp.where(here[:, None], total - right_sum[nodes, column], left_sum)
-        # the chosen categories' bins (k + 1) go right; every other write is False to bin 0
-        goes = here[:, None] & (xp.arange(order.shape[2])[None, :] < size[nodes, column][:, None])
-        right_bins[nodes[:, None], xp.where(goes, order[nodes, column] + 1, 0)] = goes
-    return gain, feature, right_bins, default_left, left_sum
+    groups = []
+    total = hist[:, 0, :, :].sum(axis=1)  # every row is in one bin of feature 0
+    if hist.shape[0]:
+        for onehot in (True, False):
+            members = [i for i, (_, k) in enumerate(usable)
+                       if (k < rule.max_cat_to_onehot) == onehot]
+            if members:
+                groups.append((members, kernels.categorical_splits(
+                    hist, total,
+                    np.array([usable[i][0] for i in members], dtype=np.int64),
+                    np.array([usable[i][1] for i in members], dtype=np.int64), onehot,
+                    rule.max_cat_threshold, inv_g, inv_h, reg_lambda, reg_alpha, mcw,
+                    rule.cat_smooth, rule.cat_l2)))
+    return Scores(usable, groups, total)
+
+
+def search(xp, kernels, hist, features, n_categories, allowed, constants: tuple,
+           rule: CategoryRule) -> tuple:
+    """``score`` then ``Scores.best``: each node's best categorical split, as host arrays
+    (``Scores.best``'s five)."""
+    scores = score(xp, kernels, hist, features, n_categories, allowed, constants, rule)
+    fetched = [to_host(a) for a in scores.arrays()]
+    return scores.best(fetched, hist.shape[2])

@@ -60,39 +60,41 @@ def weighted_quantiles(xp, groups: list, values: list, weights: list | None, n_g
     keys = [ordered_keys(xp, v) for v in values]
     ones = [xp.ones(len(g), dtype=np.float64) for g in groups]
     weights = ones if weights is None else weights
-    total = _summed(xp, collective, [(g, w) for g, w in zip(groups, weights)], n_groups)
+    total = to_host(_summed(xp, collective, [(g, w) for g, w in zip(groups, weights)],
+                            n_groups))
     fraction = Fraction(alpha)
     # rank (in weight) of the quantile: ceil(alpha * total), at least 1, in exact arithmetic
-    remaining = np.array([max(1, -((-int(t) * fraction.numerator) // fraction.denominator))
-                          for t in total], dtype=np.int64)
-    prefix = np.zeros(n_groups, dtype=np.uint64)
+    remaining = xp.asarray(np.array(
+        [max(1, -((-int(t) * fraction.numerator) // fraction.denominator)) for t in total],
+        dtype=np.int64))
+    prefix = xp.zeros(n_groups, dtype=np.uint64)
+    groups_at = xp.arange(n_groups)
+    # The rounds stay on the device (no wait for it until the result): each picks per group
+    # the first byte whose rows, with the smaller bytes', reach the rank still to go.
     for shift in range(56, -8, -8):
-        prefix_device = xp.asarray(prefix)
         pairs = []
         for s in range(n_shards):
             digit = ((keys[s] >> np.uint64(shift)) & np.uint64(255)).astype(np.int64)
             weight = weights[s]
             if shift < 56:  # rows whose higher bytes are their group's chosen ones so far
-                same = (keys[s] >> np.uint64(shift + 8)) == prefix_device[groups[s]]
+                same = (keys[s] >> np.uint64(shift + 8)) == prefix[groups[s]]
                 weight = xp.where(same, weight, 0.0)
             pairs.append((groups[s] * 256 + digit, weight))
-        table = _summed(xp, collective, pairs, n_groups * 256).reshape(n_groups, 256)
-        below = np.cumsum(table, axis=1)
-        digit = np.minimum((below < remaining[:, None]).sum(axis=1), 255)
-        remaining -= np.where(digit > 0, below[np.arange(n_groups), digit - 1], 0)
+        below = xp.cumsum(_summed(xp, collective, pairs, n_groups * 256)
+                          .reshape(n_groups, 256), axis=1)
+        digit = xp.minimum((below < remaining[:, None]).sum(axis=1), 255)
+        remaining -= xp.where(digit > 0, below[groups_at, xp.maximum(digit - 1, 0)], 0)
         prefix = (prefix << np.uint64(8)) | digit.astype(np.uint64)
-    result = key_values(prefix)
-    return np.where(total > 0, result, np.nan)
+    return np.where(total > 0, key_values(to_host(prefix)), np.nan)
 
 
-def _summed(xp, collective, pairs: list, size: int) -> np.ndarray:
-    """(size,) int64 host: the weights of every shard's (ids, weights) pairs tallied by id and
-    summed over the processes."""
-    table = np.zeros(size, dtype=np.int64)
+def _summed(xp, collective, pairs: list, size: int):
+    """(size,) int64 (on the pairs' device): the weights of every shard's (ids, weights)
+    pairs tallied by id and summed over the processes."""
+    table = xp.zeros(size, dtype=np.int64)
     for ids, weight in pairs:
-        counts = table_counts(xp, ids, size, weight)
-        table += to_host(counts).astype(np.int64)
-    return np.asarray(collective.allreduce_sum(table), dtype=np.int64)
+        table += table_counts(xp, ids, size, weight).astype(np.int64)
+    return collective.allreduce_sum(table)
 
 
 def line_search(backend, collective, tree, leaf_rows: list, shards: list, group: int,
@@ -104,15 +106,17 @@ def line_search(backend, collective, tree, leaf_rows: list, shards: list, group:
     rows sampled out), or None. Returns (the new tree, per shard ``LeafRows`` adding its
     values). Reads the shards' labels and margins; changes nothing."""
     xp, kernels = backend.xp, backend.kernels
-    node_ids = np.arange(tree.n_nodes, dtype=np.float64)
+    leaves = np.flatnonzero(tree.is_leaf)
+    leaf_number = np.zeros(tree.n_nodes, dtype=np.float64)  # 0.. over the leaves, by node id
+    leaf_number[leaves] = np.arange(len(leaves))
     leaf_of_row, residuals = [], []
     for shard, rows in zip(shards, leaf_rows):
         leaf = xp.zeros(shard.n_rows, dtype=np.float64)
-        rows.with_values(node_ids).add_to(kernels, leaf)  # each row's leaf id
+        rows.with_values(leaf_number).add_to(kernels, leaf)  # each row's leaf number
         leaf_of_row.append(leaf.astype(np.int64))
         residuals.append(shard.label - shard.margin[:, group])
-    quantiles = weighted_quantiles(xp, leaf_of_row, residuals, weights, tree.n_nodes, alpha,
+    quantiles = weighted_quantiles(xp, leaf_of_row, residuals, weights, len(leaves), alpha,
                                    collective)
     value = tree.value.copy()
-    value[tree.is_leaf] = learning_rate * np.nan_to_num(quantiles[tree.is_leaf], nan=0.0)
+    value[leaves] = learning_rate * np.nan_to_num(quantiles, nan=0.0)
     return dataclasses.replace(tree, value=value), [rows.with_values(value) for rows in leaf_rows]

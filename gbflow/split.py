@@ -77,25 +77,27 @@ def find_splits(backend, stores: list, hist, feature_allowed: np.ndarray, consta
     searched = [store for store in stores if store.n_features]
     found = [store.search(array, store.allowed(feature_allowed), constants)
              for store, array in zip(stores, hist.arrays) if store.n_features]
-    right_bins = None
+    scores = None
     if categorical is not None:
         dense = stores[0]
         local = np.flatnonzero(categorical[dense.features])
-        result = category_splits.search(
+        scores = category_splits.score(
             backend.xp, backend.kernels, hist.arrays[0], local, dense.n_value_bins_host[local],
             feature_allowed[dense.features[local]], constants, category_rule)
-        gain, feature, right_bins, default_left, left_sum = result
-        no_threshold = backend.xp.zeros(len(gain), dtype=np.int32)
-        found.append((gain, feature, no_threshold, default_left, left_sum))
+    extra = [] if scores is None else scores.arrays()
+    on_host = backend.to_host_all([a for result in found for a in result] + list(fetch) + extra)
+    results = [on_host[5 * i: 5 * i + 5] for i in range(len(found))]
+    fetched = on_host[5 * len(found): 5 * len(found) + len(fetch)]
+    right_bins = None
+    if scores is not None:  # the category sets, chosen on the host: the last result
+        gain, feature, right_bins, default_left, left_sum = scores.best(
+            on_host[len(on_host) - len(extra):], hist.arrays[0].shape[2])
+        results.append([gain, feature, np.zeros(len(gain), dtype=np.int32), default_left,
+                        left_sum])
         searched.append(dense)
-    on_host = backend.to_host_all([a for result in found for a in result] + list(fetch)
-                                  + ([] if right_bins is None else [right_bins]))
-    if right_bins is not None:
-        right_bins = on_host.pop()
-    fetched = on_host[5 * len(found):]
     best, on_categories = None, None
-    for i, store in enumerate(searched):
-        gain, feature, bin_threshold, default_left, left_sum = on_host[5 * i: 5 * i + 5]
+    for i, (store, result) in enumerate(zip(searched, results)):
+        gain, feature, bin_threshold, default_left, left_sum = result
         feature = np.where(feature >= 0, store.features[np.maximum(feature, 0)],
                            -1).astype(feature.dtype)
         if best is None:

@@ -885,20 +885,19 @@ def split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, 
 
 
 def map_sides(bins_by_feature, row_index, seg_start, seg_count, ids, side_map, out):
-    """See ``numpy_kernels.map_sides``: CuPy array operations over every listed row at once (a
-    row's node found by a search over the segments' ends). bins_by_feature, row_index, out:
-    CuPy; seg_start and seg_count read on the host, ids and side_map on either.
-    out written at the listed rows and returned."""
-    counts = to_host(seg_count).astype(np.int64)
-    if counts.sum() == 0:
+    """See ``numpy_kernels.map_sides``. bins_by_feature, row_index, out: CuPy (out
+    C-contiguous, the bins' dtype); the others host or device. out written at the listed rows
+    and returned."""
+    work = work_list(seg_start, seg_count)
+    if len(work) == 0:
         return out
-    ends = cp.asarray(np.cumsum(counts))
-    position = cp.arange(int(counts.sum()), dtype=np.int64)
-    node = cp.searchsorted(ends, position, side="right")
-    first = cp.asarray(to_host(seg_start).astype(np.int64) - (np.cumsum(counts) - counts))
-    rows = row_index[first[node] + position].astype(np.int64)
-    bins = bins_by_feature[cp.asarray(ids, dtype=np.int64)[node], rows]
-    out[rows] = cp.asarray(side_map)[node, bins.astype(np.int64)].astype(out.dtype)
+    _check_out(out, "map_sides", bins_by_feature.dtype)
+    side_map = to_host(side_map)
+    work, ids, sides = _upload(work, (ids, np.int32), (side_map.reshape(-1), np.uint8))
+    _kernel("map_sides", bins_by_feature.itemsize)(
+        (len(work),), (_THREADS,),
+        (*_columns(bins_by_feature), _dev(row_index, _dtypes.ROW_INDEX), work, ids, sides,
+         _i32(side_map.shape[1]), out))
     return out
 
 

@@ -373,6 +373,22 @@ extern "C" __global__ void add_leaf_values(double* margin, i64 margin_stride, co
         margin[(i64)row_index[p] * margin_stride] += v;
 }
 
+// map_sides: one block per work item; each listed row's bin of its node's split feature
+// (row ids[node] of bins_by_feature) mapped through the node's row of side_map (n_bins wide).
+extern "C" __global__ void map_sides(const BIN_T* bins_by_feature, i64 feature_stride,
+                                     i64 row_stride, const int* row_index, const i64* work,
+                                     const int* ids, const unsigned char* side_map, int n_bins,
+                                     BIN_T* out) {
+    const i64* w = work + WORK_WIDTH * blockIdx.x;
+    i64 node = w[0];
+    const BIN_T* column = bins_by_feature + (i64)ids[node] * feature_stride;
+    const unsigned char* sides = side_map + node * n_bins;
+    for (i64 p = w[1] + threadIdx.x; p < w[2]; p += blockDim.x) {
+        int row = row_index[p];
+        out[row] = sides[column[(i64)row * row_stride]];
+    }
+}
+
 extern "C" __global__ void add_split_leaf_values(
         double* margin, i64 margin_stride, const BIN_T* bins_by_feature, i64 feature_stride,
         i64 row_stride,
