@@ -160,6 +160,27 @@ def test_categorical_splits_kernel_against_its_twin(kernels, onehot, n_nodes, n_
 
 @pytest.mark.gpu
 @needs_gpu
+@pytest.mark.parametrize("limit", [None, 512])
+def test_the_gpu_sorts_many_categories_in_shared_or_global_memory(limit, monkeypatch):
+    """Features of thousands of categories: the block's sort in shared memory, or (a lower
+    cap) in global scratch, both the twin's result."""
+    from conftest import _OnDevice
+
+    from gbflow.backend import cuda_kernels
+    monkeypatch.setattr(cuda_kernels, "_CATEGORY_SORT_LIMIT", limit)
+    rng = np.random.default_rng(21)
+    hist, total = _category_histograms(rng, 3, [700, 5000, 9000], ties=True)
+    args = (hist, total, np.array([2, 0, 1]), np.array([9000, 700, 5000]), False, 64,
+            0.5, 0.25, 1.0, 0.0, 0.5, 1.0, 2.0)
+    expected = numpy_kernels.categorical_splits(*args)
+    got = _OnDevice(cuda_kernels).categorical_splits(*args)
+    for a, b in zip(expected, got):
+        assert np.array_equal(a, b)
+    assert (expected[3] > 0).all()  # every (node, feature) found a set
+
+
+@pytest.mark.gpu
+@needs_gpu
 def test_the_search_is_the_same_on_the_gpu():
     import cupy
     rng = np.random.default_rng(5)

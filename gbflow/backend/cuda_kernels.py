@@ -788,9 +788,11 @@ def fill_common_bins(hist, totals, bin_offsets, common_bin):
     return hist
 
 
-# Sorted-partition categories sorted in shared memory up to this many a block (12 bytes each);
-# a feature with more categories sorts in global scratch.
-_CATEGORY_SORT_CAPACITY = 2048
+# Sorted-partition categories are sorted in shared memory (12 bytes each) up to the largest
+# power of two the block's shared memory holds (8,192 on an H100 with 100 KB); a feature with
+# more categories sorts in global scratch.
+_CATEGORY_SORT_BYTES = 12
+_CATEGORY_SORT_LIMIT = None  # a lower cap on the shared-memory sort (tests: the global one)
 
 
 def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_threshold,
@@ -810,21 +812,22 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
     if n_nodes == 0 or n_features == 0:
         return gain, missing_right, right_sum, size, order
     sort_width = 1 << max(int(n_categories.max()) - 1, 0).bit_length()
-    capacity = min(sort_width, _CATEGORY_SORT_CAPACITY)
+    fits = 1 << ((_limits()[1] - 64) // _CATEGORY_SORT_BYTES).bit_length() - 1
+    capacity = min(sort_width, fits, _CATEGORY_SORT_LIMIT or fits)
     scratch_width = sort_width if sort_width > capacity and not onehot else 1
     scratch_keys = cp.empty(n_nodes * n_features * scratch_width, dtype=np.float64)
     scratch_cats = cp.empty(n_nodes * n_features * scratch_width, dtype=np.int32)
     columns, n_categories = _upload_small((columns, np.int64), (n_categories, np.int64))
-    _categories_kernel()(
-        (n_nodes * n_features,), (_THREADS,),
+    _launch_shared(
+        _categories_kernel(), (n_nodes * n_features,), _THREADS,
+        0 if onehot else _CATEGORY_SORT_BYTES * capacity,
         (_dev(hist, _dtypes.FIXED), _i64(hist.shape[1]), _i64(hist.shape[2]),
          _dev(total, _dtypes.FIXED), columns, n_categories, _i32(n_features), _i32(bool(onehot)),
          _i32(max_cat_threshold), np.float64(inv_scale_g), np.float64(inv_scale_h),
          np.float64(reg_lambda if onehot else reg_lambda + cat_l2), np.float64(reg_alpha),
          np.float64(min_child_weight), np.float64(cat_smooth), _i32(0 if onehot else capacity),
          scratch_keys, scratch_cats, _i32(scratch_width), gain, missing_right, right_sum, size,
-         order, _i32(width)),
-        shared_mem=0 if onehot else 12 * capacity)
+         order, _i32(width)))
     return gain, missing_right, right_sum, size, order
 
 
