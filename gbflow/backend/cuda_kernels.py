@@ -112,7 +112,9 @@ def _feature_groups(n_features: int, n_bins: int, reserved_bytes: int) -> tuple[
 
 
 def _launch_shared(kernel, grid, threads, shared_bytes, args):
-    if shared_bytes > 48 * 1024 and kernel.max_dynamic_shared_size_bytes < shared_bytes:
+    # a block may take 48 KB of shared memory without asking, static and dynamic together: ask
+    # for the dynamic bytes above 47 KB (the kernels' static shared memory is under 1 KB)
+    if shared_bytes > 47 * 1024 and kernel.max_dynamic_shared_size_bytes < shared_bytes:
         kernel.max_dynamic_shared_size_bytes = shared_bytes
     kernel(grid, (threads,), args, shared_mem=shared_bytes)
 
