@@ -50,6 +50,7 @@ class Scores:
     usable: list  # (store-local feature, category count) of the features searched, ascending
     groups: list  # (positions in usable, the kernel's five results)
     total: object
+    node_allowed: np.ndarray | None = None  # (N, len(usable)) host bool: per-node samples
 
     def arrays(self) -> list:
         """Every array ``best`` reads, in its order (to fetch them with other results)."""
@@ -66,6 +67,8 @@ class Scores:
         gain_table = np.full((n_nodes, len(self.usable)), -np.inf)
         for (members, _), result in zip(self.groups, results):
             gain_table[:, members] = result[0]
+        if self.node_allowed is not None:
+            gain_table[~self.node_allowed] = -np.inf
         choice = np.argmax(gain_table, axis=1) if self.usable else np.zeros(n_nodes, int)
         nodes = np.arange(n_nodes)
         gain = gain_table[nodes, choice] if self.usable else np.full(n_nodes, -np.inf)
@@ -99,12 +102,15 @@ def score(xp, kernels, hist, features: np.ndarray, n_categories: np.ndarray, all
     hist: (N, D, B, 2) int64 device histograms of the dense store (every row in one bin of each
     feature). features: (C,) host int store-local ids of its categorical features, ascending;
     n_categories: (C,) host int their category counts. allowed: (C,) host bool, the features
-    this tree may use (the others are not searched). constants: ``SplitRule.constants``. One
-    kernel call for the one-hot features and one for the others, whatever their number.
+    this tree may use (the others are not searched), or (N, C) per node. constants:
+    ``SplitRule.constants``. One kernel call for the one-hot features and one for the others,
+    whatever their number.
     """
     inv_g, inv_h, reg_lambda, reg_alpha, mcw = constants
-    usable = [(int(f), int(k)) for f, k, ok in zip(features, n_categories, allowed)
-              if k >= 1 and ok]
+    allowed = np.asarray(allowed, dtype=bool)
+    anywhere = allowed.any(axis=0) if allowed.ndim == 2 else allowed
+    kept = [i for i, (k, ok) in enumerate(zip(n_categories, anywhere)) if k >= 1 and ok]
+    usable = [(int(features[i]), int(n_categories[i])) for i in kept]
     groups = []
     total = hist[:, 0, :, :].sum(axis=1)  # every row is in one bin of feature 0
     if hist.shape[0]:
@@ -118,7 +124,7 @@ def score(xp, kernels, hist, features: np.ndarray, n_categories: np.ndarray, all
                     np.array([usable[i][1] for i in members], dtype=np.int64), onehot,
                     rule.max_cat_threshold, inv_g, inv_h, reg_lambda, reg_alpha, mcw,
                     rule.cat_smooth, rule.cat_l2)))
-    return Scores(usable, groups, total)
+    return Scores(usable, groups, total, allowed[:, kept] if allowed.ndim == 2 else None)
 
 
 def search(xp, kernels, hist, features, n_categories, allowed, constants: tuple,

@@ -37,6 +37,8 @@ class Params:
     colsample_bytree: float = 1.0
     # XGBoost's: each depth's nodes split on this share of the tree's features (sampled anew)
     colsample_bylevel: float = 1.0
+    # XGBoost's: each node splits on this share of its level's features (sampled per node)
+    colsample_bynode: float = 1.0
     max_bin: int = 256
     seed: int = 0
     base_score: float | None = None
@@ -112,8 +114,9 @@ class Params:
         d["eval_metric"] = list(self.eval_metric) if self.eval_metric is not None else None
         if self.missing is None:  # XGBoost's default: model files without it keep their bytes
             del d["missing"]
-        if self.colsample_bylevel == 1.0:  # likewise
-            del d["colsample_bylevel"]
+        for name in ("colsample_bylevel", "colsample_bynode"):  # likewise
+            if getattr(self, name) == 1.0:
+                del d[name]
         return d
 
 
@@ -132,7 +135,7 @@ _ELSEWHERE = {
     **dict.fromkeys(("verbosity", "verbose", "silent"),
                     "progress output is train()'s verbose argument"),
     "num_threads": "gbflow's thread count is XGBoost's nthread (alias n_jobs)",
-    **dict.fromkeys(("grow_policy", "max_leaves", "num_leaves", "colsample_bynode",
+    **dict.fromkeys(("grow_policy", "max_leaves", "num_leaves",
                      "max_delta_step", "monotone_constraints", "interaction_constraints",
                      "sampling_method"),
                     "this version of gbflow does not support it"),
@@ -238,7 +241,7 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         ("min_child_weight", float, 0, math.inf, "[]"), ("gamma", float, 0, math.inf, "[]"),
         ("reg_lambda", float, 0, math.inf, "[]"), ("reg_alpha", float, 0, math.inf, "[]"),
         ("subsample", float, 0, 1, "(]"), ("colsample_bytree", float, 0, 1, "(]"),
-        ("colsample_bylevel", float, 0, 1, "(]"),
+        ("colsample_bylevel", float, 0, 1, "(]"), ("colsample_bynode", float, 0, 1, "(]"),
         ("max_bin", int, 3, 65536, "[]"), ("seed", int, -(2**63), 2**63 - 1, "[]"),
         ("sparse_threshold", float, 0, 1, "[]"), ("huber_slope", float, 0, math.inf, "(]"),
         ("quantile_alpha", float, 0, 1, "(]"), ("scale_pos_weight", float, 0, math.inf, "(]"),

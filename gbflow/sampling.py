@@ -1,6 +1,8 @@
-"""Row and feature sampling (``subsample``, ``colsample_bytree``, ``colsample_bylevel``) from
+"""Row and feature sampling (``subsample``, ``colsample_bytree``, ``_bylevel``, ``_bynode``) from
 global numbers only."""
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -57,3 +59,35 @@ def level_samples(tree_allowed: np.ndarray, seed: int, round_index: int, group: 
         rng = np.random.default_rng([seed % 2**63, round_index, group, depth + 1])
         levels[depth, rng.choice(chosen, size=k, replace=False)] = True
     return levels
+
+
+@dataclasses.dataclass
+class FeatureSample:
+    """The features a tree's nodes may split on: each depth's (``by_level``, (max_depth, F)
+    host bool: the tree's sample and the level's), and with ``node_rate`` < 1
+    (``colsample_bynode``) a share of the level's drawn for every node from (seed, round,
+    group, node id): the same node gets the same features in any run and on every process."""
+
+    by_level: np.ndarray
+    seed: int = 0
+    round_index: int = 0
+    group: int = 0
+    node_rate: float = 1.0
+
+    def nodes(self, depth: int, node_ids: np.ndarray) -> np.ndarray:
+        """(F,) host bool for every node of the depth, or (len(node_ids), F) per node."""
+        level = self.by_level[depth]
+        if self.node_rate >= 1.0:
+            return level
+        chosen = np.flatnonzero(level)
+        k = max(1, int(np.floor(self.node_rate * len(chosen) + 1e-9)))
+        # a counter-based draw per (node, feature): each node keeps its k smallest
+        key = _mix64(np.array([self.seed % 2**64], dtype=np.uint64)
+                     ^ _mix64(np.array([self.round_index + 1], dtype=np.uint64)
+                              ^ _mix64(np.array([self.group + 1], dtype=np.uint64))))
+        nodes = np.asarray(node_ids, dtype=np.uint64)[:, None]
+        draw = _mix64(_mix64(nodes ^ key) ^ chosen.astype(np.uint64)[None, :])
+        keep = np.argsort(draw, axis=1, kind="stable")[:, :k]
+        masks = np.zeros((len(nodes), len(level)), dtype=bool)
+        masks[np.arange(len(nodes))[:, None], chosen[keep]] = True
+        return masks

@@ -46,8 +46,8 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
 
     def __init__(self, *, n_estimators=100, max_depth=6, learning_rate=0.3, min_child_weight=1.0,
                  gamma=0.0, reg_lambda=1.0, reg_alpha=0.0, subsample=1.0, colsample_bytree=1.0,
-                 colsample_bylevel=1.0, max_bin=256, random_state=0, base_score=None,
-                 eval_metric=None, early_stopping_rounds=None, device="auto",
+                 colsample_bylevel=1.0, colsample_bynode=1.0, max_bin=256, random_state=0,
+                 base_score=None, eval_metric=None, early_stopping_rounds=None, device="auto",
                  sparse_threshold=None, verbose=False, n_jobs=None):
         _store(self, locals())
 
@@ -309,8 +309,9 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
         Minimum loss reduction of a split.
     reg_lambda, reg_alpha : float, default 1.0 and 0.0
         L2 and L1 regularization of leaf values.
-    subsample, colsample_bytree, colsample_bylevel : float, default 1.0
-        Share of rows per round, of features per tree, and of the tree's features per depth.
+    subsample, colsample_bytree, colsample_bylevel, colsample_bynode : float, default 1.0
+        Share of rows per round, of features per tree, of the tree's features per depth, and
+        of the depth's features per node.
     max_bin : int, default 256
         Histogram bins per feature.
     random_state : int, RandomState, Generator or None, default 0
@@ -350,9 +351,9 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
     def __init__(self, *, objective="reg:squarederror", n_estimators=100, max_depth=6,
                  learning_rate=0.3, min_child_weight=1.0, gamma=0.0, reg_lambda=1.0,
                  reg_alpha=0.0, subsample=1.0, colsample_bytree=1.0, colsample_bylevel=1.0,
-                 max_bin=256, random_state=0, base_score=None, eval_metric=None,
-                 early_stopping_rounds=None, device="auto", sparse_threshold=None, verbose=False,
-                 n_jobs=None, quantile_alpha=0.5):
+                 colsample_bynode=1.0, max_bin=256, random_state=0, base_score=None,
+                 eval_metric=None, early_stopping_rounds=None, device="auto",
+                 sparse_threshold=None, verbose=False, n_jobs=None, quantile_alpha=0.5):
         _store(self, locals())
 
     def _check_objective(self):
@@ -396,9 +397,9 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
 
     def __init__(self, *, objective=None, n_estimators=100, max_depth=6, learning_rate=0.3,
                  min_child_weight=1.0, gamma=0.0, reg_lambda=1.0, reg_alpha=0.0, subsample=1.0,
-                 colsample_bytree=1.0, colsample_bylevel=1.0, max_bin=256, random_state=0,
-                 base_score=None, eval_metric=None, early_stopping_rounds=None, device="auto",
-                 sparse_threshold=None, verbose=False, n_jobs=None):
+                 colsample_bytree=1.0, colsample_bylevel=1.0, colsample_bynode=1.0, max_bin=256,
+                 random_state=0, base_score=None, eval_metric=None, early_stopping_rounds=None,
+                 device="auto", sparse_threshold=None, verbose=False, n_jobs=None):
         _store(self, locals())
 
     def _target(self, adapter, y):

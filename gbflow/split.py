@@ -60,7 +60,8 @@ def find_splits(backend, stores: list, hist, feature_allowed: np.ndarray, consta
 
     stores: the shard set's column stores; hist: ``histogram.Histograms`` in their order, on the
     device (common bins filled in). feature_allowed: (F,) host bool, the features this tree may
-    use. constants: ``SplitRule.constants``. Each store is searched on its own and, per node, the
+    use ((F,), or (n_nodes, F) per node in the level's order). constants:
+    ``SplitRule.constants``. Each store is searched on its own and, per node, the
     better result kept, a tie going to the lower feature id: the choice one search over all
     features in order would make. A split is taken when its gain exceeds ``min_gain``.
     categorical: None, or (F,) host bool: those features (all in the dense store) are searched
@@ -83,7 +84,7 @@ def find_splits(backend, stores: list, hist, feature_allowed: np.ndarray, consta
         local = np.flatnonzero(categorical[dense.features])
         scores = category_splits.score(
             backend.xp, backend.kernels, hist.arrays[0], local, dense.n_value_bins_host[local],
-            feature_allowed[dense.features[local]], constants, category_rule)
+            feature_allowed[..., dense.features[local]], constants, category_rule)
     extra = [] if scores is None else scores.arrays()
     on_host = backend.to_host_all([a for result in found for a in result] + list(fetch) + extra)
     results = [on_host[5 * i: 5 * i + 5] for i in range(len(found))]

@@ -109,12 +109,14 @@ class _Store:
         return len(self.features)
 
     def allowed(self, feature_allowed: np.ndarray):
-        """(k,) bool device mask of a tree's allowed features (``feature_allowed``: (F,) host
-        bool over all features). The last mask is kept: without column sampling every tree
-        allows the same features, and an upload costs host time every tree."""
+        """(k,) bool device mask of the store's allowed features (``feature_allowed``: (F,)
+        host bool over all features), or (n_nodes, k) from a (n_nodes, F) mask per node. The
+        last mask is kept: without column sampling every tree allows the same features, and an
+        upload costs host time every tree."""
         if self._allowed is not None and np.array_equal(self._allowed[0], feature_allowed):
             return self._allowed[1]
-        mask = self.backend.xp.asarray(feature_allowed[self.features])
+        mask = self.backend.xp.asarray(np.ascontiguousarray(feature_allowed[...,
+                                                                            self.features]))
         self._allowed = (np.array(feature_allowed, dtype=bool), mask)
         return mask
 

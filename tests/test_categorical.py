@@ -295,11 +295,12 @@ def test_unseen_categories_and_missing_values_take_the_default_direction():
     assert np.array_equal(model.predict(new).to_numpy(), model.predict(missing).to_numpy())
 
 
-def test_the_model_does_not_depend_on_the_partitioning():
+@pytest.mark.parametrize("extra", [{}, {"colsample_bynode": 0.5, "seed": 2}])
+def test_the_model_does_not_depend_on_the_partitioning(extra):
     """Parts holding different categories (sorted by category: disjoint sets) give the model
-    of one part."""
+    of one part; with a feature sample per node too (the category sets masked per node)."""
     df = _table(n=3000).sort_values("city").reset_index(drop=True)
-    params = gbflow.Params(**PARAMS)
+    params = gbflow.Params(**PARAMS, **extra)
     one = boosting.fit(get_backend("cpu"), [inputs.load(df, "y")], params, 6, verbose=False)
     pieces = [df.iloc[:1000], df.iloc[1000:1700], df.iloc[1700:]]
     parts = [inputs.load(p.assign(city=p.city.astype(str).astype("category")), "y")

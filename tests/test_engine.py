@@ -38,7 +38,8 @@ def test_same_model_twice_and_with_rows_permuted(task, device):
 
 @pytest.mark.parametrize("task", list(PARAMS))
 @pytest.mark.parametrize("extra", [{}, {"subsample": 0.7, "colsample_bytree": 0.5},
-                                   {"colsample_bytree": 0.8, "colsample_bylevel": 0.5}])
+                                   {"colsample_bytree": 0.8, "colsample_bylevel": 0.5},
+                                   {"colsample_bylevel": 0.7, "colsample_bynode": 0.5}])
 def test_same_model_on_one_or_many_shards(task, extra, device):
     df = make_table(task=task, seed=4)
     params = make_params({**PARAMS[task], **extra})
@@ -455,3 +456,32 @@ def test_colsample_bylevel_splits_each_depth_on_its_sample_of_the_trees_features
     if level_plans:
         assert booster.to_json() == boosting.fit(
             get_backend(device), [inputs.load(df, "y")], params, 6, verbose=False).to_json()
+
+
+def test_colsample_bynode_splits_each_node_on_its_own_sample(device):
+    """Every split uses a feature of its node's sample (drawn from its level's by the node's
+    tree id), nodes of one level get different samples, and the planned loop gives way to the
+    level-by-level one (where it would run) with the same model."""
+    df = make_table(n_rows=3000, n_features=10, seed=13)
+    params = make_params({"max_depth": 4, "colsample_bylevel": 0.8, "colsample_bynode": 0.5,
+                          "seed": 5})
+    booster = boosting.fit(get_backend(device), [inputs.load(df, "y")], params, 5,
+                           verbose=False)
+    seen = set()
+    for r, tree in enumerate(booster.trees):
+        sample = sampling.FeatureSample(sampling.level_samples(
+            np.ones(10, bool), 5, r, 0, 0.8, 4), 5, r, 0, 0.5)
+        depth = np.zeros(tree.n_nodes, dtype=int)
+        for node in range(tree.n_nodes):
+            if tree.is_leaf[node]:
+                continue
+            depth[tree.left[node]] = depth[tree.right[node]] = depth[node] + 1
+            mask = sample.nodes(depth[node], np.array([node]))[0]
+            assert mask.sum() == 4 and mask[tree.feature[node]]
+            seen.add(mask.tobytes())
+    assert len(seen) > 5
+    shardset = shards.ShardSet(get_backend(device))
+    shardset.level_plans = True
+    planned = boosting.fit(shardset.backend, [inputs.load(df, "y")], params, 5, verbose=False,
+                           shardset=shardset)
+    assert planned.to_json() == booster.to_json()

@@ -452,6 +452,17 @@ def test_evaluate_splits(kernels, n_nodes, n_features, n_bins, reg_alpha, min_ch
     got = kernels.evaluate_splits(*args)
     for e, g in zip(expected, got):
         assert e.dtype == g.dtype and np.array_equal(e, g), (e, g)
+    # a mask per node (colsample_bynode): each node's result is its search under its own mask
+    per_node = rng.random((n_nodes, n_features)) < 0.6
+    args = (hist, n_value_bins, per_node) + args[3:]
+    expected = numpy_kernels.evaluate_splits(*args)
+    for n in range(n_nodes):
+        alone = numpy_kernels.evaluate_splits(hist[n:n + 1], n_value_bins, per_node[n],
+                                              *args[3:])
+        for e, a in zip(expected, alone):
+            assert np.array_equal(e[n:n + 1], a)
+    for e, g in zip(expected, kernels.evaluate_splits(*args)):
+        assert e.dtype == g.dtype and np.array_equal(e, g), (e, g)
 
 
 def test_evaluate_splits_prefers_the_first_of_equal_gains(kernels):

@@ -291,6 +291,12 @@ def test_evaluate_sparse_splits(kernels, n_rows, n_features, n_bins, n_nodes, re
             min_child_weight)
     _assert_same_splits(numpy_kernels.evaluate_sparse_splits(*args),
                         kernels.evaluate_sparse_splits(*args))
+    # a mask per node (colsample_bynode)
+    per_node = rng.random((n_nodes, n_features)) < 0.6
+    args = (hist, s["bin_offsets"], n_value_bins, per_node, 2.0**-30, 2.0**-20, 1.0,
+            reg_alpha, min_child_weight)
+    _assert_same_splits(numpy_kernels.evaluate_sparse_splits(*args),
+                        kernels.evaluate_sparse_splits(*args))
 
 
 def test_evaluate_sparse_splits_ties_between_features(kernels):

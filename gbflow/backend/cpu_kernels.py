@@ -860,7 +860,7 @@ def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, pa
         best_lg = np.int64(0)
         best_lh = np.int64(0)
         for f in range(n_features):
-            if not feature_allowed[f]:
+            if not feature_allowed[k % feature_allowed.shape[0], f]:
                 continue
             lo = bin_offsets[f]
             width = bin_offsets[f + 1] - lo
@@ -1038,7 +1038,8 @@ def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv
         return gain, feature, bin_threshold, default_left, left_sum
     padded_bins = max(int(np.max(np.diff(bin_offsets))), 2)  # the twin's padded width
     _evaluate_sparse_splits(hist, bin_offsets, n_value_bins,
-                            np.asarray(feature_allowed, dtype=np.bool_), padded_bins,
+                            np.atleast_2d(np.asarray(feature_allowed, dtype=np.bool_)),
+                            padded_bins,
                             float(inv_scale_g), float(inv_scale_h), float(reg_lambda),
                             float(reg_alpha), float(min_child_weight), gain, feature,
                             bin_threshold, default_left, left_sum)

@@ -181,10 +181,12 @@ def build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins):
 
 def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_h, reg_lambda,
                     reg_alpha, min_child_weight):
-    """See ``numpy_kernels.evaluate_splits``; the five results are CuPy arrays."""
+    """See ``numpy_kernels.evaluate_splits``; the five results are CuPy arrays.
+    feature_allowed: (F,) or (n_nodes, F), host or device."""
     n_nodes, n_features, n_bins, _ = hist.shape
     if not n_nodes:
         return _split_results(0)
+    feature_allowed = cp.ascontiguousarray(cp.asarray(feature_allowed, dtype=bool))
     # enough feature blocks to fill the GPU on shallow levels, at least 16 features each
     n_sm, _ = _limits()
     per_block = max(16, -(-n_features // max(1, 4 * n_sm // n_nodes)))
@@ -194,10 +196,15 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
     _kernel("evaluate_splits", 1)(
         (n_nodes, n_blocks), (_THREADS,),
         (cp.ascontiguousarray(hist), _i32(n_features), _i32(n_bins),
-         n_value_bins, cp.asarray(feature_allowed, dtype=bool),
+         n_value_bins, feature_allowed, _allowed_stride(feature_allowed, n_features),
          np.float64(inv_scale_g), np.float64(inv_scale_h), np.float64(reg_lambda),
          np.float64(reg_alpha), np.float64(min_child_weight), _i32(per_block), partial))
     return _reduce_splits(partial, n_bins, n_value_bins)
+
+
+def _allowed_stride(feature_allowed, n_features: int):
+    """The node stride of a (F,) (0: every node's) or (n_nodes, F) feature mask."""
+    return _i64(n_features if feature_allowed.ndim == 2 else 0)
 
 
 def _reduce_splits(partial, width: int, n_value_bins) -> tuple:
@@ -853,13 +860,15 @@ def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv
     padded_bins = max(int(np.max(np.diff(offsets_host))), 2)
     offsets, n_value_bins, feature_allowed = _upload_small(
         (offsets_host, np.int64), (n_value_bins, np.int32), (feature_allowed, bool))
+    stride = _allowed_stride(feature_allowed, n_features)
     threads = min(_THREADS, 32 * -(-n_features // 32))  # whole warps: the reductions shuffle
     n_blocks = -(-n_features // threads)
     partial = cp.empty((n_nodes, n_blocks, 4), dtype=np.int64)  # struct Best: 4 x 8 bytes
     _sparse_kernel("evaluate_sparse_splits", 1)(
         (n_nodes, n_blocks), (threads,),
         (_dev(hist, _dtypes.FIXED), _i64(n_slots), _i32(n_features), offsets, n_value_bins,
-         feature_allowed, _i32(padded_bins), np.float64(inv_scale_g), np.float64(inv_scale_h),
+         feature_allowed, stride, _i32(padded_bins), np.float64(inv_scale_g),
+         np.float64(inv_scale_h),
          np.float64(reg_lambda), np.float64(reg_alpha), np.float64(min_child_weight), partial))
     return _reduce_splits(partial, padded_bins, n_value_bins)
 

@@ -81,7 +81,8 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
     """Best split of every node of a level, all nodes at once.
 
     hist: (n_nodes, n_features, n_bins, 2) int64. n_value_bins: (n_features,) int32.
-    feature_allowed: (n_features,) bool. inv_scale_g/h: fixed point -> float factors.
+    feature_allowed: (n_features,) bool for every node, or (n_nodes, n_features) bool per node
+    (``colsample_bynode``). inv_scale_g/h: fixed point -> float factors.
 
     Candidates of a feature: thresholds t = 1..n_value_bins-1 (bins 1..t go left) with the
     missing values on either side, and the split of the present values from the missing ones
@@ -114,8 +115,10 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
     thresholds = np.arange(1, n_bins)[None, :]
     inside = thresholds < n_value_bins[:, None]  # (F, B-1)
     every_value_left = thresholds == n_value_bins[:, None]  # only with missing values right
-    valid = np.stack([inside, inside | every_value_left], axis=2) & feature_allowed[:, None, None]
-    valid = valid[None] & (HL >= min_child_weight) & (HR >= min_child_weight)
+    allowed = np.broadcast_to(np.asarray(feature_allowed, dtype=bool), (n_nodes, n_features))
+    valid = np.stack([inside, inside | every_value_left], axis=2)[None] & \
+        allowed[:, :, None, None]
+    valid = valid & (HL >= min_child_weight) & (HR >= min_child_weight)
     valid &= (HL + reg_lambda > 0) & (HR + reg_lambda > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         parent = _score(GP, HP, reg_lambda, reg_alpha)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..sampling import FeatureSample
 from .levels import grow_tree_levels
 from .pending import PendingTree, finished_tree
 from .planned import grow_tree_planned
@@ -18,12 +19,15 @@ __all__ = ["PendingTree", "finished_tree", "grow_tree"]
 def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed: np.ndarray, group: int):
     """Grow one tree on fixed-point gradients ``gh`` (per shard (n_i, 2) int64 device arrays,
     integers of the ``scales``' units) under ``rules`` (``gbflow.rules.TreeRules``), splitting
-    only on the features ``feature_allowed`` allows ((F,) host bool for every level, or
-    (max_depth, F): row d for the nodes of depth d), for output ``group``.
+    only on the features ``feature_allowed`` allows (a ``sampling.FeatureSample``, or (F,) host
+    bool for every node, or (max_depth, F): row d for the nodes of depth d), for output
+    ``group``. Per-node samples need the level-by-level loop.
 
     Returns the tree (a ``Tree``, or a ``PendingTree``: see ``finished_tree``) and per shard its
     margin update (``add_to(kernels, margin)``; call it before the next tree is grown)."""
-    grow = grow_tree_planned if shardset.uses_level_plans else grow_tree_levels
-    by_level = np.broadcast_to(np.atleast_2d(feature_allowed),
-                               (rules.max_depth, np.shape(feature_allowed)[-1]))
-    return grow(shardset, gh, scales, cuts, rules, by_level, group)
+    if not isinstance(feature_allowed, FeatureSample):
+        feature_allowed = FeatureSample(np.broadcast_to(
+            np.atleast_2d(feature_allowed), (rules.max_depth, np.shape(feature_allowed)[-1])))
+    planned = shardset.uses_level_plans and feature_allowed.node_rate >= 1.0
+    grow = grow_tree_planned if planned else grow_tree_levels
+    return grow(shardset, gh, scales, cuts, rules, feature_allowed, group)

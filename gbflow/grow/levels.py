@@ -89,7 +89,8 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed: n
         else:
             with timers("splits"):
                 found, fetched = split.find_splits(backend, shardset.stores, hist,
-                                                   feature_allowed[depth], split_constants,
+                                                   feature_allowed.nodes(depth, node_id),
+                                                   split_constants,
                                                    rules.split.min_gain, fetch=fetch,
                                                    categorical=shardset.categorical,
                                                    category_rule=rules.category)

@@ -140,7 +140,7 @@ def grow_tree_planned(shardset, gh: list, scales, cuts, rules, feature_allowed: 
     timers = shardset.timers
     n_bins = cuts.n_bins
     dense = shardset.dense
-    allowed = [dense.allowed(level) for level in feature_allowed]  # per depth
+    allowed = [dense.allowed(level) for level in feature_allowed.by_level]  # per depth
     shards = shardset.shards
     max_depth = rules.max_depth
     layout = _layout(shardset, max_depth, dense.n_features * n_bins * 16)

@@ -417,7 +417,8 @@ extern "C" __global__ void add_split_leaf_values(
 // node n and writes its best candidate to partial[n, k]; reduce_splits picks each node's best.
 extern "C" __global__ void evaluate_splits(
         const i64* hist, int n_features, int n_bins, const int* n_value_bins,
-        const bool* feature_allowed, double inv_scale_g, double inv_scale_h, double lambda_,
+        const bool* feature_allowed, i64 allowed_stride, double inv_scale_g,
+        double inv_scale_h, double lambda_,
         double alpha, double min_child_weight, int features_per_block, Best* partial) {
     __shared__ i64 total_parts[2][32];
     __shared__ Best warp_best[32];
@@ -433,7 +434,7 @@ extern "C" __global__ void evaluate_splits(
     for (int f = blockIdx.y * features_per_block + warp; f < f_end; f += n_warps) {
         const i64* hf = h_node + (i64)f * n_bins * 2;
         i64 miss_g = hf[0], miss_h = hf[1];
-        bool allowed = feature_allowed[f];
+        bool allowed = feature_allowed[blockIdx.x * allowed_stride + f];  // 0: every node's
         int nvb = n_value_bins[f];
         i64 carry_g = 0, carry_h = 0;
         // thresholds past nvb are no candidates: a feature narrower than the histograms (a

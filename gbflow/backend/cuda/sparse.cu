@@ -152,7 +152,8 @@ extern "C" __global__ void fill_common_bins(i64* hist, i64 n_nodes, i64 n_slots,
 // block's best goes to partial[node, blockIdx.y].
 extern "C" __global__ void evaluate_sparse_splits(
         const i64* hist, i64 n_slots, int n_features, const i64* bin_offsets,
-        const int* n_value_bins, const bool* feature_allowed, int padded_bins,
+        const int* n_value_bins, const bool* feature_allowed, i64 allowed_stride,
+        int padded_bins,
         double inv_scale_g, double inv_scale_h, double lambda_, double alpha,
         double min_child_weight, Best* partial) {
     __shared__ i64 total_parts[2][32];
@@ -165,7 +166,7 @@ extern "C" __global__ void evaluate_sparse_splits(
     const double NEG_INF = __longlong_as_double(0xfff0000000000000LL);
     Best best = {NEG_INF, 0x7fffffffffffffffLL, 0, 0};
     int f = blockIdx.y * blockDim.x + threadIdx.x;
-    if (f < n_features && feature_allowed[f]) {
+    if (f < n_features && feature_allowed[blockIdx.x * allowed_stride + f]) {
         const i64* hf = h_node + 2 * bin_offsets[f];
         int width = (int)(bin_offsets[f + 1] - bin_offsets[f]);
         int nvb = n_value_bins[f];
