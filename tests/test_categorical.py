@@ -42,7 +42,7 @@ def _search(xp, hist, n_categories, rule, constants=(1.0, 1.0, 0.0, 0.0, 0.0)):
     else:
         from gbflow.backend import cuda_kernels as kernels
     return category_splits.search(xp, kernels, xp.asarray(hist), np.arange(n_features),
-                                  np.asarray(n_categories), xp.ones(n_features, dtype=bool),
+                                  np.asarray(n_categories), np.ones(n_features, dtype=bool),
                                   constants, rule)
 
 
