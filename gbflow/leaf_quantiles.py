@@ -38,30 +38,33 @@ def key_values(keys: np.ndarray) -> np.ndarray:
 
 
 def integer_weights(xp, weights, max_weight: float, n_total: int):
-    """(n,) float64 integer-valued weights from (n,) non-negative ``weights`` (None: ones),
-    scaled by a power of two so that ``n_total`` rows of ``max_weight`` sum below 2**52: the
-    same row gets the same weight wherever it is."""
+    """(n,) int64 weights from (n,) non-negative ``weights`` (None: ones), scaled by a power of
+    two so that ``n_total`` rows of ``max_weight`` sum below 2**52: the same row gets the same
+    weight wherever it is."""
     if weights is None:
         return None
     scale = 2.0 ** math.floor(math.log2(_WEIGHT_SUM_LIMIT / max(n_total * max_weight, 1e-300)))
-    return xp.rint(xp.asarray(weights, dtype=np.float64) * scale)
+    return xp.rint(xp.asarray(weights, dtype=np.float64) * scale).astype(np.int64)
 
 
-def weighted_quantiles(xp, groups: list, values: list, weights: list | None, n_groups: int,
-                       alpha: float, collective=LOCAL) -> np.ndarray:
+def weighted_quantiles(backend, groups: list, values: list, weights: list | None,
+                       n_groups: int, alpha: float, collective=LOCAL) -> np.ndarray:
     """(n_groups,) float64 host: each group's ``alpha`` quantile (module docstring), NaN for a
     group of no weight.
 
     groups: per shard (n_i,) int64 group ids in [0, n_groups); values: per shard (n_i,) float64
-    finite; weights: per shard (n_i,) float64 integer-valued >= 0 (``integer_weights``), or None
-    for ones. Every process calls it with the same n_groups and alpha. No side effects.
+    finite, on ``backend``'s device; weights: per shard (n_i,) int64 >= 0
+    (``integer_weights``), or None for ones. Every process calls it with the same n_groups and
+    alpha. No side effects.
     """
-    n_shards = len(groups)
+    xp, kernels = backend.xp, backend.kernels
     keys = [ordered_keys(xp, v) for v in values]
-    ones = [xp.ones(len(g), dtype=np.float64) for g in groups]
-    weights = ones if weights is None else weights
-    total = to_host(_summed(xp, collective, [(g, w) for g, w in zip(groups, weights)],
-                            n_groups))
+    weights = [None] * len(groups) if weights is None else weights
+    total = xp.zeros(n_groups, dtype=np.int64)
+    for g, w in zip(groups, weights):
+        total += table_counts(xp, g, n_groups, None if w is None else w.astype(np.float64)) \
+            .astype(np.int64)
+    total = to_host(collective.allreduce_sum(total))
     fraction = Fraction(alpha)
     # rank (in weight) of the quantile: ceil(alpha * total), at least 1, in exact arithmetic
     remaining = xp.asarray(np.array(
@@ -72,29 +75,14 @@ def weighted_quantiles(xp, groups: list, values: list, weights: list | None, n_g
     # The rounds stay on the device (no wait for it until the result): each picks per group
     # the first byte whose rows, with the smaller bytes', reach the rank still to go.
     for shift in range(56, -8, -8):
-        pairs = []
-        for s in range(n_shards):
-            digit = ((keys[s] >> np.uint64(shift)) & np.uint64(255)).astype(np.int64)
-            weight = weights[s]
-            if shift < 56:  # rows whose higher bytes are their group's chosen ones so far
-                same = (keys[s] >> np.uint64(shift + 8)) == prefix[groups[s]]
-                weight = xp.where(same, weight, 0.0)
-            pairs.append((groups[s] * 256 + digit, weight))
-        below = xp.cumsum(_summed(xp, collective, pairs, n_groups * 256)
-                          .reshape(n_groups, 256), axis=1)
+        table = xp.zeros(n_groups * 256, dtype=np.int64)
+        for k, g, w in zip(keys, groups, weights):
+            kernels.quantile_tally(k, g, w, prefix, shift, table)
+        below = xp.cumsum(collective.allreduce_sum(table).reshape(n_groups, 256), axis=1)
         digit = xp.minimum((below < remaining[:, None]).sum(axis=1), 255)
         remaining -= xp.where(digit > 0, below[groups_at, xp.maximum(digit - 1, 0)], 0)
         prefix = (prefix << np.uint64(8)) | digit.astype(np.uint64)
     return np.where(total > 0, key_values(to_host(prefix)), np.nan)
-
-
-def _summed(xp, collective, pairs: list, size: int):
-    """(size,) int64 (on the pairs' device): the weights of every shard's (ids, weights)
-    pairs tallied by id and summed over the processes."""
-    table = xp.zeros(size, dtype=np.int64)
-    for ids, weight in pairs:
-        table += table_counts(xp, ids, size, weight).astype(np.int64)
-    return collective.allreduce_sum(table)
 
 
 def line_search(backend, collective, tree, leaf_rows: list, shards: list, group: int,
@@ -115,7 +103,7 @@ def line_search(backend, collective, tree, leaf_rows: list, shards: list, group:
         rows.with_values(leaf_number).add_to(kernels, leaf)  # each row's leaf number
         leaf_of_row.append(leaf.astype(np.int64))
         residuals.append(shard.label - shard.margin[:, group])
-    quantiles = weighted_quantiles(xp, leaf_of_row, residuals, weights, len(leaves), alpha,
+    quantiles = weighted_quantiles(backend, leaf_of_row, residuals, weights, len(leaves), alpha,
                                    collective)
     value = tree.value.copy()
     value[leaves] = learning_rate * np.nan_to_num(quantiles, nan=0.0)

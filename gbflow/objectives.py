@@ -384,6 +384,7 @@ class QuantileError(Objective):
         self.default_metric = "mae" if name == "reg:absoluteerror" else "quantile"
 
     def estimate_margin(self, xp, labels, weights, collective=LOCAL):
+        from .backend import backend_for, get_backend
         from .leaf_quantiles import integer_weights, weighted_quantiles
         if weights is not None:
             largest = float(collective.allreduce_max(
@@ -391,7 +392,8 @@ class QuantileError(Objective):
             n_total = int(collective.allreduce_sum(np.array([sum(len(y) for y in labels)]))[0])
             weights = [integer_weights(xp, w, largest, n_total) for w in weights]
         groups = [xp.zeros(len(y), dtype=np.int64) for y in labels]
-        start = weighted_quantiles(xp, groups, list(labels), weights, 1, self.leaf_alpha,
+        backend = backend_for(labels[0]) if labels else get_backend("cpu")
+        start = weighted_quantiles(backend, groups, list(labels), weights, 1, self.leaf_alpha,
                                    collective)
         return np.nan_to_num(start, nan=0.0)
 

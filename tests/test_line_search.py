@@ -11,7 +11,7 @@ from conftest import make_table
 
 import gbflow
 from gbflow import boosting, inputs, leaf_quantiles
-from gbflow.backend import get_backend
+from gbflow.backend import get_backend, numpy_kernels, reference_kernels
 from gbflow.params import make_params
 
 
@@ -32,21 +32,48 @@ def test_weighted_quantiles_are_exact_and_do_not_depend_on_the_shards(alpha, wei
     values = np.concatenate([rng.standard_t(2, n - 20) * 10.0 ** rng.integers(-3, 3, n - 20),
                              np.zeros(10), -np.zeros(5), np.full(5, 2.5)])
     groups = rng.integers(0, n_groups - 1, n)  # the last group holds no row
-    weights = rng.integers(0, 5, n).astype(np.float64) if weighted else np.ones(n)
-    whole = leaf_quantiles.weighted_quantiles(np, [groups], [values], [weights], n_groups, alpha)
+    weights = rng.integers(0, 5, n) if weighted else np.ones(n, dtype=np.int64)
+    backend = get_backend("cpu")
+    whole = leaf_quantiles.weighted_quantiles(backend, [groups], [values], [weights], n_groups,
+                                              alpha)
     cut = [0, 1, 1000, 1001, 2500, n]  # shards of one row, and an empty one
     shards = [slice(a, b) for a, b in zip(cut[:-1], cut[1:])] + [slice(0, 0)]
     split = leaf_quantiles.weighted_quantiles(
-        np, [groups[s] for s in shards], [values[s] for s in shards],
+        backend, [groups[s] for s in shards], [values[s] for s in shards],
         [weights[s] for s in shards], n_groups, alpha)
     assert np.array_equal(whole, split, equal_nan=True)
+    with reference_kernels():  # the NumPy twin's tallies
+        assert np.array_equal(whole, leaf_quantiles.weighted_quantiles(
+            get_backend("cpu"), [groups], [values], [weights], n_groups, alpha), equal_nan=True)
     assert np.isnan(whole[-1])
     for g in range(n_groups - 1):
         mine = groups == g
         assert whole[g] == _lower_quantile(values[mine], weights[mine], alpha)
     if not weighted:  # None means weights of one
         assert np.array_equal(whole, leaf_quantiles.weighted_quantiles(
-            np, [groups], [values], None, n_groups, alpha), equal_nan=True)
+            backend, [groups], [values], None, n_groups, alpha), equal_nan=True)
+
+
+@pytest.mark.parametrize("n,n_groups,weighted", [(0, 3, False), (1, 1, True), (5000, 7, True),
+                                                 (100_003, 300, False), (20_000, 1, True)])
+def test_quantile_tally_against_its_twin(kernels, n, n_groups, weighted):
+    rng = np.random.default_rng(n + n_groups)
+    values = rng.standard_normal(n) * 10.0 ** rng.integers(-2, 2, n)
+    values[: n // 3] = 1.5  # many rows of one slot: the warps' shared atomics
+    keys = leaf_quantiles.ordered_keys(np, values)
+    groups = rng.integers(0, n_groups, n).astype(np.int64)
+    weights = rng.integers(0, 2**40, n).astype(np.int64) if weighted else None
+    for shift in (56, 48, 0):
+        prefix = (keys[rng.integers(0, max(n, 1), n_groups) % max(n, 1)] >> np.uint64(shift + 8)
+                  if n and shift < 56 else np.zeros(n_groups, dtype=np.uint64))
+        prefix = np.asarray(prefix, dtype=np.uint64)
+        expected = numpy_kernels.quantile_tally(keys, groups, weights, prefix, shift,
+                                                np.zeros(n_groups * 256, dtype=np.int64))
+        table = np.full(n_groups * 256, 3, dtype=np.int64)  # added into
+        got = kernels.quantile_tally(keys, groups, weights, prefix, shift, table)
+        assert got is table and np.array_equal(table - 3, expected)
+        if shift == 56:
+            assert expected.sum() == (n if weights is None else weights.sum())
 
 
 def test_ordered_keys_keep_the_order_of_the_values():

@@ -1022,6 +1022,34 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
     return gain, missing_right, right_sum, size, order
 
 
+@njit(parallel=True, **_JIT)
+def _quantile_tally(keys, groups, weights, has_weights, prefix, shift, local, n_threads):
+    n = keys.shape[0]
+    chunk = (n + n_threads - 1) // n_threads
+    for t in prange(n_threads):
+        acc = local[t]
+        acc[:] = 0
+        for i in range(t * chunk, min(n, (t + 1) * chunk)):
+            key = keys[i]
+            g = groups[i]
+            if shift < 56 and (key >> np.uint64(shift + 8)) != prefix[g]:
+                continue
+            acc[g * 256 + np.int64((key >> np.uint64(shift)) & np.uint64(255))] += \
+                weights[i] if has_weights else 1
+
+
+def quantile_tally(keys, groups, weights, prefix, shift, table):
+    """See numpy_kernels.quantile_tally (per-thread tables, then their sum)."""
+    n_threads = numba.get_num_threads()
+    local = np.empty((n_threads, table.shape[0]), dtype=np.int64)
+    _quantile_tally(keys, np.asarray(groups, dtype=np.int64),
+                    np.zeros(1, np.int64) if weights is None else weights.astype(np.int64),
+                    weights is not None, np.asarray(prefix, dtype=np.uint64), int(shift),
+                    local, n_threads)
+    table += local.sum(axis=0)
+    return table
+
+
 def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv_scale_g,
                            inv_scale_h, reg_lambda, reg_alpha, min_child_weight):
     """See numpy_kernels.evaluate_sparse_splits (the same five results, bit for bit). With no

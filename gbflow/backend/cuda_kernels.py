@@ -960,6 +960,23 @@ def _metrics_kernel(name: str):
                         options=("--std=c++17", "--fmad=false"))
 
 
+def quantile_tally(keys, groups, weights, prefix, shift, table):
+    """See ``numpy_kernels.quantile_tally``: CuPy arrays (weights may be None); table added
+    into with 64-bit atomics and returned (nothing waits for the device)."""
+    n = int(keys.shape[0])
+    if n == 0:
+        return table
+    _check_out(table, "quantile_tally", np.int64)
+    has_weights = weights is not None
+    grid = min(-(-n // _THREADS), 4 * _limits()[0] * 8)
+    _metrics_kernel("quantile_tally")(
+        (grid,), (_THREADS,),
+        (_dev(keys, np.uint64), _dev(groups, np.int64),
+         _dev(weights if has_weights else cp.zeros(1), np.int64), _i32(has_weights),
+         _dev(prefix, np.uint64), _i32(shift), _i64(n), table))
+    return table
+
+
 def auc_tally(bucket, label, weight, scale, out):
     """See ``numpy_kernels.auc_tally``. bucket: (n,) int64 CuPy (any stride); out: (2,
     n_buckets) int64 C-contiguous CuPy, updated in place with 64-bit atomics (nothing waits for

@@ -677,6 +677,22 @@ def _candidate_gain(lg, lh, tg, th, parent, inv_scale_g, inv_scale_h, reg_lambda
         - parent
 
 
+def quantile_tally(keys, groups, weights, prefix, shift, table):
+    """One round of ``leaf_quantiles.weighted_quantiles``: add each row's weight into its
+    (group, byte) slot, table[groups * 256 + byte], byte = (keys >> shift) & 255, counting only
+    the rows whose higher bytes (keys >> (shift + 8)) equal their group's ``prefix`` (every row
+    when shift is 56). keys: (n,) uint64; groups: (n,) int64 in [0, G); weights: (n,) int64
+    >= 0, or None for ones; prefix: (G,) uint64; table: (G * 256,) int64, added into and
+    returned. Integer sums: any order gives the same table."""
+    shift = np.uint64(shift)
+    take = np.ones(len(keys), dtype=bool) if shift == 56 else \
+        (keys >> (shift + np.uint64(8))) == prefix[groups]
+    slots = groups * 256 + ((keys >> shift) & np.uint64(255)).astype(np.int64)
+    w = np.ones(len(keys), dtype=np.int64) if weights is None else weights.astype(np.int64)
+    np.add.at(table, slots[take], w[take])
+    return table
+
+
 def sparse_bin(indptr, entry_feature, entry_bin, common_bin, row, s):
     """The bin of row ``row`` in sparse feature ``s``: its stored entry, else the common bin.
     entry_feature int16 or int32 (0 <= s < S fits either)."""

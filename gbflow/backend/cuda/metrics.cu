@@ -1,5 +1,5 @@
-// Evaluation metrics' kernels (see numpy_kernels.auc_tally): integer tallies with 64-bit atomics,
-// whose sums do not depend on the order the rows arrive in.
+// Integer tallies with 64-bit atomics, whose sums do not depend on the order the rows arrive in:
+// the evaluation metrics' (see numpy_kernels.auc_tally) and the leaf quantiles' (quantile_tally).
 
 extern "C" __global__ void auc_tally(const long long* bucket, long long bucket_stride,
                                      const double* label, const double* weight, int has_weight,
@@ -47,4 +47,37 @@ extern "C" __global__ void fixed_point_words(const double* values, long long n,
     }
     add_block_sum(high_sum, shared, out);
     add_block_sum(low_sum, shared, out + 1);
+}
+
+// One round of the leaf quantiles (numpy_kernels.quantile_tally): a row's weight goes to its
+// (group, byte) slot when its higher bytes equal its group's prefix. The rows of a warp that
+// share a slot are summed with shuffles first and added by one lane: the first rounds send
+// most rows of a group to one slot.
+extern "C" __global__ void quantile_tally(const unsigned long long* keys, const long long* groups,
+                                          const long long* weights, int has_weights,
+                                          const unsigned long long* prefix, int shift,
+                                          long long n, long long* table) {
+    long long step = (long long)gridDim.x * blockDim.x;
+    long long first = (long long)blockIdx.x * blockDim.x;
+    for (long long base = first; base < n; base += step) {  // whole warps stay in the loop
+        long long i = base + threadIdx.x;
+        unsigned long long slot = ~0ull;
+        long long w = 0;
+        if (i < n) {
+            unsigned long long key = keys[i];
+            long long g = groups[i];
+            if (shift == 56 || (key >> (shift + 8)) == prefix[g]) {
+                slot = (unsigned long long)g * 256 + ((key >> shift) & 255);
+                w = has_weights ? weights[i] : 1;
+            }
+        }
+        unsigned mask = __match_any_sync(0xffffffffu, slot);
+        long long sum = 0;
+        for (int lane = 0; lane < 32; ++lane) {
+            long long v = __shfl_sync(0xffffffffu, w, lane);
+            if (mask & (1u << lane)) sum += v;
+        }
+        if (slot != ~0ull && (threadIdx.x & 31) == __ffs(mask) - 1)
+            atomicAdd((unsigned long long*)&table[slot], (unsigned long long)sum);
+    }
 }
