@@ -1,9 +1,9 @@
 """The best categorical split of every node of a level (one-hot and sorted-partition splits).
 
 Each (node, feature) is scored by the backend's ``categorical_splits`` kernel (its NumPy twin
-defines the candidates; numba and CUDA give the same results bit for bit); this module picks
-each node's best feature and forms its category set with array-namespace code, the same on
-NumPy and CuPy, so a model does not depend on the device.
+defines the candidates; numba and CUDA give the same results bit for bit, so a model does not
+depend on the device); the scores come to the host with the level's other split results, and
+``Scores.best`` picks each node's best feature and writes its category set there (NumPy).
 
 A categorical feature of K categories has bins 1..K (category k at bin k + 1 in the sorted
 value list) and the missing bin 0. A split sends a set S of categories right and the others
@@ -93,7 +93,7 @@ class Scores:
         return gain, feature, right_bins, default_left, left_sum
 
 
-def score(xp, kernels, hist, features: np.ndarray, n_categories: np.ndarray, allowed,
+def score(kernels, hist, features: np.ndarray, n_categories: np.ndarray, allowed,
           constants: tuple, rule: CategoryRule) -> Scores:
     """Score every (node, categorical feature) of a store's histograms: the kernels queued, no
     wait for the device.
@@ -127,10 +127,10 @@ def score(xp, kernels, hist, features: np.ndarray, n_categories: np.ndarray, all
     return Scores(usable, groups, total, allowed[:, kept] if allowed.ndim == 2 else None)
 
 
-def search(xp, kernels, hist, features, n_categories, allowed, constants: tuple,
+def search(kernels, hist, features, n_categories, allowed, constants: tuple,
            rule: CategoryRule) -> tuple:
-    """``score`` then ``Scores.best``: each node's best categorical split, as host arrays
-    (``Scores.best``'s five)."""
-    scores = score(xp, kernels, hist, features, n_categories, allowed, constants, rule)
+    """``score`` then ``Scores.best`` in one call (the split search fetches the scores with its
+    other results instead): each node's best categorical split, as host arrays."""
+    scores = score(kernels, hist, features, n_categories, allowed, constants, rule)
     fetched = [to_host(a) for a in scores.arrays()]
     return scores.best(fetched, hist.shape[2])

@@ -4,8 +4,11 @@ reg:absoluteerror and reg:quantileerror (a line search after each tree) and thei
 A group's ``alpha`` quantile is the smallest of its values v whose rows with values <= v weigh at
 least alpha times the group's weight (at least one row's). It is found digit by digit on the
 values' ordered 64-bit keys: eight rounds, each one table of (group, next byte) weights summed
-over the shards and through the collective. Weights are integer-valued, so every sum is exact
-and the quantile does not depend on how the rows are split into shards, partitions or workers.
+over the shards and through the collective. Weights are integers, so every sum is exact and
+the quantile does not depend on how the rows are split into shards, partitions or workers.
+Training's float weights are made integers by ``integer_weights`` (a power-of-two scale, then
+rounding): the quantile is exact for those, and a row lighter than about 2**-52 of the
+heaviest row times the row count weighs 0 there.
 """
 from __future__ import annotations
 
@@ -16,7 +19,6 @@ from fractions import Fraction
 import numpy as np
 
 from .backend.arrays import to_host
-from .backend.tables import table_counts
 from .collective import LOCAL
 
 _SIGN = np.uint64(1 << 63)
@@ -43,7 +45,10 @@ def integer_weights(xp, weights, max_weight: float, n_total: int):
     weight wherever it is."""
     if weights is None:
         return None
-    scale = 2.0 ** math.floor(math.log2(_WEIGHT_SUM_LIMIT / max(n_total * max_weight, 1e-300)))
+    if not n_total * max_weight > 0:
+        raise ValueError("integer_weights: the rows weigh nothing (max_weight * n_total is not "
+                         "positive)")
+    scale = 2.0 ** math.floor(math.log2(_WEIGHT_SUM_LIMIT / (n_total * max_weight)))
     return xp.rint(xp.asarray(weights, dtype=np.float64) * scale).astype(np.int64)
 
 
@@ -60,25 +65,24 @@ def weighted_quantiles(backend, groups: list, values: list, weights: list | None
     xp, kernels = backend.xp, backend.kernels
     keys = [ordered_keys(xp, v) for v in values]
     weights = [None] * len(groups) if weights is None else weights
-    total = xp.zeros(n_groups, dtype=np.int64)
-    for g, w in zip(groups, weights):
-        total += table_counts(xp, g, n_groups, None if w is None else w.astype(np.float64)) \
-            .astype(np.int64)
-    total = to_host(collective.allreduce_sum(total))
     fraction = Fraction(alpha)
-    # rank (in weight) of the quantile: ceil(alpha * total), at least 1, in exact arithmetic
-    remaining = xp.asarray(np.array(
-        [max(1, -((-int(t) * fraction.numerator) // fraction.denominator)) for t in total],
-        dtype=np.int64))
     prefix = xp.zeros(n_groups, dtype=np.uint64)
     groups_at = xp.arange(n_groups)
-    # The rounds stay on the device (no wait for it until the result): each picks per group
-    # the first byte whose rows, with the smaller bytes', reach the rank still to go.
+    # After the first round (which counts every row: its table's rows are the groups' weights)
+    # the rounds stay on the device, no wait for it until the result: each picks per group the
+    # first byte whose rows, with the smaller bytes', reach the rank still to go.
     for shift in range(56, -8, -8):
         table = xp.zeros(n_groups * 256, dtype=np.int64)
         for k, g, w in zip(keys, groups, weights):
             kernels.quantile_tally(k, g, w, prefix, shift, table)
-        below = xp.cumsum(collective.allreduce_sum(table).reshape(n_groups, 256), axis=1)
+        table = collective.allreduce_sum(table).reshape(n_groups, 256)
+        if shift == 56:
+            total = to_host(table.sum(axis=1))
+            # rank (in weight) of the quantile: ceil(alpha * total), at least 1, exactly
+            remaining = xp.asarray(np.array(
+                [max(1, -((-int(t) * fraction.numerator) // fraction.denominator))
+                 for t in total], dtype=np.int64))
+        below = xp.cumsum(table, axis=1)
         digit = xp.minimum((below < remaining[:, None]).sum(axis=1), 255)
         remaining -= xp.where(digit > 0, below[groups_at, xp.maximum(digit - 1, 0)], 0)
         prefix = (prefix << np.uint64(8)) | digit.astype(np.uint64)
@@ -90,8 +94,8 @@ def line_search(backend, collective, tree, leaf_rows: list, shards: list, group:
     """A grown tree's leaves set to ``learning_rate`` times the ``alpha`` quantile of their
     rows' residuals (label - margin[:, group], the margins before this tree), over every shard
     and process; a leaf of no weight gets 0. tree: a host ``Tree``; leaf_rows: per shard its
-    ``LeafRows``; weights: per shard (n_i,) integer-valued float64 (``integer_weights``; 0 for
-    rows sampled out), or None. Returns (the new tree, per shard ``LeafRows`` adding its
+    ``LeafRows``; weights: per shard (n_i,) int64 (``integer_weights``; 0 for rows sampled
+    out), or None. Returns (the new tree, per shard ``LeafRows`` adding its
     values). Reads the shards' labels and margins; changes nothing."""
     xp, kernels = backend.xp, backend.kernels
     leaves = np.flatnonzero(tree.is_leaf)

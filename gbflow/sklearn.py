@@ -386,10 +386,10 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
     trained on their positions 0..k-1, with objective "binary:logistic" for two classes and
     "multi:softprob" (``num_class=k``) for more. ``predict`` returns the original labels.
 
-    Parameters: as ``GBFlowRegressor``; ``objective`` (XGBoost's parameter) may be left None
-    (it follows from the classes) or name the one they need. For two classes ``base_score`` is
-    a probability of ``classes_[1]``; ``eval_metric`` must fit the objective ("logloss", "auc",
-    "rmse" for two classes; "mlogloss" for more).
+    Parameters: as ``GBFlowRegressor`` but ``quantile_alpha``; ``objective`` (XGBoost's
+    parameter) may be left None (it follows from the classes) or name the one they need. For
+    two classes ``base_score`` is a probability of ``classes_[1]``; ``eval_metric`` must fit
+    the objective ("logloss", "auc", "rmse" for two classes; "mlogloss" for more).
 
     Attributes: as ``GBFlowRegressor``, plus ``classes_`` ((n_classes,) ndarray of the sorted
     labels) and ``n_classes_`` (int).

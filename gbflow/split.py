@@ -59,13 +59,14 @@ def find_splits(backend, stores: list, hist, feature_allowed: np.ndarray, consta
     """Evaluate every candidate of every node in ``hist`` and keep each node's best.
 
     stores: the shard set's column stores; hist: ``histogram.Histograms`` in their order, on the
-    device (common bins filled in). feature_allowed: (F,) host bool, the features this tree may
-    use ((F,), or (n_nodes, F) per node in the level's order). constants:
-    ``SplitRule.constants``. Each store is searched on its own and, per node, the
-    better result kept, a tie going to the lower feature id: the choice one search over all
+    device (common bins filled in). feature_allowed: host bool, the features the nodes may use:
+    (F,) for all, or (n_nodes, F) one row per node in the level's order. constants:
+    ``SplitRule.constants``. Each store is searched on its own and, per node, the better
+    result kept, a tie going to the lower feature id: the choice one search over all
     features in order would make. A split is taken when its gain exceeds ``min_gain``.
-    categorical: None, or (F,) host bool: those features (all in the dense store) are searched
-    by ``category_splits.search`` with ``category_rule`` too: a category set competes with
+    categorical: None, or (F,) host bool: those features (all in the dense store) are scored
+    by ``category_splits.score`` with ``category_rule`` too (each node's best set chosen on the
+    host by ``Scores.best``): a category set competes with
     their value-order splits (bins in the sorted value order, which a set must beat by the
     penalty its gain pays), the value-order split winning ties.
 
@@ -83,7 +84,7 @@ def find_splits(backend, stores: list, hist, feature_allowed: np.ndarray, consta
         dense = stores[0]
         local = np.flatnonzero(categorical[dense.features])
         scores = category_splits.score(
-            backend.xp, backend.kernels, hist.arrays[0], local, dense.n_value_bins_host[local],
+            backend.kernels, hist.arrays[0], local, dense.n_value_bins_host[local],
             feature_allowed[..., dense.features[local]], constants, category_rule)
     extra = [] if scores is None else scores.arrays()
     on_host = backend.to_host_all([a for result in found for a in result] + list(fetch) + extra)

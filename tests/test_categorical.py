@@ -41,7 +41,7 @@ def _search(xp, hist, n_categories, rule, constants=(1.0, 1.0, 0.0, 0.0, 0.0)):
         kernels = numpy_kernels
     else:
         from gbflow.backend import cuda_kernels as kernels
-    return category_splits.search(xp, kernels, xp.asarray(hist), np.arange(n_features),
+    return category_splits.search(kernels, xp.asarray(hist), np.arange(n_features),
                                   np.asarray(n_categories), np.ones(n_features, dtype=bool),
                                   constants, rule)
 
@@ -132,8 +132,9 @@ def _category_histograms(rng, n_nodes, n_categories, ties):
     (4, [100, 3000, 17], 64, 1.0), (2, [5000], 8, 10.0), (7, [2, 2, 2, 2], 1, 0.0)])
 def test_categorical_splits_kernel_against_its_twin(kernels, onehot, n_nodes, n_categories,
                                                     threshold, smooth):
-    """Every (node, feature)'s best set, bit for bit, and the twin's result is its definition:
-    the gain of the set it names, the best over one-category sets (one-hot)."""
+    """Every (node, feature)'s best set, bit for bit; the twin's result names a set whose sums
+    are its right_sum, of at most one category (one-hot) or max_cat_threshold, and for one-hot
+    its gain is the best over every category and side (brute force)."""
     rng = np.random.default_rng(n_nodes + sum(n_categories) + threshold)
     for ties in (False, True):
         hist, total = _category_histograms(rng, n_nodes, n_categories, ties)
@@ -156,6 +157,15 @@ def test_categorical_splits_kernel_against_its_twin(kernels, onehot, n_nodes, n_
                                                             else 0)
                 assert np.array_equal(right_sum[n, j], sums)
                 assert size[n, j] <= (1 if onehot else threshold)
+                if onehot:  # the best of every single category on either side, recomputed
+                    tg, th = int(total[n, 0]), int(total[n, 1])
+                    parent = numpy_kernels._score(tg * 0.5, th * 0.25, 1.0, 0.0)
+                    best = max(numpy_kernels._candidate_gain(
+                        tg - int(c[0]) - side * int(hist[n, f, 0, 0]),
+                        th - int(c[1]) - side * int(hist[n, f, 0, 1]), tg, th, parent,
+                        0.5, 0.25, 1.0, 0.0, 0.5)
+                        for c in hist[n, f, 1:n_categories[f] + 1] if c.any() for side in (0, 1))
+                    assert gain[n, j] == best
 
 
 @pytest.mark.gpu

@@ -11,7 +11,7 @@ import scipy.sparse as sp
 from conftest import make_table, present_or_missing
 
 import gbflow
-from gbflow import _dtypes, boosting, inputs, sampling, shards
+from gbflow import _dtypes, boosting, grow, inputs, sampling, shards
 from gbflow.backend import get_backend, reference_kernels
 from gbflow.params import make_params
 
@@ -453,15 +453,18 @@ def test_colsample_bylevel_splits_each_depth_on_its_sample_of_the_trees_features
             if not tree.is_leaf[node]:
                 depth[tree.left[node]] = depth[tree.right[node]] = depth[node] + 1
                 assert levels[depth[node], tree.feature[node]]
-    if level_plans:
+    if level_plans:  # the planned loop against the level-by-level one
+        by_levels = shards.ShardSet(get_backend(device))
+        by_levels.level_plans = False
         assert booster.to_json() == boosting.fit(
-            get_backend(device), [inputs.load(df, "y")], params, 6, verbose=False).to_json()
+            by_levels.backend, [inputs.load(df, "y")], params, 6, verbose=False,
+            shardset=by_levels).to_json()
 
 
-def test_colsample_bynode_splits_each_node_on_its_own_sample(device):
+def test_colsample_bynode_splits_each_node_on_its_own_sample(device, monkeypatch):
     """Every split uses a feature of its node's sample (drawn from its level's by the node's
     tree id), nodes of one level get different samples, and the planned loop gives way to the
-    level-by-level one (where it would run) with the same model."""
+    level-by-level one even where it is asked for."""
     df = make_table(n_rows=3000, n_features=10, seed=13)
     params = make_params({"max_depth": 4, "colsample_bylevel": 0.8, "colsample_bynode": 0.5,
                           "seed": 5})
@@ -482,6 +485,10 @@ def test_colsample_bynode_splits_each_node_on_its_own_sample(device):
     assert len(seen) > 5
     shardset = shards.ShardSet(get_backend(device))
     shardset.level_plans = True
-    planned = boosting.fit(shardset.backend, [inputs.load(df, "y")], params, 5, verbose=False,
-                           shardset=shardset)
-    assert planned.to_json() == booster.to_json()
+
+    def no_plans(*args):
+        raise AssertionError("a per-node sample reached the planned loop")
+    monkeypatch.setattr(grow, "grow_tree_planned", no_plans)
+    asked = boosting.fit(shardset.backend, [inputs.load(df, "y")], params, 5, verbose=False,
+                         shardset=shardset)
+    assert asked.to_json() == booster.to_json()

@@ -813,3 +813,12 @@ def test_predict_margins_binned_equals_the_raw_values(kernels, max_bin):
     assert np.array_equal(twin, raw) and np.array_equal(got, raw)
     assert np.array_equal(kernels.predict_margins_binned(bins[:0], *arrays, start[:0].copy()),
                           start[:0])
+
+
+def test_a_feature_mask_of_another_shape_is_refused(kernels):
+    hist = np.zeros((3, 4, 5, 2), dtype=np.int64)
+    for mask in (np.ones(3, bool), np.ones((1, 4), bool), np.ones((2, 4), bool)):
+        for version in (numpy_kernels, kernels):
+            with pytest.raises(ValueError, match="feature_allowed must have shape"):
+                version.evaluate_splits(hist, np.full(4, 4, np.int32), mask, 1.0, 1.0, 1.0, 0.0,
+                                        0.0)

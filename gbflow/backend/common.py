@@ -90,3 +90,12 @@ def check_sibling_shapes(parent, n_split: int, children) -> None:
     if tuple(parent.shape[1:]) != tuple(children.shape[1:]):
         raise ValueError(f"sibling_histograms: parent nodes of shape {tuple(parent.shape[1:])} "
                          f"but children of shape {tuple(children.shape[1:])}")
+
+
+def check_feature_mask(feature_allowed, n_nodes: int, n_features: int) -> None:
+    """ValueError unless a split search's ``feature_allowed`` is (n_features,) (every node's)
+    or (n_nodes, n_features) (one row per node)."""
+    shape = tuple(feature_allowed.shape)
+    if shape not in ((n_features,), (n_nodes, n_features)):
+        raise ValueError(f"feature_allowed must have shape ({n_features},) or ({n_nodes}, "
+                         f"{n_features}), got {shape}")

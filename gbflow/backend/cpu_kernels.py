@@ -16,7 +16,7 @@ from numba import njit, prange
 
 from .. import _dtypes
 from . import numpy_kernels
-from .common import check_dest, check_sibling_shapes, segments_of_work
+from .common import check_dest, check_feature_mask, check_sibling_shapes, segments_of_work
 
 # error_model="numpy": a float division by zero gives inf like NumPy instead of raising.
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
@@ -860,7 +860,7 @@ def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, pa
         best_lg = np.int64(0)
         best_lh = np.int64(0)
         for f in range(n_features):
-            if not feature_allowed[k % feature_allowed.shape[0], f]:
+            if not feature_allowed[k % feature_allowed.shape[0], f]:  # 1 row, or 1 a node
                 continue
             lo = bin_offsets[f]
             width = bin_offsets[f + 1] - lo
@@ -1039,11 +1039,15 @@ def _quantile_tally(keys, groups, weights, has_weights, prefix, shift, local, n_
 
 
 def quantile_tally(keys, groups, weights, prefix, shift, table):
-    """See numpy_kernels.quantile_tally (per-thread tables, then their sum)."""
-    n_threads = numba.get_num_threads()
+    """See numpy_kernels.quantile_tally (per-thread tables, then their sum: no more threads
+    than rows a table's size each, so the tables never outweigh the rows)."""
+    if shift not in range(0, 64, 8):
+        raise ValueError(f"quantile_tally: shift must be a multiple of 8 in [0, 56], got {shift}")
+    n_threads = max(1, min(numba.get_num_threads(), len(keys) // max(table.shape[0], 1)))
     local = np.empty((n_threads, table.shape[0]), dtype=np.int64)
     _quantile_tally(keys, np.asarray(groups, dtype=np.int64),
-                    np.zeros(1, np.int64) if weights is None else weights.astype(np.int64),
+                    np.zeros(1, np.int64) if weights is None else
+                    np.asarray(weights, dtype=np.int64),
                     weights is not None, np.asarray(prefix, dtype=np.uint64), int(shift),
                     local, n_threads)
     table += local.sum(axis=0)
@@ -1057,6 +1061,7 @@ def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv
     n_nodes = hist.shape[0]
     bin_offsets = np.asarray(bin_offsets, dtype=np.int64)
     n_value_bins = np.asarray(n_value_bins, dtype=np.int32)
+    check_feature_mask(np.asarray(feature_allowed), n_nodes, len(n_value_bins))
     gain = np.full(n_nodes, -np.inf, dtype=np.float64)
     feature = np.full(n_nodes, -1, dtype=_dtypes.NODE)
     bin_threshold = np.zeros(n_nodes, dtype=np.int32)

@@ -22,7 +22,13 @@ import numpy as np
 
 from .. import _dtypes
 from .arrays import to_host
-from .common import aligned_slots, check_sibling_shapes, packed_empty, work_list_rows
+from .common import (
+    aligned_slots,
+    check_feature_mask,
+    check_sibling_shapes,
+    packed_empty,
+    work_list_rows,
+)
 
 _CUDA_DIR = pathlib.Path(__file__).with_name("cuda")
 _THREADS = 256
@@ -187,6 +193,7 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
     if not n_nodes:
         return _split_results(0)
     feature_allowed = cp.ascontiguousarray(cp.asarray(feature_allowed, dtype=bool))
+    check_feature_mask(feature_allowed, n_nodes, n_features)
     # enough feature blocks to fill the GPU on shallow levels, at least 16 features each
     n_sm, _ = _limits()
     per_block = max(16, -(-n_features // max(1, 4 * n_sm // n_nodes)))
@@ -823,10 +830,16 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
     sort_width = 1 << max(int(n_categories.max()) - 1, 0).bit_length()
     fits = 1 << ((_limits()[1] - 64) // _CATEGORY_SORT_BYTES).bit_length() - 1
     capacity = min(sort_width, fits, _CATEGORY_SORT_LIMIT or fits)
-    scratch_width = sort_width if sort_width > capacity and not onehot else 1
-    scratch_keys = cp.empty(n_nodes * n_features * scratch_width, dtype=np.float64)
-    scratch_cats = cp.empty(n_nodes * n_features * scratch_width, dtype=np.int32)
-    columns, n_categories = _upload_small((columns, np.int64), (n_categories, np.int64))
+    # global scratch only for the features whose sort does not fit: slot[j] (-1: shared)
+    overflows = np.array([not onehot and 1 << max(int(k) - 1, 0).bit_length() > capacity
+                          for k in n_categories], dtype=bool)
+    slot = np.where(overflows, np.cumsum(overflows) - 1, -1).astype(np.int32)
+    n_over = int(overflows.sum())
+    scratch_width = sort_width if n_over else 1
+    scratch_keys = cp.empty(max(n_nodes * n_over, 1) * scratch_width, dtype=np.float64)
+    scratch_cats = cp.empty(max(n_nodes * n_over, 1) * scratch_width, dtype=np.int32)
+    columns, n_categories, slot = _upload_small((columns, np.int64), (n_categories, np.int64),
+                                                (slot, np.int32))
     _launch_shared(
         _categories_kernel(), (n_nodes * n_features,), _THREADS,
         0 if onehot else _CATEGORY_SORT_BYTES * capacity,
@@ -835,8 +848,8 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
          _i32(max_cat_threshold), np.float64(inv_scale_g), np.float64(inv_scale_h),
          np.float64(reg_lambda if onehot else reg_lambda + cat_l2), np.float64(reg_alpha),
          np.float64(min_child_weight), np.float64(cat_smooth), _i32(0 if onehot else capacity),
-         scratch_keys, scratch_cats, _i32(scratch_width), gain, missing_right, right_sum, size,
-         order, _i32(width)))
+         scratch_keys, scratch_cats, slot, _i32(n_over), _i32(scratch_width), gain,
+         missing_right, right_sum, size, order, _i32(width)))
     return gain, missing_right, right_sum, size, order
 
 
@@ -855,6 +868,7 @@ def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv
         return (cp.full(n_nodes, -np.inf, dtype=np.float64),
                 cp.full(n_nodes, -1, dtype=_dtypes.NODE), cp.zeros(n_nodes, dtype=np.int32),
                 cp.zeros(n_nodes, dtype=bool), cp.zeros((n_nodes, 2), dtype=_dtypes.FIXED))
+    check_feature_mask(feature_allowed, n_nodes, n_features)
     offsets_host = to_host(bin_offsets).astype(np.int64)
     # the twin's padded width: candidate indices are numbered in its (feature, t, d) order
     padded_bins = max(int(np.max(np.diff(offsets_host))), 2)
@@ -963,6 +977,8 @@ def _metrics_kernel(name: str):
 def quantile_tally(keys, groups, weights, prefix, shift, table):
     """See ``numpy_kernels.quantile_tally``: CuPy arrays (weights may be None); table added
     into with 64-bit atomics and returned (nothing waits for the device)."""
+    if shift not in range(0, 64, 8):
+        raise ValueError(f"quantile_tally: shift must be a multiple of 8 in [0, 56], got {shift}")
     n = int(keys.shape[0])
     if n == 0:
         return table

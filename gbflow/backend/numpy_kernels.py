@@ -20,7 +20,13 @@ import math
 import numpy as np
 
 from .. import _dtypes
-from .common import check_dest, check_sibling_shapes, segments_of_work, work_list_rows
+from .common import (
+    check_dest,
+    check_feature_mask,
+    check_sibling_shapes,
+    segments_of_work,
+    work_list_rows,
+)
 
 
 def bin_features(X, cut_values, cut_offsets, out):
@@ -115,6 +121,7 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
     thresholds = np.arange(1, n_bins)[None, :]
     inside = thresholds < n_value_bins[:, None]  # (F, B-1)
     every_value_left = thresholds == n_value_bins[:, None]  # only with missing values right
+    check_feature_mask(np.asarray(feature_allowed), n_nodes, n_features)
     allowed = np.broadcast_to(np.asarray(feature_allowed, dtype=bool), (n_nodes, n_features))
     valid = np.stack([inside, inside | every_value_left], axis=2)[None] & \
         allowed[:, :, None, None]
@@ -684,6 +691,8 @@ def quantile_tally(keys, groups, weights, prefix, shift, table):
     when shift is 56). keys: (n,) uint64; groups: (n,) int64 in [0, G); weights: (n,) int64
     >= 0, or None for ones; prefix: (G,) uint64; table: (G * 256,) int64, added into and
     returned. Integer sums: any order gives the same table."""
+    if shift not in range(0, 64, 8):
+        raise ValueError(f"quantile_tally: shift must be a multiple of 8 in [0, 56], got {shift}")
     shift = np.uint64(shift)
     take = np.ones(len(keys), dtype=bool) if shift == 56 else \
         (keys >> (shift + np.uint64(8))) == prefix[groups]

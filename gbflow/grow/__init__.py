@@ -16,7 +16,7 @@ from .planned import grow_tree_planned
 __all__ = ["PendingTree", "finished_tree", "grow_tree"]
 
 
-def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed: np.ndarray, group: int):
+def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed, group: int):
     """Grow one tree on fixed-point gradients ``gh`` (per shard (n_i, 2) int64 device arrays,
     integers of the ``scales``' units) under ``rules`` (``gbflow.rules.TreeRules``), splitting
     only on the features ``feature_allowed`` allows (a ``sampling.FeatureSample``, or (F,) host

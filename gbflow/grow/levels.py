@@ -46,9 +46,10 @@ def _next_level_order(left, right, built_left):
     return np.concatenate([np.where(built_left, right, left), np.where(built_left, left, right)])
 
 
-def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed: np.ndarray,
+def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed,
                      group: int) -> tuple[Tree, list[LeafRows]]:
-    """``gbflow.grow.grow_tree`` level by level, with the host between levels.
+    """``gbflow.grow.grow_tree`` level by level, with the host between levels (feature_allowed:
+    a ``sampling.FeatureSample``, per-node samples drawn by each level's node ids).
 
     No loop over nodes: each level is a handful of kernel calls over all its nodes, and one wait
     for the device (the split search's results, fetched with the previous partition's left
@@ -74,7 +75,7 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed: n
     node_id = np.zeros(1, dtype=np.int64)  # each node's tree id, in the level's order
     first_id = 0  # the level's ids are first_id .. first_id + n_nodes - 1
     levels = []  # per level: dict of node arrays, in id order
-    leaves = [[] for _ in range(n_shards)]  # per shard and level: (rows, start, count, value)
+    leaves = [[] for _ in range(n_shards)]  # per shard and level: (rows, start, count, node id)
     next_id = 1
     last: _LastSplits | None = None  # nodes split at the last level: rows not moved
     moved: _Partitioned | None = None
@@ -202,14 +203,14 @@ def _leaves_by_array(levels: list) -> list:
     first appearance, (row array, starts, counts, node ids) concatenated over its levels; arrays
     without leaves are left out."""
     groups: list = []
-    for rows, start, count, value in levels:
+    for rows, start, count, node in levels:
         if not len(start):
             continue
         for group in groups:
             if group[0] is rows:
-                group[1].append(start), group[2].append(count), group[3].append(value)
+                group[1].append(start), group[2].append(count), group[3].append(node)
                 break
         else:
-            groups.append((rows, [start], [count], [value]))
-    return [(rows, np.concatenate(st), np.concatenate(ct), np.concatenate(vl))
-            for rows, st, ct, vl in groups]
+            groups.append((rows, [start], [count], [node]))
+    return [(rows, np.concatenate(st), np.concatenate(ct), np.concatenate(nd))
+            for rows, st, ct, nd in groups]

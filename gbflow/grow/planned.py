@@ -126,7 +126,7 @@ def _layout(shardset, max_depth: int, node_bytes: int) -> "_PlannedLayout":
     return layout
 
 
-def grow_tree_planned(shardset, gh: list, scales, cuts, rules, feature_allowed: np.ndarray,
+def grow_tree_planned(shardset, gh: list, scales, cuts, rules, feature_allowed,
                       group: int):
     """``gbflow.grow.grow_tree`` with the level loop on the device: each level's split search, the
     plan
@@ -135,7 +135,8 @@ def grow_tree_planned(shardset, gh: list, scales, cuts, rules, feature_allowed: 
     one after the other, every array sized for the nodes the level could hold. Returns a
     ``PendingTree`` (the tree's arrays are on their way to the host; it builds the tree the
     level-by-level loop builds) and per shard a ``PlannedMargins`` (the margin update, queued
-    on the device). The dense store only."""
+    on the device). The dense store only; feature_allowed: a ``sampling.FeatureSample`` of
+    per-depth masks (no per-node ones: the planned loop does not know its nodes' ids)."""
     backend, kernels = shardset.backend, shardset.backend.kernels
     timers = shardset.timers
     n_bins = cuts.n_bins

@@ -69,7 +69,8 @@ extern "C" __global__ void categorical_splits(
         const i64* hist, i64 n_features_store, i64 n_bins, const i64* total, const i64* columns,
         const i64* n_categories, int n_features, int onehot, int max_cat_threshold, double inv_g,
         double inv_h, double lam, double alpha, double mcw, double cat_smooth, int capacity,
-        double* scratch_keys, int* scratch_cats, int scratch_width, double* gain_out,
+        double* scratch_keys, int* scratch_cats, const int* scratch_slot, int n_over,
+        int scratch_width, double* gain_out,
         bool* missing_right_out, i64* right_sum_out, int* size_out, int* order_out, int width) {
     extern __shared__ unsigned char shared_bytes[];
     __shared__ int n_eligible;
@@ -101,9 +102,10 @@ extern "C" __global__ void categorical_splits(
         while (n_sort < K) n_sort <<= 1;
         double* keys = reinterpret_cast<double*>(shared_bytes);
         int* cats = reinterpret_cast<int*>(shared_bytes + sizeof(double) * capacity);
-        if (n_sort > capacity) {
-            keys = scratch_keys + (i64)task * scratch_width;
-            cats = scratch_cats + (i64)task * scratch_width;
+        if (n_sort > capacity) {  // this feature's scratch row for this node
+            i64 row = (i64)n * n_over + scratch_slot[j];
+            keys = scratch_keys + row * scratch_width;
+            cats = scratch_cats + row * scratch_width;
         }
         // the eligible categories, in any order (the sort's order is total), then padding
         for (int k = threadIdx.x; k < K; k += blockDim.x) {
