@@ -13,7 +13,7 @@ from .callback import check_callbacks
 from .custom_objective import Custom
 from .evaluation import TRAINING, eval_options
 from .params import make_params
-from .progress import check_verbose
+from .progress import VERBOSITY, check_verbose, verbosity
 
 
 def _eval_dataset(entry, label, weight, train: inputs.DataSet, index: int, missing=None):
@@ -114,6 +114,18 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     ``Booster``; nothing is computed before every input has been checked.
     """
     params = make_params(params)
+    with verbosity(params.verbosity):
+        return _train(data, label, params, num_boost_round, evals, early_stopping_rounds,
+                      weight, verbose, client, obj=obj, custom_metric=custom_metric,
+                      maximize=maximize, early_stopping_metric=early_stopping_metric,
+                      metric_period=metric_period, xgb_model=xgb_model, callbacks=callbacks,
+                      checkpoint=checkpoint, on_worker_lost=on_worker_lost)
+
+
+def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, weight, verbose,
+           client, *, obj, custom_metric, maximize, early_stopping_metric, metric_period,
+           xgb_model, callbacks, checkpoint, on_worker_lost) -> Booster:
+    """``train`` once its parameters are made (``Params``), under their verbosity."""
     check_verbose(verbose)
     if isinstance(num_boost_round, bool) or not isinstance(num_boost_round, (int, np.integer)) \
             or num_boost_round < 0:
@@ -198,7 +210,7 @@ def _warn_label_as_feature(data, label, feature_names: list) -> None:
         same = len(column) == len(label) and bool((column.to_numpy() == label.to_numpy()).all())
     except (AttributeError, TypeError, ValueError):
         return
-    if same:
+    if same and VERBOSITY.get() >= 1:
         warnings.warn(f"the label is also the feature column {name!r} (the same values): the "
                       f"model will learn it from itself; give label={name!r} to train without "
                       f"it, or drop the column", UserWarning, stacklevel=3)

@@ -52,6 +52,9 @@ class Params:
     nthread: int | None = None
     # reg:quantileerror's and the quantile metric's level (XGBoost's name and default)
     quantile_alpha: float = 0.5
+    # XGBoost's: 0 silences gbflow's warnings during training; 1 (default), 2 and 3 show them
+    # (gbflow has no info or debug messages of its own; progress lines are train()'s verbose)
+    verbosity: int = 1
     # XGBoost's: without eval_metric, evaluate no built-in metric (only a custom metric)
     disable_default_eval_metric: bool = False
     device: str = "auto"
@@ -117,6 +120,7 @@ class Params:
         for name in ("colsample_bylevel", "colsample_bynode"):  # likewise
             if getattr(self, name) == 1.0:
                 del d[name]
+        del d["verbosity"]  # how a run talks, not what it trains
         return d
 
 
@@ -132,8 +136,9 @@ _ELSEWHERE = {
                     "the number of rounds is train()'s num_boost_round argument "
                     "(n_estimators in the scikit-learn estimators)"),
     "early_stopping_rounds": "it is an argument of train(), not a parameter",
-    **dict.fromkeys(("verbosity", "verbose", "silent"),
-                    "progress output is train()'s verbose argument"),
+    **dict.fromkeys(("verbose", "silent"),
+                    "progress output is train()'s verbose argument (warnings: verbosity=0 "
+                    "silences them)"),
     "num_threads": "gbflow's thread count is XGBoost's nthread (alias n_jobs)",
     **dict.fromkeys(("grow_policy", "max_leaves", "num_leaves",
                      "max_delta_step", "monotone_constraints", "interaction_constraints",
@@ -242,6 +247,7 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         ("reg_lambda", float, 0, math.inf, "[]"), ("reg_alpha", float, 0, math.inf, "[]"),
         ("subsample", float, 0, 1, "(]"), ("colsample_bytree", float, 0, 1, "(]"),
         ("colsample_bylevel", float, 0, 1, "(]"), ("colsample_bynode", float, 0, 1, "(]"),
+        ("verbosity", int, 0, 3, "[]"),
         ("max_bin", int, 3, 65536, "[]"), ("seed", int, -(2**63), 2**63 - 1, "[]"),
         ("sparse_threshold", float, 0, 1, "[]"), ("huber_slope", float, 0, math.inf, "(]"),
         ("quantile_alpha", float, 0, 1, "(]"), ("scale_pos_weight", float, 0, math.inf, "(]"),

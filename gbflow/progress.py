@@ -1,6 +1,8 @@
 """Progress lines of a training run (every ``period`` rounds, the first and the last), logged."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import numbers
 import sys
@@ -9,6 +11,30 @@ import time
 import numpy as np
 
 LOGGER = logging.getLogger("gbflow")
+# XGBoost's verbosity of the training running in this context (0 silent, 1 warnings, 2 info,
+# 3 debug): 0 drops gbflow's warnings. Progress lines are ``verbose``'s, never dropped here.
+VERBOSITY = contextvars.ContextVar("gbflow_verbosity", default=1)
+
+
+class _VerbosityFilter(logging.Filter):
+    """Drops the "gbflow" logger's warnings while a training runs with verbosity 0 (a context
+    variable: concurrent trainings in threads each keep their own)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno != logging.WARNING or VERBOSITY.get() >= 1
+
+
+LOGGER.addFilter(_VerbosityFilter())
+
+
+@contextlib.contextmanager
+def verbosity(level: int):
+    """Run a block with XGBoost's ``verbosity`` ``level`` (see ``VERBOSITY``)."""
+    token = VERBOSITY.set(int(level))
+    try:
+        yield
+    finally:
+        VERBOSITY.reset(token)
 
 
 def log_line(line: str) -> None:

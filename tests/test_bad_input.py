@@ -344,7 +344,7 @@ def test_unknown_parameter_without_close_name_lists_known(df, no_work):
     ("n_estimators", r"num_boost_round argument"),
     ("num_boost_round", r"num_boost_round argument"),
     ("early_stopping_rounds", r"argument of train\(\)"),
-    ("verbosity", r"verbose argument"),
+    ("verbose", r"verbose argument"),
     ("max_delta_step", r"does not support it"),
 ])
 def test_parameters_that_belong_elsewhere(df, no_work, name, match):

@@ -492,3 +492,30 @@ def test_colsample_bynode_splits_each_node_on_its_own_sample(device, monkeypatch
     asked = boosting.fit(shardset.backend, [inputs.load(df, "y")], params, 5, verbose=False,
                          shardset=shardset)
     assert asked.to_json() == booster.to_json()
+
+
+def test_verbosity_zero_silences_warnings_and_changes_no_model(caplog):
+    """XGBoost's verbosity: 0 drops gbflow's warnings (here the label-also-a-feature warning
+    and a logged one) for that training only; the model file is the same at every level."""
+    import logging
+    import warnings
+
+    from gbflow import progress
+    df = make_table(seed=14)
+    X = df.drop(columns="y").assign(y=df["y"])  # the label is also a feature column
+    models = []
+    for level in (0, 1, 3):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            models.append(gbflow.train(X, label=df["y"], params={"verbosity": level},
+                                       num_boost_round=2, verbose=False).to_json())
+        assert bool([w for w in caught if "also the feature column" in str(w.message)]) == \
+            (level >= 1)
+    assert models[0] == models[1] == models[2]
+    caplog.set_level("WARNING", logger="gbflow")
+    with progress.verbosity(0):
+        logging.getLogger("gbflow").warning("not shown")
+    logging.getLogger("gbflow").warning("shown")
+    assert [r.getMessage() for r in caplog.records] == ["shown"]
+    with pytest.raises(ValueError, match=r"verbosity must lie in \[0, 3\]"):
+        make_params({"verbosity": 4})
