@@ -48,7 +48,9 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
                  gamma=0.0, reg_lambda=1.0, reg_alpha=0.0, subsample=1.0, colsample_bytree=1.0,
                  colsample_bylevel=1.0, colsample_bynode=1.0, max_bin=256, random_state=0,
                  base_score=None, eval_metric=None, early_stopping_rounds=None, device="auto",
-                 sparse_threshold=None, verbose=False, n_jobs=None):
+                 sparse_threshold=None, verbose=False, n_jobs=None, enable_categorical=True,
+                 max_cat_to_onehot=4, max_cat_threshold=64, cat_smooth=10.0, cat_l2=10.0,
+                 verbosity=1):
         _store(self, locals())
 
     # -- scikit-learn protocol -------------------------------------------------------------
@@ -332,6 +334,11 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
         ``fit(verbose=...)`` overrides it for one fit, as in XGBoost.
     n_jobs : int or None, default None
         CPU threads of training (XGBoost's ``n_jobs``, gbflow's ``nthread``; None: every core).
+    enable_categorical, max_cat_to_onehot, max_cat_threshold, cat_smooth, cat_l2
+        Categorical features (pandas/cuDF ``category`` columns), XGBoost's and LightGBM's names
+        and gbflow's defaults (True, 4, 64, 10.0, 10.0): see the training parameters.
+    verbosity : int, default 1
+        XGBoost's; 0 silences gbflow's warnings during fit.
     quantile_alpha : float, default 0.5
         The quantile of objective "reg:quantileerror" (and of the "quantile" metric).
 
@@ -353,7 +360,9 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
                  reg_alpha=0.0, subsample=1.0, colsample_bytree=1.0, colsample_bylevel=1.0,
                  colsample_bynode=1.0, max_bin=256, random_state=0, base_score=None,
                  eval_metric=None, early_stopping_rounds=None, device="auto",
-                 sparse_threshold=None, verbose=False, n_jobs=None, quantile_alpha=0.5):
+                 sparse_threshold=None, verbose=False, n_jobs=None, enable_categorical=True,
+                 max_cat_to_onehot=4, max_cat_threshold=64, cat_smooth=10.0, cat_l2=10.0,
+                 verbosity=1, quantile_alpha=0.5):
         _store(self, locals())
 
     def _check_objective(self):
@@ -399,7 +408,9 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
                  min_child_weight=1.0, gamma=0.0, reg_lambda=1.0, reg_alpha=0.0, subsample=1.0,
                  colsample_bytree=1.0, colsample_bylevel=1.0, colsample_bynode=1.0, max_bin=256,
                  random_state=0, base_score=None, eval_metric=None, early_stopping_rounds=None,
-                 device="auto", sparse_threshold=None, verbose=False, n_jobs=None):
+                 device="auto", sparse_threshold=None, verbose=False, n_jobs=None,
+                 enable_categorical=True, max_cat_to_onehot=4, max_cat_threshold=64,
+                 cat_smooth=10.0, cat_l2=10.0, verbosity=1):
         _store(self, locals())
 
     def _target(self, adapter, y):

@@ -432,3 +432,17 @@ def test_cudf_category_columns_give_the_pandas_model():
     same = gbflow.train(df, label="y", params=params, num_boost_round=6, verbose=False)
     assert model.to_json() == same.to_json()
     assert np.array_equal(model.predict(on_gpu).to_numpy(), same.predict(df).to_numpy())
+
+
+def test_the_estimators_take_the_categorical_parameters():
+    pytest.importorskip("sklearn")
+    df = _table(n=1500)
+    X, y = df.drop(columns="y"), df["y"]
+    model = gbflow.GBFlowRegressor(n_estimators=5, max_cat_to_onehot=50, cat_smooth=2.0,
+                                   cat_l2=1.0).fit(X, y)
+    direct = gbflow.train(X, y, params={"max_cat_to_onehot": 50, "cat_smooth": 2.0,
+                                        "cat_l2": 1.0}, num_boost_round=5, verbose=False)
+    assert model.get_booster().params.max_cat_to_onehot == 50
+    assert np.array_equal(model.predict(X), np.asarray(direct.predict(X)))
+    with pytest.raises(TypeError, match="enable_categorical=False"):
+        gbflow.GBFlowClassifier(enable_categorical=False).fit(X, (y > 0).astype(int))

@@ -142,7 +142,8 @@ def test_get_params_set_params_and_clone_round_trip():
                 "reg_lambda", "reg_alpha", "subsample", "colsample_bytree", "colsample_bylevel",
                 "colsample_bynode",
                 "max_bin", "random_state", "base_score", "eval_metric", "early_stopping_rounds",
-                "device", "sparse_threshold", "verbose", "n_jobs"}
+                "device", "sparse_threshold", "verbose", "n_jobs", "enable_categorical",
+                "max_cat_to_onehot", "max_cat_threshold", "cat_smooth", "cat_l2", "verbosity"}
     assert set(params) == expected | {"objective", "quantile_alpha"}
     assert set(GBFlowClassifier().get_params()) == expected | {"objective"}
 
