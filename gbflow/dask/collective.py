@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import threading
 import time
 
@@ -209,8 +210,31 @@ class DaskCollective:
         return asyncio.run_coroutine_threadsafe(send(), self.worker.loop.asyncio_loop)
 
     def _wait_sent(self, future, peer: int) -> None:
+        """Wait for a send in short slices, as a receive waits: a send to a worker that died
+        can hang in its connection attempt for Dask's connect timeout, and an abort or a
+        cancel must stop this task at once, not then."""
+        deadline = time.monotonic() + self.timeout
+        while not future.done():
+            try:
+                future.result(max(0.0, min(_WAIT_SLICE, deadline - time.monotonic())))
+            except concurrent.futures.TimeoutError:
+                if future.done():
+                    break
+                try:
+                    if self.box.abort_reason is not None:
+                        raise CollectiveAborted(self.box.abort_reason) from None
+                    if time.monotonic() >= deadline:
+                        raise WorkerLostError(
+                            f"lost contact with training worker {self.addresses[peer]} (rank "
+                            f"{peer}): sending to it took over {self.timeout:g} s") from None
+                    self.check_cancelled()
+                except Exception:
+                    future.cancel()  # the send stops too
+                    raise
+            except Exception:  # the send's own error: the future is done, read it below
+                break
         try:
-            reply = future.result(self.timeout)
+            reply = future.result()
         except Exception as e:  # CommClosedError, OSError, timeouts: the peer is gone
             raise WorkerLostError(
                 f"lost contact with training worker {self.addresses[peer]} (rank {peer}) while "
