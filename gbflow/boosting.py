@@ -15,7 +15,7 @@ from .grow import finished_tree, grow_tree
 from .progress import Progress
 from .resume import TrainingState, options_of
 from .rules import Scales, TreeRules
-from .sampling import FeatureSample, feature_sample, level_samples, row_sample_mask
+from .sampling import FeatureSample, row_sample_mask
 from .shards import ShardSet
 
 
@@ -218,12 +218,8 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                         xp, h[:, k], float(largest[k, 1]), n_total) for _, h in grad_hess]
                 if k == n_groups - 1:
                     grad_hess = None  # quantized: the float gradients' memory serves the tree
-            allowed = FeatureSample(level_samples(
-                feature_sample(len(feature_names), params.seed, first_round + round_index, k,
-                               params.colsample_bytree),
-                params.seed, first_round + round_index, k, params.colsample_bylevel,
-                params.max_depth), params.seed, first_round + round_index, k,
-                params.colsample_bynode)
+            allowed = FeatureSample.draw(len(feature_names), params, first_round + round_index,
+                                         k)
             tree, leaf_rows = grow_tree(shardset, gh, scales, cuts, rules, allowed, k)
             if objective.leaf_alpha is not None:
                 with timers("line search"):

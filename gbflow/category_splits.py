@@ -28,6 +28,7 @@ import dataclasses
 import numpy as np
 
 from .backend.arrays import to_host
+from .histogram import node_totals
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,20 +65,22 @@ class Scores:
         total, rest = np.asarray(fetched[0]), fetched[1:]
         results = [rest[5 * i: 5 * i + 5] for i in range(len(self.groups))]
         n_nodes = len(total)
+        right_bins = np.zeros((n_nodes, n_bins), dtype=bool)
+        default_left = np.zeros(n_nodes, dtype=bool)
+        left_sum = np.zeros((n_nodes, 2), dtype=np.int64)
+        if not self.usable:
+            return (np.full(n_nodes, -np.inf), np.full(n_nodes, -1, dtype=np.int32),
+                    right_bins, default_left, left_sum)
         gain_table = np.full((n_nodes, len(self.usable)), -np.inf)
         for (members, _), result in zip(self.groups, results):
             gain_table[:, members] = result[0]
         if self.node_allowed is not None:
             gain_table[~self.node_allowed] = -np.inf
-        choice = np.argmax(gain_table, axis=1) if self.usable else np.zeros(n_nodes, int)
-        nodes = np.arange(n_nodes)
-        gain = gain_table[nodes, choice] if self.usable else np.full(n_nodes, -np.inf)
+        choice = np.argmax(gain_table, axis=1)
+        gain = gain_table[np.arange(n_nodes), choice]
         split = gain > -np.inf
-        feature = np.where(split, np.array([f for f, _ in self.usable] + [0],
-                                           dtype=np.int32)[choice], np.int32(-1))
-        right_bins = np.zeros((n_nodes, n_bins), dtype=bool)
-        default_left = np.zeros(n_nodes, dtype=bool)
-        left_sum = np.zeros((n_nodes, 2), dtype=np.int64)
+        feature = np.where(split, np.array([f for f, _ in self.usable], dtype=np.int32)[choice],
+                           np.int32(-1))
         for (members, _), (_, missing_right, right_sum, size, order) in zip(self.groups,
                                                                             results):
             column_of = np.full(len(self.usable), -1)
@@ -112,7 +115,7 @@ def score(kernels, hist, features: np.ndarray, n_categories: np.ndarray, allowed
     kept = [i for i, (k, ok) in enumerate(zip(n_categories, anywhere)) if k >= 1 and ok]
     usable = [(int(features[i]), int(n_categories[i])) for i in kept]
     groups = []
-    total = hist[:, 0, :, :].sum(axis=1)  # every row is in one bin of feature 0
+    total = node_totals(hist)
     if hist.shape[0]:
         for onehot in (True, False):
             members = [i for i, (_, k) in enumerate(usable)

@@ -74,6 +74,16 @@ class FeatureSample:
     group: int = 0
     node_rate: float = 1.0
 
+    @classmethod
+    def draw(cls, n_features: int, params, round_index: int, group: int) -> "FeatureSample":
+        """The tree's sample (``colsample_bytree``), its levels' (``_bylevel``) and the rate of
+        its nodes' (``_bynode``), from ``params``' seed, for the tree of a round and group."""
+        seed = params.seed
+        tree = feature_sample(n_features, seed, round_index, group, params.colsample_bytree)
+        return cls(level_samples(tree, seed, round_index, group, params.colsample_bylevel,
+                                 params.max_depth), seed, round_index, group,
+                   params.colsample_bynode)
+
     def nodes(self, depth: int, node_ids: np.ndarray) -> np.ndarray:
         """(F,) host bool for every node of the depth, or (len(node_ids), F) per node."""
         level = self.by_level[depth]

@@ -99,3 +99,11 @@ def check_feature_mask(feature_allowed, n_nodes: int, n_features: int) -> None:
     if shape not in ((n_features,), (n_nodes, n_features)):
         raise ValueError(f"feature_allowed must have shape ({n_features},) or ({n_nodes}, "
                          f"{n_features}), got {shape}")
+
+
+def categorical_width(onehot: bool, n_categories, max_cat_threshold: int) -> int:
+    """The width of ``categorical_splits``' order output: 1 for one-hot features, else the
+    longest prefix any of the features may send right."""
+    if onehot:
+        return 1
+    return max([min(int(k), max_cat_threshold) for k in n_categories] + [1])

@@ -16,7 +16,13 @@ from numba import njit, prange
 
 from .. import _dtypes
 from . import numpy_kernels
-from .common import check_dest, check_feature_mask, check_sibling_shapes, segments_of_work
+from .common import (
+    categorical_width,
+    check_dest,
+    check_feature_mask,
+    check_sibling_shapes,
+    segments_of_work,
+)
 
 # error_model="numpy": a float division by zero gives inf like NumPy instead of raising.
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
@@ -1006,7 +1012,7 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
     (node, feature), the eligible categories sorted with a stable sort."""
     n_nodes, n_features = hist.shape[0], len(columns)
     n_categories = np.asarray(n_categories, dtype=np.int64)
-    width = 1 if onehot else max([min(int(k), max_cat_threshold) for k in n_categories] + [1])
+    width = categorical_width(onehot, n_categories, max_cat_threshold)
     gain = np.full((n_nodes, n_features), -np.inf)
     missing_right = np.zeros((n_nodes, n_features), dtype=np.bool_)
     right_sum = np.zeros((n_nodes, n_features, 2), dtype=_dtypes.FIXED)

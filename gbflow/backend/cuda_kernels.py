@@ -24,6 +24,7 @@ from .. import _dtypes
 from .arrays import to_host
 from .common import (
     aligned_slots,
+    categorical_width,
     check_feature_mask,
     check_sibling_shapes,
     packed_empty,
@@ -819,7 +820,7 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
     (cuda/categories.cu)."""
     n_nodes, n_features = hist.shape[0], len(columns)
     n_categories = to_host(n_categories).astype(np.int64)
-    width = 1 if onehot else max([min(int(k), max_cat_threshold) for k in n_categories] + [1])
+    width = categorical_width(onehot, n_categories, max_cat_threshold)
     gain = cp.full((n_nodes, n_features), -np.inf)
     missing_right = cp.zeros((n_nodes, n_features), dtype=bool)
     right_sum = cp.zeros((n_nodes, n_features, 2), dtype=_dtypes.FIXED)

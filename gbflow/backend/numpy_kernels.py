@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import _dtypes
 from .common import (
+    categorical_width,
     check_dest,
     check_feature_mask,
     check_sibling_shapes,
@@ -633,7 +634,7 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
     order[n, j, :size[n, j]]; the rest of order is -1 (all of it when there is no candidate).
     """
     n_nodes, n_features = hist.shape[0], len(columns)
-    width = 1 if onehot else max([min(int(k), max_cat_threshold) for k in n_categories] + [1])
+    width = categorical_width(onehot, n_categories, max_cat_threshold)
     lam = reg_lambda if onehot else reg_lambda + cat_l2
     gain = np.full((n_nodes, n_features), -np.inf)
     missing_right = np.zeros((n_nodes, n_features), dtype=bool)
@@ -647,16 +648,18 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
         for j, (f, K) in enumerate(zip(columns, n_categories)):
             cats, missing = hist[n, f, 1:int(K) + 1], hist[n, f, 0]
             if onehot:
-                runs = [np.flatnonzero((cats[:, 0] != 0) | (cats[:, 1] != 0))]
-                candidates = [([k], cats[k]) for k in runs[0]]
+                held = np.flatnonzero((cats[:, 0] != 0) | (cats[:, 1] != 0))
+                candidates = [([k], cats[k]) for k in held]
             else:
                 H = cats[:, 1] * inv_scale_h
                 eligible = np.flatnonzero((cats[:, 1] != 0) & (H > 0) & (H >= cat_smooth))
                 key = (cats[eligible, 0] * inv_scale_g) / (H[eligible] + cat_smooth)
-                P = min(int(K), max_cat_threshold, len(eligible) - 1)
-                runs = [eligible[np.argsort(sign * key, kind="stable")] for sign in (1.0, -1.0)]
-                candidates = [(run[:i + 1], np.cumsum(cats[run[:P]], axis=0)[i])
-                              for run in runs for i in range(max(P, 0))]
+                P = max(min(int(K), max_cat_threshold, len(eligible) - 1), 0)
+                candidates = []
+                for sign in (1.0, -1.0):  # ascending keys, then descending
+                    run = eligible[np.argsort(sign * key, kind="stable")][:P]
+                    prefix_sums = np.cumsum(cats[run], axis=0)
+                    candidates += [(run[:i + 1], prefix_sums[i]) for i in range(P)]
             for right_cats, right in candidates:
                 for side in (0, 1):
                     R = right + (missing if side else 0)
