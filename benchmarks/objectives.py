@@ -3,6 +3,8 @@
     python benchmarks/objectives.py --device cuda                 # 10M x 28, depth 8, 100 rounds
     python benchmarks/objectives.py --device cpu --rows 200000 --rounds 50
     python benchmarks/objectives.py --objective count:poisson --objective reg:gamma
+    python benchmarks/objectives.py --objective reg:squarederror \
+        --param 'monotone_constraints="(1,0,-1,1)"' --param max_delta_step=0.5
 
 The features are gpu_binary.py's HIGGS-like Gaussians (generated on the GPU, or with NumPy on the
 CPU); each objective gets a target of its kind driven by the same signal (counts for Poisson,
@@ -15,6 +17,7 @@ above the data) is printed for the GPU.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 import numpy as np
@@ -55,6 +58,7 @@ def run(library: str, objective: str, X, y, Xt, yt, args, sync):
         params["num_class"] = 3
     if objective == "reg:quantileerror":
         params["quantile_alpha"] = 0.9
+    params.update(args.param)
     if library == "gbflow":
         import gbflow
         params["device"] = args.device
@@ -93,7 +97,11 @@ def main():
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--max-bin", type=int, default=256)
     parser.add_argument("--objective", action="append", choices=OBJECTIVES)
+    parser.add_argument("--param", action="append", default=[], type=_param,
+                        help="name=value (a JSON value, else a string) for both libraries, "
+                             "e.g. max_delta_step=0.5")
     args = parser.parse_args()
+    args.param = dict(args.param)
     gpu = args.device == "cuda"
     if gpu:
         import cupy as xp
@@ -117,7 +125,8 @@ def main():
     Xtr, Xte = xp.ascontiguousarray(X[: args.rows]), xp.ascontiguousarray(X[args.rows:])
     print(f"device: {name}; {time.strftime('%Y-%m-%d %H:%M')}")
     print(f"data: {args.rows:,} x {args.features} training, {args.test_rows:,} test rows; depth "
-          f"{args.depth}, {args.rounds} rounds, max_bin {args.max_bin}")
+          f"{args.depth}, {args.rounds} rounds, max_bin {args.max_bin}"
+          f"{'; ' + str(args.param) if args.param else ''}")
     print(f"{'objective':22s} {'gbflow':>9s} {'xgboost':>9s} {'ratio':>6s}  held-out metric "
           f"(gbflow / xgboost)")
     for objective in args.objective or OBJECTIVES:
@@ -135,6 +144,14 @@ def main():
         memory_note = f"  peak {gp / 2**30:.2f} / {xp_peak / 2**30:.2f} GiB" if gpu else ""
         print(f"{objective:22s} {g:8.2f}s {x:8.2f}s {g / x:5.2f}x  {metric} {gm[metric]:.5f} / "
               f"{xm.get(metric, float('nan')):.5f}{memory_note}", flush=True)
+
+
+def _param(text: str) -> tuple:
+    name, _, value = text.partition("=")
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        return name, value
 
 
 class _NoMemory:

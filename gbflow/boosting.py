@@ -68,7 +68,6 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     xp = backend.xp
     start = time.perf_counter()
     objective = params.loss if objective is None else objective
-    rules = TreeRules.of(params)
     n_groups = params.n_groups
     feature_names = parts[0].feature_names
     shardset = ShardSet(backend) if shardset is None else shardset
@@ -92,6 +91,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     for e, _, _ in eval_parts:
         for part in e:
             recode_part(part, categories)
+    rules = TreeRules.of(params, feature_names, categories)
     if init_model is not None:
         forest = predictor.FlatForest.from_trees(init_model.trees)
         first_round = init_model.num_boosted_rounds()

@@ -97,7 +97,7 @@ class Scores:
 
 
 def score(kernels, hist, features: np.ndarray, n_categories: np.ndarray, allowed,
-          constants: tuple, rule: CategoryRule) -> Scores:
+          constants: tuple, rule: CategoryRule, bounds=None) -> Scores:
     """Score every (node, categorical feature) of a store's histograms: the kernels queued, no
     wait for the device.
 
@@ -106,8 +106,9 @@ def score(kernels, hist, features: np.ndarray, n_categories: np.ndarray, allowed
     feature). features: (C,) host int store-local ids of its categorical features, ascending;
     n_categories: (C,) host int their category counts. allowed: (C,) host bool, the features
     this tree may use (the others are not searched), or (N, C) per node. constants:
-    ``SplitRule.constants``. One kernel call for the one-hot features and one for the others,
-    whatever their number.
+    ``SplitRule.constants``. bounds: None, or (max_delta_step, (N, 2) device node bounds,
+    None): gains of bounded weights (``weight_bounds``). One kernel call for the one-hot
+    features and one for the others, whatever their number.
     """
     inv_g, inv_h, reg_lambda, reg_alpha, mcw = constants
     allowed = np.asarray(allowed, dtype=bool)
@@ -126,7 +127,7 @@ def score(kernels, hist, features: np.ndarray, n_categories: np.ndarray, allowed
                     np.array([usable[i][0] for i in members], dtype=np.int64),
                     np.array([usable[i][1] for i in members], dtype=np.int64), onehot,
                     rule.max_cat_threshold, inv_g, inv_h, reg_lambda, reg_alpha, mcw,
-                    rule.cat_smooth, rule.cat_l2)))
+                    rule.cat_smooth, rule.cat_l2, bounds=bounds)))
     return Scores(usable, groups, total, allowed[:, kept] if allowed.ndim == 2 else None)
 
 

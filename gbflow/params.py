@@ -9,7 +9,7 @@ import numbers
 
 import numpy as np
 
-from . import _dtypes, metrics, objectives
+from . import _dtypes, interactions, metrics, objectives, weight_bounds
 from .backend import DEVICES
 
 ALIASES = {
@@ -82,6 +82,15 @@ class Params:
     # it the bins live in host pages streamed to the device level by level. None: the device's
     # free memory (the CPU: nothing paged). Changes speed and memory, never the model.
     device_memory_limit: int | None = None
+    # XGBoost's: a cap on each leaf weight's size before the learning rate (0: none); None:
+    # XGBoost's default, 0.7 for count:poisson and 0 otherwise (``delta_step_cap``)
+    max_delta_step: float | None = None
+    # XGBoost's: per feature -1 (prediction decreasing in it), 0 or 1 (increasing); a tuple by
+    # feature position or a dict by name (``weight_bounds.parse_monotone``)
+    monotone_constraints: tuple | dict | None = None
+    # XGBoost's: sets of features (positions or names) that may split on one path together
+    # (``interactions.InteractionSets``); None: any features may
+    interaction_constraints: tuple | None = None
 
     @functools.cached_property
     def loss(self) -> objectives.Objective:
@@ -90,6 +99,13 @@ class Params:
             self.objective, self.num_class, scale_pos_weight=self.scale_pos_weight,
             huber_slope=self.huber_slope, tweedie_variance_power=self.tweedie_variance_power,
             quantile_alpha=self.quantile_alpha)
+
+    @property
+    def delta_step_cap(self) -> float:
+        """The leaf weights' cap in force (``max_delta_step`` or its objective's default)."""
+        if self.max_delta_step is not None:
+            return self.max_delta_step
+        return weight_bounds.POISSON_MAX_DELTA_STEP if self.objective == "count:poisson" else 0.0
 
     @property
     def n_groups(self) -> int:
@@ -120,6 +136,15 @@ class Params:
         for name in ("colsample_bylevel", "colsample_bynode"):  # likewise
             if getattr(self, name) == 1.0:
                 del d[name]
+        for name in ("max_delta_step", "monotone_constraints",
+                     "interaction_constraints"):  # likewise
+            if getattr(self, name) is None:
+                del d[name]
+        if isinstance(self.monotone_constraints, tuple):
+            d["monotone_constraints"] = list(self.monotone_constraints)
+        if self.interaction_constraints is not None:
+            d["interaction_constraints"] = [list(group) for group in
+                                            self.interaction_constraints]
         del d["verbosity"]  # how a run talks, not what it trains
         return d
 
@@ -140,9 +165,7 @@ _ELSEWHERE = {
                     "progress output is train()'s verbose argument (warnings: verbosity=0 "
                     "silences them)"),
     "num_threads": "gbflow's thread count is XGBoost's nthread (alias n_jobs)",
-    **dict.fromkeys(("grow_policy", "max_leaves", "num_leaves",
-                     "max_delta_step", "monotone_constraints", "interaction_constraints",
-                     "sampling_method"),
+    **dict.fromkeys(("grow_policy", "max_leaves", "num_leaves", "sampling_method"),
                     "this version of gbflow does not support it"),
 }
 
@@ -255,8 +278,10 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         ("max_cat_to_onehot", int, 1, 2**31 - 1, "[]"),
         ("max_cat_threshold", int, 1, 2**31 - 1, "[]"),
         ("cat_smooth", float, 0, math.inf, "[]"), ("cat_l2", float, 0, math.inf, "[]"),
+        ("max_delta_step", float, 0, math.inf, "[]"),
     ]:
-        if name not in merged or (name == "sparse_threshold" and merged[name] is None):
+        if name not in merged or (name in ("sparse_threshold", "max_delta_step") and
+                                  merged[name] is None):
             continue
         v = _number(name, merged[name], kind)
         low_open, high_open = interval[0] == "(", interval[1] == ")"
@@ -267,6 +292,12 @@ def make_params(user: dict | None = None, **overrides) -> Params:
                 bound = f"lie in {interval[0]}{low}, {high}{interval[1]}"
             raise ValueError(f"parameter {name} must {bound}, got {merged[name]!r}")
         p[name] = v
+    monotone = weight_bounds.parse_monotone(merged.get("monotone_constraints"))
+    if monotone:  # () and {} constrain nothing
+        p["monotone_constraints"] = monotone
+    interaction_sets = interactions.parse_interactions(merged.get("interaction_constraints"))
+    if interaction_sets is not None:
+        p["interaction_constraints"] = interaction_sets
     if merged.get("device_memory_limit") is not None:
         p["device_memory_limit"] = parse_bytes("device_memory_limit",
                                                merged["device_memory_limit"])

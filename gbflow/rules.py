@@ -8,6 +8,8 @@ import numpy as np
 from . import _dtypes
 from .backend import numpy_kernels
 from .category_splits import CategoryRule
+from .interactions import InteractionSets
+from .weight_bounds import WeightBounds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,13 +69,22 @@ class TreeRules:
     leaf: LeafRule
     category: CategoryRule = CategoryRule(max_cat_to_onehot=4, max_cat_threshold=64,
                                           cat_smooth=10.0, cat_l2=10.0)  # Params' defaults
+    # max_delta_step and monotone constraints (None: neither; weights unbounded)
+    bounds: WeightBounds | None = None
+    # interaction constraints (None: every node may split on any feature)
+    interactions: InteractionSets | None = None
 
     @classmethod
-    def of(cls, params) -> "TreeRules":
-        """The rules of validated ``Params``."""
+    def of(cls, params, feature_names: list, categorical=()) -> "TreeRules":
+        """The rules of validated ``Params`` for training features ``feature_names`` (the names
+        in ``categorical`` are categorical features). Raises ValueError for monotone or
+        interaction constraints that do not fit the features."""
         return cls(max_depth=params.max_depth,
                    split=SplitRule(params.reg_lambda, params.reg_alpha, params.min_child_weight,
                                    max(params.gamma, _dtypes.MIN_SPLIT_IMPROVEMENT)),
                    leaf=LeafRule(params.reg_lambda, params.reg_alpha, params.learning_rate),
                    category=CategoryRule(params.max_cat_to_onehot, params.max_cat_threshold,
-                                         params.cat_smooth, params.cat_l2))
+                                         params.cat_smooth, params.cat_l2),
+                   bounds=WeightBounds.of(params, list(feature_names), set(categorical)),
+                   interactions=InteractionSets.of(params.interaction_constraints,
+                                                   list(feature_names)))

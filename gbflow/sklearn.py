@@ -50,7 +50,8 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
                  base_score=None, eval_metric=None, early_stopping_rounds=None, device="auto",
                  sparse_threshold=None, verbose=False, n_jobs=None, enable_categorical=True,
                  max_cat_to_onehot=4, max_cat_threshold=64, cat_smooth=10.0, cat_l2=10.0,
-                 verbosity=1):
+                 verbosity=1, max_delta_step=None, monotone_constraints=None,
+                 interaction_constraints=None):
         _store(self, locals())
 
     # -- scikit-learn protocol -------------------------------------------------------------
@@ -341,6 +342,14 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
         XGBoost's; 0 silences gbflow's warnings during fit.
     quantile_alpha : float, default 0.5
         The quantile of objective "reg:quantileerror" (and of the "quantile" metric).
+    max_delta_step : float or None, default None
+        XGBoost's cap on each leaf weight's size before the learning rate (0: none; None:
+        0.7 for "count:poisson", else none).
+    monotone_constraints : list, str, dict or None, default None
+        XGBoost's: per feature 1 (predictions never decrease as it grows), -1 (never
+        increase) or 0, by position ("(1,0,-1)" or a list) or by feature name (a dict).
+    interaction_constraints : list of lists, str or None, default None
+        XGBoost's: sets of features (positions or names) that may split on one path together.
 
     Attributes
     ----------
@@ -362,7 +371,8 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
                  eval_metric=None, early_stopping_rounds=None, device="auto",
                  sparse_threshold=None, verbose=False, n_jobs=None, enable_categorical=True,
                  max_cat_to_onehot=4, max_cat_threshold=64, cat_smooth=10.0, cat_l2=10.0,
-                 verbosity=1, quantile_alpha=0.5):
+                 verbosity=1, quantile_alpha=0.5, max_delta_step=None,
+                 monotone_constraints=None, interaction_constraints=None):
         _store(self, locals())
 
     def _check_objective(self):
@@ -410,7 +420,8 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
                  random_state=0, base_score=None, eval_metric=None, early_stopping_rounds=None,
                  device="auto", sparse_threshold=None, verbose=False, n_jobs=None,
                  enable_categorical=True, max_cat_to_onehot=4, max_cat_threshold=64,
-                 cat_smooth=10.0, cat_l2=10.0, verbosity=1):
+                 cat_smooth=10.0, cat_l2=10.0, verbosity=1, max_delta_step=None,
+                 monotone_constraints=None, interaction_constraints=None):
         _store(self, locals())
 
     def _target(self, adapter, y):

@@ -54,7 +54,7 @@ class LevelSplits:
 
 def find_splits(backend, stores: list, hist, feature_allowed: np.ndarray, constants: tuple,
                 min_gain: float, fetch: list = (), categorical: np.ndarray | None = None,
-                category_rule: category_splits.CategoryRule | None = None
+                category_rule: category_splits.CategoryRule | None = None, bounds=None
                 ) -> tuple[LevelSplits, list]:
     """Evaluate every candidate of every node in ``hist`` and keep each node's best.
 
@@ -68,7 +68,9 @@ def find_splits(backend, stores: list, hist, feature_allowed: np.ndarray, consta
     by ``category_splits.score`` with ``category_rule`` too (each node's best set chosen on the
     host by ``Scores.best``): a category set competes with
     their value-order splits (bins in the sorted value order, which a set must beat by the
-    penalty its gain pays), the value-order split winning ties.
+    penalty its gain pays), the value-order split winning ties. bounds: None, or the level's
+    bounded weights (``WeightBounds.search_bounds``: max_delta_step, (n_nodes, 2) device node
+    bounds, (F,) host monotone signs or None), which every search takes.
 
     fetch: other arrays (host or device) the caller needs on the host; they come back in the
     same device-to-host copy as the split results (one wait for the device per level). Returns
@@ -77,7 +79,7 @@ def find_splits(backend, stores: list, hist, feature_allowed: np.ndarray, consta
     if categorical is not None and not categorical.any():
         categorical = None
     searched = [store for store in stores if store.n_features]
-    found = [store.search(array, store.allowed(feature_allowed), constants)
+    found = [store.search(array, store.allowed(feature_allowed), constants, bounds)
              for store, array in zip(stores, hist.arrays) if store.n_features]
     scores = None
     if categorical is not None:
@@ -85,7 +87,8 @@ def find_splits(backend, stores: list, hist, feature_allowed: np.ndarray, consta
         local = np.flatnonzero(categorical[dense.features])
         scores = category_splits.score(
             backend.kernels, hist.arrays[0], local, dense.n_value_bins_host[local],
-            feature_allowed[..., dense.features[local]], constants, category_rule)
+            feature_allowed[..., dense.features[local]], constants, category_rule,
+            None if bounds is None else bounds[:2] + (None,))
     extra = [] if scores is None else scores.arrays()
     on_host = backend.to_host_all([a for result in found for a in result] + list(fetch) + extra)
     results = [on_host[5 * i: 5 * i + 5] for i in range(len(found))]

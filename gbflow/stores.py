@@ -103,10 +103,22 @@ class _Store:
         self.n_value_bins_host = np.asarray(n_value_bins, dtype=np.int32)
         self.n_value_bins = backend.xp.asarray(self.n_value_bins_host)  # (k,) int32, device
         self._allowed = None  # the last tree's (host mask, device mask)
+        self._monotone = None  # the fit's (global signs, the store's on the device)
 
     @property
     def n_features(self) -> int:
         return len(self.features)
+
+    def local_bounds(self, bounds):
+        """A level's weight bounds with the store's own features' monotone signs (on the
+        device, uploaded once: every level of a fit has the same)."""
+        if bounds is None or bounds[2] is None:
+            return bounds
+        signs = bounds[2]
+        if self._monotone is None or self._monotone[0] is not signs:
+            self._monotone = (signs, self.backend.xp.asarray(
+                np.ascontiguousarray(signs[self.features])))
+        return bounds[0], bounds[1], self._monotone[1]
 
     def allowed(self, feature_allowed: np.ndarray):
         """(k,) bool device mask of the store's allowed features (``feature_allowed``: (F,)
@@ -189,10 +201,12 @@ class DenseStore(_Store):
     def fill_common_bins(self, hist, totals) -> None:
         """Nothing to fill: every bin is stored."""
 
-    def search(self, hist, allowed, constants: tuple) -> tuple:
+    def search(self, hist, allowed, constants: tuple, bounds=None) -> tuple:
         """``evaluate_splits`` on the store's histograms: five device arrays, features as
-        store-local ids."""
-        return self.backend.kernels.evaluate_splits(hist, self.n_value_bins, allowed, *constants)
+        store-local ids. bounds: None, or the level's (max_delta_step, device node bounds,
+        global monotone signs or None) (``WeightBounds.search_bounds``)."""
+        return self.backend.kernels.evaluate_splits(hist, self.n_value_bins, allowed, *constants,
+                                                    bounds=self.local_bounds(bounds))
 
 
 def padded_storage(bins):
@@ -249,10 +263,12 @@ class SparseStore(_Store):
         self.backend.kernels.fill_common_bins(hist, self.backend.xp.asarray(totals),
                                               self.bin_offsets, self.common_bin)
 
-    def search(self, hist, allowed, constants: tuple) -> tuple:
-        """``evaluate_sparse_splits`` on the compact histograms (common bins filled)."""
+    def search(self, hist, allowed, constants: tuple, bounds=None) -> tuple:
+        """``evaluate_sparse_splits`` on the compact histograms (common bins filled); bounds
+        as ``DenseStore.search`` takes them."""
         return self.backend.kernels.evaluate_sparse_splits(
-            hist, self.bin_offsets_host, self.n_value_bins, allowed, *constants)
+            hist, self.bin_offsets_host, self.n_value_bins, allowed, *constants,
+            bounds=self.local_bounds(bounds))
 
     def gather_split_bins(self, s, dense_by_feature, row_index, seg_start, seg_count,
                           dense_feature, sparse_feature, out) -> None:

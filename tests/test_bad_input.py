@@ -345,7 +345,7 @@ def test_unknown_parameter_without_close_name_lists_known(df, no_work):
     ("num_boost_round", r"num_boost_round argument"),
     ("early_stopping_rounds", r"argument of train\(\)"),
     ("verbose", r"verbose argument"),
-    ("max_delta_step", r"does not support it"),
+    ("grow_policy", r"does not support it"),
 ])
 def test_parameters_that_belong_elsewhere(df, no_work, name, match):
     refused(ValueError, rf"unknown parameter '{name}': .*{match}", df, "y", params={name: 1})

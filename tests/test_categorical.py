@@ -145,6 +145,12 @@ def test_categorical_splits_kernel_against_its_twin(kernels, onehot, n_nodes, n_
         got = kernels.categorical_splits(*args)
         for a, b in zip(expected, got):
             assert a.dtype == b.dtype and np.array_equal(a, b)
+        # bounded weights (max_delta_step, the nodes' monotone bounds)
+        node_bounds = np.stack([rng.normal(size=n_nodes) - 0.2, np.full(n_nodes, np.inf)], 1)
+        bounded = numpy_kernels.categorical_splits(*args, bounds=(0.4, node_bounds, None))
+        for a, b in zip(bounded, kernels.categorical_splits(*args,
+                                                            bounds=(0.4, node_bounds, None))):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
         gain, missing_right, right_sum, size, order = expected
         for n in range(n_nodes):
             for j, f in enumerate(columns):

@@ -105,6 +105,19 @@ def test_same_model_file_in_process_and_on_1_2_4_workers(task, clients, tmp_path
         assert booster.evals_result == local.evals_result
 
 
+def test_bounded_weights_on_workers_equal_in_process(clients, tmp_path):
+    """max_delta_step and monotone constraints (the nodes' bounds kept by every worker): the
+    same model bytes on two workers as in process."""
+    df = make_table(n_rows=2400, seed=23)
+    params = {"max_depth": 4, "monotone_constraints": {"x0": 1, "x3": -1},
+              "max_delta_step": 0.3}
+    kwargs = dict(label="y", params=params, num_boost_round=6, verbose=False)
+    expected = _model_bytes(gbflow.train(df, **kwargs), tmp_path, "pandas")
+    frame = _dask_frame(_partitions(df, [0, 900, 1700, 2400]))
+    booster = gbflow.train(frame, client=clients(2), **kwargs)
+    assert _model_bytes(booster, tmp_path, "dask") == expected
+
+
 @pytest.mark.parametrize("n_valid", [600, 70_000])  # auc by value, and in dense buckets
 def test_metrics_and_early_stopping_on_workers_equal_in_process(n_valid, clients):
     """Every metric, the training frame as an evaluation set, a custom metric and early

@@ -822,3 +822,86 @@ def test_a_feature_mask_of_another_shape_is_refused(kernels):
             with pytest.raises(ValueError, match="feature_allowed must have shape"):
                 version.evaluate_splits(hist, np.full(4, 4, np.int32), mask, 1.0, 1.0, 1.0, 0.0,
                                         0.0)
+
+
+def random_bounds(rng, n_nodes, n_features, max_delta_step):
+    """A search's weight bounds: per node [lower, upper] (some infinite, some narrow around 0,
+    some a point), max_delta_step, and monotone signs in {-1, 0, 1}."""
+    centre = rng.normal(scale=0.5, size=n_nodes)
+    width = rng.choice([0.0, 0.05, 1.0, np.inf], size=(n_nodes, 2))
+    node_bounds = np.stack([centre - width[:, 0], centre + width[:, 1]], axis=1)
+    node_bounds[width[:, 0] == np.inf, 0] = -np.inf
+    node_bounds[width[:, 1] == np.inf, 1] = np.inf
+    if max_delta_step:  # bounds are midpoints of capped weights: within the cap
+        finite = np.isfinite(node_bounds)
+        node_bounds[finite] = np.clip(node_bounds[finite], -max_delta_step, max_delta_step)
+    monotone = rng.integers(-1, 2, size=n_features).astype(np.int8)
+    return max_delta_step, node_bounds, monotone
+
+
+@pytest.mark.parametrize("n_nodes,n_features,n_bins", [(1, 1, 2), (3, 4, 16), (64, 5, 256),
+                                                        (2, 3, 300)])
+@pytest.mark.parametrize("max_delta_step,reg_alpha,min_child_weight",
+                         [(0.0, 0.0, 1.0), (0.3, 0.5, 0.0), (0.7, 2.0, 50.0)])
+def test_evaluate_splits_with_weight_bounds(kernels, n_nodes, n_features, n_bins, max_delta_step,
+                                            reg_alpha, min_child_weight):
+    """max_delta_step and monotone constraints (XGBoost's bounded weights): the fast searches
+    are the twin's bit for bit, and every split the twin takes keeps its feature's order."""
+    rng = np.random.default_rng(n_nodes * n_bins + 11)
+    bins, gh, row_index, start, count = random_level(rng, 4000, n_features, n_bins, n_nodes)
+    gh[:, 1] = rng.integers(1, 2**20, size=len(gh))
+    hist = numpy_kernels.build_histograms(bins, gh, row_index, start, count, n_bins)
+    n_value_bins = rng.integers(1, n_bins, size=n_features).astype(np.int32)
+    allowed = rng.random(n_features) < 0.9
+    bounds = random_bounds(rng, n_nodes, n_features, max_delta_step)
+    constants = (2.0**-30, 2.0**-20, 1.0, reg_alpha, min_child_weight)
+    for search_bounds in (bounds, bounds[:2] + (None,)):
+        expected = numpy_kernels.evaluate_splits(hist, n_value_bins, allowed, *constants,
+                                                 bounds=search_bounds)
+        got = kernels.evaluate_splits(hist, n_value_bins, allowed, *constants,
+                                      bounds=search_bounds)
+        for e, g in zip(expected, got):
+            assert e.dtype == g.dtype and np.array_equal(e, g), (e, g)
+    gain, feature, threshold, _, left_sum = expected if bounds[2] is None else \
+        numpy_kernels.evaluate_splits(hist, n_value_bins, allowed, *constants, bounds=bounds)
+    total = hist[:, 0].sum(axis=1)
+    for n in np.flatnonzero(feature >= 0):
+        sums = np.stack([left_sum[n], total[n] - left_sum[n]]).astype(np.float64)
+        w = numpy_kernels._bounded_weight(sums[:, 0] * 2.0**-30, sums[:, 1] * 2.0**-20, 1.0,
+                                          reg_alpha, max_delta_step, *bounds[1][n])
+        assert bounds[1][n, 0] <= w.min() and w.max() <= bounds[1][n, 1]
+        if max_delta_step:
+            assert np.abs(w).max() <= max_delta_step
+        if threshold[n] == 0:  # present versus missing: scanned with the missing values right
+            w = w[::-1]
+        assert bounds[2][feature[n]] * (w[1] - w[0]) >= 0
+
+
+def test_unbounded_weight_bounds_give_the_plain_gains_order(kernels):
+    """Infinite node bounds, no max_delta_step, no constraint: a gain of bounded weights is the
+    plain gain up to rounding, so on well-separated candidates the same split wins."""
+    rng = np.random.default_rng(3)
+    bins, gh, row_index, start, count = random_level(rng, 4000, 4, 16, 5)
+    gh[:, 1] = rng.integers(1, 2**20, size=len(gh))
+    hist = numpy_kernels.build_histograms(bins, gh, row_index, start, count, 16)
+    args = (hist, np.full(4, 15, np.int32), np.ones(4, bool), 2.0**-30, 2.0**-20, 1.0, 0.5, 1.0)
+    node_bounds = np.tile([-np.inf, np.inf], (5, 1))
+    plain = kernels.evaluate_splits(*args)
+    bounded = kernels.evaluate_splits(*args, bounds=(0.0, node_bounds, np.zeros(4, np.int8)))
+    np.testing.assert_allclose(bounded[0], plain[0], rtol=1e-9)
+    for p, b in zip(plain[1:], bounded[1:]):
+        assert np.array_equal(p, b)
+
+
+@pytest.mark.parametrize("max_delta_step", [0.0, 0.2])
+def test_leaf_weights_with_bounds(max_delta_step):
+    rng = np.random.default_rng(4)
+    totals = np.stack([rng.integers(-2**40, 2**40, 50), rng.integers(0, 2**30, 50)], 1)
+    node_bounds = np.stack([np.full(50, -0.1), np.full(50, np.inf)], 1)
+    plain = numpy_kernels.leaf_weights(totals, 2.0**-30, 2.0**-20, 1.0, 0.0, 0.5)
+    bounded = numpy_kernels.leaf_weights(totals, 2.0**-30, 2.0**-20, 1.0, 0.0, 0.5,
+                                         bounds=(max_delta_step, node_bounds))
+    raw = plain / 0.5
+    if max_delta_step:
+        raw = np.clip(raw, -max_delta_step, max_delta_step)
+    assert np.array_equal(bounded, np.maximum(raw, -0.1) * 0.5)

@@ -572,3 +572,20 @@ def test_map_sides(kernels, n_rows, n_features, n_bins, n_nodes, layout):
     out = poison.copy()
     got = kernels.map_sides(*args, out)
     assert got is out and got.dtype == dtype and np.array_equal(out, expected)
+
+
+@pytest.mark.parametrize("n_rows,n_features,n_bins,n_nodes", EVAL_CASES[:6])
+@pytest.mark.parametrize("max_delta_step", [0.0, 0.5])
+def test_evaluate_sparse_splits_with_weight_bounds(kernels, n_rows, n_features, n_bins, n_nodes,
+                                                   max_delta_step):
+    """max_delta_step and monotone constraints on the compact histograms: the twin's result."""
+    from test_kernels import random_bounds
+    rng, _, n_value_bins, s, gh, row_index, start, count = _level(
+        n_rows, n_features, n_bins, n_nodes, seed=n_nodes * n_bins + n_features + 1)
+    gh[:, 1] = rng.integers(1, 2**20, size=n_rows)
+    hist = _histograms(s, gh, row_index, start, count)
+    args = (hist, s["bin_offsets"], n_value_bins, rng.random(n_features) < 0.9, 2.0**-30,
+            2.0**-20, 1.0, 0.5, 0.0)
+    bounds = random_bounds(rng, n_nodes, n_features, max_delta_step)
+    _assert_same_splits(numpy_kernels.evaluate_sparse_splits(*args, bounds=bounds),
+                        kernels.evaluate_sparse_splits(*args, bounds=bounds))

@@ -107,3 +107,21 @@ def categorical_width(onehot: bool, n_categories, max_cat_threshold: int) -> int
     if onehot:
         return 1
     return max([min(int(k), max_cat_threshold) for k in n_categories] + [1])
+
+
+def check_bounds(bounds, n_nodes, n_features):
+    """The split searches' optional weight bounds: None, or (max_delta_step, node_bounds,
+    monotone) with node_bounds (n_nodes, 2) float64 [lower, upper] and monotone None or
+    (n_features,) int8 in {-1, 0, 1} (not checked with n_features None: a search that does not
+    read it); returned as (float, (n, 2) array, array or None)."""
+    if bounds is None:
+        return None
+    max_delta_step, node_bounds, monotone = bounds
+    if tuple(node_bounds.shape) != (n_nodes, 2):
+        raise ValueError(f"split search: node bounds of shape {tuple(node_bounds.shape)} for "
+                         f"{n_nodes} nodes (expected ({n_nodes}, 2))")
+    if n_features is not None and monotone is not None and \
+            tuple(monotone.shape) != (n_features,):
+        raise ValueError(f"split search: {len(monotone)} monotone constraints for "
+                         f"{n_features} features")
+    return float(max_delta_step), node_bounds, monotone

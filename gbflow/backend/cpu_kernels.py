@@ -18,6 +18,7 @@ from .. import _dtypes
 from . import numpy_kernels
 from .common import (
     categorical_width,
+    check_bounds,
     check_dest,
     check_feature_mask,
     check_sibling_shapes,
@@ -131,10 +132,45 @@ def _score(G, H, reg_lambda, reg_alpha):
 
 
 @njit(**_JIT)
+def _bounded_weight(G, H, reg_lambda, reg_alpha, max_delta_step, lower, upper):
+    """See numpy_kernels._bounded_weight (the same float operations)."""
+    if G > reg_alpha:
+        t = G - reg_alpha
+    elif G < -reg_alpha:
+        t = G + reg_alpha
+    else:
+        t = 0.0
+    w = -t / (H + reg_lambda)
+    if max_delta_step != 0 and abs(w) > max_delta_step:
+        w = math.copysign(max_delta_step, w)
+    if w < lower:
+        return lower
+    if w > upper:
+        return upper
+    return w
+
+
+@njit(**_JIT)
+def _weight_gain(G, H, reg_lambda, reg_alpha, w):
+    return -(2.0 * (G * w + reg_alpha * abs(w)) + (H + reg_lambda) * (w * w))
+
+
+@njit(**_JIT)
+def _parent_gain(GP, HP, reg_lambda, reg_alpha, bounded, max_delta_step, lower, upper):
+    """See numpy_kernels._parent_gain (bounded False: no node bounds)."""
+    if not bounded:
+        return _score(GP, HP, reg_lambda, reg_alpha)
+    w = _bounded_weight(GP, HP, reg_lambda, reg_alpha, max_delta_step, lower, upper)
+    return _weight_gain(GP, HP, reg_lambda, reg_alpha, w)
+
+
+@njit(**_JIT)
 def _candidate_gain(lg, lh, tot_g, tot_h, parent, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
-                    min_child_weight):
+                    min_child_weight, bounded, max_delta_step, lower, upper, sign):
     """Gain of the split whose left child sums to (lg, lh) of the node's (tot_g, tot_h), with the
-    twin's float operations in its order; -inf where the candidate is not valid."""
+    twin's float operations in its order; -inf where the candidate is not valid. bounded: the
+    gain of weights bounded by max_delta_step and the node's [lower, upper], and with sign +1
+    (-1) valid only when the left weight is <= (>=) the right one."""
     GL = np.float64(lg) * inv_scale_g
     HL = np.float64(lh) * inv_scale_h
     GR = np.float64(tot_g - lg) * inv_scale_g
@@ -143,11 +179,31 @@ def _candidate_gain(lg, lh, tot_g, tot_h, parent, inv_scale_g, inv_scale_h, reg_
         return -np.inf
     if not (HL + reg_lambda > 0) or not (HR + reg_lambda > 0):
         return -np.inf
-    return (_score(GL, HL, reg_lambda, reg_alpha) + _score(GR, HR, reg_lambda, reg_alpha)) - parent
+    if not bounded:
+        return (_score(GL, HL, reg_lambda, reg_alpha) + _score(GR, HR, reg_lambda, reg_alpha)) \
+            - parent
+    WL = _bounded_weight(GL, HL, reg_lambda, reg_alpha, max_delta_step, lower, upper)
+    WR = _bounded_weight(GR, HR, reg_lambda, reg_alpha, max_delta_step, lower, upper)
+    if (sign > 0 and WL > WR) or (sign < 0 and WL < WR):
+        return -np.inf
+    return (_weight_gain(GL, HL, reg_lambda, reg_alpha, WL) +
+            _weight_gain(GR, HR, reg_lambda, reg_alpha, WR)) - parent
+
+
+def _bound_args(bounds, n_nodes: int, n_features: int | None) -> tuple:
+    """The numba searches' (bounded, max_delta_step, node_bounds, monotone) of a search's
+    ``bounds`` (numpy_kernels.evaluate_splits): stand-ins of the right types without them."""
+    bounds = check_bounds(bounds, n_nodes, n_features)
+    if bounds is None:
+        return False, 0.0, np.zeros((1, 2)), np.zeros(1, dtype=np.int8)
+    max_delta_step, node_bounds, monotone = bounds
+    return (True, max_delta_step, np.ascontiguousarray(node_bounds, dtype=np.float64),
+            np.zeros(1, dtype=np.int8) if monotone is None else
+            np.ascontiguousarray(monotone, dtype=np.int8))
 
 
 def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_h, reg_lambda,
-                    reg_alpha, min_child_weight):
+                    reg_alpha, min_child_weight, bounds=None):
     """See numpy_kernels.evaluate_splits. The dense layout is the compact one with every feature
     n_bins wide: the sparse search (``evaluate_sparse_splits``) runs on it unchanged, with the
     same candidates in the same order (a view, no copy for a C-contiguous hist)."""
@@ -155,7 +211,7 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
     offsets = np.arange(n_features + 1, dtype=np.int64) * n_bins
     compact = np.ascontiguousarray(hist).reshape(n_nodes, n_features * n_bins, 2)
     return evaluate_sparse_splits(compact, offsets, n_value_bins, feature_allowed, inv_scale_g,
-                                  inv_scale_h, reg_lambda, reg_alpha, min_child_weight)
+                                  inv_scale_h, reg_lambda, reg_alpha, min_child_weight, bounds)
 
 
 @njit(parallel=True, **_JIT)
@@ -842,6 +898,7 @@ def fill_common_bins(hist, totals, bin_offsets, common_bin):
 @njit(parallel=True, **_JIT)
 def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, padded_bins,
                             inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, min_child_weight,
+                            bounded, max_delta_step, node_bounds, monotone,
                             gain, feature, bin_threshold, default_left, left_sum):
     # The dense split search on the twin's padded histogram (width padded_bins) without
     # building it: feature f's bins past its own width are 0 there, and its thresholds run to
@@ -858,7 +915,10 @@ def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, pa
             tot_h += hist[k, b, 1]
         GP = np.float64(tot_g) * inv_scale_g
         HP = np.float64(tot_h) * inv_scale_h
-        parent = _score(GP, HP, reg_lambda, reg_alpha)
+        lower = node_bounds[k, 0] if bounded else 0.0
+        upper = node_bounds[k, 1] if bounded else 0.0
+        parent = _parent_gain(GP, HP, reg_lambda, reg_alpha, bounded, max_delta_step, lower,
+                              upper)
         best = -np.inf
         best_f = -1
         best_t = 0
@@ -887,6 +947,7 @@ def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, pa
             cum_g = np.int64(0)
             cum_h = np.int64(0)
             n_values = n_value_bins[f]
+            sign = monotone[f] if bounded and monotone.shape[0] == n_features else 0
             for t in range(1, min(n_values, padded_bins - 1) + 1):
                 bin_g = hist[k, lo + t, 0] if t < width else np.int64(0)
                 bin_h = hist[k, lo + t, 1] if t < width else np.int64(0)
@@ -906,7 +967,8 @@ def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, pa
                     lg = cum_g + miss_g if d == 0 else cum_g
                     lh = cum_h + miss_h if d == 0 else cum_h
                     g = _candidate_gain(lg, lh, tot_g, tot_h, parent, inv_scale_g, inv_scale_h,
-                                        reg_lambda, reg_alpha, min_child_weight)
+                                        reg_lambda, reg_alpha, min_child_weight, bounded,
+                                        max_delta_step, lower, upper, sign)
                     if g > best:
                         best = g
                         best_f = f
@@ -929,7 +991,8 @@ def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, pa
 
 @njit(**_JIT)
 def _try_categories(hist, n, f, right_g, right_h, tg, th, parent, inv_scale_g, inv_scale_h, lam,
-                    reg_alpha, min_child_weight, best_gain, j, missing_right, right_sum):
+                    reg_alpha, min_child_weight, bounded, max_delta_step, lower, upper,
+                    best_gain, j, missing_right, right_sum):
     """Both sides of the missing values for one category set summing to (right_g, right_h);
     True where one beats best_gain[n, j] (then recorded)."""
     taken = False
@@ -937,7 +1000,8 @@ def _try_categories(hist, n, f, right_g, right_h, tg, th, parent, inv_scale_g, i
         rg = right_g + (hist[n, f, 0, 0] if side else 0)
         rh = right_h + (hist[n, f, 0, 1] if side else 0)
         g = _candidate_gain(tg - rg, th - rh, tg, th, parent, inv_scale_g, inv_scale_h, lam,
-                            reg_alpha, min_child_weight)
+                            reg_alpha, min_child_weight, bounded, max_delta_step, lower, upper,
+                            0)
         if g > best_gain[n, j]:
             best_gain[n, j] = g
             missing_right[n, j] = side == 1
@@ -950,6 +1014,7 @@ def _try_categories(hist, n, f, right_g, right_h, tg, th, parent, inv_scale_g, i
 @njit(parallel=True, **_JIT)
 def _categorical_splits(hist, total, columns, n_categories, onehot, max_cat_threshold,
                         inv_scale_g, inv_scale_h, lam, reg_alpha, min_child_weight, cat_smooth,
+                        bounded, max_delta_step, node_bounds,
                         gain, missing_right, right_sum, size, order):
     n_features = columns.shape[0]
     for task in prange(hist.shape[0] * n_features):
@@ -959,15 +1024,18 @@ def _categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thre
         K = n_categories[j]
         tg = total[n, 0]
         th = total[n, 1]
-        parent = _score(np.float64(tg) * inv_scale_g, np.float64(th) * inv_scale_h, lam,
-                        reg_alpha)
+        lower = node_bounds[n, 0] if bounded else 0.0
+        upper = node_bounds[n, 1] if bounded else 0.0
+        parent = _parent_gain(np.float64(tg) * inv_scale_g, np.float64(th) * inv_scale_h, lam,
+                              reg_alpha, bounded, max_delta_step, lower, upper)
         if onehot:
             for k in range(K):
                 cg = hist[n, f, k + 1, 0]
                 ch = hist[n, f, k + 1, 1]
                 if (cg != 0 or ch != 0) and _try_categories(
                         hist, n, f, cg, ch, tg, th, parent, inv_scale_g, inv_scale_h, lam,
-                        reg_alpha, min_child_weight, gain, j, missing_right, right_sum):
+                        reg_alpha, min_child_weight, bounded, max_delta_step, lower, upper,
+                        gain, j, missing_right, right_sum):
                     size[n, j] = 1
                     order[n, j, 0] = k
             continue
@@ -998,8 +1066,9 @@ def _categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thre
                 right_g += hist[n, f, run[i] + 1, 0]
                 right_h += hist[n, f, run[i] + 1, 1]
                 if _try_categories(hist, n, f, right_g, right_h, tg, th, parent, inv_scale_g,
-                                   inv_scale_h, lam, reg_alpha, min_child_weight, gain, j,
-                                   missing_right, right_sum):
+                                   inv_scale_h, lam, reg_alpha, min_child_weight, bounded,
+                                   max_delta_step, lower, upper, gain, j, missing_right,
+                                   right_sum):
                     size[n, j] = i + 1
                     order[n, j, :] = -1
                     order[n, j, :i + 1] = run[:i + 1]
@@ -1007,7 +1076,7 @@ def _categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thre
 
 def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_threshold,
                        inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, min_child_weight,
-                       cat_smooth, cat_l2):
+                       cat_smooth, cat_l2, bounds=None):
     """See numpy_kernels.categorical_splits (the same five results, bit for bit): one task per
     (node, feature), the eligible categories sorted with a stable sort."""
     n_nodes, n_features = hist.shape[0], len(columns)
@@ -1023,8 +1092,9 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
                             np.asarray(columns, dtype=np.int64), n_categories, bool(onehot),
                             int(max_cat_threshold), float(inv_scale_g), float(inv_scale_h),
                             float(reg_lambda if onehot else reg_lambda + cat_l2),
-                            float(reg_alpha), float(min_child_weight), float(cat_smooth), gain,
-                            missing_right, right_sum, size, order)
+                            float(reg_alpha), float(min_child_weight), float(cat_smooth),
+                            *_bound_args(bounds, n_nodes, None)[:3], gain, missing_right,
+                            right_sum, size, order)
     return gain, missing_right, right_sum, size, order
 
 
@@ -1061,7 +1131,7 @@ def quantile_tally(keys, groups, weights, prefix, shift, table):
 
 
 def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv_scale_g,
-                           inv_scale_h, reg_lambda, reg_alpha, min_child_weight):
+                           inv_scale_h, reg_lambda, reg_alpha, min_child_weight, bounds=None):
     """See numpy_kernels.evaluate_sparse_splits (the same five results, bit for bit). With no
     sparse feature (S = 0) every node gets no split (gain -inf, feature -1)."""
     n_nodes = hist.shape[0]
@@ -1080,7 +1150,8 @@ def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv
                             np.atleast_2d(np.asarray(feature_allowed, dtype=np.bool_)),
                             padded_bins,
                             float(inv_scale_g), float(inv_scale_h), float(reg_lambda),
-                            float(reg_alpha), float(min_child_weight), gain, feature,
+                            float(reg_alpha), float(min_child_weight),
+                            *_bound_args(bounds, n_nodes, len(n_value_bins)), gain, feature,
                             bin_threshold, default_left, left_sum)
     return gain, feature, bin_threshold, default_left, left_sum
 

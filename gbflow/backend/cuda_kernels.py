@@ -25,6 +25,7 @@ from .arrays import to_host
 from .common import (
     aligned_slots,
     categorical_width,
+    check_bounds,
     check_feature_mask,
     check_sibling_shapes,
     packed_empty,
@@ -186,10 +187,25 @@ def build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins):
     return hist
 
 
+def _bound_args(bounds, n_nodes: int, n_features: int | None) -> tuple:
+    """The CUDA searches' (bounded, max_delta_step, node_bounds, monotone) arguments of a
+    search's ``bounds`` (``numpy_kernels.evaluate_splits``): bounded 0 (none; the arrays are
+    not read), 1 (node bounds and max_delta_step) or 2 (and monotone signs)."""
+    bounds = check_bounds(bounds, n_nodes, n_features)
+    unread = cp.zeros(1, dtype=np.int8)
+    if bounds is None:
+        return _i32(0), np.float64(0.0), unread, unread
+    max_delta_step, node_bounds, monotone = bounds
+    node_bounds = _dev(node_bounds, np.float64)
+    if monotone is None:
+        return _i32(1), np.float64(max_delta_step), node_bounds, unread
+    return _i32(2), np.float64(max_delta_step), node_bounds, _dev(monotone, np.int8)
+
+
 def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_h, reg_lambda,
-                    reg_alpha, min_child_weight):
+                    reg_alpha, min_child_weight, bounds=None):
     """See ``numpy_kernels.evaluate_splits``; the five results are CuPy arrays.
-    feature_allowed: (F,) or (n_nodes, F), host or device."""
+    feature_allowed: (F,) or (n_nodes, F), host or device; bounds' arrays too."""
     n_nodes, n_features, n_bins, _ = hist.shape
     if not n_nodes:
         return _split_results(0)
@@ -206,7 +222,8 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
         (cp.ascontiguousarray(hist), _i32(n_features), _i32(n_bins),
          n_value_bins, feature_allowed, _allowed_stride(feature_allowed, n_features),
          np.float64(inv_scale_g), np.float64(inv_scale_h), np.float64(reg_lambda),
-         np.float64(reg_alpha), np.float64(min_child_weight), _i32(per_block), partial))
+         np.float64(reg_alpha), np.float64(min_child_weight),
+         *_bound_args(bounds, n_nodes, n_features), _i32(per_block), partial))
     return _reduce_splits(partial, n_bins, n_value_bins)
 
 
@@ -814,7 +831,7 @@ _CATEGORY_SORT_LIMIT = None  # a lower cap on the shared-memory sort (tests: the
 
 def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_threshold,
                        inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, min_child_weight,
-                       cat_smooth, cat_l2):
+                       cat_smooth, cat_l2, bounds=None):
     """See ``numpy_kernels.categorical_splits``; the five results are CuPy arrays. hist, total:
     CuPy int64; columns, n_categories: host arrays. One block per (node, feature)
     (cuda/categories.cu)."""
@@ -848,7 +865,8 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
          _dev(total, _dtypes.FIXED), columns, n_categories, _i32(n_features), _i32(bool(onehot)),
          _i32(max_cat_threshold), np.float64(inv_scale_g), np.float64(inv_scale_h),
          np.float64(reg_lambda if onehot else reg_lambda + cat_l2), np.float64(reg_alpha),
-         np.float64(min_child_weight), np.float64(cat_smooth), _i32(0 if onehot else capacity),
+         np.float64(min_child_weight), np.float64(cat_smooth),
+         *_bound_args(bounds, n_nodes, None)[:3], _i32(0 if onehot else capacity),
          scratch_keys, scratch_cats, slot, _i32(n_over), _i32(scratch_width), gain,
          missing_right, right_sum, size, order, _i32(width)))
     return gain, missing_right, right_sum, size, order
@@ -860,7 +878,7 @@ def _categories_kernel():
 
 
 def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv_scale_g,
-                           inv_scale_h, reg_lambda, reg_alpha, min_child_weight):
+                           inv_scale_h, reg_lambda, reg_alpha, min_child_weight, bounds=None):
     """See ``numpy_kernels.evaluate_sparse_splits``; the five results are CuPy arrays. With no
     sparse feature (S = 0) every node gets no split (gain -inf, feature -1)."""
     n_nodes, n_slots, _ = hist.shape
@@ -884,7 +902,8 @@ def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv
         (_dev(hist, _dtypes.FIXED), _i64(n_slots), _i32(n_features), offsets, n_value_bins,
          feature_allowed, stride, _i32(padded_bins), np.float64(inv_scale_g),
          np.float64(inv_scale_h),
-         np.float64(reg_lambda), np.float64(reg_alpha), np.float64(min_child_weight), partial))
+         np.float64(reg_lambda), np.float64(reg_alpha), np.float64(min_child_weight),
+         *_bound_args(bounds, n_nodes, n_features), partial))
     return _reduce_splits(partial, padded_bins, n_value_bins)
 
 

@@ -15,6 +15,7 @@ Shared conventions (see ``gbflow._dtypes``):
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -22,6 +23,7 @@ import numpy as np
 from .. import _dtypes
 from .common import (
     categorical_width,
+    check_bounds,
     check_dest,
     check_feature_mask,
     check_sibling_shapes,
@@ -83,8 +85,23 @@ def _score(G, H, reg_lambda, reg_alpha):
     return t * t / (H + reg_lambda)
 
 
+def _bounded_weight(G, H, reg_lambda, reg_alpha, max_delta_step, lower, upper):
+    """XGBoost's bounded leaf weight: -T_alpha(G) / (H + lambda), its size capped at
+    max_delta_step (0: no cap), then clipped to [lower, upper] (a node's monotone bounds)."""
+    w = -_l1_threshold(G, reg_alpha) / (H + reg_lambda)
+    if max_delta_step != 0:
+        w = np.where(np.abs(w) > max_delta_step, np.copysign(max_delta_step, w), w)
+    return np.where(w < lower, lower, np.where(w > upper, upper, w))
+
+
+def _weight_gain(G, H, reg_lambda, reg_alpha, w):
+    """Twice the loss reduction of weight w on sums (G, H), the L1 term included:
+    -(2 (G w + alpha |w|) + (H + lambda) w^2); _score's value at the unbounded weight."""
+    return -(2.0 * (G * w + reg_alpha * np.abs(w)) + (H + reg_lambda) * (w * w))
+
+
 def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_h, reg_lambda,
-                    reg_alpha, min_child_weight):
+                    reg_alpha, min_child_weight, bounds=None):
     """Best split of every node of a level, all nodes at once.
 
     hist: (n_nodes, n_features, n_bins, 2) int64. n_value_bins: (n_features,) int32.
@@ -98,6 +115,15 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
     a CSR column), and is XGBoost's and LightGBM's too. A candidate is valid when both children
     have hessian >= min_child_weight. Candidates are ordered (feature, t, missing-left then
     missing-right); the first of equal gains wins.
+
+    bounds: None, or XGBoost's bounded weights (``max_delta_step``, monotone constraints) as
+    (max_delta_step, node_bounds, monotone): max_delta_step float >= 0 (0: no cap), node_bounds
+    (n_nodes, 2) float64 each node's [lower, upper] weight bounds, monotone None or
+    (n_features,) int8. Then every weight is ``_bounded_weight`` and a gain is
+    ``_weight_gain`` of the children's bounded weights minus the parent's; a feature with
+    monotone +1 (-1) takes only candidates whose left weight is <= (>=) the right one, read
+    as scanned (a present-versus-missing split: the present values' weight against the
+    missing ones').
 
     Returns gain (n_nodes,) float64 (-inf where no valid split), feature (n_nodes,) int32 (-1 where
     none), bin_threshold (n_nodes,) int32, default_left (n_nodes,) bool, left_sum (n_nodes, 2)
@@ -128,10 +154,28 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
         allowed[:, :, None, None]
     valid = valid & (HL >= min_child_weight) & (HR >= min_child_weight)
     valid &= (HL + reg_lambda > 0) & (HR + reg_lambda > 0)
+    bounds = check_bounds(bounds, n_nodes, n_features)
     with np.errstate(divide="ignore", invalid="ignore"):
-        parent = _score(GP, HP, reg_lambda, reg_alpha)
-        gain = (_score(GL, HL, reg_lambda, reg_alpha) + _score(GR, HR, reg_lambda, reg_alpha)) \
-            - parent[:, None, None, None]
+        if bounds is None:
+            parent = _score(GP, HP, reg_lambda, reg_alpha)
+            gain = (_score(GL, HL, reg_lambda, reg_alpha) +
+                    _score(GR, HR, reg_lambda, reg_alpha)) - parent[:, None, None, None]
+        else:
+            max_delta_step, node_bounds, monotone = bounds
+            lo, hi = node_bounds[:, 0], node_bounds[:, 1]
+            weight = functools.partial(_bounded_weight, reg_lambda=reg_lambda,
+                                       reg_alpha=reg_alpha, max_delta_step=max_delta_step)
+            WP = weight(GP, HP, lower=lo, upper=hi)
+            lo, hi = lo[:, None, None, None], hi[:, None, None, None]
+            WL, WR = weight(GL, HL, lower=lo, upper=hi), weight(GR, HR, lower=lo, upper=hi)
+            parent = _weight_gain(GP, HP, reg_lambda, reg_alpha, WP)
+            gain = (_weight_gain(GL, HL, reg_lambda, reg_alpha, WL) +
+                    _weight_gain(GR, HR, reg_lambda, reg_alpha, WR)) - \
+                parent[:, None, None, None]
+            if monotone is not None:
+                sign = np.asarray(monotone)[None, :, None, None]
+                ordered = np.where(sign > 0, WL <= WR, np.where(sign < 0, WL >= WR, True))
+                valid &= ordered
     gain = np.where(valid, gain, -np.inf).reshape(n_nodes, -1)  # n_features >= 1, n_bins >= 2
     best = np.argmax(gain, axis=1)  # the first of equal gains
     best_gain = gain[np.arange(n_nodes), best]
@@ -593,7 +637,7 @@ def fill_common_bins(hist, totals, bin_offsets, common_bin):
 
 
 def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv_scale_g,
-                           inv_scale_h, reg_lambda, reg_alpha, min_child_weight):
+                           inv_scale_h, reg_lambda, reg_alpha, min_child_weight, bounds=None):
     """``evaluate_splits`` on compact histograms (common bins filled in).
 
     hist: (n_nodes, n_slots, 2) int64; feature s has bins 0..n_value_bins[s]. Same candidates,
@@ -608,12 +652,12 @@ def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv
         lo, hi = bin_offsets[s], bin_offsets[s + 1]
         padded[:, s, : hi - lo] = hist[:, lo:hi]
     return evaluate_splits(padded, n_value_bins, feature_allowed, inv_scale_g, inv_scale_h,
-                           reg_lambda, reg_alpha, min_child_weight)
+                           reg_lambda, reg_alpha, min_child_weight, bounds)
 
 
 def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_threshold,
                        inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, min_child_weight,
-                       cat_smooth, cat_l2):
+                       cat_smooth, cat_l2, bounds=None):
     """Each (node, categorical feature)'s best category-set split (``category_splits``).
 
     hist: (N, D, B, 2) int64 histograms; total: (N, 2) int64 the nodes' sums; columns: (c,)
@@ -627,6 +671,8 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
     P = min(K, max_cat_threshold) categories and fewer than the eligible ones (one stays left),
     with gains regularised by reg_lambda + cat_l2. Candidates are ordered (ascending prefixes,
     then descending; size; missing left then right) and the first of equal gains wins.
+    bounds: None, or (max_delta_step, node_bounds, monotone) as ``evaluate_splits`` takes them
+    (gains of bounded weights; monotone is not read: categories have no order to keep).
 
     Returns gain (N, c) float64 (-inf: none), missing_right (N, c) bool, right_sum (N, c, 2)
     int64, size (N, c) int32 and order (N, c, W) int32, W = 1 when onehot else
@@ -641,10 +687,13 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
     right_sum = np.zeros((n_nodes, n_features, 2), dtype=np.int64)
     size = np.zeros((n_nodes, n_features), dtype=np.int32)
     order = np.full((n_nodes, n_features, width), -1, dtype=np.int32)
+    bounds = check_bounds(bounds, n_nodes, None)
     for n in range(n_nodes):
         tg, th = int(total[n, 0]), int(total[n, 1])
+        node = None if bounds is None else (bounds[0], *bounds[1][n])
         with np.errstate(divide="ignore", invalid="ignore"):  # a parent of no hessian
-            parent = _score(tg * inv_scale_g, th * inv_scale_h, lam, reg_alpha)
+            parent = _parent_gain(np.float64(tg) * inv_scale_g, np.float64(th) * inv_scale_h,
+                                  lam, reg_alpha, node)
         for j, (f, K) in enumerate(zip(columns, n_categories)):
             cats, missing = hist[n, f, 1:int(K) + 1], hist[n, f, 0]
             if onehot:
@@ -665,7 +714,7 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
                     R = right + (missing if side else 0)
                     g = _candidate_gain(tg - int(R[0]), th - int(R[1]), tg, th, parent,
                                         inv_scale_g, inv_scale_h, lam, reg_alpha,
-                                        min_child_weight)
+                                        min_child_weight, node)
                     if g > gain[n, j]:
                         gain[n, j], missing_right[n, j], right_sum[n, j] = g, bool(side), R
                         size[n, j] = len(right_cats)
@@ -674,17 +723,32 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
     return gain, missing_right, right_sum, size, order
 
 
+def _parent_gain(GP, HP, reg_lambda, reg_alpha, node=None):
+    """The parent's term of a gain: ``_score``, or with a node's (max_delta_step, lower, upper)
+    the ``_weight_gain`` of its bounded weight."""
+    if node is None:
+        return _score(GP, HP, reg_lambda, reg_alpha)
+    w = _bounded_weight(GP, HP, reg_lambda, reg_alpha, *node)
+    return _weight_gain(GP, HP, reg_lambda, reg_alpha, w)
+
+
 def _candidate_gain(lg, lh, tg, th, parent, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
-                    min_child_weight):
+                    min_child_weight, node=None):
     """Gain of the split whose left child sums to (lg, lh) of the node's (tg, th): the float
-    operations of ``evaluate_splits`` in its order; -inf where not valid."""
+    operations of ``evaluate_splits`` in its order; -inf where not valid. node: None, or the
+    node's (max_delta_step, lower, upper): the gain of bounded weights."""
     GL, HL = np.float64(lg) * inv_scale_g, np.float64(lh) * inv_scale_h
     GR, HR = np.float64(tg - lg) * inv_scale_g, np.float64(th - lh) * inv_scale_h
     if not (HL >= min_child_weight and HR >= min_child_weight and HL + reg_lambda > 0
             and HR + reg_lambda > 0):
         return -np.inf
-    return (_score(GL, HL, reg_lambda, reg_alpha) + _score(GR, HR, reg_lambda, reg_alpha)) \
-        - parent
+    if node is None:
+        return (_score(GL, HL, reg_lambda, reg_alpha) + _score(GR, HR, reg_lambda, reg_alpha)) \
+            - parent
+    WL = _bounded_weight(GL, HL, reg_lambda, reg_alpha, *node)
+    WR = _bounded_weight(GR, HR, reg_lambda, reg_alpha, *node)
+    return (_weight_gain(GL, HL, reg_lambda, reg_alpha, WL) +
+            _weight_gain(GR, HR, reg_lambda, reg_alpha, WR)) - parent
 
 
 def quantile_tally(keys, groups, weights, prefix, shift, table):
@@ -931,15 +995,24 @@ def partition_planned(bins, bins_by_feature, gh, row_index, work, n_work, featur
     return left_count
 
 
-def leaf_weights(totals, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate):
+def leaf_weights(totals, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate,
+                 bounds=None):
     """(n,) float64 leaf weights -T_alpha(G) / (H + lambda) * learning_rate of (n, 2) int64
-    fixed-point sums (G = g * inv_scale_g, H = h * inv_scale_h; 0 where H + lambda <= 0)."""
+    fixed-point sums (G = g * inv_scale_g, H = h * inv_scale_h; 0 where H + lambda <= 0).
+    bounds: None, or (max_delta_step, node_bounds (n, 2) float64): the weights bounded as the
+    split searches bound them (``_bounded_weight``) before the learning rate."""
     G = totals[:, 0].astype(np.float64) * inv_scale_g
     H = totals[:, 1].astype(np.float64) * inv_scale_h
     t = _l1_threshold(G, reg_alpha)
     denominator = H + reg_lambda
     with np.errstate(divide="ignore", invalid="ignore"):
-        w = np.where(denominator > 0, -t / denominator, 0.0)
+        if bounds is None:
+            w = -t / denominator
+        else:
+            max_delta_step, node_bounds = bounds
+            w = _bounded_weight(G, H, reg_lambda, reg_alpha, max_delta_step, node_bounds[:, 0],
+                                node_bounds[:, 1])
+        w = np.where(denominator > 0, w, 0.0)
     return w * learning_rate
 
 

@@ -21,13 +21,15 @@ def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed, group: i
     integers of the ``scales``' units) under ``rules`` (``gbflow.rules.TreeRules``), splitting
     only on the features ``feature_allowed`` allows (a ``sampling.FeatureSample``, or (F,) host
     bool for every node, or (max_depth, F): row d for the nodes of depth d), for output
-    ``group``. Per-node samples need the level-by-level loop.
+    ``group``. Per-node samples, bounded weights and interaction constraints (``rules.bounds``,
+    ``rules.interactions``) need the level-by-level loop.
 
     Returns the tree (a ``Tree``, or a ``PendingTree``: see ``finished_tree``) and per shard its
     margin update (``add_to(kernels, margin)``; call it before the next tree is grown)."""
     if not isinstance(feature_allowed, FeatureSample):
         feature_allowed = FeatureSample(np.broadcast_to(
             np.atleast_2d(feature_allowed), (rules.max_depth, np.shape(feature_allowed)[-1])))
-    planned = shardset.uses_level_plans and feature_allowed.node_rate >= 1.0
+    planned = shardset.uses_level_plans and feature_allowed.node_rate >= 1.0 and \
+        rules.bounds is None and rules.interactions is None
     grow = grow_tree_planned if planned else grow_tree_levels
     return grow(shardset, gh, scales, cuts, rules, feature_allowed, group)

@@ -73,6 +73,11 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed,
         totals = shardset.root_totals(hist, gh)  # device ones come with the root's splits
         shardset.fill_common_bins(hist, totals)
     node_id = np.zeros(1, dtype=np.int64)  # each node's tree id, in the level's order
+    bounds = rules.bounds  # max_delta_step, monotone constraints (None: unbounded weights)
+    node_bounds = None if bounds is None else bounds.root()  # (n, 2), in the level's order
+    leaf_constants = rules.leaf.constants(scales)
+    interactions = rules.interactions  # None: any feature anywhere
+    paths = None if interactions is None else interactions.root_paths()  # (n, F), level order
     first_id = 0  # the level's ids are first_id .. first_id + n_nodes - 1
     levels = []  # per level: dict of node arrays, in id order
     leaves = [[] for _ in range(n_shards)]  # per shard and level: (rows, start, count, node id)
@@ -89,12 +94,15 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed,
             fetched = backend.to_host_all(fetch)
         else:
             with timers("splits"):
-                found, fetched = split.find_splits(backend, shardset.stores, hist,
-                                                   feature_allowed.nodes(depth, node_id),
-                                                   split_constants,
-                                                   rules.split.min_gain, fetch=fetch,
-                                                   categorical=shardset.categorical,
-                                                   category_rule=rules.category)
+                allowed = feature_allowed.nodes(depth, node_id)
+                if interactions is not None:
+                    allowed = allowed & interactions.allowed(paths)
+                found, fetched = split.find_splits(
+                    backend, shardset.stores, hist, allowed,
+                    split_constants, rules.split.min_gain, fetch=fetch,
+                    categorical=shardset.categorical, category_rule=rules.category,
+                    bounds=None if bounds is None else
+                    bounds.search_bounds(backend.xp, node_bounds))
         if depth == 0:
             totals = fetched.pop()
         if moved is not None:  # this level's segments, in its order; a parent's rows: left, right
@@ -109,7 +117,7 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed,
         sp = np.flatnonzero(do_split)
         sp = sp[np.argsort(node_id[sp], kind="stable")]  # the split nodes in id order
         n_split = len(sp)
-        level_totals, level_id = totals, node_id
+        level_totals, level_id, level_bounds = totals, node_id, node_bounds
         if n_split:
             feature = found.feature[sp]
             bin_threshold = found.bin_threshold[sp]
@@ -146,6 +154,16 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed,
                                                      side_map=side_map)
                 moved = _Partitioned(starts, counts, built_left, left_counts)
             totals = _next_level_order(left_sum, right_sum, built_left)
+            if interactions is not None:
+                children_paths = interactions.child_paths(paths[sp], feature)
+                paths = _next_level_order(children_paths, children_paths, built_left)
+            if bounds is not None:  # a value-order split on a monotone feature bounds its subtrees
+                orders_values = bin_threshold > 0
+                if found.on_categories is not None:
+                    orders_values &= ~found.on_categories[sp]
+                node_bounds = _next_level_order(
+                    *bounds.children(node_bounds[sp], feature, orders_values, left_sum,
+                                     right_sum, leaf_constants), built_left)
             left_id = next_id + 2 * np.arange(n_split, dtype=np.int64)
             node_id = _next_level_order(left_id, left_id + 1, built_left)
             if children is not None:
@@ -153,7 +171,8 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed,
                     shardset.fill_common_bins(built, totals[n_split:])
                     hist = children.fill_siblings(backend.kernels, hist, sp)  # parent freed
         # The level's record, while the device builds the next level's histograms.
-        value = rules.leaf.values(level_totals, scales)
+        value = rules.leaf.values(level_totals, scales) if bounds is None else \
+            bounds.leaf_weights(level_totals, level_bounds, leaf_constants)
         levels.append(level_arrays(
             cuts, value, level_totals[:, 1] * (1.0 / scales.h), level_id - first_id, sp,
             *((feature, bin_threshold, default_left, found.gain[sp], left_id) if n_split else

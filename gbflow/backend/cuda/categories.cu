@@ -37,12 +37,13 @@ struct CategoryBest {
 // where better (strictly: the first candidate of a gain wins).
 __device__ __forceinline__ bool try_set(CategoryBest& b, i64 rg, i64 rh, i64 mg, i64 mh, i64 tg,
                                         i64 th, double parent, double inv_g, double inv_h,
-                                        double lam, double alpha, double mcw) {
+                                        double lam, double alpha, double mcw,
+                                        const WeightBounds& wb) {
     bool taken = false;
     for (int side = 0; side < 2; ++side) {
         i64 g_right = rg + (side ? mg : 0), h_right = rh + (side ? mh : 0);
         double gain = candidate_gain(tg - g_right, th - h_right, tg, th, parent, inv_g, inv_h,
-                                     lam, alpha, mcw);
+                                     lam, alpha, mcw, wb, 0);
         if (gain > b.gain) {
             b.gain = gain; b.missing_right = side == 1; b.right_g = g_right; b.right_h = h_right;
             taken = true;
@@ -68,7 +69,8 @@ __device__ __forceinline__ int descending_at(const double* keys, int n, int* run
 extern "C" __global__ void categorical_splits(
         const i64* hist, i64 n_features_store, i64 n_bins, const i64* total, const i64* columns,
         const i64* n_categories, int n_features, int onehot, int max_cat_threshold, double inv_g,
-        double inv_h, double lam, double alpha, double mcw, double cat_smooth, int capacity,
+        double inv_h, double lam, double alpha, double mcw, double cat_smooth, int bounded,
+        double max_delta_step, const double* node_bounds, int capacity,
         double* scratch_keys, int* scratch_cats, const int* scratch_slot, int n_over,
         int scratch_width, double* gain_out,
         bool* missing_right_out, i64* right_sum_out, int* size_out, int* order_out, int width) {
@@ -80,7 +82,8 @@ extern "C" __global__ void categorical_splits(
     const i64* h = hist + ((i64)n * n_features_store + f) * n_bins * 2;
     i64 tg = total[2 * n], th = total[2 * n + 1];
     i64 mg = h[0], mh = h[1];
-    double parent = score((double)tg * inv_g, (double)th * inv_h, lam, alpha);
+    WeightBounds wb = weight_bounds_of(bounded, max_delta_step, node_bounds, n);
+    double parent = parent_gain((double)tg * inv_g, (double)th * inv_h, lam, alpha, wb);
     CategoryBest best = {__longlong_as_double(0xfff0000000000000LL), false, 0, 0, 0, 0};
     int* order = order_out + (i64)task * width;
     if (onehot) {
@@ -89,7 +92,8 @@ extern "C" __global__ void categorical_splits(
             for (int k = 0; k < K; ++k) {
                 i64 cg = h[2 * (k + 1)], ch = h[2 * (k + 1) + 1];
                 if ((cg != 0 || ch != 0) &&
-                    try_set(best, cg, ch, mg, mh, tg, th, parent, inv_g, inv_h, lam, alpha, mcw))
+                    try_set(best, cg, ch, mg, mh, tg, th, parent, inv_g, inv_h, lam, alpha, mcw,
+                            wb))
                     chosen = k;
             }
             best.size = chosen >= 0 ? 1 : 0;
@@ -138,7 +142,7 @@ extern "C" __global__ void categorical_splits(
                     rg += h[2 * (k + 1)];
                     rh += h[2 * (k + 1) + 1];
                     if (try_set(best, rg, rh, mg, mh, tg, th, parent, inv_g, inv_h, lam, alpha,
-                                mcw)) {
+                                mcw, wb)) {
                         best.size = i + 1;
                         best.direction = direction;
                     }

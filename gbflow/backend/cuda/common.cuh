@@ -42,18 +42,61 @@ struct Best {
     i64 left_g, left_h;
 };
 
+// XGBoost's bounded weights (max_delta_step, monotone constraints): a node's bounds as the
+// split searches read them; bounded 0: the plain gain (score()). The same float64 operations
+// as numpy_kernels._bounded_weight and _weight_gain.
+struct WeightBounds {
+    int bounded;
+    double max_delta_step, lower, upper;
+};
+
+// Node n's bounds: node_bounds is (n_nodes, 2) [lower, upper], read only when bounded.
+__device__ __forceinline__ WeightBounds weight_bounds_of(int bounded, double max_delta_step,
+                                                         const double* node_bounds, i64 n) {
+    WeightBounds b = {bounded, max_delta_step, 0.0, 0.0};
+    if (bounded) { b.lower = node_bounds[2 * n]; b.upper = node_bounds[2 * n + 1]; }
+    return b;
+}
+
+__device__ __forceinline__ double bounded_weight(double G, double H, double lambda_, double alpha,
+                                                 const WeightBounds& b) {
+    double w = -l1_threshold(G, alpha) / (H + lambda_);
+    if (b.max_delta_step != 0.0 && fabs(w) > b.max_delta_step) w = copysign(b.max_delta_step, w);
+    return w < b.lower ? b.lower : (w > b.upper ? b.upper : w);
+}
+
+__device__ __forceinline__ double weight_gain(double G, double H, double lambda_, double alpha,
+                                              double w) {
+    return -(2.0 * (G * w + alpha * fabs(w)) + (H + lambda_) * (w * w));
+}
+
+// The parent's term of a gain (numpy_kernels._parent_gain).
+__device__ __forceinline__ double parent_gain(double GP, double HP, double lambda_, double alpha,
+                                              const WeightBounds& b) {
+    if (!b.bounded) return score(GP, HP, lambda_, alpha);
+    return weight_gain(GP, HP, lambda_, alpha, bounded_weight(GP, HP, lambda_, alpha, b));
+}
+
 // Gain of the split whose left child sums to (lg, lh) of the node's (tg, th), with the NumPy
 // twin's float operations in its order; -inf where the candidate is not valid (a child's hessian
-// below min_child_weight, or H + lambda not positive).
+// below min_child_weight, or H + lambda not positive, or, bounded, its weights out of the order
+// sign +1 / -1 asks: left <= right / left >= right).
 __device__ __forceinline__ double candidate_gain(i64 lg, i64 lh, i64 tg, i64 th, double parent,
                                                  double inv_scale_g, double inv_scale_h,
                                                  double lambda_, double alpha,
-                                                 double min_child_weight) {
+                                                 double min_child_weight, const WeightBounds& b,
+                                                 int sign) {
+    const double NEG_INF = __longlong_as_double(0xfff0000000000000LL);
     double GL = (double)lg * inv_scale_g, HL = (double)lh * inv_scale_h;
     double GR = (double)(tg - lg) * inv_scale_g, HR = (double)(th - lh) * inv_scale_h;
     if (!(HL >= min_child_weight && HR >= min_child_weight && HL + lambda_ > 0 && HR + lambda_ > 0))
-        return __longlong_as_double(0xfff0000000000000LL);
-    return (score(GL, HL, lambda_, alpha) + score(GR, HR, lambda_, alpha)) - parent;
+        return NEG_INF;
+    if (!b.bounded) return (score(GL, HL, lambda_, alpha) + score(GR, HR, lambda_, alpha)) - parent;
+    double WL = bounded_weight(GL, HL, lambda_, alpha, b);
+    double WR = bounded_weight(GR, HR, lambda_, alpha, b);
+    if ((sign > 0 && WL > WR) || (sign < 0 && WL < WR)) return NEG_INF;
+    return (weight_gain(GL, HL, lambda_, alpha, WL) + weight_gain(GR, HR, lambda_, alpha, WR)) -
+           parent;
 }
 
 __device__ __forceinline__ bool better(double gain, i64 index, const Best& b) {

@@ -419,7 +419,9 @@ extern "C" __global__ void evaluate_splits(
         const i64* hist, int n_features, int n_bins, const int* n_value_bins,
         const bool* feature_allowed, i64 allowed_stride, double inv_scale_g,
         double inv_scale_h, double lambda_,
-        double alpha, double min_child_weight, int features_per_block, Best* partial) {
+        double alpha, double min_child_weight, int bounded, double max_delta_step,
+        const double* node_bounds, const signed char* monotone, int features_per_block,
+        Best* partial) {
     __shared__ i64 total_parts[2][32];
     __shared__ Best warp_best[32];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
@@ -427,7 +429,8 @@ extern "C" __global__ void evaluate_splits(
     i64 tg, th;
     block_total(h_node, 0, n_bins, total_parts, tg, th);
     double GP = (double)tg * inv_scale_g, HP = (double)th * inv_scale_h;
-    double parent = score(GP, HP, lambda_, alpha);
+    WeightBounds wb = weight_bounds_of(bounded, max_delta_step, node_bounds, blockIdx.x);
+    double parent = parent_gain(GP, HP, lambda_, alpha, wb);
     const double NEG_INF = __longlong_as_double(0xfff0000000000000LL);
     Best best = {NEG_INF, 0x7fffffffffffffffLL, 0, 0};
     int f_end = min(n_features, (int)(blockIdx.y + 1) * features_per_block);
@@ -436,6 +439,7 @@ extern "C" __global__ void evaluate_splits(
         i64 miss_g = hf[0], miss_h = hf[1];
         bool allowed = feature_allowed[blockIdx.x * allowed_stride + f];  // 0: every node's
         int nvb = n_value_bins[f];
+        int sign = bounded == 2 ? monotone[f] : 0;  // 2: bounds and monotone constraints
         i64 carry_g = 0, carry_h = 0;
         // thresholds past nvb are no candidates: a feature narrower than the histograms (a
         // wide categorical feature widens every feature's) stops at its own bins
@@ -458,7 +462,7 @@ extern "C" __global__ void evaluate_splits(
                 for (int d = t == nvb ? 1 : 0; d < 2; ++d) {
                     i64 lg = d == 0 ? cg + miss_g : cg, lh = d == 0 ? ch + miss_h : ch;
                     double gain = candidate_gain(lg, lh, tg, th, parent, inv_scale_g, inv_scale_h,
-                                                 lambda_, alpha, min_child_weight);
+                                                 lambda_, alpha, min_child_weight, wb, sign);
                     if (gain == NEG_INF) continue;  // not a valid candidate
                     i64 index = ((i64)f * (n_bins - 1) + (t - 1)) * 2 + d;
                     if (better(gain, index, best)) {

@@ -155,14 +155,16 @@ extern "C" __global__ void evaluate_sparse_splits(
         const int* n_value_bins, const bool* feature_allowed, i64 allowed_stride,
         int padded_bins,
         double inv_scale_g, double inv_scale_h, double lambda_, double alpha,
-        double min_child_weight, Best* partial) {
+        double min_child_weight, int bounded, double max_delta_step, const double* node_bounds,
+        const signed char* monotone, Best* partial) {
     __shared__ i64 total_parts[2][32];
     __shared__ Best warp_best[32];
     const i64* h_node = hist + (i64)blockIdx.x * n_slots * 2;
     i64 tg, th;  // the node total, from feature 0's bins (filled in)
     block_total(h_node, bin_offsets[0], bin_offsets[1], total_parts, tg, th);
     double GP = (double)tg * inv_scale_g, HP = (double)th * inv_scale_h;
-    double parent = score(GP, HP, lambda_, alpha);
+    WeightBounds wb = weight_bounds_of(bounded, max_delta_step, node_bounds, blockIdx.x);
+    double parent = parent_gain(GP, HP, lambda_, alpha, wb);
     const double NEG_INF = __longlong_as_double(0xfff0000000000000LL);
     Best best = {NEG_INF, 0x7fffffffffffffffLL, 0, 0};
     int f = blockIdx.y * blockDim.x + threadIdx.x;
@@ -170,6 +172,7 @@ extern "C" __global__ void evaluate_sparse_splits(
         const i64* hf = h_node + 2 * bin_offsets[f];
         int width = (int)(bin_offsets[f + 1] - bin_offsets[f]);
         int nvb = n_value_bins[f];
+        int sign = bounded == 2 ? monotone[f] : 0;  // 2: bounds and monotone constraints
         int t_last = min(nvb, padded_bins - 1);
         i64 miss_g = width > 0 ? hf[0] : 0, miss_h = width > 0 ? hf[1] : 0;
         i64 cg = 0, ch = 0;
@@ -179,7 +182,7 @@ extern "C" __global__ void evaluate_sparse_splits(
             for (int d = t == nvb ? 1 : 0; d < 2; ++d) {
                 i64 lg = d == 0 ? cg + miss_g : cg, lh = d == 0 ? ch + miss_h : ch;
                 double gain = candidate_gain(lg, lh, tg, th, parent, inv_scale_g, inv_scale_h,
-                                             lambda_, alpha, min_child_weight);
+                                             lambda_, alpha, min_child_weight, wb, sign);
                 if (gain == NEG_INF) continue;  // not a valid candidate
                 i64 index = ((i64)f * (padded_bins - 1) + (t - 1)) * 2 + d;
                 if (better(gain, index, best)) {
