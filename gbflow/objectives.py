@@ -77,6 +77,10 @@ class Objective:
         return None
 
 
+# count:poisson's own max_delta_step default (XGBoost's): its hessian's factor is exp(0.7)
+POISSON_MAX_DELTA_STEP = 0.7
+
+
 def _weighted_mean(xp, values: list, weights: list | None, collective) -> float:
     if weights is None:
         return fixed_point.exact_sum(xp, values, collective=collective) / \
@@ -295,11 +299,15 @@ class _LogLink(Objective):
 
 
 class Poisson(_LogLink):
+    """XGBoost's count:poisson: its hessian is exp(margin + max_delta_step), the objective's
+    own parameter (default ``POISSON_MAX_DELTA_STEP``), which keeps the first Newton steps of
+    rare counts from running away."""
+
     name = "count:poisson"
     default_metric = "poisson-nloglik"
-    # XGBoost's count:poisson default for max_delta_step, which only enters its hessian: it
-    # keeps the first Newton steps of rare counts from running away
-    max_delta_step = 0.7
+
+    def __init__(self, max_delta_step: float = POISSON_MAX_DELTA_STEP):
+        self.max_delta_step = float(max_delta_step)
 
     def gradients(self, xp, margin, label, weight):
         rate = _exp(xp, margin)
@@ -448,7 +456,8 @@ NOT_YET = ("survival:cox", "survival:aft",
 
 def get_objective(name: str, num_class: int | None = None, *, scale_pos_weight: float = 1.0,
                   huber_slope: float = 1.0, tweedie_variance_power: float = 1.5,
-                  quantile_alpha: float = 0.5) -> Objective:
+                  quantile_alpha: float = 0.5,
+                  poisson_delta_step: float = POISSON_MAX_DELTA_STEP) -> Objective:
     """The objective called ``name`` (validated by params beforehand), with its parameters
     (XGBoost's names and defaults)."""
     if name == "reg:squarederror":
@@ -464,7 +473,7 @@ def get_objective(name: str, num_class: int | None = None, *, scale_pos_weight: 
     if name == "binary:hinge":
         return Hinge()
     if name == "count:poisson":
-        return Poisson()
+        return Poisson(poisson_delta_step)
     if name == "reg:gamma":
         return Gamma()
     if name == "reg:tweedie":

@@ -8,10 +8,6 @@ import numpy as np
 
 from .backend import numpy_kernels
 
-# count:poisson's default cap, XGBoost's (it keeps the first trees' log-rate steps small)
-POISSON_MAX_DELTA_STEP = 0.7
-
-
 def parse_monotone(value):
     """A ``monotone_constraints`` parameter normalised: None (no constraint), a tuple of ints in
     {-1, 0, 1} by feature position (XGBoost's list, tuple or "(1,0,-1)" string), or a dict

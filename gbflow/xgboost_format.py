@@ -40,7 +40,9 @@ def _objective(params) -> dict:
     elif name == "reg:pseudohubererror":
         config["pseudo_huber_param"] = {"huber_slope": repr(float(params.huber_slope))}
     elif name == "count:poisson":
-        config["poisson_regression_param"] = {"max_delta_step": "0.699999988"}
+        # a float32 with 9 significant digits, as XGBoost writes its parameters
+        config["poisson_regression_param"] = {
+            "max_delta_step": f"{np.float32(params.poisson_delta_step):.9g}"}
     elif name == "reg:tweedie":
         config["tweedie_regression_param"] = {
             "tweedie_variance_power": repr(float(params.tweedie_variance_power))}
