@@ -8,6 +8,7 @@ import numpy as np
 
 from .backend import numpy_kernels
 
+
 def parse_monotone(value):
     """A ``monotone_constraints`` parameter normalised: None (no constraint), a tuple of ints in
     {-1, 0, 1} by feature position (XGBoost's list, tuple or "(1,0,-1)" string), or a dict
