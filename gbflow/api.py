@@ -16,7 +16,8 @@ from .params import make_params
 from .progress import VERBOSITY, check_verbose, verbosity
 
 
-def _eval_dataset(entry, label, weight, train: inputs.DataSet, index: int, missing=None):
+def _eval_dataset(entry, label, weight, train: inputs.DataSet, index: int, missing=None,
+                  base_margin: str | None = None):
     data, name, what = inputs.eval_pair(entry, index)
     if isinstance(data, tuple):
         if len(data) not in (2, 3):
@@ -28,7 +29,8 @@ def _eval_dataset(entry, label, weight, train: inputs.DataSet, index: int, missi
         raise TypeError(f"{what}: the training label was an array, so give this evaluation set "
                         f"as ((X, y), {name!r}) or ((X, y, weight), {name!r})")
     return inputs.load(data, label, weight if isinstance(weight, str) else None, what,
-                       feature_names=train.feature_names, missing=missing), name
+                       feature_names=train.feature_names, missing=missing,
+                       base_margin=base_margin), name
 
 
 def train(data, label=None, params: dict | None = None, num_boost_round: int = 100,
@@ -36,7 +38,7 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
           verbose=True, client=None, *, obj=None, custom_metric=None,
           maximize: bool | None = None, early_stopping_metric: str | None = None,
           metric_period: int = 1, xgb_model=None, callbacks=None, checkpoint=None,
-          on_worker_lost: str = "restart") -> Booster:
+          on_worker_lost: str = "restart", base_margin=None) -> Booster:
     """Train a gradient-boosted tree model.
 
     data: pandas DataFrame or 2-D NumPy array (features; float32 is used internally, NaN and
@@ -44,7 +46,12 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     Dask DataFrames, and training runs on the workers of the active ``distributed.Client``, or in
     this process over the partitions without one: see ``gbflow.dask``; ``client`` names a
     ``distributed.Client`` explicitly). label: column name of ``data`` (then not a feature) or
-    an array with one value per row. weight: likewise, optional, non-negative. params:
+    an array with one value per row. weight: likewise, optional, non-negative. base_margin:
+    XGBoost's, optional: each row's starting margin in place of the model's base score (an
+    offset such as log exposure), a column name of ``data`` (then the evaluation frames must
+    hold that column too; not a feature) or an array of one value per row ((n, n_classes)
+    for several classes); in-process data only for now. Predict with the same margins through
+    ``predict(..., base_margin=)``. params:
     XGBoost-style parameters (see ``gbflow.params.Params``; ``eval_metric`` names the metrics,
     XGBoost's names); an unknown name is an error.
 
@@ -119,12 +126,13 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
                       weight, verbose, client, obj=obj, custom_metric=custom_metric,
                       maximize=maximize, early_stopping_metric=early_stopping_metric,
                       metric_period=metric_period, xgb_model=xgb_model, callbacks=callbacks,
-                      checkpoint=checkpoint, on_worker_lost=on_worker_lost)
+                      checkpoint=checkpoint, on_worker_lost=on_worker_lost,
+                      base_margin=base_margin)
 
 
 def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, weight, verbose,
            client, *, obj, custom_metric, maximize, early_stopping_metric, metric_period,
-           xgb_model, callbacks, checkpoint, on_worker_lost) -> Booster:
+           xgb_model, callbacks, checkpoint, on_worker_lost, base_margin=None) -> Booster:
     """``train`` once its parameters are made (``Params``), under their verbosity."""
     check_verbose(verbose)
     if isinstance(num_boost_round, bool) or not isinstance(num_boost_round, (int, np.integer)) \
@@ -154,6 +162,9 @@ def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, w
                             f"{type(xgb_model).__name__}")
         xgb_model = load_model(xgb_model)
     if inputs.is_dask_collection(data):  # trained where its partitions live: gbflow.dask
+        if base_margin is not None:
+            raise TypeError("base_margin is not supported for Dask collections yet; add the "
+                            "offset to a label transform, or train in process")
         from .dask import driver
         return driver.train(data, label, params, int(num_boost_round), evals, options, weight,
                             verbose, client=client, objective=objective,
@@ -162,7 +173,8 @@ def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, w
     if client is not None:
         raise TypeError(f"client= is for Dask collections; the training data is a "
                         f"{type(data).__name__}, trained in this process")
-    dataset = inputs.load(data, label, weight, "training data", missing=params.missing)
+    dataset = inputs.load(data, label, weight, "training data", missing=params.missing,
+                          base_margin=base_margin)
     if not params.enable_categorical:
         inputs.check_categorical(data, dataset.feature_names, [], "training data", enabled=False)
     _warn_label_as_feature(data, label, dataset.feature_names)
@@ -175,7 +187,8 @@ def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, w
         if _is_training(entry, data, label, weight):
             eval_sets.append((TRAINING, entry[1]))
             continue
-        d, name = _eval_dataset(entry, label, weight, dataset, i, params.missing)
+        d, name = _eval_dataset(entry, label, weight, dataset, i, params.missing,
+                                dataset.base_margin_name)
         objective.check_label(d.label, f"evaluation set {name!r}")
         eval_sets.append((d, name))
     rows = dataset.n_rows

@@ -72,11 +72,11 @@ class Booster:
                 f"{self.num_features()} features>")
 
     # -- prediction ------------------------------------------------------------------------
-    def _features(self, data, passengers_allowed: bool):
+    def _features(self, data, passengers_allowed: bool, margin_column: str | None = None):
         inputs.check_container(data, "prediction data")
         if frames.is_frame(data):
             allowed = set(frames.column_names(data)) if passengers_allowed else \
-                {self.label_name, self.weight_name} - {None}
+                {self.label_name, self.weight_name, margin_column} - {None}
             inputs.check_columns(data, self.feature_names, allowed, "prediction data")
             inputs.check_feature_dtypes(data, self.feature_names, "prediction data")
         else:
@@ -136,13 +136,23 @@ class Booster:
         return [name] if width == 1 else [f"{name}_{k}" for k in range(width)]
 
     def _predict(self, data, output_margin: bool, name: str, passengers_allowed: bool,
-                 kind: str = "value", iteration_range=None):
-        X = self._features(data, passengers_allowed)
+                 kind: str = "value", iteration_range=None, base_margin=None):
+        row_margin = None
+        if base_margin is not None:
+            if kind != "value":
+                raise ValueError("base_margin goes with predictions and margins; explanations "
+                                 "(pred_leaf, pred_contribs, pred_interactions) do not take "
+                                 "it in this version")
+            inputs.check_container(data, "prediction data")
+            row_margin, _ = inputs.base_margin_values(data, base_margin, "prediction data",
+                                                      frames.n_rows(data))
+        X = self._features(data, passengers_allowed,
+                           base_margin if isinstance(base_margin, str) else None)
         backend = backend_for(X)  # predict where the data lives
         trees = self._tree_range(iteration_range)
         forest = self._forest(trees)
         if kind == "value":
-            margin = predictor.predict_margin(backend, X, forest, self.base_margin)
+            margin = predictor.predict_margin(backend, X, forest, self.base_margin, row_margin)
             values = margin if self.n_groups > 1 else margin[:, 0]
             if not output_margin:
                 values = self._objective.transform(backend.xp, margin)
@@ -166,7 +176,7 @@ class Booster:
     def predict(self, data, output_margin: bool = False, name: str = "prediction", *,
                 pred_leaf: bool = False, pred_contribs: bool = False,
                 approx_contribs: bool = False, pred_interactions: bool = False,
-                iteration_range=None):
+                iteration_range=None, base_margin=None):
         """Predictions for ``data``, or their explanations.
 
         data: pandas or cuDF DataFrame (its columns must be the training features; the training
@@ -195,26 +205,32 @@ class Booster:
         iteration_range: (begin, end) rounds to use, half open; (0, 0) every round. Default: up
         to ``best_iteration`` when training stopped early (the model keeps the later rounds,
         reachable with an explicit range), else every round.
+
+        base_margin: XGBoost's, each row's starting margin in place of the model's base score
+        (as given to ``train``): a column name of ``data`` or an array ((n,), or (n, n_classes)).
+        In-process data only for now.
         """
         kind = _explain_kind(output_margin, pred_leaf, pred_contribs, approx_contribs,
                              pred_interactions)
         if inputs.is_dask_collection(data):
+            _no_dask_base_margin(base_margin)
             from .dask import predict as dask_predict
             return dask_predict.predict(self, data, output_margin, name, kind, iteration_range)
         return self._predict(data, output_margin, name, passengers_allowed=False, kind=kind,
-                             iteration_range=iteration_range)
+                             iteration_range=iteration_range, base_margin=base_margin)
 
     def transform(self, data, name: str = "prediction", output_margin: bool = False, *,
-                  iteration_range=None):
+                  iteration_range=None, base_margin=None):
         """``data`` with the prediction column(s) appended (a new frame; columns other than the
         features ride along untouched). For arrays, the prediction is appended as last column(s).
         A Dask DataFrame gives a lazy Dask DataFrame (``gbflow.dask.predict.transform``).
-        iteration_range as in ``predict``."""
+        iteration_range and base_margin as in ``predict``."""
         if inputs.is_dask_collection(data):
+            _no_dask_base_margin(base_margin)
             from .dask import predict as dask_predict
             return dask_predict.transform(self, data, name, output_margin, iteration_range)
         prediction = self._predict(data, output_margin, name, passengers_allowed=True,
-                                   iteration_range=iteration_range)
+                                   iteration_range=iteration_range, base_margin=base_margin)
         return frames.append_prediction(data, prediction)
 
     # -- importances -----------------------------------------------------------------------
@@ -400,6 +416,12 @@ def _explain_kind(output_margin: bool, pred_leaf: bool, pred_contribs: bool,
         return "value"
     return {"pred_leaf": "leaf", "pred_interactions": "interactions"}.get(
         chosen[0], "approx_contribs" if approx_contribs else "contribs")
+
+
+def _no_dask_base_margin(base_margin) -> None:
+    if base_margin is not None:
+        raise TypeError("base_margin is not supported for Dask collections yet; predict with "
+                        "output_margin=True and add the offset per partition")
 
 
 def load_model(path) -> Booster:

@@ -84,6 +84,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
         init_model = resume.model
     if init_model is not None:
         check_continuation(init_model, params, feature_names, parts[0].categories)
+    check_base_margins(parts, eval_parts, n_groups)
     # one category list per categorical feature over every process; the evaluation sets' codes
     # moved onto them (categories training never saw become missing there)
     categories = unify_categories(collective, parts, None if init_model is None else
@@ -97,7 +98,8 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
         first_round = init_model.num_boosted_rounds()
         # the model's margins on the raw rows, before binning lets them go
         start_margins = [predictor.predict_margin(backend, backend.asarray(p.X), forest,
-                                                  init_model.base_margin) for p in parts]
+                                                  init_model.base_margin, p.base_margin)
+                         for p in parts]
     with timers("quantize"):
         sizes = prepare.check_global_inputs(collective, parts, eval_parts, metric_list,
                                             multiclass=n_groups > 1)
@@ -123,7 +125,9 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
             shard.margin = start_margins[i][r0:r1]
         else:
             shard.margin = xp.empty((shard.n_rows, n_groups), dtype=np.float64)
-            shard.margin[:] = xp.asarray(base_margin)[None, :]
+            row_margin = parts[i].base_margin  # XGBoost's base_margin: the rows' own start
+            shard.margin[:] = xp.asarray(base_margin)[None, :] if row_margin is None else \
+                predictor.starting_margins(xp, row_margin, n_groups)[r0:r1]
     n_total = shardset.n_rows_total
     eval_sets = [EvalSet(backend, name, base_margin, w, shards=shards) if d is TRAINING else
                  EvalSet(backend, name, base_margin, w, parts=e, cuts=cuts, forest=forest)
@@ -287,6 +291,22 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
             raise TypeError(f"a callback's after_training returned a {type(booster).__name__}, "
                             f"not the model")
     return booster
+
+
+def check_base_margins(parts: list, eval_parts: list, n_groups: int) -> None:
+    """ValueError when the parts' base margins (XGBoost's base_margin) do not fit: given for
+    some training parts only, or of a width other than 1 (one output) or n_groups."""
+    given = {p.base_margin is not None for p in parts}
+    if len(given) > 1:
+        raise ValueError("base_margin: some parts of the training data have one and some do "
+                         "not; give every row a base margin, or none")
+    for part in [p for p in parts] + [p for e, _, _ in eval_parts for p in e]:
+        if part.base_margin is not None:
+            width = 1 if part.base_margin.ndim == 1 else part.base_margin.shape[1]
+            if width != n_groups:
+                raise ValueError(f"base_margin has {width} value(s) per row; this training "
+                                 f"has {n_groups} output(s) per row (give an (n, {n_groups}) "
+                                 f"array)")
 
 
 def check_continuation(model: Booster, params, feature_names: list,

@@ -145,7 +145,8 @@ class EvalSet:
         # the CPU's cache: training itself ran 10-30% slower beside it).
         raw = [backend.asarray(p.X) for p in parts]
         start = predictor.FlatForest.from_trees([]) if forest is None else forest
-        self.margin = [predictor.predict_margin(backend, X, start, base_margin) for X in raw]
+        self.margin = [predictor.predict_margin(backend, X, start, base_margin, p.base_margin)
+                       for X, p in zip(raw, parts)]
         self.X = [_binned(backend, X, cuts) for X in raw]
         del raw
         self.labels = [xp.asarray(backend.asarray(p.label), dtype=xp.float64) for p in parts]

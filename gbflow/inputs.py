@@ -36,6 +36,10 @@ class DataSet:
     label_name: str | None = None
     weight_name: str | None = None
     categories: dict = dataclasses.field(default_factory=dict)
+    # XGBoost's base_margin: each row's starting margin, (n,) or (n, n_groups) float64 where X
+    # lives, in place of the model's base margin; base_margin_name: its column, or None
+    base_margin: np.ndarray | None = None
+    base_margin_name: str | None = None
 
     @property
     def n_rows(self) -> int:
@@ -205,12 +209,30 @@ def check_features(X, feature_names: list[str], what: str) -> None:
                          f"; replace them, for example with NaN, which means missing")
 
 
+def base_margin_values(data, value, what: str, n_rows: int):
+    """(values, column name) of a ``base_margin``: a column name, an array of one margin per
+    row, or a (n, n_groups) array (one per row and output group); finite values only, checked
+    (ValueError naming the column and rows). (None, None) for None."""
+    if value is None or isinstance(value, str) or np.ndim(value) != 2 or \
+            np.shape(value)[1] == 1:
+        values, column = _target(data, value, "base_margin", what, n_rows)
+    else:
+        values, column = frames.as_matrix(value, f"base_margin of {what}"), None
+        if len(values) != n_rows:
+            raise ValueError(f"base_margin has {len(values)} rows but {what} has {n_rows}")
+    if values is not None:
+        check_target(values.reshape(-1) if values.ndim == 2 else values, "base_margin", what,
+                     column)
+    return values, column
+
+
 def load(data, label=None, weight=None, what: str = "data", feature_names=None,
          label_name=None, weight_name=None, allow_empty: bool = False,
-         missing: float | None = None) -> DataSet:
+         missing: float | None = None, base_margin=None) -> DataSet:
     """Validate ``data`` and its label/weight and return them as arrays where the data lives.
 
     label/weight: a column name (not a feature then) or an array of one value per row.
+    base_margin: None, a column name (not a feature then) or an array (``base_margin_values``).
     feature_names: when given (evaluation data), the columns must be exactly these features
     (plus the label/weight columns). label_name/weight_name: training's column names.
     allow_empty: accept 0 rows (a Dask partition, or a Dask DataFrame's meta).
@@ -222,8 +244,12 @@ def load(data, label=None, weight=None, what: str = "data", feature_names=None,
     weight_values, weight_col = _target(data, weight, "weight", what, n_rows)
     if label_col is not None and label_col == weight_col:
         raise ValueError(f"label and weight name the same column {label_col!r}")
+    margin_values, margin_col = base_margin_values(data, base_margin, what, n_rows)
+    if margin_col is not None and margin_col in (label_col, weight_col):
+        raise ValueError(f"base_margin names the column {margin_col!r}, which is the "
+                         f"{'label' if margin_col == label_col else 'weight'}")
     columns = frames.column_names(data)
-    targets = {label_col, weight_col, label_name, weight_name} - {None}
+    targets = {label_col, weight_col, label_name, weight_name, margin_col} - {None}
     if feature_names is None:
         features = [c for c in columns if c not in targets]
     else:
@@ -246,7 +272,8 @@ def load(data, label=None, weight=None, what: str = "data", feature_names=None,
     X = frames.mark_missing(X, missing, [j for j, n in enumerate(features) if n in categories])
     check_features(X, features, what)
     return DataSet(X=X, label=label_values, weight=weight_values, feature_names=features,
-                   label_name=label_col, weight_name=weight_col, categories=categories)
+                   label_name=label_col, weight_name=weight_col, categories=categories,
+                   base_margin=margin_values, base_margin_name=margin_col)
 
 
 def check_feature_dtypes(data, features: list[str], what: str) -> None:

@@ -121,9 +121,24 @@ def add_trees(backend, X, forest: FlatForest, margin):
     return backend.kernels.predict_margins(X, *arrays, margin, *sets)
 
 
-def predict_margin(backend, X, forest: FlatForest, base_margin: np.ndarray):
-    """(n_rows, n_groups) float64 margins: base margin plus every tree, on X's device."""
+def predict_margin(backend, X, forest: FlatForest, base_margin: np.ndarray, row_margin=None):
+    """(n_rows, n_groups) float64 margins: base margin plus every tree, on X's device.
+    row_margin: None, or each row's own starting margin ((n_rows,) or (n_rows, n_groups),
+    XGBoost's base_margin) in place of the model's base margin."""
     xp = backend.xp
     margin = xp.empty((X.shape[0], len(base_margin)), dtype=_dtypes.MARGIN)
-    margin[:] = xp.asarray(base_margin)[None, :]
+    margin[:] = xp.asarray(base_margin)[None, :] if row_margin is None else \
+        starting_margins(xp, row_margin, len(base_margin))
     return add_trees(backend, X, forest, margin)
+
+
+def starting_margins(xp, row_margin, n_groups: int):
+    """(n, n_groups) float64 of a (n,) or (n, n_groups) per-row base margin, on ``xp``; a
+    ValueError when its width is not n_groups."""
+    row_margin = xp.asarray(row_margin, dtype=_dtypes.MARGIN)
+    if row_margin.ndim == 1:
+        row_margin = row_margin[:, None]
+    if row_margin.shape[1] != n_groups:
+        raise ValueError(f"base_margin has {row_margin.shape[1]} value(s) per row; the model "
+                         f"has {n_groups} output(s) per row (give an (n, {n_groups}) array)")
+    return row_margin

@@ -109,7 +109,7 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
         pass
 
     def fit(self, X, y, sample_weight=None, eval_set=None, sample_weight_eval_set=None,
-            verbose=None):
+            verbose=None, base_margin=None):
         """Train the model.
 
         X : pandas DataFrame, array-like or scipy sparse matrix of shape (n_samples,
@@ -131,6 +131,9 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
             One weight array (or None) per ``eval_set`` entry.
         verbose : bool or int, optional
             Progress lines of this fit (default: the estimator's ``verbose``).
+        base_margin : array-like of shape (n_samples,) or (n_samples, n_classes), optional
+            XGBoost's: each row's starting margin (an offset) in place of the base score; the
+            validation sets start from the base score. In-memory data only for now.
 
         Returns self.
         """
@@ -149,7 +152,8 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
         if callable(self.eval_metric):  # XGBoost's: a cost f(y_true, y_pred), minimised
             params = {**params, "eval_metric": None}
             custom = cost_metric(self.eval_metric)
-        booster = train(**training, params=params, num_boost_round=self.n_estimators,
+        booster = train(**training, base_margin=base_margin, params=params,
+                        num_boost_round=self.n_estimators,
                         evals=evals or None, early_stopping_rounds=self.early_stopping_rounds,
                         verbose=self.verbose if verbose is None else verbose,
                         custom_metric=custom,
@@ -383,7 +387,7 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
     def _target(self, adapter, y):
         return adapter.encode(y, None, "fit"), self._train_params()
 
-    def predict(self, X, output_margin=False, iteration_range=None):
+    def predict(self, X, output_margin=False, iteration_range=None, base_margin=None):
         """Predicted targets: float64 ndarray of shape (n_samples,).
 
         X : pandas DataFrame or array-like of shape (n_samples, n_features_in_), the training
@@ -391,10 +395,12 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
         same names). Raises NotFittedError before fit. For a Dask DataFrame: a lazy float64 Dask
         Series named "prediction" with X's index and divisions. output_margin: the raw margins
         (before the objective's link). iteration_range: as ``Booster.predict``'s (default: up to
-        ``best_iteration_`` after early stopping).
+        ``best_iteration_`` after early stopping). base_margin: each row's starting margin, as
+        given to fit.
         """
         return self._fitted_adapter(X).predict(X, output_margin=output_margin,
-                                               iteration_range=iteration_range)
+                                               iteration_range=iteration_range,
+                                               base_margin=base_margin)
 
 
 class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
@@ -448,22 +454,25 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
         self.n_classes_ = max(booster.n_groups, 2)
         self.classes_ = np.arange(self.n_classes_)
 
-    def predict_proba(self, X, iteration_range=None):
+    def predict_proba(self, X, iteration_range=None, base_margin=None):
         """Class probabilities: float64 ndarray of shape (n_samples, n_classes_), columns in the
         order of ``classes_``, rows summing to 1 (two classes: ``[1 - p, p]`` with p the
         probability of ``classes_[1]``). Raises NotFittedError before fit. For a Dask DataFrame:
         a lazy Dask DataFrame with X's index, one column per class named ``str(class)``.
-        iteration_range: as ``Booster.predict``'s."""
-        return self._fitted_adapter(X).proba(X, self.classes_, iteration_range=iteration_range)
+        iteration_range: as ``Booster.predict``'s; base_margin: as fit's."""
+        return self._fitted_adapter(X).proba(X, self.classes_, iteration_range=iteration_range,
+                                             base_margin=base_margin)
 
-    def predict(self, X, output_margin=False, iteration_range=None):
+    def predict(self, X, output_margin=False, iteration_range=None, base_margin=None):
         """Predicted labels: ndarray of shape (n_samples,) with ``classes_``'s dtype, the most
         probable class of each row (two classes: ``classes_[1]`` when its probability is > 0.5).
         Raises NotFittedError before fit. For a Dask DataFrame: a lazy Dask Series named
         "prediction" with X's index and divisions. output_margin: the raw margins instead
         (float64 (n_samples,), or (n_samples, n_classes_) for more than two classes), as in
-        XGBoost. iteration_range: as ``Booster.predict``'s."""
+        XGBoost. iteration_range: as ``Booster.predict``'s; base_margin: as fit's."""
         adapter = self._fitted_adapter(X)
         if output_margin:
-            return adapter.predict(X, output_margin=True, iteration_range=iteration_range)
-        return adapter.labels(X, self.classes_, iteration_range=iteration_range)
+            return adapter.predict(X, output_margin=True, iteration_range=iteration_range,
+                                   base_margin=base_margin)
+        return adapter.labels(X, self.classes_, iteration_range=iteration_range,
+                              base_margin=base_margin)

@@ -264,6 +264,16 @@ def as_vector(values, what: str) -> np.ndarray:
     return arr.astype(np.float64)
 
 
+def as_matrix(values, what: str):
+    """A 2-D float64 array (host, or the device for device arrays) from an array-like; ``what``
+    names it in errors."""
+    arr = values if is_device_array(values) else np.asarray(values)
+    if arr.ndim != 2 or arr.dtype.kind not in "biuf":
+        raise ValueError(f"{what} must be a numeric array of one row per data row, got "
+                         f"shape {arr.shape} and dtype {arr.dtype}")
+    return arr.astype(np.float64)
+
+
 def wrap_prediction(values, like, name: str):
     """(n,) predictions shaped like the input: a Series named ``name`` with ``like``'s index for
     frame input (a cuDF Series for cuDF), the bare array otherwise. values: NumPy for
