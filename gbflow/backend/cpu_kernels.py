@@ -120,27 +120,25 @@ def build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins):
     return hist
 
 
+@njit(inline="always", **_JIT)
+def _l1_threshold(G, reg_alpha):
+    if G > reg_alpha:
+        return G - reg_alpha
+    if G < -reg_alpha:
+        return G + reg_alpha
+    return 0.0
+
+
 @njit(**_JIT)
 def _score(G, H, reg_lambda, reg_alpha):
-    if G > reg_alpha:
-        t = G - reg_alpha
-    elif G < -reg_alpha:
-        t = G + reg_alpha
-    else:
-        t = 0.0
+    t = _l1_threshold(G, reg_alpha)
     return t * t / (H + reg_lambda)
 
 
 @njit(**_JIT)
 def _bounded_weight(G, H, reg_lambda, reg_alpha, max_delta_step, lower, upper):
     """See numpy_kernels._bounded_weight (the same float operations)."""
-    if G > reg_alpha:
-        t = G - reg_alpha
-    elif G < -reg_alpha:
-        t = G + reg_alpha
-    else:
-        t = 0.0
-    w = -t / (H + reg_lambda)
+    w = -_l1_threshold(G, reg_alpha) / (H + reg_lambda)
     if max_delta_step != 0 and abs(w) > max_delta_step:
         w = math.copysign(max_delta_step, w)
     if w < lower:
