@@ -50,8 +50,8 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     XGBoost's, optional: each row's starting margin in place of the model's base score (an
     offset such as log exposure), a column name of ``data`` (then the evaluation frames must
     hold that column too; not a feature) or an array of one value per row ((n, n_classes)
-    for several classes); in-process data only for now. Predict with the same margins through
-    ``predict(..., base_margin=)``. params:
+    for several classes; a column name for a Dask DataFrame). Predict with the same margins
+    through ``predict(..., base_margin=)``. params:
     XGBoost-style parameters (see ``gbflow.params.Params``; ``eval_metric`` names the metrics,
     XGBoost's names); an unknown name is an error.
 
@@ -162,14 +162,11 @@ def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, w
                             f"{type(xgb_model).__name__}")
         xgb_model = load_model(xgb_model)
     if inputs.is_dask_collection(data):  # trained where its partitions live: gbflow.dask
-        if base_margin is not None:
-            raise TypeError("base_margin is not supported for Dask collections yet; add the "
-                            "offset to a label transform, or train in process")
         from .dask import driver
         return driver.train(data, label, params, int(num_boost_round), evals, options, weight,
                             verbose, client=client, objective=objective,
                             init_model=xgb_model, callbacks=callbacks, checkpoint=checkpoint,
-                            on_worker_lost=on_worker_lost)
+                            on_worker_lost=on_worker_lost, base_margin=base_margin)
     if client is not None:
         raise TypeError(f"client= is for Dask collections; the training data is a "
                         f"{type(data).__name__}, trained in this process")

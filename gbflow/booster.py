@@ -207,15 +207,15 @@ class Booster:
         reachable with an explicit range), else every round.
 
         base_margin: XGBoost's, each row's starting margin in place of the model's base score
-        (as given to ``train``): a column name of ``data`` or an array ((n,), or (n, n_classes)).
-        In-process data only for now.
+        (as given to ``train``): a column name of ``data`` or an array ((n,), or (n, n_classes));
+        a column name for a Dask DataFrame.
         """
         kind = _explain_kind(output_margin, pred_leaf, pred_contribs, approx_contribs,
                              pred_interactions)
         if inputs.is_dask_collection(data):
-            _no_dask_base_margin(base_margin)
             from .dask import predict as dask_predict
-            return dask_predict.predict(self, data, output_margin, name, kind, iteration_range)
+            return dask_predict.predict(self, data, output_margin, name, kind, iteration_range,
+                                        base_margin)
         return self._predict(data, output_margin, name, passengers_allowed=False, kind=kind,
                              iteration_range=iteration_range, base_margin=base_margin)
 
@@ -226,9 +226,9 @@ class Booster:
         A Dask DataFrame gives a lazy Dask DataFrame (``gbflow.dask.predict.transform``).
         iteration_range and base_margin as in ``predict``."""
         if inputs.is_dask_collection(data):
-            _no_dask_base_margin(base_margin)
             from .dask import predict as dask_predict
-            return dask_predict.transform(self, data, name, output_margin, iteration_range)
+            return dask_predict.transform(self, data, name, output_margin, iteration_range,
+                                          base_margin)
         prediction = self._predict(data, output_margin, name, passengers_allowed=True,
                                    iteration_range=iteration_range, base_margin=base_margin)
         return frames.append_prediction(data, prediction)
@@ -416,12 +416,6 @@ def _explain_kind(output_margin: bool, pred_leaf: bool, pred_contribs: bool,
         return "value"
     return {"pred_leaf": "leaf", "pred_interactions": "interactions"}.get(
         chosen[0], "approx_contribs" if approx_contribs else "contribs")
-
-
-def _no_dask_base_margin(base_margin) -> None:
-    if base_margin is not None:
-        raise TypeError("base_margin is not supported for Dask collections yet; predict with "
-                        "output_margin=True and add the offset per partition")
 
 
 def load_model(path) -> Booster:

@@ -126,17 +126,20 @@ def test_bad_base_margins_are_refused_by_name(margin, error, match):
         gbflow.train(df, label="y", num_boost_round=1, verbose=False, base_margin=margin)
 
 
-def test_explanations_and_dask_refuse_a_base_margin():
+def test_explanations_and_dask_arrays_refuse_a_base_margin():
     dd = pytest.importorskip("dask.dataframe")
     df = make_table(n_rows=200)
     booster = gbflow.train(df, label="y", num_boost_round=2, verbose=False)
     with pytest.raises(ValueError, match="explanations"):
         booster.predict(df, pred_contribs=True, base_margin=np.zeros(len(df)))
     ddf = dd.from_pandas(df, npartitions=2)
-    with pytest.raises(TypeError, match="not supported for Dask collections yet"):
-        booster.predict(ddf, base_margin="x0")
-    with pytest.raises(TypeError, match="not supported for Dask collections yet"):
-        gbflow.train(ddf, label="y", num_boost_round=1, base_margin="x0", verbose=False)
+    with pytest.raises(TypeError, match="base_margin must name one of its columns"):
+        booster.predict(ddf, base_margin=np.zeros(len(df)))
+    with pytest.raises(TypeError, match="base_margin must name one of its columns"):
+        gbflow.train(ddf, label="y", num_boost_round=1, base_margin=np.zeros(len(df)),
+                     verbose=False)
+    with pytest.raises(KeyError, match="base_margin column 'nope' is not in prediction data"):
+        booster.predict(ddf, base_margin="nope")
 
 
 def test_the_estimators_take_a_base_margin():

@@ -118,6 +118,28 @@ def test_bounded_weights_on_workers_equal_in_process(clients, tmp_path):
     assert _model_bytes(booster, tmp_path, "dask") == expected
 
 
+def test_base_margin_column_on_workers_equals_in_process(clients, tmp_path):
+    """A base margin column: the same model bytes and evaluation history on two workers as
+    in process, and the same lazy predictions and transform as pandas'."""
+    rng = np.random.default_rng(24)
+    df = make_table(n_rows=2400, seed=24).assign(offset=rng.normal(size=2400))
+    valid = make_table(n_rows=600, seed=25).assign(offset=rng.normal(size=600))
+    kwargs = dict(label="y", params={"max_depth": 4}, num_boost_round=6, verbose=False,
+                  base_margin="offset")
+    expected = gbflow.train(df, evals=[(valid, "valid")], **kwargs)
+    booster = gbflow.train(_dask_frame(_partitions(df, [0, 900, 1700, 2400])),
+                           evals=[(_dask_frame(_partitions(valid, [0, 300, 600])), "valid")],
+                           client=clients(2), **kwargs)
+    assert _model_bytes(booster, tmp_path, "dask") == _model_bytes(expected, tmp_path, "pandas")
+    assert booster.evals_result == expected.evals_result
+    ddf = _dask_frame(_partitions(valid, [0, 300, 600]))
+    lazy = booster.predict(ddf.drop(columns="y"), base_margin="offset").compute()
+    pd.testing.assert_series_equal(lazy, expected.predict(valid.drop(columns="y"),
+                                                          base_margin="offset"))
+    out = booster.transform(ddf, base_margin="offset").compute()
+    assert np.array_equal(out["prediction"].to_numpy(), lazy.to_numpy())
+
+
 @pytest.mark.parametrize("n_valid", [600, 70_000])  # auc by value, and in dense buckets
 def test_metrics_and_early_stopping_on_workers_equal_in_process(n_valid, clients):
     """Every metric, the training frame as an evaluation set, a custom metric and early

@@ -28,7 +28,7 @@ def as_dask_frame(data, what: str):
                     f"{type(data).__name__}")
 
 
-def _column_name(value, role: str):
+def column_name(value, role: str):
     if value is None or isinstance(value, str):
         return value
     raise TypeError(f"with a Dask DataFrame, {role} must name one of its columns (a str), got "
@@ -40,7 +40,7 @@ def _table(ddf, what: str) -> Table:
     return Table(what=what, columns=tuple(str(c) for c in ddf._meta.columns))
 
 
-def check(data, label, weight, evals):
+def check(data, label, weight, evals, base_margin=None):
     """Everything that can be checked on the collections' metas, before any partition is computed.
 
     Returns (training frame, feature names, its Table, [(eval frame, name, Table)]); an
@@ -49,8 +49,10 @@ def check(data, label, weight, evals):
     at fault.
     """
     ddf = as_dask_frame(data, "training data")
-    label, weight = _column_name(label, "label"), _column_name(weight, "weight")
-    meta = inputs.load(ddf._meta, label, weight, "training data", allow_empty=True)
+    label, weight = column_name(label, "label"), column_name(weight, "weight")
+    base_margin = column_name(base_margin, "base_margin")
+    meta = inputs.load(ddf._meta, label, weight, "training data", allow_empty=True,
+                       base_margin=base_margin)
     features = meta.feature_names
     checked = []
     for i, entry in enumerate(evals or []):
@@ -59,6 +61,7 @@ def check(data, label, weight, evals):
             checked.append((None, name, None))
             continue
         frame = as_dask_frame(frame, what)
-        inputs.load(frame._meta, label, weight, what, feature_names=features, allow_empty=True)
+        inputs.load(frame._meta, label, weight, what, feature_names=features, allow_empty=True,
+                    base_margin=base_margin)
         checked.append((frame, name, _table(frame, what)))
     return ddf, features, _table(ddf, "training data"), checked

@@ -32,7 +32,7 @@ def load_partition(frame, index: int, table: Table, spec: Spec) -> inputs.DataSe
                          f"must have the same columns")
     dataset = inputs.load(frame, spec.label, spec.weight, what,
                             feature_names=list(spec.features), allow_empty=True,
-                            missing=spec.params.missing)
+                            missing=spec.params.missing, base_margin=spec.base_margin)
     spec.params.loss.check_label(dataset.label, f"label column {spec.label!r} of {what}")
     return dataset
 
@@ -92,6 +92,7 @@ class JoinedPartitions:
         X = xp.empty((total, len(spec.features)), dtype=np.float32)
         label = np.empty(total, dtype=np.float64)
         weight = None if spec.weight is None else np.empty(total, dtype=np.float64)
+        margin = None if spec.base_margin is None else np.empty(total, dtype=np.float64)
         self.runs, at = [], 0  # runs: (partition index, rows)
         blocks = []  # per partition (its rows of X, its categories): joined onto one list below
         items.reverse()  # popped from the end: the list holds only the partitions still to come
@@ -119,13 +120,16 @@ class JoinedPartitions:
             label[at: at + part.n_rows] = backend.to_host(part.label)
             if weight is not None:
                 weight[at: at + part.n_rows] = backend.to_host(part.weight)
+            if margin is not None:
+                margin[at: at + part.n_rows] = backend.to_host(part.base_margin)
             self.lengths[index] = part.n_rows
             self.runs.append((index, part.n_rows))
             at += part.n_rows
             del part
         self.part = inputs.DataSet(
             X=X[:at], label=label[:at], weight=None if weight is None else weight[:at],
-            feature_names=list(spec.features), label_name=spec.label, weight_name=spec.weight)
+            feature_names=list(spec.features), label_name=spec.label, weight_name=spec.weight,
+            base_margin=None if margin is None else margin[:at], base_margin_name=spec.base_margin)
         self._join_categories(blocks)
 
     def _join_categories(self, blocks: list) -> None:

@@ -49,3 +49,4 @@ class Spec:
     callbacks: tuple = ()  # callback.TrainingCallback instances, run on every worker
     resume: object = None  # resume.TrainingState of the rounds done before a restart, or None
     report_rounds: bool = False  # rank 0 sends each completed round's trees and values
+    base_margin: str | None = None  # the column of each row's starting margin, or None

@@ -8,7 +8,7 @@ partition type.
 """
 from __future__ import annotations
 
-from .inputs import as_dask_frame
+from .inputs import as_dask_frame, column_name
 
 
 def _model(booster):
@@ -19,14 +19,15 @@ def _model(booster):
 
 
 def _predict_partition(frame, booster, output_margin: bool, name: str, kind: str,
-                       iteration_range):
+                       iteration_range, base_margin=None):
     return booster._predict(frame, output_margin, name, passengers_allowed=False, kind=kind,
-                            iteration_range=iteration_range)
+                            iteration_range=iteration_range, base_margin=base_margin)
 
 
-def _transform_partition(frame, booster, output_margin: bool, name: str, iteration_range):
+def _transform_partition(frame, booster, output_margin: bool, name: str, iteration_range,
+                         base_margin=None):
     return booster.transform(frame, name=name, output_margin=output_margin,
-                             iteration_range=iteration_range)
+                             iteration_range=iteration_range, base_margin=base_margin)
 
 
 def _prediction_meta(booster, meta, name: str, output_margin: bool, kind: str,
@@ -58,29 +59,39 @@ def _interactions(booster, ddf, iteration_range):
 
 
 def predict(booster, data, output_margin: bool = False, name: str = "prediction",
-            kind: str = "value", iteration_range=None):
+            kind: str = "value", iteration_range=None, base_margin=None):
     """Lazy predictions of a Dask DataFrame: a Dask Series (a Dask DataFrame of one column per
     class for multi:softprob, or for margins of several classes) with ``data``'s index and
     divisions. Columns must be the training features (the training label and weight columns may
     be present), as for pandas. kind (``Booster.predict``'s options): "leaf" and the
-    contributions give Dask DataFrames of named columns, "interactions" a Dask array."""
+    contributions give Dask DataFrames of named columns, "interactions" a Dask array.
+    base_margin: None, or the column of each row's starting margin (``Booster.predict``)."""
     ddf = as_dask_frame(data, "prediction data")
-    booster._features(ddf._meta, passengers_allowed=False)
+    base_margin = column_name(base_margin, "base_margin")
+    if base_margin is None:
+        booster._features(ddf._meta, passengers_allowed=False)
+    else:  # its checks (the column, the kind) on the meta, before any partition
+        booster._predict(ddf._meta, output_margin, name, False, kind, iteration_range,
+                         base_margin)
     booster._tree_range(iteration_range)  # a bad range fails here, not in a task
     if kind == "interactions":
         return _interactions(booster, ddf, iteration_range)
     meta = _prediction_meta(booster, ddf._meta, name, output_margin, kind, iteration_range)
     return ddf.map_partitions(_predict_partition, _model(booster), output_margin, name, kind,
-                              iteration_range, meta=meta)
+                              iteration_range, base_margin, meta=meta)
 
 
 def transform(booster, data, name: str = "prediction", output_margin: bool = False,
-              iteration_range=None):
+              iteration_range=None, base_margin=None):
     """Lazy ``data`` with the prediction column(s) appended (ready for ``to_parquet``): the same
     index and divisions; columns other than the features ride along."""
     ddf = as_dask_frame(data, "prediction data")
     meta = ddf._meta
-    booster._features(meta, passengers_allowed=True)
+    base_margin = column_name(base_margin, "base_margin")
+    if base_margin is None:
+        booster._features(meta, passengers_allowed=True)
+    else:
+        booster._predict(meta, output_margin, name, True, "value", iteration_range, base_margin)
     booster._tree_range(iteration_range)
     new = booster.output_columns(name, output_margin)
     clash = [c for c in new if c in set(map(str, meta.columns))]
@@ -89,4 +100,4 @@ def transform(booster, data, name: str = "prediction", output_margin: bool = Fal
                          f"another name=")
     out_meta = meta.assign(**{c: meta[meta.columns[0]].astype("float64") for c in new})
     return ddf.map_partitions(_transform_partition, _model(booster), output_margin, name,
-                              iteration_range, meta=out_meta)
+                              iteration_range, base_margin, meta=out_meta)
