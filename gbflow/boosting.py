@@ -127,7 +127,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
             shard.margin = xp.empty((shard.n_rows, n_groups), dtype=np.float64)
             row_margin = parts[i].base_margin  # XGBoost's base_margin: the rows' own start
             shard.margin[:] = xp.asarray(base_margin)[None, :] if row_margin is None else \
-                predictor.starting_margins(xp, row_margin, n_groups)[r0:r1]
+                predictor.starting_margins(xp, backend.asarray(row_margin), n_groups)[r0:r1]
     n_total = shardset.n_rows_total
     eval_sets = [EvalSet(backend, name, base_margin, w, shards=shards) if d is TRAINING else
                  EvalSet(backend, name, base_margin, w, parts=e, cuts=cuts, forest=forest)

@@ -82,8 +82,9 @@ class Params:
     # it the bins live in host pages streamed to the device level by level. None: the device's
     # free memory (the CPU: nothing paged). Changes speed and memory, never the model.
     device_memory_limit: int | None = None
-    # XGBoost's: a cap on each leaf weight's size before the learning rate, and count:poisson's
-    # hessian factor exp(max_delta_step); None: XGBoost's defaults, no cap and 0.7 for Poisson
+    # XGBoost's: a cap on each leaf weight's size before the learning rate (0: none), and
+    # count:poisson's hessian factor exp(max_delta_step); None: XGBoost's default, 0.7 for
+    # count:poisson (both uses) and no cap otherwise
     max_delta_step: float | None = None
     # XGBoost's: per feature -1 (prediction decreasing in it), 0 or 1 (increasing); a tuple by
     # feature position or a dict by name (``weight_bounds.parse_monotone``)
@@ -102,13 +103,16 @@ class Params:
 
     @property
     def delta_step_cap(self) -> float:
-        """The trees' cap on leaf weights (0: none, XGBoost's tree default)."""
-        return self.max_delta_step or 0.0
+        """The trees' cap on leaf weights (0: none): ``max_delta_step``, else XGBoost's
+        default (0.7 for count:poisson, which XGBoost gives its trees too, else none)."""
+        if self.max_delta_step is not None:
+            return self.max_delta_step
+        return self.poisson_delta_step if self.objective == "count:poisson" else 0.0
 
     @property
     def poisson_delta_step(self) -> float:
         """count:poisson's hessian factor exp(this): ``max_delta_step``, or XGBoost's Poisson
-        default 0.7 (the objective's own parameter of the same name)."""
+        default 0.7."""
         return objectives.POISSON_MAX_DELTA_STEP if self.max_delta_step is None else \
             self.max_delta_step
 

@@ -128,7 +128,7 @@ def predict_margin(backend, X, forest: FlatForest, base_margin: np.ndarray, row_
     xp = backend.xp
     margin = xp.empty((X.shape[0], len(base_margin)), dtype=_dtypes.MARGIN)
     margin[:] = xp.asarray(base_margin)[None, :] if row_margin is None else \
-        starting_margins(xp, row_margin, len(base_margin))
+        starting_margins(xp, backend.asarray(row_margin), len(base_margin))
     return add_trees(backend, X, forest, margin)
 
 

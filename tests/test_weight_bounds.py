@@ -81,27 +81,41 @@ def test_max_delta_step_caps_every_leaf():
 
 
 def test_max_delta_step_with_poisson_as_xgboost():
-    """count:poisson: without max_delta_step the trees are uncapped and the hessian carries
-    exp(0.7) (XGBoost's two defaults); with it, both take its value. Deviance within 1% of
-    XGBoost's either way."""
+    """count:poisson: without max_delta_step its trees are capped at 0.7 and its hessian carries
+    exp(0.7) (XGBoost gives both its Poisson default); a given value sets both, 0 uncaps the
+    trees. Deviance within 1% of XGBoost's either way."""
     xgb = pytest.importorskip("xgboost")
     rng = np.random.default_rng(2)
     X = rng.normal(size=(20_000, 3)).astype(np.float32)
     y = rng.poisson(np.exp(0.8 * X[:, 0] - 0.5 * X[:, 1] ** 2 + 0.5))
     df = pd.DataFrame(X, columns=list("abc")).assign(y=y)
     params = {"objective": "count:poisson", "max_depth": 4, "learning_rate": 1.0}
-    assert np.abs(_train(df, rounds=1, **params).trees[0].value).max() > 0.3
-    capped = _train(df, rounds=1, **params, max_delta_step=0.3).trees[0].value
-    assert np.isclose(np.abs(capped).max(), 0.3)
+    assert np.isclose(np.abs(_train(df, rounds=1, **params).trees[0].value).max(), 0.7)
+    assert np.isclose(np.abs(_train(df, rounds=1, **params, max_delta_step=0.3)
+                             .trees[0].value).max(), 0.3)
+    assert np.abs(_train(df, rounds=1, **params, max_delta_step=0).trees[0].value).max() > 0.7
 
     def deviance(mu):
         return 2 * np.mean(np.where(y > 0, y * np.log(np.maximum(y, 1) / mu), 0) - (y - mu))
-    for extra in ({}, {"max_delta_step": 0.3}):
+    for extra in ({}, {"max_delta_step": 0.3}, {"max_delta_step": 0.0}):
         both = {**params, "learning_rate": 0.3, **extra}
         ours = np.asarray(_train(df, rounds=30, **both).predict(df.drop(columns="y")))
         theirs = xgb.train({**both, "tree_method": "hist"}, xgb.DMatrix(X, y), 30).predict(
             xgb.DMatrix(X))
         assert deviance(ours) <= deviance(theirs) * 1.01, extra
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_a_constrained_one_hot_column_still_splits_present_from_missing(sign):
+    """A column that is 1.0 or missing (a CSR indicator) has only the present-versus-missing
+    split, which orders no present values: either sign allows it, whichever side is higher."""
+    from conftest import present_or_missing
+    X, y = present_or_missing(n_rows=5000)
+    df = pd.DataFrame(X, columns=["a", "b"]).assign(y=y)
+    for target in (y, 1.0 - y):  # present rows higher, then lower
+        booster = _train(df.assign(y=target), rounds=5, max_depth=2,
+                         monotone_constraints=(sign, 0))
+        assert booster.feature_importances("split").get("a", 0) > 0
 
 
 @pytest.mark.parametrize("extra", [{"monotone_constraints": (1, -1, 0, 0, 1, 0)},

@@ -949,11 +949,13 @@ def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, pa
             for t in range(1, min(n_values, padded_bins - 1) + 1):
                 bin_g = hist[k, lo + t, 0] if t < width else np.int64(0)
                 bin_h = hist[k, lo + t, 1] if t < width else np.int64(0)
-                if t > 1 and bin_g == 0 and bin_h == 0:
+                if t > 1 and bin_g == 0 and bin_h == 0 and (sign == 0 or t < n_values):
                     # An empty bin (most of them in a deep node): t's candidates are t - 1's,
                     # evaluated already (or equal to ones that were), and an equal gain never
                     # wins. Present versus missing included: t - 1's missing-right candidate
-                    # is the same split, found first, as the twin keeps it.
+                    # is the same split, found first, as the twin keeps it. (Not with a
+                    # monotone sign: present versus missing is exempt from it, t - 1's
+                    # candidate is not.)
                     continue
                 cum_g += bin_g
                 cum_h += bin_h
@@ -966,7 +968,8 @@ def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, pa
                     lh = cum_h + miss_h if d == 0 else cum_h
                     g = _candidate_gain(lg, lh, tot_g, tot_h, parent, inv_scale_g, inv_scale_h,
                                         reg_lambda, reg_alpha, min_child_weight, bounded,
-                                        max_delta_step, lower, upper, sign)
+                                        max_delta_step, lower, upper,
+                                        sign if t < n_values else 0)
                     if g > best:
                         best = g
                         best_f = f

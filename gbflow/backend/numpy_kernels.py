@@ -121,9 +121,9 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
     (n_nodes, 2) float64 each node's [lower, upper] weight bounds, monotone None or
     (n_features,) int8. Then every weight is ``_bounded_weight`` and a gain is
     ``_weight_gain`` of the children's bounded weights minus the parent's; a feature with
-    monotone +1 (-1) takes only candidates whose left weight is <= (>=) the right one, read
-    as scanned (a present-versus-missing split: the present values' weight against the
-    missing ones').
+    monotone +1 (-1) takes only candidates whose left weight is <= (>=) the right one, but
+    the present-versus-missing split, which orders no present values (its children keep their
+    parent's bounds).
 
     Returns gain (n_nodes,) float64 (-inf where no valid split), feature (n_nodes,) int32 (-1 where
     none), bin_threshold (n_nodes,) int32, default_left (n_nodes,) bool, left_sum (n_nodes, 2)
@@ -175,7 +175,7 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
             if monotone is not None:
                 sign = np.asarray(monotone)[None, :, None, None]
                 ordered = np.where(sign > 0, WL <= WR, np.where(sign < 0, WL >= WR, True))
-                valid &= ordered
+                valid &= ordered | every_value_left[None, :, :, None]
     gain = np.where(valid, gain, -np.inf).reshape(n_nodes, -1)  # n_features >= 1, n_bins >= 2
     best = np.argmax(gain, axis=1)  # the first of equal gains
     best_gain = gain[np.arange(n_nodes), best]

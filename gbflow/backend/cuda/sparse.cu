@@ -182,7 +182,8 @@ extern "C" __global__ void evaluate_sparse_splits(
             for (int d = t == nvb ? 1 : 0; d < 2; ++d) {
                 i64 lg = d == 0 ? cg + miss_g : cg, lh = d == 0 ? ch + miss_h : ch;
                 double gain = candidate_gain(lg, lh, tg, th, parent, inv_scale_g, inv_scale_h,
-                                             lambda_, alpha, min_child_weight, wb, sign);
+                                             lambda_, alpha, min_child_weight, wb,
+                                             t == nvb ? 0 : sign);  // present vs missing: free
                 if (gain == NEG_INF) continue;  // not a valid candidate
                 i64 index = ((i64)f * (padded_bins - 1) + (t - 1)) * 2 + d;
                 if (better(gain, index, best)) {
