@@ -42,17 +42,20 @@ class SplitRule:
 
 @dataclasses.dataclass(frozen=True)
 class LeafRule:
-    """A leaf's value: -T_alpha(G) / (H + lambda) * learning_rate of its integer sums."""
+    """A leaf's value: -T_alpha(G) / (H + lambda), capped at max_delta_step in size,
+    * learning_rate, of its integer sums."""
 
     reg_lambda: float
     reg_alpha: float
     learning_rate: float
+    max_delta_step: float = 0.0  # the cap on a weight's size before the learning rate (0: none)
 
     def constants(self, scales: Scales) -> tuple:
-        """(inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate): the arguments of
-        ``leaf_weights`` after the totals, which the GPU's margin kernels take too."""
+        """(inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate, max_delta_step):
+        the arguments of ``leaf_weights`` after the totals, which the GPU's margin kernels take
+        too."""
         return (1.0 / scales.g, 1.0 / scales.h, self.reg_lambda, self.reg_alpha,
-                self.learning_rate)
+                self.learning_rate, self.max_delta_step)
 
     def values(self, totals: np.ndarray, scales: Scales) -> np.ndarray:
         """(n,) float64 leaf values of (n, 2) int64 host sums (``numpy_kernels.leaf_weights``, the
@@ -82,7 +85,8 @@ class TreeRules:
         return cls(max_depth=params.max_depth,
                    split=SplitRule(params.reg_lambda, params.reg_alpha, params.min_child_weight,
                                    max(params.gamma, _dtypes.MIN_SPLIT_IMPROVEMENT)),
-                   leaf=LeafRule(params.reg_lambda, params.reg_alpha, params.learning_rate),
+                   leaf=LeafRule(params.reg_lambda, params.reg_alpha, params.learning_rate,
+                                 params.delta_step_cap),
                    category=CategoryRule(params.max_cat_to_onehot, params.max_cat_threshold,
                                          params.cat_smooth, params.cat_l2),
                    bounds=WeightBounds.of(params, list(feature_names), set(categorical)),

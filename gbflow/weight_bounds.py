@@ -117,10 +117,9 @@ class WeightBounds:
 
     def leaf_weights(self, totals: np.ndarray, node_bounds: np.ndarray, leaf_constants: tuple
                      ) -> np.ndarray:
-        """(n,) float64 node values of (n, 2) int64 host sums (``LeafRule.constants``: the
-        learning rate applied after the bounds)."""
-        return numpy_kernels.leaf_weights(totals, *leaf_constants,
-                                          bounds=(self.max_delta_step, node_bounds))
+        """(n,) float64 node values of (n, 2) int64 host sums (``LeafRule.constants``, whose
+        max_delta_step is this one: the learning rate applied after the bounds)."""
+        return numpy_kernels.leaf_weights(totals, *leaf_constants, node_bounds=node_bounds)
 
     def children(self, node_bounds: np.ndarray, feature: np.ndarray, orders_values: np.ndarray,
                  left_sum: np.ndarray, right_sum: np.ndarray, leaf_constants: tuple) -> tuple:
@@ -128,7 +127,7 @@ class WeightBounds:
         feature (n,) global ids; orders_values (n,) bool, False for splits that order no
         values (category sets, present versus missing: their children keep the parent's
         bounds); left_sum, right_sum (n, 2) int64 the children's sums."""
-        unit = leaf_constants[:-1] + (1.0,)  # weights before the learning rate
+        unit = leaf_constants[:4] + (1.0,) + leaf_constants[5:]  # before the learning rate
         w_left = self.leaf_weights(left_sum, node_bounds, unit)
         w_right = self.leaf_weights(right_sum, node_bounds, unit)
         left, right = node_bounds.copy(), node_bounds.copy()

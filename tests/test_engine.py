@@ -310,6 +310,7 @@ PLANNED_CASES = [
     ("regression", {"max_depth": 5, "gamma": 1e6}, None),  # nothing splits
     ("regression", {"max_depth": 7, "gamma": 1.0}, 0),  # every level sized by its parent's splits
     ("binary", {"max_depth": 7}, 4 * 6 * 256 * 16),  # fixed levels, then sized ones
+    ("regression", {"max_depth": 6, "max_delta_step": 0.05}, None),  # capped weights
 ]
 
 

@@ -267,7 +267,8 @@ def test_plan_level(kernels, cap, half, n_parent):
     assert np.array_equal(np.flatnonzero(is_leaf), np.setdiff1d(np.flatnonzero(holds), splits))
 
 
-LEAF_CONSTANTS = [(2.0**-30, 2.0**-31, 1.0, 0.0, 0.3), (2.0**-20, 2.0**-40, 0.0, 0.5, 1.0)]
+LEAF_CONSTANTS = [(2.0**-30, 2.0**-31, 1.0, 0.0, 0.3), (2.0**-20, 2.0**-40, 0.0, 0.5, 1.0),
+                  (2.0**-30, 2.0**-31, 1.0, 0.5, 0.3, 2e-4)]  # max_delta_step: capped
 
 
 @pytest.mark.parametrize("constants", LEAF_CONSTANTS)
@@ -899,7 +900,7 @@ def test_leaf_weights_with_bounds(max_delta_step):
     node_bounds = np.stack([np.full(50, -0.1), np.full(50, np.inf)], 1)
     plain = numpy_kernels.leaf_weights(totals, 2.0**-30, 2.0**-20, 1.0, 0.0, 0.5)
     bounded = numpy_kernels.leaf_weights(totals, 2.0**-30, 2.0**-20, 1.0, 0.0, 0.5,
-                                         bounds=(max_delta_step, node_bounds))
+                                         max_delta_step, node_bounds)
     raw = plain / 0.5
     if max_delta_step:
         raw = np.clip(raw, -max_delta_step, max_delta_step)

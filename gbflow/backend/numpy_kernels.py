@@ -996,28 +996,29 @@ def partition_planned(bins, bins_by_feature, gh, row_index, work, n_work, featur
 
 
 def leaf_weights(totals, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate,
-                 bounds=None):
+                 max_delta_step=0.0, node_bounds=None):
     """(n,) float64 leaf weights -T_alpha(G) / (H + lambda) * learning_rate of (n, 2) int64
     fixed-point sums (G = g * inv_scale_g, H = h * inv_scale_h; 0 where H + lambda <= 0).
-    bounds: None, or (max_delta_step, node_bounds (n, 2) float64): the weights bounded as the
-    split searches bound them (``_bounded_weight``) before the learning rate."""
+    max_delta_step (0: none) and node_bounds (None, or (n, 2) float64 [lower, upper]): the
+    weights bounded as the split searches bound them (``_bounded_weight``) before the learning
+    rate."""
     G = totals[:, 0].astype(np.float64) * inv_scale_g
     H = totals[:, 1].astype(np.float64) * inv_scale_h
     t = _l1_threshold(G, reg_alpha)
     denominator = H + reg_lambda
     with np.errstate(divide="ignore", invalid="ignore"):
-        if bounds is None:
+        if node_bounds is None and max_delta_step == 0:
             w = -t / denominator
         else:
-            max_delta_step, node_bounds = bounds
-            w = _bounded_weight(G, H, reg_lambda, reg_alpha, max_delta_step, node_bounds[:, 0],
-                                node_bounds[:, 1])
+            lower, upper = (-np.inf, np.inf) if node_bounds is None else node_bounds.T
+            w = _bounded_weight(G, H, reg_lambda, reg_alpha, max_delta_step, lower, upper)
         w = np.where(denominator > 0, w, 0.0)
     return w * learning_rate
 
 
 def add_planned_leaf_values(margin, row_index, seg_start, seg_count, is_leaf, totals,
-                            inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate):
+                            inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate,
+                            max_delta_step=0.0):
     """A planned level's leaves into the margins: margin[row] += the leaf weight of its slot's
     totals (``leaf_weights``) for every row of every slot k with is_leaf[k].
 
@@ -1025,7 +1026,7 @@ def add_planned_leaf_values(margin, row_index, seg_start, seg_count, is_leaf, to
     level's row array; seg_start, seg_count (cap,) int64, is_leaf (cap,) bool, totals (cap, 2)
     int64: the level's (``level_segments``, ``plan_level``)."""
     values = leaf_weights(np.asarray(totals), inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
-                          learning_rate)
+                          learning_rate, max_delta_step)
     for k in np.flatnonzero(np.asarray(is_leaf)):
         rows = row_index[seg_start[k]: seg_start[k] + seg_count[k]]
         margin[rows] += values[k]
@@ -1034,7 +1035,7 @@ def add_planned_leaf_values(margin, row_index, seg_start, seg_count, is_leaf, to
 def add_planned_split_values(margin, bins_by_feature, row_index, split_start, split_count,
                              n_split, split_feature, split_threshold, split_default_left,
                              built_left, child_totals, child_half, inv_scale_g, inv_scale_h,
-                             reg_lambda, reg_alpha, learning_rate):
+                             reg_lambda, reg_alpha, learning_rate, max_delta_step=0.0):
     """The last level's leaves into the margins, without moving rows: for every row of split
     j < n_split[0] (its segment split_start[j], split_count[j] of row_index), margin[row] +=
     the weight of the child the row goes to (``partition_rows``' rule on bins_by_feature
@@ -1043,7 +1044,7 @@ def add_planned_split_values(margin, bins_by_feature, row_index, split_start, sp
     The other arrays: the level's plan (``plan_level``) and split segments
     (``level_segments``)."""
     values = leaf_weights(np.asarray(child_totals), inv_scale_g, inv_scale_h, reg_lambda,
-                          reg_alpha, learning_rate)
+                          reg_alpha, learning_rate, max_delta_step)
     for j in range(int(n_split[0])):
         rows = row_index[split_start[j]: split_start[j] + split_count[j]]
         b = bins_by_feature[split_feature[j], rows]

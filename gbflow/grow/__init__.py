@@ -21,8 +21,8 @@ def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed, group: i
     integers of the ``scales``' units) under ``rules`` (``gbflow.rules.TreeRules``), splitting
     only on the features ``feature_allowed`` allows (a ``sampling.FeatureSample``, or (F,) host
     bool for every node, or (max_depth, F): row d for the nodes of depth d), for output
-    ``group``. Per-node samples, bounded weights and interaction constraints (``rules.bounds``,
-    ``rules.interactions``) need the level-by-level loop.
+    ``group``. Per-node samples, monotone and interaction constraints (``rules.bounds``' signs,
+    ``rules.interactions``) need the level-by-level loop; a weight cap alone does not.
 
     Returns the tree (a ``Tree``, or a ``PendingTree``: see ``finished_tree``) and per shard its
     margin update (``add_to(kernels, margin)``; call it before the next tree is grown)."""
@@ -30,6 +30,6 @@ def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed, group: i
         feature_allowed = FeatureSample(np.broadcast_to(
             np.atleast_2d(feature_allowed), (rules.max_depth, np.shape(feature_allowed)[-1])))
     planned = shardset.uses_level_plans and feature_allowed.node_rate >= 1.0 and \
-        rules.bounds is None and rules.interactions is None
+        (rules.bounds is None or rules.bounds.monotone is None) and rules.interactions is None
     grow = grow_tree_planned if planned else grow_tree_levels
     return grow(shardset, gh, scales, cuts, rules, feature_allowed, group)

@@ -160,7 +160,8 @@ def grow_tree_planned(shardset, gh: list, scales, cuts, rules, feature_allowed,
         plan = level.plan
         with timers("splits"):
             found = kernels.evaluate_splits(hist.arrays[0], dense.n_value_bins, allowed[depth],
-                                            *search)
+                                            *search, bounds=_capped(backend.xp, rules.bounds,
+                                                                    hist.arrays[0].shape[0]))
             kernels.plan_level(level.n_parent, level.half, *found, level.totals, min_gain,
                                *plan.values())
         with timers("partition+histograms"):
@@ -208,6 +209,18 @@ def grow_tree_planned(shardset, gh: list, scales, cuts, rules, feature_allowed,
     return pending, [PlannedMargins(levels, [r[s] for r in rows], constants, s,
                                     functools.partial(dense.columns, s))
             for s in range(len(shards))]
+
+
+def _capped(xp, bounds, n_nodes: int):
+    """The split search's bounds of a planned level: None, or with ``max_delta_step`` (planned
+    trees take no monotone constraint) every node's bounds infinite, made on the device (an
+    upload would wait for the queued work)."""
+    if bounds is None:
+        return None
+    node_bounds = xp.empty((n_nodes, 2), dtype=np.float64)
+    node_bounds[:, 0] = -np.inf
+    node_bounds[:, 1] = np.inf
+    return bounds.max_delta_step, node_bounds, None
 
 
 def _planned_tree(features, levels, fetched, scales, cuts, rules, group) -> Tree:
