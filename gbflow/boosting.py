@@ -127,7 +127,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
             shard.margin = xp.empty((shard.n_rows, n_groups), dtype=np.float64)
             row_margin = parts[i].base_margin  # XGBoost's base_margin: the rows' own start
             shard.margin[:] = xp.asarray(base_margin)[None, :] if row_margin is None else \
-                predictor.starting_margins(xp, backend.asarray(row_margin), n_groups)[r0:r1]
+                predictor.starting_margins(xp, backend.asarray(row_margin[r0:r1]), n_groups)
     n_total = shardset.n_rows_total
     eval_sets = [EvalSet(backend, name, base_margin, w, shards=shards) if d is TRAINING else
                  EvalSet(backend, name, base_margin, w, parts=e, cuts=cuts, forest=forest)
@@ -302,11 +302,7 @@ def check_base_margins(parts: list, eval_parts: list, n_groups: int) -> None:
                          "not; give every row a base margin, or none")
     for part in [p for p in parts] + [p for e, _, _ in eval_parts for p in e]:
         if part.base_margin is not None:
-            width = 1 if part.base_margin.ndim == 1 else part.base_margin.shape[1]
-            if width != n_groups:
-                raise ValueError(f"base_margin has {width} value(s) per row; this training "
-                                 f"has {n_groups} output(s) per row (give an (n, {n_groups}) "
-                                 f"array)")
+            predictor.check_margin_width(part.base_margin, n_groups, "this training")
 
 
 def check_continuation(model: Booster, params, feature_names: list,

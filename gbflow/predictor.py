@@ -135,10 +135,15 @@ def predict_margin(backend, X, forest: FlatForest, base_margin: np.ndarray, row_
 def starting_margins(xp, row_margin, n_groups: int):
     """(n, n_groups) float64 of a (n,) or (n, n_groups) per-row base margin, on ``xp``; a
     ValueError when its width is not n_groups."""
+    check_margin_width(row_margin, n_groups)
     row_margin = xp.asarray(row_margin, dtype=_dtypes.MARGIN)
-    if row_margin.ndim == 1:
-        row_margin = row_margin[:, None]
-    if row_margin.shape[1] != n_groups:
-        raise ValueError(f"base_margin has {row_margin.shape[1]} value(s) per row; the model "
-                         f"has {n_groups} output(s) per row (give an (n, {n_groups}) array)")
-    return row_margin
+    return row_margin[:, None] if row_margin.ndim == 1 else row_margin
+
+
+def check_margin_width(row_margin, n_groups: int, whose: str = "the model") -> None:
+    """ValueError unless a per-row base margin has one value per output group ((n,) for one);
+    ``whose`` outputs the message names."""
+    width = 1 if row_margin.ndim == 1 else row_margin.shape[1]
+    if width != n_groups:
+        raise ValueError(f"base_margin has {width} value(s) per row; {whose} has {n_groups} "
+                         f"output(s) per row (give an (n, {n_groups}) array)")

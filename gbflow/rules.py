@@ -57,10 +57,12 @@ class LeafRule:
         return (1.0 / scales.g, 1.0 / scales.h, self.reg_lambda, self.reg_alpha,
                 self.learning_rate, self.max_delta_step)
 
-    def values(self, totals: np.ndarray, scales: Scales) -> np.ndarray:
+    def values(self, totals: np.ndarray, scales: Scales, node_bounds=None) -> np.ndarray:
         """(n,) float64 leaf values of (n, 2) int64 host sums (``numpy_kernels.leaf_weights``, the
-        formula the GPU's margin kernels follow to the bit)."""
-        return numpy_kernels.leaf_weights(totals, *self.constants(scales))
+        formula the GPU's margin kernels follow to the bit); node_bounds: None, or the nodes'
+        (n, 2) monotone bounds (``weight_bounds``) the weights are clipped to."""
+        return numpy_kernels.leaf_weights(totals, *self.constants(scales),
+                                          node_bounds=node_bounds)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,8 +6,6 @@ import numbers
 
 import numpy as np
 
-from .backend import numpy_kernels
-
 
 def parse_monotone(value):
     """A ``monotone_constraints`` parameter normalised: None (no constraint), a tuple of ints in
@@ -115,24 +113,19 @@ class WeightBounds:
         ``split.find_splits`` (each store takes its own features' signs)."""
         return self.max_delta_step, xp.asarray(node_bounds), self.monotone
 
-    def leaf_weights(self, totals: np.ndarray, node_bounds: np.ndarray, leaf_constants: tuple
-                     ) -> np.ndarray:
-        """(n,) float64 node values of (n, 2) int64 host sums (``LeafRule.constants``, whose
-        max_delta_step is this one: the learning rate applied after the bounds)."""
-        return numpy_kernels.leaf_weights(totals, *leaf_constants, node_bounds=node_bounds)
-
     def children(self, node_bounds: np.ndarray, feature: np.ndarray, orders_values: np.ndarray,
-                 left_sum: np.ndarray, right_sum: np.ndarray, leaf_constants: tuple) -> tuple:
+                 left_sum: np.ndarray, right_sum: np.ndarray, leaf, scales) -> tuple:
         """The (left, right) children's (n, 2) bounds of n split nodes with ``node_bounds``:
         feature (n,) global ids; orders_values (n,) bool, False for splits that order no
         values (category sets, present versus missing: their children keep the parent's
-        bounds); left_sum, right_sum (n, 2) int64 the children's sums."""
-        unit = leaf_constants[:4] + (1.0,) + leaf_constants[5:]  # before the learning rate
-        w_left = self.leaf_weights(left_sum, node_bounds, unit)
-        w_right = self.leaf_weights(right_sum, node_bounds, unit)
+        bounds); left_sum, right_sum (n, 2) int64 the children's sums; leaf, scales: the
+        tree's ``rules.LeafRule`` and ``Scales``, which give the children's weights."""
         left, right = node_bounds.copy(), node_bounds.copy()
-        if self.monotone is None:
+        if self.monotone is None:  # a cap alone: every node's bounds stay infinite
             return left, right
+        unit = dataclasses.replace(leaf, learning_rate=1.0)  # weights before the learning rate
+        w_left = unit.values(left_sum, scales, node_bounds)
+        w_right = unit.values(right_sum, scales, node_bounds)
         sign = np.where(orders_values, self.monotone[feature], 0)
         mid = (w_left + w_right) / 2.0
         left[sign > 0, 1] = mid[sign > 0]

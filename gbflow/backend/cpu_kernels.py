@@ -190,14 +190,15 @@ def _candidate_gain(lg, lh, tot_g, tot_h, parent, inv_scale_g, inv_scale_h, reg_
 
 def _bound_args(bounds, n_nodes: int, n_features: int | None) -> tuple:
     """The numba searches' (bounded, max_delta_step, node_bounds, monotone) of a search's
-    ``bounds`` (numpy_kernels.evaluate_splits): stand-ins of the right types without them."""
+    ``bounds`` (numpy_kernels.evaluate_splits): stand-ins of the right types without them (no
+    node bounds, every sign 0; n_features None: a search that reads no sign)."""
     bounds = check_bounds(bounds, n_nodes, n_features)
+    no_signs = np.zeros(n_features or 1, dtype=np.int8)
     if bounds is None:
-        return False, 0.0, np.zeros((1, 2)), np.zeros(1, dtype=np.int8)
+        return False, 0.0, np.zeros((1, 2)), no_signs
     max_delta_step, node_bounds, monotone = bounds
     return (True, max_delta_step, np.ascontiguousarray(node_bounds, dtype=np.float64),
-            np.zeros(1, dtype=np.int8) if monotone is None else
-            np.ascontiguousarray(monotone, dtype=np.int8))
+            no_signs if monotone is None else np.ascontiguousarray(monotone, dtype=np.int8))
 
 
 def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_h, reg_lambda,
@@ -945,7 +946,7 @@ def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, pa
             cum_g = np.int64(0)
             cum_h = np.int64(0)
             n_values = n_value_bins[f]
-            sign = monotone[f] if bounded and monotone.shape[0] == n_features else 0
+            sign = monotone[f]
             for t in range(1, min(n_values, padded_bins - 1) + 1):
                 bin_g = hist[k, lo + t, 0] if t < width else np.int64(0)
                 bin_h = hist[k, lo + t, 1] if t < width else np.int64(0)

@@ -15,7 +15,6 @@ Shared conventions (see ``gbflow._dtypes``):
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -155,27 +154,17 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
     valid = valid & (HL >= min_child_weight) & (HR >= min_child_weight)
     valid &= (HL + reg_lambda > 0) & (HR + reg_lambda > 0)
     bounds = check_bounds(bounds, n_nodes, n_features)
+    node = None if bounds is None else (bounds[0], bounds[1][:, 0], bounds[1][:, 1])
     with np.errstate(divide="ignore", invalid="ignore"):
-        if bounds is None:
-            parent = _score(GP, HP, reg_lambda, reg_alpha)
-            gain = (_score(GL, HL, reg_lambda, reg_alpha) +
-                    _score(GR, HR, reg_lambda, reg_alpha)) - parent[:, None, None, None]
-        else:
-            max_delta_step, node_bounds, monotone = bounds
-            lo, hi = node_bounds[:, 0], node_bounds[:, 1]
-            weight = functools.partial(_bounded_weight, reg_lambda=reg_lambda,
-                                       reg_alpha=reg_alpha, max_delta_step=max_delta_step)
-            WP = weight(GP, HP, lower=lo, upper=hi)
-            lo, hi = lo[:, None, None, None], hi[:, None, None, None]
-            WL, WR = weight(GL, HL, lower=lo, upper=hi), weight(GR, HR, lower=lo, upper=hi)
-            parent = _weight_gain(GP, HP, reg_lambda, reg_alpha, WP)
-            gain = (_weight_gain(GL, HL, reg_lambda, reg_alpha, WL) +
-                    _weight_gain(GR, HR, reg_lambda, reg_alpha, WR)) - \
-                parent[:, None, None, None]
-            if monotone is not None:
-                sign = np.asarray(monotone)[None, :, None, None]
-                ordered = np.where(sign > 0, WL <= WR, np.where(sign < 0, WL >= WR, True))
-                valid &= ordered | every_value_left[None, :, :, None]
+        parent = _parent_gain(GP, HP, reg_lambda, reg_alpha, node)
+        if node is not None:  # one node's bounds for all its candidates
+            node = (node[0], node[1][:, None, None, None], node[2][:, None, None, None])
+        children, WL, WR = _split_terms(GL, HL, GR, HR, reg_lambda, reg_alpha, node)
+        gain = children - parent[:, None, None, None]
+    if bounds is not None and bounds[2] is not None:
+        sign = np.asarray(bounds[2])[None, :, None, None]
+        ordered = np.where(sign > 0, WL <= WR, np.where(sign < 0, WL >= WR, True))
+        valid &= ordered | every_value_left[None, :, :, None]
     gain = np.where(valid, gain, -np.inf).reshape(n_nodes, -1)  # n_features >= 1, n_bins >= 2
     best = np.argmax(gain, axis=1)  # the first of equal gains
     best_gain = gain[np.arange(n_nodes), best]
@@ -742,13 +731,20 @@ def _candidate_gain(lg, lh, tg, th, parent, inv_scale_g, inv_scale_h, reg_lambda
     if not (HL >= min_child_weight and HR >= min_child_weight and HL + reg_lambda > 0
             and HR + reg_lambda > 0):
         return -np.inf
+    return _split_terms(GL, HL, GR, HR, reg_lambda, reg_alpha, node)[0] - parent
+
+
+def _split_terms(GL, HL, GR, HR, reg_lambda, reg_alpha, node=None):
+    """The children's terms of a gain and their weights: (score L + score R, None, None), or
+    with a node's (max_delta_step, lower, upper) (weight gain L + weight gain R, WL, WR) of
+    their bounded weights. Scalars or arrays."""
     if node is None:
-        return (_score(GL, HL, reg_lambda, reg_alpha) + _score(GR, HR, reg_lambda, reg_alpha)) \
-            - parent
+        return _score(GL, HL, reg_lambda, reg_alpha) + _score(GR, HR, reg_lambda, reg_alpha), \
+            None, None
     WL = _bounded_weight(GL, HL, reg_lambda, reg_alpha, *node)
     WR = _bounded_weight(GR, HR, reg_lambda, reg_alpha, *node)
-    return (_weight_gain(GL, HL, reg_lambda, reg_alpha, WL) +
-            _weight_gain(GR, HR, reg_lambda, reg_alpha, WR)) - parent
+    return _weight_gain(GL, HL, reg_lambda, reg_alpha, WL) + \
+        _weight_gain(GR, HR, reg_lambda, reg_alpha, WR), WL, WR
 
 
 def quantile_tally(keys, groups, weights, prefix, shift, table):

@@ -75,7 +75,6 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed,
     node_id = np.zeros(1, dtype=np.int64)  # each node's tree id, in the level's order
     bounds = rules.bounds  # max_delta_step, monotone constraints (None: unbounded weights)
     node_bounds = None if bounds is None else bounds.root()  # (n, 2), in the level's order
-    leaf_constants = rules.leaf.constants(scales)
     interactions = rules.interactions  # None: any feature anywhere
     paths = None if interactions is None else interactions.root_paths()  # (n, F), level order
     first_id = 0  # the level's ids are first_id .. first_id + n_nodes - 1
@@ -163,7 +162,7 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed,
                     orders_values &= ~found.on_categories[sp]
                 node_bounds = _next_level_order(
                     *bounds.children(node_bounds[sp], feature, orders_values, left_sum,
-                                     right_sum, leaf_constants), built_left)
+                                     right_sum, rules.leaf, scales), built_left)
             left_id = next_id + 2 * np.arange(n_split, dtype=np.int64)
             node_id = _next_level_order(left_id, left_id + 1, built_left)
             if children is not None:
@@ -171,8 +170,7 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed,
                     shardset.fill_common_bins(built, totals[n_split:])
                     hist = children.fill_siblings(backend.kernels, hist, sp)  # parent freed
         # The level's record, while the device builds the next level's histograms.
-        value = rules.leaf.values(level_totals, scales) if bounds is None else \
-            bounds.leaf_weights(level_totals, level_bounds, leaf_constants)
+        value = rules.leaf.values(level_totals, scales, level_bounds)
         levels.append(level_arrays(
             cuts, value, level_totals[:, 1] * (1.0 / scales.h), level_id - first_id, sp,
             *((feature, bin_threshold, default_left, found.gain[sp], left_id) if n_split else
