@@ -14,13 +14,13 @@ __all__ = ["Booster", "Checkpoint", "Params", "callback", "load_model", "plot_im
 
 def __getattr__(name):
     # scikit-learn is a test/optional dependency: import the estimators only when asked for.
-    if name in ("GBFlowRegressor", "GBFlowClassifier"):
+    if name in ("GBFlowRegressor", "GBFlowClassifier", "GBFlowRanker"):
         try:
-            from . import sklearn
+            from . import sklearn, sklearn_ranker
         except ModuleNotFoundError as e:
             if e.name is None or not e.name.startswith("sklearn"):
                 raise
             raise ImportError(f"gbflow.{name} needs scikit-learn, which is not installed: "
                               f"pip install 'gbflow[sklearn]' (or scikit-learn)") from e
-        return getattr(sklearn, name)
+        return getattr(sklearn_ranker if name == "GBFlowRanker" else sklearn, name)
     raise AttributeError(f"module 'gbflow' has no attribute {name!r}")

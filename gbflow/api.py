@@ -17,20 +17,21 @@ from .progress import VERBOSITY, check_verbose, verbosity
 
 
 def _eval_dataset(entry, label, weight, train: inputs.DataSet, index: int, missing=None,
-                  base_margin: str | None = None):
+                  base_margin: str | None = None, qid: str | None = None):
     data, name, what = inputs.eval_pair(entry, index)
     if isinstance(data, tuple):
-        if len(data) not in (2, 3):
-            raise TypeError(f"{what}: give (X, y) or (X, y, weight) as data")
-        X, y, w = data if len(data) == 3 else (*data, None)
+        if len(data) not in (2, 3, 4):
+            raise TypeError(f"{what}: give (X, y), (X, y, weight) or (X, y, weight, qid) as "
+                            f"data")
+        X, y, w, q = (*data, None, None)[:4]
         return inputs.load(X, y, w, what, feature_names=train.feature_names,
-                           missing=missing), name
+                           missing=missing, qid=q), name
     if not isinstance(label, str):
         raise TypeError(f"{what}: the training label was an array, so give this evaluation set "
                         f"as ((X, y), {name!r}) or ((X, y, weight), {name!r})")
     return inputs.load(data, label, weight if isinstance(weight, str) else None, what,
                        feature_names=train.feature_names, missing=missing,
-                       base_margin=base_margin), name
+                       base_margin=base_margin, qid=qid), name
 
 
 def train(data, label=None, params: dict | None = None, num_boost_round: int = 100,
@@ -38,7 +39,7 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
           verbose=True, client=None, *, obj=None, custom_metric=None,
           maximize: bool | None = None, early_stopping_metric: str | None = None,
           metric_period: int = 1, xgb_model=None, callbacks=None, checkpoint=None,
-          on_worker_lost: str = "restart", base_margin=None) -> Booster:
+          on_worker_lost: str = "restart", base_margin=None, qid=None) -> Booster:
     """Train a gradient-boosted tree model.
 
     data: pandas DataFrame or 2-D NumPy array (features; float32 is used internally, NaN and
@@ -51,12 +52,16 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     offset such as log exposure), a column name of ``data`` (then the evaluation frames must
     hold that column too; not a feature) or an array of one value per row ((n, n_classes)
     for several classes; a column name for a Dask DataFrame). Predict with the same margins
-    through ``predict(..., base_margin=)``. params:
+    through ``predict(..., base_margin=)``. qid: XGBoost's query ids for the ranking
+    objectives (rank:ndcg, rank:map, rank:pairwise): a column name of ``data`` (then the
+    evaluation frames must hold it too; not a feature) or an array of one whole number per row;
+    rows of a query need not be adjacent, but on Dask a query's rows must lie in one partition.
+    With ranking, weights are the queries' (every row of a query the same). params:
     XGBoost-style parameters (see ``gbflow.params.Params``; ``eval_metric`` names the metrics,
     XGBoost's names); an unknown name is an error.
 
     evals: list of (data, name) pairs evaluated after every round (frames holding the label
-    column, or (X, y[, w]) tuples); the training data itself may be one (its margins are
+    column, or (X, y[, w[, qid]]) tuples); the training data itself may be one (its margins are
     training's own: no extra prediction). The metrics are computed on the data's device and
     are exact: the same on any number of partitions, workers or GPUs. Values land in
     ``booster.evals_result`` ({name: {metric: [value per evaluated round]}}, XGBoost's layout;
@@ -127,12 +132,13 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
                       maximize=maximize, early_stopping_metric=early_stopping_metric,
                       metric_period=metric_period, xgb_model=xgb_model, callbacks=callbacks,
                       checkpoint=checkpoint, on_worker_lost=on_worker_lost,
-                      base_margin=base_margin)
+                      base_margin=base_margin, qid=qid)
 
 
 def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, weight, verbose,
            client, *, obj, custom_metric, maximize, early_stopping_metric, metric_period,
-           xgb_model, callbacks, checkpoint, on_worker_lost, base_margin=None) -> Booster:
+           xgb_model, callbacks, checkpoint, on_worker_lost, base_margin=None,
+           qid=None) -> Booster:
     """``train`` once its parameters are made (``Params``), under their verbosity."""
     check_verbose(verbose)
     if isinstance(num_boost_round, bool) or not isinstance(num_boost_round, (int, np.integer)) \
@@ -161,17 +167,20 @@ def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, w
             raise TypeError(f"xgb_model must be a gbflow Booster or a model file's path, got "
                             f"{type(xgb_model).__name__}")
         xgb_model = load_model(xgb_model)
+    if params.loss.by_query and qid is None:
+        raise ValueError(f"objective {params.objective} ranks the rows of each query: give "
+                         f"train(..., qid=) a column name or an array of query ids")
     if inputs.is_dask_collection(data):  # trained where its partitions live: gbflow.dask
         from .dask import driver
         return driver.train(data, label, params, int(num_boost_round), evals, options, weight,
                             verbose, client=client, objective=objective,
                             init_model=xgb_model, callbacks=callbacks, checkpoint=checkpoint,
-                            on_worker_lost=on_worker_lost, base_margin=base_margin)
+                            on_worker_lost=on_worker_lost, base_margin=base_margin, qid=qid)
     if client is not None:
         raise TypeError(f"client= is for Dask collections; the training data is a "
                         f"{type(data).__name__}, trained in this process")
     dataset = inputs.load(data, label, weight, "training data", missing=params.missing,
-                          base_margin=base_margin)
+                          base_margin=base_margin, qid=qid)
     if not params.enable_categorical:
         inputs.check_categorical(data, dataset.feature_names, [], "training data", enabled=False)
     _warn_label_as_feature(data, label, dataset.feature_names)
@@ -181,11 +190,11 @@ def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, w
         raise ValueError("weight: all training weights are zero")
     eval_sets = []
     for i, entry in enumerate(evals or []):
-        if _is_training(entry, data, label, weight):
+        if _is_training(entry, data, label, weight, qid):
             eval_sets.append((TRAINING, entry[1]))
             continue
         d, name = _eval_dataset(entry, label, weight, dataset, i, params.missing,
-                                dataset.base_margin_name)
+                                dataset.base_margin_name, dataset.qid_name)
         objective.check_label(d.label, f"evaluation set {name!r}")
         eval_sets.append((d, name))
     rows = dataset.n_rows
@@ -226,14 +235,14 @@ def _warn_label_as_feature(data, label, feature_names: list) -> None:
                       f"it, or drop the column", UserWarning, stacklevel=3)
 
 
-def _is_training(entry, data, label, weight) -> bool:
+def _is_training(entry, data, label, weight, qid=None) -> bool:
     """Whether an ``evals`` entry is the training data itself (the same objects)."""
     if not (isinstance(entry, (tuple, list)) and len(entry) == 2):
         return False  # _eval_dataset says what is wrong
     given = entry[0]
     if given is data:
         return isinstance(label, str)  # the same frame, with the same label/weight columns
-    if isinstance(given, tuple) and len(given) in (2, 3) and given[0] is data:
-        w = given[2] if len(given) == 3 else None
-        return given[1] is label and w is weight
+    if isinstance(given, tuple) and len(given) in (2, 3, 4) and given[0] is data:
+        w = given[2] if len(given) >= 3 else None
+        return given[1] is label and w is weight and (len(given) < 4 or given[3] is qid)
     return False

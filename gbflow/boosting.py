@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from . import fixed_point, leaf_quantiles, predictor, prepare
+from . import fixed_point, leaf_quantiles, predictor, prepare, ranking
 from .booster import Booster
 from .callback import Callbacks
 from .categories import recode_part
@@ -129,9 +129,17 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
             shard.margin[:] = xp.asarray(base_margin)[None, :] if row_margin is None else \
                 predictor.starting_margins(xp, backend.asarray(row_margin[r0:r1]), n_groups)
     n_total = shardset.n_rows_total
+    by_query = params.loss.by_query or any(m.kind == "query" for m in metric_list)
+    if by_query:
+        _attach_queries(backend, shardset, parts)
     eval_sets = [EvalSet(backend, name, base_margin, w, shards=shards) if d is TRAINING else
                  EvalSet(backend, name, base_margin, w, parts=e, cuts=cuts, forest=forest)
                  for (d, _), (e, name, w) in zip(evals, eval_parts)]
+    for s, (e, name, w) in zip(eval_sets, eval_parts):
+        if by_query and s.X is not None:
+            s.queries = ranking.part_queries(
+                xp, [None if p.qid is None else backend.asarray(p.qid) for p in e],
+                s.weights, collective, f"evaluation set {name!r}", normalize=False)
     if drop_features:  # the held-out sets hold their rows binned now: the raw matrices may go
         for e, _, _ in eval_parts:
             for part in e:
@@ -324,6 +332,24 @@ def check_continuation(model: Booster, params, feature_names: list,
                          f"from the training data's category columns {sorted(categories)}")
 
 
+def _attach_queries(backend, shardset: ShardSet, parts: list) -> None:
+    """Give every shard its rows' ``ranking.QueryGroups`` (query weights normalised over every
+    process). A part split into pages (``device_memory_limit``) is refused: a query's
+    gradients need all its rows at once."""
+    if len(shardset.part_rows) != len(parts):
+        raise ValueError("ranking trains in device memory only: the training data is larger "
+                         "than device_memory_limit (or the device's free memory), and paged "
+                         "training cannot rank a query split between pages; raise the limit, "
+                         "or use more workers")
+    shards = shardset.shards
+    qids = [None if parts[i].qid is None else backend.asarray(parts[i].qid[r0:r1])
+            for i, r0, r1 in shardset.part_rows]
+    weights = None if shards[0].weight is None else [s.weight for s in shards]
+    for shard, queries in zip(shards, ranking.part_queries(
+            backend.xp, qids, weights, shardset.collective, "the training data")):
+        shard.queries = queries
+
+
 # Rows per block of the gradient computation: the losses' float64 temporaries (a few arrays the
 # size of the margins) stay a few tens of MB however many rows a shard holds.
 GRADIENT_ROWS = 1 << 21
@@ -333,6 +359,8 @@ def _gradients(xp, objective, shard) -> tuple:
     """(n, n_groups) float32 gradients and hessians of a shard, a block of rows at a time for
     row-wise losses (the same values: every operation is per row)."""
     n = shard.n_rows
+    if objective.by_query:
+        return objective.query_gradients(xp, shard.margin, shard.label, shard.queries)
     if n <= GRADIENT_ROWS or not objective.row_wise:
         return objective.gradients(xp, shard.margin, shard.label, shard.weight)
     g = xp.empty((n, objective.n_groups), dtype=np.float32)

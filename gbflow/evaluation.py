@@ -133,8 +133,10 @@ class EvalSet:
     def __init__(self, backend, name: str, base_margin, weighted: bool, parts=None,
                  shards=None, cuts=None, forest=None):
         self.name, self.backend = name, backend
+        self.queries = None  # per part its ``ranking.QueryGroups`` (set for ranking metrics)
         if shards is not None:
             self.X = None
+            self.queries = [s.queries for s in shards] if shards[0].queries else None
             self.margin = [s.margin for s in shards]
             self.labels = [s.label for s in shards]
             self.weights = [s.weight for s in shards] if weighted else None
@@ -179,9 +181,11 @@ class Evaluation:
         self.backend, self.sets, self.objective = backend, sets, objective
         self.options, self.collective, self.n_rounds = options, collective, n_rounds
         self.offset = offset  # a resumed training's rounds done before: metric_period counts them
-        data = [metrics.EvalData(s.name, s.labels, s.weights, n, w, objective.n_groups)
+        data = [metrics.EvalData(s.name, s.labels, s.weights, n, w, objective.n_groups,
+                                 s.queries)
                 for s, n, w in zip(sets, n_rows, max_weights)]
         self.names = [m.name for m in metric_list]
+        self._maximizes = {m.name: m.maximize for m in metric_list}
         self.evaluator = metrics.Evaluator(backend, metric_list, data, collective) \
             if sets and metric_list else None
         self.history: dict = {s.name: {m: [] for m in self.names} for s in sets}
@@ -277,8 +281,8 @@ class Evaluation:
             raise ValueError(f"early_stopping_metric {self.watched!r} is not among the metrics "
                              f"evaluated: {sorted(self.history[last_set])}")
         if self.maximize is None:
-            self.maximize = self.watched in metrics.MAXIMIZE if self.watched in self.names else \
-                self.watched.startswith(_MAXIMIZE_PREFIXES)
+            self.maximize = self._maximizes.get(self.watched,
+                                                self.watched.startswith(_MAXIMIZE_PREFIXES))
         score = found[0]
         # strictly better, as XGBoost's EarlyStopping (NaN never is)
         if self.best_score is None or (score > self.best_score if self.maximize

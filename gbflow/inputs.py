@@ -40,6 +40,10 @@ class DataSet:
     # lives, in place of the model's base margin; base_margin_name: its column, or None
     base_margin: np.ndarray | None = None
     base_margin_name: str | None = None
+    # XGBoost's qid: each row's query (learning to rank), (n,) float64 of whole numbers where X
+    # lives, or None; qid_name: its column, or None
+    qid: np.ndarray | None = None
+    qid_name: str | None = None
 
     @property
     def n_rows(self) -> int:
@@ -226,13 +230,27 @@ def base_margin_values(data, value, what: str, n_rows: int):
     return values, column
 
 
+def check_qid(values, what: str, column: str | None = None) -> None:
+    """ValueError naming the rows of query ids that are not whole numbers below 2**53 in
+    magnitude (NaN and infinities included). values: (n,) float64, host or device."""
+    xp = backend_for(values).xp
+    bad = ~(xp.isfinite(values) & (values == xp.floor(values)) & (xp.abs(values) < 2.0**53))
+    if bool(bad.any()):
+        where = np.flatnonzero(to_host(bad))
+        shown = float(to_host(values[int(where[0])]))
+        raise ValueError(f"{_describe('qid', column, what)} has {len(where)} value(s) that are "
+                         f"not whole numbers ({shown:g} at {_positions(where)}); query ids must "
+                         f"be integers")
+
+
 def load(data, label=None, weight=None, what: str = "data", feature_names=None,
          label_name=None, weight_name=None, allow_empty: bool = False,
-         missing: float | None = None, base_margin=None) -> DataSet:
+         missing: float | None = None, base_margin=None, qid=None) -> DataSet:
     """Validate ``data`` and its label/weight and return them as arrays where the data lives.
 
     label/weight: a column name (not a feature then) or an array of one value per row.
     base_margin: None, a column name (not a feature then) or an array (``base_margin_values``).
+    qid: None, or each row's query id (ranking): a column name (not a feature then) or an array.
     feature_names: when given (evaluation data), the columns must be exactly these features
     (plus the label/weight columns). label_name/weight_name: training's column names.
     allow_empty: accept 0 rows (a Dask partition, or a Dask DataFrame's meta).
@@ -248,8 +266,14 @@ def load(data, label=None, weight=None, what: str = "data", feature_names=None,
     if margin_col is not None and margin_col in (label_col, weight_col):
         raise ValueError(f"base_margin names the column {margin_col!r}, which is the "
                          f"{'label' if margin_col == label_col else 'weight'}")
+    qid_values, qid_col = _target(data, qid, "qid", what, n_rows)
+    if qid_col is not None and qid_col in (label_col, weight_col, margin_col):
+        raise ValueError(f"qid names the column {qid_col!r}, which is also the label, weight "
+                         f"or base_margin")
+    if qid_values is not None:
+        check_qid(qid_values, what, qid_col)
     columns = frames.column_names(data)
-    targets = {label_col, weight_col, label_name, weight_name, margin_col} - {None}
+    targets = {label_col, weight_col, label_name, weight_name, margin_col, qid_col} - {None}
     if feature_names is None:
         features = [c for c in columns if c not in targets]
     else:
@@ -273,7 +297,8 @@ def load(data, label=None, weight=None, what: str = "data", feature_names=None,
     check_features(X, features, what)
     return DataSet(X=X, label=label_values, weight=weight_values, feature_names=features,
                    label_name=label_col, weight_name=weight_col, categories=categories,
-                   base_margin=margin_values, base_margin_name=margin_col)
+                   base_margin=margin_values, base_margin_name=margin_col, qid=qid_values,
+                   qid_name=qid_col)
 
 
 def check_feature_dtypes(data, features: list[str], what: str) -> None:

@@ -1,120 +1,17 @@
 """Losses: label checks, gradients and hessians, the link function and the base score."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
-from . import _dtypes, fixed_point
+from . import _dtypes, ranking
 from .collective import LOCAL
-
-
-class Objective:
-    """One loss. Arrays are in the ``xp`` namespace passed to each method.
-
-    margin: (n_rows, n_groups) float64; label: (n_rows,) float64; weight: (n_rows,) or None.
-    """
-
-    name = ""
-    default_metric = ""
-    # the quantile of the residuals each leaf is set to after its tree (a line search), or None
-    leaf_alpha: float | None = None
-    n_groups = 1  # margins (and trees) per row and round
-    # each row's gradients depend on that row alone: they may be computed a block of rows at a
-    # time (a custom objective sees every row at once, as XGBoost's does)
-    row_wise = True
-
-    @property
-    def n_outputs(self) -> int:
-        """Prediction columns (``transform``'s): n_groups, or 1 for multi:softmax's class."""
-        return self.n_groups
-
-    def check_label(self, label: np.ndarray, where: str) -> None:
-        """Raise ValueError naming ``where`` if the (host) label cannot be used with this loss."""
-
-    def base_score_margin(self, base_score: float) -> float:
-        """The margin of a user's ``base_score`` (XGBoost's: given in prediction space);
-        ValueError naming the parameter where the link cannot take it."""
-        return float(base_score)
-
-    def base_margin(self, xp, labels: list, weights: list | None, base_score,
-                    collective=LOCAL) -> np.ndarray:
-        """(n_groups,) float64 starting margin: ``base_score_margin(base_score)`` if given, else
-        ``estimate_margin``. Every process must call it."""
-        if base_score is not None:
-            return np.full(self.n_groups, self.base_score_margin(base_score))
-        return self.estimate_margin(xp, labels, weights, collective)
-
-    def estimate_margin(self, xp, labels: list, weights: list | None,
-                        collective=LOCAL) -> np.ndarray:
-        """(n_groups,) float64 default start (XGBoost's estimate for the loss), from every
-        process's ``labels``/``weights`` (lists of per-shard arrays) through ``collective`` with
-        exact sums, so it does not depend on how rows are split; margin 0 here."""
-        return np.zeros(self.n_groups)
-
-    def gradients(self, xp, margin, label, weight):
-        """(n_rows, n_groups) float32 gradient and hessian (new arrays)."""
-        raise NotImplementedError
-
-    def transform(self, xp, margin):
-        """Margins -> predictions: (n_rows,) for one output, (n_rows, n_outputs) otherwise."""
-        raise NotImplementedError
-
-    def eval_transform(self, xp, margin):
-        """Margins -> what the metrics see (XGBoost's: multi:softmax's metrics see the
-        probabilities, not the class)."""
-        return self.transform(xp, margin)
-
-    def gradient_bounds(self, max_weight: float) -> np.ndarray | None:
-        """(n_groups, 2) float64 bounds on |gradient| and |hessian| that hold for any margin,
-        given the largest row weight (1.0 without weights), or None when the loss has none.
-        Training takes its fixed-point scales from them instead of reducing max |g| and |h|
-        over every process each round (a wait for the device, and a collective round trip on
-        several workers). With row weights other than 1 the float32 gradients may exceed the
-        bound by their rounding (one float32 ulp, a relative 6e-8), which the factor-of-two
-        headroom of ``_dtypes.FIXED_SUM_LIMIT`` absorbs; anything more could overflow the int64
-        sums."""
-        return None
-
+from .objective_base import Objective, newton_step_from_zero, weighted, weighted_mean
 
 # count:poisson's own max_delta_step default (XGBoost's): its hessian's factor is exp(0.7)
 POISSON_MAX_DELTA_STEP = 0.7
-
-
-def _weighted_mean(xp, values: list, weights: list | None, collective) -> float:
-    if weights is None:
-        return fixed_point.exact_sum(xp, values, collective=collective) / \
-            fixed_point.global_count(values, collective)
-    total_weight = fixed_point.exact_sum(xp, weights, collective=collective)
-    if total_weight <= 0:
-        raise ValueError("the weights sum to zero: nothing to train on")
-    return fixed_point.exact_sum(xp, [v * w for v, w in zip(values, weights)],
-                               collective=collective) / total_weight
-
-
-def _newton_step_from_zero(objective, xp, labels: list, weights: list | None,
-                           collective) -> float:
-    """XGBoost's default intercept for the losses without a closed-form one: a single Newton
-    step from margin 0, -sum(g) / sum(h) over every process's rows (exact sums: the same
-    however the rows are split)."""
-    grads, hessians = [], []
-    for i, y in enumerate(labels):
-        g, h = objective.gradients(xp, xp.zeros((len(y), 1)), y,
-                                   None if weights is None else weights[i])
-        grads.append(g.astype(xp.float64))
-        hessians.append(h.astype(xp.float64))
-    total_h = fixed_point.exact_sum(xp, hessians, collective=collective)
-    if not total_h > 0:
-        return 0.0
-    return -fixed_point.exact_sum(xp, grads, collective=collective) / total_h
-
-
-def _weighted(xp, grad, hess, weight):
-    """float32 gradient and hessian, times the row weights when there are some."""
-    if weight is not None:
-        grad = grad * weight[:, None]
-        hess = hess * weight[:, None]
-    return grad.astype(_dtypes.GRADIENT), hess.astype(_dtypes.GRADIENT)
 
 
 class SquaredError(Objective):
@@ -142,12 +39,12 @@ class SquaredError(Objective):
 
     def estimate_margin(self, xp, labels, weights, collective=LOCAL):
         if self.newton_start:
-            return np.array([_newton_step_from_zero(self, xp, labels, weights, collective)])
-        return np.array([_weighted_mean(xp, labels, weights, collective)])
+            return np.array([newton_step_from_zero(self, xp, labels, weights, collective)])
+        return np.array([weighted_mean(xp, labels, weights, collective)])
 
     def gradients(self, xp, margin, label, weight):
         grad = margin - label[:, None]
-        return _weighted(xp, grad, xp.ones_like(grad),
+        return weighted(xp, grad, xp.ones_like(grad),
                          self._positive_weight(xp, label, weight))
 
     def transform(self, xp, margin):
@@ -190,7 +87,7 @@ class Logistic(SquaredError):
     def estimate_margin(self, xp, labels, weights, collective=LOCAL):
         if self.name == "binary:logitraw":  # XGBoost (3.2) estimates none: base score 0.5
             return np.array([0.5])
-        p = _weighted_mean(xp, labels, weights, collective)
+        p = weighted_mean(xp, labels, weights, collective)
         if not 0 < p < 1:
             p = min(max(p, 1e-7), 1 - 1e-7)  # a single-class label: a finite, very sure start
         return np.array([math.log(p / (1 - p))])
@@ -199,7 +96,7 @@ class Logistic(SquaredError):
         p = _sigmoid(xp, margin)
         grad = p - label[:, None]
         hess = xp.maximum(p * (1.0 - p), _dtypes.MIN_HESSIAN)
-        return _weighted(xp, grad, hess, self._positive_weight(xp, label, weight))
+        return weighted(xp, grad, hess, self._positive_weight(xp, label, weight))
 
     def transform(self, xp, margin):
         if self.name == "binary:logitraw":
@@ -241,7 +138,7 @@ class Softprob(Objective):
         onehot = (label[:, None] == xp.arange(self.n_groups)[None, :]).astype(xp.float64)
         grad = p - onehot
         hess = xp.maximum(2.0 * p * (1.0 - p), _dtypes.MIN_HESSIAN)
-        return _weighted(xp, grad, hess, weight)
+        return weighted(xp, grad, hess, weight)
 
     def transform(self, xp, margin):
         return self._softmax(xp, margin)
@@ -291,7 +188,7 @@ class _LogLink(Objective):
                              f"{int(bad.sum())} others, e.g. {float(label[bad][0]):g}")
 
     def estimate_margin(self, xp, labels, weights, collective=LOCAL):
-        mean = _weighted_mean(xp, labels, weights, collective)
+        mean = weighted_mean(xp, labels, weights, collective)
         return np.array([math.log(max(mean, 1e-7))])  # all-zero labels: a very low start
 
     def transform(self, xp, margin):
@@ -311,7 +208,7 @@ class Poisson(_LogLink):
 
     def gradients(self, xp, margin, label, weight):
         rate = _exp(xp, margin)
-        return _weighted(xp, rate - label[:, None], rate * math.exp(self.max_delta_step), weight)
+        return weighted(xp, rate - label[:, None], rate * math.exp(self.max_delta_step), weight)
 
 
 class Gamma(_LogLink):
@@ -321,7 +218,7 @@ class Gamma(_LogLink):
 
     def gradients(self, xp, margin, label, weight):
         ratio = label[:, None] * _exp(xp, -margin)
-        return _weighted(xp, 1.0 - ratio, ratio, weight)
+        return weighted(xp, 1.0 - ratio, ratio, weight)
 
 
 class Tweedie(_LogLink):
@@ -334,7 +231,7 @@ class Tweedie(_LogLink):
     def gradients(self, xp, margin, label, weight):
         a = label[:, None] * _exp(xp, (1.0 - self.rho) * margin)
         b = _exp(xp, (2.0 - self.rho) * margin)
-        return _weighted(xp, b - a, (2.0 - self.rho) * b - (1.0 - self.rho) * a, weight)
+        return weighted(xp, b - a, (2.0 - self.rho) * b - (1.0 - self.rho) * a, weight)
 
 
 class SquaredLogError(SquaredError):
@@ -354,7 +251,7 @@ class SquaredLogError(SquaredError):
         gap = xp.log1p(p) - xp.log1p(label)[:, None]
         grad = gap / (p + 1.0)
         hess = xp.maximum((1.0 - gap) / (p + 1.0) ** 2, 1e-6)
-        return _weighted(xp, grad, hess, self._positive_weight(xp, label, weight))
+        return weighted(xp, grad, hess, self._positive_weight(xp, label, weight))
 
 
 class PseudoHuber(SquaredError):
@@ -370,7 +267,7 @@ class PseudoHuber(SquaredError):
         z = margin - label[:, None]
         scale = 1.0 + (z / self.slope) ** 2
         root = xp.sqrt(scale)
-        return _weighted(xp, z / root, 1.0 / (scale * root),
+        return weighted(xp, z / root, 1.0 / (scale * root),
                          self._positive_weight(xp, label, weight))
 
     def gradient_bounds(self, max_weight):
@@ -411,7 +308,7 @@ class QuantileError(Objective):
             grad = xp.sign(diff)
         else:
             grad = xp.where(diff >= 0, 1.0 - self.leaf_alpha, -self.leaf_alpha)
-        return _weighted(xp, grad, xp.ones_like(diff), weight)
+        return weighted(xp, grad, xp.ones_like(diff), weight)
 
     def transform(self, xp, margin):
         return margin[:, 0]
@@ -435,7 +332,7 @@ class Hinge(Objective):
         inside = margin * sign < 1.0
         grad = xp.where(inside, -sign, 0.0)
         hess = xp.where(inside, 1.0, _dtypes.MIN_HESSIAN)
-        return _weighted(xp, grad, hess, weight)
+        return weighted(xp, grad, hess, weight)
 
     def transform(self, xp, margin):
         return (margin[:, 0] > 0).astype(xp.float64)
@@ -447,19 +344,24 @@ class Hinge(Objective):
 OBJECTIVES = ("reg:squarederror", "reg:squaredlogerror", "reg:pseudohubererror",
               "reg:absoluteerror", "reg:quantileerror", "reg:logistic", "binary:logistic",
               "binary:logitraw", "binary:hinge", "count:poisson", "reg:gamma", "reg:tweedie",
-              "multi:softprob", "multi:softmax")
+              "multi:softprob", "multi:softmax", "rank:ndcg", "rank:map", "rank:pairwise")
 MULTICLASS = ("multi:softprob", "multi:softmax")
+RANKING = ("rank:ndcg", "rank:map", "rank:pairwise")
 # XGBoost's objectives gbflow does not have yet: said so by name, not as unknown.
-NOT_YET = ("survival:cox", "survival:aft",
-           "rank:ndcg", "rank:pairwise", "rank:map")
+NOT_YET = ("survival:cox", "survival:aft")
 
 
 def get_objective(name: str, num_class: int | None = None, *, scale_pos_weight: float = 1.0,
                   huber_slope: float = 1.0, tweedie_variance_power: float = 1.5,
                   quantile_alpha: float = 0.5,
-                  poisson_delta_step: float = POISSON_MAX_DELTA_STEP) -> Objective:
+                  poisson_delta_step: float = POISSON_MAX_DELTA_STEP,
+                  lambda_params: ranking.LambdaParams | None = None) -> Objective:
     """The objective called ``name`` (validated by params beforehand), with its parameters
-    (XGBoost's names and defaults)."""
+    (XGBoost's names and defaults; lambda_params: the ranking objectives')."""
+    if name in RANKING:
+        kind = {"rank:ndcg": "ndcg", "rank:map": "map", "rank:pairwise": "pairwise"}[name]
+        given = lambda_params or ranking.LambdaParams(kind)
+        return ranking.LambdaRank(name, dataclasses.replace(given, kind=kind))
     if name == "reg:squarederror":
         return SquaredError(scale_pos_weight)
     if name == "reg:squaredlogerror":

@@ -9,7 +9,7 @@ import numbers
 
 import numpy as np
 
-from . import _dtypes, interactions, metrics, objectives, weight_bounds
+from . import _dtypes, interactions, metrics, objectives, ranking, weight_bounds
 from .backend import DEVICES
 
 ALIASES = {
@@ -92,6 +92,14 @@ class Params:
     # XGBoost's: sets of features (positions or names) that may split on one path together
     # (``interactions.InteractionSets``); None: any features may
     interaction_constraints: tuple | None = None
+    # learning to rank (rank:ndcg, rank:map, rank:pairwise; ``gbflow.ranking``), XGBoost's
+    # LambdaMART parameters: the top-k pairs of each query's first k documents (None: 32)
+    lambdarank_pair_method: str = "topk"
+    lambdarank_num_pair_per_sample: int | None = None
+    lambdarank_normalization: bool = True
+    lambdarank_score_normalization: bool = True
+    lambdarank_unbiased: bool = False
+    ndcg_exp_gain: bool = True
 
     @functools.cached_property
     def loss(self) -> objectives.Objective:
@@ -99,7 +107,12 @@ class Params:
         return objectives.get_objective(
             self.objective, self.num_class, scale_pos_weight=self.scale_pos_weight,
             huber_slope=self.huber_slope, tweedie_variance_power=self.tweedie_variance_power,
-            quantile_alpha=self.quantile_alpha, poisson_delta_step=self.poisson_delta_step)
+            quantile_alpha=self.quantile_alpha, poisson_delta_step=self.poisson_delta_step,
+            lambda_params=ranking.LambdaParams(
+                "ndcg", top_k=self.lambdarank_num_pair_per_sample or ranking.DEFAULT_TOP_K,
+                normalize=self.lambdarank_normalization,
+                score_normalize=self.lambdarank_score_normalization,
+                exp_gain=self.ndcg_exp_gain))
 
     @property
     def delta_step_cap(self) -> float:
@@ -149,6 +162,9 @@ class Params:
                      "interaction_constraints"):  # likewise
             if getattr(self, name) is None:
                 del d[name]
+        for name in RANKING:  # likewise, where they keep their defaults
+            if getattr(self, name) == _RANKING_DEFAULTS[name]:
+                del d[name]
         if isinstance(self.monotone_constraints, tuple):
             d["monotone_constraints"] = list(self.monotone_constraints)
         if self.interaction_constraints is not None:
@@ -159,6 +175,10 @@ class Params:
 
 
 KNOWN = tuple(f.name for f in dataclasses.fields(Params))
+RANKING = ("lambdarank_pair_method", "lambdarank_num_pair_per_sample",
+           "lambdarank_normalization", "lambdarank_score_normalization", "lambdarank_unbiased",
+           "ndcg_exp_gain")
+_RANKING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Params) if f.name in RANKING}
 CATEGORICAL = ("enable_categorical", "max_cat_to_onehot", "max_cat_threshold", "cat_smooth",
                "cat_l2")
 
@@ -360,6 +380,7 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         raise TypeError(f"parameter disable_default_eval_metric must be True or False, got "
                         f"{disable!r}")
     p["disable_default_eval_metric"] = bool(disable)
+    p.update(_ranking_params(merged, objective))
     for name in ("enable_categorical",):
         flag = merged.get(name, True)
         if flag not in (True, False, 0, 1) or isinstance(flag, float):
@@ -393,3 +414,48 @@ def make_params(user: dict | None = None, **overrides) -> Params:
             seen.add(m.name)
         p["eval_metric"] = names
     return Params(**p)
+
+
+def _flag(merged: dict, name: str):
+    """A True/False parameter's value (XGBoost's 0/1 too), or None when not given."""
+    if name not in merged:
+        return None
+    flag = merged[name]
+    if flag not in (True, False, 0, 1) or isinstance(flag, float):
+        raise TypeError(f"parameter {name} must be True or False, got {flag!r}")
+    return bool(flag)
+
+
+def _ranking_params(merged: dict, objective: str) -> dict:
+    """The learning-to-rank parameters given, checked (XGBoost's names); a value gbflow cannot
+    honour is an error naming it."""
+    p = {}
+    method = merged.get("lambdarank_pair_method", "topk")
+    if method == "mean":
+        raise ValueError("parameter lambdarank_pair_method='mean' (pairs sampled at random) is "
+                         "not supported by this version of gbflow; use 'topk' (the default: "
+                         "each of a query's first lambdarank_num_pair_per_sample documents "
+                         "paired with every one below it)")
+    if method != "topk":
+        raise ValueError(f"parameter lambdarank_pair_method must be 'topk' or 'mean', got "
+                         f"{method!r}")
+    if merged.get("lambdarank_num_pair_per_sample") is not None:
+        k = _number("lambdarank_num_pair_per_sample", merged["lambdarank_num_pair_per_sample"],
+                    int)
+        if not 1 <= k <= 2**20:
+            raise ValueError(f"parameter lambdarank_num_pair_per_sample must lie in [1, 2**20], "
+                             f"got {k}")
+        p["lambdarank_num_pair_per_sample"] = k
+    for name in ("lambdarank_normalization", "lambdarank_score_normalization",
+                 "lambdarank_unbiased", "ndcg_exp_gain"):
+        flag = _flag(merged, name)
+        if flag is not None:
+            p[name] = flag
+    if p.get("lambdarank_unbiased"):
+        raise ValueError("parameter lambdarank_unbiased=True (position debiasing of click "
+                         "data) is not supported by this version of gbflow")
+    given = [name for name in RANKING if name in merged and name != "lambdarank_pair_method"]
+    if given and objective not in objectives.RANKING and given != ["ndcg_exp_gain"]:
+        raise ValueError(f"parameter {given[0]} only goes with the ranking objectives "
+                         f"({', '.join(objectives.RANKING)}); the objective is {objective}")
+    return p

@@ -28,6 +28,7 @@ class Shard:
     weight: object
     row_offset: object  # int, or (n,) uint64 array
     margin: object = None
+    queries: object = None  # the ranking objectives' ``ranking.QueryGroups`` of its rows
 
     @property
     def n_rows(self) -> int:

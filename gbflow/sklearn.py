@@ -137,6 +137,12 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
 
         Returns self.
         """
+        return self._fit(X, y, sample_weight, eval_set, sample_weight_eval_set, verbose,
+                         base_margin)
+
+    def _fit(self, X, y, sample_weight, eval_set, sample_weight_eval_set, verbose, base_margin,
+             qid=None, eval_qid=None):
+        """``fit``; qid / eval_qid (the ranker's): (n,) query ids of X and of each eval_set."""
         self._clear_fit()
         self._check_objective()
         adapter = adapter_for(X, self)
@@ -145,6 +151,9 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
         training = adapter.training(data, label, sample_weight)
         evals = self._eval_sets(adapter, eval_set, sample_weight_eval_set,
                                 weighted=sample_weight is not None)
+        if eval_qid is not None:  # (X, y, weight, qid) tuples
+            evals = [(((*data, None) if len(data) == 2 else data) + (q,), name)
+                     for (data, name), q in zip(evals, eval_qid)]
         if self.early_stopping_rounds is not None and not evals:
             raise ValueError("early_stopping_rounds needs a validation set: pass "
                              "eval_set=[(X_valid, y_valid)] to fit")
@@ -152,7 +161,7 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
         if callable(self.eval_metric):  # XGBoost's: a cost f(y_true, y_pred), minimised
             params = {**params, "eval_metric": None}
             custom = cost_metric(self.eval_metric)
-        booster = train(**training, base_margin=base_margin, params=params,
+        booster = train(**training, base_margin=base_margin, qid=qid, params=params,
                         num_boost_round=self.n_estimators,
                         evals=evals or None, early_stopping_rounds=self.early_stopping_rounds,
                         verbose=self.verbose if verbose is None else verbose,

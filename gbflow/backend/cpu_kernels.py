@@ -1426,3 +1426,21 @@ def sort_segments(ptr, keys, weights=None):
     else:
         _sort_segments_weighted(ptr, keys, weights)
     return keys, weights
+
+
+@njit(parallel=True, **_JIT)
+def _segment_sums(values, starts, out):
+    for s in prange(len(starts) - 1):
+        for c in range(values.shape[1]):
+            out[s, c] = 0.0
+        for r in range(starts[s], starts[s + 1]):
+            for c in range(values.shape[1]):
+                out[s, c] += values[r, c]
+
+
+def segment_sums(values, starts, out):
+    """See numpy_kernels.segment_sums: one thread a segment, rows added in order."""
+    if len(starts) > 1:
+        _segment_sums(np.ascontiguousarray(values, dtype=np.float64),
+                      np.asarray(starts, dtype=np.int64), out)
+    return out

@@ -1096,3 +1096,37 @@ def sort_segments(ptr, keys, weights=None):
         keys[:] = keys[order]
         weights[:] = weights[order]
     return keys, weights
+
+
+_SEGMENT_SUMS = r"""
+extern "C" __global__ void segment_sums(const double* values, const long long* starts,
+                                        long long n_segments, int k, double* out) {
+    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < n_segments * k;
+         t += (long long)gridDim.x * blockDim.x) {
+        long long s = t / k;
+        int c = (int)(t % k);
+        double total = 0.0;
+        for (long long r = starts[s]; r < starts[s + 1]; ++r) total += values[r * k + c];
+        out[t] = total;
+    }
+}
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _segment_sums_kernel():
+    return cp.RawKernel(_SEGMENT_SUMS, "segment_sums", options=("--fmad=false",))
+
+
+def segment_sums(values, starts, out):
+    """See numpy_kernels.segment_sums: one thread a (segment, column), its rows added in order
+    (the twin's bits)."""
+    n_segments = len(starts) - 1
+    if n_segments <= 0 or out.size == 0:
+        return out
+    values = cp.ascontiguousarray(values, dtype=cp.float64)
+    k = values.shape[1]
+    _segment_sums_kernel()((_grid(n_segments * k)[0],), (_THREADS,),
+                           (values, cp.ascontiguousarray(starts, dtype=cp.int64),
+                            _i64(n_segments), np.int32(k), out))
+    return out

@@ -1063,3 +1063,19 @@ def sort_segments(ptr, keys, weights=None):
         if weights is not None:
             weights[lo:hi] = weights[lo:hi][order]
     return keys, weights
+
+
+def segment_sums(values, starts, out):
+    """Each segment's rows of ``values`` summed column by column, one row after another.
+
+    values: (n, k) float64; starts: (S + 1,) int64 ascending, starts[0] = 0, starts[-1] = n;
+    out: (S, k) float64, overwritten with out[s] = 0.0 + values[starts[s]] + values[starts[s] + 1]
+    + ... in row order: every backend gets the same bits, and a segment's sums depend on its own
+    rows alone (not on the segments beside it: the ranking objective's sums per query are then
+    the same on any partitioning). Returns out."""
+    for s in range(len(starts) - 1):
+        total = np.zeros(values.shape[1])
+        for r in range(int(starts[s]), int(starts[s + 1])):
+            total = total + values[r]
+        out[s] = total
+    return out

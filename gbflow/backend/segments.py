@@ -1,4 +1,4 @@
-"""``sort_segments``: keys sorted within segments, for callers that hold only an array namespace."""
+"""Helpers for callers that hold only an array namespace: sorts and sums within segments."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,3 +13,15 @@ def sort_segments(xp, ptr, keys, weights=None):
         return cpu_kernels.sort_segments(ptr, keys, weights)
     from . import cuda_kernels
     return cuda_kernels.sort_segments(ptr, keys, weights)
+
+
+def segment_sums(xp, starts, values):
+    """``numpy_kernels.segment_sums`` in ``xp``: (S, k) float64 sums of the rows of each
+    segment of ``values`` ((n, k) float64), added in row order (the same bits on every
+    backend). starts: (S + 1,) int64 in ``xp``."""
+    out = xp.empty((len(starts) - 1, values.shape[1]), dtype=xp.float64)
+    if xp is np:
+        from . import cpu_kernels
+        return cpu_kernels.segment_sums(values, starts, out)
+    from . import cuda_kernels
+    return cuda_kernels.segment_sums(values, starts, out)

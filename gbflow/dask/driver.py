@@ -53,14 +53,14 @@ def _timeout() -> float:
 
 def _spec(params, num_boost_round, options, verbose, label, weight, features,
           train_table, evals, data_on_gpu: bool, session="", objective=None,
-          init_model=None, callbacks=(), base_margin=None) -> Spec:
+          init_model=None, callbacks=(), base_margin=None, qid=None) -> Spec:
     return Spec(
         session=session, topic=f"gbflow-{session}", params=params,
         num_boost_round=num_boost_round, options=options,
         verbose=verbose, label=label, weight=weight, features=tuple(features), train=train_table,
         evals=tuple((name, table) for _, name, table in evals), timeout=_timeout(),
         data_on_gpu=data_on_gpu, objective=objective, init_model=init_model,
-        callbacks=callbacks, base_margin=base_margin)
+        callbacks=callbacks, base_margin=base_margin, qid=qid)
 
 
 def current_client():
@@ -74,13 +74,15 @@ def current_client():
 
 def train(data, label, params: Params, num_boost_round: int, evals, options: EvalOptions,
           weight, verbose, client=None, objective=None, init_model=None,
-          callbacks=(), checkpoint=None, on_worker_lost: str = "restart", base_margin=None):
+          callbacks=(), checkpoint=None, on_worker_lost: str = "restart", base_margin=None,
+          qid=None):
     """``gbflow.train`` for a Dask DataFrame (parameters as there, already checked).
 
     With a client (given, or the active one) training runs on its workers; without one, in this
     process over the partitions. Either way the model is the same bit for bit.
     """
-    ddf, features, table, evals = dask_inputs.check(data, label, weight, evals, base_margin)
+    ddf, features, table, evals = dask_inputs.check(data, label, weight, evals, base_margin,
+                                                    qid)
     if not params.enable_categorical:
         inputs.check_categorical(ddf._meta, features, [], "training data", enabled=False)
     state = resume.read(checkpoint)
@@ -91,7 +93,8 @@ def train(data, label, params: Params, num_boost_round: int, evals, options: Eva
             return resume.resumed_model(state)
     spec = _spec(params, num_boost_round, options, verbose, label, weight, features,
                  table, evals, data_on_gpu=on_gpu(ddf._meta), objective=objective,
-                 init_model=init_model, callbacks=tuple(callbacks), base_margin=base_margin)
+                 init_model=init_model, callbacks=tuple(callbacks), base_margin=base_margin,
+                 qid=qid)
     client = client if client is not None else current_client()
     known = KnownRounds(state, num_boost_round, checkpoint)
     if client is None:

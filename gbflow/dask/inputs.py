@@ -40,7 +40,7 @@ def _table(ddf, what: str) -> Table:
     return Table(what=what, columns=tuple(str(c) for c in ddf._meta.columns))
 
 
-def check(data, label, weight, evals, base_margin=None):
+def check(data, label, weight, evals, base_margin=None, qid=None):
     """Everything that can be checked on the collections' metas, before any partition is computed.
 
     Returns (training frame, feature names, its Table, [(eval frame, name, Table)]); an
@@ -51,8 +51,9 @@ def check(data, label, weight, evals, base_margin=None):
     ddf = as_dask_frame(data, "training data")
     label, weight = column_name(label, "label"), column_name(weight, "weight")
     base_margin = column_name(base_margin, "base_margin")
+    qid = column_name(qid, "qid")
     meta = inputs.load(ddf._meta, label, weight, "training data", allow_empty=True,
-                       base_margin=base_margin)
+                       base_margin=base_margin, qid=qid)
     features = meta.feature_names
     checked = []
     for i, entry in enumerate(evals or []):
@@ -62,6 +63,6 @@ def check(data, label, weight, evals, base_margin=None):
             continue
         frame = as_dask_frame(frame, what)
         inputs.load(frame._meta, label, weight, what, feature_names=features, allow_empty=True,
-                    base_margin=base_margin)
+                    base_margin=base_margin, qid=qid)
         checked.append((frame, name, _table(frame, what)))
     return ddf, features, _table(ddf, "training data"), checked

@@ -6,7 +6,7 @@ import traceback
 
 import numpy as np
 
-from .. import categories, inputs
+from .. import categories, inputs, ranking
 from ..evaluation import TRAINING
 from .errors import CollectiveError
 from .messages import PartitionRef, Spec, Table
@@ -32,7 +32,8 @@ def load_partition(frame, index: int, table: Table, spec: Spec) -> inputs.DataSe
                          f"must have the same columns")
     dataset = inputs.load(frame, spec.label, spec.weight, what,
                             feature_names=list(spec.features), allow_empty=True,
-                            missing=spec.params.missing, base_margin=spec.base_margin)
+                            missing=spec.params.missing, base_margin=spec.base_margin,
+                            qid=spec.qid)
     spec.params.loss.check_label(dataset.label, f"label column {spec.label!r} of {what}")
     return dataset
 
@@ -93,6 +94,8 @@ class JoinedPartitions:
         label = np.empty(total, dtype=np.float64)
         weight = None if spec.weight is None else np.empty(total, dtype=np.float64)
         margin = None if spec.base_margin is None else np.empty(total, dtype=np.float64)
+        qid = None if spec.qid is None else np.empty(total, dtype=np.float64)
+        seen_queries = []  # per partition its query ids: a query must not span two
         self.runs, at = [], 0  # runs: (partition index, rows)
         blocks = []  # per partition (its rows of X, its categories): joined onto one list below
         items.reverse()  # popped from the end: the list holds only the partitions still to come
@@ -106,6 +109,9 @@ class JoinedPartitions:
                         f"{table.what} partition {index} has {len(frame)} rows where {rows} were "
                         f"counted when it was computed (was it recomputed differently?)")
                 part = load_partition(frame, index, table, spec)
+                if qid is not None:
+                    seen_queries.append(np.unique(backend.to_host(part.qid)))
+                    ranking.check_apart(seen_queries, table.what)
             except Exception as e:  # reported once every process agrees on the first error
                 # The traceback's frames would keep the partition alive (a local of each).
                 traceback.clear_frames(e.__traceback__)
@@ -122,6 +128,8 @@ class JoinedPartitions:
                 weight[at: at + part.n_rows] = backend.to_host(part.weight)
             if margin is not None:
                 margin[at: at + part.n_rows] = backend.to_host(part.base_margin)
+            if qid is not None:
+                qid[at: at + part.n_rows] = backend.to_host(part.qid)
             self.lengths[index] = part.n_rows
             self.runs.append((index, part.n_rows))
             at += part.n_rows
@@ -129,7 +137,8 @@ class JoinedPartitions:
         self.part = inputs.DataSet(
             X=X[:at], label=label[:at], weight=None if weight is None else weight[:at],
             feature_names=list(spec.features), label_name=spec.label, weight_name=spec.weight,
-            base_margin=None if margin is None else margin[:at], base_margin_name=spec.base_margin)
+            base_margin=None if margin is None else margin[:at], base_margin_name=spec.base_margin,
+            qid=None if qid is None else qid[:at], qid_name=spec.qid)
         self._join_categories(blocks)
 
     def _join_categories(self, blocks: list) -> None:

@@ -50,3 +50,4 @@ class Spec:
     resume: object = None  # resume.TrainingState of the rounds done before a restart, or None
     report_rounds: bool = False  # rank 0 sends each completed round's trees and values
     base_margin: str | None = None  # the column of each row's starting margin, or None
+    qid: str | None = None  # the column of each row's query id (ranking), or None

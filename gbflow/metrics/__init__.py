@@ -16,6 +16,7 @@ import numpy as np
 
 from ..backend import get_backend
 from ..collective import LOCAL
+from ..ranking import QueryGroups
 from .compute import EvalData, Evaluator
 from .definitions import MAXIMIZE, METRICS, Metric, fits_objective, metric
 
@@ -23,14 +24,17 @@ __all__ = ["MAXIMIZE", "METRICS", "EvalData", "Evaluator", "Metric", "auc", "eva
            "fits_objective", "logloss", "metric", "mlogloss", "rmse"]
 
 
-def evaluate(name: str, label, prediction, weight=None, params=None) -> float:
-    """Metric ``name`` of host predictions against labels, in this process."""
+def evaluate(name: str, label, prediction, weight=None, params=None, qid=None) -> float:
+    """Metric ``name`` of host predictions against labels, in this process; qid: (n,) query
+    ids, which the ranking metrics need (weights are then per query, constant within one)."""
     label = np.asarray(label, dtype=np.float64)
     prediction = np.asarray(prediction, dtype=np.float64)
     weights = None if weight is None else [np.asarray(weight, dtype=np.float64)]
     max_weight = 1.0 if weight is None or not len(label) else float(np.max(weights[0]))
     n_classes = prediction.shape[1] if prediction.ndim == 2 else 1
-    data = EvalData("", [label], weights, len(label), max_weight, n_classes)
+    queries = None if qid is None else \
+        [QueryGroups(np, np.asarray(qid), None if weights is None else weights[0])]
+    data = EvalData("", [label], weights, len(label), max_weight, n_classes, queries)
     evaluator = Evaluator(get_backend("cpu"), [metric(name, params)], [data], LOCAL)
     return evaluator.values([[prediction]])[0][0]
 

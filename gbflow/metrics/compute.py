@@ -25,7 +25,9 @@ from . import exact, tallies
 class EvalData:
     """One evaluation set as this process holds it: per part the (n_i,) float64 labels and
     weights (or None) on the backend's device; n_rows and max_weight over every process (1.0
-    without weights); n_classes: the predictions' columns (1: a (n_i,) vector)."""
+    without weights); n_classes: the predictions' columns (1: a (n_i,) vector); queries: per
+    part its ``ranking.QueryGroups`` (weighted by query where the set is), or None: a set
+    without query ids, which the ranking metrics cannot evaluate."""
 
     name: str
     labels: list
@@ -33,6 +35,7 @@ class EvalData:
     n_rows: int
     max_weight: float
     n_classes: int = 1
+    queries: list | None = None
 
 
 def _row_term(backend, m, weighted: bool):
@@ -87,6 +90,25 @@ class Evaluator:
                             [float(s.max_weight) for s in weighted], collective)
         by_set = dict(zip(map(id, weighted), totals))
         self.weight_totals = [by_set.get(id(s), float(s.n_rows)) for s in sets]
+        self.query_totals = self._query_totals() \
+            if any(m.kind == "query" for m in metrics) else []
+
+    def _query_totals(self) -> list[float]:
+        """Per set, the sum of its queries' weights over every process (their count without
+        weights): the ranking metrics' denominators."""
+        for s in self.sets:
+            if s.queries is None:
+                raise ValueError(f"evaluation set {s.name!r} has no query ids (qid): the "
+                                 f"ranking metrics rank rows within queries")
+        counts = self.collective.allreduce_sum(np.array(
+            [sum(q.n_queries for q in s.queries) for s in self.sets], dtype=np.int64))
+        weighted = [s for s in self.sets if s.weights is not None]
+        totals = exact.sums(self.backend, [[q.raw_weight for q in s.queries if q.n_queries]
+                                           for s in weighted],
+                            [s.n_rows for s in weighted], [float(s.max_weight) for s in weighted],
+                            self.collective)
+        by_set = dict(zip(map(id, weighted), totals))
+        return [by_set.get(id(s), float(count)) for s, count in zip(self.sets, counts)]
 
     def values(self, predictions: list[list]) -> list[list[float]]:
         """``begin(predictions).values()``."""
@@ -102,11 +124,16 @@ class Evaluator:
         for si, (s, preds) in enumerate(zip(self.sets, predictions)):
             weights = s.weights if s.weights is not None else [None] * len(s.labels)
             for mi, m in enumerate(self.metrics):
-                if m.kind != "row":
+                if m.kind == "row":
+                    term = self.terms[mi, s.weights is not None]
+                    parts = [term(y, p, *(() if e is None else (e,)),
+                                  *(() if w is None else (w,)))
+                             for y, w, p, e in zip(s.labels, weights, preds, self.extras[mi][si])]
+                elif m.kind == "query":
+                    parts = [m.loss(xp, q, y, p, None)
+                             for y, p, q in zip(s.labels, preds, s.queries)]
+                else:
                     continue
-                term = self.terms[mi, s.weights is not None]
-                parts = [term(y, p, *(() if e is None else (e,)), *(() if w is None else (w,)))
-                         for y, w, p, e in zip(s.labels, weights, preds, self.extras[mi][si])]
                 row_at[si, mi] = len(columns)
                 columns.append(parts)
                 counts.append(s.n_rows)
@@ -138,8 +165,10 @@ class Evaluator:
         for si, s in enumerate(self.sets):
             row = []
             for mi, m in enumerate(self.metrics):
-                if m.kind == "row":
-                    row.append(float(m.finish(sums[row_at[si, mi]], self.weight_totals[si])))
+                if m.kind in ("row", "query"):
+                    denominator = self.weight_totals[si] if m.kind == "row" else \
+                        self.query_totals[si]
+                    row.append(float(m.finish(sums[row_at[si, mi]], denominator)))
                     continue
                 auc_words = fetched[table_at[si]]
                 if m.kind == "auc":

@@ -4,12 +4,18 @@ A row metric is a ratio of two global sums: the weighted per-row losses and the 
 the square root of it, gamma-deviance doubles it). Its per-row loss is written once, against the
 array namespace of the predictions (NumPy or CuPy), in float64, after XGBoost's definition
 (src/metric in XGBoost; the same constants: 1e-16 clips the probabilities of logloss, mlogloss and
-poisson-nloglik). "auc" and "aucpr" are computed from tallies instead (``metrics.tallies``).
+poisson-nloglik). "auc" and "aucpr" are computed from tallies instead (``metrics.tallies``). The
+ranking metrics ("ndcg", "map", "pre", at k, "-" for XGBoost's score 0 of a query without
+relevant documents) are ratios of exact sums of per-query values and of the queries' weights
+(``gbflow.ranking``).
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
+
+from .. import ranking
 
 _EPS = 1e-16  # XGBoost's clip of probabilities in logloss, mlogloss and poisson-nloglik
 
@@ -18,7 +24,10 @@ _EPS = 1e-16  # XGBoost's clip of probabilities in logloss, mlogloss and poisson
 class Metric:
     """One metric as named by the user ("error@0.7", "tweedie-nloglik@1.5", ...).
 
-    kind: "row" (a ratio of sums of per-row losses and weights), "auc" or "aucpr" (tallies).
+    kind: "row" (a ratio of sums of per-row losses and weights), "query" (of per-query values
+    and query weights: ``loss`` is then (xp, queries, label, prediction, extra) -> (Q,) values
+    times the queries' weights, for ``ranking.QueryGroups`` queries), "auc" or "aucpr"
+    (tallies).
     multiclass: it takes (n, n_classes) probabilities and integer labels (its loss indexes
     them); else (n,) predictions and an elementwise loss (``Backend.fused`` makes it one
     kernel). any_outputs: it takes either.
@@ -177,8 +186,31 @@ _ARGUMENTS = {"error": (False, "a threshold, e.g. error@0.7"),
               "tweedie-nloglik": (True, "the variance power rho in [1, 2), e.g. "
                                         "tweedie-nloglik@1.5")}
 
-METRICS = tuple(_MAKERS)
-MAXIMIZE = frozenset(("auc", "aucpr"))
+METRICS = tuple(_MAKERS) + ("ndcg", "map", "pre")
+MAXIMIZE = frozenset(("auc", "aucpr", "ndcg", "map", "pre"))
+_RANKING = re.compile(r"(ndcg|map|pre)(?:@([^-]*))?(-?)")
+
+
+def _ranking_metric(name: str, params) -> Metric | None:
+    """XGBoost's ranking metric called ``name`` ("ndcg", "map@10", "ndcg@5-", "pre@3"), or
+    None for another name. "ndcg" takes the gain of the parameter ndcg_exp_gain."""
+    match = _RANKING.fullmatch(name)
+    if match is None:
+        return None
+    kind, k, minus = match.group(1), match.group(2), match.group(3) == "-"
+    if k is not None:
+        if not k.isdigit() or int(k) < 1:
+            raise ValueError(f"eval_metric {name!r}: the argument after '@' must be a positive "
+                             f"whole number of places, e.g. {kind}@10")
+        k = int(k)
+    exp_gain = bool(getattr(params, "ndcg_exp_gain", True))
+
+    def values(xp, queries, y, p, extra):
+        return ranking.query_scores(xp, kind, k, minus, exp_gain, p, y, queries)
+
+    labels = (0.0, math.inf, True) if kind == "ndcg" else _PROBABILITY
+    return Metric(name=name, kind="query", maximize=True, loss=values, finish=_mean, bound=1.0,
+                  labels=labels)
 
 
 def metric(name: str, params=None) -> Metric:
@@ -187,6 +219,9 @@ def metric(name: str, params=None) -> Metric:
     ``quantile_alpha``), or None for their defaults. Raises ValueError naming the metric."""
     if not isinstance(name, str):
         raise TypeError(f"a metric name must be a string, got {type(name).__name__} {name!r}")
+    ranking_metric = _ranking_metric(name, params)
+    if ranking_metric is not None:
+        return ranking_metric
     base, at, arg = name.partition("@")
     if base not in _MAKERS:
         raise ValueError(f"eval_metric {name!r} is not supported (supported: "
@@ -217,7 +252,7 @@ class _Defaults:
 def fits_objective(m: Metric, multiclass: bool) -> bool:
     """Whether the metric takes the predictions of an objective with (True) or without
     (False) one output per class. auc takes both (for classes, each class against the rest,
-    weighted by its weight, as XGBoost); aucpr only one output."""
+    weighted by its weight, as XGBoost); aucpr and the ranking metrics only one output."""
     return m.any_outputs or m.multiclass == multiclass
 
 

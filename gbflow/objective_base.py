@@ -1,0 +1,120 @@
+"""The objective interface every loss implements, and the helpers the losses share."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _dtypes, fixed_point
+from .collective import LOCAL
+
+
+class Objective:
+    """One loss. Arrays are in the ``xp`` namespace passed to each method.
+
+    margin: (n_rows, n_groups) float64; label: (n_rows,) float64; weight: (n_rows,) or None.
+    """
+
+    name = ""
+    default_metric = ""
+    # the quantile of the residuals each leaf is set to after its tree (a line search), or None
+    leaf_alpha: float | None = None
+    n_groups = 1  # margins (and trees) per row and round
+    # each row's gradients depend on that row alone: they may be computed a block of rows at a
+    # time (a custom objective sees every row at once, as XGBoost's does)
+    row_wise = True
+    # a row's gradients depend on the other rows of its query (learning to rank): the loop
+    # calls ``query_gradients`` with each shard's ``ranking.QueryGroups`` instead
+    by_query = False
+
+    @property
+    def n_outputs(self) -> int:
+        """Prediction columns (``transform``'s): n_groups, or 1 for multi:softmax's class."""
+        return self.n_groups
+
+    def check_label(self, label: np.ndarray, where: str) -> None:
+        """Raise ValueError naming ``where`` if the (host) label cannot be used with this loss."""
+
+    def base_score_margin(self, base_score: float) -> float:
+        """The margin of a user's ``base_score`` (XGBoost's: given in prediction space);
+        ValueError naming the parameter where the link cannot take it."""
+        return float(base_score)
+
+    def base_margin(self, xp, labels: list, weights: list | None, base_score,
+                    collective=LOCAL) -> np.ndarray:
+        """(n_groups,) float64 starting margin: ``base_score_margin(base_score)`` if given, else
+        ``estimate_margin``. Every process must call it."""
+        if base_score is not None:
+            return np.full(self.n_groups, self.base_score_margin(base_score))
+        return self.estimate_margin(xp, labels, weights, collective)
+
+    def estimate_margin(self, xp, labels: list, weights: list | None,
+                        collective=LOCAL) -> np.ndarray:
+        """(n_groups,) float64 default start (XGBoost's estimate for the loss), from every
+        process's ``labels``/``weights`` (lists of per-shard arrays) through ``collective`` with
+        exact sums, so it does not depend on how rows are split; margin 0 here."""
+        return np.zeros(self.n_groups)
+
+    def gradients(self, xp, margin, label, weight):
+        """(n_rows, n_groups) float32 gradient and hessian (new arrays)."""
+        raise NotImplementedError
+
+    def query_gradients(self, xp, margin, label, queries):
+        """(n_rows, 1) float32 gradient and hessian of a ``by_query`` loss; queries: the
+        shard's ``ranking.QueryGroups`` (their weights are the queries')."""
+        raise NotImplementedError
+
+    def transform(self, xp, margin):
+        """Margins -> predictions: (n_rows,) for one output, (n_rows, n_outputs) otherwise."""
+        raise NotImplementedError
+
+    def eval_transform(self, xp, margin):
+        """Margins -> what the metrics see (XGBoost's: multi:softmax's metrics see the
+        probabilities, not the class)."""
+        return self.transform(xp, margin)
+
+    def gradient_bounds(self, max_weight: float) -> np.ndarray | None:
+        """(n_groups, 2) float64 bounds on |gradient| and |hessian| that hold for any margin,
+        given the largest row weight (1.0 without weights), or None when the loss has none.
+        Training takes its fixed-point scales from them instead of reducing max |g| and |h|
+        over every process each round (a wait for the device, and a collective round trip on
+        several workers). With row weights other than 1 the float32 gradients may exceed the
+        bound by their rounding (one float32 ulp, a relative 6e-8), which the factor-of-two
+        headroom of ``_dtypes.FIXED_SUM_LIMIT`` absorbs; anything more could overflow the int64
+        sums."""
+        return None
+
+
+
+def weighted_mean(xp, values: list, weights: list | None, collective) -> float:
+    if weights is None:
+        return fixed_point.exact_sum(xp, values, collective=collective) / \
+            fixed_point.global_count(values, collective)
+    total_weight = fixed_point.exact_sum(xp, weights, collective=collective)
+    if total_weight <= 0:
+        raise ValueError("the weights sum to zero: nothing to train on")
+    return fixed_point.exact_sum(xp, [v * w for v, w in zip(values, weights)],
+                               collective=collective) / total_weight
+
+
+def newton_step_from_zero(objective, xp, labels: list, weights: list | None,
+                           collective) -> float:
+    """XGBoost's default intercept for the losses without a closed-form one: a single Newton
+    step from margin 0, -sum(g) / sum(h) over every process's rows (exact sums: the same
+    however the rows are split)."""
+    grads, hessians = [], []
+    for i, y in enumerate(labels):
+        g, h = objective.gradients(xp, xp.zeros((len(y), 1)), y,
+                                   None if weights is None else weights[i])
+        grads.append(g.astype(xp.float64))
+        hessians.append(h.astype(xp.float64))
+    total_h = fixed_point.exact_sum(xp, hessians, collective=collective)
+    if not total_h > 0:
+        return 0.0
+    return -fixed_point.exact_sum(xp, grads, collective=collective) / total_h
+
+
+def weighted(xp, grad, hess, weight):
+    """float32 gradient and hessian, times the row weights when there are some."""
+    if weight is not None:
+        grad = grad * weight[:, None]
+        hess = hess * weight[:, None]
+    return grad.astype(_dtypes.GRADIENT), hess.astype(_dtypes.GRADIENT)

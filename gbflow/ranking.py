@@ -1,0 +1,372 @@
+"""Learning to rank: rows grouped by query, LambdaMART's gradients, and the ranking metrics.
+
+XGBoost's definitions (its lambdarank objective and rank metrics): within each query the documents
+are ranked by the model's scores (ties in row order); the top-k pair method pairs each of the first
+k documents with every document ranked below it; a pair of different labels pushes the better
+labelled document up and the other down by (1 - sigmoid(s_high - s_low)) |delta| (the change of
+NDCG or MAP if the two swapped places, or 1 for rank:pairwise), divided by |s_high - s_low| + 0.01
+unless every score of the query is equal; each query's gradients are then scaled by
+log2(1 + S) / S (S: twice the sum of its pairs' pushes) and by its weight.
+
+Why per query and in order: a query's rows lie in one part (checked), and every sum over a
+query's rows is ``segment_sums``'s (added one row after another, from the query's first), so a
+row's gradient depends on its query alone: the same on any partitioning, number of processes and
+device. Prefix sums along a query (MAP's) are exact integers.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from . import fixed_point
+from .backend import to_host
+from .backend.segments import segment_sums
+from .objective_base import Objective
+
+EXP_GAIN_LIMIT = 31  # XGBoost's: with the gain 2**label - 1, labels are at most 31
+DEFAULT_TOP_K = 32  # XGBoost's lambdarank_num_pair_per_sample for the top-k pair method
+_PAIR_BUDGET = 1 << 22  # (document, top rank) pairs made at a time: bounds the temporaries
+_SCORE_GAP = 0.01  # XGBoost's: |delta| / (|s_high - s_low| + 0.01)
+_MIN_CURVATURE = 1e-16  # XGBoost's floor of sigmoid (1 - sigmoid) in a pair's hessian
+_MAP_SCALE = 2.0 ** 32  # fixed point of MAP's prefix sums (terms <= 1; parts < 2**30 rows)
+
+
+@dataclasses.dataclass(frozen=True)
+class LambdaParams:
+    """XGBoost's LambdaMART parameters. kind: the swapped pair's metric change, "ndcg", "map"
+    or "pairwise" (1); top_k: lambdarank_num_pair_per_sample (the top-k pair method's k);
+    normalize: lambdarank_normalization; score_normalize: lambdarank_score_normalization;
+    exp_gain: ndcg_exp_gain (NDCG's gain 2**label - 1, else the label)."""
+
+    kind: str
+    top_k: int = DEFAULT_TOP_K
+    normalize: bool = True
+    score_normalize: bool = True
+    exp_gain: bool = True
+
+
+class QueryGroups:
+    """The rows of one part grouped by query (XGBoost's qid), on the part's device.
+
+    order: (n,) int64 row numbers sorted by (query id, row). starts: (Q + 1,) int64 where each
+    query begins in ``order`` (host_starts: the same on the host). query_of: (n,) int64 each
+    position's query, 0..Q-1 in id order. ids: (Q,) host int64 query ids. raw_weight: (Q,)
+    float64 each query's weight (XGBoost's group weights), or None; weight: the same times the
+    normalisation ``set_norm`` gives (the gradients'), or None.
+    """
+
+    def __init__(self, xp, qid, row_weight=None, what: str = "the training data"):
+        self.xp = xp
+        n = len(qid)
+        qid = xp.asarray(qid).astype(xp.int64)
+        positions = xp.arange(n, dtype=xp.int64)
+        self.order = positions[xp.lexsort(xp.stack([positions, qid]))] if n else positions
+        sorted_ids = qid[self.order]
+        new = sorted_ids[1:] != sorted_ids[:-1]
+        self.starts = xp.concatenate([xp.zeros(1 if n else 0, dtype=xp.int64),
+                                      xp.flatnonzero(new).astype(xp.int64) + 1,
+                                      xp.full(1, n, dtype=xp.int64)])
+        self.query_of = xp.concatenate([xp.zeros(1 if n else 0, dtype=xp.int64),
+                                        xp.cumsum(new, dtype=xp.int64)])
+        self.host_starts = np.asarray(to_host(self.starts), dtype=np.int64)
+        self.ids = np.asarray(to_host(sorted_ids[self.starts[:-1]]), dtype=np.int64)
+        self.raw_weight = self.weight = None
+        if row_weight is not None:
+            w = xp.asarray(row_weight, dtype=xp.float64)[self.order]
+            first = w[self.starts[:-1]]
+            differs = xp.flatnonzero(w != first[self.query_of])
+            if len(differs):
+                query = self.ids[int(to_host(self.query_of[differs[:1]])[0])]
+                raise ValueError(f"weight of {what}: ranking weights belong to queries "
+                                 f"(XGBoost's group weights), but the rows of query {query} "
+                                 f"have different weights; give every row of a query its "
+                                 f"query's weight")
+            self.raw_weight = self.weight = first
+        self._ideal: dict = {}  # (k, exp_gain) -> (Q,) ideal DCG
+
+    @property
+    def n_queries(self) -> int:
+        return len(self.host_starts) - 1
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.host_starts[-1]) if len(self.host_starts) else 0
+
+    def set_norm(self, factor: float) -> None:
+        """Scale the gradients' query weights by ``factor`` (XGBoost's: the number of queries
+        over the sum of their weights, both over every process)."""
+        if self.raw_weight is not None:
+            self.weight = self.raw_weight * factor
+
+    def ranked(self, score):
+        """(n,) int64 row numbers, queries in id order, each query's rows by ``score``
+        ((n,) float64) descending, equal scores in row order."""
+        xp = self.xp
+        if not len(self.order):
+            return self.order
+        keys = xp.stack([xp.arange(len(self.order), dtype=xp.float64), -score[self.order],
+                         self.query_of.astype(xp.float64)])
+        return self.order[xp.lexsort(keys)]
+
+    def ranks(self):
+        """(n,) int64 each position's place in its query (0 first)."""
+        xp = self.xp
+        return xp.arange(len(self.order), dtype=xp.int64) - self.starts[self.query_of]
+
+    def sums(self, values):
+        """(Q,) float64 per query sums of (n,) float64 ``values`` given in position order."""
+        return segment_sums(self.xp, self.starts, values[:, None])[:, 0]
+
+    def ideal_dcg(self, label, k: int | None, exp_gain: bool):
+        """(Q,) float64 each query's best DCG over its first ``k`` places (None: all), for the
+        labels ``label`` ((n,) float64 by row); computed once per (k, exp_gain)."""
+        key = (k, exp_gain)
+        if key not in self._ideal:
+            best = self.ranked(label)
+            terms = _gain(self.xp, label[best], exp_gain) * _discount(self.xp, self.ranks())
+            if k is not None:
+                terms = self.xp.where(self.ranks() < k, terms, 0.0)
+            self._ideal[key] = self.sums(terms)
+        return self._ideal[key]
+
+    def chunks(self, k: int) -> list[tuple[int, int]]:
+        """Runs of whole queries [q0, q1) of about ``_PAIR_BUDGET / k`` rows (a query larger
+        than that is a run of its own)."""
+        rows = max(1, _PAIR_BUDGET // k)
+        out, q0 = [], 0
+        while q0 < self.n_queries:
+            q1 = int(np.searchsorted(self.host_starts, self.host_starts[q0] + rows, "right")) - 1
+            q1 = min(max(q1, q0 + 1), self.n_queries)
+            out.append((q0, q1))
+            q0 = q1
+        return out
+
+
+def _gain(xp, label, exp_gain: bool):
+    return xp.exp2(label) - 1.0 if exp_gain else label
+
+
+def _discount(xp, rank):
+    return 1.0 / xp.log2(rank.astype(xp.float64) + 2.0)
+
+
+def _sigmoid(xp, x):
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + xp.exp(-x))
+
+
+def _within_query_prefix(xp, queries, values):
+    """(n,) inclusive prefix sums of ``values`` (exact integers as float64, in position order)
+    restarted at every query."""
+    total = xp.cumsum(values)
+    first = queries.starts[queries.query_of]
+    return total - (total[first] - values[first])
+
+
+def _map_prefixes(xp, queries, y, rank):
+    """MAP's per-position statistics in the model's order: the relevant documents up to and
+    including each place, and the sum of label / place over those places (exact: integers,
+    and a fixed-point sum)."""
+    relevant = _within_query_prefix(xp, queries, y)
+    terms = xp.rint(y / (rank + 1.0) * _MAP_SCALE)
+    return relevant, _within_query_prefix(xp, queries, terms) / _MAP_SCALE
+
+
+def _map_delta(xp, y_top, y_low, top, low, relevant, acc, at_top, at_low, total):
+    """|change of average precision| when the documents at places ``top`` < ``low`` swap
+    (XGBoost's DeltaMAP); at_top / at_low: their positions; total: the query's relevant
+    count."""
+    r_h, r_l = top + 1.0, low + 1.0
+    m, n_top = relevant[at_low], relevant[at_top]
+    between = acc[at_low - 1] - acc[at_top]
+    delta = xp.where(y_top < y_low, m / r_l - (n_top + 1.0) / r_h - between,
+                     n_top / r_h - m / r_l + between)
+    return xp.abs(delta / xp.where(total > 0, total, 1.0))
+
+
+def lambda_gradients(xp, score, label, queries: QueryGroups, lp: LambdaParams):
+    """LambdaMART's (n, 1) float32 gradient and hessian of one part.
+
+    score: (n,) float64 margins; label: (n,) float64 relevance (binary for "map"); queries:
+    the part's ``QueryGroups`` (their ``weight``, if any, scales each query). Pairs: the
+    top-k method (each of a query's first ``lp.top_k`` documents with every one below it)."""
+    n, k = len(score), lp.top_k
+    grad, hess = xp.zeros(n), xp.zeros(n)
+    if n == 0:
+        return grad[:, None].astype(np.float32), hess[:, None].astype(np.float32)
+    ranked = queries.ranked(score)
+    y, s = label[ranked], score[ranked]
+    starts, query_of, rank = queries.starts, queries.query_of, queries.ranks()
+    first, last = starts[:-1], starts[1:] - 1
+    tied = (s[first] == s[last])[query_of]  # every score of the query equal: no score norm
+    if lp.kind == "ndcg":
+        gain = _gain(xp, y, lp.exp_gain)
+        ideal = queries.ideal_dcg(label, k, lp.exp_gain)
+        inverse_ideal = xp.where(ideal > 0, 1.0 / xp.where(ideal > 0, ideal, 1.0), 0.0)
+    elif lp.kind == "map":
+        relevant, acc = _map_prefixes(xp, queries, y, rank)
+        total = relevant[last][query_of]
+    g, h = xp.zeros(n), xp.zeros(n)
+    push_total = xp.zeros(queries.n_queries)
+    places = xp.arange(k, dtype=xp.int64)
+    for q0, q1 in queries.chunks(k):
+        a, b = int(queries.host_starts[q0]), int(queries.host_starts[q1])
+        c = b - a
+        low = rank[a:b]
+        at = xp.arange(a, b, dtype=xp.int64)
+        valid = places[None, :] < low[:, None]
+        top = xp.where(valid, starts[query_of[a:b]][:, None] + places[None, :], at[:, None])
+        y_low, y_top = y[a:b][:, None], y[top]
+        valid &= y_top != y_low
+        s_low, s_top = s[a:b][:, None], s[top]
+        if lp.kind == "ndcg":
+            delta = xp.abs((gain[top] - gain[a:b][:, None]) *
+                           (_discount(xp, places)[None, :] - _discount(xp, low)[:, None])) * \
+                inverse_ideal[query_of[a:b]][:, None]
+        elif lp.kind == "map":
+            delta = _map_delta(xp, y_top, y_low, places[None, :], low[:, None], relevant, acc,
+                               top, at[:, None], total[a:b][:, None])
+        else:
+            delta = xp.ones((c, k))
+        if lp.score_normalize:
+            delta = xp.where(tied[a:b][:, None], delta,
+                             delta / (xp.abs(s_top - s_low) + _SCORE_GAP))
+        top_better = y_top > y_low
+        sig = _sigmoid(xp, xp.where(top_better, s_top - s_low, s_low - s_top))
+        push = xp.where(valid, (1.0 - sig) * delta, 0.0)
+        curvature = xp.where(valid, xp.maximum(sig * (1.0 - sig), _MIN_CURVATURE) * delta * 2.0,
+                             0.0)
+        own = xp.where(top_better, push, -push)  # the lower-labelled document is pushed down
+        # each document's own pairs (with the places above it), added place by place
+        mine = segment_sums(xp, xp.asarray([0, k], dtype=xp.int64),
+                            xp.concatenate([own.T, curvature.T, push.T], axis=1))[0]
+        g[a:b], h[a:b] = mine[:c], mine[c:2 * c]
+        # each top document's pairs with the documents below it, added document by document
+        theirs = segment_sums(xp, starts[q0:q1 + 1] - a,
+                              xp.concatenate([-own, curvature, mine[2 * c:, None]], axis=1))
+        sizes = starts[q0 + 1:q1 + 1] - starts[q0:q1]
+        inside = places[None, :] < sizes[:, None]
+        targets = (starts[q0:q1][:, None] + places[None, :])[inside]
+        g[targets] += theirs[:, :k][inside]
+        h[targets] += theirs[:, k:2 * k][inside]
+        push_total[q0:q1] = 2.0 * theirs[:, 2 * k]
+    factor = xp.ones(queries.n_queries)
+    if lp.normalize:
+        positive = push_total > 0
+        safe = xp.where(positive, push_total, 1.0)
+        factor = xp.where(positive, xp.log2(1.0 + safe) / safe, 1.0)
+    if queries.weight is not None:
+        factor = factor * queries.weight
+    grad[ranked] = g * factor[query_of]
+    hess[ranked] = h * factor[query_of]
+    return grad[:, None].astype(np.float32), hess[:, None].astype(np.float32)
+
+
+def query_scores(xp, kind: str, k: int | None, minus: bool, exp_gain: bool, score, label,
+                 queries: QueryGroups):
+    """(Q,) float64 each query's XGBoost metric "ndcg", "map" or "pre" at ``k`` (None: the
+    whole list) for scores ``score`` and labels ``label`` ((n,) float64 by row), times the
+    query's weight (``queries.raw_weight``). A query whose ideal is 0 (no relevant document)
+    scores 1, or 0 with ``minus`` (XGBoost's "ndcg-"); for "ndcg" that 1 is not weighted, as in
+    XGBoost (CPU and GPU), whose value this is."""
+    ranked = queries.ranked(score)
+    y, rank = label[ranked], queries.ranks()
+    shown = rank < k if k is not None else xp.ones(len(rank), dtype=bool)
+    empty = 0.0 if minus else 1.0
+    weight = 1.0 if queries.raw_weight is None else queries.raw_weight
+    if kind == "ndcg":
+        dcg = queries.sums(xp.where(shown, _gain(xp, y, exp_gain) * _discount(xp, rank), 0.0))
+        ideal = queries.ideal_dcg(label, k, exp_gain)
+        return xp.where(ideal > 0, dcg / xp.where(ideal > 0, ideal, 1.0) * weight, empty)
+    if kind == "map":
+        hits = _within_query_prefix(xp, queries, y)
+        precision_sum = queries.sums(xp.where(shown, hits / (rank + 1.0) * y, 0.0))
+        relevant = queries.sums(y)
+        if k is not None:
+            relevant_shown = xp.minimum(relevant, float(k))
+        else:
+            relevant_shown = relevant
+        return xp.where(relevant > 0, precision_sum / xp.where(relevant > 0, relevant_shown, 1.0),
+                        empty) * weight
+    sizes = (queries.starts[1:] - queries.starts[:-1]).astype(xp.float64)
+    shown_count = sizes if k is None else xp.minimum(sizes, float(k))
+    return queries.sums(xp.where(shown, y, 0.0)) / shown_count * weight
+
+
+class LambdaRank(Objective):
+    """rank:ndcg, rank:map and rank:pairwise (XGBoost's LambdaMART, top-k pairs): predictions
+    are the margins, scores to sort each query by. The start is margin 0 (XGBoost's estimate,
+    one Newton step from 0, is 0 too up to rounding: a query's pushes cancel). Row weights
+    are the queries' (constant within one, as XGBoost's group weights)."""
+
+    by_query = True
+    row_wise = False
+
+    def __init__(self, name: str, lambda_params: LambdaParams):
+        self.name, self.lambda_params = name, lambda_params
+        self.default_metric = f"{'map' if name == 'rank:map' else 'ndcg'}@{lambda_params.top_k}"
+
+    def check_label(self, label, where):
+        if self.lambda_params.kind == "map":
+            bad = (label != 0) & (label != 1)
+            rule = "binary relevance labels, 0 or 1"
+        elif self.lambda_params.kind == "ndcg" and self.lambda_params.exp_gain:
+            bad = (label < 0) | (label > EXP_GAIN_LIMIT) | (label != np.floor(label))
+            rule = (f"whole relevance degrees 0..{EXP_GAIN_LIMIT} (its gain is 2**label - 1; "
+                    f"set ndcg_exp_gain=False for the label itself)")
+        else:
+            return
+        if bad.any():
+            raise ValueError(f"{self.name} needs {rule}; {where} has {int(bad.sum())} others, "
+                             f"e.g. {float(label[bad][0]):g}")
+
+    def gradients(self, xp, margin, label, weight):
+        raise TypeError(f"{self.name}'s gradients need the rows' queries (query_gradients)")
+
+    def query_gradients(self, xp, margin, label, queries):
+        return lambda_gradients(xp, margin[:, 0], label, queries, self.lambda_params)
+
+    def transform(self, xp, margin):
+        return margin[:, 0]
+
+
+def part_queries(xp, qids: list, weights: list | None, collective, what: str,
+                 normalize: bool = True) -> list[QueryGroups]:
+    """Each part's ``QueryGroups`` from its (n_i,) query ids and row weights (or None), checked
+    across every process: every part has ids, and no query spans parts (``check_apart``). With
+    ``normalize``, the query weights are scaled by XGBoost's factor, the number of queries over
+    the sum of their weights (both over every process: exact). Every process calls it."""
+    lacking = int(collective.allreduce_max(float(any(q is None for q in qids))))
+    if lacking:
+        raise ValueError(f"{what} has no query ids (qid): ranking needs each row's query; give "
+                         f"the qid column (or array) for it too")
+    groups = [QueryGroups(xp, q, None if weights is None else w, what)
+              for q, w in zip(qids, weights if weights is not None else [None] * len(qids))]
+    id_sets = [ids for process in collective.allgather([g.ids for g in groups])
+               for ids in process]
+    check_apart(id_sets, what)
+    if normalize and weights is not None:
+        total = fixed_point.exact_sum(xp, [g.raw_weight for g in groups], collective=collective)
+        if not total > 0:
+            raise ValueError(f"weight of {what}: every query's weight is zero")
+        for g in groups:
+            g.set_norm(sum(len(ids) for ids in id_sets) / total)
+    return groups
+
+
+def check_apart(id_sets: list, what: str) -> None:
+    """ValueError when a query id occurs in more than one of ``id_sets`` (each part's or
+    process's (Q_i,) host query ids): a query's rows must lie in one part (one Dask
+    partition), where its gradients are computed."""
+    if len(id_sets) < 2:
+        return
+    every = np.concatenate([np.asarray(i, dtype=np.int64) for i in id_sets])
+    values, counts = np.unique(every, return_counts=True)
+    shared = values[counts > 1]
+    if len(shared):
+        shown = ", ".join(str(int(v)) for v in shared[:5])
+        raise ValueError(f"qid of {what}: the rows of query {shown}"
+                         f"{' ...' if len(shared) > 5 else ''} lie in more than one partition; "
+                         f"a query's rows must lie in one (for a Dask DataFrame: set_index or "
+                         f"shuffle on the query column, or repartition at query boundaries)")

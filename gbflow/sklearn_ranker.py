@@ -1,0 +1,135 @@
+"""scikit-learn's learning-to-rank estimator on top of ``gbflow.train``: ``GBFlowRanker``."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from . import metrics
+from .inputs import is_dask_collection
+from .objectives import RANKING
+from .sklearn import GBFlowRegressor, _store
+
+__all__ = ["GBFlowRanker"]
+
+
+def _split_qid(X, qid, what: str):
+    """(features, (n,) int64 query ids): ``qid`` as given, or a DataFrame's "qid" column
+    (XGBoost's XGBRanker takes either), which then is not a feature."""
+    if qid is None and isinstance(X, pd.DataFrame) and "qid" in X.columns:
+        return X.drop(columns="qid"), X["qid"].to_numpy()
+    if qid is None:
+        raise ValueError(f"{what}: a ranker needs each row's query: pass qid= (or a DataFrame "
+                         f"with a 'qid' column)")
+    values = np.asarray(qid)
+    if values.ndim != 1 or len(values) != X.shape[0]:
+        raise ValueError(f"qid of {what} must have shape ({X.shape[0]},), got {values.shape}")
+    return X, values
+
+
+def _row_weights(weight, qid: np.ndarray, what: str):
+    """XGBRanker's query weights as row weights: one weight per query (in ascending query id
+    order, XGBoost's group weights), or one per row (the same within each query, checked by
+    training). None stays None."""
+    if weight is None:
+        return None
+    weight = np.asarray(weight, dtype=np.float64)
+    ids, position = np.unique(qid, return_inverse=True)
+    if weight.ndim == 1 and len(weight) == len(ids):
+        return weight[position]
+    if weight.ndim == 1 and len(weight) == len(qid):
+        return weight
+    raise ValueError(f"{what} must hold one weight per query ({len(ids)}, in ascending query "
+                     f"id order) or one per row ({len(qid)}), got shape {weight.shape}")
+
+
+class GBFlowRanker(GBFlowRegressor):
+    """Learning to rank (XGBoost's XGBRanker): LambdaMART trees that score documents so that
+    sorting each query's documents by score orders them by relevance.
+
+    Parameters: ``GBFlowRegressor``'s, with objective "rank:ndcg" (default), "rank:map" or
+    "rank:pairwise", and XGBoost's ranking parameters:
+
+    lambdarank_pair_method : "topk", default "topk"
+        Each of a query's first ``lambdarank_num_pair_per_sample`` documents (by the current
+        scores) is paired with every document below it ("mean", sampled pairs, is not
+        supported yet).
+    lambdarank_num_pair_per_sample : int or None, default None (32)
+    lambdarank_normalization, lambdarank_score_normalization : bool, default True
+    ndcg_exp_gain : bool, default True
+        NDCG's gain 2**label - 1 (labels 0..31), else the label itself.
+
+    The default metric is "ndcg@32" ("map@32" for rank:map); ``score`` returns it.
+    """
+
+    def __init__(self, *, objective="rank:ndcg", n_estimators=100, max_depth=6,
+                 learning_rate=0.3, min_child_weight=1.0, gamma=0.0, reg_lambda=1.0,
+                 reg_alpha=0.0, subsample=1.0, colsample_bytree=1.0, colsample_bylevel=1.0,
+                 colsample_bynode=1.0, max_bin=256, random_state=0, base_score=None,
+                 eval_metric=None, early_stopping_rounds=None, device="auto",
+                 sparse_threshold=None, verbose=False, n_jobs=None, enable_categorical=True,
+                 max_cat_to_onehot=4, max_cat_threshold=64, cat_smooth=10.0, cat_l2=10.0,
+                 verbosity=1, quantile_alpha=0.5, max_delta_step=None,
+                 monotone_constraints=None, interaction_constraints=None,
+                 lambdarank_pair_method="topk", lambdarank_num_pair_per_sample=None,
+                 lambdarank_normalization=True, lambdarank_score_normalization=True,
+                 ndcg_exp_gain=True):
+        _store(self, locals())
+
+    def _check_objective(self):
+        if self.objective not in RANKING:
+            raise ValueError(f"GBFlowRanker takes a ranking objective ({', '.join(RANKING)}), "
+                             f"got {self.objective!r}; use GBFlowRegressor or GBFlowClassifier")
+
+    def fit(self, X, y, *, qid=None, sample_weight=None, eval_set=None, eval_qid=None,
+            sample_weight_eval_set=None, verbose=None):
+        """Train the ranker.
+
+        X : pandas DataFrame, array-like or scipy sparse matrix of shape (n_samples,
+            n_features); a DataFrame may hold the query ids as a column named "qid".
+        y : array-like of shape (n_samples,), each document's relevance (whole numbers
+            0..31 for rank:ndcg, 0 or 1 for rank:map).
+        qid : array-like of shape (n_samples,), each row's query id (whole numbers; a query's
+            rows need not be adjacent).
+        sample_weight : array-like, optional: one weight per query (ascending query id), as
+            XGBoost's, or one per row, the same within each query.
+        eval_set : list of (X, y) pairs, optional, named "validation_0", ...; eval_qid: their
+            query ids (or a "qid" column of each X); sample_weight_eval_set: their weights.
+        verbose : bool or int, optional.
+
+        Returns self. Dask DataFrames: use ``gbflow.train(ddf, label, qid=column)``.
+        """
+        if is_dask_collection(X):
+            raise TypeError("GBFlowRanker trains on in-memory data; for a Dask DataFrame use "
+                            "gbflow.train(ddf, label, params={'objective': 'rank:ndcg'}, "
+                            "qid='query column')")
+        X, qid = _split_qid(X, qid, "X")
+        sample_weight = _row_weights(sample_weight, qid, "sample_weight")
+        eval_set = list(eval_set) if eval_set is not None else None
+        eval_qid = list(eval_qid) if eval_qid is not None else [None] * len(eval_set or [])
+        if eval_set is not None and len(eval_qid) != len(eval_set):
+            raise ValueError(f"eval_qid has {len(eval_qid)} entries but eval_set has "
+                             f"{len(eval_set)}")
+        weights = list(sample_weight_eval_set) if sample_weight_eval_set is not None else \
+            [None] * len(eval_set or [])
+        pairs, qids = [], []
+        for i, (pair, q, w) in enumerate(zip(eval_set or [], eval_qid, weights)):
+            if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+                raise TypeError(f"eval_set[{i}] must be an (X, y) pair, got "
+                                f"{type(pair).__name__}")
+            data, q = _split_qid(pair[0], q, f"eval_set[{i}]")
+            pairs.append((data, pair[1]))
+            qids.append(q)
+            weights[i] = _row_weights(w, q, f"sample_weight_eval_set[{i}]")
+        return self._fit(X, y, sample_weight, pairs or None,
+                         weights if sample_weight_eval_set is not None else None, verbose,
+                         None, qid=qid, eval_qid=qids or None)
+
+    def score(self, X, y, qid=None, sample_weight=None) -> float:
+        """The model's ranking metric (the last ``eval_metric``, else the objective's default,
+        "ndcg@32") on X, y and its query ids (``qid``, or a "qid" column of X)."""
+        X, qid = _split_qid(X, qid, "X")
+        names = self.booster_.params.metrics
+        name = names[-1] if names else self.booster_.params.loss.default_metric
+        weight = _row_weights(sample_weight, qid, "sample_weight")
+        return metrics.evaluate(name, np.asarray(y, dtype=np.float64), self.predict(X), weight,
+                                self.booster_.params, qid=qid)

@@ -1,0 +1,270 @@
+"""Learning to rank: query groups, LambdaMART's gradients and the ranking metrics, as XGBoost's."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import xgboost as xgb
+
+import gbflow
+from gbflow import metrics, ranking
+from gbflow.backend import get_backend, numpy_kernels, to_host
+
+OBJECTIVES = [("ndcg", "rank:ndcg"), ("pairwise", "rank:pairwise"), ("map", "rank:map")]
+
+
+def _queries(n_rows=4000, n_queries=200, n_features=6, seed=0, shuffled=True):
+    """Graded relevance (0..4) of documents in queries of uneven sizes, rows in any order."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n_rows, n_features))
+    qid = rng.integers(0, n_queries, n_rows) if shuffled else \
+        np.sort(rng.integers(0, n_queries, n_rows))
+    signal = X[:, 0] + 0.5 * X[:, 1] * X[:, 2] - 0.3 * X[:, 3] ** 2
+    y = np.clip(np.round(signal + rng.normal(scale=0.7, size=n_rows) + 1.5), 0, 4)
+    return X, y, qid
+
+
+def _label(kind, y):
+    return (y > 2).astype(np.float64) if kind == "map" else y
+
+
+def test_segment_sums_twin(kernels):
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=(500, 7)) * 10.0 ** rng.integers(-8, 8, size=(500, 7))
+    starts = np.concatenate([[0], np.sort(rng.choice(np.arange(1, 500), 40, replace=False)),
+                             [500]]).astype(np.int64)
+    expected = numpy_kernels.segment_sums(values, starts, np.empty((41, 7)))
+    got = kernels.segment_sums(values, starts, np.empty((41, 7)))
+    assert np.array_equal(got, expected)
+    assert np.allclose(expected[3], values[starts[3]:starts[4]].sum(axis=0), rtol=1e-12)
+
+
+@pytest.mark.parametrize("kind,objective", OBJECTIVES)
+def test_gradients_are_xgboosts(kind, objective):
+    """XGBoost's -g/h of each row, read from a one-round tree whose leaves hold one row each
+    (the feature is the row number, no regularisation): ours agree to float32 rounding."""
+    rng = np.random.default_rng(3)
+    n = 200
+    qid = np.sort(rng.integers(0, 8, n))
+    y = _label(kind, rng.integers(0, 4, n).astype(np.float64))
+    margin = rng.normal(size=n)
+    X = np.arange(n, dtype=np.float64)[:, None]
+    booster = xgb.train({"objective": objective, "tree_method": "hist", "max_depth": 12,
+                         "min_child_weight": 0, "lambda": 0, "eta": 1, "max_bin": 512,
+                         "base_score": 0}, xgb.DMatrix(X, y, qid=qid, base_margin=margin), 1)
+    theirs = booster.predict(xgb.DMatrix(X), output_margin=True)
+    leaves = booster.predict(xgb.DMatrix(X), pred_leaf=True)
+    ids, counts = np.unique(leaves, return_counts=True)
+    alone = np.isin(leaves, ids[counts == 1])
+    assert alone.sum() > 30
+    g, h = ranking.lambda_gradients(np, margin, y, ranking.QueryGroups(np, qid),
+                                    ranking.LambdaParams(kind))
+    ours = -g[:, 0] / h[:, 0]
+    assert np.allclose(ours[alone], theirs[alone], rtol=1e-5)
+    assert np.allclose(g.sum(), 0.0, atol=1e-5)  # a query's pushes cancel
+
+
+@pytest.mark.parametrize("kind", ["ndcg", "pairwise", "map"])
+def test_gradients_depend_on_each_query_alone(device, kind):
+    """Bit for bit the same gradients with the queries in one part or split over two, and with
+    the rows in another order (distinct scores: no ties to break by row order)."""
+    xp = get_backend(device).xp
+    X, y, qid = _queries(3000)
+    y = _label(kind, y)
+    score = np.random.default_rng(1).normal(size=len(y))
+    params = ranking.LambdaParams(kind, top_k=8)
+
+    def gradients(rows):
+        q = ranking.QueryGroups(xp, xp.asarray(qid[rows]))
+        g, h = ranking.lambda_gradients(xp, xp.asarray(score[rows]), xp.asarray(y[rows]), q,
+                                        params)
+        return to_host(g)[:, 0], to_host(h)[:, 0]
+
+    whole_g, whole_h = gradients(np.arange(len(y)))
+    odd = np.flatnonzero(qid % 2 == 1)
+    even = np.flatnonzero(qid % 2 == 0)
+    for rows in (odd, even):
+        g, h = gradients(rows)
+        assert np.array_equal(g, whole_g[rows]) and np.array_equal(h, whole_h[rows])
+    order = np.random.default_rng(2).permutation(len(y))
+    g, h = gradients(order)
+    assert np.array_equal(g, whole_g[order]) and np.array_equal(h, whole_h[order])
+    assert np.abs(whole_g).max() > 0
+
+
+def test_query_weights_scale_each_querys_gradients():
+    X, y, qid = _queries(2000, 50)
+    score = np.random.default_rng(1).normal(size=len(y))
+    per_query = np.random.default_rng(2).uniform(0.5, 3.0, 50)
+    plain = ranking.QueryGroups(np, qid)
+    weighted = ranking.QueryGroups(np, qid, per_query[qid])
+    weighted.set_norm(plain.n_queries / per_query[plain.ids].sum())
+    params = ranking.LambdaParams("ndcg")
+    g0, h0 = ranking.lambda_gradients(np, score, y, plain, params)
+    g1, h1 = ranking.lambda_gradients(np, score, y, weighted, params)
+    factor = per_query[qid] * plain.n_queries / per_query[plain.ids].sum()
+    assert np.allclose(g1[:, 0], g0[:, 0] * factor, rtol=1e-6, atol=1e-12)
+    assert np.allclose(h1[:, 0], h0[:, 0] * factor, rtol=1e-6, atol=1e-12)
+    with pytest.raises(ValueError, match="rows of query .* have different weights"):
+        ranking.QueryGroups(np, qid, np.arange(len(qid), dtype=np.float64))
+
+
+@pytest.mark.parametrize("name", ["ndcg", "ndcg@5", "ndcg@5-", "ndcg-", "map", "map@3",
+                                  "map@3-", "pre@3", "pre"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_metrics_are_xgboosts(name, weighted):
+    """The value XGBoost's metric gives the same scores (given as its base margins)."""
+    rng = np.random.default_rng(0)
+    n = 600
+    qid = np.sort(rng.integers(0, 40, n))
+    y = rng.integers(0, 4, n).astype(np.float64)
+    y[qid == 3] = 0  # a query without a relevant document
+    if not name.startswith("ndcg"):
+        y = (y > 1).astype(np.float64)
+    score = np.round(rng.normal(size=n), 1)  # ties too
+    ids = np.unique(qid)
+    # float32 weights: XGBoost's are
+    group_weight = rng.uniform(0.5, 2.0, len(ids)).astype(np.float32).astype(np.float64) \
+        if weighted else None
+    data = xgb.DMatrix(np.zeros((n, 1)), y, qid=qid, base_margin=score)
+    if weighted:
+        data.set_weight(group_weight)
+    booster = xgb.train({"objective": "rank:pairwise", "eval_metric": name, "base_score": 0},
+                        data, 0)
+    theirs = float(booster.eval(data).split(":")[1])
+    weight = None if group_weight is None else group_weight[np.searchsorted(ids, qid)]
+    ours = metrics.evaluate(name, y, score, weight, qid=qid)
+    assert ours == pytest.approx(theirs, rel=1e-12, abs=1e-15)
+
+
+def test_metric_is_the_same_on_any_split():
+    X, y, qid = _queries(3000)
+    score = np.random.default_rng(1).normal(size=len(y))
+    whole = metrics.evaluate("ndcg@10", y, score, qid=qid)
+    order = np.random.default_rng(2).permutation(len(y))
+    assert metrics.evaluate("ndcg@10", y[order], score[order], qid=qid[order]) == whole
+
+
+def _xgb_ndcg(objective, X, y, qid, Xv, yv, qv, params, rounds):
+    o, ov = np.argsort(qid, kind="stable"), np.argsort(qv, kind="stable")
+    result = {}
+    xgb.train({"objective": objective, "tree_method": "hist", **params},
+              xgb.DMatrix(X[o], y[o], qid=qid[o]), rounds,
+              evals=[(xgb.DMatrix(Xv[ov], yv[ov], qid=qv[ov]), "valid")],
+              evals_result=result, verbose_eval=False)
+    return result["valid"]
+
+
+@pytest.mark.parametrize("kind,objective", OBJECTIVES)
+def test_held_out_metric_as_good_as_xgboosts(device, kind, objective):
+    X, y, qid = _queries(8000, 400)
+    Xv, yv, qv = _queries(4000, 200, seed=1)
+    y, yv = _label(kind, y), _label(kind, yv)
+    params = {"max_depth": 5, "learning_rate": 0.1}
+    booster = gbflow.train(X, y, {"objective": objective, "device": device, **params}, 60,
+                           evals=[((Xv, yv, None, qv), "valid")], qid=qid, verbose=False)
+    name = booster.params.loss.default_metric
+    ours = booster.evals_result["valid"][name][-1]
+    theirs = _xgb_ndcg(objective, X, y, qid, Xv, yv, qv, params, 60)[name][-1]
+    assert ours >= theirs * 0.99
+    predicted = booster.predict(Xv)
+    assert metrics.evaluate(name, yv, predicted, qid=qv) == pytest.approx(ours, rel=1e-12)
+
+
+def test_qid_column_and_array_give_one_model_and_rows_need_not_be_sorted(device):
+    X, y, qid = _queries(3000)
+    df = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]).assign(y=y, q=qid)
+    params = {"objective": "rank:ndcg", "device": device, "max_depth": 4}
+    by_name = gbflow.train(df, "y", params, 8, qid="q", evals=[(df, "train")], verbose=False)
+    by_array = gbflow.train(df.drop(columns=["q", "y"]), y, params, 8, qid=qid, verbose=False)
+    assert [t.to_dict() for t in by_name.trees] == [t.to_dict() for t in by_array.trees]
+    assert "q" not in by_name.feature_names
+    assert by_name.evals_result["train"]["ndcg@32"][-1] > by_name.evals_result["train"][
+        "ndcg@32"][0]
+
+
+def test_early_stopping_maximises_ndcg():
+    X, y, qid = _queries(4000)
+    Xv, yv, qv = _queries(2000, 100, seed=1)
+    booster = gbflow.train(X, y, {"objective": "rank:ndcg", "device": "cpu"}, 200,
+                           evals=[((Xv, yv, None, qv), "valid")], qid=qid,
+                           early_stopping_rounds=5, verbose=False)
+    history = booster.evals_result["valid"]["ndcg@32"]
+    assert booster.best_score == max(history)
+    assert len(history) < 200
+
+
+def test_dask_partitions_at_query_boundaries_give_the_in_memory_model():
+    dd = pytest.importorskip("dask.dataframe")
+    X, y, qid = _queries(3000, shuffled=False)
+    df = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]).assign(y=y, q=qid)
+    params = {"objective": "rank:pairwise", "device": "cpu", "max_depth": 4}
+    in_memory = gbflow.train(df, "y", params, 6, qid="q", evals=[(df, "t")], verbose=False)
+    ddf = dd.from_pandas(df.set_index("q", drop=False), npartitions=3).reset_index(drop=True)
+    assert ddf.npartitions == 3
+    on_dask = gbflow.train(ddf, "y", params, 6, qid="q", evals=[(ddf, "t")], verbose=False)
+    assert on_dask.to_json() == in_memory.to_json()
+    assert on_dask.evals_result == in_memory.evals_result
+    split = dd.from_pandas(df, npartitions=3, sort=False)
+    with pytest.raises(ValueError, match="lie in more than one partition"):
+        gbflow.train(split, "y", params, 2, qid="q", verbose=False)
+
+
+@pytest.mark.parametrize("params,kwargs,error,match", [
+    ({"objective": "rank:ndcg"}, {}, ValueError, "give train\\(..., qid=\\)"),
+    ({"objective": "rank:ndcg"}, {"qid": np.full(100, 0.5)}, ValueError, "not whole numbers"),
+    ({"objective": "rank:map"}, {"qid": np.zeros(100)}, ValueError, "binary relevance"),
+    ({"objective": "rank:ndcg", "lambdarank_pair_method": "mean"}, {"qid": np.zeros(100)},
+     ValueError, "'mean' .* not supported"),
+    ({"objective": "rank:ndcg", "lambdarank_unbiased": True}, {"qid": np.zeros(100)},
+     ValueError, "lambdarank_unbiased"),
+    ({"objective": "reg:squarederror", "lambdarank_num_pair_per_sample": 4}, {}, ValueError,
+     "only goes with the ranking objectives"),
+    ({"objective": "rank:ndcg"}, {"qid": np.zeros(100), "weight": np.arange(100.0)},
+     ValueError, "ranking weights belong to queries"),
+])
+def test_bad_ranking_inputs_are_refused_by_name(params, kwargs, error, match):
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(100, 3)), rng.integers(0, 3, 100).astype(np.float64)
+    with pytest.raises(error, match=match):
+        gbflow.train(X, y, {**params, "device": "cpu"}, 2, verbose=False, **kwargs)
+
+
+def test_ndcg_labels_beyond_31_are_refused_unless_the_gain_is_the_label():
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(100, 3)), rng.uniform(0, 40, 100)
+    with pytest.raises(ValueError, match="whole relevance degrees 0..31"):
+        gbflow.train(X, y, {"objective": "rank:ndcg"}, 2, qid=np.zeros(100), verbose=False)
+    gbflow.train(X, y, {"objective": "rank:pairwise", "ndcg_exp_gain": False,
+                        "device": "cpu"}, 2, qid=np.zeros(100), verbose=False)
+
+
+def test_an_evaluation_set_without_query_ids_is_refused():
+    X, y, qid = _queries(500, 20)
+    with pytest.raises(ValueError, match="evaluation set 'valid' has no query ids"):
+        gbflow.train(X, y, {"objective": "rank:ndcg", "device": "cpu"}, 2,
+                     evals=[((X.copy(), y), "valid")], qid=qid, verbose=False)
+
+
+def test_ranker_estimator():
+    pytest.importorskip("sklearn")
+    X, y, qid = _queries(3000)
+    Xv, yv, qv = _queries(1000, 50, seed=1)
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]).assign(qid=qid)
+    model = gbflow.GBFlowRanker(n_estimators=20, device="cpu").fit(
+        frame, y, eval_set=[(Xv, yv)], eval_qid=[qv])
+    assert list(model.feature_names_in_) == [f"f{i}" for i in range(X.shape[1])]
+    valid = model.evals_result_["validation_0"]["ndcg@32"]
+    assert model.score(pd.DataFrame(Xv, columns=model.feature_names_in_), yv, qid=qv) == \
+        pytest.approx(valid[-1], rel=1e-12)
+    same = gbflow.GBFlowRanker(n_estimators=20, device="cpu").fit(X, y, qid=qid)
+    assert np.array_equal(same.predict(Xv), model.predict(
+        pd.DataFrame(Xv, columns=model.feature_names_in_)))
+    per_query = np.random.default_rng(3).uniform(0.5, 2.0, len(np.unique(qid)))
+    weighted = gbflow.GBFlowRanker(n_estimators=5, device="cpu").fit(
+        X, y, qid=qid, sample_weight=per_query)
+    rows = gbflow.GBFlowRanker(n_estimators=5, device="cpu").fit(
+        X, y, qid=qid, sample_weight=per_query[np.searchsorted(np.unique(qid), qid)])
+    assert weighted.get_booster().to_json() == rows.get_booster().to_json()
+    with pytest.raises(ValueError, match="ranking objective"):
+        gbflow.GBFlowRanker(objective="reg:squarederror").fit(X, y, qid=qid)
