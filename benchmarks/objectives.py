@@ -5,11 +5,14 @@
     python benchmarks/objectives.py --objective count:poisson --objective reg:gamma
     python benchmarks/objectives.py --objective reg:squarederror \
         --param 'monotone_constraints="(1,0,-1,1)"' --param max_delta_step=0.5
+    python benchmarks/objectives.py --objective rank:ndcg --docs-per-query 100
 
 The features are gpu_binary.py's HIGGS-like Gaussians (generated on the GPU, or with NumPy on the
 CPU); each objective gets a target of its kind driven by the same signal (counts for Poisson,
 positive values for gamma, compound Poisson-gamma with zeros for Tweedie, classes for the
-classifiers). Time includes each library's quantization; both are warmed up on a slice first.
+classifiers, relevance 0..4 (0/1 for rank:map) in queries of --docs-per-query consecutive rows
+for the ranking objectives). Time includes each library's quantization; both are warmed up on a
+slice first.
 The held-out value is each library's own evaluation of the objective's default metric on a
 test set, so the two columns compare model quality as well as time. Peak device memory (NVML,
 above the data) is printed for the GPU.
@@ -25,7 +28,8 @@ from gpu_binary import PeakMemory, free_gpu_memory, make_data
 
 OBJECTIVES = ["reg:squarederror", "reg:squaredlogerror", "reg:pseudohubererror",
               "reg:absoluteerror", "reg:quantileerror", "binary:logistic", "binary:hinge",
-              "count:poisson", "reg:gamma", "reg:tweedie", "multi:softmax"]
+              "count:poisson", "reg:gamma", "reg:tweedie", "multi:softmax", "rank:ndcg",
+              "rank:pairwise", "rank:map"]
 
 
 def targets(xp, objective: str, f, seed: int):
@@ -46,12 +50,16 @@ def targets(xp, objective: str, f, seed: int):
         y = f + rng.standard_normal(n)
     elif objective == "multi:softmax":
         y = xp.digitize(f + 0.5 * rng.standard_normal(n), xp.asarray([-1.0, 0.5]))
+    elif objective in ("rank:ndcg", "rank:pairwise"):
+        y = xp.digitize(f + 0.5 * rng.standard_normal(n), xp.asarray([-0.5, 0.3, 1.0, 1.6]))
+    elif objective == "rank:map":
+        y = f + 0.5 * rng.standard_normal(n) > 0.8
     else:
         y = rng.random(n) < 1 / (1 + xp.exp(-2 * f))
     return xp.asarray(y, dtype=xp.float32)
 
 
-def run(library: str, objective: str, X, y, Xt, yt, args, sync):
+def run(library: str, objective: str, X, y, Xt, yt, args, sync, qid=None, qid_test=None):
     params = {"objective": objective, "max_depth": args.depth, "learning_rate": 0.1,
               "max_bin": args.max_bin}
     if objective == "multi:softmax":
@@ -62,23 +70,26 @@ def run(library: str, objective: str, X, y, Xt, yt, args, sync):
     if library == "gbflow":
         import gbflow
         params["device"] = args.device
-        gbflow.train(X[:5000], y[:5000], params, 2, verbose=False)  # warm-up
+        gbflow.train(X[:5000], y[:5000], params, 2, verbose=False,  # warm-up
+                     qid=None if qid is None else qid[:5000])
         sync()
         start = time.perf_counter()
-        booster = gbflow.train(X, y, params, args.rounds, evals=[((Xt, yt), "test")],
-                               verbose=False)
+        test = (Xt, yt) if qid is None else (Xt, yt, None, qid_test)
+        booster = gbflow.train(X, y, params, args.rounds, evals=[(test, "test")],
+                               verbose=False, qid=qid)
         sync()
         seconds = time.perf_counter() - start
         history = booster.evals_result["test"]
         return seconds, {k: v[-1] for k, v in history.items()}
     import xgboost as xgb
     params.update(device=args.device, tree_method="hist")
-    xgb.train(params, xgb.QuantileDMatrix(X[:5000], y[:5000], max_bin=args.max_bin), 2)
+    xgb.train(params, xgb.QuantileDMatrix(X[:5000], y[:5000], max_bin=args.max_bin,
+                                          qid=None if qid is None else qid[:5000]), 2)
     sync()
     history = {}
     start = time.perf_counter()
-    d = xgb.QuantileDMatrix(X, y, max_bin=args.max_bin)
-    test = xgb.QuantileDMatrix(Xt, yt, ref=d, max_bin=args.max_bin)
+    d = xgb.QuantileDMatrix(X, y, max_bin=args.max_bin, qid=qid)
+    test = xgb.QuantileDMatrix(Xt, yt, ref=d, max_bin=args.max_bin, qid=qid_test)
     booster = xgb.train(params, d, args.rounds, evals=[(test, "test")], evals_result=history,
                         verbose_eval=False)
     booster.predict(xgb.DMatrix(X[:10]))  # XGBoost trains lazily: make sure it finished
@@ -96,6 +107,8 @@ def main():
     parser.add_argument("--depth", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--max-bin", type=int, default=256)
+    parser.add_argument("--docs-per-query", type=int, default=100,
+                        help="rows per query of the ranking objectives (consecutive rows)")
     parser.add_argument("--objective", action="append", choices=OBJECTIVES)
     parser.add_argument("--param", action="append", default=[], type=_param,
                         help="name=value (a JSON value, else a string) for both libraries, "
@@ -132,11 +145,15 @@ def main():
     for objective in args.objective or OBJECTIVES:
         y = targets(xp, objective, f, seed=11)
         ytr, yte = y[: args.rows], y[args.rows:]
+        qid = qid_test = None
+        if objective.startswith("rank:"):
+            qid = xp.arange(args.rows) // args.docs_per_query
+            qid_test = xp.arange(args.test_rows) // args.docs_per_query
         row = {}
         for library in ("gbflow", "xgboost"):
             with (PeakMemory() if gpu else _NoMemory()) as memory:
-                row[library] = run(library, objective, Xtr, ytr, Xte, yte, args, sync) + \
-                    (memory.peak,)
+                row[library] = run(library, objective, Xtr, ytr, Xte, yte, args, sync, qid,
+                                   qid_test) + (memory.peak,)
             if gpu:
                 free_gpu_memory(xp)
         (g, gm, gp), (x, xm, xp_peak) = row["gbflow"], row["xgboost"]

@@ -454,8 +454,9 @@ def _ranking_params(merged: dict, objective: str) -> dict:
     if p.get("lambdarank_unbiased"):
         raise ValueError("parameter lambdarank_unbiased=True (position debiasing of click "
                          "data) is not supported by this version of gbflow")
-    given = [name for name in RANKING if name in merged and name != "lambdarank_pair_method"]
-    if given and objective not in objectives.RANKING and given != ["ndcg_exp_gain"]:
+    given = [name for name in RANKING if name in merged and name != "ndcg_exp_gain" and
+             merged[name] != _RANKING_DEFAULTS[name]]  # ndcg_exp_gain: the ndcg metric's too
+    if given and objective not in objectives.RANKING:
         raise ValueError(f"parameter {given[0]} only goes with the ranking objectives "
                          f"({', '.join(objectives.RANKING)}); the objective is {objective}")
     return p

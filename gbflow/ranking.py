@@ -21,14 +21,12 @@ import numpy as np
 
 from . import fixed_point
 from .backend import to_host
-from .backend.segments import segment_sums
+from .backend.numpy_kernels import RANK_MAP, RANK_NDCG, RANK_PAIRWISE
+from .backend.segments import lambda_pairs, segment_sums
 from .objective_base import Objective
 
 EXP_GAIN_LIMIT = 31  # XGBoost's: with the gain 2**label - 1, labels are at most 31
 DEFAULT_TOP_K = 32  # XGBoost's lambdarank_num_pair_per_sample for the top-k pair method
-_PAIR_BUDGET = 1 << 22  # (document, top rank) pairs made at a time: bounds the temporaries
-_SCORE_GAP = 0.01  # XGBoost's: |delta| / (|s_high - s_low| + 0.01)
-_MIN_CURVATURE = 1e-16  # XGBoost's floor of sigmoid (1 - sigmoid) in a pair's hessian
 _MAP_SCALE = 2.0 ** 32  # fixed point of MAP's prefix sums (terms <= 1; parts < 2**30 rows)
 
 
@@ -130,18 +128,6 @@ class QueryGroups:
             self._ideal[key] = self.sums(terms)
         return self._ideal[key]
 
-    def chunks(self, k: int) -> list[tuple[int, int]]:
-        """Runs of whole queries [q0, q1) of about ``_PAIR_BUDGET / k`` rows (a query larger
-        than that is a run of its own)."""
-        rows = max(1, _PAIR_BUDGET // k)
-        out, q0 = [], 0
-        while q0 < self.n_queries:
-            q1 = int(np.searchsorted(self.host_starts, self.host_starts[q0] + rows, "right")) - 1
-            q1 = min(max(q1, q0 + 1), self.n_queries)
-            out.append((q0, q1))
-            q0 = q1
-        return out
-
 
 def _gain(xp, label, exp_gain: bool):
     return xp.exp2(label) - 1.0 if exp_gain else label
@@ -149,11 +135,6 @@ def _gain(xp, label, exp_gain: bool):
 
 def _discount(xp, rank):
     return 1.0 / xp.log2(rank.astype(xp.float64) + 2.0)
-
-
-def _sigmoid(xp, x):
-    with np.errstate(over="ignore"):
-        return 1.0 / (1.0 + xp.exp(-x))
 
 
 def _within_query_prefix(xp, queries, values):
@@ -173,86 +154,43 @@ def _map_prefixes(xp, queries, y, rank):
     return relevant, _within_query_prefix(xp, queries, terms) / _MAP_SCALE
 
 
-def _map_delta(xp, y_top, y_low, top, low, relevant, acc, at_top, at_low, total):
-    """|change of average precision| when the documents at places ``top`` < ``low`` swap
-    (XGBoost's DeltaMAP); at_top / at_low: their positions; total: the query's relevant
-    count."""
-    r_h, r_l = top + 1.0, low + 1.0
-    m, n_top = relevant[at_low], relevant[at_top]
-    between = acc[at_low - 1] - acc[at_top]
-    delta = xp.where(y_top < y_low, m / r_l - (n_top + 1.0) / r_h - between,
-                     n_top / r_h - m / r_l + between)
-    return xp.abs(delta / xp.where(total > 0, total, 1.0))
-
-
 def lambda_gradients(xp, score, label, queries: QueryGroups, lp: LambdaParams):
     """LambdaMART's (n, 1) float32 gradient and hessian of one part.
 
     score: (n,) float64 margins; label: (n,) float64 relevance (binary for "map"); queries:
     the part's ``QueryGroups`` (their ``weight``, if any, scales each query). Pairs: the
-    top-k method (each of a query's first ``lp.top_k`` documents with every one below it)."""
+    top-k method (each of a query's first ``lp.top_k`` places with every place below it),
+    summed by the ``lambda_pairs`` kernel."""
     n, k = len(score), lp.top_k
     grad, hess = xp.zeros(n), xp.zeros(n)
     if n == 0:
         return grad[:, None].astype(np.float32), hess[:, None].astype(np.float32)
     ranked = queries.ranked(score)
     y, s = label[ranked], score[ranked]
-    starts, query_of, rank = queries.starts, queries.query_of, queries.ranks()
-    first, last = starts[:-1], starts[1:] - 1
-    tied = (s[first] == s[last])[query_of]  # every score of the query equal: no score norm
+    starts, query_of = queries.starts, queries.query_of
+    # exp(s - the query's best score) <= 1: each pair's sigmoid is a ratio of two of them
+    e = xp.exp(s - s[starts[:-1]][query_of])
+    gain = inverse_ideal = relevant = acc = y  # (what the pair kind does not read)
     if lp.kind == "ndcg":
         gain = _gain(xp, y, lp.exp_gain)
         ideal = queries.ideal_dcg(label, k, lp.exp_gain)
         inverse_ideal = xp.where(ideal > 0, 1.0 / xp.where(ideal > 0, ideal, 1.0), 0.0)
     elif lp.kind == "map":
-        relevant, acc = _map_prefixes(xp, queries, y, rank)
-        total = relevant[last][query_of]
-    g, h = xp.zeros(n), xp.zeros(n)
-    push_total = xp.zeros(queries.n_queries)
-    places = xp.arange(k, dtype=xp.int64)
-    for q0, q1 in queries.chunks(k):
-        a, b = int(queries.host_starts[q0]), int(queries.host_starts[q1])
-        c = b - a
-        low = rank[a:b]
-        at = xp.arange(a, b, dtype=xp.int64)
-        valid = places[None, :] < low[:, None]
-        top = xp.where(valid, starts[query_of[a:b]][:, None] + places[None, :], at[:, None])
-        y_low, y_top = y[a:b][:, None], y[top]
-        valid &= y_top != y_low
-        s_low, s_top = s[a:b][:, None], s[top]
-        if lp.kind == "ndcg":
-            delta = xp.abs((gain[top] - gain[a:b][:, None]) *
-                           (_discount(xp, places)[None, :] - _discount(xp, low)[:, None])) * \
-                inverse_ideal[query_of[a:b]][:, None]
-        elif lp.kind == "map":
-            delta = _map_delta(xp, y_top, y_low, places[None, :], low[:, None], relevant, acc,
-                               top, at[:, None], total[a:b][:, None])
-        else:
-            delta = xp.ones((c, k))
-        if lp.score_normalize:
-            delta = xp.where(tied[a:b][:, None], delta,
-                             delta / (xp.abs(s_top - s_low) + _SCORE_GAP))
-        top_better = y_top > y_low
-        sig = _sigmoid(xp, xp.where(top_better, s_top - s_low, s_low - s_top))
-        push = xp.where(valid, (1.0 - sig) * delta, 0.0)
-        curvature = xp.where(valid, xp.maximum(sig * (1.0 - sig), _MIN_CURVATURE) * delta * 2.0,
-                             0.0)
-        own = xp.where(top_better, push, -push)  # the lower-labelled document is pushed down
-        # each document's own pairs (with the places above it), added place by place
-        mine = segment_sums(xp, xp.asarray([0, k], dtype=xp.int64),
-                            xp.concatenate([own.T, curvature.T, push.T], axis=1))[0]
-        g[a:b], h[a:b] = mine[:c], mine[c:2 * c]
-        # each top document's pairs with the documents below it, added document by document
-        theirs = segment_sums(xp, starts[q0:q1 + 1] - a,
-                              xp.concatenate([-own, curvature, mine[2 * c:, None]], axis=1))
-        sizes = starts[q0 + 1:q1 + 1] - starts[q0:q1]
-        inside = places[None, :] < sizes[:, None]
-        targets = (starts[q0:q1][:, None] + places[None, :])[inside]
-        g[targets] += theirs[:, :k][inside]
-        h[targets] += theirs[:, k:2 * k][inside]
-        push_total[q0:q1] = 2.0 * theirs[:, 2 * k]
+        relevant, acc = _map_prefixes(xp, queries, y, queries.ranks())
+    sizes = np.diff(queries.host_starts)
+    discount = _discount(xp, xp.arange(max(int(sizes.max()), 1)))
+    kind = {"ndcg": RANK_NDCG, "map": RANK_MAP, "pairwise": RANK_PAIRWISE}[lp.kind]
+    own, top = lambda_pairs(xp, y, s, e, gain, discount, inverse_ideal, relevant, acc, starts,
+                            query_of, kind, k, lp.score_normalize,
+                            xp.empty((n, 3)), xp.empty((queries.n_queries, k, 2)))
+    g, h = own[:, 0].copy(), own[:, 1].copy()
+    inside = xp.arange(k)[None, :] < xp.asarray(sizes)[:, None]
+    targets = (starts[:-1][:, None] + xp.arange(k)[None, :])[inside]
+    g[targets] += top[:, :, 0][inside]
+    h[targets] += top[:, :, 1][inside]
     factor = xp.ones(queries.n_queries)
     if lp.normalize:
+        push_total = 2.0 * queries.sums(xp.ascontiguousarray(own[:, 2]))
         positive = push_total > 0
         safe = xp.where(positive, push_total, 1.0)
         factor = xp.where(positive, xp.log2(1.0 + safe) / safe, 1.0)

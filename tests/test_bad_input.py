@@ -371,14 +371,16 @@ def test_parameters_that_belong_elsewhere(df, no_work, name, match):
     ({"objective": "binary:logistc"}, r"objective 'binary:logistc' is not supported; "
                                       r"did you mean 'binary:logistic'\?"),
     ({"objective": "reg:squareerror"}, r"did you mean 'reg:squarederror'\?"),
-    ({"objective": "rank:pairwise"}, r"objective 'rank:pairwise' is not supported.*supported: "),
+    ({"objective": "survival:cox"}, r"objective .survival:cox. is not supported.*supported: "),
     ({"objective": "binary:logistic", "base_score": 1.5},
      r"base_score must lie in \(0, 1\) for binary:logistic"),
     ({"eval_metric": "mlogloss"},
      r"eval_metric 'mlogloss' does not fit objective reg:squarederror .*rmse"),
     ({"objective": "multi:softprob", "num_class": 3, "eval_metric": "aucpr"},
      r"eval_metric 'aucpr' does not fit objective multi:softprob .*auc"),
-    ({"eval_metric": "ndcg"}, r"eval_metric 'ndcg' is not supported"),
+    ({"eval_metric": "cox-nloglik"}, r"eval_metric 'cox-nloglik' is not supported"),
+    ({"eval_metric": "ndcg@top"}, r"eval_metric 'ndcg@top': the argument after '@' must be a "
+                                    r"positive whole number"),
     ({"eval_metric": "error@x"}, r"eval_metric 'error@x': the argument after '@' must be"),
     ({"eval_metric": "tweedie-nloglik"}, r"eval_metric 'tweedie-nloglik' needs an argument"),
     ({"eval_metric": "tweedie-nloglik@2.5"}, r"rho must lie in \[1, 2\)"),
@@ -503,8 +505,8 @@ def test_evals_entry_wrong_shape(df, no_work, evals):
 
 
 def test_evals_data_tuple_wrong_length(df, no_work):
-    refused(TypeError, r"evals\[0\] \('v'\): give \(X, y\) or \(X, y, weight\)", df, "y",
-            evals=[((df.to_numpy(),), "v")])
+    refused(TypeError, r"evals\[0\] \('v'\): give \(X, y\), \(X, y, weight\) or "
+                       r"\(X, y, weight, qid\)", df, "y", evals=[((df.to_numpy(),), "v")])
 
 
 def test_eval_frame_missing_label_column(df, no_work):

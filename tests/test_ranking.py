@@ -39,6 +39,31 @@ def test_segment_sums_twin(kernels):
     assert np.allclose(expected[3], values[starts[3]:starts[4]].sum(axis=0), rtol=1e-12)
 
 
+@pytest.mark.parametrize("kind", [numpy_kernels.RANK_NDCG, numpy_kernels.RANK_MAP,
+                                  numpy_kernels.RANK_PAIRWISE])
+@pytest.mark.parametrize("score_normalize", [True, False])
+def test_lambda_pairs_twin(kernels, kind, score_normalize):
+    rng = np.random.default_rng(kind)
+    starts = np.concatenate([[0], np.cumsum(rng.integers(1, 40, 30))]).astype(np.int64)
+    n, n_queries, top_k = int(starts[-1]), 30, 8
+    query_of = np.repeat(np.arange(n_queries), np.diff(starts)).astype(np.int64)
+    y = rng.integers(0, 2 if kind == numpy_kernels.RANK_MAP else 4, n).astype(np.float64)
+    s = -np.sort(-np.round(rng.normal(size=n), 1))  # (any order: the kernel takes it as is)
+    s[starts[3]:starts[4]] = 0.5  # a query of equal scores
+    e = np.exp(s - s[starts[:-1]][query_of])
+    e[5] = 0.0  # an underflowed pair
+    relevant = np.cumsum(y)
+    acc = np.cumsum(y / (np.arange(n) + 1.0))
+    args = (y, s, e, 2.0 ** y - 1.0, 1.0 / np.log2(np.arange(40) + 2.0),
+            rng.uniform(0.0, 1.0, n_queries), relevant, acc, starts, query_of, kind, top_k,
+            score_normalize)
+    own, top = numpy_kernels.lambda_pairs(*args, np.empty((n, 3)), np.empty((n_queries, 8, 2)))
+    got_own, got_top = kernels.lambda_pairs(*args, np.empty((n, 3)),
+                                            np.empty((n_queries, 8, 2)))
+    assert np.array_equal(got_own, own) and np.array_equal(got_top, top)
+    assert np.abs(own[:, 0]).max() > 0 and (top[np.diff(starts) <= 3, 3] == 0).all()
+
+
 @pytest.mark.parametrize("kind,objective", OBJECTIVES)
 def test_gradients_are_xgboosts(kind, objective):
     """XGBoost's -g/h of each row, read from a one-round tree whose leaves hold one row each
@@ -250,16 +275,16 @@ def test_ranker_estimator():
     pytest.importorskip("sklearn")
     X, y, qid = _queries(3000)
     Xv, yv, qv = _queries(1000, 50, seed=1)
-    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]).assign(qid=qid)
+    names = [f"f{i}" for i in range(X.shape[1])]
+    frame = pd.DataFrame(X, columns=names).assign(qid=qid)
+    valid_frame = pd.DataFrame(Xv, columns=names)
     model = gbflow.GBFlowRanker(n_estimators=20, device="cpu").fit(
-        frame, y, eval_set=[(Xv, yv)], eval_qid=[qv])
-    assert list(model.feature_names_in_) == [f"f{i}" for i in range(X.shape[1])]
+        frame, y, eval_set=[(valid_frame.assign(qid=qv), yv)])
+    assert list(model.feature_names_in_) == names
     valid = model.evals_result_["validation_0"]["ndcg@32"]
-    assert model.score(pd.DataFrame(Xv, columns=model.feature_names_in_), yv, qid=qv) == \
-        pytest.approx(valid[-1], rel=1e-12)
+    assert model.score(valid_frame, yv, qid=qv) == pytest.approx(valid[-1], rel=1e-12)
     same = gbflow.GBFlowRanker(n_estimators=20, device="cpu").fit(X, y, qid=qid)
-    assert np.array_equal(same.predict(Xv), model.predict(
-        pd.DataFrame(Xv, columns=model.feature_names_in_)))
+    assert np.array_equal(same.predict(Xv), model.predict(valid_frame))
     per_query = np.random.default_rng(3).uniform(0.5, 2.0, len(np.unique(qid)))
     weighted = gbflow.GBFlowRanker(n_estimators=5, device="cpu").fit(
         X, y, qid=qid, sample_weight=per_query)

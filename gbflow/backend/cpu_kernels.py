@@ -1444,3 +1444,73 @@ def segment_sums(values, starts, out):
         _segment_sums(np.ascontiguousarray(values, dtype=np.float64),
                       np.asarray(starts, dtype=np.int64), out)
     return out
+
+
+@njit(inline="always", **_JIT)
+def _lambda_pair(y, s, e, gain, discount, inv_ideal, relevant, acc, q, first, last, kind,
+                 score_normalize, a, b):
+    y_top, y_low = y[a], y[b]
+    if y_top == y_low:
+        return 0.0, 0.0, 0.0
+    if kind == numpy_kernels.RANK_NDCG:
+        delta = abs((gain[a] - gain[b]) * (discount[a - first] - discount[b - first])) * \
+            inv_ideal[q]
+    elif kind == numpy_kernels.RANK_MAP:
+        r_h, r_l = a - first + 1.0, b - first + 1.0
+        between = acc[b - 1] - acc[a]
+        if y_top < y_low:
+            change = relevant[b] / r_l - (relevant[a] + 1.0) / r_h - between
+        else:
+            change = relevant[a] / r_h - relevant[b] / r_l + between
+        delta = abs(change / relevant[last])
+    else:
+        delta = 1.0
+    if score_normalize and s[first] != s[last]:
+        delta = delta / (abs(s[a] - s[b]) + 0.01)
+    high, low = (a, b) if y_top > y_low else (b, a)
+    total = e[high] + e[low]
+    if total > 0.0:
+        sig = e[high] / total
+    elif s[high] > s[low]:
+        sig = 1.0
+    elif s[high] < s[low]:
+        sig = 0.0
+    else:
+        sig = 0.5
+    push = (1.0 - sig) * delta
+    curvature = max(sig * (1.0 - sig), 1e-16) * delta * 2.0
+    return (push if y_top > y_low else -push), curvature, push
+
+
+@njit(parallel=True, **_JIT)
+def _lambda_pairs(y, s, e, gain, discount, inv_ideal, relevant, acc, starts, kind, top_k,
+                  score_normalize, own, top):
+    for q in prange(len(starts) - 1):
+        first, end = starts[q], starts[q + 1]
+        for b in range(first, end):
+            g = h = p = 0.0
+            for a in range(first, min(first + top_k, b)):
+                dg, dh, dp = _lambda_pair(y, s, e, gain, discount, inv_ideal, relevant, acc, q,
+                                          first, end - 1, kind, score_normalize, a, b)
+                g += dg
+                h += dh
+                p += dp
+            own[b, 0], own[b, 1], own[b, 2] = g, h, p
+        for i in range(top_k):
+            g = h = 0.0
+            for b in range(first + i + 1, end):
+                dg, dh, _ = _lambda_pair(y, s, e, gain, discount, inv_ideal, relevant, acc, q,
+                                         first, end - 1, kind, score_normalize, first + i, b)
+                g -= dg
+                h += dh
+            top[q, i, 0], top[q, i, 1] = g, h
+
+
+def lambda_pairs(y, s, e, gain, discount, inv_ideal, relevant, acc, starts, query_of, kind,
+                 top_k, score_normalize, own, top):
+    """See numpy_kernels.lambda_pairs: one thread a query, the twin's operations in its
+    order."""
+    _lambda_pairs(y, s, e, gain, discount, inv_ideal, relevant, acc,
+                  np.asarray(starts, dtype=np.int64), int(kind), int(top_k),
+                  bool(score_normalize), own, top)
+    return own, top

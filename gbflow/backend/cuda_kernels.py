@@ -1130,3 +1130,30 @@ def segment_sums(values, starts, out):
                            (values, cp.ascontiguousarray(starts, dtype=cp.int64),
                             _i64(n_segments), np.int32(k), out))
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def _ranking_kernel(name: str):
+    return cp.RawKernel((_CUDA_DIR / "ranking.cu").read_text(), name,
+                        options=("--std=c++17", "--fmad=false"))
+
+
+def lambda_pairs(y, s, e, gain, discount, inv_ideal, relevant, acc, starts, query_of, kind,
+                 top_k, score_normalize, own, top):
+    """See numpy_kernels.lambda_pairs: one thread a place for ``own``, one a (query, top place)
+    for ``top``; the twin's operations in its order (no FMA)."""
+    n, n_queries = len(y), len(starts) - 1
+    arrays = [cp.ascontiguousarray(a, dtype=cp.float64)
+              for a in (y, s, e, gain, discount, inv_ideal, relevant, acc)]
+    starts = cp.ascontiguousarray(starts, dtype=cp.int64)
+    if n:
+        _ranking_kernel("lambda_own")(
+            _grid(n), (_THREADS,),
+            (*arrays, starts, cp.ascontiguousarray(query_of, dtype=cp.int64), _i64(n),
+             np.int32(kind), _i64(top_k), np.int32(bool(score_normalize)), own))
+    if n_queries:
+        _ranking_kernel("lambda_top")(
+            _grid(n_queries * top_k), (_THREADS,),
+            (*arrays, starts, _i64(n_queries), np.int32(kind), _i64(top_k),
+             np.int32(bool(score_normalize)), top))
+    return own, top

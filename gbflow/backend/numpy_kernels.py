@@ -1079,3 +1079,77 @@ def segment_sums(values, starts, out):
             total = total + values[r]
         out[s] = total
     return out
+
+
+# The ranking objectives' pair kinds (``lambda_pairs``' kind): the metric whose change weighs a pair
+RANK_NDCG, RANK_MAP, RANK_PAIRWISE = 0, 1, 2
+
+
+def _lambda_pair(y, s, e, gain, discount, inv_ideal, relevant, acc, q, first, last, kind,
+                 score_normalize, a, b):
+    """The pair of places a < b of one query (positions in the model's order): (gradient of
+    place b, curvature of each, push); zeros when their labels are equal."""
+    y_top, y_low = y[a], y[b]
+    if y_top == y_low:
+        return 0.0, 0.0, 0.0
+    if kind == RANK_NDCG:
+        delta = abs((gain[a] - gain[b]) * (discount[a - first] - discount[b - first])) * \
+            inv_ideal[q]
+    elif kind == RANK_MAP:
+        r_h, r_l = a - first + 1.0, b - first + 1.0
+        between = acc[b - 1] - acc[a]
+        if y_top < y_low:
+            change = relevant[b] / r_l - (relevant[a] + 1.0) / r_h - between
+        else:
+            change = relevant[a] / r_h - relevant[b] / r_l + between
+        delta = abs(change / relevant[last])
+    else:
+        delta = 1.0
+    if score_normalize and s[first] != s[last]:
+        delta = delta / (abs(s[a] - s[b]) + 0.01)
+    high, low = (a, b) if y_top > y_low else (b, a)
+    total = e[high] + e[low]
+    if total > 0.0:
+        sig = e[high] / total
+    else:  # both underflowed: scores far apart
+        sig = 1.0 if s[high] > s[low] else (0.0 if s[high] < s[low] else 0.5)
+    push = (1.0 - sig) * delta
+    curvature = max(sig * (1.0 - sig), 1e-16) * delta * 2.0
+    return (push if y_top > y_low else -push), curvature, push
+
+
+def lambda_pairs(y, s, e, gain, discount, inv_ideal, relevant, acc, starts, query_of, kind,
+                 top_k, score_normalize, own, top):
+    """LambdaMART's pair sums (XGBoost's top-k pairs: each of a query's first ``top_k`` places
+    with every place below it), every array in the model's order (a query's rows by score).
+
+    y, s: (n,) float64 labels and scores; e: (n,) float64 exp(score - the query's first score)
+    (so sigmoid(s_a - s_b) = e_a / (e_a + e_b) with no exp here: every backend's bits agree);
+    gain: (n,) float64 NDCG gains; discount: (D,) float64 NDCG discount of each place (D >= the
+    largest query); inv_ideal: (Q,) float64 1 / ideal DCG (0 for none); relevant, acc: (n,)
+    float64 MAP's prefix statistics (relevant places so far, sum of label / place); arrays the
+    kind does not read may be any (n,) or (Q,) float64. starts: (Q + 1,) int64; query_of: (n,)
+    int64. kind: RANK_NDCG, RANK_MAP or RANK_PAIRWISE; score_normalize: divide each pair's weight
+    by |s_a - s_b| + 0.01 unless the query's scores are all equal.
+
+    Outputs (overwritten): own (n, 3) float64, each place's sums over its pairs with the places
+    above it (gradient, hessian, push); top (Q, top_k, 2) float64, each top place's sums over
+    its pairs with the places below it (gradient, hessian; 0 past the query's end). Sums run
+    in place order from 0.0. Returns (own, top)."""
+    for q in range(len(starts) - 1):
+        first, end = int(starts[q]), int(starts[q + 1])
+        args = (y, s, e, gain, discount, inv_ideal, relevant, acc, q, first, end - 1, kind,
+                score_normalize)
+        for b in range(first, end):
+            g = h = p = 0.0
+            for a in range(first, min(first + top_k, b)):
+                dg, dh, dp = _lambda_pair(*args, a, b)
+                g, h, p = g + dg, h + dh, p + dp
+            own[b] = (g, h, p)
+        for i in range(top_k):
+            g = h = 0.0
+            for b in range(first + i + 1, end):
+                dg, dh, _ = _lambda_pair(*args, first + i, b)
+                g, h = g - dg, h + dh
+            top[q, i] = (g, h)
+    return own, top

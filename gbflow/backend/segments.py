@@ -1,4 +1,4 @@
-"""Helpers for callers that hold only an array namespace: sorts and sums within segments."""
+"""Kernels for callers that hold only an array namespace: segment sorts and sums, rank pairs."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,3 +25,13 @@ def segment_sums(xp, starts, values):
         return cpu_kernels.segment_sums(values, starts, out)
     from . import cuda_kernels
     return cuda_kernels.segment_sums(values, starts, out)
+
+
+def lambda_pairs(xp, *args):
+    """``numpy_kernels.lambda_pairs`` (its arguments) in ``xp``: numba on the host, CUDA on the
+    GPU. Returns (own, top)."""
+    if xp is np:
+        from . import cpu_kernels
+        return cpu_kernels.lambda_pairs(*args)
+    from . import cuda_kernels
+    return cuda_kernels.lambda_pairs(*args)
