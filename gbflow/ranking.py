@@ -9,9 +9,9 @@ unless every score of the query is equal; each query's gradients are then scaled
 log2(1 + S) / S (S: twice the sum of its pairs' pushes) and by its weight.
 
 Why per query and in order: a query's rows lie in one part (checked), and every sum over a
-query's rows is ``segment_sums``'s (added one row after another, from the query's first), so a
-row's gradient depends on its query alone: the same on any partitioning, number of processes and
-device. Prefix sums along a query (MAP's) are exact integers.
+query's rows runs in place order from 0.0 (the ``lambda_pairs`` kernel's loops, ``segment_sums``),
+so a row's gradient depends on its query alone: the same on any partitioning and number of
+processes. Prefix sums along a query (MAP's) are exact integers.
 """
 from __future__ import annotations
 
