@@ -22,8 +22,9 @@ import numpy as np
 from . import fixed_point
 from .backend import to_host
 from .backend.numpy_kernels import RANK_MAP, RANK_NDCG, RANK_PAIRWISE
-from .backend.segments import lambda_pairs, segment_sums
+from .backend.segments import lambda_pairs, segment_sums, sort_segments
 from .objective_base import Objective
+from .sketch.keys import ordered_keys
 
 EXP_GAIN_LIMIT = 31  # XGBoost's: with the gain 2**label - 1, labels are at most 31
 DEFAULT_TOP_K = 32  # XGBoost's lambdarank_num_pair_per_sample for the top-k pair method
@@ -99,13 +100,16 @@ class QueryGroups:
 
     def ranked(self, score):
         """(n,) int64 row numbers, queries in id order, each query's rows by ``score``
-        ((n,) float64) descending, equal scores in row order."""
+        ((n,) float64) descending as float32 (XGBoost ranks its float32 predictions), equal
+        ones in row order: one segmented sort of ordered uint32 keys (a third of the time of a
+        lexsort of the float64 scores)."""
         xp = self.xp
         if not len(self.order):
             return self.order
-        keys = xp.stack([xp.arange(len(self.order), dtype=xp.float64), -score[self.order],
-                         self.query_of.astype(xp.float64)])
-        return self.order[xp.lexsort(keys)]
+        keys = ordered_keys(xp, (-score[self.order]).astype(xp.float32))
+        _, places = sort_segments(xp, self.starts, keys,
+                                  xp.arange(len(self.order), dtype=xp.float64))
+        return self.order[places.astype(xp.int64)]
 
     def ranks(self):
         """(n,) int64 each position's place in its query (0 first)."""
