@@ -140,6 +140,25 @@ def test_base_margin_column_on_workers_equals_in_process(clients, tmp_path):
     assert np.array_equal(out["prediction"].to_numpy(), lazy.to_numpy())
 
 
+def test_ranking_on_workers_equals_in_process(clients, tmp_path):
+    """rank:ndcg with a qid column and query weights: the same model bytes and evaluation
+    history on two workers as in process; a query split between workers is refused by name."""
+    rng = np.random.default_rng(26)
+    df = make_table(n_rows=2400, seed=26).assign(q=np.repeat(np.arange(60), 40))
+    df["y"] = np.clip(np.round(df["y"] - df["y"].min()), 0, 4)
+    df["w"] = rng.uniform(0.5, 2.0, 60)[df["q"]]
+    kwargs = dict(label="y", weight="w", qid="q", num_boost_round=5, verbose=False,
+                  params={"objective": "rank:ndcg", "max_depth": 4, "eval_metric": "ndcg@5"})
+    expected = gbflow.train(df, evals=[(df, "train")], **kwargs)
+    frame = _dask_frame(_partitions(df, [0, 800, 1600, 2400]))  # at query boundaries
+    booster = gbflow.train(frame, evals=[(frame, "train")], client=clients(2), **kwargs)
+    assert _model_bytes(booster, tmp_path, "dask") == _model_bytes(expected, tmp_path, "pandas")
+    assert booster.evals_result == expected.evals_result
+    split = _dask_frame(_partitions(df, [0, 820, 1600, 2400]))  # query 20 in two partitions
+    with pytest.raises(ValueError, match="query 20 lie in more than one partition"):
+        gbflow.train(split, client=clients(2), **kwargs)
+
+
 @pytest.mark.parametrize("n_valid", [600, 70_000])  # auc by value, and in dense buckets
 def test_metrics_and_early_stopping_on_workers_equal_in_process(n_valid, clients):
     """Every metric, the training frame as an evaluation set, a custom metric and early
