@@ -1446,40 +1446,8 @@ def segment_sums(values, starts, out):
     return out
 
 
-@njit(inline="always", **_JIT)
-def _lambda_pair(y, s, e, gain, discount, inv_ideal, relevant, acc, q, first, last, kind,
-                 score_normalize, a, b):
-    y_top, y_low = y[a], y[b]
-    if y_top == y_low:
-        return 0.0, 0.0, 0.0
-    if kind == numpy_kernels.RANK_NDCG:
-        delta = abs((gain[a] - gain[b]) * (discount[a - first] - discount[b - first])) * \
-            inv_ideal[q]
-    elif kind == numpy_kernels.RANK_MAP:
-        r_h, r_l = a - first + 1.0, b - first + 1.0
-        between = acc[b - 1] - acc[a]
-        if y_top < y_low:
-            change = relevant[b] / r_l - (relevant[a] + 1.0) / r_h - between
-        else:
-            change = relevant[a] / r_h - relevant[b] / r_l + between
-        delta = abs(change / relevant[last])
-    else:
-        delta = 1.0
-    if score_normalize and s[first] != s[last]:
-        delta = delta / (abs(s[a] - s[b]) + 0.01)
-    high, low = (a, b) if y_top > y_low else (b, a)
-    total = e[high] + e[low]
-    if total > 0.0:
-        sig = e[high] / total
-    elif s[high] > s[low]:
-        sig = 1.0
-    elif s[high] < s[low]:
-        sig = 0.0
-    else:
-        sig = 0.5
-    push = (1.0 - sig) * delta
-    curvature = max(sig * (1.0 - sig), 1e-16) * delta * 2.0
-    return (push if y_top > y_low else -push), curvature, push
+# the twin's own pair function, compiled: the same operations by construction
+_lambda_pair = njit(inline="always", **_JIT)(numpy_kernels._lambda_pair)
 
 
 @njit(parallel=True, **_JIT)
