@@ -48,6 +48,15 @@ def _objective(params) -> dict:
             "tweedie_variance_power": repr(float(params.tweedie_variance_power))}
     elif name in ("multi:softprob", "multi:softmax"):
         config["softmax_multiclass_param"] = {"num_class": str(params.num_class)}
+    elif name.startswith("rank:"):  # XGBoost's LambdaRankParam; 4294967295: k not set (32)
+        k = params.lambdarank_num_pair_per_sample
+        config["lambdarank_param"] = {
+            "lambdarank_pair_method": "topk",
+            "lambdarank_num_pair_per_sample": str(4294967295 if k is None else k),
+            "lambdarank_normalization": str(int(params.lambdarank_normalization)),
+            "lambdarank_score_normalization": str(int(params.lambdarank_score_normalization)),
+            "lambdarank_unbiased": "0", "lambdarank_bias_norm": "1",
+            "ndcg_exp_gain": str(int(params.ndcg_exp_gain))}
     return config
 
 

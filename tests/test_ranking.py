@@ -1,6 +1,8 @@
 """Learning to rank: query groups, LambdaMART's gradients and the ranking metrics, as XGBoost's."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -293,3 +295,19 @@ def test_ranker_estimator():
     assert weighted.get_booster().to_json() == rows.get_booster().to_json()
     with pytest.raises(ValueError, match="ranking objective"):
         gbflow.GBFlowRanker(objective="reg:squarederror").fit(X, y, qid=qid)
+
+
+def test_exported_to_xgboost_it_ranks_and_evaluates_alike(tmp_path):
+    X, y, qid = _queries(2000, 80, n_features=4, shuffled=False)
+    booster = gbflow.train(X, y, {"objective": "rank:ndcg", "device": "cpu",
+                                  "lambdarank_num_pair_per_sample": 8}, 5, qid=qid,
+                           evals=[((X, y, None, qid), "train")], verbose=False)
+    booster.save_model(tmp_path / "model.json", format="xgboost")
+    theirs = xgb.Booster(model_file=str(tmp_path / "model.json"))
+    config = json.loads(theirs.save_config())["learner"]["objective"]
+    assert config["name"] == "rank:ndcg"
+    assert config["lambdarank_param"]["lambdarank_num_pair_per_sample"] == "8"
+    data = xgb.DMatrix(X, y, qid=qid, feature_names=booster.feature_names)
+    assert np.allclose(theirs.predict(data, output_margin=True), booster.predict(X), atol=1e-5)
+    value = float(theirs.eval(data).split("eval-ndcg@8:")[1])
+    assert value == pytest.approx(booster.evals_result["train"]["ndcg@8"][-1], rel=1e-6)
