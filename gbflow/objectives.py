@@ -1,7 +1,6 @@
 """Losses: label checks, gradients and hessians, the link function and the base score."""
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -341,12 +340,12 @@ class Hinge(Objective):
         return np.array([[max_weight, max(1.0, _dtypes.MIN_HESSIAN) * max_weight]])
 
 
+RANKING = tuple(ranking.OBJECTIVES)
 OBJECTIVES = ("reg:squarederror", "reg:squaredlogerror", "reg:pseudohubererror",
               "reg:absoluteerror", "reg:quantileerror", "reg:logistic", "binary:logistic",
               "binary:logitraw", "binary:hinge", "count:poisson", "reg:gamma", "reg:tweedie",
-              "multi:softprob", "multi:softmax", "rank:ndcg", "rank:map", "rank:pairwise")
+              "multi:softprob", "multi:softmax") + RANKING
 MULTICLASS = ("multi:softprob", "multi:softmax")
-RANKING = ("rank:ndcg", "rank:map", "rank:pairwise")
 # XGBoost's objectives gbflow does not have yet: said so by name, not as unknown.
 NOT_YET = ("survival:cox", "survival:aft")
 
@@ -359,9 +358,7 @@ def get_objective(name: str, num_class: int | None = None, *, scale_pos_weight: 
     """The objective called ``name`` (validated by params beforehand), with its parameters
     (XGBoost's names and defaults; lambda_params: the ranking objectives')."""
     if name in RANKING:
-        kind = {"rank:ndcg": "ndcg", "rank:map": "map", "rank:pairwise": "pairwise"}[name]
-        given = lambda_params or ranking.LambdaParams(kind)
-        return ranking.LambdaRank(name, dataclasses.replace(given, kind=kind))
+        return ranking.LambdaRank(name, lambda_params)
     if name == "reg:squarederror":
         return SquaredError(scale_pos_weight)
     if name == "reg:squaredlogerror":

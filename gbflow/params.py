@@ -109,7 +109,7 @@ class Params:
             huber_slope=self.huber_slope, tweedie_variance_power=self.tweedie_variance_power,
             quantile_alpha=self.quantile_alpha, poisson_delta_step=self.poisson_delta_step,
             lambda_params=ranking.LambdaParams(
-                "ndcg", top_k=self.lambdarank_num_pair_per_sample or ranking.DEFAULT_TOP_K,
+                "", top_k=self.lambdarank_num_pair_per_sample or ranking.DEFAULT_TOP_K,
                 normalize=self.lambdarank_normalization,
                 score_normalize=self.lambdarank_score_normalization,
                 exp_gain=self.ndcg_exp_gain))

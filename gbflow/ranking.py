@@ -26,6 +26,9 @@ from .backend.segments import lambda_pairs, segment_sums, sort_segments
 from .objective_base import Objective
 from .sketch.keys import ordered_keys
 
+# the ranking objectives and the metric change that weighs each of their pairs
+OBJECTIVES = {"rank:ndcg": "ndcg", "rank:map": "map", "rank:pairwise": "pairwise"}
+_KERNEL_KIND = {"ndcg": RANK_NDCG, "map": RANK_MAP, "pairwise": RANK_PAIRWISE}
 EXP_GAIN_LIMIT = 31  # XGBoost's: with the gain 2**label - 1, labels are at most 31
 DEFAULT_TOP_K = 32  # XGBoost's lambdarank_num_pair_per_sample for the top-k pair method
 _MAP_SCALE = 2.0 ** 32  # fixed point of MAP's prefix sums (terms <= 1; parts < 2**30 rows)
@@ -38,7 +41,7 @@ class LambdaParams:
     normalize: lambdarank_normalization; score_normalize: lambdarank_score_normalization;
     exp_gain: ndcg_exp_gain (NDCG's gain 2**label - 1, else the label)."""
 
-    kind: str
+    kind: str  # (the objective's: ``LambdaRank`` sets it)
     top_k: int = DEFAULT_TOP_K
     normalize: bool = True
     score_normalize: bool = True
@@ -50,7 +53,9 @@ class QueryGroups:
 
     order: (n,) int64 row numbers sorted by (query id, row). starts: (Q + 1,) int64 where each
     query begins in ``order`` (host_starts: the same on the host). query_of: (n,) int64 each
-    position's query, 0..Q-1 in id order. ids: (Q,) host int64 query ids. raw_weight: (Q,)
+    position's query, 0..Q-1 in id order; rank: (n,) int64 each position's place in its query
+    (0 first). ids: (Q,) host int64 query ids. discount: (largest query,) float64 NDCG's
+    discount of each place. raw_weight: (Q,)
     float64 each query's weight (XGBoost's group weights), or None; weight: the same times the
     normalisation ``set_norm`` gives (the gradients'), or None.
     """
@@ -60,7 +65,7 @@ class QueryGroups:
         n = len(qid)
         qid = xp.asarray(qid).astype(xp.int64)
         positions = xp.arange(n, dtype=xp.int64)
-        self.order = positions[xp.lexsort(xp.stack([positions, qid]))] if n else positions
+        self.order = xp.lexsort(xp.stack([positions, qid])).astype(xp.int64) if n else positions
         sorted_ids = qid[self.order]
         new = sorted_ids[1:] != sorted_ids[:-1]
         self.starts = xp.concatenate([xp.zeros(1 if n else 0, dtype=xp.int64),
@@ -69,7 +74,10 @@ class QueryGroups:
         self.query_of = xp.concatenate([xp.zeros(1 if n else 0, dtype=xp.int64),
                                         xp.cumsum(new, dtype=xp.int64)])
         self.host_starts = np.asarray(to_host(self.starts), dtype=np.int64)
+        self.rank = positions - self.starts[self.query_of]
         self.ids = np.asarray(to_host(sorted_ids[self.starts[:-1]]), dtype=np.int64)
+        largest = int(np.diff(self.host_starts).max()) if n else 1
+        self.discount = _discount(xp, xp.arange(largest))
         self.raw_weight = self.weight = None
         if row_weight is not None:
             w = xp.asarray(row_weight, dtype=xp.float64)[self.order]
@@ -83,14 +91,11 @@ class QueryGroups:
                                  f"query's weight")
             self.raw_weight = self.weight = first
         self._ideal: dict = {}  # (k, exp_gain) -> (Q,) ideal DCG
+        self._tops: dict = {}  # k -> the top places' positions and where they are real
 
     @property
     def n_queries(self) -> int:
         return len(self.host_starts) - 1
-
-    @property
-    def n_rows(self) -> int:
-        return int(self.host_starts[-1]) if len(self.host_starts) else 0
 
     def set_norm(self, factor: float) -> None:
         """Scale the gradients' query weights by ``factor`` (XGBoost's: the number of queries
@@ -111,10 +116,14 @@ class QueryGroups:
                                   xp.arange(len(self.order), dtype=xp.float64))
         return self.order[places.astype(xp.int64)]
 
-    def ranks(self):
-        """(n,) int64 each position's place in its query (0 first)."""
-        xp = self.xp
-        return xp.arange(len(self.order), dtype=xp.int64) - self.starts[self.query_of]
+    def top_places(self, k: int):
+        """((Q, k) bool: query q has a place i, (m,) int64 the positions of those places, in
+        (query, place) order), made once per k."""
+        if k not in self._tops:
+            places = self.xp.arange(k)
+            inside = places[None, :] < (self.starts[1:] - self.starts[:-1])[:, None]
+            self._tops[k] = (inside, (self.starts[:-1][:, None] + places[None, :])[inside])
+        return self._tops[k]
 
     def sums(self, values):
         """(Q,) float64 per query sums of (n,) float64 ``values`` given in position order."""
@@ -126,9 +135,9 @@ class QueryGroups:
         key = (k, exp_gain)
         if key not in self._ideal:
             best = self.ranked(label)
-            terms = _gain(self.xp, label[best], exp_gain) * _discount(self.xp, self.ranks())
+            terms = _gain(self.xp, label[best], exp_gain) * _discount(self.xp, self.rank)
             if k is not None:
-                terms = self.xp.where(self.ranks() < k, terms, 0.0)
+                terms = self.xp.where(self.rank < k, terms, 0.0)
             self._ideal[key] = self.sums(terms)
         return self._ideal[key]
 
@@ -180,16 +189,12 @@ def lambda_gradients(xp, score, label, queries: QueryGroups, lp: LambdaParams):
         ideal = queries.ideal_dcg(label, k, lp.exp_gain)
         inverse_ideal = xp.where(ideal > 0, 1.0 / xp.where(ideal > 0, ideal, 1.0), 0.0)
     elif lp.kind == "map":
-        relevant, acc = _map_prefixes(xp, queries, y, queries.ranks())
-    sizes = np.diff(queries.host_starts)
-    discount = _discount(xp, xp.arange(max(int(sizes.max()), 1)))
-    kind = {"ndcg": RANK_NDCG, "map": RANK_MAP, "pairwise": RANK_PAIRWISE}[lp.kind]
-    own, top = lambda_pairs(xp, y, s, e, gain, discount, inverse_ideal, relevant, acc, starts,
-                            query_of, kind, k, lp.score_normalize,
+        relevant, acc = _map_prefixes(xp, queries, y, queries.rank)
+    own, top = lambda_pairs(xp, y, s, e, gain, queries.discount, inverse_ideal, relevant, acc,
+                            starts, query_of, _KERNEL_KIND[lp.kind], k, lp.score_normalize,
                             xp.empty((n, 3)), xp.empty((queries.n_queries, k, 2)))
     g, h = own[:, 0].copy(), own[:, 1].copy()
-    inside = xp.arange(k)[None, :] < xp.asarray(sizes)[:, None]
-    targets = (starts[:-1][:, None] + xp.arange(k)[None, :])[inside]
+    inside, targets = queries.top_places(k)
     g[targets] += top[:, :, 0][inside]
     h[targets] += top[:, :, 1][inside]
     factor = xp.ones(queries.n_queries)
@@ -213,7 +218,7 @@ def query_scores(xp, kind: str, k: int | None, minus: bool, exp_gain: bool, scor
     scores 1, or 0 with ``minus`` (XGBoost's "ndcg-"); for "ndcg" that 1 is not weighted, as in
     XGBoost (CPU and GPU), whose value this is."""
     ranked = queries.ranked(score)
-    y, rank = label[ranked], queries.ranks()
+    y, rank = label[ranked], queries.rank
     shown = rank < k if k is not None else xp.ones(len(rank), dtype=bool)
     empty = 0.0 if minus else 1.0
     weight = 1.0 if queries.raw_weight is None else queries.raw_weight
@@ -225,10 +230,7 @@ def query_scores(xp, kind: str, k: int | None, minus: bool, exp_gain: bool, scor
         hits = _within_query_prefix(xp, queries, y)
         precision_sum = queries.sums(xp.where(shown, hits / (rank + 1.0) * y, 0.0))
         relevant = queries.sums(y)
-        if k is not None:
-            relevant_shown = xp.minimum(relevant, float(k))
-        else:
-            relevant_shown = relevant
+        relevant_shown = relevant if k is None else xp.minimum(relevant, float(k))
         return xp.where(relevant > 0, precision_sum / xp.where(relevant > 0, relevant_shown, 1.0),
                         empty) * weight
     sizes = (queries.starts[1:] - queries.starts[:-1]).astype(xp.float64)
@@ -245,8 +247,10 @@ class LambdaRank(Objective):
     by_query = True
     row_wise = False
 
-    def __init__(self, name: str, lambda_params: LambdaParams):
-        self.name, self.lambda_params = name, lambda_params
+    def __init__(self, name: str, lambda_params: LambdaParams | None = None):
+        self.name = name
+        self.lambda_params = dataclasses.replace(lambda_params or LambdaParams(""),
+                                                 kind=OBJECTIVES[name])
         self.default_metric = f"{'map' if name == 'rank:map' else 'ndcg'}@{lambda_params.top_k}"
 
     def check_label(self, label, where):
