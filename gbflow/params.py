@@ -94,11 +94,9 @@ class Params:
     interaction_constraints: tuple | None = None
     # learning to rank (rank:ndcg, rank:map, rank:pairwise; ``gbflow.ranking``), XGBoost's
     # LambdaMART parameters: the top-k pairs of each query's first k documents (None: 32)
-    lambdarank_pair_method: str = "topk"
     lambdarank_num_pair_per_sample: int | None = None
     lambdarank_normalization: bool = True
     lambdarank_score_normalization: bool = True
-    lambdarank_unbiased: bool = False
     ndcg_exp_gain: bool = True
 
     @functools.cached_property
@@ -175,9 +173,8 @@ class Params:
 
 
 KNOWN = tuple(f.name for f in dataclasses.fields(Params))
-RANKING = ("lambdarank_pair_method", "lambdarank_num_pair_per_sample",
-           "lambdarank_normalization", "lambdarank_score_normalization", "lambdarank_unbiased",
-           "ndcg_exp_gain")
+RANKING = ("lambdarank_num_pair_per_sample", "lambdarank_normalization",
+           "lambdarank_score_normalization", "ndcg_exp_gain")
 _RANKING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Params) if f.name in RANKING}
 CATEGORICAL = ("enable_categorical", "max_cat_to_onehot", "max_cat_threshold", "cat_smooth",
                "cat_l2")
@@ -200,8 +197,15 @@ _ELSEWHERE = {
 
 
 # XGBoost parameters whose only values gbflow honours are how it always trains: accepted with
-# those values (so that ported parameter dicts run), refused with any other.
-_FIXED = {"tree_method": ("hist", "auto"), "booster": ("gbtree",)}
+# those values (so that ported parameter dicts run), refused with any other, saying why.
+_FIXED = {
+    "tree_method": (("hist", "auto"), "gbflow grows histogram trees"),
+    "booster": (("gbtree",), "gbflow grows histogram trees"),
+    "lambdarank_pair_method": (("topk",), "gbflow's ranking pairs each of a query's first "
+                               "lambdarank_num_pair_per_sample documents with every one below "
+                               "it; sampled pairs are not there yet"),
+    "lambdarank_unbiased": ((False,), "position debiasing of click data is not there yet"),
+}
 
 
 def _unknown(name) -> ValueError:
@@ -271,11 +275,10 @@ def make_params(user: dict | None = None, **overrides) -> Params:
                 raise TypeError(f"parameter names must be strings, got {name!r}")
             canonical = ALIASES.get(name, name)
             if canonical in _FIXED:
-                if value not in _FIXED[canonical]:
-                    raise ValueError(
-                        f"parameter {canonical}={value!r} is not supported: gbflow grows "
-                        f"histogram trees ({canonical} may be "
-                        f"{' or '.join(map(repr, _FIXED[canonical]))})")
+                accepted, why = _FIXED[canonical]
+                if value not in accepted or isinstance(value, float):
+                    raise ValueError(f"parameter {canonical}={value!r} is not supported: {why} "
+                                     f"({canonical} may be {' or '.join(map(repr, accepted))})")
                 continue
             if canonical not in KNOWN:
                 raise _unknown(name)
@@ -375,17 +378,11 @@ def make_params(user: dict | None = None, **overrides) -> Params:
     is_nan = isinstance(missing, float) and math.isnan(missing)  # always missing: nothing to add
     if missing is not None and not is_nan:
         p["missing"] = _number("missing", missing, float)
-    disable = merged.get("disable_default_eval_metric", False)
-    if disable not in (True, False, 0, 1) or isinstance(disable, float):
-        raise TypeError(f"parameter disable_default_eval_metric must be True or False, got "
-                        f"{disable!r}")
-    p["disable_default_eval_metric"] = bool(disable)
+    for name in ("disable_default_eval_metric", "enable_categorical"):
+        flag = _flag(merged, name)
+        if flag is not None:
+            p[name] = flag
     p.update(_ranking_params(merged, objective))
-    for name in ("enable_categorical",):
-        flag = merged.get(name, True)
-        if flag not in (True, False, 0, 1) or isinstance(flag, float):
-            raise TypeError(f"parameter {name} must be True or False, got {flag!r}")
-        p[name] = bool(flag)
     metric = merged.get("eval_metric")
     if metric is not None:
         if isinstance(metric, str):
@@ -427,18 +424,9 @@ def _flag(merged: dict, name: str):
 
 
 def _ranking_params(merged: dict, objective: str) -> dict:
-    """The learning-to-rank parameters given, checked (XGBoost's names); a value gbflow cannot
-    honour is an error naming it."""
+    """The learning-to-rank parameters given, checked (XGBoost's names); the pair method and
+    debiasing are ``_FIXED``."""
     p = {}
-    method = merged.get("lambdarank_pair_method", "topk")
-    if method == "mean":
-        raise ValueError("parameter lambdarank_pair_method='mean' (pairs sampled at random) is "
-                         "not supported by this version of gbflow; use 'topk' (the default: "
-                         "each of a query's first lambdarank_num_pair_per_sample documents "
-                         "paired with every one below it)")
-    if method != "topk":
-        raise ValueError(f"parameter lambdarank_pair_method must be 'topk' or 'mean', got "
-                         f"{method!r}")
     if merged.get("lambdarank_num_pair_per_sample") is not None:
         k = _number("lambdarank_num_pair_per_sample", merged["lambdarank_num_pair_per_sample"],
                     int)
@@ -446,14 +434,10 @@ def _ranking_params(merged: dict, objective: str) -> dict:
             raise ValueError(f"parameter lambdarank_num_pair_per_sample must lie in [1, 2**20], "
                              f"got {k}")
         p["lambdarank_num_pair_per_sample"] = k
-    for name in ("lambdarank_normalization", "lambdarank_score_normalization",
-                 "lambdarank_unbiased", "ndcg_exp_gain"):
+    for name in ("lambdarank_normalization", "lambdarank_score_normalization", "ndcg_exp_gain"):
         flag = _flag(merged, name)
         if flag is not None:
             p[name] = flag
-    if p.get("lambdarank_unbiased"):
-        raise ValueError("parameter lambdarank_unbiased=True (position debiasing of click "
-                         "data) is not supported by this version of gbflow")
     given = [name for name in RANKING if name in merged and name != "ndcg_exp_gain" and
              merged[name] != _RANKING_DEFAULTS[name]]  # ndcg_exp_gain: the ndcg metric's too
     if given and objective not in objectives.RANKING:
