@@ -83,7 +83,6 @@ class Objective:
         return None
 
 
-
 def weighted_mean(xp, values: list, weights: list | None, collective) -> float:
     if weights is None:
         return fixed_point.exact_sum(xp, values, collective=collective) / \

@@ -215,8 +215,9 @@ def query_scores(xp, kind: str, k: int | None, minus: bool, exp_gain: bool, scor
     """(Q,) float64 each query's XGBoost metric "ndcg", "map" or "pre" at ``k`` (None: the
     whole list) for scores ``score`` and labels ``label`` ((n,) float64 by row), times the
     query's weight (``queries.raw_weight``). A query whose ideal is 0 (no relevant document)
-    scores 1, or 0 with ``minus`` (XGBoost's "ndcg-"); for "ndcg" that 1 is not weighted, as in
-    XGBoost (CPU and GPU), whose value this is."""
+    scores 1, or 0 with ``minus`` (XGBoost's "ndcg-"). XGBoost leaves that 1 of "ndcg"
+    unweighted, so that its weighted NDCG can pass 1 (and then stops with an error): here it is
+    weighted like every query's value, a weighted mean."""
     ranked = queries.ranked(score)
     y, rank = label[ranked], queries.rank
     shown = rank < k if k is not None else xp.ones(len(rank), dtype=bool)
@@ -225,7 +226,7 @@ def query_scores(xp, kind: str, k: int | None, minus: bool, exp_gain: bool, scor
     if kind == "ndcg":
         dcg = queries.sums(xp.where(shown, _gain(xp, y, exp_gain) * _discount(xp, rank), 0.0))
         ideal = queries.ideal_dcg(label, k, exp_gain)
-        return xp.where(ideal > 0, dcg / xp.where(ideal > 0, ideal, 1.0) * weight, empty)
+        return xp.where(ideal > 0, dcg / xp.where(ideal > 0, ideal, 1.0), empty) * weight
     if kind == "map":
         hits = _within_query_prefix(xp, queries, y)
         precision_sum = queries.sums(xp.where(shown, hits / (rank + 1.0) * y, 0.0))

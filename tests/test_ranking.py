@@ -145,7 +145,8 @@ def test_metrics_are_xgboosts(name, weighted):
     n = 600
     qid = np.sort(rng.integers(0, 40, n))
     y = rng.integers(0, 4, n).astype(np.float64)
-    y[qid == 3] = 0  # a query without a relevant document
+    if not (weighted and name.startswith("ndcg")):  # (see the next test)
+        y[qid == 3] = 0  # a query without a relevant document
     if not name.startswith("ndcg"):
         y = (y > 1).astype(np.float64)
     score = np.round(rng.normal(size=n), 1)  # ties too
@@ -162,6 +163,27 @@ def test_metrics_are_xgboosts(name, weighted):
     weight = None if group_weight is None else group_weight[np.searchsorted(ids, qid)]
     ours = metrics.evaluate(name, y, score, weight, qid=qid)
     assert ours == pytest.approx(theirs, rel=1e-12, abs=1e-15)
+
+
+@pytest.mark.parametrize("name", ["ndcg", "ndcg-", "ndcg@3"])
+def test_weighted_ndcg_is_a_weighted_mean_of_the_queries(name):
+    """Queries without relevant documents weigh like the others (XGBoost adds their 1
+    unweighted, and stops when its weighted NDCG passes 1)."""
+    rng = np.random.default_rng(0)
+    n = 600
+    qid = np.sort(rng.integers(0, 60, n))
+    y = rng.integers(0, 4, n).astype(np.float64)
+    y[qid % 3 == 0] = 0
+    score = rng.normal(size=n)
+    ids = np.unique(qid)
+    query_weight = rng.uniform(0.1, 0.5, len(ids))
+    each = np.array([metrics.evaluate(name, y[qid == q], score[qid == q], qid=qid[qid == q])
+                     for q in ids])
+    weighted = metrics.evaluate(name, y, score, query_weight[np.searchsorted(ids, qid)],
+                                qid=qid)
+    assert weighted == pytest.approx(np.sum(each * query_weight) / query_weight.sum(),
+                                     rel=1e-12)
+    assert 0 < weighted <= 1
 
 
 def test_metric_is_the_same_on_any_split():

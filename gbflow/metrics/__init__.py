@@ -18,9 +18,9 @@ from ..backend import get_backend
 from ..collective import LOCAL
 from ..ranking import QueryGroups
 from .compute import EvalData, Evaluator
-from .definitions import MAXIMIZE, METRICS, Metric, fits_objective, metric
+from .definitions import METRICS, Metric, fits_objective, metric
 
-__all__ = ["MAXIMIZE", "METRICS", "EvalData", "Evaluator", "Metric", "auc", "evaluate",
+__all__ = ["METRICS", "EvalData", "Evaluator", "Metric", "auc", "evaluate",
            "fits_objective", "logloss", "metric", "mlogloss", "rmse"]
 
 

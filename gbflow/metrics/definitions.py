@@ -187,7 +187,6 @@ _ARGUMENTS = {"error": (False, "a threshold, e.g. error@0.7"),
                                         "tweedie-nloglik@1.5")}
 
 METRICS = tuple(_MAKERS) + ("ndcg", "map", "pre")
-MAXIMIZE = frozenset(("auc", "aucpr", "ndcg", "map", "pre"))
 _RANKING = re.compile(r"(ndcg|map|pre)(?:@([^-]*))?(-?)")
 
 
