@@ -95,7 +95,6 @@ class JoinedPartitions:
         weight = None if spec.weight is None else np.empty(total, dtype=np.float64)
         margin = None if spec.base_margin is None else np.empty(total, dtype=np.float64)
         qid = None if spec.qid is None else np.empty(total, dtype=np.float64)
-        seen_queries = []  # per partition its query ids: a query must not span two
         self.runs, at = [], 0  # runs: (partition index, rows)
         blocks = []  # per partition (its rows of X, its categories): joined onto one list below
         items.reverse()  # popped from the end: the list holds only the partitions still to come
@@ -109,9 +108,6 @@ class JoinedPartitions:
                         f"{table.what} partition {index} has {len(frame)} rows where {rows} were "
                         f"counted when it was computed (was it recomputed differently?)")
                 part = load_partition(frame, index, table, spec)
-                if qid is not None:
-                    seen_queries.append(np.unique(backend.to_host(part.qid)))
-                    ranking.check_apart(seen_queries, table.what)
             except Exception as e:  # reported once every process agrees on the first error
                 # The traceback's frames would keep the partition alive (a local of each).
                 traceback.clear_frames(e.__traceback__)
@@ -134,6 +130,13 @@ class JoinedPartitions:
             self.runs.append((index, part.n_rows))
             at += part.n_rows
             del part
+        if qid is not None and len(self.runs) > 1:  # a query must not span two partitions
+            try:
+                bounds = np.cumsum([0] + [rows for _, rows in self.runs])
+                ranking.check_apart([np.unique(qid[a:b]) for a, b in zip(bounds, bounds[1:])],
+                                    table.what)
+            except ValueError as e:
+                self.errors.append(((key, self.runs[0][0]), e))
         self.part = inputs.DataSet(
             X=X[:at], label=label[:at], weight=None if weight is None else weight[:at],
             feature_names=list(spec.features), label_name=spec.label, weight_name=spec.weight,
