@@ -31,6 +31,10 @@ MARGIN = np.float64
 # Row positions inside one shard; a shard holds fewer than 2**31 rows (checked with the other
 # global inputs, prepare.check_global_inputs).
 ROW_INDEX = np.int32
+# Deepest tree gbflow grows or loads (max_depth's largest value, and its depth limit when
+# max_depth is 0): 2**30 leaves is already past what a model file holds, and SHAP's per-row path
+# buffers grow with the depth.
+MAX_TREE_DEPTH = 30
 # Node ids inside one tree, and feature ids.
 NODE = np.int32
 # Missing values (NaN, null) of every feature fall into bin 0; value bins are 1..n_value_bins.

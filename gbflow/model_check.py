@@ -20,7 +20,7 @@ _INT_FIELDS = ("feature", "bin_threshold", "left", "right")
 _FLOAT_FIELDS = ("threshold", "value", "gain", "cover")
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _INT32_MAX = int(np.iinfo(np.int32).max)
-MAX_DEPTH = 30  # max_depth's largest value: deeper trees are crafted, and SHAP's paths grow with it
+MAX_DEPTH = _dtypes.MAX_TREE_DEPTH  # deeper trees are crafted
 
 
 class ModelFileError(ValueError):

@@ -28,7 +28,14 @@ class Params:
 
     objective: str = "reg:squarederror"
     learning_rate: float = 0.3
+    # XGBoost's: 0 is no limit (then max_leaves must be set; gbflow's trees stop at
+    # _dtypes.MAX_TREE_DEPTH, 30 levels, whatever the policy)
     max_depth: int = 6
+    # XGBoost's: "depthwise" splits the shallowest leaves first, "lossguide" the leaf of the
+    # largest gain (best first, LightGBM's leaf-wise growth); they differ only when max_leaves
+    # (0: no limit) stops a tree before every leaf worth splitting is split (gbflow.grow)
+    grow_policy: str = "depthwise"
+    max_leaves: int = 0
     min_child_weight: float = 1.0
     gamma: float = 0.0
     reg_lambda: float = 1.0
@@ -128,6 +135,11 @@ class Params:
             self.max_delta_step
 
     @property
+    def depth_limit(self) -> int:
+        """The trees' depth limit: ``max_depth``, or gbflow's largest depth when it is 0."""
+        return self.max_depth or _dtypes.MAX_TREE_DEPTH
+
+    @property
     def n_groups(self) -> int:
         return int(self.num_class) if self.objective in objectives.MULTICLASS else 1
 
@@ -156,6 +168,8 @@ class Params:
         for name in ("colsample_bylevel", "colsample_bynode"):  # likewise
             if getattr(self, name) == 1.0:
                 del d[name]
+        if self.grow_policy == "depthwise" and self.max_leaves == 0:  # likewise
+            del d["grow_policy"], d["max_leaves"]
         for name in ("max_delta_step", "monotone_constraints",
                      "interaction_constraints"):  # likewise
             if getattr(self, name) is None:
@@ -191,8 +205,9 @@ _ELSEWHERE = {
                     "progress output is train()'s verbose argument (warnings: verbosity=0 "
                     "silences them)"),
     "num_threads": "gbflow's thread count is XGBoost's nthread (alias n_jobs)",
-    **dict.fromkeys(("grow_policy", "max_leaves", "num_leaves", "sampling_method"),
-                    "this version of gbflow does not support it"),
+    "num_leaves": "LightGBM's num_leaves is max_leaves here, with grow_policy='lossguide' for "
+                  "LightGBM's leaf-wise growth",
+    "sampling_method": "this version of gbflow does not support it",
 }
 
 
@@ -297,7 +312,8 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         merged["quantile_alpha"] = alphas[0]
     # (name, kind, low, high, interval): "(" / ")" exclude the bound, "[" / "]" include it
     for name, kind, low, high, interval in [
-        ("learning_rate", float, 0, math.inf, "(]"), ("max_depth", int, 1, 30, "[]"),
+        ("learning_rate", float, 0, math.inf, "(]"),
+        ("max_depth", int, 0, _dtypes.MAX_TREE_DEPTH, "[]"),
         ("min_child_weight", float, 0, math.inf, "[]"), ("gamma", float, 0, math.inf, "[]"),
         ("reg_lambda", float, 0, math.inf, "[]"), ("reg_alpha", float, 0, math.inf, "[]"),
         ("subsample", float, 0, 1, "(]"), ("colsample_bytree", float, 0, 1, "(]"),
@@ -310,7 +326,7 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         ("max_cat_to_onehot", int, 1, 2**31 - 1, "[]"),
         ("max_cat_threshold", int, 1, 2**31 - 1, "[]"),
         ("cat_smooth", float, 0, math.inf, "[]"), ("cat_l2", float, 0, math.inf, "[]"),
-        ("max_delta_step", float, 0, math.inf, "[]"),
+        ("max_delta_step", float, 0, math.inf, "[]"), ("max_leaves", int, 0, 2**31 - 1, "[]"),
     ]:
         if name not in merged or (name in ("sparse_threshold", "max_delta_step") and
                                   merged[name] is None):
@@ -330,6 +346,7 @@ def make_params(user: dict | None = None, **overrides) -> Params:
     interaction_sets = interactions.parse_interactions(merged.get("interaction_constraints"))
     if interaction_sets is not None:
         p["interaction_constraints"] = interaction_sets
+    p.update(_growth_params(merged, p))
     if merged.get("device_memory_limit") is not None:
         p["device_memory_limit"] = parse_bytes("device_memory_limit",
                                                merged["device_memory_limit"])
@@ -421,6 +438,23 @@ def _flag(merged: dict, name: str):
     if flag not in (True, False, 0, 1) or isinstance(flag, float):
         raise TypeError(f"parameter {name} must be True or False, got {flag!r}")
     return bool(flag)
+
+
+def _growth_params(merged: dict, checked: dict) -> dict:
+    """grow_policy, checked, and XGBoost's rule that max_depth and max_leaves may not both be 0
+    (``checked``: the numbers already validated)."""
+    p = {}
+    policy = merged.get("grow_policy")
+    if policy is not None:
+        if policy not in ("depthwise", "lossguide"):
+            raise ValueError(f"parameter grow_policy must be 'depthwise' or 'lossguide', got "
+                             f"{policy!r}")
+        p["grow_policy"] = policy
+    if checked.get("max_depth", Params.max_depth) == 0 and not checked.get("max_leaves"):
+        raise ValueError("parameter max_depth=0 (no depth limit) needs max_leaves > 0 to stop "
+                         "the trees (XGBoost's rule), e.g. grow_policy='lossguide', "
+                         "max_leaves=255")
+    return p
 
 
 def _ranking_params(merged: dict, objective: str) -> dict:

@@ -69,7 +69,7 @@ class LeafRule:
 class TreeRules:
     """Everything tree growing takes from the parameters."""
 
-    max_depth: int
+    max_depth: int  # the depth limit (``Params.depth_limit``)
     split: SplitRule
     leaf: LeafRule
     category: CategoryRule = CategoryRule(max_cat_to_onehot=4, max_cat_threshold=64,
@@ -78,13 +78,22 @@ class TreeRules:
     bounds: WeightBounds | None = None
     # interaction constraints (None: every node may split on any feature)
     interactions: InteractionSets | None = None
+    max_leaves: int = 0  # 0: no limit
+    lossguide: bool = False  # grow_policy="lossguide": the leaf of the largest gain splits first
+
+    @property
+    def leaf_budget_binds(self) -> bool:
+        """Whether ``max_leaves`` can stop a tree before its depth limit does (only then do the
+        growth policies grow different trees)."""
+        return 0 < self.max_leaves < 2 ** self.max_depth
 
     @classmethod
     def of(cls, params, feature_names: list, categorical=()) -> "TreeRules":
         """The rules of validated ``Params`` for training features ``feature_names`` (the names
         in ``categorical`` are categorical features). Raises ValueError for monotone or
         interaction constraints that do not fit the features."""
-        return cls(max_depth=params.max_depth,
+        return cls(max_depth=params.depth_limit, max_leaves=params.max_leaves,
+                   lossguide=params.grow_policy == "lossguide",
                    split=SplitRule(params.reg_lambda, params.reg_alpha, params.min_child_weight,
                                    max(params.gamma, _dtypes.MIN_SPLIT_IMPROVEMENT)),
                    leaf=LeafRule(params.reg_lambda, params.reg_alpha, params.learning_rate,

@@ -81,7 +81,7 @@ class FeatureSample:
         seed = params.seed
         tree = feature_sample(n_features, seed, round_index, group, params.colsample_bytree)
         return cls(level_samples(tree, seed, round_index, group, params.colsample_bylevel,
-                                 params.max_depth), seed, round_index, group,
+                                 params.depth_limit), seed, round_index, group,
                    params.colsample_bynode)
 
     def nodes(self, depth: int, node_ids: np.ndarray) -> np.ndarray:
@@ -101,3 +101,21 @@ class FeatureSample:
         masks = np.zeros((len(nodes), len(level)), dtype=bool)
         masks[np.arange(len(nodes))[:, None], chosen[keep]] = True
         return masks
+
+    def at(self, depth: np.ndarray, node_keys: np.ndarray) -> np.ndarray:
+        """(n, F) host bool: ``nodes`` for nodes of several depths ((n,) int each), the per-node
+        draw keyed by ``node_keys`` ((n,) uint64)."""
+        masks = np.zeros((len(depth), self.by_level.shape[1]), dtype=bool)
+        for d in np.unique(depth):
+            here = depth == d
+            masks[here] = self.nodes(int(d), np.asarray(node_keys)[here])
+        return masks
+
+
+def child_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """((n,), (n,)) uint64: the keys of the left and right children of nodes of ``keys``
+    ((n,) uint64; the root's is 0). A best-first tree draws its nodes' features by these keys:
+    they follow from the path, while its node ids follow the order of growth, which is not
+    known when a node's split is searched."""
+    keys = np.asarray(keys, dtype=np.uint64)
+    return _mix64(keys * np.uint64(2) + np.uint64(1)), _mix64(keys * np.uint64(2) + np.uint64(2))

@@ -185,7 +185,8 @@ class ShardSet:
         return np.zeros(len(feature), dtype=np.int32)
 
     def partition(self, gh, seg_start, seg_count, feature, bin_threshold, default_left,
-                  small_is_left, n_bins, out: Histograms, side_map=None) -> list:
+                  small_is_left, n_bins, out: Histograms, side_map=None,
+                  whole: bool = False) -> list:
         """Split every listed node's rows into its children, in every shard, and add the global
         histograms of the children picked by ``small_is_left`` (bool per node) into ``out``.
 
@@ -199,7 +200,9 @@ class ShardSet:
         place; its common bins are left 0. Returns per shard (n_nodes,) int64 left counts. They
         stay on the device (the caller fetches them with the next level's splits, in one wait)
         unless another store's histograms needed them on the host. side_map: as
-        ``split_source``'s (bin_threshold then 1 for every node).
+        ``split_source``'s (bin_threshold then 1 for every node). whole: every shard's current
+        row array is first copied whole into the spare one, so that every segment is in the
+        new current array (the best-first grower, whose unsplit leaves may split later).
         """
         kernels = self.backend.kernels  # the split arrays stay on the host: kernels take either
         dense, others = self.dense, list(zip(self.stores[1:], out.arrays[1:]))
@@ -208,6 +211,8 @@ class ShardSet:
             by_feature, store_feature = self.split_source(s, seg_start[s], seg_count[s], feature,
                                                           side_map)
             moved = self._spare_index[s]
+            if whole:
+                moved[...] = self.row_index[s]
             left, _ = kernels.partition_and_histogram(
                 dense.rows(s), by_feature, gh[s], self.row_index[s], seg_start[s],
                 seg_count[s], store_feature, bin_threshold, default_left, small_is_left, n_bins,

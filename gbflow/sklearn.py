@@ -51,7 +51,7 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
                  sparse_threshold=None, verbose=False, n_jobs=None, enable_categorical=True,
                  max_cat_to_onehot=4, max_cat_threshold=64, cat_smooth=10.0, cat_l2=10.0,
                  verbosity=1, max_delta_step=None, monotone_constraints=None,
-                 interaction_constraints=None):
+                 interaction_constraints=None, max_leaves=0, grow_policy="depthwise"):
         _store(self, locals())
 
     # -- scikit-learn protocol -------------------------------------------------------------
@@ -318,6 +318,12 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
     n_estimators : int, default 100
         Boosting rounds (one tree per round).
     max_depth : int, default 6
+        0: no limit (with ``max_leaves``).
+    max_leaves : int, default 0
+        XGBoost's: at most this many leaves per tree (0: no limit).
+    grow_policy : {"depthwise", "lossguide"}, default "depthwise"
+        XGBoost's: which leaf a tree splits next when ``max_leaves`` stops it early: the
+        shallowest, or the one of the largest gain (LightGBM's leaf-wise growth).
     learning_rate : float, default 0.3
     min_child_weight : float, default 1.0
         Minimum hessian sum of a child.
@@ -385,7 +391,8 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
                  sparse_threshold=None, verbose=False, n_jobs=None, enable_categorical=True,
                  max_cat_to_onehot=4, max_cat_threshold=64, cat_smooth=10.0, cat_l2=10.0,
                  verbosity=1, quantile_alpha=0.5, max_delta_step=None,
-                 monotone_constraints=None, interaction_constraints=None):
+                 monotone_constraints=None, interaction_constraints=None, max_leaves=0,
+                 grow_policy="depthwise"):
         _store(self, locals())
 
     def _check_objective(self):
@@ -436,7 +443,8 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
                  device="auto", sparse_threshold=None, verbose=False, n_jobs=None,
                  enable_categorical=True, max_cat_to_onehot=4, max_cat_threshold=64,
                  cat_smooth=10.0, cat_l2=10.0, verbosity=1, max_delta_step=None,
-                 monotone_constraints=None, interaction_constraints=None):
+                 monotone_constraints=None, interaction_constraints=None, max_leaves=0,
+                 grow_policy="depthwise"):
         _store(self, locals())
 
     def _target(self, adapter, y):

@@ -72,7 +72,7 @@ class GBFlowRanker(GBFlowRegressor):
                  monotone_constraints=None, interaction_constraints=None,
                  lambdarank_pair_method="topk", lambdarank_num_pair_per_sample=None,
                  lambdarank_normalization=True, lambdarank_score_normalization=True,
-                 ndcg_exp_gain=True):
+                 ndcg_exp_gain=True, max_leaves=0, grow_policy="depthwise"):
         _store(self, locals())
 
     def _check_objective(self):

@@ -31,6 +31,19 @@ class LevelSplits:
     right_bins: np.ndarray | None = None
     on_categories: np.ndarray | None = None
 
+    def take(self, nodes: np.ndarray) -> "LevelSplits":
+        """The splits of the listed nodes (positions), in that order."""
+        return LevelSplits(*(None if value is None else value[nodes] for value in
+                             (getattr(self, f.name) for f in dataclasses.fields(self))))
+
+    @classmethod
+    def concatenate(cls, parts: list) -> "LevelSplits":
+        """One ``LevelSplits`` of the nodes of every part, in order (parts of one training:
+        all with category sets or none)."""
+        return cls(*(None if values[0] is None else np.concatenate(values) for values in
+                     zip(*([getattr(part, f.name) for f in dataclasses.fields(cls)]
+                           for part in parts))))
+
     def category_sets(self, sp: np.ndarray):
         """None when no node of ``sp`` (split positions) splits by a category set; else
         (n_split, n_bins) bool, the bins going right of those that do (rows of False for the

@@ -345,15 +345,16 @@ def test_unknown_parameter_without_close_name_lists_known(df, no_work):
     ("num_boost_round", r"num_boost_round argument"),
     ("early_stopping_rounds", r"argument of train\(\)"),
     ("verbose", r"verbose argument"),
-    ("grow_policy", r"does not support it"),
+    ("sampling_method", r"does not support it"),
+    ("num_leaves", r"max_leaves here, with grow_policy='lossguide'"),
 ])
 def test_parameters_that_belong_elsewhere(df, no_work, name, match):
     refused(ValueError, rf"unknown parameter '{name}': .*{match}", df, "y", params={name: 1})
 
 
 @pytest.mark.parametrize("params, match", [
-    ({"max_depth": 0}, r"parameter max_depth must lie in \[1, 30\], got 0"),
-    ({"max_depth": 31}, r"parameter max_depth must lie in \[1, 30\]"),
+    ({"max_depth": 0}, r"parameter max_depth=0 \(no depth limit\) needs max_leaves > 0"),
+    ({"max_depth": 31}, r"parameter max_depth must lie in \[0, 30\]"),
     ({"subsample": 1.5}, r"parameter subsample must lie in \(0, 1\], got 1.5"),
     ({"subsample": 0.0}, r"parameter subsample must lie in \(0, 1\]"),
     ({"colsample_bytree": -0.1}, r"parameter colsample_bytree must lie in"),
@@ -713,7 +714,7 @@ def test_load_truncated_model(booster, tmp_path):
     (lambda d: d.pop("trees"), r"not a valid gbflow model \(trees is missing\)"),
     (lambda d: d.pop("cuts"), r"cuts is missing"),
     (lambda d: d["trees"][0].pop("feature"), r"trees\[0\]\.feature is missing"),
-    (lambda d: d["params"].update(max_depth=0), r"parameter max_depth must lie in"),
+    (lambda d: d["params"].update(max_depth=0), r"parameter max_depth=0 .* needs max_leaves"),
     (lambda d: d["trees"][0].update(right=[r + 1 if r > 0 else r for r in d["trees"][0]["right"]]),
      r"trees\[0\]\.right\[\d+\] is \d+, outside \[-1, \d+\]"),
 ])

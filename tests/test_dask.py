@@ -118,6 +118,18 @@ def test_bounded_weights_on_workers_equal_in_process(clients, tmp_path):
     assert _model_bytes(booster, tmp_path, "dask") == expected
 
 
+def test_best_first_trees_on_workers_equal_in_process(clients, tmp_path):
+    """A leaf budget grown best first (splits searched ahead in batches, the same on every
+    worker): the same model bytes on two workers as in process."""
+    df = make_table(n_rows=2400, seed=29)
+    params = {"grow_policy": "lossguide", "max_leaves": 11, "max_depth": 0}
+    kwargs = dict(label="y", params=params, num_boost_round=5, verbose=False)
+    expected = _model_bytes(gbflow.train(df, **kwargs), tmp_path, "pandas")
+    frame = _dask_frame(_partitions(df, [0, 700, 1900, 2400]))
+    booster = gbflow.train(frame, client=clients(2), **kwargs)
+    assert _model_bytes(booster, tmp_path, "dask") == expected
+
+
 def test_base_margin_column_on_workers_equals_in_process(clients, tmp_path):
     """A base margin column: the same model bytes and evaluation history on two workers as
     in process, and the same lazy predictions and transform as pandas'."""

@@ -1,14 +1,17 @@
-"""Growing one tree over a ShardSet: level by level, or planned (queued on the device).
+"""Growing one tree over a ShardSet: level by level, planned (queued on the device), or to a
+leaf budget.
 
-Both loops give the same tree and the same training margins (tested): the planned one where the
-backend queues ahead and every feature is in the dense store (``ShardSet.uses_level_plans``),
-the level-by-level one otherwise.
+The first two give the same tree and the same training margins (tested): the planned one where
+the backend queues ahead and every feature is in the dense store (``ShardSet.uses_level_plans``),
+the level-by-level one otherwise. A ``max_leaves`` that can stop a tree before its depth limit
+takes the best-first loop (``best_first``), which grows either policy's tree.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..sampling import FeatureSample
+from .best_first import grow_tree_best_first
 from .levels import grow_tree_levels
 from .pending import PendingTree, finished_tree
 from .planned import grow_tree_planned
@@ -29,6 +32,8 @@ def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed, group: i
     if not isinstance(feature_allowed, FeatureSample):
         feature_allowed = FeatureSample(np.broadcast_to(
             np.atleast_2d(feature_allowed), (rules.max_depth, np.shape(feature_allowed)[-1])))
+    if rules.leaf_budget_binds:
+        return grow_tree_best_first(shardset, gh, scales, cuts, rules, feature_allowed, group)
     planned = shardset.uses_level_plans and feature_allowed.node_rate >= 1.0 and \
         (rules.bounds is None or rules.bounds.monotone is None) and rules.interactions is None
     grow = grow_tree_planned if planned else grow_tree_levels
