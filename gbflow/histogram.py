@@ -80,7 +80,14 @@ class LevelBuffers:
         self.xp = xp
         self._storage = {}  # (store index, parity) -> flat device array
 
-    def take(self, store: int, parity: int, shape: tuple, dtype):
+    def rows_held(self, store: int, key, row_shape: tuple, dtype) -> int:
+        """How many rows of ``row_shape`` the (store, key) buffer holds without growing."""
+        flat = self._storage.get((store, key))
+        if flat is None or flat.dtype != np.dtype(dtype):
+            return 0
+        return int(flat.size // max(1, int(np.prod(row_shape))))
+
+    def take(self, store: int, parity, shape: tuple, dtype):
         """A C-contiguous (shape) view of the (store, parity) buffer, contents unset. Any
         earlier view of that buffer must be dead: its level is two levels up."""
         size = int(np.prod(shape))

@@ -2,6 +2,8 @@
 store, shard and worker count."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -65,8 +67,8 @@ def test_trees_are_xgboosts_node_for_node(device, policy, max_leaves, max_depth,
 
 @pytest.mark.parametrize("sparse", [(), (1, 3)])
 def test_a_budget_that_never_binds_grows_the_level_loops_tree(device, sparse):
-    """The best-first loop with room for every split (breadth first, ids in pop order) grows
-    the level loop's tree array for array, and the same training margins."""
+    """The best-first loop with room for every split grows the level loop's nodes (numbered
+    in the order of their gains instead of breadth first) and the same training margins."""
     rng = np.random.default_rng(3)
     bins, gh, n_value_bins = _random_binned(rng)
     backend = get_backend(device)
@@ -75,15 +77,38 @@ def test_a_budget_that_never_binds_grows_the_level_loops_tree(device, sparse):
     results = []
     for grow in (grow_tree, grow_tree_best_first):
         shardset = _shard_set(backend, bins, gh, sparse, level_plans=False)
-        rules = RULES if grow is grow_tree else \
-            type(RULES)(**{**RULES.__dict__, "max_leaves": 2 ** RULES.max_depth})
+        rules = RULES if grow is grow_tree else dataclasses.replace(
+            RULES, max_leaves=2 ** RULES.max_depth, lossguide=True)
         tree, rows = grow(shardset, [backend.xp.asarray(gh)], scales, cuts, rules, allowed, 0)
         margin = backend.xp.zeros(len(gh))
         rows[0].add_to(backend.kernels, margin)
-        results.append((finished_tree(tree).to_dict(), backend.to_host(margin)))
-    (levels, level_margin), (best_first, best_first_margin) = results
-    assert best_first == levels and len(levels["feature"]) > 7
+        tree = finished_tree(tree)
+        nodes = sorted(zip(tree.cover, tree.feature, tree.bin_threshold, tree.default_left,
+                           tree.value, tree.gain))
+        results.append((nodes, backend.to_host(margin), tree))
+    (levels, level_margin, _), (best_first, best_first_margin, tree) = results
+    assert best_first == levels and len(levels) > 7
     assert np.array_equal(best_first_margin, level_margin)
+    leaves = {0}  # the ids follow the driver: each split is the leaf of the largest gain then
+    for node in sorted(np.flatnonzero(tree.feature >= 0), key=lambda k: tree.left[k]):
+        assert tree.gain[node] == max(tree.gain[k] for k in leaves if tree.feature[k] >= 0)
+        leaves.remove(node)
+        leaves |= {int(tree.left[node]), int(tree.right[node])}
+
+
+def test_the_depthwise_budget_splits_a_levels_nodes_in_id_order():
+    """Under max_leaves the depthwise tree is the full one's first nodes in breadth-first
+    order: the same node ids, the splits past the budget left as leaves."""
+    df = make_table(task="regression", seed=8)
+    full = gbflow.train(df, "y", {"max_depth": 5}, num_boost_round=1, verbose=False).trees[0]
+    for leaves in (2, 9, 20):
+        tree = gbflow.train(df, "y", {"max_depth": 5, "max_leaves": leaves}, num_boost_round=1,
+                            verbose=False).trees[0]
+        assert int((tree.feature < 0).sum()) == leaves
+        kept = np.flatnonzero(tree.feature >= 0)
+        assert np.array_equal(kept, np.flatnonzero(full.feature >= 0)[: leaves - 1])
+        assert np.array_equal(tree.feature[kept], full.feature[kept])
+        assert np.array_equal(tree.value[: tree.n_nodes], full.value[: tree.n_nodes])
 
 
 @pytest.mark.parametrize("extra", [

@@ -3,8 +3,9 @@ leaf budget.
 
 The first two give the same tree and the same training margins (tested): the planned one where
 the backend queues ahead and every feature is in the dense store (``ShardSet.uses_level_plans``),
-the level-by-level one otherwise. A ``max_leaves`` that can stop a tree before its depth limit
-takes the best-first loop (``best_first``), which grows either policy's tree.
+the level-by-level one otherwise, and also under a ``max_leaves`` that can stop a tree before its
+depth limit (the depthwise budget: a level's splits in id order while leaves remain). Under such
+a budget ``grow_policy="lossguide"`` takes the best-first loop (``best_first``).
 """
 from __future__ import annotations
 
@@ -32,9 +33,10 @@ def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed, group: i
     if not isinstance(feature_allowed, FeatureSample):
         feature_allowed = FeatureSample(np.broadcast_to(
             np.atleast_2d(feature_allowed), (rules.max_depth, np.shape(feature_allowed)[-1])))
-    if rules.leaf_budget_binds:
+    if rules.leaf_budget_binds and rules.lossguide:
         return grow_tree_best_first(shardset, gh, scales, cuts, rules, feature_allowed, group)
-    planned = shardset.uses_level_plans and feature_allowed.node_rate >= 1.0 and \
+    planned = shardset.uses_level_plans and not rules.leaf_budget_binds and \
+        feature_allowed.node_rate >= 1.0 and \
         (rules.bounds is None or rules.bounds.monotone is None) and rules.interactions is None
     grow = grow_tree_planned if planned else grow_tree_levels
     return grow(shardset, gh, scales, cuts, rules, feature_allowed, group)

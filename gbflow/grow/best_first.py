@@ -1,4 +1,4 @@
-"""Growing one tree to a leaf budget (``max_leaves``): best first (lossguide) or breadth first."""
+"""Growing one tree best first to a leaf budget (``grow_policy="lossguide"``, ``max_leaves``)."""
 from __future__ import annotations
 
 import heapq
@@ -13,9 +13,55 @@ from ..tree import Tree, level_arrays
 from .levels import _leaf_rows, _next_level_order
 from .margins import LeafRows
 
-# LevelBuffers keys of the open nodes' histograms (alternating batch by batch); the children of
-# a batch use key 0 (``Histograms.next_level`` at depth 0).
-_OPEN_KEYS = (2, 3)
+
+class _OpenHistograms:
+    """The open nodes' histograms (searched, worth splitting, not split yet), per store one
+    device array of slots kept in the shard set's level buffers. A batch's children take the
+    next 2n slots in a row, so the partition and the sibling subtraction write them in place;
+    a split node's slot is left behind, and when the slots run out the open ones are moved to
+    the front (the buffers doubled when they would still be over three quarters full)."""
+
+    _KEY = "open"  # the LevelBuffers key (the levels' keys are their parities)
+
+    def __init__(self, buffers, root: Histograms, capacity: int):
+        self.buffers = buffers
+        capacity = max([capacity] + [buffers.rows_held(i, self._KEY, a.shape[1:], a.dtype)
+                                     for i, a in enumerate(root.arrays)])
+        self.arrays = [buffers.take(i, self._KEY, (capacity,) + a.shape[1:], a.dtype)
+                       for i, a in enumerate(root.arrays)]
+        for mine, theirs in zip(self.arrays, root.arrays):
+            mine[:1] = theirs
+        self.top = 1  # slots from here on are free
+
+    @property
+    def histograms(self) -> Histograms:
+        return Histograms(tuple(self.arrays))
+
+    def take_children(self, xp, n: int, nodes: "_Nodes") -> tuple[Histograms, int]:
+        """2n slots in a row for a batch of n splits, the second half zeroed (the layout of
+        ``Histograms.next_level``), and the first slot's number. May move the open nodes
+        (``nodes.slot``)."""
+        if self.top + 2 * n > len(self.arrays[0]):
+            self._make_room(xp, 2 * n, nodes)
+        first, self.top = self.top, self.top + 2 * n
+        children = Histograms(tuple(a[first:self.top] for a in self.arrays))
+        for array in children.arrays:
+            array[n:] = 0
+        return children, first
+
+    def _make_room(self, xp, need: int, nodes: "_Nodes") -> None:
+        live = np.flatnonzero(nodes.slot >= 0)
+        capacity = len(self.arrays[0])
+        if 4 * (len(live) + need) > 3 * capacity:
+            capacity = max(2 * capacity, 2 * (len(live) + need))
+        at = xp.asarray(nodes.slot[live])
+        for i, array in enumerate(self.arrays):
+            kept = array[at]  # a copy: the buffer may be taken anew, its contents unset
+            self.arrays[i] = self.buffers.take(i, self._KEY, (capacity,) + array.shape[1:],
+                                               array.dtype)
+            self.arrays[i][:len(live)] = kept
+        nodes.slot[live] = np.arange(len(live))
+        self.top = len(live)
 
 
 class _Nodes:
@@ -58,10 +104,10 @@ class _Nodes:
 
 def grow_tree_best_first(shardset, gh: list, scales, cuts, rules, feature_allowed,
                          group: int) -> tuple[Tree, list[LeafRows]]:
-    """``gbflow.grow.grow_tree`` for ``rules.max_leaves`` below the depth limit's leaf count: the
-    tree XGBoost's driver grows, one split at a time, taking the leaf with the largest gain
-    (``rules.lossguide``) or the shallowest one (depthwise), ties to the smaller node id, until
-    ``max_leaves`` leaves or no leaf worth splitting.
+    """``gbflow.grow.grow_tree`` for lossguide and ``rules.max_leaves`` below the depth limit's
+    leaf count: the tree XGBoost's driver grows, one split at a time, taking the leaf with the
+    largest gain, ties to the smaller node id, until ``max_leaves`` leaves or no leaf worth
+    splitting.
 
     One split at a time would be one wait for the device per split. Instead a node's best
     split depends only on its rows, so splits are searched ahead in batches and the driver's
@@ -69,16 +115,17 @@ def grow_tree_best_first(shardset, gh: list, scales, cuts, rules, feature_allowe
     searched, assigning node ids in pop order (XGBoost's numbering). When it stops, the next
     batch splits the open nodes (searched, worth splitting, not split yet: the tree's leaves
     and the children of splits made ahead) that the remaining budget is most likely to reach
-    (``_ahead``); the top leaf is always among them, so every batch lets the replay go on. A
+    (``_ahead``: half the splits left, a measured balance between batches and splits made in
+    vain); the top leaf is always among them, so every batch lets the replay go on. A
     batch is a level loop's step over nodes of any depths: one partition, the built children's
     histograms, their siblings by subtraction, one split search (one wait). A leaf the replay
     never pops keeps its rows (a split made ahead only reorders them within its segment), so
-    splitting ahead changes nothing but the work done: a tree takes about as many batches as
+    splitting ahead changes nothing but the work done: a tree takes a few more batches than
     it has levels.
 
     Every shard's rows stay in one row array (``ShardSet.partition(whole=True)``): a leaf left
-    unsplit by one batch may split in a later one. The open leaves' histograms are one array
-    per store, rebuilt each batch from the kept ones and the new children.
+    unsplit by one batch may split in a later one. The open nodes' histograms stay in
+    ``_OpenHistograms``' slots until they split or cannot be reached any more.
     """
     backend, timers = shardset.backend, shardset.timers
     xp = backend.xp
@@ -106,17 +153,20 @@ def grow_tree_best_first(shardset, gh: list, scales, cuts, rules, feature_allowe
     with timers("histograms"):
         seg_start = [np.zeros(1, dtype=np.int64) for _ in range(n_shards)]
         seg_count = [np.array([s.n_rows], dtype=np.int64) for s in shardset.shards]
-        open_hist = shardset.build_histograms(gh, seg_start, seg_count, n_bins)
-        totals = shardset.root_totals(open_hist, gh)
-        shardset.fill_common_bins(open_hist, totals)
+        root_hist = shardset.build_histograms(gh, seg_start, seg_count, n_bins)
+        totals = shardset.root_totals(root_hist, gh)
+        shardset.fill_common_bins(root_hist, totals)
     root_bounds = None if bounds is None else bounds.root()
     root_paths = None if interactions is None else interactions.root_paths()
     depth, keys = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.uint64)
-    found, fetched = search(open_hist, depth, keys, root_bounds, root_paths, [totals])
+    found, fetched = search(root_hist, depth, keys, root_bounds, root_paths, [totals])
     totals = fetched[0]
     nodes.add(np.full(1, -1), depth, keys, totals, seg_start, seg_count, found, root_bounds,
               root_paths)
     nodes.slot[0] = 0
+    # about the slots a tree of max_leaves leaves takes, splits searched ahead included
+    open_hist = _OpenHistograms(shardset.level_buffers, root_hist, 4 * rules.max_leaves)
+    del root_hist
 
     tree_id = np.zeros(1, dtype=np.int64)  # per searched node: its id once popped into the tree
     popped: list[int] = []  # the nodes that split, in pop order
@@ -124,11 +174,10 @@ def grow_tree_best_first(shardset, gh: list, scales, cuts, rules, feature_allowe
 
     def push(i):
         if nodes.splits.do_split[i]:
-            first = -nodes.splits.gain[i] if rules.lossguide else nodes.depth[i]
-            heapq.heappush(heap, (first, int(tree_id[i]), int(i)))
+            heapq.heappush(heap, (-nodes.splits.gain[i], int(tree_id[i]), int(i)))
 
     push(0)
-    next_id, batch = 1, 0
+    next_id = 1
     while True:  # replay the driver while it pops searched leaves, then search a batch ahead
         while heap and next_id < 2 * rules.max_leaves - 1 and nodes.children[heap[0][2]] >= 0:
             i = heapq.heappop(heap)[2]
@@ -140,10 +189,13 @@ def grow_tree_best_first(shardset, gh: list, scales, cuts, rules, feature_allowe
         if not heap or next_id >= 2 * rules.max_leaves - 1:
             break
         budget = (2 * rules.max_leaves - 1 - next_id) // 2  # the splits left
-        open_hist = _expand(shardset, gh, nodes, _ahead(nodes, tree_id, budget, rules.lossguide),
-                            open_hist, search, n_bins, scales, rules, _OPEN_KEYS[batch % 2])
+        reach, hops = _reach(nodes, tree_id)
+        _close_out_of_reach(nodes, tree_id, reach, hops, heap, budget)
+        ahead = _ahead(nodes, tree_id, reach, budget)
+        if nodes.children[heap[0][2]] < 0 and heap[0][2] not in ahead:
+            raise RuntimeError("gbflow.grow.best_first: the top leaf is not split ahead (a bug)")
+        _expand(shardset, gh, nodes, ahead, open_hist, search, n_bins, scales, rules)
         tree_id = np.concatenate([tree_id, np.full(len(nodes.depth) - len(tree_id), -1)])
-        batch += 1
 
     tree = _tree(nodes, tree_id, np.array(popped, dtype=np.int64), cuts, scales, rules, group)
     leaves = np.flatnonzero(tree_id >= 0)
@@ -153,33 +205,52 @@ def grow_tree_best_first(shardset, gh: list, scales, cuts, rules, feature_allowe
     return tree, _leaf_rows(shardset, by_shard, None, 0, tree.value)
 
 
-def _ahead(nodes: _Nodes, tree_id: np.ndarray, budget: int, lossguide: bool) -> np.ndarray:
-    """(k,) int64 ascending: the open nodes to split in the next batch, the ``budget`` (splits
-    left) first by the driver's priority. A node not in the tree yet can be popped only after
-    the ancestors the replay has not popped: by loss it ranks by the smallest gain on that path
-    (never above the tree leaf it hangs from), by depth by its depth; at equal rank the tree's
-    leaves come first, by node id. So the replay's top leaf is always the first."""
-    open_nodes = np.flatnonzero(nodes.slot >= 0)
+def _reach(nodes: _Nodes, tree_id: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per searched node: (the smallest gain on its way into the tree, the splits on that way
+    not yet in the tree). A node outside the tree can split only after its ancestors outside
+    the tree; its reach is never above the gain of the tree leaf it hangs from."""
     in_tree = tree_id >= 0
-    if lossguide:
-        reach = np.where(in_tree, nodes.splits.gain, np.inf)
-        for depth in range(int(nodes.depth.max()) + 1):  # parents before their children
-            at = np.flatnonzero((nodes.depth == depth) & ~in_tree)
-            reach[at] = np.minimum(reach[nodes.parent[at]], nodes.splits.gain[at])
-        rank = -reach[open_nodes]
-    else:
-        rank = nodes.depth[open_nodes]
-    tie = np.where(in_tree[open_nodes], tree_id[open_nodes], len(tree_id) + open_nodes)
-    first = np.lexsort((tie, ~in_tree[open_nodes], rank))[:budget]
+    hops = np.zeros(len(tree_id), dtype=np.int64)
+    reach = np.where(in_tree, nodes.splits.gain, np.inf)
+    for depth in range(1, int(nodes.depth.max()) + 1):  # parents before their children
+        at = np.flatnonzero((nodes.depth == depth) & ~in_tree)
+        up = nodes.parent[at]
+        hops[at] = hops[up] + (tree_id[up] < 0)
+        reach[at] = np.minimum(reach[up], nodes.splits.gain[at])
+    return reach, hops
+
+
+def _close_out_of_reach(nodes: _Nodes, tree_id: np.ndarray, reach: np.ndarray,
+                        hops: np.ndarray, heap: list, budget: int) -> None:
+    """Close (leave the histograms of) the open nodes the remaining ``budget`` of splits cannot
+    reach: the tree's leaves in the ``heap`` that split before one (of a larger gain; for a
+    node outside the tree, of a gain not below its reach, as its id will be larger) and the
+    splits on its way into the tree leave no split for it."""
+    open_nodes = np.flatnonzero(nodes.slot >= 0)
+    leaf_gains = np.sort(nodes.splits.gain[[i for _, _, i in heap]])
+    outside = tree_id[open_nodes] < 0
+    at_least = len(leaf_gains) - np.searchsorted(leaf_gains, reach[open_nodes], side="left")
+    above = len(leaf_gains) - np.searchsorted(leaf_gains, reach[open_nodes], side="right")
+    before = np.where(outside, at_least, above)
+    nodes.slot[open_nodes[before + hops[open_nodes] >= budget]] = -1
+
+
+def _ahead(nodes: _Nodes, tree_id: np.ndarray, reach: np.ndarray, budget: int) -> np.ndarray:
+    """(k,) int64 ascending: the open nodes to split in the next batch, the first half of the
+    ``budget`` (splits left, at least one) by reach, then the tree's leaves first, then node
+    id. So the replay's top leaf is always the first."""
+    open_nodes = np.flatnonzero(nodes.slot >= 0)
+    in_tree = tree_id[open_nodes] >= 0
+    tie = np.where(in_tree, tree_id[open_nodes], len(tree_id) + open_nodes)
+    first = np.lexsort((tie, ~in_tree, -reach[open_nodes]))[: max(1, budget // 2)]
     return np.sort(open_nodes[first])
 
 
-def _expand(shardset, gh, nodes: _Nodes, expand: np.ndarray, open_hist: Histograms, search,
-            n_bins: int, scales, rules, open_key: int) -> Histograms:
+def _expand(shardset, gh, nodes: _Nodes, expand: np.ndarray, open_hist: _OpenHistograms,
+            search, n_bins: int, scales, rules) -> None:
     """Split the ``expand`` nodes (indices, with a split worth taking and a histogram in
-    ``open_hist``) in every shard, search their children and add them to ``nodes``. Returns the
-    open nodes' histograms after the batch: the unsplit open ones, then the new children worth
-    splitting (``nodes.slot`` updated), in the (store, ``open_key``) level buffers."""
+    ``open_hist``) in every shard, search their children and add them to ``nodes``; the
+    children worth splitting take the split nodes' places in ``open_hist`` (``nodes.slot``)."""
     backend, timers = shardset.backend, shardset.timers
     xp, n, n_shards = backend.xp, len(expand), len(shardset.shards)
     found = nodes.splits.take(expand)
@@ -191,13 +262,13 @@ def _expand(shardset, gh, nodes: _Nodes, expand: np.ndarray, open_hist: Histogra
     starts = [nodes.seg_start[s][expand] for s in range(n_shards)]
     counts = [nodes.seg_count[s][expand] for s in range(n_shards)]
     with timers("partition+histograms"):
-        children = Histograms.next_level(shardset.level_buffers, open_hist, n, 0)
+        children, first_slot = open_hist.take_children(xp, n, nodes)
         built = children.nodes(n, 2 * n)
         left_counts = shardset.partition(gh, starts, counts, found.feature, side_threshold,
                                          found.default_left, built_left, n_bins, built,
                                          side_map=side_map, whole=True)
         shardset.fill_common_bins(built, _next_level_order(left_sum, right_sum, built_left)[n:])
-        children.fill_siblings(backend.kernels, open_hist, nodes.slot[expand])
+        children.fill_siblings(backend.kernels, open_hist.histograms, nodes.slot[expand])
     # The children by node (left, right of each split) and where each is in ``children``.
     k = np.arange(n)
     at = np.stack([np.where(built_left, n + k, k), np.where(built_left, k, n + k)], 1).ravel()
@@ -230,21 +301,9 @@ def _expand(shardset, gh, nodes: _Nodes, expand: np.ndarray, open_hist: Histogra
               np.stack([left_sum, right_sum], 1).reshape(2 * n, 2), seg_start,
               seg_count, child_splits, child_bounds, child_paths)
     nodes.children[expand] = first + 2 * k
-    # The open histograms: those not split here, then the new children that may split.
-    kept = np.flatnonzero(nodes.slot >= 0)
-    kept = kept[~np.isin(kept, expand)]
+    nodes.slot[expand] = -1
     new = np.flatnonzero(child_splits.do_split)
-    arrays = []
-    for store, (old, young) in enumerate(zip(open_hist.arrays, children.arrays)):
-        out = shardset.level_buffers.take(store, open_key, (len(kept) + len(new),) +
-                                          old.shape[1:], old.dtype)
-        out[:len(kept)] = old[xp.asarray(nodes.slot[kept])]
-        out[len(kept):] = young[xp.asarray(at[new])]
-        arrays.append(out)
-    nodes.slot[:] = -1
-    nodes.slot[kept] = np.arange(len(kept))
-    nodes.slot[first + new] = len(kept) + np.arange(len(new))
-    return Histograms(tuple(arrays))
+    nodes.slot[first + new] = first_slot + at[new]
 
 
 def _tree(nodes: _Nodes, tree_id: np.ndarray, popped: np.ndarray, cuts, scales, rules,

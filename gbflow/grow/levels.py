@@ -49,7 +49,9 @@ def _next_level_order(left, right, built_left):
 def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed,
                      group: int) -> tuple[Tree, list[LeafRows]]:
     """``gbflow.grow.grow_tree`` level by level, with the host between levels (feature_allowed:
-    a ``sampling.FeatureSample``, per-node samples drawn by each level's node ids).
+    a ``sampling.FeatureSample``, per-node samples drawn by each level's node ids); with
+    ``rules.max_leaves``, XGBoost's depthwise budget (a level's splits in id order while leaves
+    remain).
 
     No loop over nodes: each level is a handful of kernel calls over all its nodes, and one wait
     for the device (the split search's results, fetched with the previous partition's left
@@ -80,7 +82,7 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed,
     first_id = 0  # the level's ids are first_id .. first_id + n_nodes - 1
     levels = []  # per level: dict of node arrays, in id order
     leaves = [[] for _ in range(n_shards)]  # per shard and level: (rows, start, count, node id)
-    next_id = 1
+    next_id, n_leaves = 1, 1
     last: _LastSplits | None = None  # nodes split at the last level: rows not moved
     moved: _Partitioned | None = None
     for depth in range(rules.max_depth + 1):
@@ -112,9 +114,15 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed,
                 seg_count[s] = _next_level_order(left, moved.counts[s] - left, moved.built_left)
             moved = None
         n = len(totals)
-        do_split = np.zeros(n, dtype=bool) if found is None else found.do_split
+        do_split = np.zeros(n, dtype=bool) if found is None else found.do_split.copy()
         sp = np.flatnonzero(do_split)
         sp = sp[np.argsort(node_id[sp], kind="stable")]  # the split nodes in id order
+        if rules.max_leaves and len(sp) > rules.max_leaves - n_leaves:
+            # XGBoost's depthwise driver splits a level's nodes in id order while the tree
+            # has fewer than max_leaves leaves (each split adds one)
+            do_split[sp[rules.max_leaves - n_leaves:]] = False
+            sp = sp[: rules.max_leaves - n_leaves]
+        n_leaves += len(sp)
         n_split = len(sp)
         level_totals, level_id, level_bounds = totals, node_id, node_bounds
         if n_split:
