@@ -50,8 +50,9 @@ class Params:
     # CPU threads of the kernels (XGBoost's nthread, alias n_jobs); None or <= 0: every core
     # numba may use (on a Dask worker, its own thread count)
     nthread: int | None = None
-    # reg:quantileerror's and the quantile metric's level (XGBoost's name and default)
-    quantile_alpha: float = 0.5
+    # reg:quantileerror's and the quantile metric's level (XGBoost's name and default); a
+    # tuple of several (XGBoost's list) trains one output per quantile, in that order
+    quantile_alpha: float | tuple[float, ...] = 0.5
     # XGBoost's: 0 silences gbflow's warnings during training; 1 (default), 2 and 3 show them
     # (gbflow has no info or debug messages of its own; progress lines are train()'s verbose)
     verbosity: int = 1
@@ -128,8 +129,25 @@ class Params:
             self.max_delta_step
 
     @property
+    def quantile_alphas(self) -> tuple[float, ...]:
+        """``quantile_alpha`` as a tuple (one entry for one quantile)."""
+        alpha = self.quantile_alpha
+        return tuple(alpha) if isinstance(alpha, tuple) else (alpha,)
+
+    @property
+    def multiclass(self) -> bool:
+        """Whether the outputs are classes (multi:softprob, multi:softmax)."""
+        return self.objective in objectives.MULTICLASS
+
+    @property
     def n_groups(self) -> int:
-        return int(self.num_class) if self.objective in objectives.MULTICLASS else 1
+        """Margins (and trees) per row and round: the classes, the quantiles of
+        reg:quantileerror, else 1."""
+        if self.multiclass:
+            return int(self.num_class)
+        if self.objective == "reg:quantileerror":
+            return len(self.quantile_alphas)
+        return 1
 
     @property
     def metrics(self) -> tuple[str, ...]:
@@ -165,6 +183,8 @@ class Params:
                 del d[name]
         if isinstance(self.monotone_constraints, tuple):
             d["monotone_constraints"] = list(self.monotone_constraints)
+        if isinstance(self.quantile_alpha, tuple):  # one quantile keeps its number: old files
+            d["quantile_alpha"] = list(self.quantile_alpha)
         if self.interaction_constraints is not None:
             d["interaction_constraints"] = [list(group) for group in
                                             self.interaction_constraints]
@@ -288,13 +308,11 @@ def make_params(user: dict | None = None, **overrides) -> Params:
             spelled[canonical] = name
             merged[canonical] = value
     p = {}
-    alphas = merged.get("quantile_alpha")
-    if isinstance(alphas, (list, tuple, np.ndarray)):  # XGBoost takes several quantiles
-        if len(alphas) != 1:
-            raise ValueError(f"parameter quantile_alpha: one quantile per model in this version "
-                             f"of gbflow, got {len(alphas)} ({list(alphas)!r}); train one model "
-                             f"per quantile")
-        merged["quantile_alpha"] = alphas[0]
+    if "quantile_alpha" in merged:
+        alphas = _quantile_alphas(merged["quantile_alpha"])
+        # one quantile (a list of one included) is the number itself: its model files and
+        # everything else stay as they were before lists were taken
+        p["quantile_alpha"] = alphas[0] if len(alphas) == 1 else alphas
     # (name, kind, low, high, interval): "(" / ")" exclude the bound, "[" / "]" include it
     for name, kind, low, high, interval in [
         ("learning_rate", float, 0, math.inf, "(]"), ("max_depth", int, 1, 30, "[]"),
@@ -305,7 +323,7 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         ("verbosity", int, 0, 3, "[]"),
         ("max_bin", int, 3, 65536, "[]"), ("seed", int, -(2**63), 2**63 - 1, "[]"),
         ("sparse_threshold", float, 0, 1, "[]"), ("huber_slope", float, 0, math.inf, "(]"),
-        ("quantile_alpha", float, 0, 1, "(]"), ("scale_pos_weight", float, 0, math.inf, "(]"),
+        ("scale_pos_weight", float, 0, math.inf, "(]"),
         ("tweedie_variance_power", float, 1, 2, "()"),
         ("max_cat_to_onehot", int, 1, 2**31 - 1, "[]"),
         ("max_cat_threshold", int, 1, 2**31 - 1, "[]"),
@@ -349,6 +367,10 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         raise ValueError(f"objective {objective!r} is not supported{hint} "
                          f"(supported: {', '.join(objectives.OBJECTIVES)})")
     p["objective"] = objective
+    if isinstance(p.get("quantile_alpha"), tuple) and objective != "reg:quantileerror":
+        raise ValueError(f"parameter quantile_alpha lists {len(p['quantile_alpha'])} quantiles, "
+                         f"which only objective reg:quantileerror trains (one output per "
+                         f"quantile); the objective is {objective}: give one quantile")
     num_class = merged.get("num_class")
     if objective in objectives.MULTICLASS:
         if num_class is None:
@@ -396,21 +418,50 @@ def make_params(user: dict | None = None, **overrides) -> Params:
             raise ValueError("parameter eval_metric is an empty list; leave it out for the "
                              "objective's default metric")
         multiclass = objective in objectives.MULTICLASS
+        # several quantiles: one output each, which a row metric averages over (XGBoost's)
+        quantiles = len(p["quantile_alpha"]) if isinstance(p.get("quantile_alpha"), tuple) \
+            else 1
         seen = set()
         for name in names:
             m = metrics.metric(name)
-            if not metrics.fits_objective(m, multiclass):
+            if not metrics.fits_objective(m, multiclass, quantiles):
                 fitting = [n for n in metrics.METRICS
                            if metrics.fits_objective(metrics.metric(n if n != "tweedie-nloglik"
-                                                                    else n + "@1.5"), multiclass)]
+                                                                    else n + "@1.5"),
+                                                     multiclass, quantiles)]
+                kind = "one output per class" if multiclass else \
+                    f"{quantiles} quantiles, a metric averaged over their outputs" \
+                    if quantiles > 1 else "one output"
                 raise ValueError(f"eval_metric {name!r} does not fit objective {objective} "
-                                 f"({'one output per class' if multiclass else 'one output'}; "
-                                 f"use one of {', '.join(fitting)})")
+                                 f"({kind}; use one of {', '.join(fitting)})")
             if m.name in seen:
                 raise ValueError(f"eval_metric lists {m.name!r} twice")
             seen.add(m.name)
         p["eval_metric"] = names
     return Params(**p)
+
+
+def _quantile_alphas(value) -> tuple[float, ...]:
+    """quantile_alpha's quantiles: a number, or a list, tuple or 1-D array of k >= 1 of them
+    (XGBoost's list), each in (0, 1]; errors name the parameter and the value at fault."""
+    several = isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and
+                                                   value.ndim > 0)
+    if isinstance(value, np.ndarray) and value.ndim > 1:
+        raise ValueError(f"parameter quantile_alpha must be a number or a flat list of them, got "
+                         f"an array of shape {value.shape}")
+    entries = (value.tolist() if isinstance(value, np.ndarray) else list(value)) if several \
+        else [value]
+    if not entries:
+        raise ValueError("parameter quantile_alpha is an empty list; give at least one quantile "
+                         "in (0, 1], e.g. 0.5 or [0.1, 0.5, 0.9]")
+    alphas = []
+    for i, entry in enumerate(entries):
+        name = f"quantile_alpha (entry {i} of {len(entries)})" if several else "quantile_alpha"
+        alpha = _number(name, entry)
+        if not 0 < alpha <= 1:
+            raise ValueError(f"parameter {name} must lie in (0, 1], got {entry!r}")
+        alphas.append(alpha)
+    return tuple(alphas)
 
 
 def _flag(merged: dict, name: str):
