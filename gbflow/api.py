@@ -78,20 +78,21 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     map or ndcg up).
 
     obj: XGBoost's custom objective, ``obj(margins, data) -> (grad, hess)``, called every round
-    with the raw margins ((n,) float64, (n, n_classes) for the multi-class objectives) on the
-    device where the data is (NumPy, or CuPy for GPU training; on Dask each worker's own rows)
-    and ``data`` offering ``get_label()``, ``get_weight()``, ``num_row()`` there; it returns
-    arrays of the margins' shape. As XGBoost, it applies the weights itself, and the start
-    is base_score (0.5 unless given) through the configured objective's link, whose
-    transform, label checks and default metric still apply. Each round waits for the device
-    to check that its values are finite. On Dask it must pickle.
+    with the raw margins ((n,) float64, (n, n_outputs) for the multi-class objectives and
+    several quantiles) on the device where the data is (NumPy, or CuPy for GPU training; on
+    Dask each worker's own rows) and ``data`` offering ``get_label()``, ``get_weight()``,
+    ``num_row()`` there; it returns arrays of the margins' shape. As XGBoost, it applies the
+    weights itself, and the start is base_score (0.5 unless given) through the configured
+    objective's link, whose transform, label checks and default metric still apply. Each
+    round waits for the device to check that its values are finite. On Dask it must pickle.
 
     xgb_model: a ``Booster`` (or a saved model's path) to continue, as XGBoost's: its trees,
     cuts and base margin are kept and ``num_boost_round`` more rounds are added (row and
     feature sampling continue from its round count; ``best_iteration`` counts its rounds
     too). On the same data and parameters, training n rounds and then m more gives the model
-    of n + m rounds in one run, bit for bit. Its objective, num_class, max_bin and features
-    must be the same; other parameters (learning rate, depth, ...) may change.
+    of n + m rounds in one run, bit for bit. Its objective, num_class, number of quantiles,
+    max_bin and features must be the same; other parameters (learning rate, depth, ...) may
+    change.
 
     callbacks: a list of ``gbflow.callback.TrainingCallback`` (XGBoost's interface:
     before_training, before_iteration, after_iteration returning True to stop, after_training),
@@ -114,7 +115,7 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
 
     custom_metric: XGBoost's signature ``f(predictions, data) -> (name, value)`` or a list of
     such pairs, evaluated after the built-in metrics. predictions: host NumPy (n,) or
-    (n, n_classes) transformed predictions (probabilities for the classification objectives) of
+    (n, n_outputs) transformed predictions (probabilities for the classification objectives) of
     the whole set; data: an ``evaluation.EvalMatrix`` (``get_label()``, ``get_weight()``). It
     runs on the host: every evaluated round waits for the device and copies the set's
     predictions there (on Dask, gathers every worker's rows to every worker, in worker order):

@@ -23,7 +23,8 @@ IMPORTANCE_TYPES = ("gain", "total_gain", "split", "cover", "total_cover")  # an
 class Booster:
     """A trained gradient-boosted tree ensemble.
 
-    trees: in training order, ``n_groups`` trees per round (one per class for multi:softprob).
+    trees: in training order, ``n_groups`` trees per round (one per class for multi:softprob,
+    per quantile for several quantiles).
     cuts: the training cut points. base_margin: (n_groups,) float64 starting margins.
     categories: {feature name: its categories' values, sorted} of the categorical features
     (``gbflow.categories``); prediction matches a frame's categories to them by value.
@@ -184,8 +185,10 @@ class Booster:
         training order, or a scipy/CuPy sparse matrix. Computed on the data's device.
 
         Returns a Series with data's index (a DataFrame with one column per class for
-        multi:softprob) for frames, an array (n,) or (n, n_classes) for arrays. Values are
-        probabilities for the classification objectives, or raw margins with ``output_margin``.
+        multi:softprob, per quantile for reg:quantileerror with several ``quantile_alpha``:
+        ``prediction_0``, ...) for frames, an array (n,) or (n, n_outputs) for arrays. Values
+        are probabilities for the classification objectives, or raw margins with
+        ``output_margin``.
         A Dask DataFrame gives a lazy Dask Series/DataFrame with its index and divisions
         (``gbflow.dask.predict``).
 

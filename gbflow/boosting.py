@@ -102,7 +102,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                          for p in parts]
     with timers("quantize"):
         sizes = prepare.check_global_inputs(collective, parts, eval_parts, metric_list,
-                                            multiclass=n_groups > 1)
+                                            multiclass=params.multiclass)
         n_rows, max_weight = sizes.n_rows, sizes.max_weight
         if resume is not None and resume.rows != n_rows:
             raise ValueError(f"the checkpoint resumed was written by a training on "
@@ -112,7 +112,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                                 drop_features,
                                 cuts=None if init_model is None else init_model.cuts)
     shards = shardset.shards
-    if objective.leaf_alpha is not None:  # the line search reads where each row's leaf is
+    if objective.leaf_alphas is not None:  # the line search reads where each row's leaf is
         shardset.level_plans = False
     weights = None if shards[0].weight is None else [s.weight for s in shards]
     base_margin = init_model.base_margin if init_model is not None else \
@@ -225,7 +225,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                                 fixed_point.fixed_point_scale(float(largest[k, 1]), n_total))
                 gh = [backend.kernels.quantise_gradients(g[:, k], h[:, k], scales.g, scales.h)
                       for g, h in grad_hess]
-                if objective.leaf_alpha is not None:  # the rows' weights (0: sampled out)
+                if objective.leaf_alphas is not None:  # the rows' weights (0: sampled out)
                     search_weights = [leaf_quantiles.integer_weights(
                         xp, h[:, k], float(largest[k, 1]), n_total) for _, h in grad_hess]
                 if k == n_groups - 1:
@@ -233,11 +233,11 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
             allowed = FeatureSample.draw(len(feature_names), params, first_round + round_index,
                                          k)
             tree, leaf_rows = grow_tree(shardset, gh, scales, cuts, rules, allowed, k)
-            if objective.leaf_alpha is not None:
+            if objective.leaf_alphas is not None:
                 with timers("line search"):
                     tree, leaf_rows = leaf_quantiles.line_search(
                         backend, collective, tree, leaf_rows, shards, k, search_weights,
-                        objective.leaf_alpha, params.learning_rate)
+                        objective.leaf_alphas[k], params.learning_rate)
             with timers("margins"):
                 for shard, rows in zip(shards, leaf_rows):
                     rows.add_to(backend.kernels, shard.margin[:, k])
@@ -316,13 +316,17 @@ def check_base_margins(parts: list, eval_parts: list, n_groups: int) -> None:
 def check_continuation(model: Booster, params, feature_names: list,
                        categories: dict | None = None) -> None:
     """ValueError, before any work, when training cannot continue ``model`` with these params
-    and features: another objective, class count or max_bin (its cuts are reused), other
+    and features: another objective, class or quantile count or max_bin (its cuts are reused), other
     features (names and order), or other categorical features (``categories``: the data's)."""
     for name in ("objective", "num_class", "max_bin"):
         theirs, ours = getattr(model.params, name), getattr(params, name)
         if theirs != ours:
             raise ValueError(f"xgb_model was trained with {name}={theirs!r}; training cannot "
                              f"continue it with {name}={ours!r}")
+    if model.n_groups != params.n_groups:  # reg:quantileerror's quantiles: one output each
+        raise ValueError(f"xgb_model has {model.n_groups} outputs (quantile_alpha="
+                         f"{model.params.quantile_alpha!r}); training cannot continue it with "
+                         f"{params.n_groups} (quantile_alpha={params.quantile_alpha!r})")
     if list(model.feature_names) != list(feature_names):
         raise ValueError(f"xgb_model's features {list(model.feature_names)[:5]}... differ from "
                          f"the training data's {list(feature_names)[:5]}... (names and order "

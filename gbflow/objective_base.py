@@ -15,8 +15,9 @@ class Objective:
 
     name = ""
     default_metric = ""
-    # the quantile of the residuals each leaf is set to after its tree (a line search), or None
-    leaf_alpha: float | None = None
+    # per output group, the quantile of the residuals each leaf of its trees is set to after
+    # the tree (a line search); None: no line search
+    leaf_alphas: tuple[float, ...] | None = None
     n_groups = 1  # margins (and trees) per row and round
     # each row's gradients depend on that row alone: they may be computed a block of rows at a
     # time (a custom objective sees every row at once, as XGBoost's does)

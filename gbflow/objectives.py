@@ -279,12 +279,19 @@ class QuantileError(Objective):
     """reg:quantileerror (the pinball loss at ``alpha``) and reg:absoluteerror (its alpha 0.5,
     the absolute error): gradients of the loss, hessians the weights, and after each tree a
     line search: every leaf's value becomes the learning rate times the alpha quantile of its
-    rows' residuals (``leaf_alpha``; ``gbflow.leaf_quantiles``), XGBoost's way. The base score
-    is the labels' alpha quantile (their median for the absolute error)."""
+    rows' residuals (``leaf_alphas``; ``gbflow.leaf_quantiles``), XGBoost's way. The base score
+    is the labels' alpha quantile (their median for the absolute error).
 
-    def __init__(self, name: str = "reg:quantileerror", alpha: float = 0.5):
+    Several quantiles (``alpha`` a tuple of k, XGBoost's list) are k outputs, in their order:
+    output j is the loss at alpha[j] on its own margins, with its own base score and line
+    search; nothing is shared between outputs but the rows (XGBoost's one tree per output)."""
+
+    def __init__(self, name: str = "reg:quantileerror", alpha: float | tuple = 0.5):
         self.name = name
-        self.leaf_alpha = 0.5 if name == "reg:absoluteerror" else float(alpha)
+        alphas = (0.5,) if name == "reg:absoluteerror" else \
+            tuple(float(a) for a in alpha) if isinstance(alpha, tuple) else (float(alpha),)
+        self.leaf_alphas = alphas
+        self.n_groups = len(alphas)
         self.default_metric = "mae" if name == "reg:absoluteerror" else "quantile"
 
     def estimate_margin(self, xp, labels, weights, collective=LOCAL):
@@ -297,23 +304,27 @@ class QuantileError(Objective):
             weights = [integer_weights(xp, w, largest, n_total) for w in weights]
         groups = [xp.zeros(len(y), dtype=np.int64) for y in labels]
         backend = backend_for(labels[0]) if labels else get_backend("cpu")
-        start = weighted_quantiles(backend, groups, list(labels), weights, 1, self.leaf_alpha,
-                                   collective)
-        return np.nan_to_num(start, nan=0.0)
+        start = [weighted_quantiles(backend, groups, list(labels), weights, 1, alpha,
+                                    collective)[0] for alpha in self.leaf_alphas]
+        return np.nan_to_num(np.array(start, dtype=np.float64), nan=0.0)
 
     def gradients(self, xp, margin, label, weight):
         diff = margin - label[:, None]
         if self.name == "reg:absoluteerror":
             grad = xp.sign(diff)
         else:
-            grad = xp.where(diff >= 0, 1.0 - self.leaf_alpha, -self.leaf_alpha)
+            # one alpha: the number itself; several: a (1, k) row, column j at alpha[j]
+            alpha = self.leaf_alphas[0] if self.n_groups == 1 else \
+                xp.asarray(self.leaf_alphas, dtype=np.float64)[None, :]
+            grad = xp.where(diff >= 0, 1.0 - alpha, -alpha)
         return weighted(xp, grad, xp.ones_like(diff), weight)
 
     def transform(self, xp, margin):
-        return margin[:, 0]
+        return margin[:, 0] if self.n_groups == 1 else margin
 
     def gradient_bounds(self, max_weight):
-        return np.array([[max_weight, max_weight]])
+        # |g| <= max(alpha, 1 - alpha) * w <= w; h = w
+        return np.tile([[max_weight, max_weight]], (self.n_groups, 1)).astype(np.float64)
 
 
 class Hinge(Objective):
@@ -352,11 +363,12 @@ NOT_YET = ("survival:cox", "survival:aft")
 
 def get_objective(name: str, num_class: int | None = None, *, scale_pos_weight: float = 1.0,
                   huber_slope: float = 1.0, tweedie_variance_power: float = 1.5,
-                  quantile_alpha: float = 0.5,
+                  quantile_alpha: float | tuple = 0.5,
                   poisson_delta_step: float = POISSON_MAX_DELTA_STEP,
                   lambda_params: ranking.LambdaParams | None = None) -> Objective:
     """The objective called ``name`` (validated by params beforehand), with its parameters
-    (XGBoost's names and defaults; lambda_params: the ranking objectives')."""
+    (XGBoost's names and defaults; quantile_alpha: one quantile, or a tuple of several, one
+    output each; lambda_params: the ranking objectives')."""
     if name in RANKING:
         return ranking.LambdaRank(name, lambda_params)
     if name == "reg:squarederror":

@@ -5,12 +5,10 @@ import dataclasses
 import difflib
 import functools
 import math
-import numbers
-
-import numpy as np
 
 from . import _dtypes, interactions, metrics, objectives, ranking, weight_bounds
 from .backend import DEVICES
+from .param_values import as_number, flag_value, parse_bytes, quantile_alphas
 
 ALIASES = {
     "eta": "learning_rate",
@@ -57,8 +55,9 @@ class Params:
     # CPU threads of the kernels (XGBoost's nthread, alias n_jobs); None or <= 0: every core
     # numba may use (on a Dask worker, its own thread count)
     nthread: int | None = None
-    # reg:quantileerror's and the quantile metric's level (XGBoost's name and default)
-    quantile_alpha: float = 0.5
+    # reg:quantileerror's and the quantile metric's level (XGBoost's name and default); a
+    # tuple of several (XGBoost's list) trains one output per quantile, in that order
+    quantile_alpha: float | tuple[float, ...] = 0.5
     # XGBoost's: 0 silences gbflow's warnings during training; 1 (default), 2 and 3 show them
     # (gbflow has no info or debug messages of its own; progress lines are train()'s verbose)
     verbosity: int = 1
@@ -140,8 +139,25 @@ class Params:
         return self.max_depth or _dtypes.MAX_TREE_DEPTH
 
     @property
+    def quantile_alphas(self) -> tuple[float, ...]:
+        """``quantile_alpha`` as a tuple (one entry for one quantile)."""
+        alpha = self.quantile_alpha
+        return tuple(alpha) if isinstance(alpha, tuple) else (alpha,)
+
+    @property
+    def multiclass(self) -> bool:
+        """Whether the outputs are classes (multi:softprob, multi:softmax)."""
+        return self.objective in objectives.MULTICLASS
+
+    @property
     def n_groups(self) -> int:
-        return int(self.num_class) if self.objective in objectives.MULTICLASS else 1
+        """Margins (and trees) per row and round: the classes, the quantiles of
+        reg:quantileerror, else 1."""
+        if self.multiclass:
+            return int(self.num_class)
+        if self.objective == "reg:quantileerror":
+            return len(self.quantile_alphas)
+        return 1
 
     @property
     def metrics(self) -> tuple[str, ...]:
@@ -179,6 +195,8 @@ class Params:
                 del d[name]
         if isinstance(self.monotone_constraints, tuple):
             d["monotone_constraints"] = list(self.monotone_constraints)
+        if isinstance(self.quantile_alpha, tuple):  # one quantile keeps its number: old files
+            d["quantile_alpha"] = list(self.quantile_alpha)
         if self.interaction_constraints is not None:
             d["interaction_constraints"] = [list(group) for group in
                                             self.interaction_constraints]
@@ -233,47 +251,6 @@ def _unknown(name) -> ValueError:
     return ValueError(f"unknown parameter {name!r}{hint}")
 
 
-def _number(name, value, kind=float):
-    """A parameter's value as a finite int/float: TypeError for non-numbers (bools and strings
-    included), ValueError for NaN/inf and for fractional values of integer parameters."""
-    noun = "an integer" if kind is int else "a number"
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"parameter {name} must be {noun}, got {type(value).__name__} {value!r}")
-    if isinstance(value, numbers.Integral):  # exact, however large
-        if kind is int:
-            return int(value)
-        try:
-            float(value)
-        except OverflowError:
-            raise ValueError(f"parameter {name} must be finite, got an integer beyond the "
-                             f"range of floats") from None
-    if not math.isfinite(float(value)):
-        raise ValueError(f"parameter {name} must be finite, got {value!r}")
-    if kind is int and not float(value).is_integer():
-        raise ValueError(f"parameter {name} must be a whole number, got {value!r}")
-    return kind(float(value)) if kind is float else int(float(value))
-
-
-_BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
-
-def parse_bytes(name: str, value) -> int:
-    """A byte count from an int or a string such as "8GB", "512 MiB", "1.5e9" (dask's units:
-    KB/MB/GB decimal, KiB/MiB/GiB binary); errors name the parameter."""
-    text = str(value).strip().lower().replace(" ", "")
-    number = text.rstrip("kmgtib")
-    unit = text[len(number):]
-    try:
-        count = float(number) * _BYTE_UNITS[unit]
-    except (KeyError, ValueError):
-        raise ValueError(f"parameter {name} must be a byte count such as 8000000000 or '8GB', "
-                         f"got {value!r}") from None
-    if isinstance(value, bool) or not math.isfinite(count) or count < 1:
-        raise ValueError(f"parameter {name} must be at least 1 byte, got {value!r}")
-    return int(count)
-
-
 def make_params(user: dict | None = None, **overrides) -> Params:
     """Validate a user's parameter dict (aliases allowed) into ``Params``; errors name the
     parameter."""
@@ -303,13 +280,11 @@ def make_params(user: dict | None = None, **overrides) -> Params:
             spelled[canonical] = name
             merged[canonical] = value
     p = {}
-    alphas = merged.get("quantile_alpha")
-    if isinstance(alphas, (list, tuple, np.ndarray)):  # XGBoost takes several quantiles
-        if len(alphas) != 1:
-            raise ValueError(f"parameter quantile_alpha: one quantile per model in this version "
-                             f"of gbflow, got {len(alphas)} ({list(alphas)!r}); train one model "
-                             f"per quantile")
-        merged["quantile_alpha"] = alphas[0]
+    if "quantile_alpha" in merged:
+        alphas = quantile_alphas(merged["quantile_alpha"])
+        # one quantile (a list of one included) is the number itself: its model files and
+        # everything else stay as they were before lists were taken
+        p["quantile_alpha"] = alphas[0] if len(alphas) == 1 else alphas
     # (name, kind, low, high, interval): "(" / ")" exclude the bound, "[" / "]" include it
     for name, kind, low, high, interval in [
         ("learning_rate", float, 0, math.inf, "(]"),
@@ -321,7 +296,7 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         ("verbosity", int, 0, 3, "[]"),
         ("max_bin", int, 3, 65536, "[]"), ("seed", int, -(2**63), 2**63 - 1, "[]"),
         ("sparse_threshold", float, 0, 1, "[]"), ("huber_slope", float, 0, math.inf, "(]"),
-        ("quantile_alpha", float, 0, 1, "(]"), ("scale_pos_weight", float, 0, math.inf, "(]"),
+        ("scale_pos_weight", float, 0, math.inf, "(]"),
         ("tweedie_variance_power", float, 1, 2, "()"),
         ("max_cat_to_onehot", int, 1, 2**31 - 1, "[]"),
         ("max_cat_threshold", int, 1, 2**31 - 1, "[]"),
@@ -331,7 +306,7 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         if name not in merged or (name in ("sparse_threshold", "max_delta_step") and
                                   merged[name] is None):
             continue
-        v = _number(name, merged[name], kind)
+        v = as_number(name, merged[name], kind)
         low_open, high_open = interval[0] == "(", interval[1] == ")"
         if v < low or v > high or (low_open and v == low) or (high_open and v == high):
             if high == math.inf:
@@ -351,7 +326,7 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         p["device_memory_limit"] = parse_bytes("device_memory_limit",
                                                merged["device_memory_limit"])
     if merged.get("nthread") is not None:
-        threads = _number("nthread", merged["nthread"], int)
+        threads = as_number("nthread", merged["nthread"], int)
         p["nthread"] = threads if threads > 0 else None  # XGBoost's 0, scikit-learn's -1: all
     objective = merged.get("objective", Params.objective)
     if not isinstance(objective, str):
@@ -366,12 +341,16 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         raise ValueError(f"objective {objective!r} is not supported{hint} "
                          f"(supported: {', '.join(objectives.OBJECTIVES)})")
     p["objective"] = objective
+    if isinstance(p.get("quantile_alpha"), tuple) and objective != "reg:quantileerror":
+        raise ValueError(f"parameter quantile_alpha lists {len(p['quantile_alpha'])} quantiles, "
+                         f"which only objective reg:quantileerror trains (one output per "
+                         f"quantile); the objective is {objective}: give one quantile")
     num_class = merged.get("num_class")
     if objective in objectives.MULTICLASS:
         if num_class is None:
             raise ValueError(f"objective {objective} needs the parameter num_class (the number "
                              "of classes, e.g. num_class=3)")
-        num_class = _number("num_class", num_class, int)
+        num_class = as_number("num_class", num_class, int)
         if num_class < 2:
             raise ValueError(f"parameter num_class must be at least 2, got {num_class}")
         p["num_class"] = num_class
@@ -379,7 +358,7 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         raise ValueError(f"parameter num_class={num_class!r} only goes with "
                          f"{' or '.join(objectives.MULTICLASS)} (the objective is {objective})")
     if merged.get("base_score") is not None:
-        base_score = _number("base_score", merged["base_score"])
+        base_score = as_number("base_score", merged["base_score"])
         if abs(base_score) > _dtypes.TARGET_LIMIT:
             raise ValueError(f"parameter base_score={base_score:g} is beyond +-2**62 (about "
                              f"4.6e18), the largest label gbflow trains on; rescale the label")
@@ -394,9 +373,9 @@ def make_params(user: dict | None = None, **overrides) -> Params:
     missing = merged.get("missing")
     is_nan = isinstance(missing, float) and math.isnan(missing)  # always missing: nothing to add
     if missing is not None and not is_nan:
-        p["missing"] = _number("missing", missing, float)
+        p["missing"] = as_number("missing", missing, float)
     for name in ("disable_default_eval_metric", "enable_categorical"):
-        flag = _flag(merged, name)
+        flag = flag_value(merged, name)
         if flag is not None:
             p[name] = flag
     p.update(_ranking_params(merged, objective))
@@ -413,31 +392,27 @@ def make_params(user: dict | None = None, **overrides) -> Params:
             raise ValueError("parameter eval_metric is an empty list; leave it out for the "
                              "objective's default metric")
         multiclass = objective in objectives.MULTICLASS
+        # several quantiles: one output each, which a row metric averages over (XGBoost's)
+        quantiles = len(p["quantile_alpha"]) if isinstance(p.get("quantile_alpha"), tuple) \
+            else 1
         seen = set()
         for name in names:
             m = metrics.metric(name)
-            if not metrics.fits_objective(m, multiclass):
+            if not metrics.fits_objective(m, multiclass, quantiles):
                 fitting = [n for n in metrics.METRICS
                            if metrics.fits_objective(metrics.metric(n if n != "tweedie-nloglik"
-                                                                    else n + "@1.5"), multiclass)]
+                                                                    else n + "@1.5"),
+                                                     multiclass, quantiles)]
+                kind = "one output per class" if multiclass else \
+                    f"{quantiles} quantiles, a metric averaged over their outputs" \
+                    if quantiles > 1 else "one output"
                 raise ValueError(f"eval_metric {name!r} does not fit objective {objective} "
-                                 f"({'one output per class' if multiclass else 'one output'}; "
-                                 f"use one of {', '.join(fitting)})")
+                                 f"({kind}; use one of {', '.join(fitting)})")
             if m.name in seen:
                 raise ValueError(f"eval_metric lists {m.name!r} twice")
             seen.add(m.name)
         p["eval_metric"] = names
     return Params(**p)
-
-
-def _flag(merged: dict, name: str):
-    """A True/False parameter's value (XGBoost's 0/1 too), or None when not given."""
-    if name not in merged:
-        return None
-    flag = merged[name]
-    if flag not in (True, False, 0, 1) or isinstance(flag, float):
-        raise TypeError(f"parameter {name} must be True or False, got {flag!r}")
-    return bool(flag)
 
 
 def _growth_params(merged: dict, checked: dict) -> dict:
@@ -462,14 +437,14 @@ def _ranking_params(merged: dict, objective: str) -> dict:
     debiasing are ``_FIXED``."""
     p = {}
     if merged.get("lambdarank_num_pair_per_sample") is not None:
-        k = _number("lambdarank_num_pair_per_sample", merged["lambdarank_num_pair_per_sample"],
+        k = as_number("lambdarank_num_pair_per_sample", merged["lambdarank_num_pair_per_sample"],
                     int)
         if not 1 <= k <= 2**20:
             raise ValueError(f"parameter lambdarank_num_pair_per_sample must lie in [1, 2**20], "
                              f"got {k}")
         p["lambdarank_num_pair_per_sample"] = k
     for name in ("lambdarank_normalization", "lambdarank_score_normalization", "ndcg_exp_gain"):
-        flag = _flag(merged, name)
+        flag = flag_value(merged, name)
         if flag is not None:
             p[name] = flag
     given = [name for name in RANKING if name in merged and name != "ndcg_exp_gain" and

@@ -217,7 +217,8 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
         ``np.column_stack((X, predict(X)))`` of shape (n_samples, n_features_in_ + 1): NumPy's
         common dtype (float64 for float64 X), an object array (features as numbers, then the
         labels) for non-numeric class labels, e.g. strings. For a Dask DataFrame: a lazy Dask
-        DataFrame, X's columns plus "prediction"."""
+        DataFrame, X's columns plus "prediction". A regressor of k quantiles appends k
+        columns, "prediction_0", ... in the order of ``quantile_alpha``."""
         return self._fitted_adapter(X).transform(X, self._classes())
 
     def get_booster(self):
@@ -227,7 +228,8 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
 
     def get_feature_names_out(self, input_features=None) -> np.ndarray:
         """The columns of ``transform``'s output: the input features, then "prediction"
-        (what ``set_output(transform="pandas")`` names its DataFrame's columns)."""
+        ("prediction_0", ... for a regressor of several quantiles; what
+        ``set_output(transform="pandas")`` names its DataFrame's columns)."""
         check_is_fitted(self)
         names = getattr(self, "feature_names_in_", None)
         if names is None:
@@ -237,7 +239,9 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
                 raise ValueError(f"input_features has {len(input_features)} names, the "
                                  f"estimator {self.n_features_in_} features")
             names = input_features
-        return np.asarray([*map(str, names), PREDICTION_COLUMN], dtype=object)
+        added = [PREDICTION_COLUMN] if self._classes() is not None else \
+            self.booster_.output_columns(PREDICTION_COLUMN)
+        return np.asarray([*map(str, names), *added], dtype=object)
 
     def apply(self, X, iteration_range=None) -> np.ndarray:
         """The leaf each row reaches in each tree: int32 ndarray (n_samples, n_trees), node
@@ -313,17 +317,14 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
     Parameters (XGBoost's names and meanings; checked at fit time, not here)
     ----------
     objective : str, default "reg:squarederror"
-        The loss, any of XGBoost's single-output ones gbflow has (``objectives.OBJECTIVES``:
-        "count:poisson", "reg:tweedie", "binary:logistic" for a target in [0, 1], ...).
+        The loss, any of XGBoost's regression ones gbflow has (``objectives.OBJECTIVES``:
+        "count:poisson", "reg:tweedie", "binary:logistic" for a target in [0, 1], ...;
+        "reg:quantileerror" with several ``quantile_alpha`` has one output per quantile).
     n_estimators : int, default 100
         Boosting rounds (one tree per round).
-    max_depth : int, default 6
-        0: no limit (with ``max_leaves``).
-    max_leaves : int, default 0
-        XGBoost's: at most this many leaves per tree (0: no limit).
-    grow_policy : {"depthwise", "lossguide"}, default "depthwise"
-        XGBoost's: which leaf a tree splits next when ``max_leaves`` stops it early: the
-        shallowest, or the one of the largest gain (LightGBM's leaf-wise growth).
+    max_depth, max_leaves, grow_policy : int, int, str, default 6, 0 and "depthwise"
+        XGBoost's (0: no limit; not both): under a binding max_leaves, "lossguide" splits the
+        leaf of the largest gain first (LightGBM's leaf-wise growth), "depthwise" the shallowest.
     learning_rate : float, default 0.3
     min_child_weight : float, default 1.0
         Minimum hessian sum of a child.
@@ -359,8 +360,10 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
         and gbflow's defaults (True, 4, 64, 10.0, 10.0): see the training parameters.
     verbosity : int, default 1
         XGBoost's; 0 silences gbflow's warnings during fit.
-    quantile_alpha : float, default 0.5
-        The quantile of objective "reg:quantileerror" (and of the "quantile" metric).
+    quantile_alpha : float or list of floats, default 0.5
+        The quantile of objective "reg:quantileerror" (and of the "quantile" metric), each in
+        (0, 1]; a list of k trains one output per quantile: ``predict`` then gives (n_samples,
+        k), one column per quantile in the list's order (XGBoost's).
     max_delta_step : float or None, default None
         XGBoost's cap on each leaf weight's size before the learning rate (0: none; None:
         0.7 for "count:poisson", else none).
@@ -404,7 +407,8 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
         return adapter.encode(y, None, "fit"), self._train_params()
 
     def predict(self, X, output_margin=False, iteration_range=None, base_margin=None):
-        """Predicted targets: float64 ndarray of shape (n_samples,).
+        """Predicted targets: float64 ndarray of shape (n_samples,), or (n_samples, k) for k
+        quantiles (``quantile_alpha`` a list), one column per quantile.
 
         X : pandas DataFrame or array-like of shape (n_samples, n_features_in_), the training
         features in training order (a DataFrame fitted with string column names must have the

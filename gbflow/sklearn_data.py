@@ -126,7 +126,8 @@ class _InMemoryAdapter:
     # -- fitted model ------------------------------------------------------------------------------
     def predict(self, X, **options) -> np.ndarray:
         """The booster's prediction as an array: float64 (n,), or (n, n_classes) for
-        multi:softprob; ``options`` are ``Booster.predict``'s (int32 leaves for pred_leaf)."""
+        multi:softprob, (n, k) for k quantiles; ``options`` are ``Booster.predict``'s (int32
+        leaves for pred_leaf)."""
         values = np.asarray(self.estimator.booster_.predict(self._checked(X)[1], **options))
         return values if options.get("pred_leaf") else values.astype(np.float64, copy=False)
 
@@ -140,7 +141,8 @@ class _InMemoryAdapter:
 
     def transform(self, X, classes):
         """X with the prediction (``classes`` None) or the predicted label appended: a new frame
-        with a "prediction" column for a DataFrame, else a column of the checked array."""
+        with a "prediction" column for a DataFrame, else a column of the checked array (k
+        columns, "prediction_0", ..., for k quantiles)."""
         X_checked, data = self._checked(X)
         booster = self.estimator.booster_
         if classes is None and data is X:  # a frame whose names the booster knows: its transform
@@ -148,18 +150,24 @@ class _InMemoryAdapter:
         values = np.asarray(booster.predict(data), dtype=np.float64)
         if classes is not None:
             values = _labels(values, classes)
+        # several quantiles' predictions are several columns ("prediction_0", ...)
+        values = values.reshape(len(values), -1)
         if isinstance(X, pd.DataFrame):
-            if PREDICTION_COLUMN in X.columns:
-                raise ValueError(f"transform: X already has a column {PREDICTION_COLUMN!r}")
+            names = [PREDICTION_COLUMN] if values.shape[1] == 1 else \
+                booster.output_columns(PREDICTION_COLUMN)
+            clash = [name for name in names if name in X.columns]
+            if clash:
+                raise ValueError(f"transform: X already has a column {clash[0]!r}")
             out = X.copy()
-            out[PREDICTION_COLUMN] = values
+            for j, name in enumerate(names):
+                out[name] = values[:, j]
             return out
         if hasattr(X_checked, "tocsr"):  # scipy sparse: the prediction becomes one more column
             if values.dtype.kind not in "biuf":
                 raise TypeError("transform: a sparse X cannot hold non-numeric class labels; use "
                                 "predict()")
             import scipy.sparse
-            return scipy.sparse.hstack([X_checked, scipy.sparse.csr_matrix(values[:, None])],
+            return scipy.sparse.hstack([X_checked, scipy.sparse.csr_matrix(values)],
                                        format="csr")
         if values.dtype.kind not in "biuf":  # e.g. string labels: keep the features as numbers
             X_checked = X_checked.astype(object)

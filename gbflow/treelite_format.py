@@ -26,16 +26,21 @@ def to_treelite(booster):
                           "treelite, or the gbflow[export] extra)") from e
     n_groups = booster.n_groups
     objective = booster.params.objective
-    task = "kMultiClf" if n_groups > 1 else \
-        "kBinaryClf" if _POSTPROCESSOR.get(objective) in ("sigmoid", "hinge") else "kRegressor"
+    groups = [int(t.group) for t in booster.trees]
+    none = [0] * len(booster.trees)
+    if booster.params.multiclass:  # one class per output
+        task, targets, classes, target_id, class_id = "kMultiClf", 1, [n_groups], none, groups
+    else:  # one target per output: reg:quantileerror's quantiles, else a single one
+        task = "kBinaryClf" if _POSTPROCESSOR.get(objective) in ("sigmoid", "hinge") else \
+            "kRegressor"
+        targets, classes, target_id, class_id = n_groups, [1] * n_groups, groups, none
     builder = tb.ModelBuilder(
         threshold_type="float64", leaf_output_type="float64",
         metadata=tb.Metadata(num_feature=booster.num_features(), task_type=task,
-                             average_tree_output=False, num_target=1, num_class=[n_groups],
+                             average_tree_output=False, num_target=targets, num_class=classes,
                              leaf_vector_shape=(1, 1)),
-        tree_annotation=tb.TreeAnnotation(num_tree=len(booster.trees),
-                                          target_id=[0] * len(booster.trees),
-                                          class_id=[int(t.group) for t in booster.trees]),
+        tree_annotation=tb.TreeAnnotation(num_tree=len(booster.trees), target_id=target_id,
+                                          class_id=class_id),
         postprocessor=tb.PostProcessorFunc(name=_POSTPROCESSOR.get(objective, "identity")),
         base_scores=[float(m) for m in booster.base_margin])
     for tree in booster.trees:

@@ -95,7 +95,7 @@ class WeightBounds:
     def of(cls, params, feature_names: list, categorical: set) -> WeightBounds | None:
         """The bounds ``params`` ask for (None: neither a cap nor a constraint)."""
         monotone = monotone_signs(params.monotone_constraints, feature_names, categorical)
-        if monotone is not None and params.loss.leaf_alpha is not None:
+        if monotone is not None and params.loss.leaf_alphas is not None:
             raise ValueError(f"parameter monotone_constraints cannot be used with objective "
                              f"{params.objective}: its leaf values come from a line search, "
                              f"which the constraints do not bound")

@@ -46,6 +46,9 @@ def _objective(params) -> dict:
     elif name == "reg:tweedie":
         config["tweedie_regression_param"] = {
             "tweedie_variance_power": repr(float(params.tweedie_variance_power))}
+    elif name == "reg:quantileerror":  # XGBoost's list of quantiles, one output each
+        config["quantile_loss_param"] = {
+            "quantile_alpha": f"[{','.join(_number(a) for a in params.quantile_alphas)}]"}
     elif name in ("multi:softprob", "multi:softmax"):
         config["softmax_multiclass_param"] = {"num_class": str(params.num_class)}
     elif name.startswith("rank:"):  # XGBoost's LambdaRankParam; 4294967295: k not set (32)
@@ -139,8 +142,10 @@ def to_xgboost_dict(booster) -> dict:
             },
             "learner_model_param": {
                 "base_score": f"[{scores}]", "boost_from_average": "1",
-                "num_class": str(params.num_class if n_groups > 1 else 0),
-                "num_feature": str(n_features), "num_target": "1",
+                # classes are XGBoost's num_class, reg:quantileerror's quantiles its targets
+                "num_class": str(params.num_class if params.multiclass else 0),
+                "num_feature": str(n_features),
+                "num_target": str(1 if params.multiclass else n_groups),
             },
             "objective": _objective(params),
         },

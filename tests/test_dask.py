@@ -553,6 +553,28 @@ def test_model_digest_follows_the_model_file():
     assert model_digest(changed) != model_digest(one)
 
 
+def test_several_quantiles_on_workers_equal_in_process(clients, tmp_path):
+    """reg:quantileerror with three quantiles on 2 workers (weights, row sampling): the
+    in-process model file and averaged metric, and a Dask prediction of one column per
+    quantile."""
+    df = make_table(n_rows=1500, seed=43)
+    df["w"] = np.linspace(0.2, 3.0, len(df))
+    params = {"objective": "reg:quantileerror", "quantile_alpha": [0.9, 0.1, 0.5],
+              "max_depth": 4, "subsample": 0.8}
+    parts = _partitions(df, [0, 500, 501, 1100, 1500])
+    kwargs = dict(label="y", weight="w", params=params, num_boost_round=5, verbose=False)
+    expected = gbflow.train(df, evals=[(df, "train")], **kwargs)
+    booster = gbflow.train(_dask_frame(parts), evals=[(_dask_frame(parts), "train")],
+                           client=clients(2), **kwargs)
+    assert _model_bytes(booster, tmp_path, "dask") == _model_bytes(expected, tmp_path, "mem")
+    assert booster.evals_result == expected.evals_result
+    features = df.drop(columns=["y", "w"])
+    with clients(2).as_current():
+        prediction = booster.predict(dd.from_pandas(features, npartitions=3)).compute()
+    assert list(prediction.columns) == ["prediction_0", "prediction_1", "prediction_2"]
+    pd.testing.assert_frame_equal(prediction, expected.predict(features))
+
+
 def test_cpu_workers_use_their_own_threads_only(clients, monkeypatch):
     """A worker's kernels run on as many threads as the worker has (1 here), not on every core:
     several workers of one machine must not oversubscribe it. The training thread's setting is

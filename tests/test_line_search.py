@@ -138,7 +138,7 @@ def test_continued_training_equals_one_run():
     assert rest.to_json() == whole.to_json()
 
 
-@pytest.mark.parametrize("alpha,error", [([0.1, 0.9], "one quantile per model"),
+@pytest.mark.parametrize("alpha,error", [([0.1, 0.9, 0.0], r"entry 2 of 3\) must lie in"),
                                          (0.0, "quantile_alpha must lie in"),
                                          ("0.5", "must be a number")])
 def test_bad_quantile_alpha_is_refused_before_training(alpha, error):

@@ -38,10 +38,14 @@ class EvalData:
     queries: list | None = None
 
 
-def _row_term(backend, m, weighted: bool):
+def _row_term(backend, m, weighted: bool, columns: int = 1):
     """A row metric's weighted per-row loss as a function of (label, prediction[, extra][,
-    weight]) device arrays: one kernel on the GPU (``Backend.fused``) for elementwise losses."""
+    weight]) device arrays: one kernel on the GPU (``Backend.fused``) for elementwise losses.
+    columns: the predictions' (several quantiles' outputs): an elementwise loss is then each
+    row's mean over them (XGBoost's sum over rows and outputs over their weight)."""
     xp, loss = backend.xp, m.loss
+    if columns > 1 and not m.multiclass:
+        loss = _column_mean(m.loss, columns)
     if m.precompute is not None:
         function = (lambda y, p, e, w: loss(xp, y, p, e) * w) if weighted else \
             (lambda y, p, e: loss(xp, y, p, e))
@@ -50,7 +54,20 @@ def _row_term(backend, m, weighted: bool):
             (lambda y, p: loss(xp, y, p, None))
     name = "gbflow_" + "".join(c if c.isalnum() else "_" for c in m.name) + \
         ("_weighted" if weighted else "")
-    return function if m.multiclass else backend.fused(function, name)
+    return function if m.multiclass or columns > 1 else backend.fused(function, name)
+
+
+def _column_mean(loss, columns: int):
+    """An elementwise loss of (n, columns) predictions as the (n,) mean over the columns,
+    added column by column from the first: the same float64 value on every device (a
+    reduction's order could differ between NumPy and CuPy)."""
+    def mean(xp, y, p, extra):
+        values = loss(xp, y[:, None], p, None if extra is None else extra[:, None])
+        total = values[:, 0]
+        for j in range(1, columns):
+            total = total + values[:, j]
+        return total / columns
+    return mean
 
 
 def _scalar(value) -> float:
@@ -79,9 +96,10 @@ class Evaluator:
         self.backend, self.metrics, self.sets, self.collective = backend, metrics, sets, collective
         self.extras = [[[m.precompute(backend, y) if m.precompute is not None else None
                          for y in s.labels] for s in sets] for m in metrics]
-        self.terms = {(mi, weighted): _row_term(backend, m, weighted)
+        self.terms = {(mi, weighted, columns): _row_term(backend, m, weighted, columns)
                       for mi, m in enumerate(metrics) if m.kind == "row"
-                      for weighted in {s.weights is not None for s in sets}}
+                      for weighted, columns in {(s.weights is not None, s.n_classes)
+                                                for s in sets}}
         self.weight_scales = [tallies.weight_scale(s.n_rows, s.max_weight) for s in sets]
         self.kinds = {m.kind for m in metrics} & {"auc", "aucpr"}
         self._dense_tables: dict = {}  # set -> its dense tally table, reused every round
@@ -125,7 +143,7 @@ class Evaluator:
             weights = s.weights if s.weights is not None else [None] * len(s.labels)
             for mi, m in enumerate(self.metrics):
                 if m.kind == "row":
-                    term = self.terms[mi, s.weights is not None]
+                    term = self.terms[mi, s.weights is not None, s.n_classes]
                     parts = [term(y, p, *(() if e is None else (e,)),
                                   *(() if w is None else (w,)))
                              for y, w, p, e in zip(s.labels, weights, preds, self.extras[mi][si])]

@@ -30,7 +30,8 @@ class Metric:
     (tallies).
     multiclass: it takes (n, n_classes) probabilities and integer labels (its loss indexes
     them); else (n,) predictions and an elementwise loss (``Backend.fused`` makes it one
-    kernel). any_outputs: it takes either.
+    kernel), which for the (n, k) outputs of several quantiles is taken per column against
+    (n, 1) labels and averaged per row (``compute``). any_outputs: it takes either.
     maximize: larger is better (early stopping). loss: for row metrics, (xp, label, prediction,
     extra) -> (n,) float64 per-row losses, unweighted; ``extra`` holds what a set computes once
     (``precompute``). finish: (loss sum, weight sum) -> the value. bound: an upper bound of |loss|
@@ -131,10 +132,13 @@ def _pseudo_huber(slope: float):
     return loss
 
 
-def _quantile(alpha: float):
-    def loss(xp, y, p, extra):  # the pinball loss
+def _quantile(alpha):
+    """The pinball loss at ``alpha``: a number, or a tuple of k quantiles for (n, k)
+    predictions (their column j at alpha[j]; the labels then come as (n, 1))."""
+    def loss(xp, y, p, extra):
+        a = alpha if not isinstance(alpha, tuple) else xp.asarray(alpha, dtype=xp.float64)
         diff = y - p
-        return xp.where(diff >= 0, alpha * diff, (alpha - 1.0) * diff)
+        return xp.where(diff >= 0, a * diff, (a - 1.0) * diff)
     return loss
 
 
@@ -215,7 +219,8 @@ def _ranking_metric(name: str, params) -> Metric | None:
 def metric(name: str, params=None) -> Metric:
     """The ``Metric`` called ``name`` (XGBoost's names; "error@t" and "tweedie-nloglik@rho"
     carry an argument). params: the training ``Params`` (mphe takes ``huber_slope``, quantile
-    ``quantile_alpha``), or None for their defaults. Raises ValueError naming the metric."""
+    ``quantile_alpha``: one number, or a tuple for predictions of one column per quantile), or
+    None for their defaults. Raises ValueError naming the metric."""
     if not isinstance(name, str):
         raise TypeError(f"a metric name must be a string, got {type(name).__name__} {name!r}")
     ranking_metric = _ranking_metric(name, params)
@@ -248,10 +253,14 @@ class _Defaults:
     quantile_alpha = 0.5
 
 
-def fits_objective(m: Metric, multiclass: bool) -> bool:
+def fits_objective(m: Metric, multiclass: bool, quantiles: int = 1) -> bool:
     """Whether the metric takes the predictions of an objective with (True) or without
     (False) one output per class. auc takes both (for classes, each class against the rest,
-    weighted by its weight, as XGBoost); aucpr and the ranking metrics only one output."""
+    weighted by its weight, as XGBoost); aucpr and the ranking metrics only one output.
+    quantiles: reg:quantileerror's outputs; several take only the row metrics of one output,
+    each row's loss averaged over them (XGBoost's elementwise metrics on several outputs)."""
+    if quantiles > 1:
+        return m.kind == "row" and not m.multiclass
     return m.any_outputs or m.multiclass == multiclass
 
 
