@@ -160,8 +160,8 @@ def _forest_arrays(forest: FlatForest) -> tuple[list, tuple]:
 
 
 def leaf_indices(backend, X, forest: FlatForest):
-    """(n_rows, n_trees) int32 on X's device: the node id (within its tree, breadth-first as in
-    the model file) of the leaf each row reaches in each tree. X: (n_rows, F) float32."""
+    """(n_rows, n_trees) int32 on X's device: the node id (within its tree, as in the model
+    file) of the leaf each row reaches in each tree. X: (n_rows, F) float32."""
     nodes, sets = _forest_arrays(forest)
     out = backend.xp.zeros((X.shape[0], len(forest.tree_root)), dtype=np.int32)
     if X.shape[0] == 0 or out.shape[1] == 0:

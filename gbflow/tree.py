@@ -1,4 +1,4 @@
-"""One regression tree as flat node arrays: built level by level, and its JSON form."""
+"""One regression tree as flat node arrays: built from level records, and its JSON form."""
 from __future__ import annotations
 
 import dataclasses
@@ -16,7 +16,8 @@ _FIELDS = {  # name -> dtype of the flat node arrays, in model-file order
 
 @dataclasses.dataclass
 class Tree:
-    """Nodes in breadth-first order, node 0 the root; all arrays (n_nodes,), host.
+    """Nodes in breadth-first order (best-first trees: in the order they split, as XGBoost
+    numbers them), node 0 the root, children after their parent; all arrays (n_nodes,), host.
 
     feature: split feature (-1 for a leaf). bin_threshold: bins 1..t go left. threshold: float32
     cut, ``x < threshold`` goes left (the same test as the bins). default_left: where NaN goes.
