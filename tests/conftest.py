@@ -124,6 +124,32 @@ _recorded: dict = {}
 _current_test = ["(collection)"]
 
 
+def same_model_everywhere(device, df, params: dict, rounds: int = 8):
+    """Train ``params`` on df's "y" and assert the engine's promises: the same model on 1 or 5
+    shards (one of a single row), with every feature in the sparse store, and (CPU) with the
+    NumPy twins; training margins equal predicted ones. Returns the one-shard booster."""
+    from gbflow import boosting, inputs
+    from gbflow.backend import get_backend, reference_kernels
+    from gbflow.params import make_params
+    backend = get_backend(device)
+
+    def fit(parts, extra=None):
+        return boosting.fit(backend, parts, make_params({**params, **(extra or {})}), rounds,
+                            verbose=False, keep_training_margins=True)
+    one = fit([inputs.load(df, "y")])
+    cut = [0, 1, 700, 701, 2000, len(df)]
+    parts = [inputs.load(df.iloc[a:b], "y") for a, b in zip(cut[:-1], cut[1:])]
+    assert fit(parts).to_json() == one.to_json()
+    sparse = fit([inputs.load(df, "y")], {"sparse_threshold": 0.0})
+    assert [t.to_dict() for t in sparse.trees] == [t.to_dict() for t in one.trees]
+    predicted = np.asarray(one.predict(df, output_margin=True)).reshape(len(df), -1)
+    assert np.array_equal(predicted, one.training_margins[0])
+    if device == "cpu":
+        with reference_kernels():
+            assert fit([inputs.load(df, "y")]).to_json() == one.to_json()
+    return one
+
+
 def _record_booster(booster) -> None:
     try:
         text = booster.to_json()

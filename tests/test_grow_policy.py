@@ -7,15 +7,13 @@ import dataclasses
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import make_table
+from conftest import make_table, same_model_everywhere
 from test_growing import RULES, _cuts, _random_binned, _shard_set
 
 import gbflow
-from gbflow import boosting, inputs
-from gbflow.backend import get_backend, reference_kernels
+from gbflow.backend import get_backend
 from gbflow.grow import finished_tree, grow_tree
 from gbflow.grow.best_first import grow_tree_best_first
-from gbflow.params import make_params
 from gbflow.rules import Scales
 from gbflow.sampling import FeatureSample
 
@@ -118,27 +116,10 @@ def test_the_depthwise_budget_splits_a_levels_nodes_in_id_order():
     {"colsample_bynode": 0.5, "colsample_bylevel": 0.8, "subsample": 0.8, "seed": 5},
 ])
 def test_same_model_on_shards_stores_and_reference_kernels(device, extra):
-    """The leaf budget changes no promise: the same model on 1 or 5 shards, with every feature
-    in the sparse store, and with the NumPy twins; training margins equal predicted ones."""
-    df = make_table(task="regression", seed=4)
-    params = make_params({"grow_policy": "lossguide", "max_leaves": 12, "max_depth": 0, **extra})
-    backend = get_backend(device)
-    one = boosting.fit(backend, [inputs.load(df, "y")], params, 8, verbose=False,
-                       keep_training_margins=True)
+    """The leaf budget changes no promise (``conftest.same_model_everywhere``)."""
+    params = {"grow_policy": "lossguide", "max_leaves": 12, "max_depth": 0, **extra}
+    one = same_model_everywhere(device, make_table(task="regression", seed=4), params)
     assert max(int((t.feature < 0).sum()) for t in one.trees) == 12
-    cut = [0, 1, 700, 701, 2000, len(df)]
-    parts = [inputs.load(df.iloc[a:b], "y") for a, b in zip(cut[:-1], cut[1:])]
-    assert boosting.fit(backend, parts, params, 8, verbose=False).to_json() == one.to_json()
-    sparse = boosting.fit(backend, [inputs.load(df, "y")],
-                          make_params({**params.to_dict(), "sparse_threshold": 0.0}), 8,
-                          verbose=False)
-    assert [t.to_dict() for t in sparse.trees] == [t.to_dict() for t in one.trees]
-    predicted = np.asarray(one.predict(df, output_margin=True)).reshape(len(df), -1)
-    assert np.array_equal(predicted, one.training_margins[0])
-    if device == "cpu":
-        with reference_kernels():
-            reference = boosting.fit(backend, [inputs.load(df, "y")], params, 8, verbose=False)
-        assert reference.to_json() == one.to_json()
 
 
 def test_constraints_hold_in_best_first_trees():

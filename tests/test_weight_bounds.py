@@ -4,12 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import make_table
+from conftest import make_table, same_model_everywhere
 
 import gbflow
-from gbflow import boosting, inputs
-from gbflow.backend import get_backend, reference_kernels
-from gbflow.params import make_params
 
 
 def _table(n_rows=6000, seed=0):
@@ -121,27 +118,9 @@ def test_a_constrained_one_hot_column_still_splits_present_from_missing(sign):
 @pytest.mark.parametrize("extra", [{"monotone_constraints": (1, -1, 0, 0, 1, 0)},
                                    {"max_delta_step": 0.2, "monotone_constraints": {"x0": -1}}])
 def test_same_model_on_shards_stores_and_reference_kernels(device, extra):
-    """Bounds change no promise: the same model on 1 or 5 shards, with every feature in the
-    sparse store, and with the NumPy twins; training margins equal predicted ones."""
-    df = make_table(task="regression", seed=4)
-    params = make_params({"max_depth": 5, **extra})
-    backend = get_backend(device)
-    one = boosting.fit(backend, [inputs.load(df, "y")], params, 8, verbose=False,
-                       keep_training_margins=True)
-    cut = [0, 1, 700, 701, 2000, len(df)]
-    parts = [inputs.load(df.iloc[a:b], "y") for a, b in zip(cut[:-1], cut[1:])]
-    many = boosting.fit(backend, parts, params, 8, verbose=False)
-    assert many.to_json() == one.to_json()
-    sparse = boosting.fit(backend, [inputs.load(df, "y")],
-                          make_params({"max_depth": 5, "sparse_threshold": 0.0, **extra}), 8,
-                          verbose=False)
-    assert [t.to_dict() for t in sparse.trees] == [t.to_dict() for t in one.trees]
-    predicted = np.asarray(one.predict(df, output_margin=True)).reshape(len(df), -1)
-    assert np.array_equal(predicted, one.training_margins[0])
-    if device == "cpu":
-        with reference_kernels():
-            reference = boosting.fit(backend, [inputs.load(df, "y")], params, 8, verbose=False)
-        assert reference.to_json() == one.to_json()
+    """Bounds change no promise (``conftest.same_model_everywhere``)."""
+    same_model_everywhere(device, make_table(task="regression", seed=4),
+                          {"max_depth": 5, **extra})
 
 
 def test_category_splits_take_the_bounds_of_their_node(device):
