@@ -87,14 +87,15 @@ class LevelBuffers:
             return 0
         return int(flat.size // max(1, int(np.prod(row_shape))))
 
-    def take(self, store: int, parity, shape: tuple, dtype):
-        """A C-contiguous (shape) view of the (store, parity) buffer, contents unset. Any
-        earlier view of that buffer must be dead: its level is two levels up."""
+    def take(self, store: int, key, shape: tuple, dtype):
+        """A C-contiguous (shape) view of the (store, key) buffer, contents unset (key: a
+        level's parity, or another user's name). Any earlier view of that buffer must be dead
+        (a level's: two levels up)."""
         size = int(np.prod(shape))
-        key = (store, parity)
-        flat = self._storage.get(key)
+        name = (store, key)
+        flat = self._storage.get(name)
         if flat is None or flat.size < size or flat.dtype != np.dtype(dtype):
-            self._storage.pop(key, None)
+            self._storage.pop(name, None)
             flat = self.xp.empty(size, dtype=dtype)
-            self._storage[key] = flat
+            self._storage[name] = flat
         return flat[:size].reshape(shape)

@@ -30,8 +30,9 @@ class Params:
     # _dtypes.MAX_TREE_DEPTH, 30 levels, whatever the policy)
     max_depth: int = 6
     # XGBoost's: "depthwise" splits the shallowest leaves first, "lossguide" the leaf of the
-    # largest gain (best first, LightGBM's leaf-wise growth); they differ only when max_leaves
-    # (0: no limit) stops a tree before every leaf worth splitting is split (gbflow.grow)
+    # largest gain (best first, LightGBM's leaf-wise growth); their trees differ only when
+    # max_leaves (0: no limit) stops a tree before every leaf worth splitting is split
+    # (gbflow.grow; without that, only XGBoost's lossguide node ids differ: split order)
     grow_policy: str = "depthwise"
     max_leaves: int = 0
     min_child_weight: float = 1.0

@@ -84,7 +84,8 @@ class TreeRules:
     @property
     def leaf_budget_binds(self) -> bool:
         """Whether ``max_leaves`` can stop a tree before its depth limit does (only then do the
-        growth policies grow different trees)."""
+        growth policies grow different trees; without it both grow the depthwise tree, node
+        ids breadth first)."""
         return 0 < self.max_leaves < 2 ** self.max_depth
 
     @classmethod

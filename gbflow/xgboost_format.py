@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 
 import numpy as np
 
@@ -47,6 +48,11 @@ def _objective(params) -> dict:
         config["tweedie_regression_param"] = {
             "tweedie_variance_power": repr(float(params.tweedie_variance_power))}
     elif name == "reg:quantileerror":  # XGBoost's list of quantiles, one output each
+        alphas = params.quantile_alphas
+        if list(alphas) != sorted(alphas):
+            warnings.warn(f"quantile_alpha {list(alphas)} is not in ascending order: XGBoost "
+                          f"3.4 and later refuse to load this model (3.2 takes it); train with "
+                          f"the quantiles sorted to export for them", UserWarning, stacklevel=3)
         config["quantile_loss_param"] = {
             "quantile_alpha": f"[{','.join(_number(a) for a in params.quantile_alphas)}]"}
     elif name in ("multi:softprob", "multi:softmax"):

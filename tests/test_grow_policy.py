@@ -87,11 +87,35 @@ def test_a_budget_that_never_binds_grows_the_level_loops_tree(device, sparse):
     (levels, level_margin, _), (best_first, best_first_margin, tree) = results
     assert best_first == levels and len(levels) > 7
     assert np.array_equal(best_first_margin, level_margin)
-    leaves = {0}  # the ids follow the driver: each split is the leaf of the largest gain then
+    _assert_split_in_drivers_order(tree)
+
+
+def _assert_split_in_drivers_order(tree):
+    """Node ids follow XGBoost's lossguide driver: each split is, among the leaves then, the one
+    of the largest gain (ties: the smaller id), and its children take the next two ids."""
+    leaves = {0}
     for node in sorted(np.flatnonzero(tree.feature >= 0), key=lambda k: tree.left[k]):
-        assert tree.gain[node] == max(tree.gain[k] for k in leaves if tree.feature[k] >= 0)
+        splittable = [k for k in leaves if tree.feature[k] >= 0]
+        assert node == min(splittable, key=lambda k: (-tree.gain[k], k))
         leaves.remove(node)
         leaves |= {int(tree.left[node]), int(tree.right[node])}
+
+
+def test_tied_gains_leave_no_needed_split_unsearched():
+    """A mirrored table (two halves of opposite targets) makes gains tie exactly; the budget's
+    bookkeeping must still search every split the driver takes (it once closed one: "the top
+    leaf is not split ahead")."""
+    rng = np.random.default_rng(5)
+    half = rng.integers(0, 6, (300, 3)).astype(np.float32)
+    y_half = rng.integers(-3, 4, 300).astype(np.float32)
+    X = np.vstack([np.c_[np.zeros(300, np.float32), half], np.c_[np.ones(300, np.float32), half]])
+    y = np.concatenate([y_half, -y_half])
+    params = {"grow_policy": "lossguide", "max_leaves": 10, "max_depth": 4, "reg_lambda": 0,
+              "base_score": 0}
+    booster = gbflow.train(X, y, params, num_boost_round=3, verbose=False)
+    for tree in booster.trees:
+        _assert_split_in_drivers_order(tree)
+        assert int((tree.feature < 0).sum()) <= 10
 
 
 def test_the_depthwise_budget_splits_a_levels_nodes_in_id_order():

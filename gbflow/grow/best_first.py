@@ -164,8 +164,8 @@ def grow_tree_best_first(shardset, gh: list, scales, cuts, rules, feature_allowe
     nodes.add(np.full(1, -1), depth, keys, totals, seg_start, seg_count, found, root_bounds,
               root_paths)
     nodes.slot[0] = 0
-    # about the slots a tree of max_leaves leaves takes, splits searched ahead included
-    open_hist = _OpenHistograms(shardset.level_buffers, root_hist, 4 * rules.max_leaves)
+    # doubled as the tree needs (a large max_leaves on wide data would hold gigabytes at once)
+    open_hist = _OpenHistograms(shardset.level_buffers, root_hist, 64)
     del root_hist
 
     tree_id = np.zeros(1, dtype=np.int64)  # per searched node: its id once popped into the tree
@@ -190,11 +190,12 @@ def grow_tree_best_first(shardset, gh: list, scales, cuts, rules, feature_allowe
             break
         budget = (2 * rules.max_leaves - 1 - next_id) // 2  # the splits left
         reach, hops = _reach(nodes, tree_id)
-        _close_out_of_reach(nodes, tree_id, reach, hops, heap, budget)
+        _close_out_of_reach(nodes, reach, hops, heap, budget)
         ahead = _ahead(nodes, tree_id, reach, budget)
         if nodes.children[heap[0][2]] < 0 and heap[0][2] not in ahead:
             raise RuntimeError("gbflow.grow.best_first: the top leaf is not split ahead (a bug)")
-        _expand(shardset, gh, nodes, ahead, open_hist, search, n_bins, scales, rules)
+        _expand(shardset, gh, nodes, ahead, open_hist, search, n_bins, scales, rules,
+                search_children=budget > 1)
         tree_id = np.concatenate([tree_id, np.full(len(nodes.depth) - len(tree_id), -1)])
 
     tree = _tree(nodes, tree_id, np.array(popped, dtype=np.int64), cuts, scales, rules, group)
@@ -220,19 +221,18 @@ def _reach(nodes: _Nodes, tree_id: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return reach, hops
 
 
-def _close_out_of_reach(nodes: _Nodes, tree_id: np.ndarray, reach: np.ndarray,
-                        hops: np.ndarray, heap: list, budget: int) -> None:
+def _close_out_of_reach(nodes: _Nodes, reach: np.ndarray, hops: np.ndarray, heap: list,
+                        budget: int) -> None:
     """Close (leave the histograms of) the open nodes the remaining ``budget`` of splits cannot
-    reach: the tree's leaves in the ``heap`` that split before one (of a larger gain; for a
-    node outside the tree, of a gain not below its reach, as its id will be larger) and the
-    splits on its way into the tree leave no split for it."""
+    reach: before one splits, every tree leaf in the ``heap`` of a gain above its reach splits
+    (it outranks the node on its way of that gain), and so do the splits on its way into the
+    tree; when those leave no split for it, it is closed. Leaves of an equal gain are not
+    counted: which of them goes first depends on ids (a mirrored table's tied gains closed a
+    node the replay needed when they were)."""
     open_nodes = np.flatnonzero(nodes.slot >= 0)
     leaf_gains = np.sort(nodes.splits.gain[[i for _, _, i in heap]])
-    outside = tree_id[open_nodes] < 0
-    at_least = len(leaf_gains) - np.searchsorted(leaf_gains, reach[open_nodes], side="left")
     above = len(leaf_gains) - np.searchsorted(leaf_gains, reach[open_nodes], side="right")
-    before = np.where(outside, at_least, above)
-    nodes.slot[open_nodes[before + hops[open_nodes] >= budget]] = -1
+    nodes.slot[open_nodes[above + hops[open_nodes] >= budget]] = -1
 
 
 def _ahead(nodes: _Nodes, tree_id: np.ndarray, reach: np.ndarray, budget: int) -> np.ndarray:
@@ -247,10 +247,11 @@ def _ahead(nodes: _Nodes, tree_id: np.ndarray, reach: np.ndarray, budget: int) -
 
 
 def _expand(shardset, gh, nodes: _Nodes, expand: np.ndarray, open_hist: _OpenHistograms,
-            search, n_bins: int, scales, rules) -> None:
+            search, n_bins: int, scales, rules, search_children: bool = True) -> None:
     """Split the ``expand`` nodes (indices, with a split worth taking and a histogram in
-    ``open_hist``) in every shard, search their children and add them to ``nodes``; the
-    children worth splitting take the split nodes' places in ``open_hist`` (``nodes.slot``)."""
+    ``open_hist``) in every shard, search their children (unless ``search_children`` is False:
+    the batch takes the tree's last split) and add them to ``nodes``; the children worth
+    splitting keep their histograms in ``open_hist`` (``nodes.slot``)."""
     backend, timers = shardset.backend, shardset.timers
     xp, n, n_shards = backend.xp, len(expand), len(shardset.shards)
     found = nodes.splits.take(expand)
@@ -286,7 +287,8 @@ def _expand(shardset, gh, nodes: _Nodes, expand: np.ndarray, open_hist: _OpenHis
     if rules.interactions is not None:
         child_paths = np.repeat(rules.interactions.child_paths(nodes.paths[expand],
                                                                found.feature), 2, axis=0)
-    result, fetched = search(children, depth[by_place], keys[by_place],
+    result, fetched = search(children, np.where(search_children, depth, rules.max_depth)[by_place],
+                             keys[by_place],
                              None if child_bounds is None else child_bounds[by_place],
                              None if child_paths is None else child_paths[by_place],
                              list(left_counts))
@@ -323,9 +325,9 @@ def _tree(nodes: _Nodes, tree_id: np.ndarray, popped: np.ndarray, cuts, scales, 
     return Tree.concatenate_levels([level], group)
 
 
-def _no_splits(n: int, like: LevelSplits | None = None) -> LevelSplits:
+def _no_splits(n: int, like: LevelSplits) -> LevelSplits:
     """n nodes without a split (as ``like``'s: with category sets when it has them)."""
-    with_sets = like is not None and like.right_bins is not None
+    with_sets = like.right_bins is not None
     return LevelSplits(np.full(n, -np.inf), np.full(n, -1, dtype=np.int32),
                        np.zeros(n, dtype=np.int32), np.zeros(n, dtype=bool),
                        np.zeros((n, 2), dtype=np.int64), np.zeros(n, dtype=bool),
