@@ -52,6 +52,22 @@ class LevelSplits:
             return None
         return np.where(self.on_categories[sp][:, None], self.right_bins[sp], False)
 
+    def partition_sides(self, sp: np.ndarray, n_bins: int) -> tuple:
+        """(side_map, thresholds) the partition reads the nodes of ``sp`` through: with category
+        sets every split node's side comes from its bin map (``side_map``) at threshold 1; else
+        no map and the bin thresholds."""
+        side_map = self.side_map(sp, n_bins)
+        return side_map, (self.bin_threshold[sp] if side_map is None else
+                          np.ones(len(sp), dtype=np.int32))
+
+    def orders_values(self, sp: np.ndarray) -> np.ndarray:
+        """(n_split,) bool: the splits of ``sp`` that cut the values in order (a value bin to
+        the left, not a category set); only those bound a monotone feature's subtrees."""
+        ordered = self.bin_threshold[sp] > 0
+        if self.on_categories is not None:
+            ordered &= ~self.on_categories[sp]
+        return ordered
+
     def side_map(self, sp: np.ndarray, n_bins: int):
         """None when no node of ``sp`` splits by a category set; else (n_split, n_bins) uint8,
         each split's bins mapped to 0 (missing), 1 (left) or 2 (right): the partition reads a
@@ -63,6 +79,21 @@ class LevelSplits:
         by_value_right = bins > self.bin_threshold[sp][:, None]
         right = np.where(self.on_categories[sp][:, None], sets, by_value_right)
         return np.where(bins == 0, 0, np.where(right, 2, 1)).astype(np.uint8)
+
+
+def search_nodes(shardset, rules, constants: tuple, hist, allowed: np.ndarray, paths,
+                 node_bounds, fetch: list = ()) -> tuple[LevelSplits, list]:
+    """``find_splits`` for a tree's nodes under ``rules`` (a ``rules.TreeRules``): ``allowed``
+    (F,) or (n, F) host bool and-ed with the interaction sets' rows of the nodes' ``paths``,
+    each node's weight ``node_bounds`` ((n, 2), with rules.bounds), on ``shardset``'s stores."""
+    if rules.interactions is not None:
+        allowed = allowed & rules.interactions.allowed(paths)
+    backend = shardset.backend
+    return find_splits(backend, shardset.stores, hist, allowed, constants, rules.split.min_gain,
+                       fetch=fetch, categorical=shardset.categorical,
+                       category_rule=rules.category,
+                       bounds=None if rules.bounds is None else
+                       rules.bounds.search_bounds(backend.xp, node_bounds))
 
 
 def find_splits(backend, stores: list, hist, feature_allowed: np.ndarray, constants: tuple,

@@ -105,28 +105,20 @@ def test_same_model_file_in_process_and_on_1_2_4_workers(task, clients, tmp_path
         assert booster.evals_result == local.evals_result
 
 
-def test_bounded_weights_on_workers_equal_in_process(clients, tmp_path):
-    """max_delta_step and monotone constraints (the nodes' bounds kept by every worker): the
-    same model bytes on two workers as in process."""
-    df = make_table(n_rows=2400, seed=23)
-    params = {"max_depth": 4, "monotone_constraints": {"x0": 1, "x3": -1},
-              "max_delta_step": 0.3}
+@pytest.mark.parametrize("seed,params,cut", [
+    (23, {"max_depth": 4, "monotone_constraints": {"x0": 1, "x3": -1}, "max_delta_step": 0.3},
+     [0, 900, 1700, 2400]),
+    (29, {"grow_policy": "lossguide", "max_leaves": 11, "max_depth": 0}, [0, 700, 1900, 2400]),
+])
+def test_bounded_and_best_first_trees_on_workers_equal_in_process(seed, params, cut, clients,
+                                                                  tmp_path):
+    """What every worker keeps beside the histograms (the nodes' weight bounds; a best-first
+    tree's splits searched ahead and its replay): the same model bytes on two workers as in
+    process."""
+    df = make_table(n_rows=2400, seed=seed)
     kwargs = dict(label="y", params=params, num_boost_round=6, verbose=False)
     expected = _model_bytes(gbflow.train(df, **kwargs), tmp_path, "pandas")
-    frame = _dask_frame(_partitions(df, [0, 900, 1700, 2400]))
-    booster = gbflow.train(frame, client=clients(2), **kwargs)
-    assert _model_bytes(booster, tmp_path, "dask") == expected
-
-
-def test_best_first_trees_on_workers_equal_in_process(clients, tmp_path):
-    """A leaf budget grown best first (splits searched ahead in batches, the same on every
-    worker): the same model bytes on two workers as in process."""
-    df = make_table(n_rows=2400, seed=29)
-    params = {"grow_policy": "lossguide", "max_leaves": 11, "max_depth": 0}
-    kwargs = dict(label="y", params=params, num_boost_round=5, verbose=False)
-    expected = _model_bytes(gbflow.train(df, **kwargs), tmp_path, "pandas")
-    frame = _dask_frame(_partitions(df, [0, 700, 1900, 2400]))
-    booster = gbflow.train(frame, client=clients(2), **kwargs)
+    booster = gbflow.train(_dask_frame(_partitions(df, cut)), client=clients(2), **kwargs)
     assert _model_bytes(booster, tmp_path, "dask") == expected
 
 

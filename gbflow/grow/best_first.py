@@ -128,7 +128,6 @@ def grow_tree_best_first(shardset, gh: list, scales, cuts, rules, feature_allowe
     ``_OpenHistograms``' slots until they split or cannot be reached any more.
     """
     backend, timers = shardset.backend, shardset.timers
-    xp = backend.xp
     n_bins, n_shards = cuts.n_bins, len(shardset.shards)
     constants = rules.split.constants(scales)
     bounds, interactions = rules.bounds, rules.interactions
@@ -140,13 +139,9 @@ def grow_tree_best_first(shardset, gh: list, scales, cuts, rules, feature_allowe
             return None, backend.to_host_all(fetch)
         allowed = np.zeros((len(depth), cuts.n_features), dtype=bool)
         allowed[searchable] = feature_allowed.at(depth[searchable], keys[searchable])
-        if interactions is not None:
-            allowed &= interactions.allowed(paths)
         with timers("splits"):
-            return split.find_splits(
-                backend, shardset.stores, hist, allowed, constants, rules.split.min_gain,
-                fetch=fetch, categorical=shardset.categorical, category_rule=rules.category,
-                bounds=None if bounds is None else bounds.search_bounds(xp, node_bounds))
+            return split.search_nodes(shardset, rules, constants, hist, allowed, paths,
+                                      node_bounds, fetch)
 
     shardset.reset_row_index()
     nodes = _Nodes(n_shards)
@@ -257,8 +252,7 @@ def _expand(shardset, gh, nodes: _Nodes, expand: np.ndarray, open_hist: _OpenHis
     found = nodes.splits.take(expand)
     left_sum = found.left_sum
     right_sum = nodes.totals[expand] - left_sum
-    side_map = found.side_map(np.arange(n), n_bins)
-    side_threshold = found.bin_threshold if side_map is None else np.ones(n, dtype=np.int32)
+    side_map, side_threshold = found.partition_sides(np.arange(n), n_bins)
     built_left = left_sum[:, 1] <= right_sum[:, 1]  # build the lighter child, as levels do
     starts = [nodes.seg_start[s][expand] for s in range(n_shards)]
     counts = [nodes.seg_count[s][expand] for s in range(n_shards)]
@@ -278,12 +272,9 @@ def _expand(shardset, gh, nodes: _Nodes, expand: np.ndarray, open_hist: _OpenHis
     keys = np.stack(child_keys(nodes.key[expand]), 1).ravel()
     child_bounds = child_paths = None
     if rules.bounds is not None:  # a value-order split on a monotone feature bounds its subtrees
-        orders_values = found.bin_threshold > 0
-        if found.on_categories is not None:
-            orders_values &= ~found.on_categories
         child_bounds = np.stack(rules.bounds.children(
-            nodes.bounds[expand], found.feature, orders_values, left_sum, right_sum, rules.leaf,
-            scales), 1).reshape(2 * n, 2)
+            nodes.bounds[expand], found.feature, found.orders_values(np.arange(n)), left_sum,
+            right_sum, rules.leaf, scales), 1).reshape(2 * n, 2)
     if rules.interactions is not None:
         child_paths = np.repeat(rules.interactions.child_paths(nodes.paths[expand],
                                                                found.feature), 2, axis=0)

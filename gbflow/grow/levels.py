@@ -95,15 +95,9 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed,
             fetched = backend.to_host_all(fetch)
         else:
             with timers("splits"):
-                allowed = feature_allowed.nodes(depth, node_id)
-                if interactions is not None:
-                    allowed = allowed & interactions.allowed(paths)
-                found, fetched = split.find_splits(
-                    backend, shardset.stores, hist, allowed,
-                    split_constants, rules.split.min_gain, fetch=fetch,
-                    categorical=shardset.categorical, category_rule=rules.category,
-                    bounds=None if bounds is None else
-                    bounds.search_bounds(backend.xp, node_bounds))
+                found, fetched = split.search_nodes(
+                    shardset, rules, split_constants, hist,
+                    feature_allowed.nodes(depth, node_id), paths, node_bounds, fetch)
         if depth == 0:
             totals = fetched.pop()
         if moved is not None:  # this level's segments, in its order; a parent's rows: left, right
@@ -114,12 +108,13 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed,
                 seg_count[s] = _next_level_order(left, moved.counts[s] - left, moved.built_left)
             moved = None
         n = len(totals)
-        do_split = np.zeros(n, dtype=bool) if found is None else found.do_split.copy()
+        do_split = np.zeros(n, dtype=bool) if found is None else found.do_split
         sp = np.flatnonzero(do_split)
         sp = sp[np.argsort(node_id[sp], kind="stable")]  # the split nodes in id order
         if rules.max_leaves and len(sp) > rules.max_leaves - n_leaves:
             # XGBoost's depthwise driver splits a level's nodes in id order while the tree
             # has fewer than max_leaves leaves (each split adds one)
+            do_split = do_split.copy()
             do_split[sp[rules.max_leaves - n_leaves:]] = False
             sp = sp[: rules.max_leaves - n_leaves]
         n_leaves += len(sp)
@@ -131,10 +126,7 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed,
             default_left = found.default_left[sp]
             left_sum = found.left_sum[sp]
             right_sum = totals[sp] - left_sum
-            # categorical splits: every split node's side read through a bin map (threshold 1)
-            side_map = found.side_map(sp, n_bins)
-            side_threshold = bin_threshold if side_map is None else \
-                np.ones(n_split, dtype=np.int32)
+            side_map, side_threshold = found.partition_sides(sp, n_bins)
             # Build the child with the smaller global hessian while partitioning; its sibling is
             # the parent minus it. (Children at the last level are ordered the same way, though
             # nothing is built for them.)
@@ -165,12 +157,9 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed,
                 children_paths = interactions.child_paths(paths[sp], feature)
                 paths = _next_level_order(children_paths, children_paths, built_left)
             if bounds is not None:  # a value-order split on a monotone feature bounds its subtrees
-                orders_values = bin_threshold > 0
-                if found.on_categories is not None:
-                    orders_values &= ~found.on_categories[sp]
                 node_bounds = _next_level_order(
-                    *bounds.children(node_bounds[sp], feature, orders_values, left_sum,
-                                     right_sum, rules.leaf, scales), built_left)
+                    *bounds.children(node_bounds[sp], feature, found.orders_values(sp),
+                                     left_sum, right_sum, rules.leaf, scales), built_left)
             left_id = next_id + 2 * np.arange(n_split, dtype=np.int64)
             node_id = _next_level_order(left_id, left_id + 1, built_left)
             if children is not None:
