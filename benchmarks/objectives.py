@@ -9,7 +9,8 @@
 
 The features are gpu_binary.py's HIGGS-like Gaussians (generated on the GPU, or with NumPy on the
 CPU); each objective gets a target of its kind driven by the same signal (counts for Poisson,
-positive values for gamma, compound Poisson-gamma with zeros for Tweedie, classes for the
+positive values for gamma, compound Poisson-gamma with zeros for Tweedie, event times of
+hazard exp(signal) with 30% censored (negative) for Cox, classes for the
 classifiers, relevance 0..4 (0/1 for rank:map) in queries of --docs-per-query consecutive rows
 for the ranking objectives). Time includes each library's quantization; both are warmed up on a
 slice first.
@@ -28,8 +29,8 @@ from gpu_binary import PeakMemory, free_gpu_memory, make_data
 
 OBJECTIVES = ["reg:squarederror", "reg:squaredlogerror", "reg:pseudohubererror",
               "reg:absoluteerror", "reg:quantileerror", "binary:logistic", "binary:hinge",
-              "count:poisson", "reg:gamma", "reg:tweedie", "multi:softmax", "rank:ndcg",
-              "rank:pairwise", "rank:map"]
+              "count:poisson", "reg:gamma", "reg:tweedie", "multi:softmax", "survival:cox",
+              "rank:ndcg", "rank:pairwise", "rank:map"]
 
 
 def targets(xp, objective: str, f, seed: int):
@@ -52,6 +53,9 @@ def targets(xp, objective: str, f, seed: int):
         y = xp.digitize(f + 0.5 * rng.standard_normal(n), xp.asarray([-1.0, 0.5]))
     elif objective in ("rank:ndcg", "rank:pairwise"):
         y = xp.digitize(f + 0.5 * rng.standard_normal(n), xp.asarray([-0.5, 0.3, 1.0, 1.6]))
+    elif objective == "survival:cox":  # event times of hazard exp(f), 30% censored
+        time = rng.exponential(1.0, n) * xp.exp(-f)
+        y = xp.where(rng.random(n) < 0.3, -time, time)
     elif objective == "rank:map":
         y = f + 0.5 * rng.standard_normal(n) > 0.8
     else:
@@ -70,8 +74,10 @@ def run(library: str, objective: str, X, y, Xt, yt, args, sync, qid=None, qid_te
     if library == "gbflow":
         import gbflow
         params["device"] = args.device
-        gbflow.train(X[:5000], y[:5000], params, 2, verbose=False,  # warm-up
-                     qid=None if qid is None else qid[:5000])
+        warm_test = (Xt[:1000], yt[:1000]) if qid is None else \
+            (Xt[:1000], yt[:1000], None, qid_test[:1000])
+        gbflow.train(X[:5000], y[:5000], params, 2, verbose=False,  # warm-up, evaluation too
+                     qid=None if qid is None else qid[:5000], evals=[(warm_test, "test")])
         sync()
         start = time.perf_counter()
         test = (Xt, yt) if qid is None else (Xt, yt, None, qid_test)

@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from . import fixed_point, leaf_quantiles, predictor, prepare, ranking
+from . import fixed_point, leaf_quantiles, predictor, prepare, ranking, survival
 from .booster import Booster
 from .callback import Callbacks
 from .categories import recode_part
@@ -132,6 +132,8 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     by_query = params.loss.by_query or any(m.kind == "query" for m in metric_list)
     if by_query:
         _attach_queries(backend, shardset, parts)
+    risk_sets = survival.RiskSets(backend, [s.label for s in shards], collective) \
+        if objective.whole_set else None
     eval_sets = [EvalSet(backend, name, base_margin, w, shards=shards) if d is TRAINING else
                  EvalSet(backend, name, base_margin, w, parts=e, cuts=cuts, forest=forest)
                  for (d, _), (e, name, w) in zip(evals, eval_parts)]
@@ -208,8 +210,11 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
             break
         with timers("gradients"):
             grad_hess = []
-            for shard in shards:
-                g, h = _gradients(xp, objective, shard)
+            whole = objective.set_gradients(xp, risk_sets, [s.margin for s in shards],
+                                            [s.weight for s in shards]) \
+                if objective.whole_set else None
+            for si, shard in enumerate(shards):
+                g, h = _gradients(xp, objective, shard) if whole is None else whole[si]
                 if params.subsample < 1.0:
                     keep = row_sample_mask(xp, shard.n_rows, shard.row_offset, params.seed,
                                            first_round + round_index, params.subsample)

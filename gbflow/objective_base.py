@@ -25,6 +25,10 @@ class Objective:
     # a row's gradients depend on the other rows of its query (learning to rank): the loop
     # calls ``query_gradients`` with each shard's ``ranking.QueryGroups`` instead
     by_query = False
+    # a row's gradients depend on every row of the training data, over every part and process
+    # (survival:cox's risk sets): the loop makes ``survival.RiskSets`` of the training labels
+    # once and calls ``set_gradients(xp, risk_sets, margins, weights)`` each round
+    whole_set = False
 
     @property
     def n_outputs(self) -> int:

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from . import _dtypes, ranking
+from . import _dtypes, ranking, survival
 from .collective import LOCAL
 from .objective_base import Objective, newton_step_from_zero, weighted, weighted_mean
 
@@ -355,10 +355,10 @@ RANKING = tuple(ranking.OBJECTIVES)
 OBJECTIVES = ("reg:squarederror", "reg:squaredlogerror", "reg:pseudohubererror",
               "reg:absoluteerror", "reg:quantileerror", "reg:logistic", "binary:logistic",
               "binary:logitraw", "binary:hinge", "count:poisson", "reg:gamma", "reg:tweedie",
-              "multi:softprob", "multi:softmax") + RANKING
+              "multi:softprob", "multi:softmax", "survival:cox") + RANKING
 MULTICLASS = ("multi:softprob", "multi:softmax")
 # XGBoost's objectives gbflow does not have yet: said so by name, not as unknown.
-NOT_YET = ("survival:cox", "survival:aft")
+NOT_YET = ("survival:aft",)
 
 
 def get_objective(name: str, num_class: int | None = None, *, scale_pos_weight: float = 1.0,
@@ -389,6 +389,8 @@ def get_objective(name: str, num_class: int | None = None, *, scale_pos_weight: 
         return Gamma()
     if name == "reg:tweedie":
         return Tweedie(tweedie_variance_power)
+    if name == "survival:cox":
+        return survival.Cox()
     if name == "multi:softprob":
         return Softprob(int(num_class))
     if name == "multi:softmax":

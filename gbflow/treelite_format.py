@@ -13,6 +13,7 @@ from __future__ import annotations
 _POSTPROCESSOR = {
     "binary:logistic": "sigmoid", "reg:logistic": "sigmoid", "binary:hinge": "hinge",
     "count:poisson": "exponential", "reg:gamma": "exponential", "reg:tweedie": "exponential",
+    "survival:cox": "exponential",
     "multi:softprob": "softmax", "multi:softmax": "softmax",
 }
 

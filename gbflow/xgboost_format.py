@@ -23,7 +23,7 @@ _ROOT_PARENT = 2147483647  # XGBoost's parent id of a root
 # objectives whose base_score XGBoost stores through the inverse of its link (the others, with
 # binary:logitraw and binary:hinge, store the margin itself)
 _LOGISTIC = ("binary:logistic", "reg:logistic")
-_LOG_LINK = ("count:poisson", "reg:gamma", "reg:tweedie")
+_LOG_LINK = ("count:poisson", "reg:gamma", "reg:tweedie", "survival:cox")
 
 
 def _number(x: float) -> str:

@@ -372,14 +372,14 @@ def test_parameters_that_belong_elsewhere(df, no_work, name, match):
     ({"objective": "binary:logistc"}, r"objective 'binary:logistc' is not supported; "
                                       r"did you mean 'binary:logistic'\?"),
     ({"objective": "reg:squareerror"}, r"did you mean 'reg:squarederror'\?"),
-    ({"objective": "survival:cox"}, r"objective .survival:cox. is not supported.*supported: "),
+    ({"objective": "survival:aft"}, r"objective .survival:aft. is not supported.*supported: "),
     ({"objective": "binary:logistic", "base_score": 1.5},
      r"base_score must lie in \(0, 1\) for binary:logistic"),
     ({"eval_metric": "mlogloss"},
      r"eval_metric 'mlogloss' does not fit objective reg:squarederror .*rmse"),
     ({"objective": "multi:softprob", "num_class": 3, "eval_metric": "aucpr"},
      r"eval_metric 'aucpr' does not fit objective multi:softprob .*auc"),
-    ({"eval_metric": "cox-nloglik"}, r"eval_metric 'cox-nloglik' is not supported"),
+    ({"eval_metric": "aft-nloglik"}, r"eval_metric 'aft-nloglik' is not supported"),
     ({"eval_metric": "ndcg@top"}, r"eval_metric 'ndcg@top': the argument after '@' must be a "
                                     r"positive whole number"),
     ({"eval_metric": "error@x"}, r"eval_metric 'error@x': the argument after '@' must be"),

@@ -592,7 +592,7 @@ def test_cpu_workers_use_their_own_threads_only(clients, monkeypatch):
 
 
 @pytest.mark.parametrize("objective", ["count:poisson", "reg:tweedie", "multi:softmax",
-                                       "reg:quantileerror"])
+                                       "reg:quantileerror", "survival:cox"])
 def test_new_objectives_on_workers_equal_in_process(objective, clients, tmp_path):
     """XGBoost's further objectives on 2 workers: the in-process model file and metrics, and
     multi:softmax's prediction of a Dask frame is one column of classes."""
@@ -604,6 +604,10 @@ def test_new_objectives_on_workers_equal_in_process(objective, clients, tmp_path
     elif objective == "reg:quantileerror":  # leaves by a line search over both workers' rows
         params = {"objective": objective, "quantile_alpha": 0.3, "max_depth": 4,
                   "subsample": 0.8}
+    elif objective == "survival:cox":  # risk sets over both workers' rows; tied times
+        time = np.round(np.exp(-0.3 * (df["y"] - df["y"].mean()) / df["y"].std()), 1) + 0.1
+        df["y"] = np.where(rng.random(len(df)) < 0.3, -time, time)
+        params = {"objective": objective, "max_depth": 4, "subsample": 0.8}
     else:
         df["y"] = rng.poisson(np.exp(0.3 * (df["y"] - df["y"].mean()) / df["y"].std()))
         params = {"objective": objective, "max_depth": 4}

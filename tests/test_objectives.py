@@ -216,7 +216,7 @@ def test_labels_outside_the_objectives_domain_are_refused_by_column(objective, l
     ({"objective": "reg:tweedie", "tweedie_variance_power": 2.0}, "tweedie_variance_power"),
     ({"scale_pos_weight": 0}, "scale_pos_weight must be > 0"),
     ({"objective": "multi:softmax"}, "needs the parameter num_class"),
-    ({"objective": "survival:cox"}, "not supported by this version"),
+    ({"objective": "survival:aft"}, "not supported by this version"),
     ({"tree_method": "exact"}, "tree_method='exact' is not supported"),
     ({"booster": "dart"}, "booster='dart' is not supported"),
 ])

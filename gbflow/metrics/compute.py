@@ -18,6 +18,7 @@ import dataclasses
 
 import numpy as np
 
+from .. import survival
 from . import exact, tallies
 
 
@@ -110,6 +111,9 @@ class Evaluator:
         self.weight_totals = [by_set.get(id(s), float(s.n_rows)) for s in sets]
         self.query_totals = self._query_totals() \
             if any(m.kind == "query" for m in metrics) else []
+        # cox-nloglik's risk sets: each set's rows ranked by time, once
+        self.risk_sets = [survival.RiskSets(backend, s.labels, collective) for s in sets] \
+            if any(m.kind == "cox" for m in metrics) else []
 
     def _query_totals(self) -> list[float]:
         """Per set, the sum of its queries' weights over every process (their count without
@@ -150,6 +154,8 @@ class Evaluator:
                 elif m.kind == "query":
                     parts = [m.loss(xp, q, y, p, None)
                              for y, p, q in zip(s.labels, preds, s.queries)]
+                elif m.kind == "cox":  # the risk sets' sums: a collective call on several
+                    parts = m.loss(xp, self.risk_sets[si], preds)
                 else:
                     continue
                 row_at[si, mi] = len(columns)
@@ -183,9 +189,10 @@ class Evaluator:
         for si, s in enumerate(self.sets):
             row = []
             for mi, m in enumerate(self.metrics):
-                if m.kind in ("row", "query"):
+                if m.kind in ("row", "query", "cox"):
                     denominator = self.weight_totals[si] if m.kind == "row" else \
-                        self.query_totals[si]
+                        self.query_totals[si] if m.kind == "query" else \
+                        self.risk_sets[si].n_events
                     row.append(float(m.finish(sums[row_at[si, mi]], denominator)))
                     continue
                 auc_words = fetched[table_at[si]]

@@ -7,7 +7,8 @@ array namespace of the predictions (NumPy or CuPy), in float64, after XGBoost's 
 poisson-nloglik). "auc" and "aucpr" are computed from tallies instead (``metrics.tallies``). The
 ranking metrics ("ndcg", "map", "pre", at k, "-" for XGBoost's score 0 of a query without
 relevant documents) are ratios of exact sums of per-query values and of the queries' weights
-(``gbflow.ranking``).
+(``gbflow.ranking``); cox-nloglik of per-event terms and the number of events
+(``gbflow.survival``).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import dataclasses
 import math
 import re
 
-from .. import ranking
+from .. import ranking, survival
 
 _EPS = 1e-16  # XGBoost's clip of probabilities in logloss, mlogloss and poisson-nloglik
 
@@ -26,7 +27,9 @@ class Metric:
 
     kind: "row" (a ratio of sums of per-row losses and weights), "query" (of per-query values
     and query weights: ``loss`` is then (xp, queries, label, prediction, extra) -> (Q,) values
-    times the queries' weights, for ``ranking.QueryGroups`` queries), "auc" or "aucpr"
+    times the queries' weights, for ``ranking.QueryGroups`` queries), "cox" (cox-nloglik: a
+    ratio of an exact sum of per-row terms and the number of events; ``loss`` is then (xp,
+    ``survival.RiskSets``, per-part predictions) -> per-part terms), "auc" or "aucpr"
     (tallies).
     multiclass: it takes (n, n_classes) probabilities and integer labels (its loss indexes
     them); else (n,) predictions and an elementwise loss (``Backend.fused`` makes it one
@@ -180,6 +183,9 @@ _MAKERS = {
     "quantile": lambda arg, p: _row("quantile", _quantile(p.quantile_alpha)),
     "mlogloss": lambda arg, p: _row("mlogloss", _mlogloss, bound=_LOG_EPS, multiclass=True),
     "merror": lambda arg, p: _row("merror", _merror, bound=1.0, multiclass=True),
+    # XGBoost's: unweighted, the mean over events of log R(t) - log p (``survival``)
+    "cox-nloglik": lambda arg, p: Metric(name="cox-nloglik", kind="cox",
+                                          loss=survival.negative_log_likelihood, finish=_mean),
     "auc": lambda arg, p: Metric(name="auc", kind="auc", maximize=True, any_outputs=True,
                                   labels=_PROBABILITY),
     "aucpr": lambda arg, p: Metric(name="aucpr", kind="aucpr", maximize=True,

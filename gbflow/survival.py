@@ -1,0 +1,188 @@
+"""Cox proportional hazards (survival:cox): risk sets by time rank, the loss and cox-nloglik.
+
+Labels are XGBoost's: |label| is a row's time, an event where label > 0, censored where it is
+<= 0. The loss is the negative log partial likelihood with Breslow's rule for tied times: the
+risk set of time t holds every row whose time is >= t, with hazard p = exp(margin).
+
+Why by rank: every row's gradient depends on sums over the whole training set (every part,
+page and process), in the order of time. ``RiskSets`` ranks the rows once among the set's
+distinct times; each round every process adds its rows' hazards per rank as two-word fixed
+point (``metrics.exact``'s grid: integer sums, the same in any order), one ``allreduce_sum``
+adds the (n_times, 2) tables, and the risk-set sums are suffix sums of the table, exact integers
+converted once. So the risk sets, and the model, do not depend on how rows are split. Nothing
+here waits for the device in one process.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import _dtypes
+from .metrics import exact
+from .objective_base import Objective
+
+
+class _Part:
+    """One part's rows in time order: ``order`` (n,) int64 row positions sorted by rank,
+    ``ends`` the last sorted position of each rank present, ``present`` those ranks, ``rank``
+    (n,) int64 each row's rank, ``event`` (n,) bool label > 0; all on the labels' device."""
+
+    def __init__(self, xp, label, times):
+        self.rank = xp.searchsorted(times, xp.abs(label)).astype(xp.int64)
+        self.order = xp.argsort(self.rank, kind="stable")
+        sorted_rank = self.rank[self.order]
+        self.present = xp.unique(sorted_rank)
+        self.ends = xp.searchsorted(sorted_rank, self.present, side="right") - 1
+        self.distinct = len(self.present) == len(self.rank)  # no two rows share a time
+        self.event = label > 0
+
+    def per_rank(self, xp, in_order):
+        """(len(present),) int64 sums per present rank of (n,) int64 values already in time
+        order (``order``): exact (integer cumulative sums, differences at the ranks' last
+        rows)."""
+        if self.distinct:
+            return in_order
+        running = xp.cumsum(in_order)
+        out = running[self.ends]
+        out[1:] -= running[self.ends[:-1]]
+        return out
+
+
+class RiskSets:
+    """One data set's rows ranked by time among its distinct times over every process of
+    ``collective``; made once (one ``allgather`` of the distinct times, one ``allreduce_sum``
+    of the event counts on several processes). labels: this process's parts' (n_i,) float64
+    labels on ``backend``'s device. Between processes only host arrays travel."""
+
+    def __init__(self, backend, labels: list, collective):
+        xp = backend.xp
+        self.xp, self.backend, self.collective = xp, backend, collective
+        present = [y for y in labels if len(y)]  # finite: the inputs are checked
+        local = xp.unique(xp.abs(xp.concatenate(present))) if present else \
+            xp.zeros(0, dtype=xp.float64)
+        if collective.size > 1:
+            gathered = collective.allgather(backend.to_host_all([local])[0])
+            local = backend.asarray(np.unique(np.concatenate(gathered)))
+        self.times = local  # (n_times,) float64 ascending
+        self.n_times = int(len(local))
+        self.parts = [_Part(xp, y, local) for y in labels]
+        self.n_rows = int(collective.allreduce_sum(
+            np.array([sum(len(y) for y in labels)], dtype=np.int64))[0])
+        events = xp.zeros((self.n_times, 1), dtype=xp.int64)
+        for part in self._nonempty():
+            events[part.present, 0] += part.per_rank(xp, part.event[part.order].astype(xp.int64))
+        events = self._summed(events)
+        self.events = events[:, 0].astype(xp.float64)  # (n_times,) per rank
+        self.n_events = int(collective.allreduce_sum(
+            np.array([sum(int(p.event.sum()) for p in self.parts)], dtype=np.int64))[0])
+
+    def _nonempty(self):
+        return [p for p in self.parts if len(p.rank)]
+
+    def _summed(self, table):
+        """An int64 device table summed over every process (through the host), on the device."""
+        if self.collective.size == 1:
+            return table
+        return self.backend.asarray(self.collective.allreduce_sum(
+            self.backend.to_host_all([table])[0]))
+
+    def totals(self, hazards: list):
+        """(n_times,) float64: per rank, the sum of the hazards of every row (over every
+        process) whose time is at or after it. hazards: per part, (n_i,) float64 >= 0 on the
+        device. The same values on every process and for any split of the rows."""
+        xp, collective = self.xp, self.collective
+        maxima = [h.max() for h, p in zip(hazards, self.parts) if len(p.rank)]
+        if collective.size == 1:
+            bound = xp.stack(maxima).max() if maxima else xp.zeros((), dtype=xp.float64)
+            scale = exact.device_scale(xp, bound, self.n_rows)
+        else:
+            local = float(xp.stack(maxima).max()) if maxima else 0.0
+            bound = float(collective.allreduce_max(local))
+            scale = exact.scales(bound, self.n_rows)[0] if math.isfinite(bound) else 1.0
+        low_scale = exact.scales(1.0, self.n_rows)[1]
+        table = xp.zeros((self.n_times, 2), dtype=xp.int64)
+        for h, part in zip(hazards, self.parts):
+            if len(part.rank):
+                scaled = h[part.order] * scale
+                high = xp.rint(scaled)
+                low = xp.rint((scaled - high) * low_scale)
+                table[part.present, 0] += part.per_rank(xp, high.astype(xp.int64))
+                table[part.present, 1] += part.per_rank(xp, low.astype(xp.int64))
+        table = self._summed(table)
+        suffix = xp.cumsum(table[::-1], axis=0)[::-1]
+        return suffix[:, 0].astype(xp.float64) / scale + \
+            suffix[:, 1].astype(xp.float64) / (scale * low_scale)
+
+
+class Cox(Objective):
+    """survival:cox: gradients of the negative log partial likelihood (Breslow's ties),
+    weighted as XGBoost's (a row's weight scales its gradient and hessian; the risk sets and
+    events are not weighted). Predictions are hazard ratios exp(margin).
+
+    Row i with hazard p_i = exp(margin_i) and time t_i: with A(t) = sum over times s <= t of
+    d_s / R_s and B(t) = sum of d_s / R_s^2 (d_s events at time s, R_s the risk-set sum),
+    gradient p_i A(t_i) - [event], hessian p_i A(t_i) - p_i^2 B(t_i). XGBoost walks the rows in
+    time order and adds an event's term when it reaches that row, so among rows of one tied time
+    a row sees only the tied events before it in row order; here it sees all of them (the
+    rule does not depend on row order). Without tied times the two are the same.
+
+    The start margin is 0: the partial likelihood does not change with a common margin, and
+    XGBoost's one Newton step from 0 is 0 without tied times."""
+
+    name = "survival:cox"
+    default_metric = "cox-nloglik"
+    row_wise = False
+    # a row's gradients depend on the rows of every part and process at once: the loop makes
+    # ``RiskSets`` of the training data once and calls ``set_gradients`` each round
+    whole_set = True
+
+    def base_score_margin(self, base_score):
+        if not float(base_score) > 0:
+            raise ValueError(f"parameter base_score must be > 0 for survival:cox (a hazard "
+                             f"ratio; its link is the logarithm), got {base_score!r}")
+        return math.log(float(base_score))
+
+    def set_gradients(self, xp, risk: RiskSets, margins: list, weights: list) -> list:
+        """Per part, (n_i, 1) float32 gradient and hessian. margins: per part (n_i, 1)
+        float64; weights: per part (n_i,) or None. Every process calls it at the same round."""
+        with np.errstate(over="ignore"):
+            hazards = [xp.exp(m[:, 0]) for m in margins]
+        totals = risk.totals(hazards)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inverse = xp.where(risk.events > 0, risk.events / totals, 0.0)
+            inverse_squared = xp.where(risk.events > 0, inverse / totals, 0.0)
+        before = xp.cumsum(inverse)  # A per rank (the same array on every process)
+        before_squared = xp.cumsum(inverse_squared)
+        out = []
+        for p, part, w in zip(hazards, risk.parts, weights):
+            a = p * before[part.rank]
+            grad = a - part.event
+            hess = xp.maximum(a - p * p * before_squared[part.rank], 0.0)  # >= 0 but for rounding
+            if w is not None:
+                grad, hess = grad * w, hess * w
+            out.append((grad.astype(_dtypes.GRADIENT)[:, None],
+                        hess.astype(_dtypes.GRADIENT)[:, None]))
+        return out
+
+    def gradients(self, xp, margin, label, weight):
+        """One part's gradients on its own (its rows are the whole data set)."""
+        from .backend import backend_for
+        from .collective import LOCAL
+        return self.set_gradients(xp, RiskSets(backend_for(label), [label], LOCAL), [margin],
+                                  [weight])[0]
+
+    def transform(self, xp, margin):
+        with np.errstate(over="ignore"):
+            return xp.exp(margin[:, 0])
+
+
+def negative_log_likelihood(xp, risk: RiskSets, predictions: list) -> list:
+    """Per part, (n_i,) float64: log R(t_i) - log p_i for event rows, 0 for the others
+    (cox-nloglik's terms; their global sum over the number of events is XGBoost's value).
+    predictions: per part the (n_i,) hazards p (transformed predictions) on the device."""
+    totals = risk.totals(predictions)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_totals = xp.log(totals)
+        return [xp.where(part.event, log_totals[part.rank] - xp.log(p), 0.0)
+                for p, part in zip(predictions, risk.parts)]
