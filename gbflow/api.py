@@ -20,12 +20,12 @@ def _eval_dataset(entry, label, weight, train: inputs.DataSet, index: int, missi
                   base_margin: str | None = None, qid: str | None = None):
     data, name, what = inputs.eval_pair(entry, index)
     if isinstance(data, tuple):
-        if len(data) not in (2, 3, 4):
-            raise TypeError(f"{what}: give (X, y), (X, y, weight) or (X, y, weight, qid) as "
-                            f"data")
-        X, y, w, q = (*data, None, None)[:4]
+        if len(data) not in (2, 3, 4, 5):
+            raise TypeError(f"{what}: give (X, y), (X, y, weight), (X, y, weight, qid) or (X, "
+                            f"y, weight, qid, base_margin) as data (None for one not given)")
+        X, y, w, q, margin = (*data, None, None, None)[:5]
         return inputs.load(X, y, w, what, feature_names=train.feature_names,
-                           missing=missing, qid=q), name
+                           missing=missing, qid=q, base_margin=margin), name
     if not isinstance(label, str):
         raise TypeError(f"{what}: the training label was an array, so give this evaluation set "
                         f"as ((X, y), {name!r}) or ((X, y, weight), {name!r})")
@@ -61,9 +61,10 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     XGBoost's names); an unknown name is an error.
 
     evals: list of (data, name) pairs evaluated after every round (frames holding the label
-    column, or (X, y[, w[, qid]]) tuples); the training data itself may be one (its margins are
-    training's own: no extra prediction). The metrics are computed on the data's device and
-    are exact: the same on any number of partitions, workers or GPUs. Values land in
+    column, or (X, y[, w[, qid[, base_margin]]]) tuples, None for one not given: a tuple
+    without base_margin starts from the base score); the training data itself may be one (its
+    margins are training's own: no extra prediction). The metrics are computed on the data's
+    device and are exact: the same on any number of partitions, workers or GPUs. Values land in
     ``booster.evals_result`` ({name: {metric: [value per evaluated round]}}, XGBoost's layout;
     ``booster.eval_rounds`` lists the rounds). metric_period: evaluate every that many rounds
     (and at the last) instead of every round.
@@ -191,7 +192,7 @@ def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, w
         raise ValueError("weight: all training weights are zero")
     eval_sets = []
     for i, entry in enumerate(evals or []):
-        if _is_training(entry, data, label, weight, qid):
+        if _is_training(entry, data, label, weight, qid, base_margin):
             eval_sets.append((TRAINING, entry[1]))
             continue
         d, name = _eval_dataset(entry, label, weight, dataset, i, params.missing,
@@ -236,14 +237,15 @@ def _warn_label_as_feature(data, label, feature_names: list) -> None:
                       f"it, or drop the column", UserWarning, stacklevel=3)
 
 
-def _is_training(entry, data, label, weight, qid=None) -> bool:
+def _is_training(entry, data, label, weight, qid=None, base_margin=None) -> bool:
     """Whether an ``evals`` entry is the training data itself (the same objects)."""
     if not (isinstance(entry, (tuple, list)) and len(entry) == 2):
         return False  # _eval_dataset says what is wrong
     given = entry[0]
     if given is data:
         return isinstance(label, str)  # the same frame, with the same label/weight columns
-    if isinstance(given, tuple) and len(given) in (2, 3, 4) and given[0] is data:
-        w = given[2] if len(given) >= 3 else None
-        return given[1] is label and w is weight and (len(given) < 4 or given[3] is qid)
+    if isinstance(given, tuple) and 2 <= len(given) <= 5 and given[0] is data:
+        w, q, margin = (*given[2:], None, None, None)[:3]
+        return given[1] is label and w is weight and (len(given) < 4 or q is qid) and \
+            (len(given) < 5 or margin is base_margin)
     return False

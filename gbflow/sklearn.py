@@ -16,7 +16,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .api import train
 from .evaluation import cost_metric
-from .sklearn_data import PREDICTION_COLUMN, adapter_for
+from .sklearn_data import PREDICTION_COLUMN, adapter_for, eval_sets
 
 __all__ = ["GBFlowClassifier", "GBFlowRegressor"]
 
@@ -109,7 +109,7 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
         pass
 
     def fit(self, X, y, sample_weight=None, eval_set=None, sample_weight_eval_set=None,
-            verbose=None, base_margin=None):
+            verbose=None, base_margin=None, base_margin_eval_set=None):
         """Train the model.
 
         X : pandas DataFrame, array-like or scipy sparse matrix of shape (n_samples,
@@ -132,16 +132,18 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
         verbose : bool or int, optional
             Progress lines of this fit (default: the estimator's ``verbose``).
         base_margin : array-like of shape (n_samples,) or (n_samples, n_classes), optional
-            XGBoost's: each row's starting margin (an offset) in place of the base score; the
-            validation sets start from the base score. In-memory data only for now.
+            XGBoost's: each row's starting margin (an offset) in place of the base score.
+            In-memory data only for now.
+        base_margin_eval_set : list of array-like or None, optional
+            One base margin (or None: the base score) per ``eval_set`` entry.
 
         Returns self.
         """
         return self._fit(X, y, sample_weight, eval_set, sample_weight_eval_set, verbose,
-                         base_margin)
+                         base_margin, base_margin_eval_set=base_margin_eval_set)
 
     def _fit(self, X, y, sample_weight, eval_set, sample_weight_eval_set, verbose, base_margin,
-             qid=None, eval_qid=None):
+             qid=None, eval_qid=None, base_margin_eval_set=None):
         """``fit``; qid / eval_qid (the ranker's): (n,) query ids of X and of each eval_set."""
         self._clear_fit()
         self._check_objective()
@@ -149,11 +151,8 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
         data, y = adapter.fit_data(X, y, y_numeric=is_regressor(self))
         label, params = self._target(adapter, y)
         training = adapter.training(data, label, sample_weight)
-        evals = self._eval_sets(adapter, eval_set, sample_weight_eval_set,
-                                weighted=sample_weight is not None)
-        if eval_qid is not None:  # (X, y, weight, qid) tuples
-            evals = [(((*data, None) if len(data) == 2 else data) + (q,), name)
-                     for (data, name), q in zip(evals, eval_qid)]
+        evals = eval_sets(adapter, eval_set, sample_weight_eval_set, self._classes(),
+                          sample_weight is not None, eval_qid, base_margin_eval_set)
         if self.early_stopping_rounds is not None and not evals:
             raise ValueError("early_stopping_rounds needs a validation set: pass "
                              "eval_set=[(X_valid, y_valid)] to fit")
@@ -174,31 +173,6 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
             self.best_iteration_ = int(booster.best_iteration)
             self.best_score_ = float(booster.best_score)
         return self
-
-    def _eval_sets(self, adapter, eval_set, sample_weight_eval_set, weighted: bool) -> list:
-        """``eval_set`` as gbflow's evals: [(data, "validation_i"), ...], each entry checked and
-        prepared by the adapter (weighted: the training has weights)."""
-        if eval_set is None:
-            if sample_weight_eval_set is not None:
-                raise ValueError("sample_weight_eval_set was given without eval_set")
-            return []
-        if isinstance(eval_set, tuple) and len(eval_set) == 2 and not \
-                isinstance(eval_set[0], tuple):
-            raise TypeError("eval_set must be a list of (X, y) pairs, e.g. [(X_valid, y_valid)]")
-        eval_set = list(eval_set)
-        weights = [None] * len(eval_set) if sample_weight_eval_set is None else \
-            list(sample_weight_eval_set)
-        if len(weights) != len(eval_set):
-            raise ValueError(f"sample_weight_eval_set has {len(weights)} entries but eval_set "
-                             f"has {len(eval_set)}")
-        evals = []
-        for i, (pair, weight) in enumerate(zip(eval_set, weights)):
-            if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
-                raise TypeError(f"eval_set[{i}] must be an (X, y) pair, got "
-                                f"{type(pair).__name__}")
-            data = adapter.eval_data(*pair, weight, i, self._classes(), weighted)
-            evals.append((data, f"validation_{i}"))
-        return evals
 
     def fit_transform(self, X, y, **fit_params):
         """``fit(X, y, **fit_params)`` then ``transform(X)`` (X with the prediction appended)."""

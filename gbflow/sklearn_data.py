@@ -22,6 +22,47 @@ _CHECK_X = dict(accept_sparse="csr", dtype="numeric", ensure_all_finite="allow-n
 PREDICTION_COLUMN = "prediction"
 
 
+def _per_entry(values, n: int, name: str) -> list:
+    """One value per eval_set entry: ``values`` as a list, or n Nones."""
+    values = [None] * n if values is None else list(values)
+    if len(values) != n:
+        raise ValueError(f"{name} has {len(values)} entries but eval_set has {n}")
+    return values
+
+
+def eval_sets(adapter, eval_set, weights, classes, weighted: bool, qids=None,
+              base_margins=None) -> list:
+    """``eval_set`` as gbflow's evals: [(data, "validation_i"), ...], each entry checked and
+    prepared by the adapter. weights, qids, base_margins: per entry (sample_weight_eval_set,
+    the ranker's eval_qid, base_margin_eval_set) or None; weighted: the training has weights."""
+    if eval_set is None:
+        for values, name in ((weights, "sample_weight_eval_set"), (qids, "eval_qid"),
+                             (base_margins, "base_margin_eval_set")):
+            if values is not None:
+                raise ValueError(f"{name} was given without eval_set")
+        return []
+    if isinstance(eval_set, tuple) and len(eval_set) == 2 and not \
+            isinstance(eval_set[0], tuple):
+        raise TypeError("eval_set must be a list of (X, y) pairs, e.g. [(X_valid, y_valid)]")
+    eval_set = list(eval_set)
+    n = len(eval_set)
+    weights = _per_entry(weights, n, "sample_weight_eval_set")
+    extras = list(zip(_per_entry(qids, n, "eval_qid"),
+                      _per_entry(base_margins, n, "base_margin_eval_set")))
+    if base_margins is not None and is_dask_collection(eval_set[0][0]):
+        raise ValueError("base_margin_eval_set takes in-memory data; on Dask give "
+                         "gbflow.train a base_margin column")
+    evals = []
+    for i, (pair, weight, extra) in enumerate(zip(eval_set, weights, extras)):
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+            raise TypeError(f"eval_set[{i}] must be an (X, y) pair, got {type(pair).__name__}")
+        data = adapter.eval_data(*pair, weight, i, classes, weighted)
+        if any(e is not None for e in extra):  # (X, y, weight, qid, base_margin) tuples
+            data = (data + (None,) * (3 - len(data)) + extra)[:4 + (extra[1] is not None)]
+        evals.append((data, f"validation_{i}"))
+    return evals
+
+
 def adapter_for(X, estimator):
     """The adapter for X's kind: ``gbflow.dask.estimators.DaskAdapter`` for Dask collections
     (imported only then: dask is optional), ``_InMemoryAdapter`` for anything else."""

@@ -158,3 +158,32 @@ def test_the_estimators_take_a_base_margin():
     margin = classifier.predict(X, output_margin=True, base_margin=offset)
     assert np.allclose(p, 1 / (1 + np.exp(-margin)))
     assert (classifier.predict(X, base_margin=offset) == (p > 0.5)).all()
+
+
+def test_evaluation_tuples_and_the_estimators_eval_sets_take_their_own(device):
+    """(X, y, weight, qid, base_margin) evaluation tuples and ``base_margin_eval_set``: the
+    values of a frame's base_margin column; without one, a tuple starts from the base score."""
+    from gbflow.sklearn import GBFlowRegressor
+    df, valid = _exposure_table(4000, seed=7), _exposure_table(1500, seed=8)
+    X, Xv = df[list("abc")].to_numpy(), valid[list("abc")].to_numpy()
+    offset, offset_v = df["offset"].to_numpy(), valid["offset"].to_numpy()
+    params = {"objective": "count:poisson", "max_depth": 4, "device": device}
+    kwargs = dict(params=params, num_boost_round=8, verbose=False)
+    by_column = gbflow.train(df, label="y", base_margin="offset", evals=[(valid, "v")],
+                             **kwargs)
+    by_tuple = gbflow.train(X, df["y"].to_numpy(), base_margin=offset, evals=[
+        ((Xv, valid["y"].to_numpy(), None, None, offset_v), "v")], **kwargs)
+    assert by_tuple.evals_result == by_column.evals_result
+    plain = gbflow.train(X, df["y"].to_numpy(), base_margin=offset, evals=[
+        ((Xv, valid["y"].to_numpy()), "v")], **kwargs)
+    assert plain.evals_result != by_column.evals_result
+    model = GBFlowRegressor(objective="count:poisson", n_estimators=8, max_depth=4,
+                            device=device).fit(X, df["y"], base_margin=offset,
+                                               eval_set=[(Xv, valid["y"])],
+                                               base_margin_eval_set=[offset_v])
+    assert model.evals_result_ == {"validation_0": by_column.evals_result["v"]}
+    with pytest.raises(ValueError, match="base_margin_eval_set has 2 entries but eval_set has 1"):
+        GBFlowRegressor().fit(X, df["y"], eval_set=[(Xv, valid["y"])],
+                              base_margin_eval_set=[offset_v, offset_v])
+    with pytest.raises(TypeError, match=r"\(X, y, weight, qid, base_margin\)"):
+        gbflow.train(X, df["y"].to_numpy(), evals=[((Xv, 1, 2, 3, 4, 5), "v")], **kwargs)
