@@ -223,6 +223,12 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                 grad_hess.append((g, h))
             largest = bounds if bounds is not None else \
                 _largest_gradients(backend, collective, grad_hess, n_groups)
+            if not np.isfinite(largest).all():
+                raise FloatingPointError(
+                    f"the {objective.name or 'objective'}'s gradients are not finite (NaN or "
+                    f"infinite) at round {first_round + round_index}: the margins overflowed "
+                    f"its link (exp of a margin above ~709); lower learning_rate, give a "
+                    f"smaller base_score or base_margin, or set max_delta_step")
         round_trees = []
         for k in range(n_groups):
             with timers("gradients"):

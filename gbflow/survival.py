@@ -18,9 +18,24 @@ import math
 
 import numpy as np
 
-from . import _dtypes
+from . import _dtypes, fixed_point
+from .collective import LOCAL
 from .metrics import exact
 from .objective_base import Objective
+
+
+def _last_of_runs(xp, ascending):
+    """(n,) bool: True at the last element of each run of equal values of a sorted array."""
+    last = xp.ones(len(ascending), dtype=bool)
+    last[:-1] = ascending[1:] != ascending[:-1]
+    return last
+
+
+def _distinct(xp, values):
+    """The distinct values of a 1-D array, ascending (a sort; NumPy's unique hashes, slower
+    here)."""
+    ascending = xp.sort(values)
+    return ascending[_last_of_runs(xp, ascending)]
 
 
 class _Part:
@@ -32,8 +47,9 @@ class _Part:
         self.rank = xp.searchsorted(times, xp.abs(label)).astype(xp.int64)
         self.order = xp.argsort(self.rank, kind="stable")
         sorted_rank = self.rank[self.order]
-        self.present = xp.unique(sorted_rank)
-        self.ends = xp.searchsorted(sorted_rank, self.present, side="right") - 1
+        last = _last_of_runs(xp, sorted_rank)
+        self.ends = xp.flatnonzero(last)
+        self.present = sorted_rank[self.ends]
         self.distinct = len(self.present) == len(self.rank)  # no two rows share a time
         self.event = label > 0
 
@@ -59,11 +75,11 @@ class RiskSets:
         xp = backend.xp
         self.xp, self.backend, self.collective = xp, backend, collective
         present = [y for y in labels if len(y)]  # finite: the inputs are checked
-        local = xp.unique(xp.abs(xp.concatenate(present))) if present else \
+        local = _distinct(xp, xp.abs(xp.concatenate(present))) if present else \
             xp.zeros(0, dtype=xp.float64)
         if collective.size > 1:
             gathered = collective.allgather(backend.to_host_all([local])[0])
-            local = backend.asarray(np.unique(np.concatenate(gathered)))
+            local = backend.asarray(_distinct(np, np.concatenate(gathered)))
         self.times = local  # (n_times,) float64 ascending
         self.n_times = int(len(local))
         self.parts = [_Part(xp, y, local) for y in labels]
@@ -90,7 +106,8 @@ class RiskSets:
     def totals(self, hazards: list):
         """(n_times,) float64: per rank, the sum of the hazards of every row (over every
         process) whose time is at or after it. hazards: per part, (n_i,) float64 >= 0 on the
-        device. The same values on every process and for any split of the rows."""
+        device. The same values on every process and for any split of the rows; every sum is
+        the largest hazard where that is not finite (an overflowed exp: inf, or NaN)."""
         xp, collective = self.xp, self.collective
         maxima = [h.max() for h, p in zip(hazards, self.parts) if len(p.rank)]
         if collective.size == 1:
@@ -99,20 +116,26 @@ class RiskSets:
         else:
             local = float(xp.stack(maxima).max()) if maxima else 0.0
             bound = float(collective.allreduce_max(local))
-            scale = exact.scales(bound, self.n_rows)[0] if math.isfinite(bound) else 1.0
+            if not math.isfinite(bound):
+                return xp.full(self.n_times, bound)
+            scale = exact.scales(bound, self.n_rows)[0]
         low_scale = exact.scales(1.0, self.n_rows)[1]
         table = xp.zeros((self.n_times, 2), dtype=xp.int64)
         for h, part in zip(hazards, self.parts):
             if len(part.rank):
-                scaled = h[part.order] * scale
-                high = xp.rint(scaled)
-                low = xp.rint((scaled - high) * low_scale)
-                table[part.present, 0] += part.per_rank(xp, high.astype(xp.int64))
-                table[part.present, 1] += part.per_rank(xp, low.astype(xp.int64))
+                with np.errstate(invalid="ignore"):  # non-finite hazards: replaced below
+                    scaled = h[part.order] * scale
+                    high = xp.rint(scaled)
+                    low = xp.rint((scaled - high) * low_scale)
+                    table[part.present, 0] += part.per_rank(xp, high.astype(xp.int64))
+                    table[part.present, 1] += part.per_rank(xp, low.astype(xp.int64))
         table = self._summed(table)
         suffix = xp.cumsum(table[::-1], axis=0)[::-1]
-        return suffix[:, 0].astype(xp.float64) / scale + \
+        sums = suffix[:, 0].astype(xp.float64) / scale + \
             suffix[:, 1].astype(xp.float64) / (scale * low_scale)
+        # in one process the bound stays on the device: a non-finite one (whose words above
+        # are meaningless) replaces every sum there, without a wait
+        return sums if collective.size > 1 else xp.where(xp.isfinite(bound), sums, bound)
 
 
 class Cox(Objective):
@@ -127,8 +150,11 @@ class Cox(Objective):
     a row sees only the tied events before it in row order; here it sees all of them (the
     rule does not depend on row order). Without tied times the two are the same.
 
-    The start margin is 0: the partial likelihood does not change with a common margin, and
-    XGBoost's one Newton step from 0 is 0 without tied times."""
+    The default start margin is XGBoost's: one Newton step from margin 0, -sum(g) / sum(h)
+    over the whole set (exact sums). The partial likelihood does not change with a common
+    margin, so it moves only the predicted hazard ratios; without weights or tied times it is
+    about 0. With tied times XGBoost's step depends on the row order (see above), gbflow's
+    does not."""
 
     name = "survival:cox"
     default_metric = "cox-nloglik"
@@ -143,6 +169,19 @@ class Cox(Objective):
                              f"ratio; its link is the logarithm), got {base_score!r}")
         return math.log(float(base_score))
 
+    def estimate_margin(self, xp, labels, weights, collective=LOCAL):
+        from .backend import backend_for, get_backend
+        backend = backend_for(labels[0]) if labels else get_backend("cpu")
+        risk = RiskSets(backend, labels, collective)
+        pairs = self.set_gradients(xp, risk, [xp.zeros((len(y), 1)) for y in labels],
+                                   weights if weights is not None else [None] * len(labels))
+        total_h = fixed_point.exact_sum(xp, [h.astype(xp.float64) for _, h in pairs],
+                                        collective=collective)
+        if not total_h > 0:
+            return np.zeros(1)
+        return np.array([-fixed_point.exact_sum(xp, [g.astype(xp.float64) for g, _ in pairs],
+                                                collective=collective) / total_h])
+
     def set_gradients(self, xp, risk: RiskSets, margins: list, weights: list) -> list:
         """Per part, (n_i, 1) float32 gradient and hessian. margins: per part (n_i, 1)
         float64; weights: per part (n_i,) or None. Every process calls it at the same round."""
@@ -156,11 +195,12 @@ class Cox(Objective):
         before_squared = xp.cumsum(inverse_squared)
         out = []
         for p, part, w in zip(hazards, risk.parts, weights):
-            a = p * before[part.rank]
-            grad = a - part.event
-            hess = xp.maximum(a - p * p * before_squared[part.rank], 0.0)  # >= 0 but for rounding
-            if w is not None:
-                grad, hess = grad * w, hess * w
+            with np.errstate(invalid="ignore", over="ignore"):  # overflow: training says so
+                a = p * before[part.rank]
+                grad = a - part.event
+                hess = xp.maximum(a - p * p * before_squared[part.rank], 0.0)  # >= 0 but rounding
+                if w is not None:
+                    grad, hess = grad * w, hess * w
             out.append((grad.astype(_dtypes.GRADIENT)[:, None],
                         hess.astype(_dtypes.GRADIENT)[:, None]))
         return out
@@ -168,7 +208,6 @@ class Cox(Objective):
     def gradients(self, xp, margin, label, weight):
         """One part's gradients on its own (its rows are the whole data set)."""
         from .backend import backend_for
-        from .collective import LOCAL
         return self.set_gradients(xp, RiskSets(backend_for(label), [label], LOCAL), [margin],
                                   [weight])[0]
 

@@ -111,18 +111,21 @@ def test_cox_nloglik_is_xgboosts():
         assert ours == pytest.approx(history["train"]["cox-nloglik"][-1], rel=1e-6)
 
 
-def test_cox_model_is_xgboosts(device):
+@pytest.mark.parametrize("weighted", [False, True])
+def test_cox_model_is_xgboosts(device, weighted):
     """Without tied times, the same trees as XGBoost's hist: the same metric at every round
-    (float32 rounding), leaves and predictions (hazard ratios); held out no worse."""
+    (float32 rounding), leaves and predictions (hazard ratios, with XGBoost's base score);
+    held out no worse. Weighted rows too."""
     xgb = pytest.importorskip("xgboost")
     X, y = _survival(6000, seed=5)
     Xt, yt = _survival(2000, seed=6)
+    w = np.random.default_rng(5).uniform(0.5, 2.0, len(y)) if weighted else None
     params = {"objective": "survival:cox", "max_depth": 4, "learning_rate": 0.1,
               "max_bin": 256}
-    booster = gbflow.train(X, y, {**params, "device": device}, 40,
-                           evals=[((X, y), "train"), ((Xt, yt), "test")], verbose=False)
+    booster = gbflow.train(X, y, {**params, "device": device}, 40, weight=w,
+                           evals=[((X, y, w), "train"), ((Xt, yt), "test")], verbose=False)
     history = {}
-    data, test = xgb.DMatrix(X, label=y), xgb.DMatrix(Xt, label=yt)
+    data, test = xgb.DMatrix(X, label=y, weight=w), xgb.DMatrix(Xt, label=yt)
     theirs = xgb.train({**params, "tree_method": "hist", "nthread": 2}, data, 40,
                        evals=[(data, "train"), (test, "test")], evals_result=history,
                        verbose_eval=False)
@@ -157,7 +160,7 @@ def test_tied_times_stay_close_to_xgboost():
 
 def test_one_model_however_the_rows_are_split(device):
     """Risk sets span every part: 1 or 5 parts (one of a single row), the sparse store and
-    (CPU) the NumPy twins give the same model; weights, subsampling and tied times too."""
+    (CPU) the NumPy twins give the same model; with subsampling and tied times."""
     X, y = _survival(3000, seed=9, tied=True)
     df = pd.DataFrame(X, columns=[f"x{i}" for i in range(X.shape[1])])
     df["y"] = y
@@ -185,17 +188,68 @@ def test_risk_set_sums_are_exact_for_any_split():
     np.testing.assert_allclose(whole, exact, rtol=1e-12, atol=hazards.max() * 500 * 2.0**-60)
 
 
-def test_predictions_are_hazard_ratios_and_base_score_is_one():
-    X, y = _survival(2000, seed=11)
-    booster = gbflow.train(X, y, {"objective": "survival:cox", "max_depth": 3}, 5,
+def _xgboost_base_score(X, y, w=None):
+    import json
+    xgb = pytest.importorskip("xgboost")
+    model = xgb.train({"objective": "survival:cox", "tree_method": "hist"},
+                      xgb.DMatrix(X, label=y, weight=w), 1)
+    return float(json.loads(model.save_config())["learner"]["learner_model_param"][
+        "base_score"].strip("[]"))
+
+
+def test_predictions_are_hazard_ratios_and_the_base_score_is_xgboosts():
+    """XGBoost's default start: one Newton step from margin 0 (exact sums: the same on
+    several parts); with weights it is not 0. A given base_score is a hazard ratio."""
+    X, y = _survival(3000, seed=11)
+    w = np.random.default_rng(11).uniform(0.5, 2.0, len(y))
+    loss = make_params({"objective": "survival:cox"}).loss
+    for weights in (None, w):
+        ours = loss.base_margin(np, [y], None if weights is None else [weights], None)[0]
+        assert np.exp(ours) == pytest.approx(_xgboost_base_score(X, y, weights), rel=1e-6)
+        parts = np.split(y, [7, 1000])
+        assert loss.base_margin(np, parts, None if weights is None else np.split(
+            weights, [7, 1000]), None)[0] == ours
+    assert abs(loss.base_margin(np, [y], None, None)[0]) < 1e-8  # float32 gradients' rounding
+    assert abs(loss.base_margin(np, [y], [w], None)[0]) > 1e-4
+    booster = gbflow.train(X, y, {"objective": "survival:cox", "max_depth": 3}, 5, weight=w,
                            verbose=False)
     margin = np.asarray(booster.predict(X, output_margin=True))
     np.testing.assert_allclose(booster.predict(X), np.exp(margin))
-    assert booster.base_margin.tolist() == [0.0]
     given = gbflow.train(X, y, {"objective": "survival:cox", "max_depth": 3,
                                 "base_score": 2.0}, 1, verbose=False)
     assert given.base_margin.tolist() == [np.log(2.0)]
     assert make_params({"objective": "survival:cox"}).metrics == ("cox-nloglik",)
+
+
+def test_overflowing_hazards_stop_training_with_a_clear_error():
+    X, y = _survival(500, seed=15)
+    with pytest.raises(FloatingPointError, match="gradients are not finite .* round 0"):
+        gbflow.train(X, y, {"objective": "survival:cox"}, 2, verbose=False,
+                     base_margin=np.where(np.arange(500) == 3, 800.0, 0.0))
+    from gbflow.backend import get_backend as backend_of
+    risk = RiskSets(backend_of("cpu"), [y], LOCAL)
+    assert np.isinf(risk.totals([np.full(500, np.inf)])).all()
+
+
+def test_continued_training_is_one_uninterrupted_run():
+    X, y = _survival(2000, seed=16, tied=True)
+    params = {"objective": "survival:cox", "max_depth": 3}
+    whole = gbflow.train(X, y, params, 6, verbose=False)
+    first = gbflow.train(X, y, params, 3, verbose=False)
+    resumed = gbflow.train(X, y, params, 3, verbose=False, xgb_model=first)
+    assert [t.to_dict() for t in resumed.trees] == [t.to_dict() for t in whole.trees]
+
+
+def test_early_stopping_watches_cox_nloglik():
+    X, y = _survival(3000, seed=17)
+    Xt, yt = _survival(1000, seed=18)
+    booster = gbflow.train(X, y, {"objective": "survival:cox", "max_depth": 6,
+                                  "learning_rate": 0.5}, 200, evals=[((Xt, yt), "test")],
+                           early_stopping_rounds=5, verbose=False)
+    history = booster.evals_result["test"]["cox-nloglik"]
+    assert len(history) < 200
+    assert booster.best_score == min(history)
+    assert booster.best_iteration == int(np.argmin(history))
 
 
 @pytest.mark.parametrize("params,match", [
@@ -216,7 +270,9 @@ def test_the_scikit_learn_regressor_takes_it():
     from gbflow.sklearn import GBFlowRegressor
     X, y = _survival(2000, seed=13)
     model = GBFlowRegressor(objective="survival:cox", n_estimators=5, max_depth=3).fit(X, y)
-    assert np.all(model.predict(X) > 0)
+    direct = gbflow.train(X, y, {"objective": "survival:cox", "max_depth": 3, "seed": 0}, 5,
+                          verbose=False)
+    assert np.array_equal(model.predict(X), np.asarray(direct.predict(X)))
 
 
 def test_workers_give_the_in_process_model_and_metric(device):
