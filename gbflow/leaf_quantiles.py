@@ -67,25 +67,24 @@ def weighted_quantiles(backend, groups: list, values: list, weights: list | None
     weights = [None] * len(groups) if weights is None else weights
     fraction = Fraction(alpha)
     prefix = xp.zeros(n_groups, dtype=np.uint64)
-    groups_at = xp.arange(n_groups)
+    table = xp.zeros(n_groups * 256, dtype=np.int64)
     # After the first round (which counts every row: its table's rows are the groups' weights)
     # the rounds stay on the device, no wait for it until the result: each picks per group the
-    # first byte whose rows, with the smaller bytes', reach the rank still to go.
+    # first byte whose rows, with the smaller bytes', reach the rank still to go
+    # (``quantile_select``, one launch).
     for shift in range(56, -8, -8):
-        table = xp.zeros(n_groups * 256, dtype=np.int64)
+        if shift < 56:
+            table.fill(0)  # the previous round's choice has read it (stream order)
         for k, g, w in zip(keys, groups, weights):
             kernels.quantile_tally(k, g, w, prefix, shift, table)
-        table = collective.allreduce_sum(table).reshape(n_groups, 256)
+        summed = backend.asarray(collective.allreduce_sum(table)).reshape(n_groups, 256)
         if shift == 56:
-            total = to_host(table.sum(axis=1))
+            total = to_host(summed.sum(axis=1))
             # rank (in weight) of the quantile: ceil(alpha * total), at least 1, exactly
             remaining = xp.asarray(np.array(
                 [max(1, -((-int(t) * fraction.numerator) // fraction.denominator))
                  for t in total], dtype=np.int64))
-        below = xp.cumsum(table, axis=1)
-        digit = xp.minimum((below < remaining[:, None]).sum(axis=1), 255)
-        remaining -= xp.where(digit > 0, below[groups_at, xp.maximum(digit - 1, 0)], 0)
-        prefix = (prefix << np.uint64(8)) | digit.astype(np.uint64)
+        kernels.quantile_select(summed, remaining, prefix)
     return np.where(total > 0, key_values(to_host(prefix)), np.nan)
 
 

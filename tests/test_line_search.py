@@ -76,6 +76,34 @@ def test_quantile_tally_against_its_twin(kernels, n, n_groups, weighted):
             assert expected.sum() == (n if weights is None else weights.sum())
 
 
+@pytest.mark.parametrize("n_groups", [1, 5, 300])
+def test_quantile_select_against_its_twin(kernels, n_groups):
+    """Ranks inside, at and beyond the slots' running weights; a group of no weight (byte
+    255); the prefix shifted in."""
+    rng = np.random.default_rng(n_groups)
+    table = rng.integers(0, 2**40, (n_groups, 256)) * (rng.random((n_groups, 256)) < 0.3)
+    table[0] = 0
+    running = np.cumsum(table, axis=1)
+    remaining = np.maximum(1, (running[:, -1] * rng.random(n_groups)).astype(np.int64))
+    if n_groups > 2:
+        remaining[1] = running[1, rng.integers(0, 256)]  # exactly a running weight
+        remaining[2] = running[2, -1] + 5  # beyond every slot
+    prefix = rng.integers(0, 2**40, n_groups).astype(np.uint64)
+    expected = [remaining.copy(), prefix.copy()]
+    numpy_kernels.quantile_select(table, *expected)
+    got = [remaining.copy(), prefix.copy()]
+    kernels.quantile_select(table, *got)
+    assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
+    byte = (expected[1] & np.uint64(255)).astype(np.int64)
+    assert (expected[1] >> np.uint64(8) == prefix).all()
+    reachable = remaining <= running[:, -1]
+    first = np.argmax(running >= remaining[:, None], axis=1)  # the first slot reaching it
+    assert np.array_equal(byte, np.where(reachable, first, 255))
+    assert byte[0] == 255 and (n_groups < 3 or byte[2] == 255)
+    below = np.where(first > 0, running[np.arange(n_groups), np.maximum(first - 1, 0)], 0)
+    assert np.array_equal(expected[0][reachable], (remaining - below)[reachable])
+
+
 def test_ordered_keys_keep_the_order_of_the_values():
     values = np.array([-np.inf, -1e300, -1.5, -5e-324, -0.0, 0.0, 5e-324, 1.0, 1e300, np.inf])
     keys = leaf_quantiles.ordered_keys(np, values)

@@ -394,6 +394,7 @@ plan_level = numpy_kernels.plan_level
 level_segments = numpy_kernels.level_segments
 add_planned_leaf_values = numpy_kernels.add_planned_leaf_values
 add_planned_split_values = numpy_kernels.add_planned_split_values
+quantile_select = numpy_kernels.quantile_select  # (groups, 256) values: no rows to go through
 
 
 def partition_planned(bins, bins_by_feature, gh, row_index, work, n_work, feature, bin_threshold,

@@ -1015,6 +1015,18 @@ def quantile_tally(keys, groups, weights, prefix, shift, table):
     return table
 
 
+def quantile_select(table, remaining, prefix):
+    """See ``numpy_kernels.quantile_select``: CuPy arrays, one block a group (a scan of its
+    256 slots in shared memory); remaining and prefix updated in place on the device."""
+    n_groups = int(remaining.shape[0])
+    if n_groups == 0:
+        return
+    for array, name, dtype in ((table, "table", np.int64), (remaining, "remaining", np.int64),
+                               (prefix, "prefix", np.uint64)):
+        _check_out(array, f"quantile_select's {name}", dtype)
+    _metrics_kernel("quantile_select")((n_groups,), (256,), (table, remaining, prefix))
+
+
 def auc_tally(bucket, label, weight, scale, out):
     """See ``numpy_kernels.auc_tally``. bucket: (n,) int64 CuPy (any stride); out: (2,
     n_buckets) int64 C-contiguous CuPy, updated in place with 64-bit atomics (nothing waits for

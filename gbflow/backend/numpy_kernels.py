@@ -765,6 +765,18 @@ def quantile_tally(keys, groups, weights, prefix, shift, table):
     return table
 
 
+def quantile_select(table, remaining, prefix):
+    """The choice after a round of ``quantile_tally`` (its table summed over every process):
+    per group g the first byte b whose slots 0..b weigh at least ``remaining[g]`` (255 when
+    none reach it: a group of no weight), in place: remaining[g] less the weight of the slots
+    before b, prefix[g] = (prefix[g] << 8) | b. table: (G, 256) int64; remaining: (G,) int64;
+    prefix: (G,) uint64. Returns nothing."""
+    below = np.cumsum(table, axis=1)
+    byte = np.minimum((below < remaining[:, None]).sum(axis=1), 255)
+    remaining -= np.where(byte > 0, below[np.arange(len(byte)), np.maximum(byte - 1, 0)], 0)
+    prefix[:] = (prefix << np.uint64(8)) | byte.astype(np.uint64)
+
+
 def sparse_bin(indptr, entry_feature, entry_bin, common_bin, row, s):
     """The bin of row ``row`` in sparse feature ``s``: its stored entry, else the common bin.
     entry_feature int16 or int32 (0 <= s < S fits either)."""

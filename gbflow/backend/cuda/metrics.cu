@@ -81,3 +81,28 @@ extern "C" __global__ void quantile_tally(const unsigned long long* keys, const 
             atomicAdd((unsigned long long*)&table[slot], (unsigned long long)sum);
     }
 }
+
+// The choice after a round of quantile_tally (numpy_kernels.quantile_select): one block of 256
+// threads a group scans its slots in shared memory (integer sums: exact), counts the slots whose
+// running weight is still below the rank to reach, and thread 0 updates the group's rank and
+// prefix. Every thread reads remaining[g] before the count's barrier, thread 0 writes it after.
+extern "C" __global__ void quantile_select(const long long* table, long long* remaining,
+                                           unsigned long long* prefix) {
+    __shared__ long long running[256];
+    int g = blockIdx.x, t = threadIdx.x;
+    running[t] = table[(long long)g * 256 + t];
+    __syncthreads();
+    for (int offset = 1; offset < 256; offset *= 2) {
+        long long add = t >= offset ? running[t - offset] : 0;
+        __syncthreads();
+        running[t] += add;
+        __syncthreads();
+    }
+    long long goal = remaining[g];
+    int below = __syncthreads_count(running[t] < goal);
+    if (t == 0) {
+        int byte = below < 255 ? below : 255;
+        remaining[g] = goal - (byte > 0 ? running[byte - 1] : 0);
+        prefix[g] = (prefix[g] << 8) | (unsigned long long)byte;
+    }
+}
