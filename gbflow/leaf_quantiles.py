@@ -67,14 +67,13 @@ def weighted_quantiles(backend, groups: list, values: list, weights: list | None
     weights = [None] * len(groups) if weights is None else weights
     fraction = Fraction(alpha)
     prefix = xp.zeros(n_groups, dtype=np.uint64)
-    table = xp.zeros(n_groups * 256, dtype=np.int64)
     # After the first round (which counts every row: its table's rows are the groups' weights)
     # the rounds stay on the device, no wait for it until the result: each picks per group the
     # first byte whose rows, with the smaller bytes', reach the rank still to go
     # (``quantile_select``, one launch).
     for shift in range(56, -8, -8):
-        if shift < 56:
-            table.fill(0)  # the previous round's choice has read it (stream order)
+        # a new table a round: the collective's sum may be another process's table itself
+        table = xp.zeros(n_groups * 256, dtype=np.int64)
         for k, g, w in zip(keys, groups, weights):
             kernels.quantile_tally(k, g, w, prefix, shift, table)
         summed = backend.asarray(collective.allreduce_sum(table)).reshape(n_groups, 256)

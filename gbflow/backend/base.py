@@ -68,6 +68,12 @@ class Backend:
         """Whether NCCL can sum this backend's arrays across processes."""
         return False
 
+    @property
+    def device_key(self) -> str | None:
+        """Which physical device this process computes on (a GPU's PCI bus id), or None for
+        the host: NCCL takes at most one rank a GPU."""
+        return None
+
     def to_host(self, array):
         """The array as a NumPy array (a copy from the device; a no-op for host arrays)."""
         from .arrays import to_host

@@ -33,6 +33,10 @@ class CudaBackend(Backend):
         from . import nccl
         return nccl.available()
 
+    @property
+    def device_key(self) -> str:
+        return self.xp.cuda.Device().pci_bus_id
+
     def plan_rows_per_block(self, n_rows: int) -> int:
         return self.kernels.rows_per_block(n_rows)
 

@@ -84,14 +84,16 @@ class WorkerCollective:
 
 
 def open_nccl(backend, collective: DaskCollective, rank: int):
-    """Start opening an NCCL communicator among the ranks when every rank runs on a GPU with
-    NCCL: a future of it (``nccl.open_in_background``), else None. The ranks agree through the
+    """Start opening an NCCL communicator among the ranks when every rank runs on a GPU of its
+    own with NCCL: a future of it (``nccl.open_in_background``), else None (two workers on one
+    GPU, which NCCL refuses, sum through the Dask collective). The ranks agree through the
     Dask collective here; opening and connecting go on in the background."""
     if collective.size == 1:
         return None
     from ..backend import nccl
-    usable = backend.supports_nccl
-    if not all(collective.allgather(usable)):
+    ranks = collective.allgather((backend.supports_nccl, backend.device_key))
+    if not all(usable for usable, _ in ranks) or \
+            len({device for _, device in ranks}) < collective.size:
         return None
     unique_id = collective.allgather(nccl.unique_id() if rank == 0 else None)[0]
     return nccl.open_in_background(collective.size, unique_id, rank)
