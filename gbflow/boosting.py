@@ -112,6 +112,8 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                                 drop_features,
                                 cuts=None if init_model is None else init_model.cuts)
     shards = shardset.shards
+    if objective.leaf_alphas is not None:  # the line search reads where each row's leaf is
+        shardset.level_plans = False
     weights = None if shards[0].weight is None else [s.weight for s in shards]
     base_margin = init_model.base_margin if init_model is not None else \
         objective.base_margin(xp, [s.label for s in shards], weights, params.base_score,
@@ -243,10 +245,9 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                                          k)
             tree, leaf_rows = grow_tree(shardset, gh, scales, cuts, rules, allowed, k)
             if objective.leaf_alphas is not None:
-                with timers("line search"):  # its leaf values are set on the host: built now
+                with timers("line search"):
                     tree, leaf_rows = leaf_quantiles.line_search(
-                        backend, collective, finished_tree(tree), leaf_rows, shards, k,
-                        search_weights,
+                        backend, collective, tree, leaf_rows, shards, k, search_weights,
                         objective.leaf_alphas[k], params.learning_rate)
             with timers("margins"):
                 for shard, rows in zip(shards, leaf_rows):

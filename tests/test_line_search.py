@@ -190,29 +190,3 @@ def test_the_regressor_takes_quantile_alpha_and_trains_the_same_model():
                           verbose=False)
     assert np.array_equal(model.predict(X), np.asarray(direct.predict(X)))
     assert 0.85 < np.mean(y <= model.predict(X)) < 0.95
-
-
-@pytest.mark.parametrize("params", [
-    {"objective": "reg:absoluteerror"},
-    {"objective": "reg:quantileerror", "quantile_alpha": [0.2, 0.8], "subsample": 0.7},
-    {"objective": "reg:quantileerror", "quantile_alpha": 0.9, "max_depth": 3,
-     "reg_lambda": 0.0},
-])
-def test_planned_trees_line_search_as_level_by_level_ones(device, params, monkeypatch):
-    """The planned loop finds each row's leaf from its slots (``PlannedMargins.codes``): the
-    model of the level-by-level loop, through the planned one (counted)."""
-    import gbflow.grow
-    rng = np.random.default_rng(21)
-    X = rng.standard_normal((4000, 5)).astype(np.float32)
-    y = X[:, 0] + rng.standard_t(2, 4000)
-    full = {"max_depth": 5, **params, "device": device}
-    monkeypatch.setenv("GBFLOW_LEVEL_PLANS", "0")
-    expected = gbflow.train(X, y, full, 6, verbose=False)
-    planned = []
-    grow = gbflow.grow.grow_tree_planned
-    monkeypatch.setattr(gbflow.grow, "grow_tree_planned",
-                        lambda *a: planned.append(1) or grow(*a))
-    monkeypatch.setenv("GBFLOW_LEVEL_PLANS", "1")
-    got = gbflow.train(X, y, full, 6, verbose=False)
-    assert len(planned) == len(got.trees)
-    assert got.to_json() == expected.to_json()

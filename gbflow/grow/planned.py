@@ -203,13 +203,11 @@ def grow_tree_planned(shardset, gh: list, scales, cuts, rules, feature_allowed,
         level = child
     # the tree's arrays start on their way to the host now; the margins follow them on the device
     arrays = backend.to_host_later([a for lv in levels for a in lv.fetched.values()])
-    slot_nodes = []  # per level, each slot's node id: filled when the tree is built
     pending = PendingTree(lambda: _planned_tree(dense.features, levels, arrays.wait(), scales,
-                                                cuts, rules, group, slot_nodes), timers)
+                                                cuts, rules, group), timers)
     constants = rules.leaf.constants(scales)
     return pending, [PlannedMargins(levels, [r[s] for r in rows], constants, s,
-                                    functools.partial(dense.columns, s), backend,
-                                    shards[s].n_rows, slot_nodes)
+                                    functools.partial(dense.columns, s))
             for s in range(len(shards))]
 
 
@@ -225,13 +223,11 @@ def _capped(xp, bounds, n_nodes: int):
     return bounds.max_delta_step, node_bounds, None
 
 
-def _planned_tree(features, levels, fetched, scales, cuts, rules, group,
-                  slot_nodes: list | None = None) -> Tree:
+def _planned_tree(features, levels, fetched, scales, cuts, rules, group) -> Tree:
     """The ``Tree`` of a planned tree from its levels' arrays on the host (``fetched``: the
     arrays of every level's ``fetched``, in order): node ids given as the level-by-level loop
     gives them (a level's splits, in id order, get consecutive child ids), so the two loops give
-    the same tree. features: the dense store's global feature ids. slot_nodes: a list to fill
-    with each level's (cap,) int64 node id per slot (-1: none), or None."""
+    the same tree. features: the dense store's global feature ids."""
     fetched = iter(fetched)
     max_depth = rules.max_depth
     node_id = np.zeros(1, dtype=np.int64)  # per slot of the level: its node's tree id
@@ -245,10 +241,6 @@ def _planned_tree(features, levels, fetched, scales, cuts, rules, group,
         totals = host["totals"] if "totals" in host else totals
         level_totals = totals[slots]
         ids = node_id[slots]
-        if slot_nodes is not None:
-            by_slot = np.full(level.cap, -1, dtype=np.int64)
-            by_slot[slots] = ids
-            slot_nodes.append(by_slot)
         n_split = int(host["n_split"][0]) if depth < max_depth else 0
         split_slot = host["split_node"][:n_split] if n_split else np.zeros(0, dtype=np.int64)
         rank = np.empty(n_split, dtype=np.int64)
