@@ -1,6 +1,8 @@
 """The objective interface every loss implements, and the helpers the losses share."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import _dtypes, fixed_point
@@ -86,6 +88,15 @@ class Objective:
         headroom of ``_dtypes.FIXED_SUM_LIMIT`` absorbs; anything more could overflow the int64
         sums."""
         return None
+
+
+def log_base_score(name: str, base_score) -> float:
+    """The margin of a ``base_score`` under a log link (a mean, or survival:cox's hazard
+    ratio); ValueError naming the objective unless it is > 0."""
+    if not float(base_score) > 0:
+        raise ValueError(f"parameter base_score must be > 0 for {name} (its link is the "
+                         f"logarithm), got {base_score!r}")
+    return math.log(float(base_score))
 
 
 def weighted_mean(xp, values: list, weights: list | None, collective) -> float:

@@ -7,7 +7,13 @@ import numpy as np
 
 from . import _dtypes, ranking, survival
 from .collective import LOCAL
-from .objective_base import Objective, newton_step_from_zero, weighted, weighted_mean
+from .objective_base import (
+    Objective,
+    log_base_score,
+    newton_step_from_zero,
+    weighted,
+    weighted_mean,
+)
 
 # count:poisson's own max_delta_step default (XGBoost's): its hessian's factor is exp(0.7)
 POISSON_MAX_DELTA_STEP = 0.7
@@ -174,10 +180,7 @@ class _LogLink(Objective):
     strictly_positive = False
 
     def base_score_margin(self, base_score):
-        if not float(base_score) > 0:
-            raise ValueError(f"parameter base_score must be > 0 for {self.name} (its link is "
-                             f"the logarithm), got {base_score!r}")
-        return math.log(float(base_score))
+        return log_base_score(self.name, base_score)
 
     def check_label(self, label, where):
         bad = (label <= 0) if self.strictly_positive else (label < 0)

@@ -21,7 +21,7 @@ import numpy as np
 from . import _dtypes, fixed_point
 from .collective import LOCAL
 from .metrics import exact
-from .objective_base import Objective
+from .objective_base import Objective, log_base_score
 
 
 def _last_of_runs(xp, ascending):
@@ -163,11 +163,8 @@ class Cox(Objective):
     # ``RiskSets`` of the training data once and calls ``set_gradients`` each round
     whole_set = True
 
-    def base_score_margin(self, base_score):
-        if not float(base_score) > 0:
-            raise ValueError(f"parameter base_score must be > 0 for survival:cox (a hazard "
-                             f"ratio; its link is the logarithm), got {base_score!r}")
-        return math.log(float(base_score))
+    def base_score_margin(self, base_score):  # a hazard ratio
+        return log_base_score(self.name, base_score)
 
     def estimate_margin(self, xp, labels, weights, collective=LOCAL):
         from .backend import backend_for, get_backend
