@@ -506,8 +506,9 @@ def test_evals_entry_wrong_shape(df, no_work, evals):
 
 
 def test_evals_data_tuple_wrong_length(df, no_work):
-    refused(TypeError, r"evals\[0\] \('v'\): give \(X, y\), \(X, y, weight\) or "
-                       r"\(X, y, weight, qid\)", df, "y", evals=[((df.to_numpy(),), "v")])
+    refused(TypeError, r"evals\[0\] \('v'\): give \(X, y\), \(X, y, weight\), "
+                       r"\(X, y, weight, qid\) or \(X, y, weight, qid, base_margin\)", df, "y",
+            evals=[((df.to_numpy(),), "v")])
 
 
 def test_eval_frame_missing_label_column(df, no_work):
