@@ -205,8 +205,12 @@ def check_features(X, feature_names: list[str], what: str) -> None:
         infinite = np.isinf(X.data)
         columns = np.unique(to_host(X.indices[infinite])) if bool(infinite.any()) else []
     else:
-        infinite = backend_for(X).xp.isinf(X).any(axis=0)  # (F,) on X's device
-        columns = np.flatnonzero(to_host(infinite)) if bool(infinite.any()) else []
+        xp = backend_for(X).xp
+        # one whole-array reduction first: CuPy's per-column reduction of a tall row-major
+        # matrix was one slow strided pass (0.12 s at 10M x 28 on an H100); the columns are
+        # looked for only when there is an infinity
+        columns = np.flatnonzero(to_host(xp.isinf(X).any(axis=0))) \
+            if bool(xp.isinf(X).any()) else []
     if len(columns):
         raise ValueError(f"{what} has infinite values (+-inf, or beyond float32's range of about "
                          f"3.4e38) in feature column(s) {_names(feature_names[j] for j in columns)}"
