@@ -209,18 +209,15 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
         if hooks.before_iteration(snapshot, first_round + round_index, evaluation.history):
             break
         with timers("gradients"):
-            grad_hess = []
-            whole = objective.set_gradients(xp, risk_sets, [s.margin for s in shards],
-                                            [s.weight for s in shards]) \
-                if objective.whole_set else None
-            for si, shard in enumerate(shards):
-                g, h = _gradients(xp, objective, shard) if whole is None else whole[si]
+            grad_hess = objective.set_gradients(xp, risk_sets, [s.margin for s in shards],
+                                                [s.weight for s in shards]) \
+                if objective.whole_set else [_gradients(xp, objective, s) for s in shards]
+            for shard, (g, h) in zip(shards, grad_hess):
                 if params.subsample < 1.0:
                     keep = row_sample_mask(xp, shard.n_rows, shard.row_offset, params.seed,
                                            first_round + round_index, params.subsample)
                     g *= keep[:, None]  # in place: the gradients are this round's own
                     h *= keep[:, None]
-                grad_hess.append((g, h))
             largest = bounds if bounds is not None else \
                 _largest_gradients(backend, collective, grad_hess, n_groups)
             if not np.isfinite(largest).all():

@@ -115,16 +115,20 @@ def newton_step_from_zero(objective, xp, labels: list, weights: list | None,
     """XGBoost's default intercept for the losses without a closed-form one: a single Newton
     step from margin 0, -sum(g) / sum(h) over every process's rows (exact sums: the same
     however the rows are split)."""
-    grads, hessians = [], []
-    for i, y in enumerate(labels):
-        g, h = objective.gradients(xp, xp.zeros((len(y), 1)), y,
-                                   None if weights is None else weights[i])
-        grads.append(g.astype(xp.float64))
-        hessians.append(h.astype(xp.float64))
-    total_h = fixed_point.exact_sum(xp, hessians, collective=collective)
+    return newton_step(xp, [objective.gradients(xp, xp.zeros((len(y), 1)), y,
+                                                None if weights is None else weights[i])
+                            for i, y in enumerate(labels)], collective)
+
+
+def newton_step(xp, pairs: list, collective) -> float:
+    """-sum(g) / sum(h) of every process's (g, h) gradient pairs (float arrays), exact sums;
+    0.0 when the hessians do not sum above 0."""
+    total_h = fixed_point.exact_sum(xp, [h.astype(xp.float64) for _, h in pairs],
+                                    collective=collective)
     if not total_h > 0:
         return 0.0
-    return -fixed_point.exact_sum(xp, grads, collective=collective) / total_h
+    return -fixed_point.exact_sum(xp, [g.astype(xp.float64) for g, _ in pairs],
+                                  collective=collective) / total_h
 
 
 def weighted(xp, grad, hess, weight):

@@ -252,7 +252,8 @@ class LambdaRank(Objective):
         self.name = name
         self.lambda_params = dataclasses.replace(lambda_params or LambdaParams(""),
                                                  kind=OBJECTIVES[name])
-        self.default_metric = f"{'map' if name == 'rank:map' else 'ndcg'}@{lambda_params.top_k}"
+        self.default_metric = \
+            f"{'map' if name == 'rank:map' else 'ndcg'}@{self.lambda_params.top_k}"
 
     def check_label(self, label, where):
         if self.lambda_params.kind == "map":

@@ -49,16 +49,16 @@ def eval_sets(adapter, eval_set, weights, classes, weighted: bool, qids=None,
     weights = _per_entry(weights, n, "sample_weight_eval_set")
     extras = list(zip(_per_entry(qids, n, "eval_qid"),
                       _per_entry(base_margins, n, "base_margin_eval_set")))
-    if base_margins is not None and is_dask_collection(eval_set[0][0]):
-        raise ValueError("base_margin_eval_set takes in-memory data; on Dask give "
-                         "gbflow.train a base_margin column")
     evals = []
     for i, (pair, weight, extra) in enumerate(zip(eval_set, weights, extras)):
         if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
             raise TypeError(f"eval_set[{i}] must be an (X, y) pair, got {type(pair).__name__}")
+        if extra[1] is not None and is_dask_collection(pair[0]):
+            raise ValueError("base_margin_eval_set takes in-memory data; on Dask give "
+                             "gbflow.train a base_margin column")
         data = adapter.eval_data(*pair, weight, i, classes, weighted)
         if any(e is not None for e in extra):  # (X, y, weight, qid, base_margin) tuples
-            data = (data + (None,) * (3 - len(data)) + extra)[:4 + (extra[1] is not None)]
+            data = (*data, *(None,) * (3 - len(data)), *extra)
         evals.append((data, f"validation_{i}"))
     return evals
 

@@ -21,7 +21,7 @@ import numpy as np
 from . import _dtypes, fixed_point
 from .collective import LOCAL
 from .metrics import exact
-from .objective_base import Objective, log_base_score
+from .objective_base import Objective, log_base_score, newton_step
 
 
 def _last_of_runs(xp, ascending):
@@ -83,18 +83,14 @@ class RiskSets:
         self.times = local  # (n_times,) float64 ascending
         self.n_times = int(len(local))
         self.parts = [_Part(xp, y, local) for y in labels]
-        self.n_rows = int(collective.allreduce_sum(
-            np.array([sum(len(y) for y in labels)], dtype=np.int64))[0])
+        self.n_rows = fixed_point.global_count(labels, collective)
         events = xp.zeros((self.n_times, 1), dtype=xp.int64)
-        for part in self._nonempty():
-            events[part.present, 0] += part.per_rank(xp, part.event[part.order].astype(xp.int64))
-        events = self._summed(events)
-        self.events = events[:, 0].astype(xp.float64)  # (n_times,) per rank
-        self.n_events = int(collective.allreduce_sum(
-            np.array([sum(int(p.event.sum()) for p in self.parts)], dtype=np.int64))[0])
-
-    def _nonempty(self):
-        return [p for p in self.parts if len(p.rank)]
+        for part in self.parts:
+            if len(part.rank):
+                events[part.present, 0] += part.per_rank(
+                    xp, part.event[part.order].astype(xp.int64))
+        self.events = self._summed(events)[:, 0].astype(xp.float64)  # (n_times,) per rank
+        self.n_events = int(self.events.sum())  # every process's: the table is summed
 
     def _summed(self, table):
         """An int64 device table summed over every process (through the host), on the device."""
@@ -109,13 +105,12 @@ class RiskSets:
         device. The same values on every process and for any split of the rows; every sum is
         the largest hazard where that is not finite (an overflowed exp: inf, or NaN)."""
         xp, collective = self.xp, self.collective
-        maxima = [h.max() for h, p in zip(hazards, self.parts) if len(p.rank)]
+        maxima = [h.max() for h in hazards if h.size]  # hazards are >= 0: no abs
+        bound = xp.stack(maxima).max() if maxima else xp.zeros((), dtype=xp.float64)
         if collective.size == 1:
-            bound = xp.stack(maxima).max() if maxima else xp.zeros((), dtype=xp.float64)
             scale = exact.device_scale(xp, bound, self.n_rows)
         else:
-            local = float(xp.stack(maxima).max()) if maxima else 0.0
-            bound = float(collective.allreduce_max(local))
+            bound = float(collective.allreduce_max(float(bound)))
             if not math.isfinite(bound):
                 return xp.full(self.n_times, bound)
             scale = exact.scales(bound, self.n_rows)[0]
@@ -172,12 +167,7 @@ class Cox(Objective):
         risk = RiskSets(backend, labels, collective)
         pairs = self.set_gradients(xp, risk, [xp.zeros((len(y), 1)) for y in labels],
                                    weights if weights is not None else [None] * len(labels))
-        total_h = fixed_point.exact_sum(xp, [h.astype(xp.float64) for _, h in pairs],
-                                        collective=collective)
-        if not total_h > 0:
-            return np.zeros(1)
-        return np.array([-fixed_point.exact_sum(xp, [g.astype(xp.float64) for g, _ in pairs],
-                                                collective=collective) / total_h])
+        return np.array([newton_step(xp, pairs, collective)])
 
     def set_gradients(self, xp, risk: RiskSets, margins: list, weights: list) -> list:
         """Per part, (n_i, 1) float32 gradient and hessian. margins: per part (n_i, 1)

@@ -54,7 +54,7 @@ def _objective(params) -> dict:
                           f"3.4 and later refuse to load this model (3.2 takes it); train with "
                           f"the quantiles sorted to export for them", UserWarning, stacklevel=3)
         config["quantile_loss_param"] = {
-            "quantile_alpha": f"[{','.join(_number(a) for a in params.quantile_alphas)}]"}
+            "quantile_alpha": f"[{','.join(_number(a) for a in alphas)}]"}
     elif name in ("multi:softprob", "multi:softmax"):
         config["softmax_multiclass_param"] = {"num_class": str(params.num_class)}
     elif name.startswith("rank:"):  # XGBoost's LambdaRankParam; 4294967295: k not set (32)

@@ -333,3 +333,10 @@ def test_exported_to_xgboost_it_ranks_and_evaluates_alike(tmp_path):
     assert np.allclose(theirs.predict(data, output_margin=True), booster.predict(X), atol=1e-5)
     value = float(theirs.eval(data).split("eval-ndcg@8:")[1])
     assert value == pytest.approx(booster.evals_result["train"]["ndcg@8"][-1], rel=1e-6)
+
+
+def test_the_objective_made_without_parameters_takes_the_defaults():
+    from gbflow.ranking import DEFAULT_TOP_K, LambdaRank
+    objective = LambdaRank("rank:map")
+    assert objective.default_metric == f"map@{DEFAULT_TOP_K}"
+    assert objective.lambda_params.kind == "map"
