@@ -24,6 +24,7 @@ from .common import (
     check_sibling_shapes,
     segments_of_work,
 )
+from .cpu_prefetch import PREFETCH_ROWS, prefetch_row
 
 # error_model="numpy": a float division by zero gives inf like NumPy instead of raising.
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
@@ -91,6 +92,31 @@ def _add_row(acc, bins, gh, r):
         acc[f, b, 1] += h
 
 
+@njit(inline="always", **_JIT)
+def _add_rows(acc, bins, gh, rows, lo, hi):
+    # The rows rows[lo:hi] into acc, each row's bins and gradients asked for PREFETCH_ROWS rows
+    # ahead: in node order they lie scattered over the matrix (see cpu_prefetch).
+    for p in range(lo, min(hi, lo + PREFETCH_ROWS)):
+        prefetch_row(bins, rows[p])
+        prefetch_row(gh, rows[p])
+    for p in range(lo, hi):
+        if p + PREFETCH_ROWS < hi:
+            ahead = rows[p + PREFETCH_ROWS]
+            prefetch_row(bins, ahead)
+            prefetch_row(gh, ahead)
+        _add_row(acc, bins, gh, rows[p])
+
+
+@njit(inline="always", **_JIT)
+def _add_histogram(into, acc):
+    # into += acc, element by element (an array expression would also compile numba's shape
+    # mismatch message: seconds of the first call's compile for a check that cannot fail here).
+    for f in range(acc.shape[0]):
+        for b in range(acc.shape[1]):
+            into[f, b, 0] += acc[f, b, 0]
+            into[f, b, 1] += acc[f, b, 1]
+
+
 @njit(parallel=True, **_JIT)
 def _build_histograms(bins, gh, row_index, seg_start, seg_count, hist, n_threads):
     n_features = bins.shape[1]
@@ -106,10 +132,9 @@ def _build_histograms(bins, gh, row_index, seg_start, seg_count, hist, n_threads
             hi = min(seg_start[k] + count, lo + chunk)
             acc = local[t]
             acc[:] = 0
-            for p in range(lo, hi):
-                _add_row(acc, bins, gh, row_index[p])
+            _add_rows(acc, bins, gh, row_index, lo, hi)
         for t in range(n_threads):
-            hist[k] += local[t]
+            _add_histogram(hist[k], local[t])
 
 
 def build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins):
@@ -216,7 +241,7 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
 @njit(parallel=True, **_JIT)
 def _partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg_count, feature,
                              bin_threshold, default_left, small_is_left, hist, left_count,
-                             dest, n_threads):
+                             dest, in_place, n_threads):
     n_features = bins.shape[1]
     n_bins = hist.shape[2]
     local = np.zeros((n_threads, n_features, n_bins, 2), dtype=np.int64)
@@ -252,31 +277,35 @@ def _partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, se
                     n_left += go
                     block[n_block] = r
                     n_block += go == build_left
-                for j in range(n_block):
-                    _add_row(acc, bins, gh, block[j])
+                _add_rows(acc, bins, gh, block, 0, n_block)
             n_left_of[t] = n_left
         total_left = 0
         for t in range(n_threads):
             total_left += n_left_of[t]
-        # Pass 2: stable, branch-free scatter into a scratch copy, then into the segment of dest
-        # (row_index itself when partitioning in place).
-        moved = np.empty(count, dtype=row_index.dtype)
+        # Pass 2: stable, branch-free scatter into dest's segment; partitioning in place, into
+        # a scratch copy first (the rows are read from row_index, which is dest).
+        moved = np.empty(count if in_place else 0, dtype=row_index.dtype)
+        offset = 0 if in_place else lo
         for t in prange(n_threads):
             a = lo + t * chunk
             b = min(lo + count, a + chunk)
+            out = moved if in_place else dest
             left_before = 0
             for u in range(t):
                 left_before += n_left_of[u]
-            left_pos = left_before
-            right_pos = total_left + (a - lo) - left_before
+            left_pos = offset + left_before
+            right_pos = offset + total_left + (a - lo) - left_before
             for p in range(a, b):
                 go = goes_left[p - lo]
-                moved[left_pos if go else right_pos] = row_index[p]
+                out[left_pos if go else right_pos] = row_index[p]
                 left_pos += go
                 right_pos += 1 - go
-        dest[lo : lo + count] = moved
+        if in_place:
+            for t in prange(n_threads):
+                for j in range(t * chunk, min(count, (t + 1) * chunk)):
+                    dest[lo + j] = moved[j]
         for t in range(n_threads):
-            hist[k] += local[t]
+            _add_histogram(hist[k], local[t])
         left_count[k] = total_left
 
 
@@ -296,13 +325,17 @@ def _partition_nodes_apart(bins, bins_by_feature, gh, row_index, seg_start, seg_
         build_left = small_is_left[k]
         acc = hist[k]
         n_left = 0
-        for p in range(lo, hi):
-            r = row_index[p]
-            bb = bins_by_feature[f, r]
-            go = (bb == 0 and dl) or (bb != 0 and bb <= thr)
-            n_left += go
-            if go == build_left:
-                _add_row(acc, bins, gh, r)
+        block = np.empty(_BLOCK, dtype=row_index.dtype)
+        for block_start in range(lo, hi, _BLOCK):
+            n_block = 0
+            for p in range(block_start, min(hi, block_start + _BLOCK)):
+                r = row_index[p]
+                bb = bins_by_feature[f, r]
+                go = (bb == 0 and dl) or (bb != 0 and bb <= thr)
+                n_left += go
+                block[n_block] = r
+                n_block += go == build_left
+            _add_rows(acc, bins, gh, block, 0, n_block)
         left_pos = lo
         right_pos = lo + n_left
         for p in range(lo, hi):
@@ -345,7 +378,7 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
     else:
         _partition_and_histogram(bins, bins_by_feature, gh, row_index, *nodes, hist,
                                  left_count, row_index if dest is None else
-                                 check_dest(dest, row_index), n_threads)
+                                 check_dest(dest, row_index), dest is None, n_threads)
     return left_count, hist
 
 
