@@ -37,6 +37,8 @@ CASES = [  # n_rows, n_features, n_bins, n_nodes
     (2000, 2, 9000, 2),  # one feature's histogram too large for shared memory
     (20000, 200, 256, 6),  # wide: on the GPU the partition and the children's histograms are
                            # two passes (more feature groups than GBFLOW_CUDA_FUSED_MAX_GROUPS)
+    (180000, 3, 16, 5),  # nodes of 36K rows on average: on the CPU each node's rows go over
+                         # every thread (fewer rows a node: one thread a node)
 ]
 
 
