@@ -24,7 +24,7 @@ from .common import (
     check_sibling_shapes,
     segments_of_work,
 )
-from .cpu_prefetch import PREFETCH_ROWS, prefetch_row
+from .cpu_prefetch import PREFETCH_ROWS, prefetch
 
 # error_model="numpy": a float division by zero gives inf like NumPy instead of raising.
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
@@ -100,13 +100,13 @@ def _add_rows(acc, bins, gh, rows, lo, hi):
     # The rows rows[lo:hi] into acc, each row's bins and gradients asked for PREFETCH_ROWS rows
     # ahead: in node order they lie scattered over the matrix (see cpu_prefetch).
     for p in range(lo, min(hi, lo + PREFETCH_ROWS)):
-        prefetch_row(bins, rows[p])
-        prefetch_row(gh, rows[p])
+        prefetch(bins, rows[p])
+        prefetch(gh, rows[p])
     for p in range(lo, hi):
         if p + PREFETCH_ROWS < hi:
             ahead = rows[p + PREFETCH_ROWS]
-            prefetch_row(bins, ahead)
-            prefetch_row(gh, ahead)
+            prefetch(bins, ahead)
+            prefetch(gh, ahead)
         _add_row(acc, bins, gh, rows[p])
 
 
@@ -861,6 +861,34 @@ def _add_slots(acc, indptr, slots, gh, r):
         acc[s, 1] += h
 
 
+@njit(inline="always", **_JIT)
+def _add_slot_rows(acc, indptr, slots, gh, rows, lo, hi):
+    # The rows rows[lo:hi] into acc, prefetched in two steps (see cpu_prefetch): a row's start
+    # in indptr 2 * PREFETCH_ROWS rows ahead, then its entries' slots and its gradients
+    # PREFETCH_ROWS rows ahead (reading the start asked for earlier).
+    for p in range(lo, min(hi, lo + 2 * PREFETCH_ROWS)):
+        prefetch(indptr, rows[p])
+    for p in range(lo, min(hi, lo + PREFETCH_ROWS)):
+        prefetch(slots, indptr[rows[p]])
+        prefetch(gh, rows[p])
+    for p in range(lo, hi):
+        if p + 2 * PREFETCH_ROWS < hi:
+            prefetch(indptr, rows[p + 2 * PREFETCH_ROWS])
+        if p + PREFETCH_ROWS < hi:
+            ahead = rows[p + PREFETCH_ROWS]
+            prefetch(slots, indptr[ahead])
+            prefetch(gh, ahead)
+        _add_slots(acc, indptr, slots, gh, rows[p])
+
+
+@njit(inline="always", **_JIT)
+def _add_slot_histogram(into, acc):
+    # into += acc for (n_slots, 2) histograms, element by element (see _add_histogram).
+    for s in range(acc.shape[0]):
+        into[s, 0] += acc[s, 0]
+        into[s, 1] += acc[s, 1]
+
+
 @njit(parallel=True, **_JIT)
 def _build_slot_histograms(indptr, slots, gh, row_index, seg_start, seg_count, hist, n_threads):
     n_nodes = seg_start.shape[0]
@@ -868,9 +896,8 @@ def _build_slot_histograms(indptr, slots, gh, row_index, seg_start, seg_count, h
         # Enough nodes to keep every thread busy: one node per iteration, straight into its own
         # histogram (no two threads share a node).
         for k in prange(n_nodes):
-            acc = hist[k]
-            for p in range(seg_start[k], seg_start[k] + seg_count[k]):
-                _add_slots(acc, indptr, slots, gh, row_index[p])
+            _add_slot_rows(hist[k], indptr, slots, gh, row_index, seg_start[k],
+                           seg_start[k] + seg_count[k])
     else:
         # Few nodes: threads split each node's rows into per-thread histograms, added after.
         local = np.zeros((n_threads, hist.shape[1], 2), dtype=np.int64)
@@ -884,10 +911,9 @@ def _build_slot_histograms(indptr, slots, gh, row_index, seg_start, seg_count, h
                 hi = min(seg_start[k] + count, lo + chunk)
                 acc = local[t]
                 acc[:] = 0
-                for p in range(lo, hi):
-                    _add_slots(acc, indptr, slots, gh, row_index[p])
+                _add_slot_rows(acc, indptr, slots, gh, row_index, lo, hi)
             for t in range(n_threads):
-                hist[k] += local[t]
+                _add_slot_histogram(hist[k], local[t])
 
 
 def build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, row_index,

@@ -32,19 +32,19 @@ def _emit_prefetch(context, builder, array_type, array, indices):
 
 
 @intrinsic
-def prefetch_row(typingctx, array, row):
-    """Hint that ``array[row, 0]`` (a 2-D C-contiguous array's row start) is read soon. No
-    bounds check, no effect on any value: the address must lie in the array (a prefetch of an
-    address outside it is harmless to the hardware, but keep to the array)."""
-    if not (isinstance(array, types.Array) and array.ndim == 2 and
-            isinstance(row, types.Integer)):
+def prefetch(typingctx, array, i):
+    """Hint that ``array[i]`` (1-D) or ``array[i, 0]`` (2-D: the start of row i) is read soon.
+    No bounds check and no effect on any value: a prefetch never faults, so an index just past
+    the end (an empty last row's start in a CSR's entries) is harmless."""
+    if not (isinstance(array, types.Array) and array.ndim in (1, 2) and
+            isinstance(i, types.Integer)):
         return None
 
     def codegen(context, builder, signature, args):
-        array_type, row_type = signature.args
-        row_index = context.cast(builder, args[1], row_type, types.intp)
-        _emit_prefetch(context, builder, array_type, args[0],
-                       [row_index, context.get_constant(types.intp, 0)])
+        array_type, index_type = signature.args
+        index = context.cast(builder, args[1], index_type, types.intp)
+        zeros = [context.get_constant(types.intp, 0)] * (array_type.ndim - 1)
+        _emit_prefetch(context, builder, array_type, args[0], [index] + zeros)
         return context.get_dummy_value()
 
-    return types.void(array, row), codegen
+    return types.void(array, i), codegen
