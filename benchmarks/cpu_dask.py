@@ -3,6 +3,7 @@
     python benchmarks/cpu_dask.py                  # 1,000,000 x 28, depth 6, 100 rounds, 3 repeats
     python benchmarks/cpu_dask.py --rows 200000 --repeat 1
     python benchmarks/cpu_dask.py --workers 2      # the Dask side on 2 workers (cores shared)
+    python benchmarks/cpu_dask.py --workers 2 --xgboost   # and xgboost.dask, same frame, same run
 
 Timed:
 - in-process: ``gbflow.train(pandas_frame, label="y")``;
@@ -12,6 +13,9 @@ Timed:
   partitions already in the worker's memory (persisted, untimed: the data lives on the worker).
   It includes what Dask adds: handing the partitions to the task, checking and binning them there,
   the task round trip, returning the model.
+- with ``--xgboost``, the peer: ``xgboost.dask`` on the same persisted frame and client
+  (``DaskQuantileDMatrix`` built inside the timed span, ``tree_method="hist"``, same depth,
+  rounds, learning rate and max_bin).
 The runs alternate (in-process, Dask, in-process, ...) and the medians are compared: this machine is
 shared and noisy. Both sides' numba kernels are compiled/loaded by untimed warm-up runs, and their
 model files are compared (they must be identical).
@@ -57,6 +61,20 @@ def stages(timings: dict) -> str:
     return ", ".join(f"{k} {v:.2f}" for k, v in timings.items())
 
 
+def train_xgboost(client, ddf, params: dict, rounds: int):
+    """xgboost.dask's hist training on the frame's features and "y" (its quantile matrix
+    built here, as gbflow bins inside its train call)."""
+    import xgboost as xgb
+    import xgboost.dask  # noqa: F401  (a submodule: not imported by xgboost itself)
+    features = [c for c in ddf.columns if c != "y"]
+    dtrain = xgb.dask.DaskQuantileDMatrix(client, ddf[features], ddf["y"],
+                                          max_bin=params["max_bin"])
+    return xgb.dask.train(client, {"objective": "binary:logistic", "tree_method": "hist",
+                                   "max_depth": params["max_depth"],
+                                   "eta": params["learning_rate"], "max_bin": params["max_bin"]},
+                          dtrain, num_boost_round=rounds)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -69,6 +87,8 @@ def main():
     parser.add_argument("--max-bin", type=int, default=256)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--xgboost", action="store_true",
+                        help="also time xgboost.dask on the same frame in the same run")
     args = parser.parse_args()
 
     import dask.dataframe as dd
@@ -95,10 +115,19 @@ def main():
         gbflow.train(dd.from_pandas(small, npartitions=2), label="y", params=params,
                      num_boost_round=2, verbose=False)  # loads the kernels in the worker(s)
         ddf = client.persist(dd.from_pandas(df, npartitions=args.partitions))
-        times = {"in-process": [], "dask": []}
+        sides = ("in-process", "dask") + (("xgboost.dask",) if args.xgboost else ())
+        if args.xgboost:
+            train_xgboost(client, dd.from_pandas(small, npartitions=2), params, 2)
+        times = {side: [] for side in sides}
         models = {}
         for r in range(args.repeat):
-            for side in ("in-process", "dask"):
+            for side in sides:
+                if side == "xgboost.dask":
+                    start = time.perf_counter()
+                    train_xgboost(client, ddf, params, args.rounds)
+                    times[side].append(time.perf_counter() - start)
+                    print(f"run {r + 1} {side:10s} {times[side][-1]:6.2f} s", flush=True)
+                    continue
                 data = df if side == "in-process" else ddf
                 start = time.perf_counter()
                 booster = gbflow.train(data, label="y", params=params,
@@ -112,6 +141,9 @@ def main():
         print(f"median: in-process {median['in-process']:.2f} s, Dask {median['dask']:.2f} s: "
               f"Dask / in-process = {median['dask'] / median['in-process']:.3f} "
               f"(target <= 1.1); models identical: {models['dask'] == models['in-process']}")
+        if args.xgboost:
+            print(f"median: xgboost.dask {median['xgboost.dask']:.2f} s: gbflow Dask / "
+                  f"xgboost.dask = {median['dask'] / median['xgboost.dask']:.3f}")
 
         # Memory: a lazily built table, binned where it is computed; gbflow lets the raw
         # partitions go once every worker has binned its share.
