@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from . import fixed_point, leaf_quantiles, predictor, prepare, ranking, survival
+from . import fixed_point, leaf_quantiles, predictor, prepare, ranking
 from .booster import Booster
 from .callback import Callbacks
 from .categories import recode_part
@@ -132,7 +132,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     by_query = params.loss.by_query or any(m.kind == "query" for m in metric_list)
     if by_query:
         _attach_queries(backend, shardset, parts)
-    risk_sets = survival.RiskSets(backend, [s.label for s in shards], collective) \
+    risk_sets = objective.risk_sets(backend, [s.label for s in shards], collective) \
         if objective.whole_set else None
     eval_sets = [EvalSet(backend, name, base_margin, w, shards=shards) if d is TRAINING else
                  EvalSet(backend, name, base_margin, w, parts=e, cuts=cuts, forest=forest)

@@ -28,8 +28,9 @@ class Objective:
     # calls ``query_gradients`` with each shard's ``ranking.QueryGroups`` instead
     by_query = False
     # a row's gradients depend on every row of the training data, over every part and process
-    # (survival:cox's risk sets): the loop makes ``survival.RiskSets`` of the training labels
-    # once and calls ``set_gradients(xp, risk_sets, margins, weights)`` each round
+    # (survival:cox's risk sets): the loop asks ``risk_sets(backend, labels, collective)`` for
+    # the training labels' once and calls ``set_gradients(xp, risk_sets, margins, weights)``
+    # each round
     whole_set = False
 
     @property

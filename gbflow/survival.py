@@ -154,17 +154,30 @@ class Cox(Objective):
     name = "survival:cox"
     default_metric = "cox-nloglik"
     row_wise = False
-    # a row's gradients depend on the rows of every part and process at once: the loop makes
-    # ``RiskSets`` of the training data once and calls ``set_gradients`` each round
+    # a row's gradients depend on the rows of every part and process at once: the loop asks
+    # ``risk_sets`` for the training data's once and calls ``set_gradients`` each round
     whole_set = True
 
     def base_score_margin(self, base_score):  # a hazard ratio
         return log_base_score(self.name, base_score)
 
+    def __init__(self):
+        self._made = None  # (labels, collective, RiskSets) of the last ``risk_sets`` call
+
+    def risk_sets(self, backend, labels: list, collective) -> RiskSets:
+        """The ``RiskSets`` of these label arrays, made once: the default base score and the
+        training loop ask for the same ones (each a sort of every row and, on several
+        processes, collective calls)."""
+        made = self._made
+        if made is None or made[1] is not collective or len(made[0]) != len(labels) or \
+                any(a is not b for a, b in zip(made[0], labels)):
+            made = self._made = (list(labels), collective, RiskSets(backend, labels, collective))
+        return made[2]
+
     def estimate_margin(self, xp, labels, weights, collective=LOCAL):
         from .backend import backend_for, get_backend
         backend = backend_for(labels[0]) if labels else get_backend("cpu")
-        risk = RiskSets(backend, labels, collective)
+        risk = self.risk_sets(backend, labels, collective)
         pairs = self.set_gradients(xp, risk, [xp.zeros((len(y), 1)) for y in labels],
                                    weights if weights is not None else [None] * len(labels))
         return np.array([newton_step(xp, pairs, collective)])

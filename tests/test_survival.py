@@ -221,6 +221,24 @@ def test_predictions_are_hazard_ratios_and_the_base_score_is_xgboosts():
     assert make_params({"objective": "survival:cox"}).metrics == ("cox-nloglik",)
 
 
+def test_the_training_labels_are_ranked_once(monkeypatch):
+    """The default base score and the training loop share one ``RiskSets`` of the training
+    labels (a sort of every row; collective calls on several processes)."""
+    import gbflow.survival as survival
+    made = []
+    real = survival.RiskSets.__init__
+
+    def counted(self, backend, labels, collective):
+        made.append(len(labels))
+        real(self, backend, labels, collective)
+
+    monkeypatch.setattr(survival.RiskSets, "__init__", counted)
+    X, y = _survival(500, seed=3)
+    booster = gbflow.train(X, y, {"objective": "survival:cox", "max_depth": 2,
+                                  "eval_metric": "rmse"}, 3, verbose=False)
+    assert len(made) == 1 and booster.num_boosted_rounds() == 3
+
+
 def test_overflowing_hazards_stop_training_with_a_clear_error():
     X, y = _survival(500, seed=15)
     with pytest.raises(FloatingPointError, match="gradients are not finite .* round 0"):
