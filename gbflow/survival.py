@@ -162,22 +162,28 @@ class Cox(Objective):
         return log_base_score(self.name, base_score)
 
     def __init__(self):
-        self._made = None  # (labels, collective, RiskSets) of the last ``risk_sets`` call
+        # (labels, collective, RiskSets) the default base score made, until the training loop
+        # takes them (``risk_sets``): neither kept past training nor pickled
+        self._made = None
+
+    def __getstate__(self):
+        return {**self.__dict__, "_made": None}
 
     def risk_sets(self, backend, labels: list, collective) -> RiskSets:
-        """The ``RiskSets`` of these label arrays, made once: the default base score and the
-        training loop ask for the same ones (each a sort of every row and, on several
-        processes, collective calls)."""
-        made = self._made
-        if made is None or made[1] is not collective or len(made[0]) != len(labels) or \
-                any(a is not b for a, b in zip(made[0], labels)):
-            made = self._made = (list(labels), collective, RiskSets(backend, labels, collective))
-        return made[2]
+        """The training loop's ``RiskSets`` of these label arrays: the ones the default base
+        score made of the same arrays (each a sort of every row and, on several processes,
+        collective calls), handed over and forgotten here, else new ones."""
+        made, self._made = self._made, None
+        if made is not None and made[1] is collective and len(made[0]) == len(labels) and \
+                all(a is b for a, b in zip(made[0], labels)):
+            return made[2]
+        return RiskSets(backend, labels, collective)
 
     def estimate_margin(self, xp, labels, weights, collective=LOCAL):
         from .backend import backend_for, get_backend
         backend = backend_for(labels[0]) if labels else get_backend("cpu")
-        risk = self.risk_sets(backend, labels, collective)
+        risk = RiskSets(backend, labels, collective)
+        self._made = (list(labels), collective, risk)
         pairs = self.set_gradients(xp, risk, [xp.zeros((len(y), 1)) for y in labels],
                                    weights if weights is not None else [None] * len(labels))
         return np.array([newton_step(xp, pairs, collective)])

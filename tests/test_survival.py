@@ -237,6 +237,9 @@ def test_the_training_labels_are_ranked_once(monkeypatch):
     booster = gbflow.train(X, y, {"objective": "survival:cox", "max_depth": 2,
                                   "eval_metric": "rmse"}, 3, verbose=False)
     assert len(made) == 1 and booster.num_boosted_rounds() == 3
+    import pickle
+    again = pickle.loads(pickle.dumps(booster))  # the objective keeps no risk sets after it
+    np.testing.assert_array_equal(again.predict(X), booster.predict(X))
 
 
 def test_overflowing_hazards_stop_training_with_a_clear_error():
