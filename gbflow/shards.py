@@ -60,6 +60,9 @@ class ShardSet:
         self.level_plans: bool | None = {"0": False, "1": True}.get(
             os.environ.get("GBFLOW_LEVEL_PLANS", ""))
         self.planned_layout = None  # the planned trees' level arrays (``grow.planned``)
+        # whole trees in one backend call (``grow.whole``) where the backend has the grower
+        # and the data allows; GBFLOW_WHOLE_TREES=0 turns them off (to compare the loops)
+        self.whole_trees = os.environ.get("GBFLOW_WHOLE_TREES", "") != "0"
         self._owner = self._local = None  # per feature: its store, its id there
         self._split_column: list = []  # per shard, the gathered split bins (several stores)
         self.categorical: np.ndarray | None = None  # (F,) bool, set with the stores (prepare)
@@ -99,6 +102,16 @@ class ShardSet:
         dense_only = len(self.stores) == 1 and self.dense.n_features > 0
         wanted = self.backend.queues_ahead if self.level_plans is None else self.level_plans
         return dense_only and not self.has_categorical and wanted
+
+    @property
+    def grows_whole_trees(self) -> bool:
+        """Whether trees may be grown in one backend call (``grow.whole``): the backend has a
+        whole-tree grower, ``whole_trees`` is on, and there is one process, one resident shard
+        and only dense, numeric features."""
+        dense_only = len(self.stores) == 1 and self.dense.n_features > 0
+        return self.whole_trees and self.backend.grow_dense_tree is not None and dense_only \
+            and len(self.shards) == 1 and self.collective.size == 1 and \
+            not self.has_categorical and not self.dense.paged
 
     @property
     def n_rows_total(self) -> int:

@@ -343,6 +343,55 @@ def test_planned_trees_equal_level_by_level_trees(task, extra, hist_bytes, devic
     assert "tree" in planned.timings and "tree" not in levels.timings
 
 
+WHOLE_CASES = [
+    ("regression", {"max_depth": 6}),
+    ("binary", {"max_depth": 5, "subsample": 0.7, "colsample_bytree": 0.5,
+                "colsample_bylevel": 0.7}),
+    ("multiclass", {"max_depth": 3}),
+    ("regression", {"max_depth": 1}),  # the root's split is the last
+    ("regression", {"max_depth": 8, "min_child_weight": 30, "reg_alpha": 2.0}),  # stops early
+    ("regression", {"max_depth": 5, "gamma": 1e6}),  # nothing splits
+    ("regression", {"max_depth": 6, "max_delta_step": 0.05}),  # capped weights
+    ("regression", {"max_depth": 4, "objective": "reg:absoluteerror"}),  # leaves line-searched
+    ("binary", {"max_depth": 4, "max_leaves": 16}),  # a leaf budget that cannot bind
+]
+
+
+@pytest.mark.parametrize("task,extra", WHOLE_CASES)
+def test_whole_trees_equal_level_by_level_trees(task, extra):
+    """The CPU's whole trees (one compiled call a tree) are the level-by-level loop's trees and
+    margins, for every training control they take."""
+    df = make_table(task=task, seed=8)
+    params = make_params({**PARAMS[task], **extra})
+
+    def fit(whole):
+        shardset = shards.ShardSet(get_backend("cpu"))
+        shardset.whole_trees = whole
+        booster = boosting.fit(shardset.backend, [inputs.load(df, "y")], params, 10,
+                               verbose=False, keep_training_margins=True, shardset=shardset)
+        assert shardset.grows_whole_trees == whole
+        return booster
+
+    levels, whole = fit(False), fit(True)
+    assert whole.to_json() == levels.to_json()
+    for a, b in zip(whole.training_margins, levels.training_margins):
+        assert np.array_equal(a, b)
+    assert "whole trees" in whole.timings and "whole trees" not in levels.timings
+    assert "splits" in levels.timings and "splits" not in whole.timings
+
+
+@pytest.mark.parametrize("extra", [{"monotone_constraints": (1, 0, 0, 0, 0, 0)},
+                                   {"colsample_bynode": 0.5}, {"max_leaves": 5},
+                                   {"interaction_constraints": [[0, 1], [2, 3, 4, 5]]}])
+def test_whole_trees_give_way_where_they_cannot_follow_the_rules(extra):
+    """Per-node samples, monotone and interaction constraints and a leaf budget that binds
+    are the level-by-level loop's (or best-first's) even where whole trees are on."""
+    df = make_table(seed=8)
+    booster = gbflow.train(df, "y", {"max_depth": 4, "device": "cpu", **extra}, 3,
+                           verbose=False)
+    assert "whole trees" not in booster.timings and "splits" in booster.timings
+
+
 def test_planned_trees_by_default_on_the_gpu_only_with_dense_features(device):
     df = make_table(seed=9)
     for sparse_threshold, dense_only in ((1.0, True), (0.0, False)):

@@ -122,15 +122,21 @@ def _random_binned(rng, n=400, n_value_bins=(5, 1, 3, 8)):
     return bins, gh, n_value_bins
 
 
-@pytest.mark.parametrize("sparse,level_plans", [((), False), ((), True), ((1, 3), False)])
-def test_the_grower_grows_the_reference_tree(device, sparse, level_plans):
+@pytest.mark.parametrize("sparse,loop", [((), "levels"), ((), "planned"), ((), "whole"),
+                                         ((1, 3), "levels")])
+def test_the_grower_grows_the_reference_tree(device, sparse, loop):
     """Every loop and store layout grows the tree the rules define, and sends every row's
     margin its leaf's value."""
     rng = np.random.default_rng(3)
     bins, gh, n_value_bins = _random_binned(rng)
     backend = get_backend(device)
-    shardset = _shard_set(backend, bins, gh, sparse, level_plans)
-    assert shardset.uses_level_plans == level_plans and len(shardset.stores) == 1 + bool(sparse)
+    if loop == "whole" and backend.grow_dense_tree is None:
+        pytest.skip(f"the {backend.name} backend grows no whole trees")
+    shardset = _shard_set(backend, bins, gh, sparse, loop == "planned")
+    shardset.whole_trees = loop == "whole"
+    assert shardset.uses_level_plans == (loop == "planned")
+    assert shardset.grows_whole_trees == (loop == "whole")
+    assert len(shardset.stores) == 1 + bool(sparse)
     scales = Scales(64.0, 16.0)
     tree, rows = grow_tree(shardset, [backend.xp.asarray(gh)], scales, _cuts(n_value_bins),
                            RULES, np.ones(len(n_value_bins), bool), 0)
@@ -145,6 +151,7 @@ def test_the_grower_grows_the_reference_tree(device, sparse, level_plans):
     assert np.array_equal(backend.to_host(margin), expected_margin)
     assert (tree.bin_threshold[tree.feature == 1] == 0).all()  # present versus missing
     assert (tree.feature == 1).any() and tree.n_nodes > 7
+    assert ("whole trees" in shardset.timers.seconds) == (loop == "whole")
 
 
 def test_the_grower_follows_the_rules_and_the_feature_sample():

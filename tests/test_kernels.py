@@ -907,3 +907,72 @@ def test_leaf_weights_with_bounds(max_delta_step):
     if max_delta_step:
         raw = np.clip(raw, -max_delta_step, max_delta_step)
     assert np.array_equal(bounded, np.maximum(raw, -0.1) * 0.5)
+
+
+GROW_CASES = [  # n_rows, n_features, n_bins, max_depth, extra keyword arguments
+    (1, 3, 16, 3, {}),  # one row: the root cannot split
+    (1000, 5, 16, 0, {}),  # depth limit 0: the root is the tree
+    (1000, 5, 16, 1, {}),  # the root's split is the last
+    (3000, 4, 256, 6, {"reg_alpha": 0.5, "max_delta_step": 0.7}),
+    (3000, 4, 256, 6, {"max_delta_step": 0.0}),  # bounded search without a cap
+    (20000, 8, 64, 8, {}),  # deep levels of many small nodes: one thread a node
+    (60000, 3, 16, 3, {}),  # nodes of 15K-60K rows: each over every thread
+    (5000, 6, 32, 7, {"min_child_weight": 3e5}),  # levels stop before the limit
+    (5000, 6, 32, 5, {"min_gain": 1e30}),  # nothing splits
+    (4000, 6, 32, 5, {"allowed": "by depth"}),  # each depth its own feature sample
+]
+
+
+@pytest.mark.parametrize("n_rows,n_features,n_bins,max_depth,extra", GROW_CASES)
+def test_grow_dense_tree(n_rows, n_features, n_bins, max_depth, extra):
+    """The CPU's whole-tree grower against its twin: every node array equal, and every node's
+    rows the same rows in the same order (the level loop's stable partitions)."""
+    from gbflow.backend import cpu_tree
+    rng = np.random.default_rng(n_rows + max_depth)
+    bins, gh, _, _, _ = random_level(rng, n_rows, n_features, n_bins, 1)
+    signal = np.where(bins[:, 0] > n_bins // 2, 2**38, -2**38) + \
+        np.where(bins[:, 1] == 0, 2**39, 0) + np.where(bins[:, -1] % 3 == 0, 2**37, 0)
+    gh[:, 0] += signal  # something to split on, present versus missing included
+    extra = dict(extra)
+    allowed = np.ones((max_depth, n_features), dtype=bool)
+    if extra.pop("allowed", None):
+        allowed = rng.random((max_depth, n_features)) < 0.5
+        allowed[:, 0] = np.arange(max_depth) % 2 == 0
+    n_value_bins = np.full(n_features, n_bins - 1, dtype=np.int32)
+    n_value_bins[0] = max(1, n_bins // 3)  # a feature narrower than the histograms
+    bins[:, 0] = np.minimum(bins[:, 0], n_value_bins[0])
+    args = dict(inv_scale_g=2.0**-30, inv_scale_h=2.0**-30, reg_lambda=1.0,
+                reg_alpha=extra.pop("reg_alpha", 0.0),
+                min_child_weight=extra.pop("min_child_weight", 1.0),
+                min_gain=extra.pop("min_gain", 1e-6), **extra)
+    by_feature = np.ascontiguousarray(bins.T)
+    rows = {}
+    grown = {}
+    for name, grow in (("twin", numpy_kernels.grow_dense_tree),
+                       ("numba", cpu_tree.grow_dense_tree)):
+        rows[name] = (np.arange(n_rows, dtype=_dtypes.ROW_INDEX),
+                      np.full(n_rows, -1, dtype=_dtypes.ROW_INDEX))
+        grown[name] = grow(bins, by_feature, gh, *rows[name], n_value_bins, n_bins, allowed,
+                           **args)
+    twin, fast = grown["twin"], grown["numba"]
+    for field in ("totals", "feature", "bin_threshold", "default_left", "gain", "left", "depth",
+                  "seg_start", "seg_count"):
+        a, b = getattr(twin, field), getattr(fast, field)
+        assert a.dtype == b.dtype and np.array_equal(a, b), field
+    for k in np.flatnonzero(twin.seg_start >= 0):
+        segment = slice(twin.seg_start[k], twin.seg_start[k] + twin.seg_count[k])
+        parity = twin.depth[k] % 2
+        assert np.array_equal(rows["twin"][parity][segment], rows["numba"][parity][segment])
+    # the tree is whole: the root holds every row, children sum to their parent
+    assert twin.totals[0].tolist() == gh.sum(axis=0).tolist()
+    split = np.flatnonzero(twin.feature >= 0)
+    assert np.array_equal(twin.totals[twin.left[split]] + twin.totals[twin.left[split] + 1],
+                          twin.totals[split])
+    assert (twin.depth <= max_depth).all() and len(twin.feature) == 2 * len(split) + 1
+    if args["min_child_weight"] > 1e4:
+        assert 2 < twin.depth.max() < max_depth
+    elif n_rows > 1 and args["min_gain"] < 1:
+        assert twin.depth.max() == max_depth
+    else:
+        assert len(twin.feature) == 1
+    assert all(allowed[twin.depth[k], twin.feature[k]] for k in split)

@@ -358,7 +358,7 @@ def test_default_routing_stores_sparse_only_what_saves_memory():
     whose entries (8 bytes of row starts, then 3 a uint8-bin entry) cost less than their dense
     columns (2 bytes a row each): two such columns stay dense, twelve one-hot ones go sparse,
     and a long tail of fuller columns is left out when it costs more than it saves."""
-    n = 10_000
+    n = 40_000  # 1.6M cells: above the small tables kept dense whole
     offsets = np.arange(0, 3 * 41, 3)  # 40 features, bins 0 (missing), 1, 2 each
     cuts = cuts_mod.Cuts(values=np.full(40, 0.5, np.float32), offsets=np.arange(41),
                          max_bin=256)
@@ -370,7 +370,7 @@ def test_default_routing_stores_sparse_only_what_saves_memory():
         return counts
 
     dense_like = [n // 2] * 38  # every feature below 0.8 but two
-    two = counts_of(dense_like + [500, 500])  # 5% entries: 8 + 2 * 0.15 bytes a row > 2 * 2
+    two = counts_of(dense_like + [n // 20, n // 20])  # 5% entries: 8 + 2 * 0.15 bytes a row > 2 * 2
     assert routing.decide(two, cuts, 0.8).sparse.tolist() == [38, 39]
     assert not routing.decide(two, cuts, None).has_sparse
     one_hot = counts_of([n // 2] * 28 + [n // 12] * 12)  # 12 one-hot columns: 24 vs 8 + 3 bytes
@@ -379,9 +379,34 @@ def test_default_routing_stores_sparse_only_what_saves_memory():
     assert auto.dense.tolist() == list(range(28))
     # 4 columns of 1% and 10 of 19.9%: the 4 alone cost 8.12 bytes a row against 8 dense; all
     # 14 cost 8 + 3 * (0.04 + 1.99) = 14.1 against 28: the sparsest first, as many as pay most
-    mixed = counts_of([n // 2] * 26 + [100] * 4 + [1990] * 10)
+    mixed = counts_of([n // 2] * 26 + [n // 100] * 4 + [n * 199 // 1000] * 10)
     chosen = routing.decide(mixed, cuts, None).sparse
     assert chosen.tolist() == list(range(26, 40))
     # the model is the same whichever way (test_routing_never_changes_the_model); the default
     # is None and an explicit threshold is followed exactly
     assert gbflow.params.make_params({}).sparse_threshold is None
+
+
+def test_default_routing_keeps_a_small_table_of_alike_columns_dense():
+    """A table of at most ``SMALL_TABLE_CELLS`` cells whose features have alike bin counts stays
+    dense whole by default (what the memory rule would store sparse); one-hot columns among
+    256-bin ones (dense histograms 50x the compact ones) still go sparse; so does a table one
+    row larger, and an explicit threshold is followed whatever the size."""
+    def routed(n, n_value_bins, present):
+        offsets = np.concatenate([[0], np.cumsum(np.asarray(n_value_bins) + 1)])
+        values = np.concatenate([np.arange(k, dtype=np.float32) + 0.5 for k in
+                                 np.asarray(n_value_bins) - 1])
+        cuts = cuts_mod.Cuts(values=values, offsets=np.concatenate(
+            [[0], np.cumsum(np.asarray(n_value_bins) - 1)]).astype(np.int64), max_bin=256)
+        counts = np.zeros(offsets[-1], np.int64)
+        counts[offsets[:-1]] = n - np.asarray(present)  # missing
+        counts[offsets[:-1] + 1] = present  # every present value in the first value bin
+        return lambda threshold=None: routing.decide(counts, cuts, threshold).sparse.tolist()
+
+    cells = routing.SMALL_TABLE_CELLS
+    n = cells // 40
+    alike = routed(n, [16] * 40, [n // 2] * 28 + [n // 12] * 12)
+    assert alike() == [] and alike(0.8) == list(range(28, 40))
+    assert routed(n + 1, [16] * 40, [n // 2] * 28 + [n // 12] * 12)() == list(range(28, 40))
+    one_hot = routed(n, [255] * 4 + [1] * 36, [n // 2] * 4 + [n // 12] * 36)
+    assert one_hot() == list(range(4, 40))

@@ -6,8 +6,11 @@
   the CUDA kernels and the level plans read.
 - Argument checks the NumPy twins and the fast kernels must make alike (a fast kernel reading
   past a node must fail the same way its twin does).
+- ``GrownTree``: what the whole-tree growers (``grow_dense_tree``) hand back.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -125,3 +128,37 @@ def check_bounds(bounds, n_nodes, n_features):
         raise ValueError(f"split search: {len(monotone)} monotone constraints for "
                          f"{n_features} features")
     return float(max_delta_step), node_bounds, monotone
+
+
+@dataclasses.dataclass
+class GrownTree:
+    """A tree grown whole by ``grow_dense_tree`` (host arrays, (n_nodes,) in the tree's
+    breadth-first id order: a level's splits, in id order, give their children consecutive
+    ids, as the level-by-level grower numbers them).
+
+    totals: (n_nodes, 2) int64 fixed-point [g, h] sums. feature: int32 the split's dense
+    (store-local) feature, -1 on leaves. bin_threshold: int32, bins 1..t go left (0 on leaves,
+    and on a present-versus-missing split). default_left: bool, where missing values go (False
+    on leaves). gain: float64 (0 on leaves). left: int64 the left child's id (the right one's is
+    left + 1), -1 on leaves. depth: int32. seg_start, seg_count: int64 the node's rows, a
+    segment of the row array of its depth's parity (``grow_dense_tree``); -1 and 0 for the
+    nodes of the last level of a tree that reached its depth limit (their rows were not moved:
+    their parent's segment and split say where each row went).
+    """
+
+    totals: np.ndarray
+    feature: np.ndarray
+    bin_threshold: np.ndarray
+    default_left: np.ndarray
+    gain: np.ndarray
+    left: np.ndarray
+    depth: np.ndarray
+    seg_start: np.ndarray
+    seg_count: np.ndarray
+
+
+def tree_node_capacity(n_rows: int, max_depth: int) -> int:
+    """Most nodes a depthwise tree of ``max_depth`` levels over ``n_rows`` rows can have: a
+    split's children each hold a row (an empty child makes the gain exactly 0, never above
+    ``min_gain``), so at most n_rows leaves."""
+    return min(2 ** (max_depth + 1) - 1, 2 * max(int(n_rows), 1) - 1)

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from . import cpu_kernels
+from . import cpu_kernels, cpu_tree
 from .base import Backend
 
 
@@ -20,6 +20,9 @@ class CpuBackend(Backend):
 
     def __init__(self, kernels=cpu_kernels):
         super().__init__(np, kernels)
+        # a method's value per instance: the twin under ``reference_kernels()``
+        self.grow_dense_tree = cpu_tree.grow_dense_tree if kernels is cpu_kernels else \
+            kernels.grow_dense_tree
         if kernels is cpu_kernels:
             announce_first_compile()
 

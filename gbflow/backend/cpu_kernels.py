@@ -159,7 +159,7 @@ def _l1_threshold(G, reg_alpha):
     return 0.0
 
 
-@njit(**_JIT)
+@njit(inline="always", **_JIT)
 def _score(G, H, reg_lambda, reg_alpha):
     t = _l1_threshold(G, reg_alpha)
     return t * t / (H + reg_lambda)
@@ -192,7 +192,7 @@ def _parent_gain(GP, HP, reg_lambda, reg_alpha, bounded, max_delta_step, lower, 
     return _weight_gain(GP, HP, reg_lambda, reg_alpha, w)
 
 
-@njit(**_JIT)
+@njit(inline="always", **_JIT)
 def _candidate_gain(lg, lh, tot_g, tot_h, parent, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
                     min_child_weight, bounded, max_delta_step, lower, upper, sign):
     """Gain of the split whose left child sums to (lg, lh) of the node's (tot_g, tot_h), with the

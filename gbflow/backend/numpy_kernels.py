@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import _dtypes
 from .common import (
+    GrownTree,
     categorical_width,
     check_bounds,
     check_dest,
@@ -1001,6 +1002,79 @@ def partition_planned(bins, bins_by_feature, gh, row_index, work, n_work, featur
                                             seg_count, feature, bin_threshold, default_left,
                                             small_is_left, n_bins, out=out, dest=dest)
     return left_count
+
+
+def grow_dense_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_bins, n_bins,
+                    feature_allowed, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
+                    min_child_weight, min_gain, max_delta_step=None):
+    """One depthwise tree grown whole on one shard's dense bins: every level's split search
+    (``evaluate_splits``), partition with the smaller child's histograms
+    (``partition_and_histogram``) and siblings (parent minus built child), in one call.
+
+    bins (n, D) and bins_by_feature (D, n) uint8/uint16, gh (n, 2) int64, n_value_bins (D,)
+    int32 as the kernels take them; feature_allowed: (max_depth, D) bool, row d the features
+    the nodes of depth d may split on (its length is the depth limit). row_index: (n,) int32
+    ``arange(n)``, the root's rows, and spare_index (n,) int32 scratch: level d's segments are
+    written to (row_index, spare_index)[d % 2] (both are overwritten). A node splits when its
+    best gain exceeds ``min_gain``. max_delta_step: None (weights unbounded) or XGBoost's cap
+    (0: none) with every node's bounds infinite (no monotone constraint). Returns a
+    ``GrownTree``: the tree the level-by-level grower grows on the same data."""
+    n_rows = bins.shape[0]
+    max_depth = feature_allowed.shape[0]
+    rows = (row_index, spare_index)
+    seg_start = np.zeros(1, dtype=np.int64)
+    seg_count = np.full(1, n_rows, dtype=np.int64)
+    hist = build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins)
+    totals = hist[:, 0].sum(axis=1)  # every row sits in exactly one bin of feature 0
+    next_id = 1
+    levels = []
+    for depth in range(max_depth + 1):
+        n = len(totals)
+        no = np.zeros(n, dtype=bool)
+        gain, feature, bin_threshold, default_left, left_sum = \
+            np.zeros(n), np.full(n, -1, dtype=np.int32), np.zeros(n, dtype=np.int32), no, None
+        do_split = no
+        if depth < max_depth:
+            bounds = None if max_delta_step is None else \
+                (max_delta_step, np.tile([-np.inf, np.inf], (n, 1)), None)
+            gain, feature, bin_threshold, default_left, left_sum = evaluate_splits(
+                hist, n_value_bins, feature_allowed[depth], inv_scale_g, inv_scale_h,
+                reg_lambda, reg_alpha, min_child_weight, bounds)
+            do_split = (feature >= 0) & (gain > min_gain)
+        sp = np.flatnonzero(do_split)
+        left = np.full(n, -1, dtype=np.int64)
+        left[sp] = next_id + 2 * np.arange(len(sp))
+        levels.append((totals, np.where(do_split, feature, -1),
+                       np.where(do_split, bin_threshold, 0), default_left & do_split,
+                       np.where(do_split, gain, 0.0), left, np.full(n, depth), seg_start,
+                       seg_count))
+        if not len(sp):
+            break
+        left_sum = left_sum[sp]
+        right_sum = totals[sp] - left_sum
+        child_totals = np.stack([left_sum, right_sum], axis=1).reshape(-1, 2)
+        if depth + 1 == max_depth:  # the children are leaves: their rows are not moved
+            seg_start = np.full(2 * len(sp), -1, dtype=np.int64)
+            seg_count = np.zeros(2 * len(sp), dtype=np.int64)
+        else:
+            built_left = left_sum[:, 1] <= right_sum[:, 1]
+            left_count, built = partition_and_histogram(
+                bins, bins_by_feature, gh, rows[depth % 2], seg_start[sp], seg_count[sp],
+                feature[sp], bin_threshold[sp], default_left[sp], built_left, n_bins,
+                dest=rows[(depth + 1) % 2])
+            built_at = 2 * np.arange(len(sp)) + np.where(built_left, 0, 1)
+            children = np.empty((2 * len(sp),) + hist.shape[1:], dtype=_dtypes.FIXED)
+            children[built_at] = built
+            children[built_at ^ 1] = hist[sp] - built
+            hist = children
+            seg_start = np.stack([seg_start[sp], seg_start[sp] + left_count], 1).reshape(-1)
+            seg_count = np.stack([left_count, seg_count[sp] - left_count], 1).reshape(-1)
+        totals = child_totals
+        next_id += 2 * len(sp)
+    columns = [np.concatenate(values) for values in zip(*levels)]
+    dtypes = (_dtypes.FIXED, np.int32, np.int32, np.bool_, np.float64, np.int64, np.int32,
+              np.int64, np.int64)
+    return GrownTree(*(column.astype(dtype) for column, dtype in zip(columns, dtypes)))
 
 
 def leaf_weights(totals, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate,

@@ -1,11 +1,13 @@
-"""Growing one tree over a ShardSet: level by level, planned (queued on the device), or to a
-leaf budget.
+"""Growing one tree over a ShardSet: level by level, planned (queued on the device), whole (in
+one backend call), or to a leaf budget.
 
-The first two give the same tree and the same training margins (tested): the planned one where
+The first three give the same tree and the same training margins (tested): the planned one where
 the backend queues ahead and every feature is in the dense store (``ShardSet.uses_level_plans``),
-the level-by-level one otherwise, and also under a ``max_leaves`` that can stop a tree before its
-depth limit (the depthwise budget: a level's splits in id order while leaves remain). Under such
-a budget ``grow_policy="lossguide"`` takes the best-first loop (``best_first``).
+the whole one where the backend grows whole trees and one process holds one dense shard
+(``ShardSet.grows_whole_trees``), the level-by-level one otherwise, and also under a
+``max_leaves`` that can stop a tree before its depth limit (the depthwise budget: a level's
+splits in id order while leaves remain). Under such a budget ``grow_policy="lossguide"`` takes
+the best-first loop (``best_first``).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from .best_first import grow_tree_best_first
 from .levels import grow_tree_levels
 from .pending import PendingTree, finished_tree
 from .planned import grow_tree_planned
+from .whole import grow_tree_whole
 
 __all__ = ["PendingTree", "finished_tree", "grow_tree"]
 
@@ -35,8 +38,8 @@ def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed, group: i
             np.atleast_2d(feature_allowed), (rules.max_depth, np.shape(feature_allowed)[-1])))
     if rules.leaf_budget_binds and rules.lossguide:
         return grow_tree_best_first(shardset, gh, scales, cuts, rules, feature_allowed, group)
-    planned = shardset.uses_level_plans and not rules.leaf_budget_binds and \
-        feature_allowed.node_rate >= 1.0 and \
+    level_masks = not rules.leaf_budget_binds and feature_allowed.node_rate >= 1.0 and \
         (rules.bounds is None or rules.bounds.monotone is None) and rules.interactions is None
-    grow = grow_tree_planned if planned else grow_tree_levels
+    grow = grow_tree_planned if level_masks and shardset.uses_level_plans else \
+        grow_tree_whole if level_masks and shardset.grows_whole_trees else grow_tree_levels
     return grow(shardset, gh, scales, cuts, rules, feature_allowed, group)

@@ -1,0 +1,61 @@
+"""Growing one tree in one backend call (``Backend.grow_dense_tree``): no host work per level."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .. import _dtypes
+from ..tree import Tree
+from .margins import LeafRows
+
+
+def grow_tree_whole(shardset, gh: list, scales, cuts, rules, feature_allowed,
+                    group: int) -> tuple[Tree, list[LeafRows]]:
+    """``gbflow.grow.grow_tree`` in one call of the backend's whole-tree grower: the tree and
+    training margins the level-by-level loop gives (the same kernels on the same integers).
+    For one shard of dense numeric features in one process (``ShardSet.grows_whole_trees``),
+    per-depth feature masks (no per-node sample), weights bounded by ``max_delta_step`` at
+    most (no monotone or interaction constraint), no leaf budget that binds."""
+    dense = shardset.dense
+    shardset.reset_row_index()
+    rows = (shardset.row_index[0], shardset._spare_index[0])
+    allowed = np.ascontiguousarray(feature_allowed.by_level[:, dense.features])
+    bounds = rules.bounds
+    with shardset.timers("whole trees"):
+        grown = shardset.backend.grow_dense_tree(
+            dense.rows(0), dense.columns(0), gh[0], *rows, dense.n_value_bins_host, cuts.n_bins,
+            allowed, *rules.split.constants(scales), rules.split.min_gain,
+            None if bounds is None else bounds.max_delta_step)
+    n = len(grown.feature)
+    split = grown.feature >= 0
+    node_bounds = None if bounds is None else np.tile([-np.inf, np.inf], (n, 1))
+    arrays = {
+        "feature": np.where(split, dense.features[np.maximum(grown.feature, 0)], _dtypes.LEAF),
+        "bin_threshold": grown.bin_threshold, "threshold": np.zeros(n),
+        "default_left": grown.default_left, "left": np.where(split, grown.left, -1),
+        "right": np.where(split, grown.left + 1, -1),
+        "value": rules.leaf.values(grown.totals, scales, node_bounds),
+        "gain": grown.gain, "cover": grown.totals[:, 1] * (1.0 / scales.h),
+    }
+    arrays["threshold"][split] = cuts.split_thresholds(arrays["feature"][split],
+                                                       grown.bin_threshold[split])
+    tree = Tree.concatenate_levels([arrays], group)  # one level: the whole tree, cast alike
+    return tree, [_leaf_rows(shardset, rows, grown, rules.max_depth, tree.value)]
+
+
+def _leaf_rows(shardset, rows: tuple, grown, max_depth: int, node_value) -> LeafRows:
+    """The shard's ``LeafRows``: the leaves whose rows were moved, by the row array their depth
+    wrote (``rows[depth % 2]``); the splits at depth max_depth - 1 by their segments."""
+    leaf = (grown.feature < 0) & (grown.seg_start >= 0)
+    parity = grown.depth % 2
+    leaves = [(rows[p], grown.seg_start[at], grown.seg_count[at], np.flatnonzero(at))
+              for p in (0, 1) for at in [leaf & (parity == p)] if at.any()]
+    last = np.flatnonzero((grown.feature >= 0) & (grown.depth == max_depth - 1))
+    # the row arrays as the level loop leaves them: the deepest level's rows current
+    deepest = int(grown.depth[grown.seg_start >= 0].max()) % 2
+    shardset.row_index, shardset._spare_index = [rows[deepest]], [rows[1 - deepest]]
+    return LeafRows(leaves, rows[deepest], grown.seg_start[last], grown.seg_count[last],
+                    grown.feature[last], grown.bin_threshold[last], grown.default_left[last],
+                    grown.left[last], node_value=node_value,
+                    by_feature=functools.partial(shardset.dense.columns, 0))
