@@ -301,6 +301,13 @@ def test_level_buffers_reuse_storage_per_parity():
     assert buffers.take("dense", 0, (0, 0, 16, 2), np.int64).size == 0
 
 
+def _assert_same_training(booster, other):
+    """The two boosters' model files and training margins are equal, bit for bit."""
+    assert booster.to_json() == other.to_json()
+    for a, b in zip(booster.training_margins, other.training_margins, strict=True):
+        assert np.array_equal(a, b)
+
+
 PLANNED_CASES = [
     ("regression", {"max_depth": 6}, None),
     ("binary", {"max_depth": 5, "subsample": 0.7, "colsample_bytree": 0.5}, None),
@@ -337,9 +344,7 @@ def test_planned_trees_equal_level_by_level_trees(task, extra, hist_bytes, devic
         return booster
 
     levels, planned = fit(False), fit(True)
-    assert planned.to_json() == levels.to_json()
-    for a, b in zip(planned.training_margins, levels.training_margins):
-        assert np.array_equal(a, b)
+    _assert_same_training(planned, levels)
     assert "tree" in planned.timings and "tree" not in levels.timings
 
 
@@ -373,9 +378,7 @@ def test_whole_trees_equal_level_by_level_trees(task, extra):
         return booster
 
     levels, whole = fit(False), fit(True)
-    assert whole.to_json() == levels.to_json()
-    for a, b in zip(whole.training_margins, levels.training_margins):
-        assert np.array_equal(a, b)
+    _assert_same_training(whole, levels)
     assert "whole trees" in whole.timings and "whole trees" not in levels.timings
     assert "splits" in levels.timings and "splits" not in whole.timings
 
