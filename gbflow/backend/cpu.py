@@ -37,7 +37,7 @@ class CpuBackend(Backend):
 
 
 # Kernels every dense training calls: when numba's disk cache holds none of them, this is the
-# first use in this environment (or after an upgrade), and compiling takes 10-20 s.
+# first use in this environment (or after an upgrade), and compiling takes 10-30 s.
 _CORE_KERNELS = ("_bin_features", "_quantise_gradients", "_build_histograms",
                  "_partition_and_histogram")
 _announced = False
@@ -55,7 +55,7 @@ def _cached_on_disk(dispatcher) -> bool | None:
 def announce_first_compile() -> None:
     """Log once per process, at WARNING on the "gbflow" logger (seen without any logging set
     up), that the CPU kernels are about to be compiled, when none of the core ones is in
-    numba's disk cache: otherwise the first training is silent for 10-20 s."""
+    numba's disk cache: otherwise the first training is silent for 10-30 s."""
     global _announced
     if _announced:
         return
@@ -64,4 +64,4 @@ def announce_first_compile() -> None:
     if not any(c is None or c for c in cached):
         logging.getLogger("gbflow").warning(
             "gbflow: compiling the CPU kernels for this machine (first use after installing; "
-            "about 10-20 s, cached on disk for later runs)")
+            "about 10-30 s, cached on disk for later runs)")
