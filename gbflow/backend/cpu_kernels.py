@@ -193,6 +193,22 @@ def _parent_gain(GP, HP, reg_lambda, reg_alpha, bounded, max_delta_step, lower, 
 
 
 @njit(inline="always", **_JIT)
+def _free_gain(lg, lh, tot_g, tot_h, parent, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
+               min_child_weight):
+    """``_candidate_gain`` without bounds, its float operations in its order, written as one
+    expression so that the split search's gain pass has no branch."""
+    GL = np.float64(lg) * inv_scale_g
+    HL = np.float64(lh) * inv_scale_h
+    GR = np.float64(tot_g - lg) * inv_scale_g
+    HR = np.float64(tot_h - lh) * inv_scale_h
+    valid = (HL >= min_child_weight) & (HR >= min_child_weight) & (HL + reg_lambda > 0) & \
+        (HR + reg_lambda > 0)
+    gain = (_score(GL, HL, reg_lambda, reg_alpha) + _score(GR, HR, reg_lambda, reg_alpha)) - \
+        parent
+    return gain if valid else -np.inf
+
+
+@njit(inline="always", **_JIT)
 def _candidate_gain(lg, lh, tot_g, tot_h, parent, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
                     min_child_weight, bounded, max_delta_step, lower, upper, sign):
     """Gain of the split whose left child sums to (lg, lh) of the node's (tot_g, tot_h), with the
@@ -990,6 +1006,11 @@ def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, pa
         best_d = False
         best_lg = np.int64(0)
         best_lh = np.int64(0)
+        at_t = np.empty(padded_bins, dtype=np.int64)  # the unbounded passes' candidates
+        at_g = np.empty(padded_bins, dtype=np.int64)
+        at_h = np.empty(padded_bins, dtype=np.int64)
+        gain_left = np.empty(padded_bins, dtype=np.float64)
+        gain_right = np.empty(padded_bins, dtype=np.float64)
         for f in range(n_features):
             if not feature_allowed[k % feature_allowed.shape[0], f]:  # 1 row, or 1 a node
                 continue
@@ -1013,6 +1034,42 @@ def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, pa
             cum_h = np.int64(0)
             n_values = n_value_bins[f]
             sign = monotone[f]
+            if not bounded:
+                # The same candidates in three passes: the thresholds worth scoring with their
+                # left sums (the empty-bin rule below), every gain (no branch between the
+                # divisions, which the core then overlaps), and the scan in candidate order.
+                m = 0
+                for t in range(1, min(n_values, padded_bins - 1) + 1):
+                    bin_g = hist[k, lo + t, 0] if t < width else np.int64(0)
+                    bin_h = hist[k, lo + t, 1] if t < width else np.int64(0)
+                    if t > 1 and bin_g == 0 and bin_h == 0:
+                        continue
+                    cum_g += bin_g
+                    cum_h += bin_h
+                    at_t[m] = t
+                    at_g[m] = cum_g
+                    at_h[m] = cum_h
+                    m += 1
+                for j in range(m):
+                    every_value = at_t[j] == n_values
+                    g0 = _free_gain(at_g[j] + miss_g, at_h[j] + miss_h, tot_g, tot_h, parent,
+                                    inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
+                                    min_child_weight)
+                    g1 = _free_gain(at_g[j], at_h[j], tot_g, tot_h, parent, inv_scale_g,
+                                    inv_scale_h, reg_lambda, reg_alpha, min_child_weight)
+                    gain_left[j] = -np.inf if every_value else g0
+                    gain_right[j] = -np.inf if no_missing and not every_value else g1
+                for j in range(m):
+                    for d in range(2):  # 0: missing goes left, 1: missing goes right
+                        g = gain_left[j] if d == 0 else gain_right[j]
+                        if g > best:
+                            best = g
+                            best_f = f
+                            best_t = at_t[j]
+                            best_d = d == 0
+                            best_lg = at_g[j] + miss_g if d == 0 else at_g[j]
+                            best_lh = at_h[j] + miss_h if d == 0 else at_h[j]
+                continue
             for t in range(1, min(n_values, padded_bins - 1) + 1):
                 bin_g = hist[k, lo + t, 0] if t < width else np.int64(0)
                 bin_h = hist[k, lo + t, 1] if t < width else np.int64(0)
