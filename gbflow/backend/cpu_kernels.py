@@ -195,8 +195,9 @@ def _parent_gain(GP, HP, reg_lambda, reg_alpha, bounded, max_delta_step, lower, 
 @njit(inline="always", **_JIT)
 def _free_gain(lg, lh, tot_g, tot_h, parent, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
                min_child_weight):
-    """``_candidate_gain`` without bounds, its float operations in its order, written as one
-    expression so that the split search's gain pass has no branch."""
+    """``_candidate_gain`` without bounds (the twin's float operations in its order; -inf where
+    either child's hessian is below min_child_weight or its H + lambda is not positive), one
+    expression, so that the split search's gain pass has no branch."""
     GL = np.float64(lg) * inv_scale_g
     HL = np.float64(lh) * inv_scale_h
     GR = np.float64(tot_g - lg) * inv_scale_g
@@ -215,6 +216,9 @@ def _candidate_gain(lg, lh, tot_g, tot_h, parent, inv_scale_g, inv_scale_h, reg_
     twin's float operations in its order; -inf where the candidate is not valid. bounded: the
     gain of weights bounded by max_delta_step and the node's [lower, upper], and with sign +1
     (-1) valid only when the left weight is <= (>=) the right one."""
+    if not bounded:
+        return _free_gain(lg, lh, tot_g, tot_h, parent, inv_scale_g, inv_scale_h, reg_lambda,
+                          reg_alpha, min_child_weight)
     GL = np.float64(lg) * inv_scale_g
     HL = np.float64(lh) * inv_scale_h
     GR = np.float64(tot_g - lg) * inv_scale_g
@@ -223,9 +227,6 @@ def _candidate_gain(lg, lh, tot_g, tot_h, parent, inv_scale_g, inv_scale_h, reg_
         return -np.inf
     if not (HL + reg_lambda > 0) or not (HR + reg_lambda > 0):
         return -np.inf
-    if not bounded:
-        return (_score(GL, HL, reg_lambda, reg_alpha) + _score(GR, HR, reg_lambda, reg_alpha)) \
-            - parent
     WL = _bounded_weight(GL, HL, reg_lambda, reg_alpha, max_delta_step, lower, upper)
     WR = _bounded_weight(GR, HR, reg_lambda, reg_alpha, max_delta_step, lower, upper)
     if (sign > 0 and WL > WR) or (sign < 0 and WL < WR):
