@@ -95,3 +95,43 @@ def test_the_console_script_and_module_run(folder):
     bad = subprocess.run([sys.executable, "-m", "gbflow", "train"], capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and "--label" in bad.stderr
+
+
+_TRAIN_AND_COUNT_COMPILES = """
+import numpy as np
+from numba.core import event
+import gbflow
+rng = np.random.default_rng(1)
+X = rng.standard_normal((3000, 8)).astype(np.float32)
+y = (X[:, 0] + rng.standard_normal(3000) > 0).astype(np.float32)
+with event.install_recorder("numba:compile") as recorded:
+    booster = gbflow.train(X, y, {"objective": "binary:logistic", "max_depth": 5,
+                                  "eval_metric": "auc"}, 10, evals=[((X, y), "train")],
+                           verbose=False)
+    booster.predict(X)
+    gbflow.train(X, y, {"objective": "multi:softprob", "num_class": 3, "max_depth": 4}, 5,
+                 verbose=False)
+compiled = sorted({e.data["dispatcher"].py_func.__module__ + "." +
+                   e.data["dispatcher"].py_func.__name__
+                   for _, e in recorded.buffer if e.is_start})
+print(compiled)
+"""
+
+
+def test_compile_fills_numbas_cache_so_that_a_new_process_compiles_nothing(tmp_path):
+    """``gbflow compile`` in an environment whose numba cache is empty (a fresh NUMBA_CACHE_DIR)
+    compiles the kernels; a new process then trains and predicts without compiling any of
+    gbflow's kernels."""
+    import ast
+    import os
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    done = subprocess.run([sys.executable, "-m", "gbflow", "compile"], capture_output=True,
+                          text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "compiled: dense binary" in done.stderr and "numba's disk cache" in done.stderr
+    assert any((tmp_path / "numba").rglob("*.nbi"))
+    after = subprocess.run([sys.executable, "-c", _TRAIN_AND_COUNT_COMPILES],
+                           capture_output=True, text=True, env=env, timeout=300)
+    assert after.returncode == 0, after.stderr
+    compiled = ast.literal_eval(after.stdout.strip().splitlines()[-1])  # the names it printed
+    assert not [name for name in compiled if name.startswith("gbflow.")], compiled

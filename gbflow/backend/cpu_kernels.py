@@ -554,33 +554,33 @@ def _category_goes_left(position, cat_bits, start, default_left, node):
     return ((cat_bits[start + 1 + word] >> np.uint32(position & 31)) & np.uint32(1)) == 0
 
 
-def _tree_walk(goes_left, position_of):
-    """The prediction kernel of one node test (raw values or bins; numba inlines it): every
-    tree in tree order per row, the leaf value added. Without a branch on the direction (a
-    row's path is unpredictable): the right child follows the left one
-    (``predictor.FlatForest``), 1.5x faster than choosing between left and right. Categorical
-    splits (cat_start >= 0) are tested only when the forest has any."""
-    @njit(parallel=True, **_JIT)
-    def walk(rows, feature, threshold, default_left, left, value, tree_root, tree_group, out,
-             cat_start, cat_bits, has_categories):
-        for i in prange(rows.shape[0]):
-            for t in range(tree_root.shape[0]):
-                node = tree_root[t]
+@njit(parallel=True, **_JIT)
+def _walk_trees(rows, binned, feature, threshold, default_left, left, value, tree_root,
+                tree_group, out, cat_start, cat_bits, has_categories):
+    # The prediction walk: every tree in tree order per row, the leaf value added; ``binned``:
+    # rows of bins and bin thresholds, else raw values and float thresholds (one loop-invariant
+    # test; two kernels made by a closure were never loaded from numba's cache: each process
+    # compiled them again, 0.8 s). Without a branch on the direction (a row's path is
+    # unpredictable): the right child follows the left one (``predictor.FlatForest``), 1.5x
+    # faster than choosing between left and right. Categorical splits (cat_start >= 0) are
+    # tested only when the forest has any.
+    for i in prange(rows.shape[0]):
+        for t in range(tree_root.shape[0]):
+            node = tree_root[t]
+            f = feature[node]
+            while f >= 0:
+                x = rows[i, f]
+                if has_categories and cat_start[node] >= 0:
+                    position = _bin_position(x) if binned else _value_position(x)
+                    go_left = _category_goes_left(position, cat_bits, cat_start[node],
+                                                  default_left, node)
+                elif binned:
+                    go_left = _bin_goes_left(x, threshold, default_left, node)
+                else:
+                    go_left = _value_goes_left(x, threshold, default_left, node)
+                node = left[node] + np.int32(1 - go_left)
                 f = feature[node]
-                while f >= 0:
-                    if has_categories and cat_start[node] >= 0:
-                        go_left = _category_goes_left(position_of(rows[i, f]), cat_bits,
-                                                      cat_start[node], default_left, node)
-                    else:
-                        go_left = goes_left(rows[i, f], threshold, default_left, node)
-                    node = left[node] + np.int32(1 - go_left)
-                    f = feature[node]
-                out[i, tree_group[t]] += value[node]
-    return walk
-
-
-_predict_margins = _tree_walk(_value_goes_left, _value_position)
-_predict_margins_binned = _tree_walk(_bin_goes_left, _bin_position)
+            out[i, tree_group[t]] += value[node]
 
 
 def _category_arrays(cat_start, cat_bits):
@@ -593,17 +593,16 @@ def _category_arrays(cat_start, cat_bits):
 def predict_margins(X, feature, threshold, default_left, left, right, value, tree_root, tree_group,
                     out, cat_start=None, cat_bits=None):
     """See numpy_kernels.predict_margins."""
-    _predict_margins(X, feature, threshold, default_left, left, value, tree_root, tree_group,
-                     out, *_category_arrays(cat_start, cat_bits))
+    _walk_trees(X, False, feature, threshold, default_left, left, value, tree_root, tree_group,
+                out, *_category_arrays(cat_start, cat_bits))
     return out
 
 
 def predict_margins_binned(bins, feature, bin_threshold, default_left, left, right, value,
                            tree_root, tree_group, out, cat_start=None, cat_bits=None):
     """See numpy_kernels.predict_margins_binned."""
-    _predict_margins_binned(bins, feature, np.asarray(bin_threshold, dtype=np.int32),
-                            default_left, left, value, tree_root, tree_group, out,
-                            *_category_arrays(cat_start, cat_bits))
+    _walk_trees(bins, True, feature, np.asarray(bin_threshold, dtype=np.int32), default_left,
+                left, value, tree_root, tree_group, out, *_category_arrays(cat_start, cat_bits))
     return out
 
 
