@@ -1006,7 +1006,7 @@ def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, pa
         best_d = False
         best_lg = np.int64(0)
         best_lh = np.int64(0)
-        at_t = np.empty(padded_bins, dtype=np.int64)  # the unbounded passes' candidates
+        at_t = np.empty(padded_bins, dtype=np.int64)  # a feature's thresholds worth scoring
         at_g = np.empty(padded_bins, dtype=np.int64)
         at_h = np.empty(padded_bins, dtype=np.int64)
         gain_left = np.empty(padded_bins, dtype=np.float64)
@@ -1034,42 +1034,10 @@ def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, pa
             cum_h = np.int64(0)
             n_values = n_value_bins[f]
             sign = monotone[f]
-            if not bounded:
-                # The same candidates in three passes: the thresholds worth scoring with their
-                # left sums (the empty-bin rule below), every gain (no branch between the
-                # divisions, which the core then overlaps), and the scan in candidate order.
-                m = 0
-                for t in range(1, min(n_values, padded_bins - 1) + 1):
-                    bin_g = hist[k, lo + t, 0] if t < width else np.int64(0)
-                    bin_h = hist[k, lo + t, 1] if t < width else np.int64(0)
-                    if t > 1 and bin_g == 0 and bin_h == 0:
-                        continue
-                    cum_g += bin_g
-                    cum_h += bin_h
-                    at_t[m] = t
-                    at_g[m] = cum_g
-                    at_h[m] = cum_h
-                    m += 1
-                for j in range(m):
-                    every_value = at_t[j] == n_values
-                    g0 = _free_gain(at_g[j] + miss_g, at_h[j] + miss_h, tot_g, tot_h, parent,
-                                    inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
-                                    min_child_weight)
-                    g1 = _free_gain(at_g[j], at_h[j], tot_g, tot_h, parent, inv_scale_g,
-                                    inv_scale_h, reg_lambda, reg_alpha, min_child_weight)
-                    gain_left[j] = -np.inf if every_value else g0
-                    gain_right[j] = -np.inf if no_missing and not every_value else g1
-                for j in range(m):
-                    for d in range(2):  # 0: missing goes left, 1: missing goes right
-                        g = gain_left[j] if d == 0 else gain_right[j]
-                        if g > best:
-                            best = g
-                            best_f = f
-                            best_t = at_t[j]
-                            best_d = d == 0
-                            best_lg = at_g[j] + miss_g if d == 0 else at_g[j]
-                            best_lh = at_h[j] + miss_h if d == 0 else at_h[j]
-                continue
+            # Three passes: the thresholds worth scoring with their left sums, every gain (no
+            # branch between the divisions without bounds, which the core then overlaps), and
+            # the scan in candidate order (threshold, then missing left before right).
+            m = 0
             for t in range(1, min(n_values, padded_bins - 1) + 1):
                 bin_g = hist[k, lo + t, 0] if t < width else np.int64(0)
                 bin_h = hist[k, lo + t, 1] if t < width else np.int64(0)
@@ -1083,24 +1051,44 @@ def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, pa
                     continue
                 cum_g += bin_g
                 cum_h += bin_h
+                at_t[m] = t
+                at_g[m] = cum_g
+                at_h[m] = cum_h
+                m += 1
+            if bounded:  # the unbounded loop apart: LLVM does not hoist the test
+                for j in range(m):
+                    ordered = 0 if at_t[j] == n_values else sign
+                    gain_left[j] = _candidate_gain(
+                        at_g[j] + miss_g, at_h[j] + miss_h, tot_g, tot_h, parent, inv_scale_g,
+                        inv_scale_h, reg_lambda, reg_alpha, min_child_weight, True,
+                        max_delta_step, lower, upper, ordered)
+                    gain_right[j] = _candidate_gain(
+                        at_g[j], at_h[j], tot_g, tot_h, parent, inv_scale_g, inv_scale_h,
+                        reg_lambda, reg_alpha, min_child_weight, True, max_delta_step, lower,
+                        upper, ordered)
+            else:
+                for j in range(m):
+                    gain_left[j] = _free_gain(at_g[j] + miss_g, at_h[j] + miss_h, tot_g, tot_h,
+                                              parent, inv_scale_g, inv_scale_h, reg_lambda,
+                                              reg_alpha, min_child_weight)
+                    gain_right[j] = _free_gain(at_g[j], at_h[j], tot_g, tot_h, parent,
+                                               inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
+                                               min_child_weight)
+            for j in range(m):
+                every_value = at_t[j] == n_values  # missing right: present versus missing
                 for d in range(2):  # 0: missing goes left, 1: missing goes right
-                    if t == n_values and d == 0:  # every value and the missing ones: no split
+                    if d == 0 and every_value:  # every value and the missing ones: no split
                         continue
-                    if d == 1 and t < n_values and no_missing:
+                    if d == 1 and no_missing and not every_value:
                         continue  # the d = 0 candidate again: its equal gain never wins
-                    lg = cum_g + miss_g if d == 0 else cum_g
-                    lh = cum_h + miss_h if d == 0 else cum_h
-                    g = _candidate_gain(lg, lh, tot_g, tot_h, parent, inv_scale_g, inv_scale_h,
-                                        reg_lambda, reg_alpha, min_child_weight, bounded,
-                                        max_delta_step, lower, upper,
-                                        sign if t < n_values else 0)
+                    g = gain_left[j] if d == 0 else gain_right[j]
                     if g > best:
                         best = g
                         best_f = f
-                        best_t = t
+                        best_t = at_t[j]
                         best_d = d == 0
-                        best_lg = lg
-                        best_lh = lh
+                        best_lg = at_g[j] + miss_g if d == 0 else at_g[j]
+                        best_lh = at_h[j] + miss_h if d == 0 else at_h[j]
         if best_f >= 0 and best_t == n_value_bins[best_f]:  # present versus missing
             best_t = 0
             best_d = True
