@@ -155,10 +155,3 @@ class GrownTree:
     depth: np.ndarray
     seg_start: np.ndarray
     seg_count: np.ndarray
-
-
-def tree_node_capacity(n_rows: int, max_depth: int) -> int:
-    """Most nodes a depthwise tree of ``max_depth`` levels over ``n_rows`` rows can have: a
-    split's children each hold a row (an empty child makes the gain exactly 0, never above
-    ``min_gain``), so at most n_rows leaves."""
-    return min(2 ** (max_depth + 1) - 1, 2 * max(int(n_rows), 1) - 1)

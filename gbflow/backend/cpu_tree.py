@@ -12,8 +12,7 @@ import numba
 import numpy as np
 from numba import njit
 
-from .. import _dtypes
-from .common import GrownTree, tree_node_capacity
+from .common import GrownTree
 from .cpu_kernels import (
     _JIT,
     _NODE_ROWS_APART,
@@ -30,39 +29,24 @@ def grow_dense_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_b
                     feature_allowed, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
                     min_child_weight, min_gain, max_delta_step=None):
     """See numpy_kernels.grow_dense_tree (the same ``GrownTree``, bit for bit)."""
-    n_rows, n_features = bins.shape
+    n_features = bins.shape[1]
     feature_allowed = np.ascontiguousarray(feature_allowed, dtype=np.bool_)
     if feature_allowed.ndim != 2 or feature_allowed.shape[1] != n_features:
         raise ValueError(f"grow_dense_tree: feature_allowed must be (max_depth, {n_features}) "
                          f"bool, got shape {feature_allowed.shape}")
-    capacity = tree_node_capacity(n_rows, feature_allowed.shape[0])
-    totals = np.empty((capacity, 2), dtype=_dtypes.FIXED)
-    feature = np.empty(capacity, dtype=np.int32)
-    bin_threshold = np.empty(capacity, dtype=np.int32)
-    default_left = np.empty(capacity, dtype=np.bool_)
-    gain = np.empty(capacity, dtype=np.float64)
-    left = np.empty(capacity, dtype=np.int64)
-    depth = np.empty(capacity, dtype=np.int32)
-    seg_start = np.empty(capacity, dtype=np.int64)
-    seg_count = np.empty(capacity, dtype=np.int64)
-    n_nodes = _grow_dense_tree(
+    return GrownTree(*_grow_dense_tree(
         bins, bins_by_feature, gh, row_index, spare_index,
         np.asarray(n_value_bins, dtype=np.int32), int(n_bins), feature_allowed,
         float(inv_scale_g), float(inv_scale_h), float(reg_lambda), float(reg_alpha),
         float(min_child_weight), float(min_gain), max_delta_step is not None,
         float(max_delta_step or 0.0), np.zeros(max(n_features, 1), dtype=np.int8),
-        numba.get_num_threads(), totals, feature, bin_threshold, default_left, gain, left, depth,
-        seg_start, seg_count)
-    return GrownTree(*(a[:n_nodes] for a in (totals, feature, bin_threshold, default_left, gain,
-                                             left, depth, seg_start, seg_count)))
+        numba.get_num_threads()))
 
 
 @njit(**_JIT)
 def _grow_dense_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bins, n_bins,
                      feature_allowed, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
-                     min_child_weight, min_gain, bounded, max_delta_step, no_signs, n_threads,
-                     out_totals, out_feature, out_threshold, out_default_left, out_gain,
-                     out_left, out_depth, out_start, out_count):
+                     min_child_weight, min_gain, bounded, max_delta_step, no_signs, n_threads):
     # A level's nodes sit in the level loop's histogram order (the siblings of its parent
     # level's splits, then the built children: the partition adds into the second half and
     # the siblings are subtracted in place); node_id maps them to their tree ids, which are
@@ -72,6 +56,18 @@ def _grow_dense_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bin
     # compile a second specialization of each: seconds of the first call)
     not_in_place = n_rows < 0
     max_depth = feature_allowed.shape[0]
+    # at most n_rows leaves: a split's children each hold a row (an empty child makes the gain
+    # exactly 0, never above min_gain)
+    capacity = min((1 << (max_depth + 1)) - 1, 2 * max(n_rows, 1) - 1)
+    out_totals = np.empty((capacity, 2), dtype=np.int64)
+    out_feature = np.empty(capacity, dtype=np.int32)
+    out_threshold = np.empty(capacity, dtype=np.int32)
+    out_default_left = np.empty(capacity, dtype=np.bool_)
+    out_gain = np.empty(capacity, dtype=np.float64)
+    out_left = np.empty(capacity, dtype=np.int64)
+    out_depth = np.empty(capacity, dtype=np.int32)
+    out_start = np.empty(capacity, dtype=np.int64)
+    out_count = np.empty(capacity, dtype=np.int64)
     width = n_features * n_bins
     offsets = np.arange(n_features + 1) * n_bins  # the dense layout as the compact one
     padded_bins = max(n_bins, 2)
@@ -132,7 +128,8 @@ def _grow_dense_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bin
                 out_gain[i] = 0.0
                 out_left[i] = -1
         if n_split == 0:
-            return first + n
+            first += n
+            break
         split_node = split_node[:n_split]
         child_totals = np.empty((2 * n_split, 2), dtype=np.int64)
         child_id = np.empty(2 * n_split, dtype=np.int64)
@@ -203,4 +200,6 @@ def _grow_dense_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bin
         node_id = child_id
         first += n
         n = 2 * n_split
-    return first
+    return (out_totals[:first], out_feature[:first], out_threshold[:first],
+            out_default_left[:first], out_gain[:first], out_left[:first], out_depth[:first],
+            out_start[:first], out_count[:first])

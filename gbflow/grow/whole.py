@@ -33,7 +33,7 @@ def grow_tree_whole(shardset, gh: list, scales, cuts, rules, feature_allowed,
     arrays = {
         "feature": np.where(split, dense.features[np.maximum(grown.feature, 0)], _dtypes.LEAF),
         "bin_threshold": grown.bin_threshold, "threshold": np.zeros(n),
-        "default_left": grown.default_left, "left": np.where(split, grown.left, -1),
+        "default_left": grown.default_left, "left": grown.left,
         "right": np.where(split, grown.left + 1, -1),
         "value": rules.leaf.values(grown.totals, scales, node_bounds),
         "gain": grown.gain, "cover": grown.totals[:, 1] * (1.0 / scales.h),
@@ -41,21 +41,22 @@ def grow_tree_whole(shardset, gh: list, scales, cuts, rules, feature_allowed,
     arrays["threshold"][split] = cuts.split_thresholds(arrays["feature"][split],
                                                        grown.bin_threshold[split])
     tree = Tree.concatenate_levels([arrays], group)  # one level: the whole tree, cast alike
+    # the row arrays as the level loop leaves them: the deepest partitioned level's current
+    deepest = int(grown.depth[grown.seg_start >= 0].max()) % 2
+    shardset.row_index, shardset._spare_index = [rows[deepest]], [rows[1 - deepest]]
     return tree, [_leaf_rows(shardset, rows, grown, rules.max_depth, tree.value)]
 
 
 def _leaf_rows(shardset, rows: tuple, grown, max_depth: int, node_value) -> LeafRows:
     """The shard's ``LeafRows``: the leaves whose rows were moved, by the row array their depth
-    wrote (``rows[depth % 2]``); the splits at depth max_depth - 1 by their segments."""
+    wrote (``rows[depth % 2]``); the splits at depth max_depth - 1 by their segments, in
+    ``rows[(max_depth - 1) % 2]``."""
     leaf = (grown.feature < 0) & (grown.seg_start >= 0)
     parity = grown.depth % 2
     leaves = [(rows[p], grown.seg_start[at], grown.seg_count[at], np.flatnonzero(at))
               for p in (0, 1) for at in [leaf & (parity == p)] if at.any()]
     last = np.flatnonzero((grown.feature >= 0) & (grown.depth == max_depth - 1))
-    # the row arrays as the level loop leaves them: the deepest level's rows current
-    deepest = int(grown.depth[grown.seg_start >= 0].max()) % 2
-    shardset.row_index, shardset._spare_index = [rows[deepest]], [rows[1 - deepest]]
-    return LeafRows(leaves, rows[deepest], grown.seg_start[last], grown.seg_count[last],
+    return LeafRows(leaves, rows[(max_depth - 1) % 2], grown.seg_start[last], grown.seg_count[last],
                     grown.feature[last], grown.bin_threshold[last], grown.default_left[last],
                     grown.left[last], node_value=node_value,
                     by_feature=functools.partial(shardset.dense.columns, 0))
