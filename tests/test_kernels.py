@@ -554,8 +554,10 @@ def test_evaluate_splits_never_splits_present_from_missing_without_missing_value
     assert np.all(gain[count > 0] == 0.0) and np.all(threshold[count > 0] == 0)
 
 
-@pytest.mark.parametrize("n_cuts", [0, 1, 2, 7, 254, 300])
+@pytest.mark.parametrize("n_cuts", [0, 1, 2, 7, 254, 255, 300])
 def test_bin_features(kernels, n_cuts):
+    """Bins of values below, on and between cuts, NaN, +-inf and -0.0; up to 255 cuts a feature
+    the CPU searches a padded table of cuts, from 255 each feature's own."""
     rng = np.random.default_rng(n_cuts)
     cuts = [np.unique(rng.normal(size=n_cuts)).astype(np.float32) for _ in range(3)]
     cuts[1] = cuts[1][: n_cuts // 2]
@@ -565,6 +567,8 @@ def test_bin_features(kernels, n_cuts):
     X[:20, 0] = values[:20] if len(values) >= 20 else X[:20, 0]  # values exactly on a cut
     X[rng.random(X.shape) < 0.1] = np.nan
     X[0, 1] = -0.0
+    X[1, :] = np.inf
+    X[2, :] = -np.inf
     dtype = _dtypes.bin_dtype(n_cuts + 2)
     expected = numpy_kernels.bin_features(X, values, offsets, np.empty(X.shape, dtype))
     got = kernels.bin_features(X, values, offsets, np.empty(X.shape, dtype))

@@ -78,9 +78,50 @@ def _bin_features(X, cut_values, cut_offsets, out):
             out[i, f] = base - lo + (2 if cut_values[base] <= x else 1)
 
 
+# Features of fewer than _CUT_TABLE_WIDTH cuts are binned through a (n_features, width) table of
+# their cuts padded with NaN (no value is >= NaN), by a search whose step count is a compile-time
+# constant: LLVM unrolls it into eight branch-free steps. On 100,000 x 28 values of 254 cuts that
+# took 11 ms against 55 ms for the search by each feature's own cut count (two cores), whose
+# loop bound is only known at run time.
+_CUT_TABLE_WIDTH = 256
+
+
+@njit(parallel=True, **_JIT)
+def _bin_by_table(X, table, out):
+    n_rows, n_features = X.shape
+    for i in prange(n_rows):
+        for f in range(n_features):
+            x = X[i, f]
+            # table[f, 0] is -inf: base ends at the number of cuts <= x (0 for NaN, masked below)
+            base = 0
+            step = _CUT_TABLE_WIDTH >> 1
+            while step > 0:
+                base += step * np.int64(table[f, base + step] <= x)
+                step >>= 1
+            out[i, f] = 0 if x != x else base + 1
+
+
+def _cut_table(cut_values, cut_offsets):
+    """(n_features, _CUT_TABLE_WIDTH) array of cut_values' dtype: row f is -inf, feature f's
+    cuts, then NaN; None when a feature has _CUT_TABLE_WIDTH cuts or more."""
+    counts = np.diff(cut_offsets)
+    if len(counts) == 0 or counts.max() >= _CUT_TABLE_WIDTH:
+        return None
+    table = np.full((len(counts), _CUT_TABLE_WIDTH), np.nan, dtype=cut_values.dtype)
+    table[:, 0] = -np.inf
+    rows = np.repeat(np.arange(len(counts)), counts)
+    places = 1 + np.arange(len(cut_values)) - np.repeat(cut_offsets[:-1], counts)
+    table[rows, places] = cut_values
+    return table
+
+
 def bin_features(X, cut_values, cut_offsets, out):
     """See numpy_kernels.bin_features."""
-    _bin_features(X, cut_values, cut_offsets, out)
+    table = _cut_table(np.asarray(cut_values), np.asarray(cut_offsets, dtype=np.int64))
+    if table is None:
+        _bin_features(X, cut_values, cut_offsets, out)
+    else:
+        _bin_by_table(X, table, out)
     return out
 
 
@@ -1513,29 +1554,88 @@ def log_gamma(values):
     return out
 
 
-@njit(parallel=True, **_JIT)
-def _sort_segments(ptr, keys):
-    for i in prange(ptr.shape[0] - 1):
-        keys[ptr[i] : ptr[i + 1]].sort()
+# The segment sort is a least-significant-digit radix sort of 11-bit digits (three passes over a
+# segment, a pass skipped where every key shares its digit): stable, so weights keep the order of
+# equal keys as the twin's, and 19x faster than numba's quicksort on 28 segments of 100K keys
+# (4 against 78 ms on two cores; a stable merge argsort for weights was slower still). Segments
+# of at most _SMALL_SEGMENT keys (ranking's queries) take an insertion sort, with no scratch.
+_DIGIT_BITS = 11
+_SMALL_SEGMENT = 32
+
+
+@njit(inline="always", **_JIT)
+def _insertion_sort(keys, weights, weighted, lo, hi):
+    for i in range(lo + 1, hi):
+        key = keys[i]
+        weight = weights[i] if weighted else 0.0
+        j = i - 1
+        while j >= lo and keys[j] > key:
+            keys[j + 1] = keys[j]
+            if weighted:
+                weights[j + 1] = weights[j]
+            j -= 1
+        keys[j + 1] = key
+        if weighted:
+            weights[j + 1] = weight
+
+
+@njit(**_JIT)
+def _radix_sort(keys, weights, weighted):
+    # keys: (n,) uint32, n > 0; weights: (n,) float64 if weighted (else unused)
+    n = keys.shape[0]
+    mask = (1 << _DIGIT_BITS) - 1
+    starts = np.zeros((3, 1 << _DIGIT_BITS), np.int64)  # counts, then each digit's next place
+    for i in range(n):
+        key = keys[i]
+        starts[0, key & mask] += 1
+        starts[1, (key >> _DIGIT_BITS) & mask] += 1
+        starts[2, key >> (2 * _DIGIT_BITS)] += 1
+    source_keys, dest_keys = keys, np.empty_like(keys)
+    source_weights = weights
+    dest_weights = np.empty_like(weights) if weighted else weights
+    moved = False
+    for digit in range(3):
+        shift = digit * _DIGIT_BITS
+        if starts[digit, (keys[0] >> shift) & mask] == n:
+            continue  # one value of this digit: the pass would not move a key
+        total = 0
+        for b in range(1 << _DIGIT_BITS):
+            count = starts[digit, b]
+            starts[digit, b] = total
+            total += count
+        for i in range(n):
+            key = source_keys[i]
+            b = (key >> shift) & mask
+            place = starts[digit, b]
+            starts[digit, b] = place + 1
+            dest_keys[place] = key
+            if weighted:
+                dest_weights[place] = source_weights[i]
+        source_keys, dest_keys = dest_keys, source_keys
+        source_weights, dest_weights = dest_weights, source_weights
+        moved = not moved
+    if moved:
+        keys[:] = source_keys
+        if weighted:
+            weights[:] = source_weights
 
 
 @njit(parallel=True, **_JIT)
-def _sort_segments_weighted(ptr, keys, weights):
-    for i in prange(ptr.shape[0] - 1):
-        lo, hi = ptr[i], ptr[i + 1]
-        order = np.argsort(keys[lo:hi], kind="mergesort")  # stable, as the twin's
-        keys[lo:hi] = keys[lo:hi][order]
-        weights[lo:hi] = weights[lo:hi][order]
+def _sort_segments(ptr, keys, weights, weighted):
+    for s in prange(ptr.shape[0] - 1):
+        lo, hi = ptr[s], ptr[s + 1]
+        if hi - lo <= _SMALL_SEGMENT:
+            _insertion_sort(keys, weights, weighted, lo, hi)
+        else:
+            _radix_sort(keys[lo:hi], weights[lo:hi] if weighted else weights, weighted)
 
 
 def sort_segments(ptr, keys, weights=None):
-    """See numpy_kernels.sort_segments: one thread a segment (numba's sort of uint32; equal
-    keys are indistinguishable, so an unstable sort gives the twin's keys)."""
+    """See numpy_kernels.sort_segments: one thread a segment, a stable radix sort (so the
+    weights' order is the twin's too)."""
     ptr = np.asarray(ptr, dtype=np.int64)
-    if weights is None:
-        _sort_segments(ptr, keys)
-    else:
-        _sort_segments_weighted(ptr, keys, weights)
+    weighted = weights is not None
+    _sort_segments(ptr, keys, weights if weighted else np.zeros(0, np.float64), weighted)
     return keys, weights
 
 
