@@ -724,6 +724,27 @@ def test_auc_words(kernels):
     assert numpy_kernels.auc_words(table[0, :, :50])[0] == pairs
 
 
+@pytest.mark.parametrize("n_split", [1, 3, 7])
+def test_cpu_auc_kernels_split_between_threads_give_the_serial_tallies_and_words(n_split):
+    """The CPU auc tally split by bucket range and the words split by chunks of buckets (as
+    many as threads; forced here) equal the twin's integers for any split."""
+    rng = np.random.default_rng(n_split)
+    n, n_buckets = 40_000, 1 << 17
+    bucket = rng.integers(0, n_buckets, n)
+    bucket[:500] = n_buckets - 1  # the last bucket, crowded
+    label = (rng.random(n) < 0.4).astype(np.float64)
+    weight = rng.random(n) * 2
+    expected = numpy_kernels.auc_tally(bucket, label, weight, 2.0**12,
+                                       np.zeros((2, n_buckets), np.int64))
+    got = np.zeros((2, n_buckets), np.int64)
+    cpu_kernels._auc_tally(bucket, label, weight, True, 2.0**12, got, n_split)
+    assert np.array_equal(got, expected)
+    tables = np.stack([expected, expected[::-1]])
+    words = np.empty((2, 3), np.int64)
+    cpu_kernels._auc_words(tables, words, n_split)
+    assert np.array_equal(words, numpy_kernels.auc_words(tables))
+
+
 @pytest.mark.parametrize("id_dtype", [np.int32, np.int64, np.uint8])
 def test_table_counts_equal_numpys_bincount(device, id_dtype):
     """Counts and integer-valued weight sums per id, on the device as NumPy's bincount; on the

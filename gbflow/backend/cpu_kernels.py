@@ -1494,38 +1494,72 @@ def fixed_point_words(values, scale, low_scale):
                               numba.get_num_threads())
 
 
-@njit(**_JIT)
-def _auc_tally(bucket, label, weight, has_weight, scale, out):
-    # serial: the tallies are too large for a copy per thread, and a row costs a few ns
-    for i in range(bucket.shape[0]):
-        w = weight[i] * scale if has_weight else scale
-        positive = np.int64(np.rint(w * label[i]))
-        out[0, bucket[i]] += positive
-        out[1, bucket[i]] += np.int64(np.rint(w)) - positive
+# The auc tally and its words are split between threads by bucket range (a thread reads every
+# row and keeps those of its range: no table a thread, the dense one is 16 MB) and the words by
+# chunks of buckets (each chunk's sums with its own running negative total, then combined in
+# chunk order: integer sums, so any split gives the serial kernel's words). Below these sizes one
+# thread does it all.
+_AUC_PARALLEL_ROWS = 1 << 15
+_AUC_PARALLEL_BUCKETS = 1 << 16
+
+
+@njit(parallel=True, **_JIT)
+def _auc_tally(bucket, label, weight, has_weight, scale, out, n_parts):
+    n_buckets = out.shape[1]
+    for part in prange(n_parts):
+        lo = n_buckets * part // n_parts
+        hi = n_buckets * (part + 1) // n_parts
+        for i in range(bucket.shape[0]):
+            b = bucket[i]
+            if b < lo or b >= hi:
+                continue
+            w = weight[i] * scale if has_weight else scale
+            positive = np.int64(np.rint(w * label[i]))
+            out[0, b] += positive
+            out[1, b] += np.int64(np.rint(w)) - positive
 
 
 def auc_tally(bucket, label, weight, scale, out):
     """See numpy_kernels.auc_tally."""
     has_weight = weight is not None
+    n_parts = numba.get_num_threads() if len(bucket) >= _AUC_PARALLEL_ROWS else 1
     _auc_tally(np.asarray(bucket, dtype=np.int64), np.asarray(label, dtype=np.float64),
                np.asarray(weight, dtype=np.float64) if has_weight else np.zeros(1), has_weight,
-               np.float64(scale), out)
+               np.float64(scale), out, n_parts)
     return out
 
 
-@njit(**_JIT)
-def _auc_words(tables, out):
-    # one pass a table: the running negative total, the area's numerator and both totals
-    for k in range(tables.shape[0]):
+@njit(parallel=True, **_JIT)
+def _auc_words(tables, out, n_chunks):
+    n_tables, _, n_buckets = tables.shape
+    # per (table, chunk): the numerator with the chunk's own running negative total, and the
+    # chunk's positive and negative totals
+    sums = np.zeros((n_tables * n_chunks, 3), dtype=np.int64)
+    for job in prange(n_tables * n_chunks):
+        k = job // n_chunks
+        chunk = job % n_chunks
         below = np.int64(0)
         numerator = np.int64(0)
         positive_total = np.int64(0)
-        for j in range(tables.shape[2]):
+        for j in range(n_buckets * chunk // n_chunks, n_buckets * (chunk + 1) // n_chunks):
             positive = tables[k, 0, j]
             negative = tables[k, 1, j]
             numerator += positive * (2 * below + negative)
             positive_total += positive
             below += negative
+        sums[job, 0] = numerator
+        sums[job, 1] = positive_total
+        sums[job, 2] = below
+    for k in range(n_tables):
+        below = np.int64(0)
+        numerator = np.int64(0)
+        positive_total = np.int64(0)
+        for chunk in range(n_chunks):
+            job = k * n_chunks + chunk
+            # the negatives of the chunks before count below each of this chunk's positives
+            numerator += sums[job, 0] + 2 * below * sums[job, 1]
+            positive_total += sums[job, 1]
+            below += sums[job, 2]
         out[k, 0] = numerator
         out[k, 1] = positive_total
         out[k, 2] = below
@@ -1536,7 +1570,8 @@ def auc_words(table):
     table = np.asarray(table, dtype=np.int64)
     tables = np.ascontiguousarray(table.reshape(-1, 2, table.shape[-1]))
     out = np.empty((tables.shape[0], 3), dtype=np.int64)
-    _auc_words(tables, out)
+    n_chunks = numba.get_num_threads() if tables.shape[2] >= _AUC_PARALLEL_BUCKETS else 1
+    _auc_words(tables, out, n_chunks)
     return out.reshape(table.shape[:-2] + (3,))
 
 

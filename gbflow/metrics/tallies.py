@@ -90,14 +90,23 @@ def occupied(xp, keys):
 def merge(tables: list) -> np.ndarray:
     """One compact table of several processes' compact tables: host (entry keys (m_i,), table
     (2, m_i) int64) pairs -> (2, m) int64 tallies of the distinct keys in order (unused
-    entries, key -1, left out). Exact."""
+    entries, key -1, left out). Exact (integer sums)."""
     keys = np.concatenate([k for k, _ in tables])
-    tallies = np.concatenate([t for _, t in tables], axis=1)
     used = keys >= 0
-    unique, position = np.unique(keys[used], return_inverse=True)
-    # float64 bincounts of integers whose totals stay below 2**53 (WEIGHT_LIMIT): exact
-    return np.stack([np.bincount(position.reshape(-1), weights=tallies[row, used],
-                                 minlength=len(unique)) for row in range(2)]).astype(np.int64)
+    keys = keys[used]
+    counts = np.concatenate([t for _, t in tables], axis=1)[:, used]
+    if len(keys) == 0:
+        return np.zeros((2, 0), dtype=np.int64)
+    # each table's keys are in order: a stable sort merges the runs (2 ms against 5 for
+    # np.unique on two tables of 75,000 keys; any order gives the same result)
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    first = np.empty(len(keys), dtype=bool)
+    first[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    return np.stack([np.add.reduceat(counts[row][order], starts) for row in range(2)]
+                    ).astype(np.int64)
 
 
 def auc_value(words) -> float:
