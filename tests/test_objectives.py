@@ -360,23 +360,37 @@ def test_bad_custom_objectives_are_refused(obj, error, match):
 # -- nthread / n_jobs -----------------------------------------------------------------------
 
 def test_nthread_limits_the_kernels_threads_and_changes_no_model():
+    """nthread sets the kernels' threads; without it, small data takes one thread per
+    ``CELLS_PER_THREAD`` cells (never more than numba's setting); no count changes a model."""
     import numba
+
+    from gbflow.backend.cpu import CELLS_PER_THREAD
     seen = []
 
     def recording_squared_error(margin, data):
         seen.append(numba.get_num_threads())
         return squared_error(margin, data)
 
+    def train(X, y, params):
+        seen.clear()
+        return gbflow.train(X, y, {**params, "device": "cpu"}, 3, obj=recording_squared_error,
+                            verbose=False)
+
     before = numba.get_num_threads()
     rng = np.random.default_rng(14)
     X = rng.standard_normal((2000, 4)).astype(np.float32)
     y = X[:, 0] + rng.standard_normal(2000).astype(np.float32)
-    one = gbflow.train(X, y, {"nthread": 1, "device": "cpu"}, 3, obj=recording_squared_error,
-                       verbose=False)
+    one = train(X, y, {"nthread": 1})
     assert seen == [1, 1, 1]
-    every = gbflow.train(X, y, {"n_jobs": -1, "device": "cpu"}, 3, obj=squared_error,
-                         verbose=False)
-    assert _trees(one) == _trees(every)  # threads never change the model
+    two = train(X, y, {"nthread": 2})
+    assert seen == [min(2, numba.config.NUMBA_NUM_THREADS)] * 3
+    assert _trees(one) == _trees(two)  # threads never change the model
+    train(X, y, {"n_jobs": -1})  # 8,000 cells: one thread
+    assert seen == [1, 1, 1]
+    n_rows = 5 * CELLS_PER_THREAD // 4 - 1  # just under 5 threads' cells
+    X = rng.standard_normal((n_rows, 4)).astype(np.float32)
+    train(X, X[:, 0], {})
+    assert seen == [min(5, before)] * 3
     assert numba.get_num_threads() == before  # restored after
     assert make_params({"n_jobs": 4}).nthread == 4 and make_params({"nthread": 0}).nthread is None
     with pytest.raises(ValueError, match="given twice"):

@@ -140,8 +140,9 @@ class Backend:
         yield
 
     @contextlib.contextmanager
-    def limited_threads(self, n: int | None):
+    def limited_threads(self, n: int | None, cells: int | None = None):
         """Within this block, this thread's kernels use at most ``n`` CPU threads (None: no
-        limit, the setting as it is). Yields the thread count used, or None where the kernels
-        do not run on CPU threads."""
+        limit, the setting as it is, or, given the training data's ``cells`` (rows times
+        features), as many as that much data keeps busy). Yields the thread count used, or
+        None where the kernels do not run on CPU threads."""
         yield None
