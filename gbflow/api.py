@@ -208,8 +208,9 @@ def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, w
         if state.finished:
             return resume.resumed_model(state)
     saver = None if checkpoint is None else resume.Saver(checkpoint, state.rounds if state else 0)
-    backend = get_backend(params.device, data_on_gpu=on_gpu(dataset.X))
-    with backend.limited_threads(params.nthread, cells=rows * len(dataset.feature_names)):
+    cells = rows * len(dataset.feature_names)
+    backend = get_backend(params.device, data_on_gpu=on_gpu(dataset.X), cells=cells)
+    with backend.limited_threads(params.nthread, cells=cells):
         booster = boosting.fit(backend, [dataset], params,
                                int(num_boost_round) - (state.rounds if state else 0), eval_sets,
                                options, verbose, drop_features=True, objective=objective,

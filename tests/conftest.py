@@ -206,3 +206,19 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("skipped, by reason")
         for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
             terminalreporter.line(f"{count:5d}  {reason}")
+
+
+def record_backends(monkeypatch):
+    """The names of the backends ``gbflow.train`` picks from now on, in a list."""
+    import gbflow.backend as backends
+    from gbflow import api
+    chosen = []
+
+    def recording(*args, **kwargs):
+        backend = backends.get_backend(*args, **kwargs)
+        chosen.append(backend.name)
+        return backend
+
+    monkeypatch.setattr(api, "get_backend", recording)
+    return chosen
+

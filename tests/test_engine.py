@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
-from conftest import make_table, present_or_missing
+from conftest import make_table, present_or_missing, record_backends
 
 import gbflow
 from gbflow import _dtypes, boosting, grow, inputs, sampling, shards
-from gbflow.backend import get_backend, reference_kernels
+from gbflow.backend import cuda_available, get_backend, reference_kernels
 from gbflow.params import make_params
 
 PARAMS = {
@@ -572,3 +572,24 @@ def test_verbosity_zero_silences_warnings_and_changes_no_model(caplog):
     assert [r.getMessage() for r in caplog.records] == ["shown"]
     with pytest.raises(ValueError, match=r"verbosity must lie in \[0, 3\]"):
         make_params({"verbosity": 4})
+
+
+@pytest.mark.skipif(cuda_available(), reason="pretends a GPU where there is none")
+def test_auto_device_trains_small_host_data_on_the_cpu_where_a_gpu_is_present(monkeypatch):
+    """device="auto" with a GPU present: host data of at most AUTO_CPU_CELLS cells trains on
+    the CPU (no CuPy asked for); more cells ask for the GPU (here: the error that CuPy or a GPU
+    is missing). Without a GPU, "auto" is the CPU at any size. tests/test_gpu.py trains both
+    sizes on a real GPU."""
+    import gbflow.backend as backends
+    limit = backends.AUTO_CPU_CELLS
+    assert get_backend("auto", cells=limit + 1).name == "cpu"  # no GPU here
+    monkeypatch.setattr(backends, "cuda_available", lambda: True)
+    assert get_backend("auto", cells=limit).name == "cpu"
+    with pytest.raises(RuntimeError, match="CuPy"):
+        get_backend("auto", cells=limit + 1)
+    with pytest.raises(RuntimeError, match="CuPy"):
+        get_backend("auto")  # cells unknown
+    chosen = record_backends(monkeypatch)
+    df = make_table(n_rows=2000, seed=3)
+    booster = gbflow.train(df, label="y", num_boost_round=3, verbose=False)
+    assert chosen == ["cpu"] and booster.num_boosted_rounds() == 3

@@ -169,3 +169,18 @@ def test_to_host_all_joins_neighbouring_views_and_keeps_values():
     # the buffer is reused: earlier results are copies, not views of it
     again = backend.to_host_all([cp.full(40, 7, dtype=np.int64)])
     assert np.array_equal(fetched[2], cp.asnumpy(results[0])) and np.all(again[0] == 7)
+
+
+def test_auto_device_trains_small_host_data_on_the_cpu(monkeypatch):
+    """device="auto" on a GPU machine: host data of at most AUTO_CPU_CELLS cells trains on the
+    CPU (the same model as device="cpu"), larger host data and device data on the GPU."""
+    from conftest import record_backends
+
+    from gbflow.backend import AUTO_CPU_CELLS
+    chosen = record_backends(monkeypatch)
+    small = make_table(n_rows=2000, seed=25)
+    assert _fit(small, "auto", rounds=5).to_json() == _fit(small, "cpu", rounds=5).to_json()
+    n_rows = AUTO_CPU_CELLS // (small.shape[1] - 1) + 1  # one row over the limit
+    large = make_table(n_rows=n_rows, seed=26)
+    _fit(large, "auto", rounds=2)
+    assert chosen == ["cpu", "cpu", "cuda"]

@@ -43,16 +43,27 @@ def cuda_available() -> bool:
         return False
 
 
-def get_backend(device: str = "auto", data_on_gpu: bool = False) -> Backend:
+# "auto" trains host data of at most this many cells (rows times features) on the CPU even where
+# a GPU is present: a small tree's levels are launches and waits on the GPU. On an H100 and its
+# 16-core host, 10,000 x 28 for 100 rounds took 0.77 s on the GPU and 0.31 s on the CPU; at
+# 1,000,000 x 28 the GPU is several times faster.
+AUTO_CPU_CELLS = 1 << 19
+
+
+def get_backend(device: str = "auto", data_on_gpu: bool = False,
+                cells: int | None = None) -> Backend:
     """The backend for ``device`` ("auto", "cpu" or "cuda").
 
-    "auto" is the GPU when the data is already there (``data_on_gpu``) or a GPU is present, else
-    the CPU. "cuda" without a usable GPU and CuPy is an error that says what is missing.
+    "auto" is the GPU when the data is already there (``data_on_gpu``), else the GPU when one is
+    present and the data's ``cells`` (rows times features; None: unknown) are more than
+    ``AUTO_CPU_CELLS``, else the CPU. "cuda" without a usable GPU and CuPy is an error that
+    says what is missing.
     """
     if device not in DEVICES:
         raise ValueError(f"device={device!r} is not one of {DEVICES}")
     if device == "auto":
-        device = "cuda" if data_on_gpu or cuda_available() else "cpu"
+        small = cells is not None and cells <= AUTO_CPU_CELLS
+        device = "cuda" if data_on_gpu or (not small and cuda_available()) else "cpu"
     if device == "cuda":
         return _cuda_backend()
     return CpuBackend(numpy_kernels) if _reference_only else CpuBackend()
