@@ -40,6 +40,9 @@ class Params:
     reg_lambda: float = 1.0
     reg_alpha: float = 0.0
     subsample: float = 1.0
+    # XGBoost's: how subsample draws rows; "gradient_based" keeps rows with probability growing
+    # with their gradients and reweights them (``sampling.gradient_based_sample``)
+    sampling_method: str = "uniform"
     colsample_bytree: float = 1.0
     # XGBoost's: each depth's nodes split on this share of the tree's features (sampled anew)
     colsample_bylevel: float = 1.0
@@ -187,6 +190,8 @@ class Params:
                 del d[name]
         if self.grow_policy == "depthwise" and self.max_leaves == 0:  # likewise
             del d["grow_policy"], d["max_leaves"]
+        if self.sampling_method == "uniform":  # likewise
+            del d["sampling_method"]
         for name in ("max_delta_step", "monotone_constraints",
                      "interaction_constraints"):  # likewise
             if getattr(self, name) is None:
@@ -226,7 +231,6 @@ _ELSEWHERE = {
     "num_threads": "gbflow's thread count is XGBoost's nthread (alias n_jobs)",
     "num_leaves": "LightGBM's num_leaves is max_leaves here, with grow_policy='lossguide' for "
                   "LightGBM's leaf-wise growth",
-    "sampling_method": "this version of gbflow does not support it",
 }
 
 
@@ -417,8 +421,8 @@ def make_params(user: dict | None = None, **overrides) -> Params:
 
 
 def _growth_params(merged: dict, checked: dict) -> dict:
-    """grow_policy, checked, and XGBoost's rule that max_depth and max_leaves may not both be 0
-    (``checked``: the numbers already validated)."""
+    """grow_policy and sampling_method, checked, and XGBoost's rule that max_depth and max_leaves
+    may not both be 0 (``checked``: the numbers already validated)."""
     p = {}
     policy = merged.get("grow_policy")
     if policy is not None:
@@ -426,6 +430,12 @@ def _growth_params(merged: dict, checked: dict) -> dict:
             raise ValueError(f"parameter grow_policy must be 'depthwise' or 'lossguide', got "
                              f"{policy!r}")
         p["grow_policy"] = policy
+    method = merged.get("sampling_method")
+    if method is not None:
+        if method not in ("uniform", "gradient_based"):
+            raise ValueError(f"parameter sampling_method must be 'uniform' or 'gradient_based', "
+                             f"got {method!r}")
+        p["sampling_method"] = method
     if checked.get("max_depth", Params.max_depth) == 0 and not checked.get("max_leaves"):
         raise ValueError("parameter max_depth=0 (no depth limit) needs max_leaves > 0 to stop "
                          "the trees (XGBoost's rule), e.g. grow_policy='lossguide', "

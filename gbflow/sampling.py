@@ -1,10 +1,14 @@
-"""Row and feature sampling (``subsample``, ``colsample_bytree``, ``_bylevel``, ``_bynode``) from
-global numbers only."""
+"""Row and feature sampling (``subsample`` uniform or gradient-based, ``colsample_bytree``,
+``_bylevel``, ``_bynode``) from global numbers only."""
 from __future__ import annotations
 
 import dataclasses
 
 import numpy as np
+
+from . import fixed_point
+from .backend import to_host
+from .backend.tables import table_counts
 
 
 def _mix64(x):
@@ -30,6 +34,106 @@ def row_sample_mask(xp, n_rows: int, row_offset, seed: int, round_index: int, ra
         rows = xp.asarray(row_offset, dtype=xp.uint64)
     u = (_mix64(rows ^ key) >> xp.uint64(11)).astype(xp.float64) * (1.0 / 2**53)
     return u < rate
+
+
+# Gradient-based sampling (XGBoost's sampling_method="gradient_based": Minimal Variance Sampling,
+# Ibragimov and Gusev 2019, with XGBoost's lambda). A row of combined gradient
+# c = sqrt(g**2 + MVS_LAMBDA * h**2) (as float32) is kept with probability min(1, c / mu), its
+# gradient pair divided by that probability, where the threshold mu makes the expected number
+# of rows kept the subsample's share of every row. mu is found in one exact integer table
+# over every process: per bucket of c's float32 bits (its top THRESHOLD_BITS below the sign,
+# 2**-11 of relative width; the THRESHOLD_BINADES binades below the largest c; smaller c share
+# the lowest bucket), the rows' count and their fixed-point sum of c. mu is the highest bucket
+# edge whose expected count is at least the target, so the same on any split of the rows.
+MVS_LAMBDA = 0.1
+_MANTISSA_BITS = 11
+_THRESHOLD_BINADES = 16
+_N_BUCKETS = _THRESHOLD_BINADES << _MANTISSA_BITS
+_SAMPLE_STREAM = 0x6772616469656E74  # tells the gradient-based draws from the uniform ones
+
+
+def _bucket_keys(xp, c32):
+    """uint32 bucket keys (c's float32 bits without the lowest mantissa bits) of (n,) float32
+    values >= 0: ascending with the values."""
+    return c32.view(xp.uint32) >> xp.uint32(23 - _MANTISSA_BITS)
+
+
+def _uniform_draws(xp, n_rows: int, row_offset, seed: int, round_index: int, group: int):
+    """(n_rows,) float64 in [0, 1): each row's draw for (seed, round, group, global row)."""
+    key = _mix64(xp.asarray([seed % 2**64], dtype=xp.uint64)
+                 ^ _mix64(xp.asarray([round_index + 1], dtype=xp.uint64)
+                          ^ _mix64(xp.asarray([(group + 1) ^ _SAMPLE_STREAM], dtype=xp.uint64))))
+    if isinstance(row_offset, (int, np.integer)):
+        rows = xp.arange(row_offset, row_offset + n_rows, dtype=xp.uint64)
+    else:
+        rows = xp.asarray(row_offset, dtype=xp.uint64)
+    return (_mix64(rows ^ key) >> xp.uint64(11)).astype(xp.float64) * (1.0 / 2**53)
+
+
+def gradient_threshold(xp, collective, combined: list, n_total: int, rate: float) -> float:
+    """The threshold mu of gradient-based sampling over every process's rows: combined is per
+    shard the (n_i,) float32 combined gradients (>= 0; 0: never kept), n_total the rows of
+    every process. Returns mu (a float: every row with c >= mu is kept; 0.0: every row of
+    c > 0 is) such that the expected count of rows kept is at least ``rate * n_total`` and the
+    next bucket edge's is below it. Two reductions: the largest c, then the table."""
+    largest = float(np.max(collective.allreduce_max(
+        max((float(to_host(c.max())) for c in combined if len(c)), default=0.0))))
+    if not largest > 0:
+        return 0.0
+    top = int(_bucket_keys(np, np.asarray([largest], dtype=np.float32))[0])
+    low = max(top - _N_BUCKETS + 1, 0)
+    scale = fixed_point.fixed_point_scale(largest, n_total, 2.0**52)  # float64 sums: exact
+    table = np.zeros(2 * _N_BUCKETS, dtype=np.int64)
+    for c in combined:
+        present = c > 0
+        bucket = xp.maximum(_bucket_keys(xp, c[present]).astype(xp.int64) - low, 0)
+        table[:_N_BUCKETS] += to_host(table_counts(xp, bucket, _N_BUCKETS)).astype(np.int64)
+        table[_N_BUCKETS:] += to_host(table_counts(
+            xp, bucket, _N_BUCKETS, xp.rint(c[present].astype(xp.float64) * scale))
+        ).astype(np.int64)
+    table = np.asarray(to_host(collective.allreduce_sum(table)), dtype=np.int64)
+    counts, sums = table[:_N_BUCKETS], table[_N_BUCKETS:]
+    at_or_above = np.cumsum(counts[::-1])[::-1]  # rows of c >= each bucket's edge
+    below = np.cumsum(sums) - sums  # their fixed-point sum of c below each edge
+    target = rate * n_total
+    if at_or_above[0] <= target:
+        return 0.0
+    edges = ((np.arange(1, _N_BUCKETS, dtype=np.int64) + low) << (23 - _MANTISSA_BITS))
+    edges = edges.astype(np.uint32).view(np.float32).astype(np.float64)
+    expected = below[1:] / scale / edges + at_or_above[1:]  # non-increasing in the edge
+    reached = np.flatnonzero(expected >= target)
+    if not len(reached):
+        return float(edges[0])
+    if reached[-1] == len(edges) - 1:  # even the top bucket's edge keeps too many: beyond it,
+        # every row is drawn and the expected count sum(c) / mu is the target
+        return float(max(edges[-1], sums.sum() / scale / target))
+    return float(edges[reached[-1]])
+
+
+def gradient_based_sample(xp, collective, grads: list, hesses: list, row_offsets: list,
+                          n_total: int, seed: int, round_index: int, group: int,
+                          rate: float) -> None:
+    """Gradient-based sampling of one output's gradient pairs, in place (``sampling_method=
+    "gradient_based"``): per shard grads[i], hesses[i] are (n_i,) float64 views (any strides)
+    on the backend's device, row_offsets[i] its rows' global numbering (as
+    ``row_sample_mask``'s). A row of combined gradient c below the threshold (``
+    gradient_threshold``) is kept when its draw u (``_uniform_draws``) has u * mu < c, its pair
+    multiplied by mu / c; rows of c >= mu keep theirs; the others' become 0. Every step is
+    per row or an integer sum, so the result does not depend on how the rows are split."""
+    combined = [xp.sqrt(g * g + MVS_LAMBDA * (h * h)).astype(xp.float32)
+                for g, h in zip(grads, hesses)]
+    mu = gradient_threshold(xp, collective, combined, n_total, rate)
+    for g, h, c, offset in zip(grads, hesses, combined, row_offsets):
+        if mu == 0.0:
+            keep = c > 0
+            g *= keep
+            h *= keep
+            continue
+        c = c.astype(xp.float64)
+        u = _uniform_draws(xp, len(c), offset, seed, round_index, group)
+        factor = xp.where(c >= mu, 1.0, xp.where(u * mu < c, mu / xp.where(c > 0, c, 1.0), 0.0))
+        g *= factor
+        h *= factor
 
 
 def feature_sample(n_features: int, seed: int, round_index: int, group: int, rate: float):

@@ -45,13 +45,14 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
     (``sklearn_data.adapter_for``)."""
 
     def __init__(self, *, n_estimators=100, max_depth=6, learning_rate=0.3, min_child_weight=1.0,
-                 gamma=0.0, reg_lambda=1.0, reg_alpha=0.0, subsample=1.0, colsample_bytree=1.0,
-                 colsample_bylevel=1.0, colsample_bynode=1.0, max_bin=256, random_state=0,
-                 base_score=None, eval_metric=None, early_stopping_rounds=None, device="auto",
-                 sparse_threshold=None, verbose=False, n_jobs=None, enable_categorical=True,
-                 max_cat_to_onehot=4, max_cat_threshold=64, cat_smooth=10.0, cat_l2=10.0,
-                 verbosity=1, max_delta_step=None, monotone_constraints=None,
-                 interaction_constraints=None, max_leaves=0, grow_policy="depthwise"):
+                 gamma=0.0, reg_lambda=1.0, reg_alpha=0.0, subsample=1.0, sampling_method="uniform",
+                 colsample_bytree=1.0, colsample_bylevel=1.0, colsample_bynode=1.0, max_bin=256,
+                 random_state=0, base_score=None, eval_metric=None, early_stopping_rounds=None,
+                 device="auto", sparse_threshold=None, verbose=False, n_jobs=None,
+                 enable_categorical=True, max_cat_to_onehot=4, max_cat_threshold=64,
+                 cat_smooth=10.0, cat_l2=10.0, verbosity=1, max_delta_step=None,
+                 monotone_constraints=None, interaction_constraints=None, max_leaves=0,
+                 grow_policy="depthwise"):
         _store(self, locals())
 
     # -- scikit-learn protocol -------------------------------------------------------------
@@ -309,6 +310,9 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
     subsample, colsample_bytree, colsample_bylevel, colsample_bynode : float, default 1.0
         Share of rows per round, of features per tree, of the tree's features per depth, and
         of the depth's features per node.
+    sampling_method : {"uniform", "gradient_based"}, default "uniform"
+        How ``subsample`` draws rows (XGBoost's): "gradient_based" keeps rows with probability
+        growing with their gradients, reweighted (see the training parameters).
     max_bin : int, default 256
         Histogram bins per feature.
     random_state : int, RandomState, Generator or None, default 0
@@ -361,15 +365,14 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
     """
 
     def __init__(self, *, objective="reg:squarederror", n_estimators=100, max_depth=6,
-                 learning_rate=0.3, min_child_weight=1.0, gamma=0.0, reg_lambda=1.0,
-                 reg_alpha=0.0, subsample=1.0, colsample_bytree=1.0, colsample_bylevel=1.0,
-                 colsample_bynode=1.0, max_bin=256, random_state=0, base_score=None,
-                 eval_metric=None, early_stopping_rounds=None, device="auto",
+                 learning_rate=0.3, min_child_weight=1.0, gamma=0.0, reg_lambda=1.0, reg_alpha=0.0,
+                 subsample=1.0, sampling_method="uniform", colsample_bytree=1.0,
+                 colsample_bylevel=1.0, colsample_bynode=1.0, max_bin=256, random_state=0,
+                 base_score=None, eval_metric=None, early_stopping_rounds=None, device="auto",
                  sparse_threshold=None, verbose=False, n_jobs=None, enable_categorical=True,
                  max_cat_to_onehot=4, max_cat_threshold=64, cat_smooth=10.0, cat_l2=10.0,
-                 verbosity=1, quantile_alpha=0.5, max_delta_step=None,
-                 monotone_constraints=None, interaction_constraints=None, max_leaves=0,
-                 grow_policy="depthwise"):
+                 verbosity=1, quantile_alpha=0.5, max_delta_step=None, monotone_constraints=None,
+                 interaction_constraints=None, max_leaves=0, grow_policy="depthwise"):
         _store(self, locals())
 
     def _check_objective(self):
@@ -416,13 +419,13 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
 
     def __init__(self, *, objective=None, n_estimators=100, max_depth=6, learning_rate=0.3,
                  min_child_weight=1.0, gamma=0.0, reg_lambda=1.0, reg_alpha=0.0, subsample=1.0,
-                 colsample_bytree=1.0, colsample_bylevel=1.0, colsample_bynode=1.0, max_bin=256,
-                 random_state=0, base_score=None, eval_metric=None, early_stopping_rounds=None,
-                 device="auto", sparse_threshold=None, verbose=False, n_jobs=None,
-                 enable_categorical=True, max_cat_to_onehot=4, max_cat_threshold=64,
-                 cat_smooth=10.0, cat_l2=10.0, verbosity=1, max_delta_step=None,
-                 monotone_constraints=None, interaction_constraints=None, max_leaves=0,
-                 grow_policy="depthwise"):
+                 sampling_method="uniform", colsample_bytree=1.0, colsample_bylevel=1.0,
+                 colsample_bynode=1.0, max_bin=256, random_state=0, base_score=None,
+                 eval_metric=None, early_stopping_rounds=None, device="auto", sparse_threshold=None,
+                 verbose=False, n_jobs=None, enable_categorical=True, max_cat_to_onehot=4,
+                 max_cat_threshold=64, cat_smooth=10.0, cat_l2=10.0, verbosity=1,
+                 max_delta_step=None, monotone_constraints=None, interaction_constraints=None,
+                 max_leaves=0, grow_policy="depthwise"):
         _store(self, locals())
 
     def _target(self, adapter, y):

@@ -61,18 +61,18 @@ class GBFlowRanker(GBFlowRegressor):
     The default metric is "ndcg@32" ("map@32" for rank:map); ``score`` returns it.
     """
 
-    def __init__(self, *, objective="rank:ndcg", n_estimators=100, max_depth=6,
-                 learning_rate=0.3, min_child_weight=1.0, gamma=0.0, reg_lambda=1.0,
-                 reg_alpha=0.0, subsample=1.0, colsample_bytree=1.0, colsample_bylevel=1.0,
+    def __init__(self, *, objective="rank:ndcg", n_estimators=100, max_depth=6, learning_rate=0.3,
+                 min_child_weight=1.0, gamma=0.0, reg_lambda=1.0, reg_alpha=0.0, subsample=1.0,
+                 sampling_method="uniform", colsample_bytree=1.0, colsample_bylevel=1.0,
                  colsample_bynode=1.0, max_bin=256, random_state=0, base_score=None,
-                 eval_metric=None, early_stopping_rounds=None, device="auto",
-                 sparse_threshold=None, verbose=False, n_jobs=None, enable_categorical=True,
-                 max_cat_to_onehot=4, max_cat_threshold=64, cat_smooth=10.0, cat_l2=10.0,
-                 verbosity=1, quantile_alpha=0.5, max_delta_step=None,
-                 monotone_constraints=None, interaction_constraints=None,
-                 lambdarank_pair_method="topk", lambdarank_num_pair_per_sample=None,
-                 lambdarank_normalization=True, lambdarank_score_normalization=True,
-                 ndcg_exp_gain=True, max_leaves=0, grow_policy="depthwise"):
+                 eval_metric=None, early_stopping_rounds=None, device="auto", sparse_threshold=None,
+                 verbose=False, n_jobs=None, enable_categorical=True, max_cat_to_onehot=4,
+                 max_cat_threshold=64, cat_smooth=10.0, cat_l2=10.0, verbosity=1,
+                 quantile_alpha=0.5, max_delta_step=None, monotone_constraints=None,
+                 interaction_constraints=None, lambdarank_pair_method="topk",
+                 lambdarank_num_pair_per_sample=None, lambdarank_normalization=True,
+                 lambdarank_score_normalization=True, ndcg_exp_gain=True, max_leaves=0,
+                 grow_policy="depthwise"):
         _store(self, locals())
 
     def _check_objective(self):

@@ -345,7 +345,6 @@ def test_unknown_parameter_without_close_name_lists_known(df, no_work):
     ("num_boost_round", r"num_boost_round argument"),
     ("early_stopping_rounds", r"argument of train\(\)"),
     ("verbose", r"verbose argument"),
-    ("sampling_method", r"does not support it"),
     ("num_leaves", r"max_leaves here, with grow_policy='lossguide'"),
 ])
 def test_parameters_that_belong_elsewhere(df, no_work, name, match):
@@ -391,6 +390,8 @@ def test_parameters_that_belong_elsewhere(df, no_work, name, match):
     ({"quantile_alpha": 1.5}, r"parameter quantile_alpha must lie in \(0, 1\]"),
     ({"eval_metric": []}, r"eval_metric is an empty list"),
     ({"device": "gpu"}, r"parameter device must be one of 'auto', 'cpu', 'cuda', got 'gpu'"),
+    ({"sampling_method": "goss"}, r"parameter sampling_method must be 'uniform' or "
+                                  r"'gradient_based', got 'goss'"),
     ({"eta": 0.1, "learning_rate": 0.2}, r"learning_rate given twice \(as 'eta' and as "
                                          r"'learning_rate'\)"),
     ({"learning_rate": 0.2, "eta": 0.1}, r"learning_rate given twice"),

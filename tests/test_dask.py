@@ -201,11 +201,13 @@ def test_a_worker_holding_only_an_empty_partition_takes_part(clients):
                                              verbose=False).to_json()
 
 
-def test_row_sampling_follows_the_global_row_number(clients, tmp_path):
-    """subsample draws per global row: another partitioning of the same rows, and any placement
-    on the workers, give the same model."""
+@pytest.mark.parametrize("method", ["uniform", "gradient_based"])
+def test_row_sampling_follows_the_global_row_number(clients, tmp_path, method):
+    """subsample draws per global row (gradient-based: its threshold from one integer table of
+    every worker's rows): another partitioning of the same rows, and any placement on the
+    workers, give the same model."""
     df = make_table(n_rows=2000, seed=23)
-    params = {"subsample": 0.5, "max_depth": 3}
+    params = {"subsample": 0.5, "max_depth": 3, "sampling_method": method}
     expected = _model_bytes(gbflow.train(df, label="y", params=params, num_boost_round=6,
                                          verbose=False), tmp_path, "pandas")
     ddf = dd.from_pandas(df, npartitions=5)

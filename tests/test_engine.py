@@ -39,7 +39,8 @@ def test_same_model_twice_and_with_rows_permuted(task, device):
 @pytest.mark.parametrize("task", list(PARAMS))
 @pytest.mark.parametrize("extra", [{}, {"subsample": 0.7, "colsample_bytree": 0.5},
                                    {"colsample_bytree": 0.8, "colsample_bylevel": 0.5},
-                                   {"colsample_bylevel": 0.7, "colsample_bynode": 0.5}])
+                                   {"colsample_bylevel": 0.7, "colsample_bynode": 0.5},
+                                   {"subsample": 0.3, "sampling_method": "gradient_based"}])
 def test_same_model_on_one_or_many_shards(task, extra, device):
     df = make_table(task=task, seed=4)
     params = make_params({**PARAMS[task], **extra})

@@ -26,6 +26,7 @@ def _fit(data, device, rounds=20, weight=None, **params):
     {"max_depth": 6},
     {"max_depth": 8, "max_bin": 64, "reg_alpha": 0.3, "min_child_weight": 3.0},
     {"max_depth": 4, "max_bin": 1000, "subsample": 0.7, "colsample_bytree": 0.6, "gamma": 0.01},
+    {"max_depth": 5, "subsample": 0.3, "sampling_method": "gradient_based"},
 ])
 def test_squared_error_same_trees_on_gpu_and_cpu(params):
     """Splits, thresholds, default directions, leaf values: the model files are equal bytes."""

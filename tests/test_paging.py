@@ -47,6 +47,7 @@ def _same(params, data, label, device, rounds=8, **kwargs):
 @pytest.mark.parametrize("extra", [
     {},
     {"subsample": 0.7, "colsample_bytree": 0.6, "seed": 3},
+    {"subsample": 0.3, "sampling_method": "gradient_based"},
     {"objective": "multi:softprob", "num_class": 3},
     {"objective": "reg:squarederror", "max_depth": 3, "reg_alpha": 0.5},
     {"objective": "survival:cox", "eval_metric": "cox-nloglik"},  # risk sets span the pages

@@ -139,7 +139,8 @@ def test_get_params_set_params_and_clone_round_trip():
     assert params["max_depth"] == 4 and params["random_state"] == 7
     assert params["objective"] == "reg:squarederror" and params["n_estimators"] == 100
     expected = {"n_estimators", "max_depth", "learning_rate", "min_child_weight", "gamma",
-                "reg_lambda", "reg_alpha", "subsample", "colsample_bytree", "colsample_bylevel",
+                "reg_lambda", "reg_alpha", "subsample", "sampling_method", "colsample_bytree",
+                "colsample_bylevel",
                 "colsample_bynode",
                 "max_bin", "random_state", "base_score", "eval_metric", "early_stopping_rounds",
                 "device", "sparse_threshold", "verbose", "n_jobs", "enable_categorical",
