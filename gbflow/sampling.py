@@ -6,7 +6,6 @@ import dataclasses
 
 import numpy as np
 
-from . import fixed_point
 from .backend import to_host
 from .backend.tables import table_counts
 
@@ -70,44 +69,48 @@ def _uniform_draws(xp, n_rows: int, row_offset, seed: int, round_index: int, gro
     return (_mix64(rows ^ key) >> xp.uint64(11)).astype(xp.float64) * (1.0 / 2**53)
 
 
-def gradient_threshold(xp, collective, combined: list, n_total: int, rate: float) -> float:
+def gradient_threshold(xp, collective, combined: list, n_total: int, rate: float):
     """The threshold mu of gradient-based sampling over every process's rows: combined is per
     shard the (n_i,) float32 combined gradients (>= 0; 0: never kept), n_total the rows of
-    every process. Returns mu (a float: every row with c >= mu is kept; 0.0: every row of
-    c > 0 is) such that the expected count of rows kept is at least ``rate * n_total`` and the
-    next bucket edge's is below it. Two reductions: the largest c, then the table."""
-    largest = float(np.max(collective.allreduce_max(
-        max((float(to_host(c.max())) for c in combined if len(c)), default=0.0))))
-    if not largest > 0:
-        return 0.0
-    top = int(_bucket_keys(np, np.asarray([largest], dtype=np.float32))[0])
-    low = max(top - _N_BUCKETS + 1, 0)
-    scale = fixed_point.fixed_point_scale(largest, n_total, 2.0**52)  # float64 sums: exact
-    table = np.zeros(2 * _N_BUCKETS, dtype=np.int64)
-    for c in combined:
-        present = c > 0
-        bucket = xp.maximum(_bucket_keys(xp, c[present]).astype(xp.int64) - low, 0)
-        table[:_N_BUCKETS] += to_host(table_counts(xp, bucket, _N_BUCKETS)).astype(np.int64)
-        table[_N_BUCKETS:] += to_host(table_counts(
-            xp, bucket, _N_BUCKETS, xp.rint(c[present].astype(xp.float64) * scale))
-        ).astype(np.int64)
-    table = np.asarray(to_host(collective.allreduce_sum(table)), dtype=np.int64)
-    counts, sums = table[:_N_BUCKETS], table[_N_BUCKETS:]
-    at_or_above = np.cumsum(counts[::-1])[::-1]  # rows of c >= each bucket's edge
-    below = np.cumsum(sums) - sums  # their fixed-point sum of c below each edge
+    every process. Returns mu, a 0-d float64 array on the device (every row with c >= mu is
+    kept; 0.0: every row is), such that the expected count of rows kept is at least
+    ``rate * n_total`` and the next bucket edge's is below it. In one process nothing is read
+    back (the device runs on); several add their tables (two reductions)."""
+    present = [c for c in combined if len(c)]
+    largest = xp.stack([c.max() for c in present]).max() if present else \
+        xp.zeros((), dtype=xp.float32)
+    if collective.size > 1:
+        largest = xp.asarray(np.max(collective.allreduce_max(float(to_host(largest)))),
+                             dtype=xp.float32)
+    largest = largest.astype(xp.float32).reshape(())
+    top = _bucket_keys(xp, largest.reshape(1)).astype(xp.int64)[0]
+    low = xp.maximum(top - (_N_BUCKETS - 1), 0)
+    # a power of two below 2**52 / (n_total * largest) (frexp: exact), so that the float64
+    # table's sums of rint(c * scale) are exact integers; 1.0 when there is no gradient
+    room = 2.0**52 / (n_total * xp.maximum(largest.astype(xp.float64), 2.0**-1000))
+    scale = xp.ldexp(xp.ones((), dtype=xp.float64), xp.frexp(room)[1] - 1)
+    counts = xp.zeros(_N_BUCKETS, dtype=xp.int64)
+    sums = xp.zeros(_N_BUCKETS, dtype=xp.int64)
+    for c in present:  # rows of c == 0 count for nothing (weights, not a mask: no read-back)
+        bucket = xp.maximum(_bucket_keys(xp, c).astype(xp.int64) - low, 0)
+        counts += table_counts(xp, bucket, _N_BUCKETS, (c > 0).astype(xp.float64)
+                               ).astype(xp.int64)
+        sums += table_counts(xp, bucket, _N_BUCKETS,
+                             xp.rint(c.astype(xp.float64) * scale)).astype(xp.int64)
+    if collective.size > 1:
+        both = collective.allreduce_sum(np.concatenate([to_host(counts), to_host(sums)]))
+        counts, sums = (xp.asarray(part) for part in np.split(np.asarray(both), 2))
+    at_or_above = xp.cumsum(counts[::-1])[::-1]  # rows of c >= each bucket's edge
+    below = xp.cumsum(sums) - sums  # their fixed-point sum of c below each edge
     target = rate * n_total
-    if at_or_above[0] <= target:
-        return 0.0
-    edges = ((np.arange(1, _N_BUCKETS, dtype=np.int64) + low) << (23 - _MANTISSA_BITS))
-    edges = edges.astype(np.uint32).view(np.float32).astype(np.float64)
+    edges = ((xp.arange(1, _N_BUCKETS, dtype=xp.int64) + low) << (23 - _MANTISSA_BITS))
+    edges = edges.astype(xp.uint32).view(xp.float32).astype(xp.float64)
     expected = below[1:] / scale / edges + at_or_above[1:]  # non-increasing in the edge
-    reached = np.flatnonzero(expected >= target)
-    if not len(reached):
-        return float(edges[0])
-    if reached[-1] == len(edges) - 1:  # even the top bucket's edge keeps too many: beyond it,
-        # every row is drawn and the expected count sum(c) / mu is the target
-        return float(max(edges[-1], sums.sum() / scale / target))
-    return float(edges[reached[-1]])
+    last = xp.count_nonzero(expected >= target) - 1  # the highest edge reaching the target
+    # beyond the top bucket's edge every row is drawn: the expected count is sum(c) / mu
+    beyond = xp.maximum(edges[-1], sums.sum() / scale / target)
+    mu = xp.where(last == len(edges) - 1, beyond, edges[xp.maximum(last, 0)])
+    return xp.where(at_or_above[0] <= target, 0.0, mu)
 
 
 def gradient_based_sample(xp, collective, grads: list, hesses: list, row_offsets: list,
@@ -124,11 +127,7 @@ def gradient_based_sample(xp, collective, grads: list, hesses: list, row_offsets
                 for g, h in zip(grads, hesses)]
     mu = gradient_threshold(xp, collective, combined, n_total, rate)
     for g, h, c, offset in zip(grads, hesses, combined, row_offsets):
-        if mu == 0.0:
-            keep = c > 0
-            g *= keep
-            h *= keep
-            continue
+        # (mu 0: every factor 1; rows of c == 0 have a zero pair already)
         c = c.astype(xp.float64)
         u = _uniform_draws(xp, len(c), offset, seed, round_index, group)
         factor = xp.where(c >= mu, 1.0, xp.where(u * mu < c, mu / xp.where(c > 0, c, 1.0), 0.0))
