@@ -54,7 +54,9 @@ def main() -> None:
     if args.device == "cuda":
         import cupy as cp
         data = cp.asarray(X), cp.asarray(y)
-    gbflow.train(data[0][:5000], data[1][:5000], params=base, num_boost_round=2, verbose=False)
+    for name, rate, method in settings:  # compile every setting's kernels first
+        gbflow.train(data[0][:20000], data[1][:20000], num_boost_round=2, verbose=False,
+                     params={**base, "subsample": rate, "sampling_method": method})
     for name, rate, method in settings:
         params = {**base, "subsample": rate, "sampling_method": method}
         start = time.perf_counter()
