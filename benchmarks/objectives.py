@@ -6,6 +6,8 @@
     python benchmarks/objectives.py --objective reg:squarederror \
         --param 'monotone_constraints="(1,0,-1,1)"' --param max_delta_step=0.5
     python benchmarks/objectives.py --objective rank:ndcg --docs-per-query 100
+    python benchmarks/objectives.py --objective multi:softmax --num-class 10 --rows 1000000 \
+        --features 50 --depth 6     # F7's multiclass case
 
 The features are gpu_binary.py's HIGGS-like Gaussians (generated on the GPU, or with NumPy on the
 CPU); each objective gets a target of its kind driven by the same signal (counts for Poisson,
@@ -33,7 +35,7 @@ OBJECTIVES = ["reg:squarederror", "reg:squaredlogerror", "reg:pseudohubererror",
               "rank:ndcg", "rank:pairwise", "rank:map"]
 
 
-def targets(xp, objective: str, f, seed: int):
+def targets(xp, objective: str, f, seed: int, num_class: int = 3):
     """A target of the objective's kind driven by the signal f (float32, on f's device)."""
     rng = xp.random.default_rng(seed)
     n = f.shape[0]
@@ -50,7 +52,8 @@ def targets(xp, objective: str, f, seed: int):
     elif objective == "reg:squarederror":
         y = f + rng.standard_normal(n)
     elif objective == "multi:softmax":
-        y = xp.digitize(f + 0.5 * rng.standard_normal(n), xp.asarray([-1.0, 0.5]))
+        edges = [-1.0, 0.5] if num_class == 3 else np.linspace(-1.5, 1.5, num_class - 1).tolist()
+        y = xp.digitize(f + 0.5 * rng.standard_normal(n), xp.asarray(edges))
     elif objective in ("rank:ndcg", "rank:pairwise"):
         y = xp.digitize(f + 0.5 * rng.standard_normal(n), xp.asarray([-0.5, 0.3, 1.0, 1.6]))
     elif objective == "survival:cox":  # event times of hazard exp(f), 30% censored
@@ -67,7 +70,7 @@ def run(library: str, objective: str, X, y, Xt, yt, args, sync, qid=None, qid_te
     params = {"objective": objective, "max_depth": args.depth, "learning_rate": 0.1,
               "max_bin": args.max_bin}
     if objective == "multi:softmax":
-        params["num_class"] = 3
+        params["num_class"] = args.num_class
     if objective == "reg:quantileerror":
         params["quantile_alpha"] = 0.9
     params.update(args.param)
@@ -113,6 +116,7 @@ def main():
     parser.add_argument("--depth", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--max-bin", type=int, default=256)
+    parser.add_argument("--num-class", type=int, default=3, help="multi:softmax's classes")
     parser.add_argument("--docs-per-query", type=int, default=100,
                         help="rows per query of the ranking objectives (consecutive rows)")
     parser.add_argument("--objective", action="append", choices=OBJECTIVES)
@@ -149,7 +153,7 @@ def main():
     print(f"{'objective':22s} {'gbflow':>9s} {'xgboost':>9s} {'ratio':>6s}  held-out metric "
           f"(gbflow / xgboost)")
     for objective in args.objective or OBJECTIVES:
-        y = targets(xp, objective, f, seed=11)
+        y = targets(xp, objective, f, seed=11, num_class=args.num_class)
         ytr, yte = y[: args.rows], y[args.rows:]
         qid = qid_test = None
         if objective.startswith("rank:"):
