@@ -29,6 +29,8 @@ import time
 import numpy as np
 from gpu_binary import PeakMemory, free_gpu_memory, make_data
 
+from gbflow.sketch.direct import DIRECT_VALUES
+
 OBJECTIVES = ["reg:squarederror", "reg:squaredlogerror", "reg:pseudohubererror",
               "reg:absoluteerror", "reg:quantileerror", "binary:logistic", "binary:hinge",
               "count:poisson", "reg:gamma", "reg:tweedie", "multi:softmax", "survival:cox",
@@ -79,8 +81,11 @@ def run(library: str, objective: str, X, y, Xt, yt, args, sync, qid=None, qid_te
         params["device"] = args.device
         warm_test = (Xt[:1000], yt[:1000]) if qid is None else \
             (Xt[:1000], yt[:1000], None, qid_test[:1000])
-        gbflow.train(X[:5000], y[:5000], params, 2, verbose=False,  # warm-up, evaluation too
-                     qid=None if qid is None else qid[:5000], evals=[(warm_test, "test")])
+        # warm-up, evaluation too; on enough rows for the sketch's passes when the data takes
+        # them (their kernels compile at first use: seconds)
+        warm = min(len(X), max(5000, DIRECT_VALUES // X.shape[1] + 1))
+        gbflow.train(X[:warm], y[:warm], params, 2, verbose=False,
+                     qid=None if qid is None else qid[:warm], evals=[(warm_test, "test")])
         sync()
         start = time.perf_counter()
         test = (Xt, yt) if qid is None else (Xt, yt, None, qid_test)

@@ -42,6 +42,7 @@ def main() -> None:
     from sklearn.metrics import roc_auc_score
 
     import gbflow
+    from gbflow.sketch.direct import DIRECT_VALUES
     X, y = make_data(args.rows + args.test_rows, 28, seed=0)
     X, Xt, y, yt = X[:args.rows], X[args.rows:], y[:args.rows], y[args.rows:]
     print(f"device {args.device}; {args.rows:,} x 28 train, {args.test_rows:,} test, depth "
@@ -54,8 +55,11 @@ def main() -> None:
     if args.device == "cuda":
         import cupy as cp
         data = cp.asarray(X), cp.asarray(y)
-    for name, rate, method in settings:  # compile every setting's kernels first
-        gbflow.train(data[0][:20000], data[1][:20000], num_boost_round=2, verbose=False,
+    # compile every setting's kernels first, on enough rows for the sketch's passes when the
+    # data takes them
+    warm = min(args.rows, max(20_000, DIRECT_VALUES // 28 + 1))
+    for name, rate, method in settings:
+        gbflow.train(data[0][:warm], data[1][:warm], num_boost_round=2, verbose=False,
                      params={**base, "subsample": rate, "sampling_method": method})
     for name, rate, method in settings:
         params = {**base, "subsample": rate, "sampling_method": method}
