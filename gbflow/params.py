@@ -424,18 +424,14 @@ def _growth_params(merged: dict, checked: dict) -> dict:
     """grow_policy and sampling_method, checked, and XGBoost's rule that max_depth and max_leaves
     may not both be 0 (``checked``: the numbers already validated)."""
     p = {}
-    policy = merged.get("grow_policy")
-    if policy is not None:
-        if policy not in ("depthwise", "lossguide"):
-            raise ValueError(f"parameter grow_policy must be 'depthwise' or 'lossguide', got "
-                             f"{policy!r}")
-        p["grow_policy"] = policy
-    method = merged.get("sampling_method")
-    if method is not None:
-        if method not in ("uniform", "gradient_based"):
-            raise ValueError(f"parameter sampling_method must be 'uniform' or 'gradient_based', "
-                             f"got {method!r}")
-        p["sampling_method"] = method
+    for name, choices in (("grow_policy", ("depthwise", "lossguide")),
+                          ("sampling_method", ("uniform", "gradient_based"))):
+        value = merged.get(name)
+        if value is not None:
+            if value not in choices:
+                raise ValueError(f"parameter {name} must be {' or '.join(map(repr, choices))}, "
+                                 f"got {value!r}")
+            p[name] = value
     if checked.get("max_depth", Params.max_depth) == 0 and not checked.get("max_leaves"):
         raise ValueError("parameter max_depth=0 (no depth limit) needs max_leaves > 0 to stop "
                          "the trees (XGBoost's rule), e.g. grow_policy='lossguide', "

@@ -86,6 +86,20 @@ class Tree:
         return cls(group=group, categories=categories, **arrays)
 
 
+def write_splits(arrays: dict, at, cuts, feature, bin_threshold, default_left, gain,
+                 left_id) -> None:
+    """Write splits into a dict of node arrays (the fields' names), in place, at positions
+    ``at``: their global feature ids, bin thresholds (and the float thresholds ``cuts`` makes of
+    them), default directions, gains and left child ids (the right child follows the left)."""
+    arrays["feature"][at] = feature
+    arrays["bin_threshold"][at] = bin_threshold
+    arrays["threshold"][at] = cuts.split_thresholds(feature, bin_threshold)
+    arrays["default_left"][at] = default_left
+    arrays["gain"][at] = gain
+    arrays["left"][at] = left_id
+    arrays["right"][at] = left_id + 1
+
+
 def level_arrays(cuts, value, cover, at, sp, feature, bin_threshold, default_left, gain,
                  left_id, right_bins=None) -> dict:
     """One level's node arrays (a dict for ``Tree.concatenate_levels``) in id order (a node's id
@@ -103,13 +117,7 @@ def level_arrays(cuts, value, cover, at, sp, feature, bin_threshold, default_lef
         "gain": np.zeros(n), "cover": cover,
     }
     if len(sp):
-        level["feature"][sp] = feature
-        level["bin_threshold"][sp] = bin_threshold
-        level["threshold"][sp] = cuts.split_thresholds(feature, bin_threshold)
-        level["default_left"][sp] = default_left
-        level["gain"][sp] = gain
-        level["left"][sp] = left_id
-        level["right"][sp] = left_id + 1
+        write_splits(level, sp, cuts, feature, bin_threshold, default_left, gain, left_id)
     for name, values in level.items():
         level[name] = np.empty_like(values)
         level[name][at] = values

@@ -9,7 +9,7 @@ import numpy as np
 from .. import _dtypes, histogram
 from ..backend import packed_empty
 from ..histogram import Histograms
-from ..tree import Tree
+from ..tree import Tree, write_splits
 from .margins import PlannedMargins
 from .pending import PendingTree
 
@@ -279,12 +279,6 @@ def _planned_tree(features, levels, fetched, scales, cuts, rules, group) -> Tree
         at = np.concatenate(split_ids)
         feature, bin_threshold, default_left, gain, left_id = (
             np.concatenate(column) for column in zip(*splits))
-        feature = features[feature]
-        arrays["feature"][at] = feature
-        arrays["bin_threshold"][at] = bin_threshold
-        arrays["threshold"][at] = cuts.split_thresholds(feature, bin_threshold)
-        arrays["default_left"][at] = default_left
-        arrays["gain"][at] = gain
-        arrays["left"][at] = left_id
-        arrays["right"][at] = left_id + 1
+        write_splits(arrays, at, cuts, features[feature], bin_threshold, default_left, gain,
+                     left_id)
     return Tree(group=group, **arrays)
