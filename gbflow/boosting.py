@@ -15,7 +15,12 @@ from .grow import finished_tree, grow_tree
 from .progress import Progress
 from .resume import TrainingState, options_of
 from .rules import Scales, TreeRules
-from .sampling import FeatureSample, gradient_based_sample, row_sample_mask
+from .sampling import (
+    FeatureSample,
+    gradient_based_sample,
+    reweighted_bounds,
+    row_sample_mask,
+)
 from .shards import ShardSet
 
 
@@ -204,10 +209,10 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     hooks.before_training(snapshot)
     # Fixed-point scales from the loss's bounds on |g| and |h| where it has them (no per-round
     # reduction), else from the round's global max |g| and |h|.
-    gradient_based = params.sampling_method == "gradient_based"
-    # (a sampled row's pair is divided by its probability: beyond the loss's bounds)
-    bounds = None if gradient_based and params.subsample < 1.0 else \
-        objective.gradient_bounds(max_weight)
+    gradient_based = params.sampling_method == "gradient_based" and params.subsample < 1.0
+    bounds = objective.gradient_bounds(max_weight)
+    if gradient_based and bounds is not None:  # a kept pair is divided by its probability
+        bounds = reweighted_bounds(bounds, params.subsample)
     for round_index in range(num_boost_round):
         if hooks.before_iteration(snapshot, first_round + round_index, evaluation.history):
             break
@@ -215,7 +220,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
             grad_hess = objective.set_gradients(xp, risk_sets, [s.margin for s in shards],
                                                 [s.weight for s in shards]) \
                 if objective.whole_set else [_gradients(xp, objective, s) for s in shards]
-            if params.subsample < 1.0 and gradient_based:  # each output its own sample
+            if gradient_based:  # each output its own sample
                 for k in range(n_groups):
                     gradient_based_sample(xp, collective, [g[:, k] for g, _ in grad_hess],
                                           [h[:, k] for _, h in grad_hess],

@@ -113,6 +113,20 @@ def gradient_threshold(xp, collective, combined: list, n_total: int, rate: float
     return xp.where(at_or_above[0] <= target, 0.0, mu)
 
 
+def reweighted_bounds(bounds: np.ndarray, rate: float) -> np.ndarray:
+    """Bounds on |g| and |h| ((n_groups, 2) float64) after gradient-based sampling at ``rate``,
+    from the loss's ``bounds`` before it: a kept pair is multiplied by mu / c >= 1 only when
+    c < mu, and mu is at most the largest c over the rate (the expected count sum(c) / mu is
+    the target then), while c >= |g| and c >= sqrt(MVS_LAMBDA) |h|; 1% of headroom over the
+    fixed-point table's rounding. Training keeps its fixed-point scales from bounds, so a
+    round need not wait for the device to learn the largest pair."""
+    bounds = np.asarray(bounds, dtype=np.float64)
+    largest_c = np.sqrt(bounds[:, 0] ** 2 + MVS_LAMBDA * bounds[:, 1] ** 2)
+    mu = 1.01 * largest_c / rate
+    return np.stack([np.maximum(bounds[:, 0], mu),
+                     np.maximum(bounds[:, 1], mu / np.sqrt(MVS_LAMBDA))], axis=1)
+
+
 def gradient_based_sample(xp, collective, grads: list, hesses: list, row_offsets: list,
                           n_total: int, seed: int, round_index: int, group: int,
                           rate: float) -> None:

@@ -101,3 +101,21 @@ def test_gradient_based_sampling_learns_at_least_as_well_as_uniform():
     assert "sampling_method" not in json.loads(full.to_json())["params"]
     unsampled = json.loads(fit(sampling_method="gradient_based").to_json())
     assert unsampled["trees"] == json.loads(full.to_json())["trees"]
+
+
+@pytest.mark.parametrize("rate", [0.5, 0.1, 0.01])
+def test_reweighted_pairs_stay_within_the_reweighted_bounds(rate):
+    """A bounded loss's bounds (logistic's |g| <= 1, h <= 1/4) widened by ``reweighted_bounds``
+    hold every sampled pair, also where mu lies beyond the largest c (tiny gradients
+    everywhere but a few rows), so training keeps bound-derived fixed-point scales."""
+    rng = np.random.default_rng(int(rate * 1000))
+    n = 100_000
+    p = rng.random(n) ** 8  # most probabilities near 0: tiny gradients
+    g, h = p - (rng.random(n) < p), p * (1 - p)
+    g[:3], h[:3] = 1.0, 0.25  # a few rows at the bounds
+    bounds = sampling.reweighted_bounds(np.array([[1.0, 0.25]]), rate)
+    for seed in range(3):
+        gs, hs = g.copy(), h.copy()
+        sampling.gradient_based_sample(np, LOCAL, [gs], [hs], [0], n, seed, 0, 0, rate)
+        assert np.abs(gs).max() <= bounds[0, 0] and np.abs(hs).max() <= bounds[0, 1]
+        assert np.any(np.abs(gs) > np.abs(g))  # pairs were scaled up
