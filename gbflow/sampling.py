@@ -40,10 +40,11 @@ def row_sample_mask(xp, n_rows: int, row_offset, seed: int, round_index: int, ra
 # c = sqrt(g**2 + MVS_LAMBDA * h**2) (as float32) is kept with probability min(1, c / mu), its
 # gradient pair divided by that probability, where the threshold mu makes the expected number
 # of rows kept the subsample's share of every row. mu is found in one exact integer table
-# over every process: per bucket of c's float32 bits (its top THRESHOLD_BITS below the sign,
-# 2**-11 of relative width; the THRESHOLD_BINADES binades below the largest c; smaller c share
-# the lowest bucket), the rows' count and their fixed-point sum of c. mu is the highest bucket
-# edge whose expected count is at least the target, so the same on any split of the rows.
+# over every process: per bucket of c's float32 bits (exponent and top _MANTISSA_BITS mantissa
+# bits: 2**-11 of relative width; the _THRESHOLD_BINADES binades below the largest c, smaller c
+# sharing the lowest bucket), the rows' count and their fixed-point sum of c. mu is the highest
+# bucket edge whose expected count is at least the target (or, beyond the top edge, sum(c) over
+# the target), so the same on any split of the rows.
 MVS_LAMBDA = 0.1
 _MANTISSA_BITS = 11
 _THRESHOLD_BINADES = 16
