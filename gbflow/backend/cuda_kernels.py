@@ -192,7 +192,7 @@ def _bound_args(bounds, n_nodes: int, n_features: int | None) -> tuple:
     search's ``bounds`` (``numpy_kernels.evaluate_splits``): bounded 0 (none; the arrays are
     not read), 1 (node bounds and max_delta_step) or 2 (and monotone signs)."""
     bounds = check_bounds(bounds, n_nodes, n_features)
-    unread = cp.zeros(1, dtype=np.int8)
+    unread = _unread()
     if bounds is None:
         return _i32(0), np.float64(0.0), unread, unread
     max_delta_step, node_bounds, monotone = bounds
@@ -726,8 +726,22 @@ def _columns(bins_by_feature) -> tuple:
 
 def _dev(array, dtype):
     """``array`` (host or device) as a C-contiguous CuPy array of ``dtype`` (no copy when it
-    already is one)."""
+    already is one: then returned at once, as a level's kernels pass a hundred such a tree)."""
+    if isinstance(array, cp.ndarray) and array.dtype == dtype and array.flags.c_contiguous:
+        return array
     return cp.ascontiguousarray(cp.asarray(array, dtype=dtype))
+
+
+_UNREAD: dict = {}
+
+
+def _unread():
+    """A one-byte device array for kernel arguments that are not read, one per device (made
+    once: an allocation and a fill each split search cost host time on every level)."""
+    device = cp.cuda.Device().id
+    if device not in _UNREAD:
+        _UNREAD[device] = cp.zeros(1, dtype=np.int8)
+    return _UNREAD[device]
 
 
 def _entry_features(entry_feature):
