@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -31,9 +32,10 @@ class Cuts:
         """(n_features,) int32: value bins of each feature (cuts + 1)."""
         return (np.diff(self.offsets) + 1).astype(np.int32)
 
-    @property
+    @functools.cached_property
     def n_bins(self) -> int:
-        """Histogram width: the largest bin id + 1 over all features."""
+        """Histogram width: the largest bin id + 1 over all features (computed once: every
+        tree asks; cuts are never changed in place)."""
         return int(self.n_value_bins.max()) + 1 if self.n_features else 1
 
     @property

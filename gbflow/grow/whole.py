@@ -30,17 +30,19 @@ def grow_tree_whole(shardset, gh: list, scales, cuts, rules, feature_allowed,
     n = len(grown.feature)
     split = grown.feature >= 0
     node_bounds = None if bounds is None else np.tile([-np.inf, np.inf], (n, 1))
-    arrays = {
-        "feature": np.where(split, dense.features[np.maximum(grown.feature, 0)], _dtypes.LEAF),
-        "bin_threshold": grown.bin_threshold, "threshold": np.zeros(n),
-        "default_left": grown.default_left, "left": grown.left,
-        "right": np.where(split, grown.left + 1, -1),
-        "value": rules.leaf.values(grown.totals, scales, node_bounds),
-        "gain": grown.gain, "cover": grown.totals[:, 1] * (1.0 / scales.h),
-    }
-    arrays["threshold"][split] = cuts.split_thresholds(arrays["feature"][split],
-                                                       grown.bin_threshold[split])
-    tree = Tree.concatenate_levels([arrays], group)  # one level: the whole tree, cast alike
+    feature = np.where(split, dense.features[np.maximum(grown.feature, 0)], _dtypes.LEAF)
+    threshold = np.zeros(n, dtype=_dtypes.CUT)
+    threshold[split] = cuts.split_thresholds(feature[split], grown.bin_threshold[split])
+    # the node arrays in the model file's dtypes, made once (a small tree's host time)
+    tree = Tree(feature=feature.astype(_dtypes.NODE, copy=False),
+                bin_threshold=grown.bin_threshold.astype(np.int32, copy=False),
+                threshold=threshold, default_left=grown.default_left.astype(np.bool_, copy=False),
+                left=grown.left.astype(_dtypes.NODE),
+                right=np.where(split, grown.left + 1, -1).astype(_dtypes.NODE, copy=False),
+                value=rules.leaf.values(grown.totals, scales, node_bounds).astype(
+                    _dtypes.MARGIN, copy=False),
+                gain=grown.gain.astype(np.float64, copy=False),
+                cover=grown.totals[:, 1] * (1.0 / scales.h), group=group)
     # the row arrays as the level loop leaves them: the deepest partitioned level's current
     deepest = int(grown.depth[grown.seg_start >= 0].max()) % 2
     shardset.row_index, shardset._spare_index = [rows[deepest]], [rows[1 - deepest]]
