@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import numpy as np
 
@@ -32,10 +31,9 @@ class Cuts:
         """(n_features,) int32: value bins of each feature (cuts + 1)."""
         return (np.diff(self.offsets) + 1).astype(np.int32)
 
-    @functools.cached_property
+    @property
     def n_bins(self) -> int:
-        """Histogram width: the largest bin id + 1 over all features (computed once: every
-        tree asks; cuts are never changed in place)."""
+        """Histogram width: the largest bin id + 1 over all features."""
         return int(self.n_value_bins.max()) + 1 if self.n_features else 1
 
     @property

@@ -96,22 +96,26 @@ class ShardSet:
         return self.categorical is not None and bool(self.categorical.any())
 
     @property
+    def _dense_numeric_only(self) -> bool:
+        """Whether every feature is in the dense store and none is categorical: what the
+        planned and the whole-tree loops take."""
+        return len(self.stores) == 1 and self.dense.n_features > 0 and not self.has_categorical
+
+    @property
     def uses_level_plans(self) -> bool:
         """Whether trees are grown planned: only dense, numeric features, and ``level_plans``
         True, or None where the backend queues ahead."""
-        dense_only = len(self.stores) == 1 and self.dense.n_features > 0
         wanted = self.backend.queues_ahead if self.level_plans is None else self.level_plans
-        return dense_only and not self.has_categorical and wanted
+        return self._dense_numeric_only and wanted
 
     @property
     def grows_whole_trees(self) -> bool:
         """Whether trees may be grown in one backend call (``grow.whole``): the backend has a
         whole-tree grower, ``whole_trees`` is on, and there is one process, one resident shard
         and only dense, numeric features."""
-        dense_only = len(self.stores) == 1 and self.dense.n_features > 0
-        return self.whole_trees and self.backend.grow_dense_tree is not None and dense_only \
-            and len(self.shards) == 1 and self.collective.size == 1 and \
-            not self.has_categorical and not self.dense.paged
+        return self.whole_trees and self.backend.grow_dense_tree is not None and \
+            self._dense_numeric_only and len(self.shards) == 1 and \
+            self.collective.size == 1 and not self.dense.paged
 
     @property
     def n_rows_total(self) -> int:
