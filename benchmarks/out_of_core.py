@@ -47,6 +47,22 @@ Cases:
   MemoryAsyncPool on the default pool, release threshold 90% of the GPU's memory).
 - xgb-extmem-gbs (not run unless named): xgb-extmem with gradient-based sampling.
 
+Raw data larger than the device (not run unless named): the training rows are also written as
+--batches Parquet files (row groups of 2**20 rows), and the limit of these cases is a third of
+the raw float32 size (rows x features x 4 bytes; --limit overrides), so the raw values are three
+times the limit while their bins fit it:
+
+- gbflow-parquet: ``gbflow.train(folder, "y")`` in this process, device cuda (reading the files
+  timed).
+- xgb-parquet: XGBoost's QuantileDMatrix over an ``xgboost.DataIter`` reading the same files one
+  at a time (pandas), each batch uploaded to the GPU in ``next`` (XGBoost's iterator input).
+- gbflow-dask-parquet: a ``dask_cuda.LocalCUDACluster`` of one worker, ``dask.dataframe.
+  read_parquet(folder)`` (pandas partitions, one a file), ``gbflow.train(ddf, "y")`` (the
+  worker joins its partitions in host memory when they would not fit; peak device memory
+  includes the worker process's).
+
+Their model files are compared with gbflow-incore's (all but the label column's name).
+
 Paged streaming rate: time per tree = (train time - quantization) / rounds; bytes streamed per
 tree = binned size x (depth + 1), assuming every tree reads all pages once per level (depth
 histogram passes) plus once more (the last level's row positions / margins), and that all pages
@@ -75,8 +91,9 @@ import numpy as np
 from gpu_binary import make_data  # the same HIGGS-like problem as the other GPU benchmarks
 
 CASES = ("bandwidth", "gbflow-incore", "gbflow-incore-gbs", "xgb-incore", "gbflow-paged",
-         "gbflow-paged-gbs", "xgb-extmem", "xgb-extmem-gbs")
-DEFAULT_CASES = CASES[:-1]
+         "gbflow-paged-gbs", "xgb-extmem", "xgb-extmem-gbs", "gbflow-parquet", "xgb-parquet",
+         "gbflow-dask-parquet")
+DEFAULT_CASES = CASES[:7]
 GiB = 2**30
 # Warm-up rows: gbflow's sketch compiles kernels that only data of more than about 200,000 rows
 # uses (3 to 4 s on an H100), so a 5,000-row warm-up leaves them in the first timed run.
@@ -220,6 +237,14 @@ def limit_value(args):
     return value, value
 
 
+def model_digest(booster) -> str:
+    """The model file's digest, its label column name left out (arrays have none, the Parquet
+    cases' is "y"): the rest of the file must be equal."""
+    model = json.loads(booster.to_json())
+    model.pop("label_name", None)
+    return hashlib.sha256(json.dumps(model, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def roc_auc(y, p) -> float:
     from sklearn.metrics import roc_auc_score
     return float(roc_auc_score(np.asarray(y, dtype=np.float64), np.asarray(p, dtype=np.float64)))
@@ -315,7 +340,52 @@ def gbflow_params(case: str, args) -> dict:
         params.update(sampling_method="gradient_based", subsample=args.subsample)
     if "paged" in case:
         params["device_memory_limit"] = limit_value(args)[0]
+    if "parquet" in case:
+        params["device_memory_limit"] = raw_limit(args)
     return params
+
+
+def raw_limit(args) -> int:
+    """The parquet cases' device_memory_limit: a third of the raw float32 training values."""
+    return parse_size(args.limit) if args.limit else args.rows * args.features * 4 // 3
+
+
+def parquet_folder(folder: str) -> str:
+    return os.path.join(folder, "parquet")
+
+
+def write_parquet(args, folder: str) -> None:
+    """The training rows as --batches Parquet files of columns f0.. and y (float32)."""
+    import pandas as pd
+    X, y, _, _ = load_data(folder)
+    target = parquet_folder(folder)
+    os.makedirs(target, exist_ok=True)
+    bounds = np.linspace(0, len(X), max(1, args.batches) + 1).astype(np.int64)
+    for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        frame = pd.DataFrame(X[a:b], columns=[f"f{j}" for j in range(X.shape[1])])
+        frame["y"] = y[a:b]
+        frame.to_parquet(os.path.join(target, f"part-{k:04d}.parquet"), index=False,
+                         row_group_size=2**20)
+
+
+def train_dask_parquet(gbflow, args, params):
+    """gbflow.train on a one-worker LocalCUDACluster over the Parquet folder."""
+    import dask.dataframe as dd
+    from distributed import Client
+    try:
+        from dask_cuda import LocalCUDACluster
+    except ImportError as e:
+        raise NotAvailable(f"no dask_cuda ({e})") from None
+    with LocalCUDACluster(n_workers=1) as cluster, Client(cluster) as client:
+        ddf = dd.read_parquet(parquet_folder(args.data_dir))
+        warm = dd.from_pandas(ddf.partitions[0].compute().head(warm_rows(args.rows)),
+                              npartitions=1)
+        gbflow.train(warm, "y", params=params, num_boost_round=2, verbose=False,
+                     client=client)
+        start = time.perf_counter()
+        booster = gbflow.train(ddf, "y", params=params, num_boost_round=args.rounds,
+                               verbose=False, client=client)
+        return booster, time.perf_counter() - start
 
 
 def run_gbflow(args, memory, result):
@@ -331,16 +401,29 @@ def run_gbflow(args, memory, result):
         pass
     except (ValueError, TypeError) as e:
         raise NotAvailable(str(e)) from None
+    if case == "gbflow-dask-parquet":
+        booster, seconds = train_dask_parquet(gbflow, args, params)
+        memory.stop()
+        X, y, Xt, yt = load_data(args.data_dir)
+        result.update(data_bytes=int(X.nbytes + y.nbytes), data_on="Parquet", seconds=seconds,
+                      device_name="dask worker", limit_bytes=params["device_memory_limit"],
+                      auc=roc_auc(yt, booster.predict(Xt)),
+                      timings={k: float(v) for k, v in booster.timings.items()},
+                      quantize_seconds=booster.timings.get("quantize"),
+                      model_digest=model_digest(booster))
+        return
     device = Device(gpu, memory, result)
     X, y, Xt, yt = load_data(args.data_dir)
-    paged = "paged" in case
+    paged = "paged" in case or "parquet" in case
     if not paged:
         X, y = device.to_device(X), device.to_device(y)
     result.update(data_bytes=int(X.nbytes + y.nbytes),
                   data_on="device" if gpu and not paged else "host")
     warm = dict(params)
     n = warm_rows(len(X))
-    if paged:  # the warm-up pages too
+    if "parquet" in case:  # raw values three times the limit in the warm-up too
+        warm["device_memory_limit"] = max(1, n * args.features * 4 // 3)
+    elif paged:  # the warm-up pages too
         warm["device_memory_limit"] = max(1, int(args.limit_fraction * n * args.features))
     try:
         gbflow.train(X[:n], y[:n], params=warm, num_boost_round=2, verbose=False)
@@ -350,7 +433,13 @@ def run_gbflow(args, memory, result):
     memory.begin_host()
     device.sync()
     start = time.perf_counter()
-    booster = gbflow.train(X, y, params=params, num_boost_round=args.rounds, verbose=False)
+    if case == "gbflow-parquet":
+        del X, y  # read from the files
+        booster = gbflow.train(parquet_folder(args.data_dir), "y", params=params,
+                               num_boost_round=args.rounds, verbose=False)
+        X = y = None
+    else:
+        booster = gbflow.train(X, y, params=params, num_boost_round=args.rounds, verbose=False)
     device.sync()
     seconds = time.perf_counter() - start
     memory.stop()
@@ -362,11 +451,11 @@ def run_gbflow(args, memory, result):
     prediction = device.to_host(booster.predict(device.to_device(Xt)))
     result.update(seconds=seconds, quantize_seconds=timings.get("quantize"),
                   auc=roc_auc(yt, prediction), timings=timings,
-                  model_digest=hashlib.sha256(booster.to_json().encode()).hexdigest()[:16])
+                  model_digest=model_digest(booster))
     if extra:
         result["booster_info"] = json.loads(json.dumps(extra, default=str))
     if paged:
-        result["limit_bytes"] = limit_value(args)[1]
+        result["limit_bytes"] = parse_size(str(params["device_memory_limit"]))
 
 
 def host_batches(xgb, X, y, n_batches: int, to_device, cache_prefix: str):
@@ -391,6 +480,32 @@ def host_batches(xgb, X, y, n_batches: int, to_device, cache_prefix: str):
             self._it, self._held = 0, None
 
     return Batches()
+
+
+def parquet_batches(xgb, files: list, to_device):
+    """An ``xgboost.DataIter`` reading ``files`` one at a time (pandas), label column y, each
+    batch moved by ``to_device``."""
+    import pandas as pd
+
+    class Files(xgb.DataIter):
+        def __init__(self):
+            self._it, self._held = 0, None
+            super().__init__()
+
+        def next(self, input_data) -> bool:
+            if self._it == len(files):
+                return False
+            frame = pd.read_parquet(files[self._it])
+            y = frame.pop("y").to_numpy()
+            self._held = (to_device(frame.to_numpy(np.float32)), to_device(y))
+            input_data(data=self._held[0], label=self._held[1])
+            self._it += 1
+            return True
+
+        def reset(self) -> None:
+            self._it, self._held = 0, None
+
+    return Files()
 
 
 def async_pool(xgb, device: Device, stack: contextlib.ExitStack, result: dict) -> None:
@@ -422,6 +537,7 @@ def run_xgboost(args, memory, result):
         raise NotAvailable(f"no xgboost ({e})") from None
     case, gpu = result["case"], args.device == "cuda"
     extmem = "extmem" in case
+    from_files = case == "xgb-parquet"
     params = {"objective": "binary:logistic", "max_depth": args.depth, "eta": 0.1,
               "max_bin": args.max_bin, "tree_method": "hist", "device": args.device}
     if case.endswith("-gbs"):
@@ -429,10 +545,10 @@ def run_xgboost(args, memory, result):
     result.update(params=params, xgboost=xgb.__version__)
     device = Device(gpu, memory, result)
     X, y, Xt, yt = load_data(args.data_dir)
-    if not extmem:
+    if not extmem and not from_files:
         X, y = device.to_device(X), device.to_device(y)
     result.update(data_bytes=int(X.nbytes + y.nbytes),
-                  data_on="device" if gpu and not extmem else "host")
+                  data_on="device" if gpu and not extmem and not from_files else "host")
     ratio = None
     if extmem and gpu and args.xgb_cache_host_ratio != "auto":
         ratio = max(0.0, min(1.0, 1 - args.limit_fraction)) \
@@ -444,6 +560,11 @@ def run_xgboost(args, memory, result):
             async_pool(xgb, device, stack, result)
 
         def matrix(Xa, ya, batches: int, prefix: str):
+            if case == "xgb-parquet" and prefix == "train":
+                folder = parquet_folder(args.data_dir)
+                return xgb.QuantileDMatrix(parquet_batches(xgb, sorted(
+                    os.path.join(folder, f) for f in os.listdir(folder)), device.to_device),
+                    max_bin=args.max_bin)
             if not extmem:
                 return xgb.QuantileDMatrix(Xa, ya, max_bin=args.max_bin)
             it = host_batches(xgb, Xa, ya, batches, device.to_device, os.path.join(cache, prefix))
@@ -722,6 +843,26 @@ def summary(results: dict, args) -> None:
                   f"{memory}, AUC difference {a['auc'] - b['auc']:+.5f}")
 
 
+def summary_parquet(results: dict) -> None:
+    g = ok(results, "gbflow-incore")
+    for case in ("gbflow-parquet", "gbflow-dask-parquet"):
+        r = ok(results, case)
+        if r and g:
+            same = r.get("model_digest") == g.get("model_digest")
+            print(f"  {verdict(same)}  {case}: raw values {r['data_bytes'] / r['limit_bytes']:.1f}"
+                  f"x the limit; model file {'equals' if same else 'differs from'} "
+                  f"gbflow-incore's; time {r['seconds']:.2f} s vs {g['seconds']:.2f} s in-core; "
+                  f"peak device {gib(r['peak_device_bytes'])} GiB")
+        elif case in results:
+            print(f"  n/a   {case}: {why(results, case, 'gbflow-incore')}")
+    a, b = ok(results, "gbflow-parquet"), ok(results, "xgb-parquet")
+    if a and b:
+        print(f"  info  gbflow-parquet vs XGBoost's iterator (xgb-parquet): time "
+              f"{a['seconds'] / b['seconds']:.2f}x ({a['seconds']:.2f} s vs {b['seconds']:.2f} s)"
+              f", quantization {a['quantize_seconds']:.2f} s vs {b['quantize_seconds']:.2f} s, "
+              f"AUC difference {a['auc'] - b['auc']:+.5f}")
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -783,6 +924,12 @@ def main() -> int:
             digest = write_data(args, folder)
             print(f"data drawn (NumPy, seed {args.seed}) in {time.perf_counter() - start:.1f} s, "
                   f"checksum {digest}", flush=True)
+        if any("parquet" in c for c in cases):
+            start = time.perf_counter()
+            write_parquet(args, folder)
+            print(f"written as {args.batches} Parquet files in "
+                  f"{time.perf_counter() - start:.1f} s; limit of the parquet cases "
+                  f"{raw_limit(args) / 2**20:.1f} MiB (raw / 3)", flush=True)
         for case in cases:
             result = run_case(case, args, folder)
             results[case] = result
@@ -795,6 +942,7 @@ def main() -> int:
             out.close()
         shutil.rmtree(folder, ignore_errors=True)
     summary(results, args)
+    summary_parquet(results)
     return 0
 
 

@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 
-from . import boosting, inputs, resume
+from . import batches, boosting, inputs, resume
 from .backend import get_backend, on_gpu
 from .booster import Booster, load_model
 from .callback import check_callbacks
@@ -19,6 +19,11 @@ from .progress import VERBOSITY, check_verbose, verbosity
 def _eval_dataset(entry, label, weight, train: inputs.DataSet, index: int, missing=None,
                   base_margin: str | None = None, qid: str | None = None):
     data, name, what = inputs.eval_pair(entry, index)
+    if batches.is_batches(data):
+        return batches.load(data, label if isinstance(label, str) else None,
+                            weight if isinstance(weight, str) else None, what,
+                            feature_names=train.feature_names, missing=missing,
+                            base_margin=base_margin, qid=qid)[0], name
     if isinstance(data, tuple):
         if len(data) not in (2, 3, 4, 5):
             raise TypeError(f"{what}: give (X, y), (X, y, weight), (X, y, weight, qid) or (X, "
@@ -46,7 +51,14 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     nulls are missing values), or a Dask DataFrame (then label/weight name columns, evals hold
     Dask DataFrames, and training runs on the workers of the active ``distributed.Client``, or in
     this process over the partitions without one: see ``gbflow.dask``; ``client`` names a
-    ``distributed.Client`` explicitly). label: column name of ``data`` (then not a feature) or
+    ``distributed.Client`` explicitly), or a table in batches: a list or an iterator (a
+    generator) of pandas/cuDF frames or NumPy/CuPy arrays (each an (X, y[, weight[, qid[,
+    base_margin]]]) tuple; label and the others then stay None), or a Parquet or CSV path (a
+    file, a folder of them or a glob; read a row group at a time). Batches are checked one by
+    one and their features copied into one host matrix (a device batch leaves the device as
+    it comes), so raw data larger than the GPU trains: the device gets blocks of it to sketch
+    and bin, and keeps the bins only (paged too where they do not fit); the model is the one
+    of the concatenated batches. label: column name of ``data`` (then not a feature) or
     an array with one value per row. weight: likewise, optional, non-negative. base_margin:
     XGBoost's, optional: each row's starting margin in place of the model's base score (an
     offset such as log exposure), a column name of ``data`` (then the evaluation frames must
@@ -151,7 +163,8 @@ def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, w
                         + ("; wrap a single pair in a list" if isinstance(evals, tuple) else ""))
     options = eval_options(params, bool(evals), early_stopping_rounds, early_stopping_metric,
                            maximize, custom_metric, metric_period)
-    if label is None:
+    in_batches = batches.is_batches(data)
+    if label is None and not in_batches:
         raise ValueError("train needs a label: a column name of data or an array")
     if obj is not None and not callable(obj):
         raise TypeError(f"obj must be a function (margins, data) -> (grad, hess), got "
@@ -169,9 +182,8 @@ def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, w
             raise TypeError(f"xgb_model must be a gbflow Booster or a model file's path, got "
                             f"{type(xgb_model).__name__}")
         xgb_model = load_model(xgb_model)
-    if params.loss.by_query and qid is None:
-        raise ValueError(f"objective {params.objective} ranks the rows of each query: give "
-                         f"train(..., qid=) a column name or an array of query ids")
+    if params.loss.by_query and qid is None and not in_batches:
+        _no_qid(params)
     if inputs.is_dask_collection(data):  # trained where its partitions live: gbflow.dask
         from .dask import driver
         return driver.train(data, label, params, int(num_boost_round), evals, options, weight,
@@ -181,11 +193,20 @@ def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, w
     if client is not None:
         raise TypeError(f"client= is for Dask collections; the training data is a "
                         f"{type(data).__name__}, trained in this process")
-    dataset = inputs.load(data, label, weight, "training data", missing=params.missing,
-                          base_margin=base_margin, qid=qid)
-    if not params.enable_categorical:
-        inputs.check_categorical(data, dataset.feature_names, [], "training data", enabled=False)
-    _warn_label_as_feature(data, label, dataset.feature_names)
+    if in_batches:
+        dataset, data_on_gpu = batches.load(data, label, weight, "training data",
+                                            missing=params.missing, base_margin=base_margin,
+                                            qid=qid, enable_categorical=params.enable_categorical)
+        if params.loss.by_query and dataset.qid is None:
+            _no_qid(params, " (or each batch as (X, y, weight, qid))")
+    else:
+        dataset = inputs.load(data, label, weight, "training data", missing=params.missing,
+                              base_margin=base_margin, qid=qid)
+        data_on_gpu = on_gpu(dataset.X)
+        if not params.enable_categorical:
+            inputs.check_categorical(data, dataset.feature_names, [], "training data",
+                                     enabled=False)
+        _warn_label_as_feature(data, label, dataset.feature_names)
     objective.check_label(dataset.label, f"label column {dataset.label_name!r}"
                           if dataset.label_name else "the training label")
     if dataset.weight is not None and not dataset.weight.sum() > 0:
@@ -209,7 +230,7 @@ def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, w
             return resume.resumed_model(state)
     saver = None if checkpoint is None else resume.Saver(checkpoint, state.rounds if state else 0)
     cells = rows * len(dataset.feature_names)
-    backend = get_backend(params.device, data_on_gpu=on_gpu(dataset.X), cells=cells)
+    backend = get_backend(params.device, data_on_gpu=data_on_gpu, cells=cells)
     with backend.limited_threads(params.nthread, cells=cells):
         booster = boosting.fit(backend, [dataset], params,
                                int(num_boost_round) - (state.rounds if state else 0), eval_sets,
@@ -219,6 +240,11 @@ def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, w
     if saver is not None:
         saver.finish(booster, int(num_boost_round), rows, options)
     return booster
+
+
+def _no_qid(params, alternative: str = "") -> None:
+    raise ValueError(f"objective {params.objective} ranks the rows of each query: give "
+                     f"train(..., qid=) a column name or an array of query ids{alternative}")
 
 
 def _warn_label_as_feature(data, label, feature_names: list) -> None:
@@ -243,8 +269,8 @@ def _is_training(entry, data, label, weight, qid=None, base_margin=None) -> bool
     if not (isinstance(entry, (tuple, list)) and len(entry) == 2):
         return False  # _eval_dataset says what is wrong
     given = entry[0]
-    if given is data:
-        return isinstance(label, str)  # the same frame, with the same label/weight columns
+    if given is data:  # the same frame (with the same label/weight columns) or batches
+        return isinstance(label, str) or batches.is_batches(data)
     if isinstance(given, tuple) and 2 <= len(given) <= 5 and given[0] is data:
         w, q, margin = (*given[2:], None, None, None)[:3]
         return given[1] is label and w is weight and (len(given) < 4 or q is qid) and \

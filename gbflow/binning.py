@@ -41,31 +41,41 @@ def padded_width(n_features: int, itemsize: int) -> int:
     return padded // itemsize
 
 
-def quantize(backend, X, cuts: Cuts):
-    """Bin ids of X: (n_rows, n_features) uint8/uint16 in X's namespace, a new array.
+def quantize(backend, X, cuts: Cuts, block_rows: int | None = None):
+    """Bin ids of X: (n_rows, n_features) uint8/uint16 on the backend's device, a new array.
 
-    X: (n_rows, n_features) float32 on the backend's device. The result is a view of a wider,
-    zero-padded array (see ``padded_width``): tree growing reads rows in scattered order, and a row
-    inside one cache line costs one memory access instead of two.
+    X: (n_rows, n_features) float32, on the device, or in host memory and copied there whole,
+    or ``block_rows`` rows at a time when given (raw data larger than the device: at most a
+    block of it is there). The result is a view of a wider, zero-padded array (see
+    ``padded_width``): tree growing reads rows in scattered order, and a row inside one cache
+    line costs one memory access instead of two.
     """
     xp = backend.xp
     n_rows, n_features = X.shape
     storage = xp.zeros((n_rows, padded_width(n_features, cuts.bin_dtype.itemsize)),
                        dtype=cuts.bin_dtype)
     out = storage[:, :n_features]
-    return backend.kernels.bin_features(X, xp.asarray(cuts.values), xp.asarray(cuts.offsets), out)
+    values, offsets = xp.asarray(cuts.values), xp.asarray(cuts.offsets)
+    step = max(1, n_rows if block_rows is None else block_rows)
+    if step >= n_rows:
+        return backend.kernels.bin_features(backend.asarray(X), values, offsets, out)
+    for r0 in range(0, n_rows, step):
+        backend.kernels.bin_features(backend.asarray(X[r0:r0 + step]), values, offsets,
+                                     out[r0:r0 + step])
+    return out
 
 
-def bin_part(backend, X, cuts: Cuts) -> BinnedPart:
-    """Bin one part: a dense (n, F) float32 array or a ``CSR`` on the backend's device."""
+def bin_part(backend, X, cuts: Cuts, block_rows: int | None = None) -> BinnedPart:
+    """Bin one part: a dense (n, F) float32 array (see ``quantize`` for ``block_rows``) or a
+    ``CSR``, on the backend's device or in host memory (copied there)."""
     xp = backend.xp
     if not isinstance(X, CSR):
-        return BinnedPart(bins=quantize(backend, X, cuts))
+        return BinnedPart(bins=quantize(backend, X, cuts, block_rows))
+    X = backend.asarray(X)
     out = xp.empty(X.nnz, dtype=cuts.bin_dtype)
     entry_bins = backend.kernels.bin_entries(X.data, X.indices, xp.asarray(cuts.values),
                                              xp.asarray(cuts.offsets), out)
     return BinnedPart(csr=X, entry_bins=entry_bins)
-
 
 
 def bin_counts(backend, part: BinnedPart, cuts: Cuts) -> np.ndarray:

@@ -42,19 +42,38 @@ def recode(xp, X, feature: int, own: np.ndarray, target: np.ndarray) -> None:
     X[:, feature] = xp.where(present, xp.asarray(lookup)[at], np.float32(np.nan))
 
 
-def check_same_features(found: list[dict], names: list[str]) -> list[str]:
+def check_same_features(found: list[dict], names: list[str], pieces: str = "partitions"
+                        ) -> list[str]:
     """The categorical features (in feature order) of every part's ``categories``; TypeError
     naming a feature that is categorical in some parts and not in others (a category column in
-    one partition and a numeric one in another)."""
+    one partition, or batch: ``pieces``, and a numeric one in another)."""
     every = [set(d) for d in found]
     if not every:
         return []
     everywhere, somewhere = set.intersection(*every), set.union(*every)
     if somewhere != everywhere:
         odd = sorted(somewhere - everywhere)
-        raise TypeError(f"feature column(s) {odd} are category dtype in some partitions and not "
+        raise TypeError(f"feature column(s) {odd} are category dtype in some {pieces} and not "
                         f"in others; give them one dtype everywhere (.astype('category'))")
     return [name for name in names if name in everywhere]
+
+
+def join_pieces(X, feature_names: list[str], pieces: list, what: str = "partitions") -> dict:
+    """Pieces of a table copied one after the other into X (n, F) float32, each with its own
+    category lists: every piece's codes moved onto the union of the lists, in place. pieces:
+    (row slice of X, its ``categories``) each; what: what errors call them. Returns the union
+    ({name: sorted values}; empty without categorical features)."""
+    names = check_same_features([c for _, c in pieces], feature_names, what)
+    if not names:
+        return {}
+    try:
+        joined = {name: union(c[name] for _, c in pieces) for name in names}
+    except TypeError:
+        raise TypeError(f"the categories of feature(s) {names} mix numbers and strings over the "
+                        f"{what}; give each column one kind of category") from None
+    for rows, own in pieces:
+        recode_columns(X[rows], feature_names, own, joined)
+    return joined
 
 
 def unify(collective, parts: list, fixed: dict | None = None) -> dict[str, np.ndarray]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import glob
 import json
 import logging
 import os
@@ -30,33 +29,6 @@ BAD_INPUT, FAILURE = 2, 1
 
 class BadInput(ValueError):
     """An argument or file the command cannot use (exit code 2)."""
-
-
-def input_files(spec: str) -> tuple[list[str], str]:
-    """The files a data argument names (a file, a folder, or a glob pattern) and their format
-    ("parquet" or "csv", from the extensions)."""
-    if os.path.isdir(spec):
-        files = sorted(f for f in glob.glob(os.path.join(spec, "**", "*"), recursive=True)
-                       if os.path.isfile(f) and _format(f) is not None)
-    else:
-        files = sorted(glob.glob(spec)) if glob.has_magic(spec) else \
-            ([spec] if os.path.isfile(spec) else [])
-    if not files:
-        raise BadInput(f"no Parquet or CSV file at {spec!r}")
-    formats = {_format(f) for f in files}
-    if None in formats:
-        bad = next(f for f in files if _format(f) is None)
-        raise BadInput(f"{bad!r} is neither Parquet (.parquet, .pq) nor CSV (.csv)")
-    if len(formats) > 1:
-        raise BadInput(f"{spec!r} mixes Parquet and CSV files; give one kind")
-    return files, formats.pop()
-
-
-def _format(path: str) -> str | None:
-    lower = path.lower()
-    if lower.endswith((".parquet", ".pq")):
-        return "parquet"
-    return "csv" if lower.endswith(".csv") else None
 
 
 def _value(text: str):
@@ -98,6 +70,7 @@ class _Data:
         self.gpu = args.gpu
 
     def read(self, spec: str):
+        from .batches import input_files
         files, fmt = input_files(spec)
         if self.on_dask:
             from .dask import files as dask_files
@@ -121,7 +94,8 @@ class _Data:
             from .dask import files as dask_files
             dask_files.write_dask(frame, path)
             return
-        if _format(path) == "csv":
+        from .batches import file_format
+        if file_format(path) == "csv":
             frame.to_csv(path, index=False)
         else:
             frame.to_parquet(path, index=False)

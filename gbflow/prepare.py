@@ -7,6 +7,7 @@ import os
 import numpy as np
 
 from . import _dtypes, binning, categories, routing, sketch
+from .backend import on_gpu
 from .csr import CSR
 from .shards import Shard
 from .stores import DenseStore, SparseStore
@@ -94,31 +95,56 @@ def _rows(X, r0: int, r1: int):
 _ROW_STATE_BYTES = 8 + 8 + 16 + 8 + 8
 
 
-def page_rows(backend, params, parts: list, n_features: int, bin_dtype) -> int | None:
-    """Rows per page of this process's binned training data, or None when it stays on the
-    device whole (it fits ``params.device_memory_limit``).
-
-    The binned size is estimated before binning: every feature dense, rows padded
-    (``binning.padded_width``), or a CSR's stored entries. Pages hold half the limit each: the
-    device holds two at a time (one read, the next arriving). The default limit is the device's
-    free memory less what the rows' training state takes (at least a quarter of it); the CPU's
-    default pages nothing."""
+def device_budget(backend, params, n_rows: int) -> int | None:
+    """Bytes of device memory this process's training data may take: ``device_memory_limit``,
+    or by default the device's free memory less what ``n_rows`` rows' training state takes (at
+    least a quarter of it: a device too full for the state still gets large pages, and training
+    may then run out of memory, saying so); None for the CPU without a limit."""
     limit = params.device_memory_limit
-    n_rows = sum(p.n_rows for p in parts)
-    if limit is None:
-        free = backend.device_free_bytes()
-        if free is None:
-            return None
-        # at least a quarter of what is free: a device too full for the rows' state still
-        # pages in large pages (training may then run out of memory, saying so)
-        limit = max(free - n_rows * _ROW_STATE_BYTES * max(1, params.n_groups), free // 4)
+    if limit is not None:
+        return int(limit)
+    free = backend.device_free_bytes()
+    if free is None:
+        return None
+    return max(free - n_rows * _ROW_STATE_BYTES * max(1, params.n_groups), free // 4)
+
+
+def _binned_size(parts: list, n_features: int, bin_dtype) -> tuple[int, int]:
+    """(estimated bytes of the parts' bins, bytes of a padded dense binned row): every feature
+    dense, rows padded (``binning.padded_width``), or a CSR's stored entries."""
     itemsize = np.dtype(bin_dtype).itemsize
     row_bytes = binning.padded_width(n_features, itemsize) * itemsize
-    binned = sum(p.X.nnz * (itemsize + 4) + 8 * p.n_rows if isinstance(p.X, CSR)
-                 else p.n_rows * row_bytes for p in parts)
+    return sum(p.X.nnz * (itemsize + 4) + 8 * p.n_rows if isinstance(p.X, CSR)
+               else p.n_rows * row_bytes for p in parts), row_bytes
+
+
+def page_rows(backend, params, parts: list, n_features: int, bin_dtype) -> int | None:
+    """Rows per page of this process's binned training data, or None when it stays on the
+    device whole (it fits ``device_budget``).
+
+    Pages hold half the budget each: the device holds two at a time (one read, the next
+    arriving). The CPU's default pages nothing."""
+    limit = device_budget(backend, params, sum(p.n_rows for p in parts))
+    if limit is None:
+        return None
+    binned, row_bytes = _binned_size(parts, n_features, bin_dtype)
     if binned <= limit:
         return None
     return max(1, int(max(limit, 0) // 2 // row_bytes))
+
+
+def raw_fits(backend, params, n_rows: int, raw_bytes: int, binned_bytes: int) -> bool:
+    """Whether ``raw_bytes`` of raw values in host memory may be copied to the device whole for
+    the sketch and binning: they fit ``device_budget`` beside the ``binned_bytes`` of bins. If
+    not, they stay on the host and the device gets a block of rows at a time (raw data larger
+    than the device)."""
+    limit = device_budget(backend, params, n_rows)
+    return limit is None or raw_bytes + binned_bytes <= limit
+
+
+def dense_binned_bytes(n_rows: int, n_features: int, bin_dtype=np.uint8) -> int:
+    """Estimated bytes of ``n_rows`` dense binned rows (padded, ``binning.padded_width``)."""
+    return _binned_size([], n_features, bin_dtype)[1] * n_rows
 
 
 def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_offsets: list,
@@ -128,8 +154,10 @@ def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_
 
     parts: this process's checked ``DataSet``s. Each part is one shard, or, when the binned data
     exceeds the device memory limit (``page_rows``), one shard per page of rows whose dense bins
-    live in host memory (``stores.DenseStore``, paged): the raw values then stay where they are
-    and reach the device a block (sketch) or a page (binning) at a time. Shards change speed and
+    live in host memory (``stores.DenseStore``, paged). The raw values of host parts are copied
+    to the device whole when they fit beside the bins (``raw_fits``); otherwise (and when
+    paged) they stay where they are and reach the device a block of rows at a time, for the
+    sketch and for binning. Shards change speed and
     memory, never the model. n_rows, max_weight: from ``check_global_inputs``. row_offsets: per
     part the global number of its first row, or an (n_i,) array of its rows' global numbers.
     Reductions through ``shardset.collective``, in the same order on every process. Side
@@ -143,9 +171,16 @@ def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_
     # the bins' width before any cut is known: categorical features have a bin per category
     bin_dtype = cuts.bin_dtype if cuts is not None else _dtypes.bin_dtype(
         max([params.max_bin] + [len(v) + 1 for v in parts[0].categories.values()]))
-    rows_per_page = page_rows(backend, params, parts, len(parts[0].feature_names), bin_dtype)
+    n_features = len(parts[0].feature_names)
+    rows_per_page = page_rows(backend, params, parts, n_features, bin_dtype)
     paged = rows_per_page is not None
-    raw = [p.X if paged else backend.asarray(p.X) for p in parts]
+    whole = not paged and raw_fits(
+        backend, params, sum(p.n_rows for p in parts),
+        sum(p.X.nbytes for p in parts if not on_gpu(p.X)),  # those on the device are there
+        _binned_size(parts, n_features, bin_dtype)[0])
+    raw = [backend.asarray(p.X) if whole else p.X for p in parts]
+    # rows of raw values copied to the device at a time when they are not there whole
+    block_rows = None if whole else max(1, backend.sketch_block_values // n_features)
     if cuts is None:
         cuts = sketch.compute_cuts(backend.xp, raw, weights, params.max_bin,
                                    collective=collective,
@@ -163,7 +198,7 @@ def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_
 
     def binned_page(page):
         i, r0, r1 = page
-        return binning.bin_part(backend, backend.asarray(_rows(raw[i], r0, r1)), cuts)
+        return binning.bin_part(backend, _rows(raw[i], r0, r1), cuts, block_rows=block_rows)
 
     # resident: each part binned once and kept for its stores; paged: binned once to count,
     # again to build its stores, so no more than a page's bins are on the device at a time

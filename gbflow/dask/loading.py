@@ -6,7 +6,7 @@ import traceback
 
 import numpy as np
 
-from .. import categories, inputs, ranking
+from .. import categories, inputs, prepare, ranking
 from ..evaluation import TRAINING
 from .errors import CollectiveError
 from .messages import PartitionRef, Spec, Table
@@ -73,7 +73,8 @@ class JoinedPartitions:
     """One collection's partitions on this process, checked and joined into one part.
 
     Partitions are read one at a time and copied into a single (rows, features) float32 matrix
-    (on the backend's device), so that only one raw partition's float32 copy exists at a time
+    (on the backend's device, or in host memory when it would not fit there: see
+    ``host_when_large``), so that only one raw partition's float32 copy exists at a time
     besides the joined matrix, and training sees one shard per worker (a shard per partition would
     cost a kernel call per partition and level). Nothing of a partition is kept once it is copied
     (its labels and weights are copied too: they would be views of the partition's memory), and
@@ -82,15 +83,24 @@ class JoinedPartitions:
     index: rows}. raw_bytes: the partitions' size.
     """
 
-    def __init__(self, backend, spec: Spec, table: Table, key: int, items: list, released=None):
+    def __init__(self, backend, spec: Spec, table: Table, key: int, items: list, released=None,
+                 host_when_large: bool = False):
         """items: (partition index, rows, frame) triples, a frame as a pandas/cuDF partition or a
         callable returning one (called when its turn comes: the matrix is sized from ``rows``
         first); the list is emptied as the frames are converted. released(index): called once
-        partition ``index`` is let go (converted, or failed its checks)."""
+        partition ``index`` is let go (converted, or failed its checks). host_when_large: join
+        into host memory when the joined values would not fit the device beside their bins
+        (``prepare.raw_fits``; training data larger than the device), else on the device."""
         self.spec, self.errors, self.lengths, self.raw_bytes = spec, [], {}, 0
         total = sum(rows for _, rows, _ in items)
-        xp = backend.xp
-        X = xp.empty((total, len(spec.features)), dtype=np.float32)
+        n_features = len(spec.features)
+        # joined on the device, unless the raw values would not fit there beside their bins:
+        # then in host memory, and binning gets them a block at a time
+        xp = backend.xp if not host_when_large or prepare.raw_fits(
+            backend, spec.params, total, total * n_features * 4,
+            prepare.dense_binned_bytes(total, n_features)) else np
+        X = xp.empty((total, n_features), dtype=np.float32)
+        self.on_host = xp is np
         label = np.empty(total, dtype=np.float64)
         weight = None if spec.weight is None else np.empty(total, dtype=np.float64)
         margin = None if spec.base_margin is None else np.empty(total, dtype=np.float64)
@@ -117,7 +127,8 @@ class JoinedPartitions:
                 del frame
                 if released is not None:
                     released(index)
-            X[at: at + part.n_rows] = backend.asarray(part.X)
+            X[at: at + part.n_rows] = backend.to_host(part.X) if self.on_host else \
+                backend.asarray(part.X)
             blocks.append((slice(at, at + part.n_rows), part.categories))
             label[at: at + part.n_rows] = backend.to_host(part.label)
             if weight is not None:
@@ -147,13 +158,9 @@ class JoinedPartitions:
     def _join_categories(self, blocks: list) -> None:
         """Each partition's category codes moved onto the union of the partitions' lists (the
         training's union over workers comes later: ``categories.unify``)."""
-        names = categories.check_same_features([c for _, c in blocks], self.part.feature_names)
-        if not names:
-            return
-        joined = {name: categories.union(c[name] for _, c in blocks) for name in names}
-        for rows, own in blocks:
-            categories.recode_columns(self.part.X[rows], self.part.feature_names, own, joined)
-        self.part.categories = joined
+        joined = categories.join_pieces(self.part.X, self.part.feature_names, blocks)
+        if joined:
+            self.part.categories = joined
 
     def row_ids(self, offsets: dict[int, int]):
         """The joined part's global row numbers, given every partition's first global row: an
