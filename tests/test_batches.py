@@ -206,3 +206,54 @@ def test_bad_paths_and_sparse_batches(tmp_path):
     X = sp.random(20, 3, density=0.5, format="csr", random_state=0)
     with pytest.raises(TypeError, match=r"batch 0 is a sparse matrix: batches are dense tables"):
         gbflow.train([(X, np.zeros(20))], verbose=False)
+
+
+def test_frames_are_copied_a_block_of_rows_at_a_time_with_every_dtype(monkeypatch):
+    """pandas frames become the float32 matrix a block of rows at a time: the values of every
+    column kind (floats with NaN, ints, bools, nullable Int64/Float64 with NA, categories)
+    are those of converting each column whole."""
+    from gbflow.backend import frames
+    monkeypatch.setattr(frames, "_FRAME_BLOCK_ROWS", 1000)
+    rng = np.random.default_rng(3)
+    n = 4321
+    df = pd.DataFrame({
+        "f64": np.where(rng.random(n) < 0.1, np.nan, rng.normal(size=n)),
+        "f32": rng.normal(size=n).astype(np.float32), "i64": rng.integers(-5, 5, n),
+        "flag": rng.random(n) < 0.5,
+        "i_na": pd.array(np.where(rng.random(n) < 0.1, None, rng.integers(0, 9, n)),
+                         dtype="Int64"),
+        "f_na": pd.array(np.where(rng.random(n) < 0.1, None, rng.random(n)), dtype="Float64"),
+        "cat": pd.Categorical(rng.choice(["x", "y", "z"], n))})
+    categories = {"cat": np.array(["x", "y", "z"])}
+    X = frames.feature_matrix(df, list(df.columns), categories)
+    expected = np.stack([frames.encode_categories(df, "cat", categories["cat"]) if name == "cat"
+                         else df[name].to_numpy(dtype=np.float32, na_value=np.nan)
+                         for name in df.columns], axis=1)
+    assert X.flags.c_contiguous and X.dtype == np.float32
+    assert np.array_equal(X, expected, equal_nan=True)
+    assert np.isnan(X[:, 4]).sum() == df.i_na.isna().sum() > 0
+
+
+@pytest.mark.gpu
+def test_device_batches_leave_the_device_and_train_there(monkeypatch):
+    """CuPy batches are copied to the host as they come, and device "auto" trains on the GPU
+    (where the batches were): the model of the host arrays on the GPU."""
+    from gbflow.backend import cuda_available
+    if not cuda_available():
+        pytest.skip("no CUDA GPU with CuPy on this machine")
+    import cupy
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(30_000, 30)).astype(np.float32)  # past "auto"'s small-data limit
+    y = (X[:, 0] + rng.normal(size=30_000) > 0).astype(np.float64)
+    loaded, on_device = batches.load([(cupy.asarray(X[:10_000]), cupy.asarray(y[:10_000])),
+                                      (cupy.asarray(X[10_000:]), cupy.asarray(y[10_000:]))])
+    assert on_device and isinstance(loaded.X, np.ndarray) and np.array_equal(loaded.X, X)
+    from conftest import record_backends
+    chosen = record_backends(monkeypatch)
+    params = {"max_depth": 4}
+    on_gpu = gbflow.train([(cupy.asarray(X[:10_000]), cupy.asarray(y[:10_000])),
+                           (cupy.asarray(X[10_000:]), cupy.asarray(y[10_000:]))],
+                          params=params, num_boost_round=4, verbose=False)
+    assert chosen == ["cuda"]
+    assert on_gpu.to_json() == gbflow.train(X, y, dict(params, device="cuda"), 4,
+                                            verbose=False).to_json()
