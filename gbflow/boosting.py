@@ -119,6 +119,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     shards = shardset.shards
     if objective.leaf_alphas is not None:  # the line search reads where each row's leaf is
         shardset.level_plans = False
+        shardset.sample_rows = None
     weights = None if shards[0].weight is None else [s.weight for s in shards]
     base_margin = init_model.base_margin if init_model is not None else \
         objective.base_margin(xp, [s.label for s in shards], weights, params.base_score,

@@ -120,17 +120,43 @@ def _binned_size(parts: list, n_features: int, bin_dtype) -> tuple[int, int]:
 
 def page_rows(backend, params, parts: list, n_features: int, bin_dtype) -> int | None:
     """Rows per page of this process's binned training data, or None when it stays on the
-    device whole (it fits ``device_budget``).
+    device whole (it fits ``device_budget``): ``page_plan``'s first answer."""
+    return page_plan(backend, params, parts, n_features, bin_dtype)[0]
 
-    Pages hold half the budget each: the device holds two at a time (one read, the next
-    arriving). The CPU's default pages nothing."""
-    limit = device_budget(backend, params, sum(p.n_rows for p in parts))
+
+# The gathered sample's room beyond the rows a sampled tree is expected to keep: a share of
+# them, plus a few standard deviations of a sum of independent draws, plus a few rows.
+_SAMPLE_SLACK, _SAMPLE_SPREAD, _SAMPLE_ROWS = 0.01, 4.0, 64
+# The most of the budget the gathered sample may take (the pages share the rest).
+_SAMPLE_SHARE = 0.9
+
+
+def page_plan(backend, params, parts: list, n_features: int, bin_dtype) -> tuple:
+    """(rows per page or None, sample rows or None) of this process's binned training data.
+
+    Resident (None, None) when the bins fit ``device_budget``. Paged, the device holds two
+    pages at a time (one read, the next arriving): without row sampling each takes half the
+    budget. With ``subsample`` < 1 the budget first keeps room for a tree's sampled rows
+    gathered onto the device (``grow.gathered``: the expected sample plus some slack, as
+    padded binned rows), when that room is at most ``_SAMPLE_SHARE`` of it, and the pages
+    share the rest; the second answer is then how many rows a gathered sample may hold (a
+    tree whose sample holds more is grown on the pages). The CPU's default pages nothing."""
+    n_rows = sum(p.n_rows for p in parts)
+    limit = device_budget(backend, params, n_rows)
     if limit is None:
-        return None
+        return None, None
     binned, row_bytes = _binned_size(parts, n_features, bin_dtype)
     if binned <= limit:
-        return None
-    return max(1, int(max(limit, 0) // 2 // row_bytes))
+        return None, None
+    limit = max(limit, 0)
+    sample_rows = None
+    if params.subsample < 1.0:
+        expected = params.subsample * n_rows
+        rows = int(np.ceil(expected * (1 + _SAMPLE_SLACK) + _SAMPLE_SPREAD * np.sqrt(n_rows)
+                           + _SAMPLE_ROWS))
+        if rows * row_bytes <= _SAMPLE_SHARE * limit:
+            sample_rows, limit = rows, limit - rows * row_bytes
+    return max(1, int(limit // 2 // row_bytes)), sample_rows
 
 
 def raw_fits(backend, params, n_rows: int, raw_bytes: int, binned_bytes: int) -> bool:
@@ -172,7 +198,7 @@ def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_
     bin_dtype = cuts.bin_dtype if cuts is not None else _dtypes.bin_dtype(
         max([params.max_bin] + [len(v) + 1 for v in parts[0].categories.values()]))
     n_features = len(parts[0].feature_names)
-    rows_per_page = page_rows(backend, params, parts, n_features, bin_dtype)
+    rows_per_page, sample_rows = page_plan(backend, params, parts, n_features, bin_dtype)
     paged = rows_per_page is not None
     whole = not paged and raw_fits(
         backend, params, sum(p.n_rows for p in parts),
@@ -228,6 +254,7 @@ def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_
                                      weight=None if weights is None else weights[i][r0:r1],
                                      row_offset=_row_offset(row_offsets[i], r0, r1)))
     shardset.set_stores(stores)
+    shardset.sample_rows = sample_rows
     backend.free_cached_memory()  # the full binned matrix and routing's temporaries
     if drop_features:
         for p in parts:

@@ -69,6 +69,9 @@ class ShardSet:
         # per shard (part, first row, end row): the rows of this process's part it holds (a
         # part is one shard, or several pages)
         self.part_rows: list[tuple[int, int, int]] = []
+        # paged sampled training: the most rows a tree's sample gathered onto the device may
+        # hold (``grow.gathered``; the pages were sized around it), else None
+        self.sample_rows: int | None = None
 
     def set_stores(self, stores: list) -> None:
         """Where the features live (every shard's data in each store). Allocates each shard's

@@ -16,6 +16,7 @@ import scipy.sparse as sp
 import gbflow
 from gbflow import prepare, sketch
 from gbflow.backend import get_backend
+from gbflow.inputs import DataSet
 from gbflow.params import make_params
 
 # a limit of a few KB: pages of a few hundred rows, tens of pages per part
@@ -63,6 +64,67 @@ def test_paged_training_gives_the_resident_model(extra, device):
         return
     params = {"objective": "binary:logistic", "max_depth": 5, **extra}
     _same(params, X, y, device)
+
+
+# a limit with room for a fifth of _data()'s 6,000 rows gathered (8 bytes a binned row) and
+# pages of a few hundred rows beside it
+ROOMY = 40_000
+
+
+@pytest.mark.parametrize("extra", [
+    {"subsample": 0.3},
+    {"subsample": 0.2, "sampling_method": "gradient_based", "eval_metric": "auc"},
+    {"subsample": 0.5, "objective": "multi:softprob", "num_class": 3, "colsample_bynode": 0.6},
+    {"subsample": 0.3, "max_leaves": 6, "grow_policy": "lossguide", "max_depth": 0},
+    {"subsample": 0.3, "monotone_constraints": "(1,0,0,0,0,0,0)"},
+    {"subsample": 0.3, "objective": "reg:absoluteerror"},  # its line search: not gathered
+])
+def test_sampled_paged_trees_grow_on_their_rows_gathered(extra, device, monkeypatch):
+    """With row sampling, a paged training's tree is grown on the sampled rows gathered onto
+    the device (two reads of the pages a tree): the resident model and evaluation results."""
+    from gbflow import grow
+    X, y, rng = _data()
+    if extra.get("num_class"):
+        y = np.digitize(X[:, 0], [-0.5, 0.5]).astype(np.float64)
+    w = rng.uniform(0.5, 2.0, len(y))
+    sizes = []
+    gather = grow.gather_sample
+    monkeypatch.setattr(grow, "gather_sample", lambda shardset, gh: sizes.append(
+        (shardset.sample_rows, len(shardset.shards))) or gather(shardset, gh))
+    params = dict({"max_depth": 4, "seed": 5}, **extra, device=device)
+    evals = [((X[:2000], y[:2000]), "held")]
+    resident = gbflow.train(X, y, params, 6, weight=w, evals=evals, verbose=False)
+    paged = gbflow.train(X, y, dict(params, device_memory_limit=ROOMY), 6, weight=w,
+                         evals=evals, verbose=False)
+    assert paged.to_json() == resident.to_json()
+    assert paged.evals_result == resident.evals_result
+    if extra.get("objective") == "reg:absoluteerror":
+        assert sizes == []
+        return
+    n_groups = extra.get("num_class", 1)
+    assert len(sizes) == 6 * n_groups
+    budget, pages = sizes[0]
+    assert budget == int(np.ceil(extra["subsample"] * 6000 * 1.01 + 4 * np.sqrt(6000) + 64))
+    assert pages > 2  # pages beside the sample's room
+
+
+def test_a_sample_larger_than_its_room_grows_on_the_pages(device, monkeypatch):
+    """A tree whose sample holds more rows than the pages left room for is grown on the pages
+    (the same model); the room is kept only when it is at most 90% of the limit."""
+    X, y, _ = _data()
+    monkeypatch.setattr(prepare, "_SAMPLE_SLACK", -0.5)  # room for half the expected rows
+    _same({"subsample": 0.4}, X, y, device, rounds=4)
+    params = make_params({"subsample": 0.4, "device_memory_limit": ROOMY})
+    part = DataSet(X=X, label=y, weight=None, feature_names=[f"x{i}" for i in range(7)])
+    rows, room = prepare.page_plan(get_backend(device), params, [part], 7, np.uint8)
+    assert room == int(np.ceil(0.4 * 6000 * 0.5 + 4 * np.sqrt(6000) + 64))
+    assert rows == (ROOMY - room * 8) // 2 // 8
+    crowded = make_params({"subsample": 0.4, "device_memory_limit": 8_000})
+    assert prepare.page_plan(get_backend(device), crowded, [part], 7, np.uint8) == \
+        (8_000 // 2 // 8, None)
+    unsampled = make_params({"device_memory_limit": ROOMY})
+    assert prepare.page_plan(get_backend(device), unsampled, [part], 7, np.uint8) == \
+        (ROOMY // 2 // 8, None)
 
 
 def test_paged_training_with_weights_and_an_early_stopped_evaluation_set(device):
@@ -184,9 +246,9 @@ def test_the_model_file_does_not_hold_the_limit():
 def test_paged_dask_workers_give_the_in_process_model(monkeypatch):
     """Each of two workers pages its own shards: the model of in-process resident training."""
     chosen = []
-    page_rows = prepare.page_rows
-    monkeypatch.setattr(prepare, "page_rows", lambda *a: chosen.append(page_rows(*a)) or
-                        chosen[-1])
+    page_plan = prepare.page_plan
+    monkeypatch.setattr(prepare, "page_plan", lambda *a: chosen.append(page_plan(*a)[0]) or
+                        page_plan(*a))
     dd = pytest.importorskip("dask.dataframe")
     distributed = pytest.importorskip("distributed")
     import dask

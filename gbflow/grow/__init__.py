@@ -7,14 +7,17 @@ the whole one where the backend grows whole trees and one process holds one dens
 (``ShardSet.grows_whole_trees``), the level-by-level one otherwise, and also under a
 ``max_leaves`` that can stop a tree before its depth limit (the depthwise budget: a level's
 splits in id order while leaves remain). Under such a budget ``grow_policy="lossguide"`` takes
-the best-first loop (``best_first``).
+the best-first loop (``best_first``). A paged training's sampled tree is grown by whichever loop
+on its sampled rows gathered onto the device (``gathered``).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..predictor import FlatForest
 from ..sampling import FeatureSample
 from .best_first import grow_tree_best_first
+from .gathered import WalkedMargins, can_gather, gather_sample
 from .levels import grow_tree_levels
 from .pending import PendingTree, finished_tree
 from .planned import grow_tree_planned
@@ -36,6 +39,20 @@ def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed, group: i
     if not isinstance(feature_allowed, FeatureSample):
         feature_allowed = FeatureSample(np.broadcast_to(
             np.atleast_2d(feature_allowed), (rules.max_depth, np.shape(feature_allowed)[-1])))
+    if can_gather(shardset):
+        with shardset.timers("gather sample"):
+            gathered = gather_sample(shardset, gh)
+        if gathered is not None:
+            sample, pairs = gathered
+            tree = finished_tree(_grow(sample, [pairs], scales, cuts, rules, feature_allowed,
+                                       group)[0])
+            forest = FlatForest.from_trees([tree])
+            return tree, [WalkedMargins(shardset, s, forest) for s in range(len(shardset.shards))]
+    return _grow(shardset, gh, scales, cuts, rules, feature_allowed, group)
+
+
+def _grow(shardset, gh: list, scales, cuts, rules, feature_allowed, group: int):
+    """``grow_tree`` on the shard set as it is (the loop its data and rules take)."""
     if rules.leaf_budget_binds and rules.lossguide:
         return grow_tree_best_first(shardset, gh, scales, cuts, rules, feature_allowed, group)
     level_masks = not rules.leaf_budget_binds and feature_allowed.node_rate >= 1.0 and \

@@ -1,0 +1,85 @@
+"""A paged training's sampled tree, grown on its sampled rows gathered onto the device.
+
+With row sampling (``subsample`` < 1, uniform or gradient-based) a tree's histograms only sum
+the sampled rows: the others' fixed-point gradients are 0. When the dense bins are paged, the
+level loop would still stream every page once per level; here each page is read once to gather
+the rows with a nonzero gradient pair into one resident shard (a shard set of its own), the tree
+is grown there with any of the loops, and each page is read once more to add the tree to every
+row's margin (a walk of the tree on the page's bins, ``predictor.add_trees``). Two passes over
+the pages a tree instead of ``max_depth + 1``.
+
+The model is the one the paged (and the resident) loop grows: rows whose pair is (0, 0) add
+nothing to any histogram, node total or cover, the sums are exact integers whatever the shards,
+and the walk sends every row to the leaf the partition would (the same bins, thresholds and
+default directions), adding the same float64 leaf value.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .. import binning, predictor
+from ..shards import Shard, ShardSet
+from ..stores import DenseStore
+
+
+def can_gather(shardset) -> bool:
+    """Whether ``shardset`` may grow its trees on gathered samples: a row budget for them was
+    set (``ShardSet.sample_rows``: sampled training whose dense bins are paged) and every
+    feature is in the one dense store."""
+    return shardset.sample_rows is not None and len(shardset.stores) == 1 and \
+        shardset.dense.paged
+
+
+def gather_sample(shardset, gh: list):
+    """(a resident ``ShardSet`` of one shard holding every row of ``shardset`` whose pair in
+    ``gh`` is not (0, 0), that shard's (m, 2) int64 pairs), or None when there are more such
+    rows than ``shardset.sample_rows`` (the budget the pages were sized around). Reads every
+    page once (in order); the sample's bins are a new device array, its rows in shard order."""
+    backend, xp = shardset.backend, shardset.backend.xp
+    kept = [xp.flatnonzero((g != 0).any(axis=1)) for g in gh]
+    n = sum(int(k.shape[0]) for k in kept)  # waits for the device: the sample's size
+    if n > shardset.sample_rows:
+        return None
+    dense = shardset.dense
+    width = binning.padded_width(dense.n_features, np.dtype(dense.dtype).itemsize)
+    storage = xp.zeros((n, width), dtype=dense.dtype)
+    at = 0
+    for s, rows in enumerate(kept):
+        count = int(rows.shape[0])
+        page = dense.rows(s)  # read even when no row is kept: pages are read in order
+        if count:
+            storage[at:at + count, :dense.n_features] = page[rows]
+        at += count
+    pairs = xp.concatenate([g[rows] for g, rows in zip(gh, kept)]) if n else \
+        xp.zeros((0, 2), dtype=gh[0].dtype)
+    sample = ShardSet(backend, shardset.collective)
+    sample.timers = shardset.timers
+    sample.level_plans, sample.whole_trees = shardset.level_plans, shardset.whole_trees
+    sample.categorical = shardset.categorical
+    sample.shards = [Shard(label=xp.empty(n, dtype=np.float64), weight=None, row_offset=0)]
+    sample.part_rows = [(0, 0, n)]
+    store = DenseStore(backend, dense.features, dense.n_value_bins_host,
+                       column_copy=dense.column_copy_wanted, paged=False)
+    store.add_shard(storage[:, :dense.n_features])
+    sample.set_stores([store])
+    return sample, pairs
+
+
+@dataclasses.dataclass
+class WalkedMargins:
+    """A page's margin update for a tree grown on a gathered sample: the tree walked on the
+    page's bins (read when ``add_to`` runs: pages are read in order)."""
+
+    shardset: object
+    shard: int
+    forest: object  # a one-tree ``predictor.FlatForest`` of the tree's output group
+
+    def add_to(self, kernels, margin) -> None:
+        """margin (the shard's margin column of the tree's group) += each row's leaf value.
+        The kernels take the shard's whole (n, n_groups) margin, the column being its view."""
+        whole = self.shardset.shards[self.shard].margin
+        predictor.add_trees(self.shardset.backend,
+                            predictor.BinnedRows(self.shardset.dense.rows(self.shard)),
+                            self.forest, whole)
