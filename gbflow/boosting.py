@@ -126,14 +126,17 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                               collective=collective)
     if after_quantize is not None:  # the reductions above passed: every process has binned
         after_quantize()
-    for shard, (i, r0, r1) in zip(shards, shardset.part_rows):
+    for i, (part, whole) in enumerate(zip(parts, shardset.part_shards)):
         if init_model is not None:
-            shard.margin = start_margins[i][r0:r1]
+            whole.margin = start_margins[i]
         else:
-            shard.margin = xp.empty((shard.n_rows, n_groups), dtype=np.float64)
-            row_margin = parts[i].base_margin  # XGBoost's base_margin: the rows' own start
-            shard.margin[:] = xp.asarray(base_margin)[None, :] if row_margin is None else \
-                predictor.starting_margins(xp, backend.asarray(row_margin[r0:r1]), n_groups)
+            whole.margin = xp.empty((whole.n_rows, n_groups), dtype=np.float64)
+            row_margin = part.base_margin  # XGBoost's base_margin: the rows' own start
+            whole.margin[:] = xp.asarray(base_margin)[None, :] if row_margin is None else \
+                predictor.starting_margins(xp, backend.asarray(row_margin), n_groups)
+    for shard, margin in zip(shards, shardset.shard_views([w.margin for w in
+                                                           shardset.part_shards])):
+        shard.margin = margin  # a view: the part's margins are the pages' together
     n_total = shardset.n_rows_total
     by_query = params.loss.by_query or any(m.kind == "query" for m in metric_list)
     if by_query:
@@ -211,6 +214,16 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     # Fixed-point scales from the loss's bounds on |g| and |h| where it has them (no per-round
     # reduction), else from the round's global max |g| and |h|.
     gradient_based = params.sampling_method == "gradient_based" and params.subsample < 1.0
+    # The per-row work of a round (gradients, sampling, fixed point) runs on whole parts when
+    # a part is several shards (pages; their rows' arrays are views of the part's): a kernel
+    # call per part instead of one per page. Ranking's queries and whole-set losses keep shards.
+    by_part = len(shards) > len(shardset.part_shards) and not by_query and \
+        not objective.whole_set
+    row_sets = shardset.part_shards if by_part else shards
+
+    def to_shards(arrays: list) -> list:
+        return shardset.shard_views(arrays) if by_part else arrays
+
     bounds = objective.gradient_bounds(max_weight)
     if gradient_based and bounds is not None:  # a kept pair is divided by its probability
         bounds = reweighted_bounds(bounds, params.subsample)
@@ -220,15 +233,15 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
         with timers("gradients"):
             grad_hess = objective.set_gradients(xp, risk_sets, [s.margin for s in shards],
                                                 [s.weight for s in shards]) \
-                if objective.whole_set else [_gradients(xp, objective, s) for s in shards]
+                if objective.whole_set else [_gradients(xp, objective, s) for s in row_sets]
             if gradient_based:  # each output its own sample
                 for k in range(n_groups):
                     gradient_based_sample(xp, collective, [g[:, k] for g, _ in grad_hess],
                                           [h[:, k] for _, h in grad_hess],
-                                          [s.row_offset for s in shards], n_total, params.seed,
+                                          [s.row_offset for s in row_sets], n_total, params.seed,
                                           first_round + round_index, k, params.subsample)
             elif params.subsample < 1.0:
-                for shard, (g, h) in zip(shards, grad_hess):
+                for shard, (g, h) in zip(row_sets, grad_hess):
                     keep = row_sample_mask(xp, shard.n_rows, shard.row_offset, params.seed,
                                            first_round + round_index, params.subsample)
                     g *= keep[:, None]  # in place: the gradients are this round's own
@@ -246,11 +259,12 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
             with timers("gradients"):
                 scales = Scales(fixed_point.fixed_point_scale(float(largest[k, 0]), n_total),
                                 fixed_point.fixed_point_scale(float(largest[k, 1]), n_total))
-                gh = [backend.kernels.quantise_gradients(g[:, k], h[:, k], scales.g, scales.h)
-                      for g, h in grad_hess]
+                gh = to_shards([backend.kernels.quantise_gradients(g[:, k], h[:, k], scales.g,
+                                                                   scales.h)
+                                for g, h in grad_hess])
                 if objective.leaf_alphas is not None:  # the rows' weights (0: sampled out)
-                    search_weights = [leaf_quantiles.integer_weights(
-                        xp, h[:, k], float(largest[k, 1]), n_total) for _, h in grad_hess]
+                    search_weights = to_shards([leaf_quantiles.integer_weights(
+                        xp, h[:, k], float(largest[k, 1]), n_total) for _, h in grad_hess])
                 if k == n_groups - 1:
                     grad_hess = None  # quantized: the float gradients' memory serves the tree
             allowed = FeatureSample.draw(len(feature_names), params, first_round + round_index,

@@ -241,6 +241,11 @@ def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_
     if route.has_sparse:
         stores.append(SparseStore(backend, route.sparse, route.n_value_bins, route.common_bin,
                                   route.bin_offsets))
+    # each part's labels (and weights) on the device once, its shards' (pages') views of them
+    labels = [backend.asarray(p.label) for p in parts]
+    shardset.part_shards = [Shard(label=labels[i], weight=None if weights is None else weights[i],
+                                  row_offset=_row_offset(row_offsets[i], 0, p.n_rows))
+                            for i, p in enumerate(parts)]
     for k, (i, r0, r1) in enumerate(pages):
         part = binned[k] if binned[k] is not None else binned_page((i, r0, r1))
         binned[k] = None
@@ -250,7 +255,7 @@ def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_
         if entries is not None:
             stores[1].add_shard(entries)
         shardset.part_rows.append((i, r0, r1))
-        shardset.shards.append(Shard(label=backend.asarray(parts[i].label[r0:r1]),
+        shardset.shards.append(Shard(label=labels[i][r0:r1],
                                      weight=None if weights is None else weights[i][r0:r1],
                                      row_offset=_row_offset(row_offsets[i], r0, r1)))
     shardset.set_stores(stores)

@@ -69,6 +69,9 @@ class ShardSet:
         # per shard (part, first row, end row): the rows of this process's part it holds (a
         # part is one shard, or several pages)
         self.part_rows: list[tuple[int, int, int]] = []
+        # per part a ``Shard`` of all its rows, whose label, weight and margin arrays the
+        # part's shards (pages) are views of (set with the shards, margins in training)
+        self.part_shards: list[Shard] = []
         # paged sampled training: the most rows a tree's sample gathered onto the device may
         # hold (``grow.gathered``; the pages were sized around it), else None
         self.sample_rows: int | None = None
@@ -119,6 +122,10 @@ class ShardSet:
         return self.whole_trees and self.backend.grow_dense_tree is not None and \
             self._dense_numeric_only and len(self.shards) == 1 and \
             self.collective.size == 1 and not self.dense.paged
+
+    def shard_views(self, arrays: list) -> list:
+        """Per shard its rows of per-part ``arrays`` (one per ``part_shards`` entry): views."""
+        return [arrays[i][r0:r1] for i, r0, r1 in self.part_rows]
 
     @property
     def n_rows_total(self) -> int:

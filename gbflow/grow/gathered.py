@@ -36,24 +36,27 @@ def gather_sample(shardset, gh: list):
     """(a resident ``ShardSet`` of one shard holding every row of ``shardset`` whose pair in
     ``gh`` is not (0, 0), that shard's (m, 2) int64 pairs), or None when there are more such
     rows than ``shardset.sample_rows`` (the budget the pages were sized around). Reads every
-    page once (in order); the sample's bins are a new device array, its rows in shard order."""
+    page once (in order); the sample's bins are a new device array, its rows in shard order.
+    Waits for the device once (the sample's size); each page's rows are then scattered to
+    their places (a row left out to a spare last row), with no wait per page."""
     backend, xp = shardset.backend, shardset.backend.xp
-    kept = [xp.flatnonzero((g != 0).any(axis=1)) for g in gh]
-    n = sum(int(k.shape[0]) for k in kept)  # waits for the device: the sample's size
+    kept = [(g != 0).any(axis=1) for g in gh]
+    counts = backend.to_host(xp.stack([k.sum() for k in kept])) if kept else np.zeros(0)
+    n = int(counts.sum())
     if n > shardset.sample_rows:
         return None
     dense = shardset.dense
     width = binning.padded_width(dense.n_features, np.dtype(dense.dtype).itemsize)
-    storage = xp.zeros((n, width), dtype=dense.dtype)
+    storage = xp.zeros((n + 1, width), dtype=dense.dtype)
+    pairs = xp.zeros((n + 1, 2), dtype=gh[0].dtype if gh else np.int64)
     at = 0
-    for s, rows in enumerate(kept):
-        count = int(rows.shape[0])
+    for s, (keep, g) in enumerate(zip(kept, gh)):
         page = dense.rows(s)  # read even when no row is kept: pages are read in order
-        if count:
-            storage[at:at + count, :dense.n_features] = page[rows]
-        at += count
-    pairs = xp.concatenate([g[rows] for g, rows in zip(gh, kept)]) if n else \
-        xp.zeros((0, 2), dtype=gh[0].dtype)
+        if counts[s]:
+            place = xp.where(keep, xp.cumsum(keep) - 1 + at, n)
+            storage[place, :dense.n_features] = page
+            pairs[place] = g
+        at += int(counts[s])
     sample = ShardSet(backend, shardset.collective)
     sample.timers = shardset.timers
     sample.level_plans, sample.whole_trees = shardset.level_plans, shardset.whole_trees
@@ -62,9 +65,9 @@ def gather_sample(shardset, gh: list):
     sample.part_rows = [(0, 0, n)]
     store = DenseStore(backend, dense.features, dense.n_value_bins_host,
                        column_copy=dense.column_copy_wanted, paged=False)
-    store.add_shard(storage[:, :dense.n_features])
+    store.add_shard(storage[:n, :dense.n_features])
     sample.set_stores([store])
-    return sample, pairs
+    return sample, pairs[:n]
 
 
 @dataclasses.dataclass
