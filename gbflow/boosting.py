@@ -259,9 +259,10 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
             with timers("gradients"):
                 scales = Scales(fixed_point.fixed_point_scale(float(largest[k, 0]), n_total),
                                 fixed_point.fixed_point_scale(float(largest[k, 1]), n_total))
-                gh = to_shards([backend.kernels.quantise_gradients(g[:, k], h[:, k], scales.g,
-                                                                   scales.h)
-                                for g, h in grad_hess])
+                gh_rows = [backend.kernels.quantise_gradients(g[:, k], h[:, k], scales.g,
+                                                              scales.h)
+                           for g, h in grad_hess]
+                gh = to_shards(gh_rows)
                 if objective.leaf_alphas is not None:  # the rows' weights (0: sampled out)
                     search_weights = to_shards([leaf_quantiles.integer_weights(
                         xp, h[:, k], float(largest[k, 1]), n_total) for _, h in grad_hess])
@@ -269,7 +270,9 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                     grad_hess = None  # quantized: the float gradients' memory serves the tree
             allowed = FeatureSample.draw(len(feature_names), params, first_round + round_index,
                                          k)
-            tree, leaf_rows = grow_tree(shardset, gh, scales, cuts, rules, allowed, k)
+            tree, leaf_rows = grow_tree(shardset, gh, scales, cuts, rules, allowed, k,
+                                        part_gh=gh_rows if by_part else None)
+            gh_rows = None
             if objective.leaf_alphas is not None:
                 with timers("line search"):
                     tree, leaf_rows = leaf_quantiles.line_search(

@@ -78,6 +78,7 @@ ROOMY = 40_000
     {"subsample": 0.3, "max_leaves": 6, "grow_policy": "lossguide", "max_depth": 0},
     {"subsample": 0.3, "monotone_constraints": "(1,0,0,0,0,0,0)"},
     {"subsample": 0.3, "objective": "reg:absoluteerror"},  # its line search: not gathered
+    {"subsample": 0.4, "objective": "survival:cox"},  # a whole-set loss: shard by shard
 ])
 def test_sampled_paged_trees_grow_on_their_rows_gathered(extra, device, monkeypatch):
     """With row sampling, a paged training's tree is grown on the sampled rows gathered onto
@@ -89,13 +90,18 @@ def test_sampled_paged_trees_grow_on_their_rows_gathered(extra, device, monkeypa
     w = rng.uniform(0.5, 2.0, len(y))
     sizes = []
     gather = grow.gather_sample
-    monkeypatch.setattr(grow, "gather_sample", lambda shardset, gh: sizes.append(
-        (shardset.sample_rows, len(shardset.shards))) or gather(shardset, gh))
+    monkeypatch.setattr(grow, "gather_sample", lambda shardset, *a: sizes.append(
+        (shardset.sample_rows, len(shardset.shards))) or gather(shardset, *a))
     params = dict({"max_depth": 4, "seed": 5}, **extra, device=device)
     evals = [((X[:2000], y[:2000]), "held")]
-    resident = gbflow.train(X, y, params, 6, weight=w, evals=evals, verbose=False)
-    paged = gbflow.train(X, y, dict(params, device_memory_limit=ROOMY), 6, weight=w,
-                         evals=evals, verbose=False)
+    kwargs = {"weight": w, "evals": evals}
+    if extra.get("objective") == "survival:cox":  # times, a third of them censored
+        y = np.round(rng.exponential(np.exp(-np.nan_to_num(X[:, 0]).clip(-2, 2))), 2) + 0.01
+        y[rng.random(len(y)) < 0.3] *= -1
+        kwargs = {"weight": w}
+    resident = gbflow.train(X, y, params, 6, verbose=False, **kwargs)
+    paged = gbflow.train(X, y, dict(params, device_memory_limit=ROOMY), 6, verbose=False,
+                         **kwargs)
     assert paged.to_json() == resident.to_json()
     assert paged.evals_result == resident.evals_result
     if extra.get("objective") == "reg:absoluteerror":

@@ -17,7 +17,7 @@ import numpy as np
 from ..predictor import FlatForest
 from ..sampling import FeatureSample
 from .best_first import grow_tree_best_first
-from .gathered import WalkedMargins, can_gather, gather_sample
+from .gathered import WalkedMargins, can_gather, device_forest, gather_sample
 from .levels import grow_tree_levels
 from .pending import PendingTree, finished_tree
 from .planned import grow_tree_planned
@@ -26,7 +26,8 @@ from .whole import grow_tree_whole
 __all__ = ["PendingTree", "finished_tree", "grow_tree"]
 
 
-def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed, group: int):
+def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed, group: int,
+              part_gh: list | None = None):
     """Grow one tree on fixed-point gradients ``gh`` (per shard (n_i, 2) int64 device arrays,
     integers of the ``scales``' units) under ``rules`` (``gbflow.rules.TreeRules``), splitting
     only on the features ``feature_allowed`` allows (a ``sampling.FeatureSample``, or (F,) host
@@ -35,18 +36,20 @@ def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed, group: i
     ``rules.interactions``) need the level-by-level loop; a weight cap alone does not.
 
     Returns the tree (a ``Tree``, or a ``PendingTree``: see ``finished_tree``) and per shard its
-    margin update (``add_to(kernels, margin)``; call it before the next tree is grown)."""
+    margin update (``add_to(kernels, margin)``; call it before the next tree is grown).
+    part_gh: the same pairs per part when gh's are views of them (a gathered sample's
+    bookkeeping then runs per part)."""
     if not isinstance(feature_allowed, FeatureSample):
         feature_allowed = FeatureSample(np.broadcast_to(
             np.atleast_2d(feature_allowed), (rules.max_depth, np.shape(feature_allowed)[-1])))
     if can_gather(shardset):
         with shardset.timers("gather sample"):
-            gathered = gather_sample(shardset, gh)
+            gathered = gather_sample(shardset, gh, part_gh)
         if gathered is not None:
             sample, pairs = gathered
             tree = finished_tree(_grow(sample, [pairs], scales, cuts, rules, feature_allowed,
                                        group)[0])
-            forest = FlatForest.from_trees([tree])
+            forest = device_forest(shardset.backend, FlatForest.from_trees([tree]))
             return tree, [WalkedMargins(shardset, s, forest) for s in range(len(shardset.shards))]
     return _grow(shardset, gh, scales, cuts, rules, feature_allowed, group)
 

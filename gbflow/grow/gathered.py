@@ -32,15 +32,23 @@ def can_gather(shardset) -> bool:
         shardset.dense.paged
 
 
-def gather_sample(shardset, gh: list):
+def gather_sample(shardset, gh: list, part_gh: list | None = None):
     """(a resident ``ShardSet`` of one shard holding every row of ``shardset`` whose pair in
     ``gh`` is not (0, 0), that shard's (m, 2) int64 pairs), or None when there are more such
     rows than ``shardset.sample_rows`` (the budget the pages were sized around). Reads every
     page once (in order); the sample's bins are a new device array, its rows in shard order.
-    Waits for the device once (the sample's size); each page's rows are then scattered to
-    their places (a row left out to a spare last row), with no wait per page."""
+
+    part_gh: the same pairs per part (``ShardSet.part_shards``; gh's are views of them), when
+    the caller has them: the rows' places in the sample are then found per part, a few kernel
+    calls a part instead of a page. Waits for the device once (the sample's size); each page's
+    rows are then scattered to their places (a row left out to a spare last row), one kernel
+    call a page."""
     backend, xp = shardset.backend, shardset.backend.xp
-    kept = [(g != 0).any(axis=1) for g in gh]
+    if part_gh is not None:
+        groups, spans = part_gh, shardset.part_rows
+    else:  # every shard its own group
+        groups, spans = gh, [(s, 0, int(g.shape[0])) for s, g in enumerate(gh)]
+    kept = [(g != 0).any(axis=1) for g in groups]
     counts = backend.to_host(xp.stack([k.sum() for k in kept])) if kept else np.zeros(0)
     n = int(counts.sum())
     if n > shardset.sample_rows:
@@ -49,14 +57,17 @@ def gather_sample(shardset, gh: list):
     width = binning.padded_width(dense.n_features, np.dtype(dense.dtype).itemsize)
     storage = xp.zeros((n + 1, width), dtype=dense.dtype)
     pairs = xp.zeros((n + 1, 2), dtype=gh[0].dtype if gh else np.int64)
-    at = 0
-    for s, (keep, g) in enumerate(zip(kept, gh)):
-        page = dense.rows(s)  # read even when no row is kept: pages are read in order
-        if counts[s]:
-            place = xp.where(keep, xp.cumsum(keep) - 1 + at, n)
-            storage[place, :dense.n_features] = page
+    places, at = [], 0
+    for keep, g, count in zip(kept, groups, counts):
+        place = xp.where(keep, xp.cumsum(keep) - 1 + at, n) if count else None
+        if count:
             pairs[place] = g
-        at += int(counts[s])
+        places.append(place)
+        at += int(count)
+    for s, (group, r0, r1) in enumerate(spans):
+        page = dense.rows(s)  # read even when no row is kept: pages are read in order
+        if places[group] is not None and r1 > r0:
+            storage[places[group][r0:r1], :dense.n_features] = page
     sample = ShardSet(backend, shardset.collective)
     sample.timers = shardset.timers
     sample.level_plans, sample.whole_trees = shardset.level_plans, shardset.whole_trees
@@ -68,6 +79,18 @@ def gather_sample(shardset, gh: list):
     store.add_shard(storage[:n, :dense.n_features])
     sample.set_stores([store])
     return sample, pairs[:n]
+
+
+def device_forest(backend, forest):
+    """``forest`` (a ``predictor.FlatForest``) with its node arrays on the backend's device in
+    the kernels' dtypes: uploaded once for the walks of every page, not once a page."""
+    dtypes = {"feature": np.int32, "bin_threshold": np.int32, "default_left": np.bool_,
+              "left": np.int32, "right": np.int32, "value": np.float64, "tree_root": np.int64,
+              "tree_group": np.int32, "cat_start": np.int32, "cat_bits": np.uint32}
+    xp = backend.xp
+    return dataclasses.replace(forest, **{
+        name: xp.asarray(np.ascontiguousarray(getattr(forest, name), dtype=dtype))
+        for name, dtype in dtypes.items() if getattr(forest, name) is not None})
 
 
 @dataclasses.dataclass
