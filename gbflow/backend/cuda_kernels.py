@@ -605,8 +605,15 @@ def _category_args(cat_start, cat_bits) -> tuple:
     """(cat_start, cat_bits, has_categories) as the walks take them: stand-in arrays and 0 for a
     forest without categorical splits (cat_start None)."""
     if cat_start is None:
-        return np.zeros(1, dtype=np.int32), np.zeros(1, dtype=np.uint32), 0
+        return (*_no_categories(cp.cuda.runtime.getDevice()), 0)
     return cat_start, cat_bits, 1
+
+
+@functools.lru_cache(maxsize=None)
+def _no_categories(device: int) -> tuple:
+    """The stand-in (cat_start, cat_bits) of forests without categorical splits, on ``device``
+    (made once: a walk then uploads nothing for them)."""
+    return cp.zeros(1, dtype=cp.int32), cp.zeros(1, dtype=cp.uint32)
 
 
 def _explain_args(X, feature, threshold, default_left, cat_start, cat_bits):
@@ -756,9 +763,17 @@ def _entry_features(entry_feature):
 
 
 def _upload_small(*arrays) -> list:
-    """Small (array, dtype) pairs on the device, C-contiguous, in one copy when all are host."""
-    _, *device = _upload(np.empty((0, 5), dtype=np.int64), *arrays)
-    return [cp.ascontiguousarray(d) for d in device]
+    """Small (array, dtype) pairs on the device, C-contiguous, in one copy when all are host.
+    Device arrays already of their dtype and C-contiguous are taken as they are (a forest
+    uploaded once and walked on many pages costs no CuPy call per array and page)."""
+    ready = [isinstance(a, cp.ndarray) and a.dtype == d and a.flags.c_contiguous
+             for a, d in arrays]
+    if all(ready):
+        return [a for a, _ in arrays]
+    rest = [pair for pair, done in zip(arrays, ready) if not done]
+    _, *device = _upload(np.empty((0, 5), dtype=np.int64), *rest)
+    device = iter([cp.ascontiguousarray(d) for d in device])
+    return [a if done else next(device) for (a, _), done in zip(arrays, ready)]
 
 
 def _check_out(out, name: str, dtype=None):
