@@ -249,7 +249,14 @@ def test_the_model_file_does_not_hold_the_limit():
     assert "device_memory_limit" not in booster.to_json()
 
 
-def test_paged_dask_workers_give_the_in_process_model(monkeypatch):
+@pytest.mark.parametrize("sampling, limit", [
+    ({"subsample": 0.8}, TINY),
+    # room for the gathered sample: each worker grows the trees on its sampled rows
+    ({"subsample": 0.2, "sampling_method": "gradient_based"}, 11_500),
+    # one worker pages and gathers, the other's rows fit: resident
+    ({"subsample": 0.2, "sampling_method": "gradient_based"}, 25_000),
+])
+def test_paged_dask_workers_give_the_in_process_model(sampling, limit, monkeypatch):
     """Each of two workers pages its own shards: the model of in-process resident training."""
     chosen = []
     page_plan = prepare.page_plan
@@ -264,15 +271,17 @@ def test_paged_dask_workers_give_the_in_process_model(monkeypatch):
     parts = [df.iloc[a:b] for a, b in ((0, 2500), (2500, 4000), (4000, 6000))]
     ddf = dd.from_delayed([dask.delayed(p.copy)() for p in parts], meta=parts[0].iloc[:0],
                           verify_meta=False)
-    params = {"objective": "binary:logistic", "max_depth": 4, "subsample": 0.8}
+    params = {"objective": "binary:logistic", "max_depth": 4, **sampling}
     expected = gbflow.train(df, "y", params, num_boost_round=5, verbose=False)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                                   dashboard_address=":0") as cluster, \
             distributed.Client(cluster, set_as_default=False) as client:
-        got = gbflow.train(ddf, "y", dict(params, device_memory_limit=TINY), num_boost_round=5,
+        got = gbflow.train(ddf, "y", dict(params, device_memory_limit=limit), num_boost_round=5,
                            verbose=False, client=client)
     assert got.to_json() == expected.to_json()
-    assert len(chosen) == 3 and chosen[0] is None and chosen[1] and chosen[2]  # workers paged
+    assert len(chosen) == 3 and chosen[0] is None  # in process: resident
+    paged = [c is not None for c in chosen[1:]]  # the workers
+    assert all(paged) if limit < 25_000 else sum(paged) == 1
 
 
 @pytest.mark.parametrize("params", [

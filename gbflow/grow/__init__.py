@@ -44,13 +44,21 @@ def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed, group: i
             np.atleast_2d(feature_allowed), (rules.max_depth, np.shape(feature_allowed)[-1])))
     if can_gather(shardset):
         with shardset.timers("gather sample"):
-            gathered = gather_sample(shardset, gh, part_gh)
-        if gathered is not None:
-            sample, pairs = gathered
+            sample, pairs, kept = gather_sample(shardset, gh, part_gh)
+            # Several processes grow each tree together (the same reductions in the same
+            # order): each learns its sample's size before growing, and grows one tree, on the
+            # sample or, where it outgrew its room, on the pages. One process grows first and
+            # looks after (a tree on the pages then, rarely, costs a second growth).
+            fits = None if shardset.collective.size == 1 else \
+                int(kept.wait()[0][0]) <= shardset.sample_rows
+        if fits is not False:
             tree = finished_tree(_grow(sample, [pairs], scales, cuts, rules, feature_allowed,
                                        group)[0])
-            forest = device_forest(shardset.backend, FlatForest.from_trees([tree]))
-            return tree, [WalkedMargins(shardset, s, forest) for s in range(len(shardset.shards))]
+            if fits or int(kept.wait()[0][0]) <= shardset.sample_rows:
+                forest = device_forest(shardset.backend, FlatForest.from_trees([tree]))
+                return tree, [WalkedMargins(shardset, s, forest)
+                              for s in range(len(shardset.shards))]
+        # the sample outgrew its room (rows were lost): this tree is grown on the pages
     return _grow(shardset, gh, scales, cuts, rules, feature_allowed, group)
 
 

@@ -33,37 +33,38 @@ def can_gather(shardset) -> bool:
 
 
 def gather_sample(shardset, gh: list, part_gh: list | None = None):
-    """(a resident ``ShardSet`` of one shard holding every row of ``shardset`` whose pair in
-    ``gh`` is not (0, 0), that shard's (m, 2) int64 pairs), or None when there are more such
-    rows than ``shardset.sample_rows`` (the budget the pages were sized around). Reads every
-    page once (in order); the sample's bins are a new device array, its rows in shard order.
+    """(a resident ``ShardSet`` of one shard of ``shardset.sample_rows`` rows (the room the
+    pages were sized around) holding first every row of ``shardset`` whose pair in ``gh`` is
+    not (0, 0), in shard order, then rows of pair (0, 0) and bins 0; that shard's (m, 2) int64
+    pairs; the ``PendingCopies`` of the count of rows kept). Reads every page once (in order)
+    and never waits for the device: the rows' places are running counts on the device, and a
+    row past the room goes to a spare last row, so when the count (read once the tree is grown)
+    exceeds the room the sample lost rows and its tree must not be used.
 
-    part_gh: the same pairs per part (``ShardSet.part_shards``; gh's are views of them), when
-    the caller has them: the rows' places in the sample are then found per part, a few kernel
-    calls a part instead of a page. Waits for the device once (the sample's size); each page's
-    rows are then scattered to their places (a row left out to a spare last row), one kernel
-    call a page."""
+    The filler rows change no sum (their pairs are 0), so the tree is the one of the kept rows
+    alone. part_gh: the same pairs per part (``ShardSet.part_shards``; gh's are views of
+    them), when the caller has them: the places are then found per part, a few kernel calls a
+    part instead of a page; each page's rows are scattered to their places, one call a page."""
     backend, xp = shardset.backend, shardset.backend.xp
     if part_gh is not None:
         groups, spans = part_gh, shardset.part_rows
     else:  # every shard its own group
         groups, spans = gh, [(s, 0, int(g.shape[0])) for s, g in enumerate(gh)]
-    kept = [(g != 0).any(axis=1) for g in groups]
-    counts = backend.to_host(xp.stack([k.sum() for k in kept])) if kept else np.zeros(0)
-    n = int(counts.sum())
-    if n > shardset.sample_rows:
-        return None
+    room = shardset.sample_rows
     dense = shardset.dense
     width = binning.padded_width(dense.n_features, np.dtype(dense.dtype).itemsize)
-    storage = xp.zeros((n + 1, width), dtype=dense.dtype)
-    pairs = xp.zeros((n + 1, 2), dtype=gh[0].dtype if gh else np.int64)
-    places, at = [], 0
-    for keep, g, count in zip(kept, groups, counts):
-        place = xp.where(keep, xp.cumsum(keep) - 1 + at, n) if count else None
-        if count:
+    storage = xp.zeros((room + 1, width), dtype=dense.dtype)
+    pairs = xp.zeros((room + 1, 2), dtype=gh[0].dtype if gh else np.int64)
+    count = xp.zeros(1, dtype=np.int64)  # rows kept so far (on the device)
+    places = []
+    for g in groups:
+        keep = (g != 0).any(axis=1)
+        running = xp.cumsum(keep)
+        place = xp.where(keep, xp.minimum(running - 1 + count, room), room) if len(g) else None
+        if place is not None:
             pairs[place] = g
+            count = count + running[-1:]
         places.append(place)
-        at += int(count)
     for s, (group, r0, r1) in enumerate(spans):
         page = dense.rows(s)  # read even when no row is kept: pages are read in order
         if places[group] is not None and r1 > r0:
@@ -72,13 +73,14 @@ def gather_sample(shardset, gh: list, part_gh: list | None = None):
     sample.timers = shardset.timers
     sample.level_plans, sample.whole_trees = shardset.level_plans, shardset.whole_trees
     sample.categorical = shardset.categorical
-    sample.shards = [Shard(label=xp.empty(n, dtype=np.float64), weight=None, row_offset=0)]
-    sample.part_rows = [(0, 0, n)]
+    # (the label is read for the row count only: growing takes the pairs)
+    sample.shards = [Shard(label=xp.empty(room, dtype=np.float64), weight=None, row_offset=0)]
+    sample.part_rows = [(0, 0, room)]
     store = DenseStore(backend, dense.features, dense.n_value_bins_host,
                        column_copy=dense.column_copy_wanted, paged=False)
-    store.add_shard(storage[:n, :dense.n_features])
+    store.add_shard(storage[:room, :dense.n_features])
     sample.set_stores([store])
-    return sample, pairs[:n]
+    return sample, pairs[:room], backend.to_host_later([count])
 
 
 def device_forest(backend, forest):
