@@ -178,6 +178,15 @@ class DenseStore(_Store):
             self._reader = self.backend.page_reader(self._bins)
         return self._reader.get(s)[:, : self.n_features]
 
+    def padded_rows(self, s: int):
+        """(n, W) device bins of shard s with their zero padding (``rows(s)`` is the first D
+        columns), valid as ``rows(s)`` is."""
+        if not self.paged:
+            return padded_storage(self._bins[s])
+        if self._reader is None:
+            self._reader = self.backend.page_reader(self._bins)
+        return self._reader.get(s)
+
     def columns(self, s: int):
         """(D, n) device bins of shard s by feature: the column copy, or a transposed view of
         ``rows(s)`` (the kernels take any strides)."""

@@ -65,10 +65,14 @@ def gather_sample(shardset, gh: list, part_gh: list | None = None):
             pairs[place] = g
             count = count + running[-1:]
         places.append(place)
+    # rows copied as whole words (a 32-byte padded row: 4 uint64), not value by value
+    row_bytes = width * np.dtype(dense.dtype).itemsize
+    word = next(np.dtype(f"uint{8 * b}") for b in (8, 4, 2, 1) if row_bytes % b == 0)
+    words = storage.view(word)
     for s, (group, r0, r1) in enumerate(spans):
-        page = dense.rows(s)  # read even when no row is kept: pages are read in order
+        page = dense.padded_rows(s)  # read even when no row is kept: pages are read in order
         if places[group] is not None and r1 > r0:
-            storage[places[group][r0:r1], :dense.n_features] = page
+            words[places[group][r0:r1]] = page.view(word)
     sample = ShardSet(backend, shardset.collective)
     sample.timers = shardset.timers
     sample.level_plans, sample.whole_trees = shardset.level_plans, shardset.whole_trees
