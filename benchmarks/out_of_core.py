@@ -458,20 +458,20 @@ def run_gbflow(args, memory, result):
         result["limit_bytes"] = parse_size(str(params["device_memory_limit"]))
 
 
-def host_batches(xgb, X, y, n_batches: int, to_device, cache_prefix: str):
-    """An ``xgboost.DataIter`` over row batches of host arrays, each moved by ``to_device``."""
+def data_iter(xgb, n_batches: int, load, to_device, **iter_args):
+    """An ``xgboost.DataIter`` over ``n_batches`` batches: batch k is ``load(k)`` -> host (X, y),
+    each moved by ``to_device`` (held while XGBoost reads it). iter_args: DataIter's own."""
 
     class Batches(xgb.DataIter):
         def __init__(self):
-            self._bounds = np.linspace(0, len(X), max(1, n_batches) + 1).astype(np.int64)
             self._it, self._held = 0, None
-            super().__init__(cache_prefix=cache_prefix, on_host=True)
+            super().__init__(**iter_args)
 
         def next(self, input_data) -> bool:
-            if self._it == len(self._bounds) - 1:
+            if self._it == n_batches:
                 return False
-            a, b = self._bounds[self._it], self._bounds[self._it + 1]
-            self._held = (to_device(X[a:b]), to_device(y[a:b]))  # alive while XGBoost reads
+            X, y = load(self._it)
+            self._held = (to_device(X), to_device(y))  # alive while XGBoost reads
             input_data(data=self._held[0], label=self._held[1])
             self._it += 1
             return True
@@ -482,30 +482,26 @@ def host_batches(xgb, X, y, n_batches: int, to_device, cache_prefix: str):
     return Batches()
 
 
+def host_batches(xgb, X, y, n_batches: int, to_device, cache_prefix: str):
+    """An ``xgboost.DataIter`` over row batches of host arrays, each moved by ``to_device``,
+    cached on the host (external memory)."""
+    bounds = np.linspace(0, len(X), max(1, n_batches) + 1).astype(np.int64)
+    return data_iter(xgb, len(bounds) - 1,
+                     lambda k: (X[bounds[k]:bounds[k + 1]], y[bounds[k]:bounds[k + 1]]),
+                     to_device, cache_prefix=cache_prefix, on_host=True)
+
+
 def parquet_batches(xgb, files: list, to_device):
     """An ``xgboost.DataIter`` reading ``files`` one at a time (pandas), label column y, each
     batch moved by ``to_device``."""
     import pandas as pd
 
-    class Files(xgb.DataIter):
-        def __init__(self):
-            self._it, self._held = 0, None
-            super().__init__()
+    def load(k: int):
+        frame = pd.read_parquet(files[k])
+        y = frame.pop("y").to_numpy()
+        return frame.to_numpy(np.float32), y
 
-        def next(self, input_data) -> bool:
-            if self._it == len(files):
-                return False
-            frame = pd.read_parquet(files[self._it])
-            y = frame.pop("y").to_numpy()
-            self._held = (to_device(frame.to_numpy(np.float32)), to_device(y))
-            input_data(data=self._held[0], label=self._held[1])
-            self._it += 1
-            return True
-
-        def reset(self) -> None:
-            self._it, self._held = 0, None
-
-    return Files()
+    return data_iter(xgb, len(files), load, to_device)
 
 
 def async_pool(xgb, device: Device, stack: contextlib.ExitStack, result: dict) -> None:
