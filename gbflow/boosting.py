@@ -12,6 +12,7 @@ from .categories import recode_part
 from .categories import unify as unify_categories
 from .evaluation import TRAINING, EvalOptions, EvalSet, Evaluation
 from .grow import finished_tree, grow_tree
+from .memory_report import StageMemory
 from .progress import Progress
 from .resume import TrainingState, options_of
 from .rules import Scales, TreeRules
@@ -67,15 +68,34 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
     they are split into parts or processes, nor (without ``subsample``, whose draws follow the
     global row number) on their order. With ``keep_training_margins`` the booster gets
     ``training_margins``: per part the (n_i, n_groups) float64 margins reached in training (for
-    tests; not when early stopping cut trees off). Side effect: progress lines unless ``verbose``
-    is False.
+    tests; not when early stopping cut trees off). The booster's ``memory_report`` says how much
+    memory training held per stage and what holds it (``memory_report.StageMemory.report``).
+    Side effects: progress lines unless ``verbose`` is False; a thread reading the memory in
+    use while training runs.
     """
+    shardset = ShardSet(backend) if shardset is None else shardset
+    memory = StageMemory(backend, shardset.timers)  # a reading thread: stopped whatever happens
+    try:
+        return _fit(backend, parts, params, num_boost_round, evals, options, verbose,
+                    keep_training_margins, shardset=shardset, row_offsets=row_offsets,
+                    drop_features=drop_features, emit=emit, after_quantize=after_quantize,
+                    objective=objective, init_model=init_model, callbacks=callbacks,
+                    resume=resume, on_rounds=on_rounds, memory=memory)
+    finally:
+        memory.stop()
+
+
+def _fit(backend, parts: list, params, num_boost_round: int, evals, options, verbose,
+         keep_training_margins: bool, *, shardset: ShardSet, row_offsets, drop_features: bool,
+         emit, after_quantize, objective, init_model, callbacks, resume, on_rounds,
+         memory: StageMemory) -> Booster:
+    """``fit``'s work; ``memory`` reads the memory in use while it runs (the booster's
+    ``memory_report`` is made from it at the end)."""
     xp = backend.xp
     start = time.perf_counter()
     objective = params.loss if objective is None else objective
     n_groups = params.n_groups
     feature_names = parts[0].feature_names
-    shardset = ShardSet(backend) if shardset is None else shardset
     collective, timers = shardset.collective, shardset.timers
     if row_offsets is None:
         row_offsets = np.concatenate([[0], np.cumsum([p.n_rows for p in parts])[:-1]]).tolist()
@@ -338,6 +358,8 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
         if not isinstance(booster, Booster):
             raise TypeError(f"a callback's after_training returned a {type(booster).__name__}, "
                             f"not the model")
+    memory.stop()
+    booster.memory_report = memory.report(shardset, evaluation.sets)
     return booster
 
 

@@ -86,6 +86,11 @@ class CudaBackend(Backend):
     def page_reader(self, pages: list):
         return StreamedPages(self.xp, pages)
 
+    def device_bytes_in_use(self) -> int | None:
+        """Bytes of the current GPU that CuPy's memory pool has given to arrays (not what it
+        keeps cached for later ones)."""
+        return int(self.xp.get_default_memory_pool().used_bytes())
+
     def device_free_bytes(self) -> int | None:
         """Free bytes of the current GPU, counting what CuPy's pool holds unused."""
         free, _ = self.xp.cuda.runtime.memGetInfo()

@@ -1,0 +1,75 @@
+"""``Booster.memory_report`` (issue F8 item 1): the memory a training held per stage, and what
+holds it after binning."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import gbflow
+from gbflow.binning import padded_width
+from gbflow.memory_report import StageMemory
+from gbflow.timers import Timers
+
+
+def _data(n=20_000, n_features=10, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, n_features)).astype(np.float32)
+    y = (X[:, 0] + rng.normal(size=n) > 0).astype(np.float64)
+    return X, y
+
+
+def test_what_training_holds_is_counted_by_store(device):
+    X, y = _data()
+    n, width = len(y), padded_width(10, 1)  # uint8 bins, 10 features padded to 16 bytes
+    booster = gbflow.train(X, y, {"max_depth": 4, "device": device}, 5, verbose=False,
+                           evals=[((X[:5000], y[:5000]), "held")])
+    report = booster.memory_report
+    # the rows' bins and their column-major copy; labels and margins (float64 each)
+    assert report["held"] == {"bins": n * width + n * 10, "pages": 0, "rows": n * 16,
+                              "evaluation": 5000 * (width + 16)}
+    paged = gbflow.train(X, y, {"max_depth": 4, "device": device, "device_memory_limit": 50_000},
+                         5, verbose=False)
+    assert paged.memory_report["held"] == {"bins": 0, "pages": n * width, "rows": n * 16,
+                                           "evaluation": 0}
+    host = report["host"]
+    assert {"quantize", "gradients", "margins"} <= set(host["by_stage"])
+    assert host["peak"] == max(host["by_stage"].values()) >= host["start"] > 0
+    if device == "cpu":
+        assert report["device"] is None
+    else:  # the bins are on the device while the trees grow
+        stages = report["device"]["by_stage"]
+        assert min(stages["gradients"], stages["margins"]) >= n * width
+
+
+def test_readings_go_to_the_innermost_stage():
+    class Backend:
+        in_use = 10
+
+        def device_bytes_in_use(self):
+            return self.in_use
+
+    backend, timers = Backend(), Timers()
+    memory = StageMemory(backend, timers, interval=60.0)  # readings at stage edges only
+    with timers("outer"):
+        backend.in_use = 500
+        with timers("inner"):
+            backend.in_use = 300
+        backend.in_use = 50
+    memory.stop()
+    # "inner" started at 500 and ended at 300; "outer" read 10 at its start, 50 at its end
+    assert memory.device == {"outer": 500, "inner": 500, "other": 50}
+    assert memory.device_start == 10 and timers.on_stage is None
+
+
+def test_the_reading_thread_ends_when_training_fails():
+    X, y = _data(n=2000)
+
+    class Stop(gbflow.callback.TrainingCallback):
+        def after_iteration(self, model, epoch, evals_log):
+            raise RuntimeError("stop here")
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        gbflow.train(X, y, {"max_depth": 3}, 5, verbose=False, callbacks=[Stop()])
+    assert not [t for t in threading.enumerate() if t.name == "gbflow-memory"]
