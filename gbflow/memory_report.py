@@ -30,8 +30,9 @@ class StageMemory:
 
     Side effects: a daemon thread while watching (``stop`` ends it); ``timers.on_stage`` set."""
 
-    def __init__(self, backend, timers, interval: float = INTERVAL):
-        self.backend, self.timers, self.interval = backend, timers, interval
+    def __init__(self, backend, timers, interval: float | None = None):
+        self.backend, self.timers = backend, timers
+        self.interval = INTERVAL if interval is None else interval
         self._lock = threading.Lock()
         self.device_start, self.host_start = backend.device_bytes_in_use(), resident_bytes()
         self.device: dict = {}  # stage -> peak bytes in use
