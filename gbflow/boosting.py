@@ -122,8 +122,9 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
         forest = predictor.FlatForest.from_trees(init_model.trees)
         first_round = init_model.num_boosted_rounds()
         # the model's margins on the raw rows, before binning lets them go
-        start_margins = [predictor.predict_margin(backend, backend.asarray(p.X), forest,
-                                                  init_model.base_margin, p.base_margin)
+        blocks = prepare.raw_block_rows(backend, params, parts, len(feature_names))
+        start_margins = [predictor.predict_margin(backend, p.X, forest, init_model.base_margin,
+                                                  p.base_margin, blocks)
                          for p in parts]
     with timers("quantize"):
         sizes = prepare.check_global_inputs(collective, parts, eval_parts, metric_list,
@@ -164,7 +165,10 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
     risk_sets = objective.risk_sets(backend, [s.label for s in shards], collective) \
         if objective.whole_set else None
     eval_sets = [EvalSet(backend, name, base_margin, w, shards=shards) if d is TRAINING else
-                 EvalSet(backend, name, base_margin, w, parts=e, cuts=cuts, forest=forest)
+                 EvalSet(backend, name, base_margin, w, parts=e, cuts=cuts, forest=forest,
+                         block_rows=prepare.raw_block_rows(backend, params, e,
+                                                           len(feature_names), cuts.bin_dtype)
+                         if e else None)
                  for (d, _), (e, name, w) in zip(evals, eval_parts)]
     for s, (e, name, w) in zip(eval_sets, eval_parts):
         if by_query and s.X is not None:

@@ -114,9 +114,12 @@ def cost_metric(function):
     return custom_metric
 
 
-def _binned(backend, X, cuts):
-    """A dense part as ``predictor.BinnedRows`` of ``cuts``; a CSR as it is."""
-    return X if isinstance(X, CSR) else predictor.BinnedRows(binning.quantize(backend, X, cuts))
+def _binned(backend, X, cuts, block_rows: int | None = None):
+    """A dense part as ``predictor.BinnedRows`` of ``cuts`` (host values copied to the device
+    ``block_rows`` at a time when given); a CSR as it is, on the device."""
+    if isinstance(X, CSR):
+        return backend.asarray(X)
+    return predictor.BinnedRows(binning.quantize(backend, X, cuts, block_rows))
 
 
 class EvalSet:
@@ -131,7 +134,7 @@ class EvalSet:
     """
 
     def __init__(self, backend, name: str, base_margin, weighted: bool, parts=None,
-                 shards=None, cuts=None, forest=None):
+                 shards=None, cuts=None, forest=None, block_rows: int | None = None):
         self.name, self.backend = name, backend
         self.queries = None  # per part its ``ranking.QueryGroups`` (set for ranking metrics)
         if shards is not None:
@@ -145,11 +148,14 @@ class EvalSet:
         # Dense parts are kept binned with the training cuts: a quarter of the memory, and read
         # round after round (a 200,000 x 28 float32 set, 22 MB, crowded training's data out of
         # the CPU's cache: training itself ran 10-30% slower beside it).
-        raw = [backend.asarray(p.X) for p in parts]
+        # (block_rows: a set whose raw values would not fit the device beside their bins
+        # reaches it a block of rows at a time, for the margins and the binning)
+        raw = [p.X if block_rows else backend.asarray(p.X) for p in parts]
         start = predictor.FlatForest.from_trees([]) if forest is None else forest
-        self.margin = [predictor.predict_margin(backend, X, start, base_margin, p.base_margin)
+        self.margin = [predictor.predict_margin(backend, X, start, base_margin, p.base_margin,
+                                                block_rows)
                        for X, p in zip(raw, parts)]
-        self.X = [_binned(backend, X, cuts) for X in raw]
+        self.X = [_binned(backend, X, cuts, block_rows) for X in raw]
         del raw
         self.labels = [xp.asarray(backend.asarray(p.label), dtype=xp.float64) for p in parts]
         self.weights = [xp.asarray(backend.asarray(p.weight), dtype=xp.float64)

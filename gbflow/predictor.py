@@ -121,15 +121,25 @@ def add_trees(backend, X, forest: FlatForest, margin):
     return backend.kernels.predict_margins(X, *arrays, margin, *sets)
 
 
-def predict_margin(backend, X, forest: FlatForest, base_margin: np.ndarray, row_margin=None):
-    """(n_rows, n_groups) float64 margins: base margin plus every tree, on X's device.
-    row_margin: None, or each row's own starting margin ((n_rows,) or (n_rows, n_groups),
-    XGBoost's base_margin) in place of the model's base margin."""
+def predict_margin(backend, X, forest: FlatForest, base_margin: np.ndarray, row_margin=None,
+                   block_rows: int | None = None):
+    """(n_rows, n_groups) float64 margins on the backend's device: base margin plus every
+    tree. X: on the device, or in host memory and copied there whole, or ``block_rows`` rows
+    at a time when given (a dense X larger than the device). row_margin: None, or each row's
+    own starting margin ((n_rows,) or (n_rows, n_groups), XGBoost's base_margin) in place of
+    the model's base margin."""
     xp = backend.xp
     margin = xp.empty((X.shape[0], len(base_margin)), dtype=_dtypes.MARGIN)
     margin[:] = xp.asarray(base_margin)[None, :] if row_margin is None else \
         starting_margins(xp, backend.asarray(row_margin), len(base_margin))
-    return add_trees(backend, X, forest, margin)
+    if len(forest.tree_root) == 0:
+        return margin
+    if block_rows is None or isinstance(X, CSR):
+        return add_trees(backend, backend.asarray(X), forest, margin)
+    for r0 in range(0, X.shape[0], block_rows):
+        add_trees(backend, backend.asarray(X[r0:r0 + block_rows]), forest,
+                  margin[r0:r0 + block_rows])
+    return margin
 
 
 def starting_margins(xp, row_margin, n_groups: int):

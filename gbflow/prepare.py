@@ -168,6 +168,16 @@ def raw_fits(backend, params, n_rows: int, raw_bytes: int, binned_bytes: int) ->
     return limit is None or raw_bytes + binned_bytes <= limit
 
 
+def raw_block_rows(backend, params, parts: list, n_features: int, bin_dtype=np.uint8
+                   ) -> int | None:
+    """None when the parts' raw values may be copied to the device whole (``raw_fits``, those
+    already there not counted), else the rows of them to copy at a time (the sketch's block)."""
+    fits = raw_fits(backend, params, sum(p.n_rows for p in parts),
+                    sum(p.X.nbytes for p in parts if not on_gpu(p.X)),
+                    _binned_size(parts, n_features, bin_dtype)[0])
+    return None if fits else max(1, backend.sketch_block_values // max(n_features, 1))
+
+
 def dense_binned_bytes(n_rows: int, n_features: int, bin_dtype=np.uint8) -> int:
     """Estimated bytes of ``n_rows`` dense binned rows (padded, ``binning.padded_width``)."""
     return _binned_size([], n_features, bin_dtype)[1] * n_rows
@@ -200,13 +210,10 @@ def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_
     n_features = len(parts[0].feature_names)
     rows_per_page, sample_rows = page_plan(backend, params, parts, n_features, bin_dtype)
     paged = rows_per_page is not None
-    whole = not paged and raw_fits(
-        backend, params, sum(p.n_rows for p in parts),
-        sum(p.X.nbytes for p in parts if not on_gpu(p.X)),  # those on the device are there
-        _binned_size(parts, n_features, bin_dtype)[0])
-    raw = [backend.asarray(p.X) if whole else p.X for p in parts]
-    # rows of raw values copied to the device at a time when they are not there whole
-    block_rows = None if whole else max(1, backend.sketch_block_values // n_features)
+    # rows of raw values copied to the device at a time when they are not copied there whole
+    block_rows = raw_block_rows(backend, params, parts, n_features, bin_dtype) \
+        if not paged else max(1, backend.sketch_block_values // n_features)
+    raw = [p.X if block_rows else backend.asarray(p.X) for p in parts]
     if cuts is None:
         cuts = sketch.compute_cuts(backend.xp, raw, weights, params.max_bin,
                                    collective=collective,

@@ -257,3 +257,31 @@ def test_device_batches_leave_the_device_and_train_there(monkeypatch):
     assert chosen == ["cuda"]
     assert on_gpu.to_json() == gbflow.train(X, y, dict(params, device="cuda"), 4,
                                             verbose=False).to_json()
+
+
+def test_evaluation_sets_and_continued_training_read_large_raw_values_in_blocks(monkeypatch,
+                                                                               device):
+    """Raw values that do not fit the device beside their bins reach it a block of rows at a
+    time for every use: the training's sketch and binning, a continued model's start margins,
+    the evaluation sets' margins and bins; the model and evaluation results are the same."""
+    from gbflow import evaluation, predictor
+    df = _frame(n=3000)
+    X, y = df[list("abdef")].to_numpy(), df.y.to_numpy()
+    params = {"max_depth": 3, "device": device, "eval_metric": "auc"}
+    first = gbflow.train(X, y, params, 3, verbose=False)
+    evals = [((X[:1000], y[:1000]), "held")]
+    whole = gbflow.train(X, y, params, 3, verbose=False, evals=evals, xgb_model=first)
+    backend = get_backend(device)
+    monkeypatch.setattr(type(backend), "sketch_block_values", 5 * 256)  # blocks of 256 rows
+    monkeypatch.setattr(prepare, "raw_fits", lambda *a: False)
+    blocks = {"margins": [], "bins": []}
+    predict_margin, binned = predictor.predict_margin, evaluation._binned
+    monkeypatch.setattr(predictor, "predict_margin", lambda *a: blocks["margins"].append(
+        (a[1].shape[0], a[-1])) or predict_margin(*a))
+    monkeypatch.setattr(evaluation, "_binned", lambda b, X, cuts, rows=None: blocks[
+        "bins"].append((X.shape[0], rows)) or binned(b, X, cuts, rows))
+    blocked = gbflow.train(X, y, params, 3, verbose=False, evals=evals, xgb_model=first)
+    assert blocked.to_json() == whole.to_json()
+    assert blocked.evals_result == whole.evals_result
+    # the training's start margins, then the held-out set's; its bins
+    assert blocks == {"margins": [(3000, 256), (1000, 256)], "bins": [(1000, 256)]}
