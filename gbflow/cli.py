@@ -137,10 +137,13 @@ def cmd_train(args) -> int:
     started = time.perf_counter()
     data = _Data(args)
     with _client(args) as client:
-        frame = data.read(args.data)
+        # In this process the files go to train() as paths, read a row group (a CSV chunk) at
+        # a time (gbflow.batches), not joined into one frame first; a random split needs one.
+        as_paths = not data.on_dask and not args.eval_fraction
+        frame = args.data if as_paths else data.read(args.data)
         evals = []
         if args.eval:
-            evals = [(data.read(args.eval), "eval")]
+            evals = [(args.eval if as_paths else data.read(args.eval), "eval")]
         elif args.eval_fraction:
             frame, held = data.split(frame, args.eval_fraction, args.seed)
             evals = [(held, "eval")]
