@@ -114,6 +114,25 @@ def test_sampled_paged_trees_grow_on_their_rows_gathered(extra, device, monkeypa
     assert pages > 2  # pages beside the sample's room
 
 
+def test_gathered_samples_with_categorical_features(device, monkeypatch):
+    """Categorical splits (one-hot and partition) on gathered samples, walked on the pages:
+    the resident model."""
+    from gbflow import grow
+    rng = np.random.default_rng(4)
+    n = 6000
+    df = pd.DataFrame(rng.normal(size=(n, 5)).astype(np.float32), columns=list("abcde"))
+    df["k"] = pd.Categorical(rng.choice([f"c{i}" for i in range(12)], n))
+    df["y"] = ((df.a + (df.k.cat.codes % 3 == 1) * 1.5 + rng.normal(size=n)) > 0).astype(float)
+    calls = []
+    gather = grow.gather_sample
+    monkeypatch.setattr(grow, "gather_sample", lambda *a: calls.append(1) or gather(*a))
+    params = {"max_depth": 4, "subsample": 0.3, "max_cat_to_onehot": 4, "device": device}
+    resident = gbflow.train(df, "y", params, 6, verbose=False)
+    paged = gbflow.train(df, "y", dict(params, device_memory_limit=ROOMY), 6, verbose=False)
+    assert paged.to_json() == resident.to_json() and len(calls) == 6
+    assert any(t.categories for t in paged.trees)  # categorical splits were made
+
+
 def test_a_sample_larger_than_its_room_grows_on_the_pages(device, monkeypatch):
     """A tree whose sample holds more rows than the pages left room for is grown on the pages
     (the same model); the room is kept only when it is at most 90% of the limit."""
