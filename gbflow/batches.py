@@ -3,6 +3,7 @@ files): each batch checked on its own and its values copied into one host part."
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
 import glob
 import os
 
@@ -137,9 +138,12 @@ class _Rows:
 _TUPLE_FORM = "(X, y[, weight[, qid[, base_margin]]])"
 
 
-def _batch_arguments(item, label, weight, qid, base_margin, what: str) -> tuple:
+def _batch_arguments(item, label, weight, qid, base_margin, what: str,
+                     names_for_frames: bool = False) -> tuple:
     """(X, label, weight, qid, base_margin) of one batch: a frame's columns are named by the
-    arguments; a tuple carries its own arrays."""
+    arguments; a tuple carries its own arrays (the arguments must then be None, unless
+    ``names_for_frames``: an evaluation set's, which names the training's columns for its
+    frames and lets tuples be)."""
     if not isinstance(item, tuple):
         for role, value in (("label", label), ("weight", weight), ("qid", qid),
                             ("base_margin", base_margin)):
@@ -156,7 +160,7 @@ def _batch_arguments(item, label, weight, qid, base_margin, what: str) -> tuple:
                         f"not given")
     given = [role for role, value in (("label", label), ("weight", weight), ("qid", qid),
                                       ("base_margin", base_margin)) if value is not None]
-    if given:
+    if given and not names_for_frames:
         raise ValueError(f"{what} is a tuple {_TUPLE_FORM}, which holds its own arrays: leave "
                          f"{', '.join(given)} out of the call")
     X, y, w, q, m = (*item, None, None, None)[:5]
@@ -181,15 +185,18 @@ def load(data, label=None, weight=None, what: str = "training data", *, feature_
     into one host (n, F) float32 matrix, so that the device holds no batch for long (a device
     batch is copied to the host as it comes) and the host holds the features once, plus one
     batch (plus the matrix's growth when the row count is not known in advance: an iterator's).
-    Side effect: an iterator is consumed.
+    With ``feature_names`` (an evaluation set) the column names given are the training's:
+    they apply to frame batches, and tuple batches carry their own arrays (a tuple without a
+    base margin starts from the base score). Side effect: an iterator is consumed.
     """
     names = None if feature_names is None else list(feature_names)
     rows = X = None
-    targets, pieces, on_device, first = {}, [], False, None
+    targets, pieces, on_device, first = {}, [], False, None  # first: the column names only
     source = _source(data, what)
     for name, item in _named_batches(source):
         where = f"{what}, {name}"
-        X_k, y, w, q, m = _batch_arguments(item, label, weight, qid, base_margin, where)
+        X_k, y, w, q, m = _batch_arguments(item, label, weight, qid, base_margin, where,
+                                           names_for_frames=feature_names is not None)
         part = inputs.load(X_k, y, w, where, feature_names=names, allow_empty=True,
                            missing=missing, base_margin=m, qid=q)
         if not enable_categorical:
@@ -199,8 +206,10 @@ def load(data, label=None, weight=None, what: str = "training data", *, feature_
             raise TypeError(f"{where} is a sparse matrix: batches are dense tables; stack the "
                             f"matrices (scipy.sparse.vstack) and give one")
         present = {"weight": part.weight, "qid": part.qid, "base_margin": part.base_margin}
-        if first is None:
-            first, names = part, part.feature_names
+        if first is None:  # (the batch itself is not kept: only its names)
+            first = dataclasses.replace(part, X=None, label=None, weight=None, base_margin=None,
+                                        qid=None, categories={})
+            names = part.feature_names
             rows = _rows_hint(source)
             X = _Rows(part.X, rows)
             targets = {"label": _Rows(part.label, rows)}
@@ -220,9 +229,9 @@ def load(data, label=None, weight=None, what: str = "training data", *, feature_
         pieces.append((slice(at, X.n), part.categories))
         del part, present
     if first is None:
-        raise ValueError(f"{what} holds no batches" + (" (the iterator was empty or already "
-                                                       "used)" if not isinstance(data, list)
-                                                       else ""))
+        why = "" if isinstance(data, list) else " (its files hold no row groups)" \
+            if isinstance(data, (str, os.PathLike)) else " (the iterator was empty or already used)"
+        raise ValueError(f"{what} holds no batches{why}")
     if X.n == 0:
         raise ValueError(f"{what} has no rows (in any batch)")
     matrix = X.result()

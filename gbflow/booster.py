@@ -46,6 +46,7 @@ class Booster:
         self.best_score = best_score
         self.evals_result: dict = {}
         self.timings: dict = {}
+        self.memory_report: dict | None = None  # set by training (``gbflow.memory_report``)
         self._objective = params.loss
         self._forests: dict = {}  # (first tree, end tree) -> predictor.FlatForest
         self._explanations: dict = {}  # (first tree, end tree) -> explain.ExplainedForest

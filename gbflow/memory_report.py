@@ -22,9 +22,10 @@ def resident_bytes() -> int | None:
 
 
 class StageMemory:
-    """Reads the device memory in use (``Backend.device_bytes_in_use``: the bytes CuPy's pool
-    has given to arrays; None on the CPU) and the process's resident memory every ``INTERVAL``
-    seconds in a thread, and at every stage's start and end (``Timers.on_stage``), and keeps the
+    """Reads the device memory in use (``Backend.device_memory_reader``: the bytes CuPy's pool
+    has given to arrays on the training's device; None on the CPU) and the process's resident
+    memory every ``INTERVAL`` seconds in a thread, and at every stage's start and end
+    (``Timers.on_stage``), and keeps the
     largest of each per stage (every stage training is in at the reading; "other" between
     stages).
 
@@ -34,7 +35,8 @@ class StageMemory:
         self.backend, self.timers = backend, timers
         self.interval = INTERVAL if interval is None else interval
         self._lock = threading.Lock()
-        self.device_start, self.host_start = backend.device_bytes_in_use(), resident_bytes()
+        self._device_bytes = backend.device_memory_reader()  # the training's device
+        self.device_start, self.host_start = self._device_bytes(), resident_bytes()
         self.device: dict = {}  # stage -> peak bytes in use
         self.host: dict = {}
         self._stop = threading.Event()
@@ -46,7 +48,7 @@ class StageMemory:
         """One reading, counted for every stage training is in now (an outer stage's peak
         includes its inner ones'), or for "other" between stages."""
         stages = self.timers.current or ("other",)
-        device, host = self.backend.device_bytes_in_use(), resident_bytes()
+        device, host = self._device_bytes(), resident_bytes()
         with self._lock:
             for table, value in ((self.device, device), (self.host, host)):
                 if value is not None:

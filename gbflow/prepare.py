@@ -132,31 +132,43 @@ _SAMPLE_SHARE = 0.9
 
 
 def page_plan(backend, params, parts: list, n_features: int, bin_dtype) -> tuple:
-    """(rows per page or None, sample rows or None) of this process's binned training data.
+    """(rows per page or None, sample rows or None, whether a gathered sample keeps a
+    column-major copy of its bins) of this process's binned training data.
 
     Resident (None, None) when the bins fit ``device_budget``. Paged, the device holds two
     pages at a time (one read, the next arriving): without row sampling each takes half the
     budget. With ``subsample`` < 1 the budget first keeps room for a tree's sampled rows
     gathered onto the device (``grow.gathered``: the expected sample plus some slack, as
     padded binned rows), when that room is at most ``_SAMPLE_SHARE`` of it, and the pages
-    share the rest; the second answer is then how many rows a gathered sample may hold (a
-    tree whose sample holds more is grown on the pages). The CPU's default pages nothing."""
+    share the rest (a sample row takes its padded bins, and their column-major copy where room
+    is left for it); the second answer is then how many rows a gathered sample may hold
+    (a tree whose sample holds more is grown on the pages). Not for objectives with a leaf line
+    search. The CPU's default pages nothing."""
     n_rows = sum(p.n_rows for p in parts)
     limit = device_budget(backend, params, n_rows)
     if limit is None:
-        return None, None
+        return None, None, False
     binned, row_bytes = _binned_size(parts, n_features, bin_dtype)
     if binned <= limit:
-        return None, None
+        return None, None, False
     limit = max(limit, 0)
-    sample_rows = None
-    if params.subsample < 1.0:
+    sample_rows, sample_copy = None, False
+    # (objectives with a leaf line search never gather: they read every row's leaf)
+    if params.subsample < 1.0 and params.loss.leaf_alphas is None:
         expected = params.subsample * n_rows
         rows = int(np.ceil(expected * (1 + _SAMPLE_SLACK) + _SAMPLE_SPREAD * np.sqrt(n_rows)
                            + _SAMPLE_ROWS))
-        if rows * row_bytes <= _SAMPLE_SHARE * limit:
-            sample_rows, limit = rows, limit - rows * row_bytes
-    return max(1, int(limit // 2 // row_bytes)), sample_rows
+        # a sample row's bins: padded, and with a column-major copy where that fits too (the
+        # partition reads a feature's column faster there); its fixed-point pair and row
+        # positions are rows' training state, which the limit leaves out for every row
+        itemsize = np.dtype(bin_dtype).itemsize
+        for copy in ([True, False] if column_copy() else [False]):
+            sample_row_bytes = row_bytes + (n_features * itemsize if copy else 0)
+            if rows * sample_row_bytes <= _SAMPLE_SHARE * limit:
+                sample_rows, sample_copy = rows, copy
+                limit -= rows * sample_row_bytes
+                break
+    return max(1, int(limit // 2 // row_bytes)), sample_rows, sample_copy
 
 
 def raw_fits(backend, params, n_rows: int, raw_bytes: int, binned_bytes: int) -> bool:
@@ -208,7 +220,8 @@ def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_
     bin_dtype = cuts.bin_dtype if cuts is not None else _dtypes.bin_dtype(
         max([params.max_bin] + [len(v) + 1 for v in parts[0].categories.values()]))
     n_features = len(parts[0].feature_names)
-    rows_per_page, sample_rows = page_plan(backend, params, parts, n_features, bin_dtype)
+    rows_per_page, sample_rows, sample_copy = page_plan(backend, params, parts, n_features,
+                                                        bin_dtype)
     paged = rows_per_page is not None
     # rows of raw values copied to the device at a time when they are not copied there whole
     block_rows = raw_block_rows(backend, params, parts, n_features, bin_dtype) \
@@ -266,7 +279,7 @@ def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_
                                      weight=None if weights is None else weights[i][r0:r1],
                                      row_offset=_row_offset(row_offsets[i], r0, r1)))
     shardset.set_stores(stores)
-    shardset.sample_rows = sample_rows
+    shardset.sample_rows, shardset.sample_column_copy = sample_rows, sample_copy
     backend.free_cached_memory()  # the full binned matrix and routing's temporaries
     if drop_features:
         for p in parts:

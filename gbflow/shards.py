@@ -75,6 +75,7 @@ class ShardSet:
         # paged sampled training: the most rows a tree's sample gathered onto the device may
         # hold (``grow.gathered``; the pages were sized around it), else None
         self.sample_rows: int | None = None
+        self.sample_column_copy = False  # whether the sample keeps its bins' column copy
 
     def set_stores(self, stores: list) -> None:
         """Where the features live (every shard's data in each store). Allocates each shard's

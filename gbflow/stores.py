@@ -148,7 +148,6 @@ class DenseStore(_Store):
     def __init__(self, backend, features, n_value_bins, column_copy: bool = True,
                  paged: bool = False):
         super().__init__(backend, features, n_value_bins)
-        self.column_copy_wanted = column_copy  # (a paged store's gathered samples keep one)
         self.column_copy = column_copy and not paged
         self.paged = paged
         self.dtype = None  # the bins' dtype, set by the first shard

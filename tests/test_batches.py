@@ -285,3 +285,43 @@ def test_evaluation_sets_and_continued_training_read_large_raw_values_in_blocks(
     assert blocked.evals_result == whole.evals_result
     # the training's start margins, then the held-out set's; its bins
     assert blocks == {"margins": [(3000, 256), (1000, 256)], "bins": [(1000, 256)]}
+
+
+def test_no_batch_outlives_its_turn_and_tuple_evaluation_batches_go_with_named_columns():
+    """Each batch can be freed once copied (the first one too: only its names are kept); an
+    evaluation set in tuple batches goes with training data that names its label column."""
+    import gc
+    import weakref
+    df = _frame(n=2000)
+    alive = []
+
+    def generate():
+        for piece in _pieces(df, 500):
+            X = piece[list("abdef")].to_numpy()
+            alive.append(weakref.ref(X))
+            yield X, piece.y.to_numpy()
+            del X
+            gc.collect()
+            assert all(ref() is None for ref in alive[:-1])  # earlier batches are gone
+
+    loaded, _ = batches.load(generate())
+    assert loaded.n_rows == 2000
+    X, y = df[list("abdef")].to_numpy(), df.y.to_numpy()
+    numeric = df[list("abdef") + ["y"]]
+    evals = [([(X[:700], y[:700]), (X[700:1000], y[700:1000])], "held")]
+    with_tuples = gbflow.train(numeric, "y", {"eval_metric": "auc"}, 3, verbose=False,
+                               evals=evals)
+    whole = gbflow.train(numeric, "y", {"eval_metric": "auc"}, 3, verbose=False,
+                         evals=[((X[:1000], y[:1000]), "held")])
+    assert with_tuples.evals_result == whole.evals_result
+
+
+def test_a_parquet_path_without_row_groups_says_so(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"a": pa.array([], pa.float32()), "y": pa.array([], pa.float64())}),
+                   tmp_path / "empty.parquet")
+    # (pyarrow writes an empty table as one empty row group)
+    with pytest.raises(ValueError, match=r"training data (holds no batches \(its files hold no "
+                                         r"row groups\)|has no rows \(in any batch\))"):
+        gbflow.train(str(tmp_path), "y", verbose=False)

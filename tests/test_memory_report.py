@@ -47,8 +47,8 @@ def test_readings_go_to_the_innermost_stage():
     class Backend:
         in_use = 10
 
-        def device_bytes_in_use(self):
-            return self.in_use
+        def device_memory_reader(self):
+            return lambda: self.in_use
 
     backend, timers = Backend(), Timers()
     memory = StageMemory(backend, timers, interval=60.0)  # readings at stage edges only

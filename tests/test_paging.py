@@ -104,7 +104,7 @@ def test_sampled_paged_trees_grow_on_their_rows_gathered(extra, device, monkeypa
                          **kwargs)
     assert paged.to_json() == resident.to_json()
     assert paged.evals_result == resident.evals_result
-    if extra.get("objective") == "reg:absoluteerror":
+    if extra.get("objective") == "reg:absoluteerror":  # no room kept, no gathering
         assert sizes == []
         return
     n_groups = extra.get("num_class", 1)
@@ -141,15 +141,22 @@ def test_a_sample_larger_than_its_room_grows_on_the_pages(device, monkeypatch):
     _same({"subsample": 0.4}, X, y, device, rounds=4)
     params = make_params({"subsample": 0.4, "device_memory_limit": ROOMY})
     part = DataSet(X=X, label=y, weight=None, feature_names=[f"x{i}" for i in range(7)])
-    rows, room = prepare.page_plan(get_backend(device), params, [part], 7, np.uint8)
+    backend = get_backend(device)
+    rows, room, copy = prepare.page_plan(backend, params, [part], 7, np.uint8)
     assert room == int(np.ceil(0.4 * 6000 * 0.5 + 4 * np.sqrt(6000) + 64))
-    assert rows == (ROOMY - room * 8) // 2 // 8
+    # a sample row: 8 bytes of padded bins and a 7-byte column copy (room left for it)
+    assert copy and rows == (ROOMY - room * (8 + 7)) // 2 // 8
+    snug = make_params({"subsample": 0.4, "device_memory_limit": int(room * 8 / 0.9) + 8})
+    assert prepare.page_plan(backend, snug, [part], 7, np.uint8)[1:] == (room, False)
     crowded = make_params({"subsample": 0.4, "device_memory_limit": 8_000})
-    assert prepare.page_plan(get_backend(device), crowded, [part], 7, np.uint8) == \
-        (8_000 // 2 // 8, None)
+    assert prepare.page_plan(backend, crowded, [part], 7, np.uint8) == \
+        (8_000 // 2 // 8, None, False)
     unsampled = make_params({"device_memory_limit": ROOMY})
-    assert prepare.page_plan(get_backend(device), unsampled, [part], 7, np.uint8) == \
-        (ROOMY // 2 // 8, None)
+    assert prepare.page_plan(backend, unsampled, [part], 7, np.uint8) == \
+        (ROOMY // 2 // 8, None, False)
+    line_search = make_params({"subsample": 0.4, "device_memory_limit": ROOMY,
+                               "objective": "reg:absoluteerror"})
+    assert prepare.page_plan(backend, line_search, [part], 7, np.uint8)[1] is None
 
 
 def test_paged_training_with_weights_and_an_early_stopped_evaluation_set(device):

@@ -116,10 +116,11 @@ class Backend:
         device buffers, the next page's copy overlapping the kernels that read this one."""
         return HostPages(pages)
 
-    def device_bytes_in_use(self) -> int | None:
-        """Device bytes the training's arrays hold now, or None where they are host memory
-        (the CPU: see the process's resident memory instead)."""
-        return None
+    def device_memory_reader(self):
+        """A function of no arguments giving the device bytes arrays hold at the time of the
+        call, on the device current when this was called, from any thread; it gives None
+        where arrays are host memory (the CPU: see the process's resident memory instead)."""
+        return lambda: None
 
     def device_free_bytes(self) -> int | None:
         """Bytes free on the device now, or None where training data lives in host memory (the

@@ -86,10 +86,17 @@ class CudaBackend(Backend):
     def page_reader(self, pages: list):
         return StreamedPages(self.xp, pages)
 
-    def device_bytes_in_use(self) -> int | None:
-        """Bytes of the current GPU that CuPy's memory pool has given to arrays (not what it
-        keeps cached for later ones)."""
-        return int(self.xp.get_default_memory_pool().used_bytes())
+    def device_memory_reader(self):
+        """Bytes of the GPU current now that CuPy's memory pool has given to arrays (not what
+        it keeps cached for later ones), readable from another thread (whose current device
+        is its own: the reading switches to this one)."""
+        cupy, device = self.xp, self.xp.cuda.runtime.getDevice()
+        pool = cupy.get_default_memory_pool()
+
+        def read() -> int:
+            with cupy.cuda.Device(device):
+                return int(pool.used_bytes())
+        return read
 
     def device_free_bytes(self) -> int | None:
         """Free bytes of the current GPU, counting what CuPy's pool holds unused."""

@@ -81,7 +81,7 @@ def gather_sample(shardset, gh: list, part_gh: list | None = None):
     sample.shards = [Shard(label=xp.empty(room, dtype=np.float64), weight=None, row_offset=0)]
     sample.part_rows = [(0, 0, room)]
     store = DenseStore(backend, dense.features, dense.n_value_bins_host,
-                       column_copy=dense.column_copy_wanted, paged=False)
+                       column_copy=shardset.sample_column_copy, paged=False)
     store.add_shard(storage[:room, :dense.n_features])
     sample.set_stores([store])
     return sample, pairs[:room], backend.to_host_later([count])
