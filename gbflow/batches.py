@@ -3,7 +3,6 @@ files): each batch checked on its own and its values copied into one host part."
 from __future__ import annotations
 
 import collections.abc
-import dataclasses
 import glob
 import os
 
@@ -191,7 +190,7 @@ def load(data, label=None, weight=None, what: str = "training data", *, feature_
     """
     names = None if feature_names is None else list(feature_names)
     rows = X = None
-    targets, pieces, on_device, first = {}, [], False, None  # first: the column names only
+    targets, pieces, on_device, first = {}, [], False, None  # first: the first batch's names
     source = _source(data, what)
     for name, item in _named_batches(source):
         where = f"{what}, {name}"
@@ -207,8 +206,8 @@ def load(data, label=None, weight=None, what: str = "training data", *, feature_
                             f"matrices (scipy.sparse.vstack) and give one")
         present = {"weight": part.weight, "qid": part.qid, "base_margin": part.base_margin}
         if first is None:  # (the batch itself is not kept: only its names)
-            first = dataclasses.replace(part, X=None, label=None, weight=None, base_margin=None,
-                                        qid=None, categories={})
+            first = {role: getattr(part, f"{role}_name")
+                     for role in ("label", "weight", "base_margin", "qid")}
             names = part.feature_names
             rows = _rows_hint(source)
             X = _Rows(part.X, rows)
@@ -239,6 +238,5 @@ def load(data, label=None, weight=None, what: str = "training data", *, feature_
     arrays = {role: values.result() for role, values in targets.items()}
     return inputs.DataSet(
         X=matrix, label=arrays["label"], weight=arrays.get("weight"), feature_names=names,
-        label_name=first.label_name, weight_name=first.weight_name, categories=joined,
-        base_margin=arrays.get("base_margin"), base_margin_name=first.base_margin_name,
-        qid=arrays.get("qid"), qid_name=first.qid_name), on_device
+        categories=joined, base_margin=arrays.get("base_margin"), qid=arrays.get("qid"),
+        **{f"{role}_name": name for role, name in first.items()}), on_device

@@ -87,16 +87,10 @@ class StageMemory:
         for s in eval_sets:
             if s.X is None:  # the training data itself
                 continue
-            evaluation += sum(_nbytes(x.bins if hasattr(x, "bins") else x) for x in s.X)
+            evaluation += sum(nbytes_of(x.bins if hasattr(x, "bins") else x) for x in s.X)
             evaluation += sum(int(a.nbytes) for a in s.margin + s.labels + (s.weights or []))
         return {"device": table(self.device_start, self.device),
                 "host": table(self.host_start, self.host),
                 "held": {"bins": int(stores - dense_pages), "pages": int(dense_pages),
                          "rows": int(rows), "evaluation": int(evaluation)}}
 
-
-def _nbytes(a) -> int:
-    """Bytes of an array, or of a ``csr.CSR``'s arrays."""
-    if hasattr(a, "indptr"):
-        return int(a.indptr.nbytes + a.indices.nbytes + a.data.nbytes)
-    return nbytes_of(a)

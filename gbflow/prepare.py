@@ -187,7 +187,12 @@ def raw_block_rows(backend, params, parts: list, n_features: int, bin_dtype=np.u
     fits = raw_fits(backend, params, sum(p.n_rows for p in parts),
                     sum(p.X.nbytes for p in parts if not on_gpu(p.X)),
                     _binned_size(parts, n_features, bin_dtype)[0])
-    return None if fits else max(1, backend.sketch_block_values // max(n_features, 1))
+    return None if fits else _block_rows(backend, n_features)
+
+
+def _block_rows(backend, n_features: int) -> int:
+    """Rows of raw values copied to the device at a time: the sketch's block."""
+    return max(1, backend.sketch_block_values // max(n_features, 1))
 
 
 def dense_binned_bytes(n_rows: int, n_features: int, bin_dtype=np.uint8) -> int:
@@ -225,7 +230,7 @@ def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_
     paged = rows_per_page is not None
     # rows of raw values copied to the device at a time when they are not copied there whole
     block_rows = raw_block_rows(backend, params, parts, n_features, bin_dtype) \
-        if not paged else max(1, backend.sketch_block_values // n_features)
+        if not paged else _block_rows(backend, n_features)
     raw = [p.X if block_rows else backend.asarray(p.X) for p in parts]
     if cuts is None:
         cuts = sketch.compute_cuts(backend.xp, raw, weights, params.max_bin,

@@ -171,11 +171,7 @@ class DenseStore(_Store):
     def rows(self, s: int):
         """(n, D) device bins of shard s. Paged: the page in a device buffer, valid until two
         other pages have been asked for."""
-        if not self.paged:
-            return self._bins[s]
-        if self._reader is None:
-            self._reader = self.backend.page_reader(self._bins)
-        return self._reader.get(s)[:, : self.n_features]
+        return self._bins[s] if not self.paged else self.padded_rows(s)[:, : self.n_features]
 
     def padded_rows(self, s: int):
         """(n, W) device bins of shard s with their zero padding (``rows(s)`` is the first D

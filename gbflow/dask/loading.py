@@ -73,32 +73,31 @@ class JoinedPartitions:
     """One collection's partitions on this process, checked and joined into one part.
 
     Partitions are read one at a time and copied into a single (rows, features) float32 matrix
-    (on the backend's device, or in host memory when it would not fit there: see
-    ``host_when_large``), so that only one raw partition's float32 copy exists at a time
-    besides the joined matrix, and training sees one shard per worker (a shard per partition would
-    cost a kernel call per partition and level). Nothing of a partition is kept once it is copied
-    (its labels and weights are copied too: they would be views of the partition's memory), and
+    (on the backend's device, or in host memory when it would not fit there), so that only one
+    raw partition's float32 copy exists at a time besides the joined matrix, and training sees
+    one shard per worker (a shard per partition would cost a kernel call per partition and
+    level). Nothing of a partition is kept once it is copied (its labels and weights are copied
+    too: they would be views of the partition's memory), and
     ``released`` is told, so that the driver can let Dask drop it while the next ones load.
     errors: (sort key, exception) of partitions that failed their checks. lengths: {partition
     index: rows}. raw_bytes: the partitions' size.
     """
 
-    def __init__(self, backend, spec: Spec, table: Table, key: int, items: list, released=None,
-                 host_when_large: bool = False):
+    def __init__(self, backend, spec: Spec, table: Table, key: int, items: list, released=None):
         """items: (partition index, rows, frame) triples, a frame as a pandas/cuDF partition or a
         callable returning one (called when its turn comes: the matrix is sized from ``rows``
         first); the list is emptied as the frames are converted. released(index): called once
-        partition ``index`` is let go (converted, or failed its checks). host_when_large: join
-        into host memory when the joined values would not fit the device beside their bins
-        (``prepare.raw_fits``; training data larger than the device), else on the device."""
+        partition ``index`` is let go (converted, or failed its checks). The matrix is in host
+        memory when the joined values would not fit the device beside their bins
+        (``prepare.raw_fits``: a collection larger than the device; training and evaluation
+        then read them a block of rows at a time), else on the device."""
         self.spec, self.errors, self.lengths, self.raw_bytes = spec, [], {}, 0
         total = sum(rows for _, rows, _ in items)
         n_features = len(spec.features)
         # joined on the device, unless the raw values would not fit there beside their bins:
         # then in host memory, and binning gets them a block at a time
-        xp = backend.xp if not host_when_large or prepare.raw_fits(
-            backend, spec.params, total, total * n_features * 4,
-            prepare.dense_binned_bytes(total, n_features)) else np
+        xp = backend.xp if prepare.raw_fits(backend, spec.params, total, total * n_features * 4,
+                                            prepare.dense_binned_bytes(total, n_features)) else np
         X = xp.empty((total, n_features), dtype=np.float32)
         self.on_host = xp is np
         label = np.empty(total, dtype=np.float64)

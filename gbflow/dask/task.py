@@ -64,8 +64,7 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
                     "stage": "loaded", "rank": rank, "set": collection, "index": index})
 
             train = JoinedPartitions(backend, spec, spec.train, 0,
-                                     items(train_refs, spec.train.what), released(0),
-                                     host_when_large=True)
+                                     items(train_refs, spec.train.what), released(0))
             evals = [JoinedPartitions(backend, spec, table, 1 + j,
                                       items(eval_refs[j], table.what), released(1 + j))
                      if table is not None else None

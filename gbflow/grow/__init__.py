@@ -47,8 +47,9 @@ def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed, group: i
             sample, pairs, kept = gather_sample(shardset, gh, part_gh)
             # Several processes grow each tree together (the same reductions in the same
             # order): each learns its sample's size before growing, and grows one tree, on the
-            # sample or, where it outgrew its room, on the pages. One process grows first and
-            # looks after (a tree on the pages then, rarely, costs a second growth).
+            # sample or, where it outgrew its room, on the pages. A process alone grows first
+            # and reads the size after (a sample that outgrew its room, rare, then costs a
+            # second growth, on the pages).
             fits = None if shardset.collective.size == 1 else \
                 int(kept.wait()[0][0]) <= shardset.sample_rows
         if fits is not False:
