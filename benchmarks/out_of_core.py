@@ -659,8 +659,18 @@ def report(r: dict) -> None:
     if "timings" in r:
         stages = ", ".join(f"{k} {v:.2f}s" for k, v in r["timings"].items() if k != "total")
         print(f"{'':18s} gbflow stages: {stages}", flush=True)
-    if "booster_info" in r:
-        print(f"{'':18s} booster: {str(r['booster_info'])[:300]}", flush=True)
+    info = dict(r.get("booster_info") or {})
+    stages = info.pop("memory_report", None)
+    if info:
+        print(f"{'':18s} booster: {str(info)[:300]}", flush=True)
+    if isinstance(stages, dict) and stages.get("device"):
+        device, mib = stages["device"], lambda b: f"{b / 2**20:.0f}"
+        by_stage = ", ".join(f"{k} {mib(v - device['start'])}"
+                             for k, v in device["by_stage"].items())
+        held = ", ".join(f"{k} {mib(v)}" for k, v in stages["held"].items())
+        print(f"{'':18s} memory_report (MiB in CuPy's pool above the start, "
+              f"{mib(device['start'])}): peak {mib(device['peak'] - device['start'])}; "
+              f"by stage: {by_stage}; held: {held}", flush=True)
     if "limit_bytes" in r:
         print(f"{'':18s} device_memory_limit {r['params']['device_memory_limit']!r} = "
               f"{r['limit_bytes'] / 2**20:.1f} MiB", flush=True)

@@ -248,6 +248,11 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
     def to_shards(arrays: list) -> list:
         return shardset.shard_views(arrays) if by_part else arrays
 
+    # The fixed-point gradients of every tree are written into the same arrays (one per row
+    # set): a new array each tree, made while the float gradients took part of the freed one,
+    # left the memory pool a second block of that size (on the device, 153 MiB of 10M rows).
+    gh_buffers: list = []
+
     bounds = objective.gradient_bounds(max_weight)
     if gradient_based and bounds is not None:  # a kept pair is divided by its probability
         bounds = reweighted_bounds(bounds, params.subsample)
@@ -283,9 +288,11 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
             with timers("gradients"):
                 scales = Scales(fixed_point.fixed_point_scale(float(largest[k, 0]), n_total),
                                 fixed_point.fixed_point_scale(float(largest[k, 1]), n_total))
-                gh_rows = [backend.kernels.quantise_gradients(g[:, k], h[:, k], scales.g,
-                                                              scales.h)
-                           for g, h in grad_hess]
+                gh_buffers = gh_buffers or [None] * len(grad_hess)
+                gh_rows = gh_buffers = [
+                    backend.kernels.quantise_gradients(g[:, k], h[:, k], scales.g, scales.h,
+                                                       out=buffer)
+                    for (g, h), buffer in zip(grad_hess, gh_buffers)]
                 gh = to_shards(gh_rows)
                 if objective.leaf_alphas is not None:  # the rows' weights (0: sampled out)
                     search_weights = to_shards([leaf_quantiles.integer_weights(
@@ -305,8 +312,8 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
             with timers("margins"):
                 for shard, rows in zip(shards, leaf_rows):
                     rows.add_to(backend.kernels, shard.margin[:, k])
-            # the fixed-point gradients go now, not when the next ones are made beside them (the
-            # device's queued reads come first in stream order, so their memory may be reused)
+            # the next tree's fixed-point gradients overwrite these (``gh_buffers``): the
+            # device's queued reads of them come first in stream order
             gh = leaf_rows = None
             round_trees.append(tree)
         # A tree may still be on its way from the device (``PendingTree``): the previous

@@ -98,6 +98,23 @@ def test_quantise_gradients(kernels, n_rows, dtype):
     assert np.array_equal(expected[:, 0], np.rint(grad[:, 1] * scale_g).astype(np.int64))
 
 
+@pytest.mark.parametrize("implementation", ["numpy", "fast"])
+def test_quantise_gradients_into_out(kernels, implementation):
+    """``out`` (training reuses one array every tree) is overwritten whole and returned; an
+    array of another shape, dtype or layout is refused."""
+    module = numpy_kernels if implementation == "numpy" else kernels
+    rng = np.random.default_rng(3)
+    grad, hess = rng.normal(size=777), rng.random(size=777)
+    out = np.full((777, 2), -12345, dtype=np.int64)
+    got = module.quantise_gradients(grad, hess, 2.0**20, 2.0**30, out=out)
+    assert got is out
+    assert np.array_equal(out, numpy_kernels.quantise_gradients(grad, hess, 2.0**20, 2.0**30))
+    for bad in (np.zeros((776, 2), np.int64), np.zeros((777, 2), np.int32),
+                np.zeros((2, 777), np.int64).T):
+        with pytest.raises(ValueError, match="out must be a C-contiguous"):
+            module.quantise_gradients(grad, hess, 2.0**20, 2.0**30, out=bad)
+
+
 def by_feature_of(bins, layout: str):
     """The kernels' (F, n) bins-by-feature matrix: a column-major copy, or a transposed view of
     the row-major bins (a store without the copy: paged, or one binned copy)."""

@@ -14,6 +14,8 @@ import dataclasses
 
 import numpy as np
 
+from .. import _dtypes
+
 
 def aligned_slots(nbytes: list) -> tuple[list, int]:
     """(offsets, total bytes) of arrays of ``nbytes`` bytes laid one after the other in 8-byte
@@ -85,6 +87,18 @@ def check_dest(dest, row_index):
         raise ValueError("partition_and_histogram: dest must be another array than row_index "
                          "(None partitions row_index in place)")
     return dest
+
+
+def gradient_out(xp, out, n_rows: int):
+    """``quantise_gradients``'s output: a new (n_rows, 2) int64 array of ``xp``, or the caller's
+    ``out`` once checked (an array of that shape and dtype, C-contiguous, of ``xp``)."""
+    if out is None:
+        return xp.empty((n_rows, 2), dtype=_dtypes.FIXED)
+    if not isinstance(out, xp.ndarray) or out.shape != (n_rows, 2) or \
+            out.dtype != _dtypes.FIXED or not out.flags.c_contiguous:
+        raise ValueError(f"quantise_gradients: out must be a C-contiguous ({n_rows}, 2) int64 "
+                         f"{xp.__name__} array")
+    return out
 
 
 def check_sibling_shapes(parent, n_split: int, children) -> None:

@@ -22,6 +22,7 @@ from .common import (
     check_dest,
     check_feature_mask,
     check_sibling_shapes,
+    gradient_out,
     segments_of_work,
 )
 from .cpu_prefetch import PREFETCH_ROWS, prefetch
@@ -452,9 +453,9 @@ def _quantise_gradients(grad, hess, scale_g, scale_h, gh):
         gh[i, 1] = np.int64(np.rint(hess[i] * scale_h))
 
 
-def quantise_gradients(grad, hess, scale_g, scale_h):
+def quantise_gradients(grad, hess, scale_g, scale_h, out=None):
     """See numpy_kernels.quantise_gradients."""
-    gh = np.empty((len(grad), 2), dtype=_dtypes.FIXED)
+    gh = gradient_out(np, out, len(grad))
     _quantise_gradients(np.asarray(grad, dtype=np.float64), np.asarray(hess, dtype=np.float64),
                         np.float64(scale_g), np.float64(scale_h), gh)
     return gh

@@ -28,6 +28,7 @@ from .common import (
     check_bounds,
     check_feature_mask,
     check_sibling_shapes,
+    gradient_out,
     packed_empty,
     work_list_rows,
 )
@@ -444,11 +445,11 @@ def level_segments(n_rows, half, n_parent_split, parent_split_start, parent_spli
          seg_count, split_start, split_count, work, n_work))
 
 
-def quantise_gradients(grad, hess, scale_g, scale_h):
+def quantise_gradients(grad, hess, scale_g, scale_h, out=None):
     """See ``numpy_kernels.quantise_gradients``. grad, hess: (n,) float32 or float64 CuPy, any
-    strides (other dtypes are cast to float64). Returns (n, 2) int64 CuPy."""
+    strides (other dtypes are cast to float64). Returns (n, 2) int64 CuPy (``out`` if given)."""
     n = len(grad)
-    gh = cp.empty((n, 2), dtype=_dtypes.FIXED)
+    gh = gradient_out(cp, out, n)
     if n == 0:
         return gh
     dtype = np.float32 if grad.dtype == hess.dtype == np.float32 else np.float64

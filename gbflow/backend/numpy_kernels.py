@@ -27,6 +27,7 @@ from .common import (
     check_dest,
     check_feature_mask,
     check_sibling_shapes,
+    gradient_out,
     segments_of_work,
     work_list_rows,
 )
@@ -49,11 +50,13 @@ def bin_features(X, cut_values, cut_offsets, out):
     return out
 
 
-def quantise_gradients(grad, hess, scale_g, scale_h):
+def quantise_gradients(grad, hess, scale_g, scale_h, out=None):
     """Float gradients to fixed point: (n_rows,) float64 grad and hess (any strides, e.g. a
     column of (n_rows, n_groups) arrays) -> (n_rows, 2) int64 [rint(grad * scale_g),
-    rint(hess * scale_h)], newly allocated (``gbflow.fixed_point`` picks the scales)."""
-    gh = np.empty((len(grad), 2), dtype=_dtypes.FIXED)
+    rint(hess * scale_h)] (``gbflow.fixed_point`` picks the scales): newly allocated, or
+    written into ``out`` (a C-contiguous (n_rows, 2) int64 array, e.g. the previous round's,
+    so that training reuses one buffer) and returned."""
+    gh = gradient_out(np, out, len(grad))
     gh[:, 0] = np.rint(np.asarray(grad, dtype=np.float64) * scale_g)
     gh[:, 1] = np.rint(np.asarray(hess, dtype=np.float64) * scale_h)
     return gh
