@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import gbflow
+import gbflow.memory_report
 from gbflow.binning import padded_width
 from gbflow.memory_report import StageMemory
 from gbflow.timers import Timers
@@ -43,24 +44,49 @@ def test_what_training_holds_is_counted_by_store(device):
         assert min(stages["gradients"], stages["margins"]) >= n * width
 
 
-def test_readings_go_to_the_innermost_stage():
-    class Backend:
-        in_use = 10
+class CountingBackend:
+    """A backend whose device holds ``in_use`` bytes, counting the readings."""
+    in_use, readings = 10, 0
 
-        def device_memory_reader(self):
-            return lambda: self.in_use
+    def device_memory_reader(self):
+        def read():
+            self.readings += 1
+            return self.in_use
+        return read
 
-    backend, timers = Backend(), Timers()
+
+def test_readings_go_to_the_innermost_stage(monkeypatch):
+    monkeypatch.setattr(gbflow.memory_report, "EDGE_GAP", 0.0)  # every edge read
+    backend, timers = CountingBackend(), Timers()
     memory = StageMemory(backend, timers, interval=60.0)  # readings at stage edges only
     with timers("outer"):
-        backend.in_use = 500
+        backend.in_use = 300
         with timers("inner"):
-            backend.in_use = 300
+            backend.in_use = 700
         backend.in_use = 50
     memory.stop()
-    # "inner" started at 500 and ended at 300; "outer" read 10 at its start, 50 at its end
-    assert memory.device == {"outer": 500, "inner": 500, "other": 50}
+    # "inner" started at 300 and ended at 700 (inside "outer" too); "outer" read 10 at its
+    # start, 50 at its end
+    assert memory.device == {"outer": 700, "inner": 700, "other": 50}
     assert memory.device_start == 10 and timers.on_stage is None
+
+
+def test_short_stages_are_read_once_each(monkeypatch):
+    """Edges coming fast after a reading are read only for a stage without a reading yet:
+    small data's microsecond stages would otherwise pay a reading each."""
+    monkeypatch.setattr(gbflow.memory_report, "EDGE_GAP", 3600.0)
+    backend, timers = CountingBackend(), Timers()
+    memory = StageMemory(backend, timers, interval=3600.0)  # no thread readings
+    for _ in range(100):
+        with timers("gradients"):
+            pass
+        with timers("trees"):
+            backend.in_use += 1
+    memory.stop()
+    # the start, each stage's first edge, the stop
+    assert backend.readings == 4
+    assert set(memory.device) == {"gradients", "trees", "other"}
+    assert memory.device["other"] == 110  # the stop reads the end whatever the gap
 
 
 def test_the_reading_thread_ends_when_training_fails():
