@@ -248,6 +248,7 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
     def to_shards(arrays: list) -> list:
         return shardset.shard_views(arrays) if by_part else arrays
 
+    gradients_of = _gradient_function(backend, objective, weighted=shards[0].weight is not None)
     # The fixed-point gradients of every tree are written into the same arrays (one per row
     # set): a new array each tree, made while the float gradients took part of the freed one,
     # left the memory pool a second block of that size (on the device, 153 MiB of 10M rows).
@@ -262,7 +263,8 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
         with timers("gradients"):
             grad_hess = objective.set_gradients(xp, risk_sets, [s.margin for s in shards],
                                                 [s.weight for s in shards]) \
-                if objective.whole_set else [_gradients(xp, objective, s) for s in row_sets]
+                if objective.whole_set else [_gradients(xp, objective, s, gradients_of)
+                                             for s in row_sets]
             if gradient_based:  # each output its own sample
                 for k in range(n_groups):
                     gradient_based_sample(xp, collective, [g[:, k] for g, _ in grad_hess],
@@ -432,21 +434,47 @@ def _attach_queries(backend, shardset: ShardSet, parts: list) -> None:
 GRADIENT_ROWS = 1 << 21
 
 
-def _gradients(xp, objective, shard) -> tuple:
+def _gradient_function(backend, objective, weighted: bool):
+    """``objective.gradients`` as a function of (margin, label, weight) arrays. An
+    ``ElementwiseLoss``'s ``row_gradients`` run on the flat (n,) margin, label and weight, on
+    the GPU as one fused kernel (``Backend.fused``; made once a training, as CuPy traces the
+    function at each new fusion): binary:logistic took ten launches and temporaries a block of
+    rows. The same values, bit for bit (tests/test_objectives.py); (n, 1) views come back."""
+    xp = backend.xp
+    if not objective.elementwise:
+        return lambda margin, label, weight: objective.gradients(xp, margin, label, weight)
+    name = "gbflow_gradients_" + "".join(c if c.isalnum() else "_" for c in objective.name)
+    if weighted:
+        flat = backend.fused(lambda margin, label, weight: objective.row_gradients(
+            xp, margin, label, weight), name + "_weighted")
+    else:
+        unweighted = backend.fused(lambda margin, label: objective.row_gradients(
+            xp, margin, label, None), name)
+
+        def flat(margin, label, weight):
+            return unweighted(margin, label)
+
+    def gradients(margin, label, weight):
+        g, h = flat(margin[:, 0], label, weight)
+        return g[:, None], h[:, None]
+    return gradients
+
+
+def _gradients(xp, objective, shard, gradients_of) -> tuple:
     """(n, n_groups) float32 gradients and hessians of a shard, a block of rows at a time for
-    row-wise losses (the same values: every operation is per row)."""
+    row-wise losses (the same values: every operation is per row). gradients_of:
+    ``_gradient_function``'s."""
     n = shard.n_rows
     if objective.by_query:
         return objective.query_gradients(xp, shard.margin, shard.label, shard.queries)
     if n <= GRADIENT_ROWS or not objective.row_wise:
-        return objective.gradients(xp, shard.margin, shard.label, shard.weight)
+        return gradients_of(shard.margin, shard.label, shard.weight)
     g = xp.empty((n, objective.n_groups), dtype=np.float32)
     h = xp.empty_like(g)
     for a in range(0, n, GRADIENT_ROWS):
         b = min(n, a + GRADIENT_ROWS)
-        g[a:b], h[a:b] = objective.gradients(
-            xp, shard.margin[a:b], shard.label[a:b],
-            None if shard.weight is None else shard.weight[a:b])
+        g[a:b], h[a:b] = gradients_of(shard.margin[a:b], shard.label[a:b],
+                                      None if shard.weight is None else shard.weight[a:b])
     return g, h
 
 

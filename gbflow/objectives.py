@@ -8,11 +8,13 @@ import numpy as np
 from . import _dtypes, ranking, survival
 from .collective import LOCAL
 from .objective_base import (
+    ElementwiseLoss,
     Objective,
     log_base_score,
     newton_step_from_zero,
     weighted,
     weighted_mean,
+    weighted_rows,
 )
 
 # count:poisson's own max_delta_step default (XGBoost's): its hessian's factor is exp(0.7)
@@ -61,7 +63,7 @@ def _sigmoid(xp, x):
         return 1.0 / (1.0 + xp.exp(-x))
 
 
-class Logistic(SquaredError):
+class Logistic(ElementwiseLoss, SquaredError):
     """binary:logistic, and XGBoost's variants of it: reg:logistic (a target in [0, 1], rmse by
     default) and binary:logitraw (predictions are the margins; its default metric, logloss, is
     then computed on margins, as XGBoost does)."""
@@ -97,11 +99,11 @@ class Logistic(SquaredError):
             p = min(max(p, 1e-7), 1 - 1e-7)  # a single-class label: a finite, very sure start
         return np.array([math.log(p / (1 - p))])
 
-    def gradients(self, xp, margin, label, weight):
+    def row_gradients(self, xp, margin, label, weight):
         p = _sigmoid(xp, margin)
-        grad = p - label[:, None]
+        grad = p - label
         hess = xp.maximum(p * (1.0 - p), _dtypes.MIN_HESSIAN)
-        return weighted(xp, grad, hess, self._positive_weight(xp, label, weight))
+        return weighted_rows(xp, grad, hess, self._positive_weight(xp, label, weight))
 
     def transform(self, xp, margin):
         if self.name == "binary:logitraw":
@@ -197,7 +199,7 @@ class _LogLink(Objective):
         return _exp(xp, margin[:, 0])
 
 
-class Poisson(_LogLink):
+class Poisson(ElementwiseLoss, _LogLink):
     """XGBoost's count:poisson: its hessian is exp(margin + max_delta_step), the objective's
     own parameter (default ``POISSON_MAX_DELTA_STEP``), which keeps the first Newton steps of
     rare counts from running away."""
@@ -208,35 +210,35 @@ class Poisson(_LogLink):
     def __init__(self, max_delta_step: float = POISSON_MAX_DELTA_STEP):
         self.max_delta_step = float(max_delta_step)
 
-    def gradients(self, xp, margin, label, weight):
+    def row_gradients(self, xp, margin, label, weight):
         rate = _exp(xp, margin)
-        return weighted(xp, rate - label[:, None], rate * math.exp(self.max_delta_step), weight)
+        return weighted_rows(xp, rate - label, rate * math.exp(self.max_delta_step), weight)
 
 
-class Gamma(_LogLink):
+class Gamma(ElementwiseLoss, _LogLink):
     name = "reg:gamma"
     default_metric = "gamma-deviance"
     strictly_positive = True
 
-    def gradients(self, xp, margin, label, weight):
-        ratio = label[:, None] * _exp(xp, -margin)
-        return weighted(xp, 1.0 - ratio, ratio, weight)
+    def row_gradients(self, xp, margin, label, weight):
+        ratio = label * _exp(xp, -margin)
+        return weighted_rows(xp, 1.0 - ratio, ratio, weight)
 
 
-class Tweedie(_LogLink):
+class Tweedie(ElementwiseLoss, _LogLink):
     name = "reg:tweedie"
 
     def __init__(self, variance_power: float):
         self.rho = float(variance_power)
         self.default_metric = f"tweedie-nloglik@{self.rho:g}"
 
-    def gradients(self, xp, margin, label, weight):
-        a = label[:, None] * _exp(xp, (1.0 - self.rho) * margin)
+    def row_gradients(self, xp, margin, label, weight):
+        a = label * _exp(xp, (1.0 - self.rho) * margin)
         b = _exp(xp, (2.0 - self.rho) * margin)
-        return weighted(xp, b - a, (2.0 - self.rho) * b - (1.0 - self.rho) * a, weight)
+        return weighted_rows(xp, b - a, (2.0 - self.rho) * b - (1.0 - self.rho) * a, weight)
 
 
-class SquaredLogError(SquaredError):
+class SquaredLogError(ElementwiseLoss, SquaredError):
     name = "reg:squaredlogerror"
     default_metric = "rmsle"
     newton_start = True
@@ -248,15 +250,15 @@ class SquaredLogError(SquaredError):
                              f"{where} has {int(bad.sum())} others, e.g. "
                              f"{float(label[bad][0]):g}")
 
-    def gradients(self, xp, margin, label, weight):
+    def row_gradients(self, xp, margin, label, weight):
         p = xp.maximum(margin, -1.0 + 1e-6)  # log1p's domain, as XGBoost
-        gap = xp.log1p(p) - xp.log1p(label)[:, None]
+        gap = xp.log1p(p) - xp.log1p(label)
         grad = gap / (p + 1.0)
         hess = xp.maximum((1.0 - gap) / (p + 1.0) ** 2, 1e-6)
-        return weighted(xp, grad, hess, self._positive_weight(xp, label, weight))
+        return weighted_rows(xp, grad, hess, self._positive_weight(xp, label, weight))
 
 
-class PseudoHuber(SquaredError):
+class PseudoHuber(ElementwiseLoss, SquaredError):
     name = "reg:pseudohubererror"
     default_metric = "mphe"
     newton_start = True
@@ -265,11 +267,11 @@ class PseudoHuber(SquaredError):
         super().__init__(scale_pos_weight)
         self.slope = float(slope)
 
-    def gradients(self, xp, margin, label, weight):
-        z = margin - label[:, None]
+    def row_gradients(self, xp, margin, label, weight):
+        z = margin - label
         scale = 1.0 + (z / self.slope) ** 2
         root = xp.sqrt(scale)
-        return weighted(xp, z / root, 1.0 / (scale * root),
+        return weighted_rows(xp, z / root, 1.0 / (scale * root),
                          self._positive_weight(xp, label, weight))
 
     def gradient_bounds(self, max_weight):

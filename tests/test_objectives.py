@@ -134,6 +134,46 @@ def test_gradients_are_the_losses_derivatives(device, objective):
         np.testing.assert_allclose(h, d2, rtol=2e-3, atol=2e-4)
 
 
+ELEMENTWISE = ["binary:logistic", "reg:logistic", "binary:logitraw", "count:poisson", "reg:gamma",
+               "reg:tweedie", "reg:squaredlogerror", "reg:pseudohubererror"]
+
+
+def test_the_elementwise_losses_are_these():
+    """The losses whose gradients the GPU fuses into one kernel are the ones the test below
+    checks (a loss marked elementwise without a check would be fused unseen)."""
+    from gbflow.objectives import RANKING
+    names = [n for n in objectives.OBJECTIVES if n not in RANKING]
+    marked = [n for n in names if make_params(
+        {"objective": n, **({"num_class": 3} if n.startswith("multi") else {})}).loss.elementwise]
+    assert sorted(marked) == sorted(ELEMENTWISE)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("objective", ELEMENTWISE)
+def test_fused_gradients_equal_the_losses_own(device, objective, weighted):
+    """The training loop's gradient function (on the GPU one fused kernel for these losses)
+    gives the loss's own arrays' values bit for bit, weighted or not, with scale_pos_weight."""
+    from gbflow.backend import get_backend
+    from gbflow.boosting import _gradient_function
+    backend = get_backend(device)
+    xp = backend.xp
+    rng = np.random.default_rng(5)
+    n = 5003
+    m = xp.asarray(rng.normal(size=(n, 1)) * 0.7)
+    y = rng.gamma(2.0, size=n) + 0.01
+    if objective in ("binary:logistic", "reg:logistic", "binary:logitraw"):
+        y = (y > 2.0).astype(np.float64)
+    y = xp.asarray(y)
+    w = xp.asarray(rng.random(n) + 0.5) if weighted else None
+    loss = make_params({"objective": objective, "huber_slope": 2.0,
+                        "scale_pos_weight": 3.0 if "logistic" in objective else 1.0}).loss
+    assert loss.elementwise
+    g, h = _gradient_function(backend, loss, weighted)(m, y, w)
+    g0, h0 = loss.gradients(xp, m, y, w)
+    assert g.shape == g0.shape == (n, 1) and g.dtype == h.dtype == np.float32
+    assert bool((g == g0).all()) and bool((h == h0).all())
+
+
 def test_hinge_gradients_and_predictions():
     loss = objectives.get_objective("binary:hinge")
     margin = np.array([[-2.0], [0.5], [1.5], [-0.5], [3.0]])
