@@ -17,6 +17,16 @@ def _mix64(x):
     return x ^ (x >> np.uint64(31))
 
 
+def _stream_key(*words: int) -> np.uint64:
+    """The uint64 key of a stream of draws: _mix64(w0 ^ _mix64(w1 ^ ... _mix64(w_last))),
+    computed on the host and given to the device's arithmetic as a scalar (a small array
+    uploaded per call made the host wait for the device each time)."""
+    key = _mix64(np.array([words[-1]], dtype=np.uint64))
+    for word in reversed(words[:-1]):
+        key = _mix64(np.array([word], dtype=np.uint64) ^ key)
+    return key[0]
+
+
 def row_sample_mask(xp, n_rows: int, row_offset, seed: int, round_index: int, rate: float):
     """(n_rows,) bool: rows kept by ``subsample`` in this round.
 
@@ -25,8 +35,7 @@ def row_sample_mask(xp, n_rows: int, row_offset, seed: int, round_index: int, ra
     number of the shard's first row (its rows follow each other), or an (n_rows,) uint64 array of
     every row's global number (a shard joining partitions that are not adjacent).
     """
-    key = _mix64(xp.asarray([seed % 2**64], dtype=xp.uint64)
-                 ^ _mix64(xp.asarray([round_index + 1], dtype=xp.uint64)))
+    key = _stream_key(seed % 2**64, round_index + 1)
     if isinstance(row_offset, (int, np.integer)):
         rows = xp.arange(row_offset, row_offset + n_rows, dtype=xp.uint64)
     else:
@@ -50,6 +59,9 @@ _MANTISSA_BITS = 11
 _THRESHOLD_BINADES = 16
 _N_BUCKETS = _THRESHOLD_BINADES << _MANTISSA_BITS
 _SAMPLE_STREAM = 0x6772616469656E74  # tells the gradient-based draws from the uniform ones
+# Rows per block of gradient-based sampling's per-row steps: their float64 temporaries (draws,
+# factors) over whole 10M-row shards took 0.45 GiB of the device beside the training's arrays.
+SAMPLE_BLOCK_ROWS = 1 << 21
 
 
 def _bucket_keys(xp, c32):
@@ -60,9 +72,7 @@ def _bucket_keys(xp, c32):
 
 def _uniform_draws(xp, n_rows: int, row_offset, seed: int, round_index: int, group: int):
     """(n_rows,) float64 in [0, 1): each row's draw for (seed, round, group, global row)."""
-    key = _mix64(xp.asarray([seed % 2**64], dtype=xp.uint64)
-                 ^ _mix64(xp.asarray([round_index + 1], dtype=xp.uint64)
-                          ^ _mix64(xp.asarray([(group + 1) ^ _SAMPLE_STREAM], dtype=xp.uint64))))
+    key = _stream_key(seed % 2**64, round_index + 1, (group + 1) ^ _SAMPLE_STREAM)
     if isinstance(row_offset, (int, np.integer)):
         rows = xp.arange(row_offset, row_offset + n_rows, dtype=xp.uint64)
     else:
@@ -137,17 +147,31 @@ def gradient_based_sample(xp, collective, grads: list, hesses: list, row_offsets
     ``row_sample_mask``'s). A row of combined gradient c below the threshold (``
     gradient_threshold``) is kept when its draw u (``_uniform_draws``) has u * mu < c, its pair
     multiplied by mu / c; rows of c >= mu keep theirs; the others' become 0. Every step is
-    per row or an integer sum, so the result does not depend on how the rows are split."""
-    combined = [xp.sqrt(g * g + MVS_LAMBDA * (h * h)).astype(xp.float32)
-                for g, h in zip(grads, hesses)]
+    per row or an integer sum, so the result does not depend on how the rows are split (nor on
+    the blocks of ``SAMPLE_BLOCK_ROWS`` rows the per-row steps take at a time)."""
+    combined = []
+    for g, h in zip(grads, hesses):
+        c = xp.empty(len(g), dtype=xp.float32)
+        for a, b in _row_blocks(len(g)):
+            ga, ha = g[a:b], h[a:b]
+            c[a:b] = xp.sqrt(ga * ga + MVS_LAMBDA * (ha * ha)).astype(xp.float32)
+        combined.append(c)
     mu = gradient_threshold(xp, collective, combined, n_total, rate)
     for g, h, c, offset in zip(grads, hesses, combined, row_offsets):
-        # (mu 0: every factor 1; rows of c == 0 have a zero pair already)
-        c = c.astype(xp.float64)
-        u = _uniform_draws(xp, len(c), offset, seed, round_index, group)
-        factor = xp.where(c >= mu, 1.0, xp.where(u * mu < c, mu / xp.where(c > 0, c, 1.0), 0.0))
-        g *= factor
-        h *= factor
+        for a, b in _row_blocks(len(g)):
+            # (mu 0: every factor 1; rows of c == 0 have a zero pair already)
+            cb = c[a:b].astype(xp.float64)
+            rows = offset + a if isinstance(offset, (int, np.integer)) else offset[a:b]
+            u = _uniform_draws(xp, b - a, rows, seed, round_index, group)
+            factor = xp.where(cb >= mu, 1.0,
+                              xp.where(u * mu < cb, mu / xp.where(cb > 0, cb, 1.0), 0.0))
+            g[a:b] *= factor
+            h[a:b] *= factor
+
+
+def _row_blocks(n_rows: int) -> list:
+    """(start, stop) of ``SAMPLE_BLOCK_ROWS`` rows at a time over n_rows rows (none for 0)."""
+    return [(a, min(n_rows, a + SAMPLE_BLOCK_ROWS)) for a in range(0, n_rows, SAMPLE_BLOCK_ROWS)]
 
 
 def feature_sample(n_features: int, seed: int, round_index: int, group: int, rate: float):
@@ -210,9 +234,7 @@ class FeatureSample:
         chosen = np.flatnonzero(level)
         k = max(1, int(np.floor(self.node_rate * len(chosen) + 1e-9)))
         # a counter-based draw per (node, feature): each node keeps its k smallest
-        key = _mix64(np.array([self.seed % 2**64], dtype=np.uint64)
-                     ^ _mix64(np.array([self.round_index + 1], dtype=np.uint64)
-                              ^ _mix64(np.array([self.group + 1], dtype=np.uint64))))
+        key = _stream_key(self.seed % 2**64, self.round_index + 1, self.group + 1)
         nodes = np.asarray(node_ids, dtype=np.uint64)[:, None]
         draw = _mix64(_mix64(nodes ^ key) ^ chosen.astype(np.uint64)[None, :])
         keep = np.argsort(draw, axis=1, kind="stable")[:, :k]

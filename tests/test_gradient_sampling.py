@@ -71,6 +71,15 @@ def test_the_sample_does_not_depend_on_how_rows_are_split():
                                    0.3)
     assert np.array_equal(np.concatenate(parts_g), whole_g)
     assert np.array_equal(np.concatenate(parts_h), whole_h)
+    # nor on the blocks of rows its per-row steps take (an offset given as an int or as the
+    # rows' global numbers)
+    for offsets in ([0], [np.arange(len(g))]):
+        blocked_g, blocked_h = g.copy(), h.copy()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(sampling, "SAMPLE_BLOCK_ROWS", 4099)
+            sampling.gradient_based_sample(np, LOCAL, [blocked_g], [blocked_h], offsets, len(g),
+                                           5, 2, 1, 0.3)
+        assert np.array_equal(blocked_g, whole_g) and np.array_equal(blocked_h, whole_h)
     # another round, output or seed draws other rows
     other_g, other_h = g.copy(), h.copy()
     sampling.gradient_based_sample(np, LOCAL, [other_g], [other_h], [0], len(g), 5, 3, 1, 0.3)
