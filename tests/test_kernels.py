@@ -719,6 +719,37 @@ def test_auc_tally(kernels, weighted):
     assert expected[0].sum() - 5 * n_buckets == np.rint(w * label).astype(np.int64).sum()
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("n_rows,n_buckets", [(0, 64), (1, 64), (50_000, 1 << 20), (3000, 130)])
+def test_auc_bucket_words(kernels, weighted, n_rows, n_buckets):
+    """The words of the rows' tally without a table kept by the caller equal the dense table's
+    tally and words: buckets crowded and sparse, both ends of the range, soft labels; a bucket
+    outside the range is refused."""
+    rng = np.random.default_rng(n_rows + n_buckets)
+    bucket = rng.integers(0, n_buckets, n_rows)
+    bucket[: n_rows // 10] = rng.integers(0, 3, n_rows // 10)  # crowded low buckets
+    if n_rows > 2:
+        bucket[-2:] = [0, n_buckets - 1]
+    label = (rng.random(n_rows) < 0.35).astype(np.float64)
+    label[:7] = 0.5  # soft labels
+    weight = rng.random(n_rows) * 3 if weighted else None
+    scale = 2.0**12
+    expected = numpy_kernels.auc_words(numpy_kernels.auc_tally(
+        bucket, label, weight, scale, np.zeros((2, n_buckets), np.int64)))
+    assert np.array_equal(numpy_kernels.auc_bucket_words(bucket, label, weight, scale, n_buckets),
+                          expected)
+    got = kernels.auc_bucket_words(bucket, label, weight, scale, n_buckets)
+    assert np.array_equal(np.asarray(got), expected)
+    if n_rows:
+        assert expected[1] + expected[2] == np.rint((weight if weighted else np.ones(n_rows))
+                                                    * scale).astype(np.int64).sum()
+
+
+def test_auc_bucket_words_refuses_buckets_out_of_range():
+    with pytest.raises(ValueError, match=r"bucket ids must lie in \[0, 64\)"):
+        cpu_kernels.auc_bucket_words(np.array([3, 64]), np.ones(2), None, 1.0, 64)
+
+
 def test_log_gamma(kernels):
     values = np.concatenate([np.arange(1, 50, dtype=np.float64), [0.5, 1.5, 1e6, 3.25]])
     expected = numpy_kernels.log_gamma(values)

@@ -165,6 +165,29 @@ def test_values_do_not_depend_on_parts_or_processes(task, n):
         assert _evaluator_values(names, label, prediction, w, [n // 2], processes=2) == whole
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("classes", [1, 3])
+def test_auc_alone_in_one_process_equals_the_dense_tables(classes, weighted):
+    """auc without aucpr in one process takes its words straight from the rows
+    (``auc_bucket_words``); the value equals the dense tables' (the path with aucpr, and the
+    several-process one), on one part or several."""
+    rng = np.random.default_rng(classes)
+    n = 70_000
+    weight = rng.uniform(0.1, 3.0, n) if weighted else None
+    if classes == 1:
+        label = (rng.random(n) < 0.4).astype(np.float64)
+        prediction = np.round(rng.random(n), 4)  # ties
+    else:
+        label = rng.integers(0, classes, n).astype(np.float64)
+        prediction = rng.dirichlet(np.ones(classes), n)
+    names = ["auc", "aucpr"] if classes == 1 else ["auc"]
+    dense = _evaluator_values(names, label, prediction, weight, [n // 2], processes=2)[0]
+    if classes == 1:
+        assert _evaluator_values(names, label, prediction, weight, [])[0] == dense
+    for splits in ([], [1, 5000, n - 3]):
+        assert _evaluator_values(["auc"], label, prediction, weight, splits) == [dense]
+
+
 @pytest.mark.parametrize("n", [3000, 70_000])
 def test_device_values_match_the_cpu_and_do_not_depend_on_parts(device, n):
     """On the device (scales from device maxima, atomic tallies, compact tables sized by the

@@ -1085,6 +1085,13 @@ def auc_words(table):
                      negative.sum(axis=-1)], axis=-1)
 
 
+def auc_bucket_words(bucket, label, weight, scale, n_buckets: int):
+    """See ``numpy_kernels.auc_bucket_words``: the dense table's tally and words (the device's
+    atomics make the table cheap; nothing is read back)."""
+    table = cp.zeros((2, int(n_buckets)), dtype=cp.int64)
+    return auc_words(auc_tally(bucket, label, weight, scale, table))
+
+
 def log_gamma(values):
     """See ``numpy_kernels.log_gamma``: CuPy's lgamma (it may differ from the host's in the last
     bits, as its exp and log do)."""

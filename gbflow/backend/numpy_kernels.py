@@ -890,6 +890,14 @@ def auc_words(table):
                      negative.sum(axis=-1)], axis=-1)
 
 
+def auc_bucket_words(bucket, label, weight, scale, n_buckets: int):
+    """(3,) int64 ``auc_words`` of the rows' tally into a table of ``n_buckets`` buckets
+    (``auc_tally``'s arguments), for a caller that needs the words alone (one process: no
+    table to add with others'). Returns a new array."""
+    table = np.zeros((2, int(n_buckets)), dtype=np.int64)
+    return auc_words(auc_tally(bucket, label, weight, scale, table))
+
+
 def log_gamma(values):
     """(n,) float64 log Gamma(v) of (n,) float values (math.lgamma's; a new array)."""
     return np.array([math.lgamma(v) for v in np.asarray(values, dtype=np.float64).tolist()],

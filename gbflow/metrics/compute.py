@@ -264,6 +264,17 @@ class Evaluator:
             # occupied buckets travel instead of the whole table (at most its rows)
             tables = [self._value_table([(targets(y, c), w, column(k, c)) for y, w, k in parts],
                                         scale) for c in range(s.n_classes)]
+        elif self.collective.size == 1 and parts and "aucpr" not in self.kinds:
+            # one process and auc alone: the words straight from the rows (no table to add
+            # with other processes'; on the CPU the occupied buckets alone, not 16 MB a round)
+            def joined(arrays):
+                return arrays[0] if len(arrays) == 1 else xp.concatenate(arrays)
+            n_buckets = 1 << tallies.DENSE_BITS
+            return [xp.stack([kernels.auc_bucket_words(
+                joined([column(b, c) for _, _, b in parts]),
+                joined([targets(y, c) for y, _, _ in parts]),
+                None if parts[0][1] is None else joined([w for _, w, _ in parts]), scale,
+                n_buckets) for c in range(s.n_classes)])]
         else:
             table = self._dense_tables.get(si)
             if table is None:  # kept: a fresh 16 MB table a round costs its page faults
