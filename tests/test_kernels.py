@@ -643,8 +643,9 @@ def _random_forest(rng, n_features, n_trees, n_groups):
     return trees
 
 
+@pytest.mark.parametrize("n_rows", [1, 2, 3, 333])  # the walks go four rows at a time
 @pytest.mark.parametrize("n_groups", [1, 3])
-def test_predict_margins(kernels, n_groups):
+def test_predict_margins(kernels, n_groups, n_rows):
     from gbflow.predictor import FlatForest
     from gbflow.tree import Tree
     rng = np.random.default_rng(n_groups)
@@ -655,13 +656,13 @@ def test_predict_margins(kernels, n_groups):
                   value=t["value"], gain=np.zeros(15), cover=np.zeros(15), group=t["group"])
              for t in raw]
     forest = FlatForest.from_trees(trees)
-    X = rng.normal(size=(333, 4)).astype(np.float32)
+    X = rng.normal(size=(n_rows, 4)).astype(np.float32)
     X[rng.random(X.shape) < 0.2] = np.nan
-    X[:5, :] = forest.threshold[:5, None]  # values exactly on thresholds go right
+    X[:5, :] = forest.threshold[:min(5, n_rows), None]  # values on thresholds go right
     arrays = (forest.feature, forest.threshold, forest.default_left, forest.left, forest.right,
               forest.value, forest.tree_root, forest.tree_group)
-    expected = numpy_kernels.predict_margins(X, *arrays, np.full((333, n_groups), 0.5))
-    got = kernels.predict_margins(X, *arrays, np.full((333, n_groups), 0.5))
+    expected = numpy_kernels.predict_margins(X, *arrays, np.full((n_rows, n_groups), 0.5))
+    got = kernels.predict_margins(X, *arrays, np.full((n_rows, n_groups), 0.5))
     assert np.array_equal(got, expected)
 
 

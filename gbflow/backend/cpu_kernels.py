@@ -596,6 +596,24 @@ def _category_goes_left(position, cat_bits, start, default_left, node):
     return ((cat_bits[start + 1 + word] >> np.uint32(position & 31)) & np.uint32(1)) == 0
 
 
+@njit(inline="always", **_JIT)
+def _walk_step(rows, i, node, binned, feature, threshold, default_left, left, cat_start,
+               cat_bits, has_categories):
+    """Row i's next node from ``node`` (the node itself at a leaf)."""
+    f = feature[node]
+    if f < 0:
+        return node
+    x = rows[i, f]
+    if has_categories and cat_start[node] >= 0:
+        position = _bin_position(x) if binned else _value_position(x)
+        go_left = _category_goes_left(position, cat_bits, cat_start[node], default_left, node)
+    elif binned:
+        go_left = _bin_goes_left(x, threshold, default_left, node)
+    else:
+        go_left = _value_goes_left(x, threshold, default_left, node)
+    return left[node] + np.int32(1 - go_left)
+
+
 @njit(parallel=True, **_JIT)
 def _walk_trees(rows, binned, feature, threshold, default_left, left, value, tree_root,
                 tree_group, out, cat_start, cat_bits, has_categories):
@@ -604,25 +622,34 @@ def _walk_trees(rows, binned, feature, threshold, default_left, left, value, tre
     # test; two kernels made by a closure were never loaded from numba's cache: each process
     # compiled them again, 0.8 s). Without a branch on the direction (a row's path is
     # unpredictable): the right child follows the left one (``predictor.FlatForest``), 1.5x
-    # faster than choosing between left and right. Categorical splits (cat_start >= 0) are
-    # tested only when the forest has any.
-    for i in prange(rows.shape[0]):
+    # faster than choosing between left and right. Four rows walk each tree side by side: a
+    # step waits for the previous one's loads, and four independent paths keep the core busy
+    # (200K binned rows, one depth-6 tree: 0.93 against 1.65 ms). Categorical splits
+    # (cat_start >= 0) are tested only when the forest has any.
+    n = rows.shape[0]
+    for q in prange((n + 3) // 4):
+        i0 = 4 * q
+        # past the last row the last row walks again; its leaves are not added twice
+        i1, i2, i3 = min(i0 + 1, n - 1), min(i0 + 2, n - 1), min(i0 + 3, n - 1)
         for t in range(tree_root.shape[0]):
-            node = tree_root[t]
-            f = feature[node]
-            while f >= 0:
-                x = rows[i, f]
-                if has_categories and cat_start[node] >= 0:
-                    position = _bin_position(x) if binned else _value_position(x)
-                    go_left = _category_goes_left(position, cat_bits, cat_start[node],
-                                                  default_left, node)
-                elif binned:
-                    go_left = _bin_goes_left(x, threshold, default_left, node)
-                else:
-                    go_left = _value_goes_left(x, threshold, default_left, node)
-                node = left[node] + np.int32(1 - go_left)
-                f = feature[node]
-            out[i, tree_group[t]] += value[node]
+            a = b = c = d = tree_root[t]
+            while feature[a] >= 0 or feature[b] >= 0 or feature[c] >= 0 or feature[d] >= 0:
+                a = _walk_step(rows, i0, a, binned, feature, threshold, default_left, left,
+                               cat_start, cat_bits, has_categories)
+                b = _walk_step(rows, i1, b, binned, feature, threshold, default_left, left,
+                               cat_start, cat_bits, has_categories)
+                c = _walk_step(rows, i2, c, binned, feature, threshold, default_left, left,
+                               cat_start, cat_bits, has_categories)
+                d = _walk_step(rows, i3, d, binned, feature, threshold, default_left, left,
+                               cat_start, cat_bits, has_categories)
+            g = tree_group[t]
+            out[i0, g] += value[a]
+            if i0 + 1 < n:
+                out[i0 + 1, g] += value[b]
+            if i0 + 2 < n:
+                out[i0 + 2, g] += value[c]
+            if i0 + 3 < n:
+                out[i0 + 3, g] += value[d]
 
 
 def _category_arrays(cat_start, cat_bits):
