@@ -96,6 +96,10 @@ class StageMemory:
             self.read()
 
     def stop(self) -> None:
+        """End the watching (the thread, the stage hook, the file) with a last reading; a
+        second call does nothing."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         self._thread.join()
         self.timers.on_stage = None

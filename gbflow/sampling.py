@@ -35,13 +35,17 @@ def row_sample_mask(xp, n_rows: int, row_offset, seed: int, round_index: int, ra
     number of the shard's first row (its rows follow each other), or an (n_rows,) uint64 array of
     every row's global number (a shard joining partitions that are not adjacent).
     """
-    key = _stream_key(seed % 2**64, round_index + 1)
+    return _draws(xp, n_rows, row_offset, _stream_key(seed % 2**64, round_index + 1)) < rate
+
+
+def _draws(xp, n_rows: int, row_offset, key: np.uint64):
+    """(n_rows,) float64 in [0, 1): the draws of stream ``key`` for rows numbered from
+    ``row_offset`` (an int), or numbered by it ((n_rows,) array of global row numbers)."""
     if isinstance(row_offset, (int, np.integer)):
         rows = xp.arange(row_offset, row_offset + n_rows, dtype=xp.uint64)
     else:
         rows = xp.asarray(row_offset, dtype=xp.uint64)
-    u = (_mix64(rows ^ key) >> xp.uint64(11)).astype(xp.float64) * (1.0 / 2**53)
-    return u < rate
+    return (_mix64(rows ^ key) >> xp.uint64(11)).astype(xp.float64) * (1.0 / 2**53)
 
 
 # Gradient-based sampling (XGBoost's sampling_method="gradient_based": Minimal Variance Sampling,
@@ -70,14 +74,9 @@ def _bucket_keys(xp, c32):
     return c32.view(xp.uint32) >> xp.uint32(23 - _MANTISSA_BITS)
 
 
-def _uniform_draws(xp, n_rows: int, row_offset, seed: int, round_index: int, group: int):
-    """(n_rows,) float64 in [0, 1): each row's draw for (seed, round, group, global row)."""
-    key = _stream_key(seed % 2**64, round_index + 1, (group + 1) ^ _SAMPLE_STREAM)
-    if isinstance(row_offset, (int, np.integer)):
-        rows = xp.arange(row_offset, row_offset + n_rows, dtype=xp.uint64)
-    else:
-        rows = xp.asarray(row_offset, dtype=xp.uint64)
-    return (_mix64(rows ^ key) >> xp.uint64(11)).astype(xp.float64) * (1.0 / 2**53)
+def _gradient_stream(seed: int, round_index: int, group: int) -> np.uint64:
+    """The key of gradient-based sampling's draws for (seed, round, output group)."""
+    return _stream_key(seed % 2**64, round_index + 1, (group + 1) ^ _SAMPLE_STREAM)
 
 
 def gradient_threshold(xp, collective, combined: list, n_total: int, rate: float):
@@ -145,8 +144,9 @@ def gradient_based_sample(xp, collective, grads: list, hesses: list, row_offsets
     "gradient_based"``): per shard grads[i], hesses[i] are (n_i,) float64 views (any strides)
     on the backend's device, row_offsets[i] its rows' global numbering (as
     ``row_sample_mask``'s). A row of combined gradient c below the threshold (``
-    gradient_threshold``) is kept when its draw u (``_uniform_draws``) has u * mu < c, its pair
-    multiplied by mu / c; rows of c >= mu keep theirs; the others' become 0. Every step is
+    gradient_threshold``) is kept when its draw u (``_draws`` of ``_gradient_stream``) has
+    u * mu < c, its pair multiplied by mu / c; rows of c >= mu keep theirs; the others' become
+    0. Every step is
     per row or an integer sum, so the result does not depend on how the rows are split (nor on
     the blocks of ``SAMPLE_BLOCK_ROWS`` rows the per-row steps take at a time)."""
     combined = []
@@ -157,12 +157,13 @@ def gradient_based_sample(xp, collective, grads: list, hesses: list, row_offsets
             c[a:b] = xp.sqrt(ga * ga + MVS_LAMBDA * (ha * ha)).astype(xp.float32)
         combined.append(c)
     mu = gradient_threshold(xp, collective, combined, n_total, rate)
+    key = _gradient_stream(seed, round_index, group)
     for g, h, c, offset in zip(grads, hesses, combined, row_offsets):
         for a, b in _row_blocks(len(g)):
             # (mu 0: every factor 1; rows of c == 0 have a zero pair already)
             cb = c[a:b].astype(xp.float64)
             rows = offset + a if isinstance(offset, (int, np.integer)) else offset[a:b]
-            u = _uniform_draws(xp, b - a, rows, seed, round_index, group)
+            u = _draws(xp, b - a, rows, key)
             factor = xp.where(cb >= mu, 1.0,
                               xp.where(u * mu < cb, mu / xp.where(cb > 0, cb, 1.0), 0.0))
             g[a:b] *= factor

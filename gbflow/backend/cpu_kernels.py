@@ -597,20 +597,26 @@ def _category_goes_left(position, cat_bits, start, default_left, node):
 
 
 @njit(inline="always", **_JIT)
+def _goes_left(x, node, binned, threshold, default_left, cat_start, cat_bits, has_categories):
+    """Whether a row whose split feature holds ``x`` (a bin id when ``binned``, else a raw
+    value) goes left at inner node ``node``: the one node test of every CPU walk."""
+    if has_categories and cat_start[node] >= 0:
+        position = _bin_position(x) if binned else _value_position(x)
+        return _category_goes_left(position, cat_bits, cat_start[node], default_left, node)
+    if binned:
+        return _bin_goes_left(x, threshold, default_left, node)
+    return _value_goes_left(x, threshold, default_left, node)
+
+
+@njit(inline="always", **_JIT)
 def _walk_step(rows, i, node, binned, feature, threshold, default_left, left, cat_start,
                cat_bits, has_categories):
     """Row i's next node from ``node`` (the node itself at a leaf)."""
     f = feature[node]
     if f < 0:
         return node
-    x = rows[i, f]
-    if has_categories and cat_start[node] >= 0:
-        position = _bin_position(x) if binned else _value_position(x)
-        go_left = _category_goes_left(position, cat_bits, cat_start[node], default_left, node)
-    elif binned:
-        go_left = _bin_goes_left(x, threshold, default_left, node)
-    else:
-        go_left = _value_goes_left(x, threshold, default_left, node)
+    go_left = _goes_left(rows[i, f], node, binned, threshold, default_left, cat_start,
+                         cat_bits, has_categories)
     return left[node] + np.int32(1 - go_left)
 
 
@@ -682,11 +688,8 @@ def predict_margins_binned(bins, feature, bin_threshold, default_left, left, rig
 @njit(inline="always", **_JIT)
 def _goes_left_at(rows, i, node, feature, threshold, default_left, cat_start, cat_bits,
                   has_categories):
-    f = feature[node]
-    if has_categories and cat_start[node] >= 0:
-        return _category_goes_left(_value_position(rows[i, f]), cat_bits, cat_start[node],
-                                   default_left, node)
-    return _value_goes_left(rows[i, f], threshold, default_left, node)
+    return _goes_left(rows[i, feature[node]], node, False, threshold, default_left, cat_start,
+                      cat_bits, has_categories)
 
 
 @njit(parallel=True, **_JIT)
@@ -1614,6 +1617,8 @@ def _auc_bucket_words(bucket, label, weight, has_weight, scale, n_buckets, out):
     one = np.uint64(1)
     for i in range(n):
         b = bucket[i]
+        if b < 0 or b >= n_buckets:
+            return False
         bits[b >> 6] |= one << np.uint64(b & 63)
     first = np.empty(n_words, dtype=np.int64)  # rank of each word's first occupied bucket
     occupied = 0
@@ -1641,19 +1646,20 @@ def _auc_bucket_words(bucket, label, weight, has_weight, scale, n_buckets, out):
     out[0] = numerator
     out[1] = positive_total
     out[2] = below_total
+    return True
 
 
 def auc_bucket_words(bucket, label, weight, scale, n_buckets: int):
     """See numpy_kernels.auc_bucket_words (one thread: a bitmap of the occupied buckets and a
     table of those alone)."""
-    bucket = np.asarray(bucket, dtype=np.int64)
-    if len(bucket) and (int(bucket.min()) < 0 or int(bucket.max()) >= n_buckets):
-        raise ValueError(f"auc_bucket_words: bucket ids must lie in [0, {n_buckets})")
     has_weight = weight is not None
     out = np.empty(3, dtype=np.int64)
-    _auc_bucket_words(bucket, np.asarray(label, dtype=np.float64),
-                      np.asarray(weight, dtype=np.float64) if has_weight else np.zeros(1),
-                      has_weight, np.float64(scale), int(n_buckets), out)
+    # the ids are checked as the bitmap is made (a pass less than checking them first)
+    if not _auc_bucket_words(np.asarray(bucket, dtype=np.int64),
+                             np.asarray(label, dtype=np.float64),
+                             np.asarray(weight, dtype=np.float64) if has_weight else np.zeros(1),
+                             has_weight, np.float64(scale), int(n_buckets), out):
+        raise ValueError(f"auc_bucket_words: bucket ids must lie in [0, {n_buckets})")
     return out
 
 
