@@ -87,6 +87,10 @@ class LevelBuffers:
             return 0
         return int(flat.size // max(1, int(np.prod(row_shape))))
 
+    def storage(self) -> list:
+        """The buffers as they are now (flat device arrays), in a fixed order."""
+        return [self._storage[name] for name in sorted(self._storage, key=repr)]
+
     def take(self, store: int, key, shape: tuple, dtype):
         """A C-contiguous (shape) view of the (store, key) buffer, contents unset (key: a
         level's parity, or another user's name). Any earlier view of that buffer must be dead

@@ -60,6 +60,8 @@ class ShardSet:
         self.level_plans: bool | None = {"0": False, "1": True}.get(
             os.environ.get("GBFLOW_LEVEL_PLANS", ""))
         self.planned_layout = None  # the planned trees' level arrays (``grow.planned``)
+        # replays the planned trees' level loops (``Backend.recorder``: CUDA graphs)
+        self.recorder = backend.recorder()
         # whole trees in one backend call (``grow.whole``) where the backend has the grower
         # and the data allows; GBFLOW_WHOLE_TREES=0 turns them off (to compare the loops)
         self.whole_trees = os.environ.get("GBFLOW_WHOLE_TREES", "") != "0"
@@ -134,11 +136,16 @@ class ShardSet:
             np.array([sum(s.n_rows for s in self.shards)]))[0])
 
     def reset_row_index(self) -> None:
-        """Start a tree: every shard's rows in one segment (the root), in row order. The spare
-        row arrays (one per shard, allocated once) are kept: a partition writes its segments
-        before anything reads them."""
+        """Start a tree: every shard's rows in one segment (the root), in row order, written
+        into the row arrays of the last tree where they fit. The spare row arrays (one per
+        shard, allocated once) are kept: a partition writes its segments before anything reads
+        them."""
         xp = self.backend.xp
-        self.row_index = [xp.arange(s.n_rows, dtype=_dtypes.ROW_INDEX) for s in self.shards]
+        if [len(r) for r in self.row_index] == [s.n_rows for s in self.shards]:
+            for rows in self.row_index:  # in place: a recorded level loop writes them there
+                self.backend.row_numbers(rows)
+        else:
+            self.row_index = [xp.arange(s.n_rows, dtype=_dtypes.ROW_INDEX) for s in self.shards]
         if len(self._spare_index) != len(self.shards):
             self._spare_index = [xp.empty_like(r) for r in self.row_index]
 

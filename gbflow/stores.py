@@ -103,6 +103,7 @@ class _Store:
         self.n_value_bins_host = np.asarray(n_value_bins, dtype=np.int32)
         self.n_value_bins = backend.xp.asarray(self.n_value_bins_host)  # (k,) int32, device
         self._allowed = None  # the last tree's (host mask, device mask)
+        self._by_level = None  # the planned trees' per-depth (host masks, device masks)
         self._monotone = None  # the fit's (global signs, the store's on the device)
 
     @property
@@ -131,6 +132,21 @@ class _Store:
                                                                             self.features]))
         self._allowed = (np.array(feature_allowed, dtype=bool), mask)
         return mask
+
+    def allowed_by_level(self, by_level: np.ndarray) -> list:
+        """Per depth the (k,) bool device mask of the store's allowed features (``by_level``:
+        (max_depth, F) host bool over all features): rows of one device array that stays
+        where it is, written again when the masks change (a level loop recorded once,
+        ``Backend.recorder``, reads them there at every replay; without column sampling
+        nothing is copied)."""
+        masks = np.ascontiguousarray(by_level[:, self.features], dtype=bool)
+        held = self._by_level
+        if held is None or held[0].shape != masks.shape:
+            held = self._by_level = (masks, self.backend.xp.asarray(masks))
+        elif not np.array_equal(held[0], masks):
+            held[1][...] = self.backend.xp.asarray(masks)
+            held[0][...] = masks
+        return list(held[1])
 
 
 class DenseStore(_Store):

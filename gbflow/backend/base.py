@@ -31,6 +31,18 @@ class HostPages:
         return self.pages[i]
 
 
+class Unrecorded:
+    """``Backend.recorder`` where nothing is recorded: every run queues its work again."""
+
+    records = False
+
+    def holds(self, key) -> bool:
+        return False
+
+    def run(self, key, queue):
+        return queue()
+
+
 class Backend:
     """An array namespace ``xp`` (NumPy or CuPy) and ``kernels``, a module with the functions of
     ``numpy_kernels`` (same names and signatures) for its arrays. Core modules receive one and
@@ -144,6 +156,17 @@ class Backend:
         """Within this block, this thread's device arrays come from the backend's own pool,
         whatever allocator the process set."""
         yield
+
+    def row_numbers(self, out) -> None:
+        """Write 0, 1, ..., len(out) - 1 into the (n,) integer array ``out`` in place."""
+        out[...] = self.xp.arange(len(out), dtype=out.dtype)
+
+    def recorder(self):
+        """What repeats a sequence of device work cheaply: its ``run(key, queue)`` calls
+        ``queue()`` (work queued on the device that reads nothing back) and returns its result.
+        Here it simply calls it; the GPU's records the work once and replays the record for
+        the same key (``cuda.GraphRecorder``)."""
+        return Unrecorded()
 
     @contextlib.contextmanager
     def limited_threads(self, n: int | None, cells: int | None = None):

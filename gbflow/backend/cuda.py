@@ -1,7 +1,10 @@
 """The CUDA backend: CuPy arrays, the CUDA kernels, copies to and from page-locked memory."""
 from __future__ import annotations
 
+import collections
 import contextlib
+import logging
+import os
 import threading
 
 import numpy as np
@@ -9,6 +12,8 @@ import numpy as np
 from .arrays import on_gpu
 from .base import Backend, PendingCopies
 from .common import aligned_slots
+
+logger = logging.getLogger("gbflow")
 
 
 class CudaBackend(Backend):
@@ -85,6 +90,19 @@ class CudaBackend(Backend):
 
     def page_reader(self, pages: list):
         return StreamedPages(self.xp, pages)
+
+    def row_numbers(self, out) -> None:
+        """0, 1, ..., len(out) - 1 written into ``out`` (a C-contiguous CuPy integer array) by
+        one kernel: no temporary (a recorded level loop would hold it)."""
+        if out.size:
+            _row_numbers(self.xp)(out)
+
+    def recorder(self):
+        """A ``GraphRecorder`` (CUDA graphs), or the plain one where the environment's
+        GBFLOW_CUDA_GRAPHS is 0 (to compare)."""
+        if os.environ.get("GBFLOW_CUDA_GRAPHS", "") == "0":
+            return super().recorder()
+        return GraphRecorder(self.xp, self.kernels)
 
     def device_memory_reader(self):
         """Bytes of the GPU current now that CuPy's memory pool has given to arrays (not what
@@ -167,6 +185,109 @@ class StreamedPages:
         self._held[buffer] = i
         self.bytes_copied += int(page.nbytes)
         return buffer
+
+
+_ROW_NUMBERS = {}
+
+
+def _row_numbers(cupy):
+    """The kernel writing each element's index into it (one, made at first use)."""
+    if "kernel" not in _ROW_NUMBERS:
+        _ROW_NUMBERS["kernel"] = cupy.ElementwiseKernel("", "T out", "out = (T)i",
+                                                        "gbflow_row_numbers")
+    return _ROW_NUMBERS["kernel"]
+
+
+class GraphRecorder:
+    """Device work recorded once as a CUDA graph and replayed: ``run(key, queue)``.
+
+    A planned tree of small data is some fifty small kernels whose launches cost the host more
+    than the device spends on them (CuPy's argument handling and gbflow's checks, about 20 us
+    each). The first ``run`` of a key calls ``queue()`` as it is (compiling kernels, sizing
+    reused buffers); the second records what it queues (stream capture) into a graph and
+    launches it; later runs of the key launch the graph alone, on the current stream, and
+    return the first recording's result (the same arrays, written again). The key must name
+    everything ``queue`` reads from the host (sizes, scalars, the device arrays it reads or
+    writes: ``address``): the same key must mean the same launches with the same arguments.
+    ``queue`` may read nothing back from the device and copy nothing from the host. Memory
+    allocated while recording is held as long as its graph is (the graph reads and writes it
+    at every launch). At most ``most`` graphs are kept, the least recently launched dropped.
+    If recording fails (an operation that cannot be recorded), the key's work is queued as it
+    is from then on.
+    """
+
+    records = True
+
+    def __init__(self, cupy, kernels, most: int = 8):
+        self._cupy, self._kernels = cupy, kernels
+        self._most = most
+        self._graphs = collections.OrderedDict()  # key -> (graph, result, held memory)
+        self._seen = collections.OrderedDict()  # keys run once, or that could not be recorded
+        self._stream = None
+
+    @staticmethod
+    def address(array) -> tuple:
+        """What identifies a device array in a key: its pointer, shape, strides and dtype."""
+        return (array.data.ptr, array.shape, array.strides, array.dtype.str)
+
+    def holds(self, key) -> bool:
+        """Whether ``run(key, ...)`` would launch a recorded graph."""
+        return key is not None and key in self._graphs
+
+    def run(self, key, queue):
+        """``queue()``'s result, its work queued on the current stream: replayed, recorded or
+        queued as it is (class docstring). key None: queued as it is."""
+        if key is None:
+            return queue()
+        if key in self._graphs:
+            self._graphs.move_to_end(key)
+            graph, result, _ = self._graphs[key]
+            graph.launch(stream=self._cupy.cuda.get_current_stream())
+            return result
+        if key not in self._seen:
+            self._remember(self._seen, key, False)
+            return queue()
+        if self._seen[key]:  # recording it failed before
+            return queue()
+        try:
+            graph, result, held = self._record(queue)
+        except Exception as error:  # noqa: BLE001 - any failure: queue it as it is
+            logger.debug("gbflow: could not record device work as a CUDA graph (%s); queued "
+                         "launch by launch", error)
+            self._seen[key] = True
+            return queue()
+        self._remember(self._graphs, key, (graph, result, held))
+        graph.launch(stream=self._cupy.cuda.get_current_stream())
+        return result
+
+    def _remember(self, table, key, value) -> None:
+        table[key] = value
+        while len(table) > self._most:
+            table.popitem(last=False)
+
+    def _record(self, queue):
+        cupy = self._cupy
+        if self._stream is None:
+            self._stream = cupy.cuda.Stream(non_blocking=True)
+        stream = self._stream
+        allocate = cupy.cuda.get_allocator()
+        held = []
+
+        def malloc(size):
+            memory = allocate(size)
+            held.append(memory)
+            return memory
+
+        with cupy.cuda.using_allocator(malloc), self._kernels.holding(held), stream:
+            stream.begin_capture()
+            try:
+                result = queue()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    stream.end_capture()
+                raise
+            graph = stream.end_capture()
+        return graph, result, held
 
 
 _pinned = threading.local()  # per thread: training tasks of one process may run side by side

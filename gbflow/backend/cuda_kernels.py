@@ -13,9 +13,12 @@ is the most feature groups for which a level's partition also builds the childre
 """
 from __future__ import annotations
 
+import collections
+import contextlib
 import functools
 import os
 import pathlib
+import threading
 
 import cupy as cp
 import numpy as np
@@ -184,8 +187,43 @@ def build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins):
     shared = group * _shared_feature_bytes(n_bins) if use_shared else 0
     _launch_shared(kernel, (len(work), n_groups), _HIST_THREADS, shared,
                    (bins, _i64(bins.strides[0] // bins.itemsize), _i32(n_features), _i32(n_bins),
-                    cp.ascontiguousarray(gh), row_index, cp.asarray(work), _i32(group), hist))
+                    cp.ascontiguousarray(gh), row_index, _device_work(work), _i32(group), hist))
     return hist
+
+
+_WORK_LISTS: collections.OrderedDict = collections.OrderedDict()
+_RECORDING = threading.local()  # .held: the list a recording keeps its cached arrays in
+
+
+@contextlib.contextmanager
+def holding(held: list):
+    """Within this block (a ``cuda.GraphRecorder`` recording), the cached device arrays this
+    thread's kernels use are also appended to ``held``: a recorded graph reads them at every
+    replay, after the cache may have let them go."""
+    outer = getattr(_RECORDING, "held", None)
+    _RECORDING.held = held
+    try:
+        yield
+    finally:
+        _RECORDING.held = outer
+
+
+def _device_work(work: np.ndarray):
+    """The host work list on the device, uploaded once for the same list on the same device (a
+    tree's root histogram lists the same blocks every tree: no copy from the host per tree,
+    which a recorded tree could not hold). Keeps the last 16."""
+    key = (cp.cuda.Device().id, work.shape, work.tobytes())
+    device = _WORK_LISTS.get(key)
+    if device is None:
+        device = _WORK_LISTS[key] = cp.asarray(work)
+        while len(_WORK_LISTS) > 16:
+            _WORK_LISTS.popitem(last=False)
+    else:
+        _WORK_LISTS.move_to_end(key)
+    held = getattr(_RECORDING, "held", None)
+    if held is not None:
+        held.append(device)
+    return device
 
 
 def _bound_args(bounds, n_nodes: int, n_features: int | None) -> tuple:

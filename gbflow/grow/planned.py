@@ -129,26 +129,94 @@ def _layout(shardset, max_depth: int, node_bytes: int) -> "_PlannedLayout":
 def grow_tree_planned(shardset, gh: list, scales, cuts, rules, feature_allowed,
                       group: int):
     """``gbflow.grow.grow_tree`` with the level loop on the device: each level's split search, the
-    plan
-    of its splits (``kernels.plan_level``), the shards' segments and work lists
+    plan of its splits (``kernels.plan_level``), the shards' segments and work lists
     (``kernels.level_segments``), the partition, the all-reduce and the siblings are queued
     one after the other, every array sized for the nodes the level could hold. Returns a
     ``PendingTree`` (the tree's arrays are on their way to the host; it builds the tree the
     level-by-level loop builds) and per shard a ``PlannedMargins`` (the margin update, queued
     on the device). The dense store only; feature_allowed: a ``sampling.FeatureSample`` of
-    per-depth masks (no per-node ones: the planned loop does not know its nodes' ids)."""
+    per-depth masks (no per-node ones: the planned loop does not know its nodes' ids).
+
+    Where the levels' arrays are all made ahead (``_PlannedLayout.fixed``) and one process
+    trains, the loop's launches are the same from tree to tree but for the scalars and arrays
+    in ``_replay_key``: the shard set's ``recorder`` then records them once and replays them
+    (on the GPU a CUDA graph: one launch for the whole loop)."""
+    backend = shardset.backend
+    dense = shardset.dense
+    allowed = dense.allowed_by_level(feature_allowed.by_level)  # per depth
+    layout = _layout(shardset, rules.max_depth, dense.n_features * cuts.n_bins * 16)
+    search = rules.split.constants(scales)
+    recorder = shardset.recorder
+    key = _replay_key(shardset, layout, gh, allowed, search, cuts.n_bins, rules) \
+        if recorder.records else None
+
+    def queue():
+        return _queue_levels(shardset, layout, gh, allowed, search, cuts.n_bins, rules)
+    if recorder.holds(key):
+        with shardset.timers("replayed levels"):
+            queued = recorder.run(key, queue)
+    else:
+        queued = recorder.run(key, queue)
+    levels, rows = queued.adopt(shardset)
+    # the tree's arrays start on their way to the host now; the margins follow them on the device
+    arrays = backend.to_host_later([a for lv in levels for a in lv.fetched.values()])
+    pending = PendingTree(lambda: _planned_tree(dense.features, levels, arrays.wait(), scales,
+                                                cuts, rules, group), shardset.timers)
+    constants = rules.leaf.constants(scales)
+    return pending, [PlannedMargins(levels, [r[s] for r in rows], constants, s,
+                                    functools.partial(dense.columns, s))
+                     for s in range(len(shardset.shards))]
+
+
+def _replay_key(shardset, layout, gh, allowed, search, n_bins: int, rules):
+    """What the level loop of ``_queue_levels`` reads from the host, as a key of the shard
+    set's ``recorder``: None where it is not to be recorded (levels sized from read-back
+    counts, several processes, paged bins). The device arrays by ``address``: the gradients'
+    and bins' storage, the row arrays, the feature masks (written in place tree after
+    tree: ``allowed_by_level``), the levels' histogram buffers."""
+    dense = shardset.dense
+    if rules.max_depth >= len(layout.fixed) or shardset.collective.size != 1 or dense.paged:
+        return None
+    address = shardset.recorder.address
+    arrays = [*gh, *shardset.row_index, *shardset._spare_index, dense.n_value_bins, *allowed,
+              *shardset.level_buffers.storage()]
+    for s in range(len(shardset.shards)):
+        arrays += [dense.rows(s), dense.columns(s)]
+    bounds = rules.bounds
+    return (layout, tuple(address(a) for a in arrays), tuple(float(c) for c in search),
+            float(rules.split.min_gain), int(n_bins),
+            None if bounds is None else float(bounds.max_delta_step))
+
+
+@dataclasses.dataclass
+class _QueuedLevels:
+    """What a queued (or replayed) level loop leaves: its levels, each shard's two row arrays,
+    and the partitions' left counts per level (the host state ``adopt`` puts back)."""
+
+    levels: list
+    rows: tuple  # (row_index per shard, spare per shard): level d's rows in rows[d % 2]
+    left: list  # per level but the last, its per shard left counts
+
+    def adopt(self, shardset) -> tuple:
+        """Make the shard set's row arrays and the levels' left counts this loop's. Returns
+        (levels, rows)."""
+        shardset.row_index, shardset._spare_index = list(self.rows[0]), list(self.rows[1])
+        for level, left in zip(self.levels, self.left):
+            level.left = left
+        return self.levels, self.rows
+
+
+def _queue_levels(shardset, layout, gh, allowed, search, n_bins: int, rules) -> _QueuedLevels:
+    """The planned level loop's device work, queued: reads nothing back while every level is
+    in ``layout.fixed``. Returns its ``_QueuedLevels``."""
     backend, kernels = shardset.backend, shardset.backend.kernels
     timers = shardset.timers
-    n_bins = cuts.n_bins
     dense = shardset.dense
-    allowed = [dense.allowed(level) for level in feature_allowed.by_level]  # per depth
     shards = shardset.shards
     max_depth = rules.max_depth
-    layout = _layout(shardset, max_depth, dense.n_features * n_bins * 16)
     shardset.reset_row_index()
     rows = (shardset.row_index, shardset._spare_index)  # level d's rows are in rows[d % 2]
     min_gain = rules.split.min_gain
-    search = rules.split.constants(scales)
     with timers("histograms"):
         hist = shardset.build_histograms(gh, [np.zeros(1, dtype=np.int64)] * len(shards),
                                          [np.array([s.n_rows], dtype=np.int64) for s in shards],
@@ -201,14 +269,8 @@ def grow_tree_planned(shardset, gh: list, scales, cuts, rules, feature_allowed,
             hist = children
         levels.append(child)
         level = child
-    # the tree's arrays start on their way to the host now; the margins follow them on the device
-    arrays = backend.to_host_later([a for lv in levels for a in lv.fetched.values()])
-    pending = PendingTree(lambda: _planned_tree(dense.features, levels, arrays.wait(), scales,
-                                                cuts, rules, group), timers)
-    constants = rules.leaf.constants(scales)
-    return pending, [PlannedMargins(levels, [r[s] for r in rows], constants, s,
-                                    functools.partial(dense.columns, s))
-            for s in range(len(shards))]
+    return _QueuedLevels(levels, (list(rows[0]), list(rows[1])),
+                         [lv.left for lv in levels[:-1]])
 
 
 def _capped(xp, bounds, n_nodes: int):
