@@ -60,8 +60,10 @@ class ShardSet:
         self.level_plans: bool | None = {"0": False, "1": True}.get(
             os.environ.get("GBFLOW_LEVEL_PLANS", ""))
         self.planned_layout = None  # the planned trees' level arrays (``grow.planned``)
-        # replays the planned trees' level loops (``Backend.recorder``: CUDA graphs)
+        # replay the planned trees' level loops and margin updates (``Backend.recorder``: CUDA
+        # graphs); a margin update is recorded per output (class) and holds no memory
         self.recorder = backend.recorder()
+        self.margin_recorder = backend.recorder(most=64)
         # whole trees in one backend call (``grow.whole``) where the backend has the grower
         # and the data allows; GBFLOW_WHOLE_TREES=0 turns them off (to compare the loops)
         self.whole_trees = os.environ.get("GBFLOW_WHOLE_TREES", "") != "0"

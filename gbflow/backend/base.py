@@ -161,11 +161,11 @@ class Backend:
         """Write 0, 1, ..., len(out) - 1 into the (n,) integer array ``out`` in place."""
         out[...] = self.xp.arange(len(out), dtype=out.dtype)
 
-    def recorder(self):
+    def recorder(self, most: int = 8):
         """What repeats a sequence of device work cheaply: its ``run(key, queue)`` calls
         ``queue()`` (work queued on the device that reads nothing back) and returns its result.
         Here it simply calls it; the GPU's records the work once and replays the record for
-        the same key (``cuda.GraphRecorder``)."""
+        the same key (``cuda.GraphRecorder``, keeping at most ``most`` records)."""
         return Unrecorded()
 
     @contextlib.contextmanager

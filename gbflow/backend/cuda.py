@@ -97,12 +97,12 @@ class CudaBackend(Backend):
         if out.size:
             _row_numbers(self.xp)(out)
 
-    def recorder(self):
+    def recorder(self, most: int = 8):
         """A ``GraphRecorder`` (CUDA graphs), or the plain one where the environment's
         GBFLOW_CUDA_GRAPHS is 0 (to compare)."""
         if os.environ.get("GBFLOW_CUDA_GRAPHS", "") == "0":
-            return super().recorder()
-        return GraphRecorder(self.xp, self.kernels)
+            return super().recorder(most)
+        return GraphRecorder(self.xp, self.kernels, most)
 
     def device_memory_reader(self):
         """Bytes of the GPU current now that CuPy's memory pool has given to arrays (not what
@@ -296,8 +296,8 @@ _pinned = threading.local()  # per thread: training tasks of one process may run
 def _copies(cupy, arrays, pinned) -> PendingCopies:
     """Every device array of ``arrays`` copied asynchronously into ``pinned`` (page-locked
     memory large enough for their 8-byte aligned slots; None: a new block from CuPy's pinned
-    pool), an event after the copies; ``wait`` waits for the event and returns host copies of
-    the slots (host arrays pass through)."""
+    pool), an event after the copies; ``wait`` waits for the event and returns host arrays of
+    the slots, views of one host copy of the buffer (host arrays pass through)."""
     device = [cupy.ascontiguousarray(a) if on_gpu(a) else None for a in arrays]
     offsets, total = aligned_slots([0 if d is None else d.nbytes for d in device])
     if pinned is None:
@@ -306,30 +306,32 @@ def _copies(cupy, arrays, pinned) -> PendingCopies:
     stream = cupy.cuda.get_current_stream()
     runtime = cupy.cuda.runtime
     base = buffer.ctypes.data
-    views = []
     copies = []  # [host offset, device pointer, bytes, allocation]: views of one allocation
     # that follow each other there as they do in the buffer share one copy (a copy must not
     # span two allocations, even adjacent ones: the runtime rejects it)
     for d, offset in zip(device, offsets):
-        view = None
-        if d is not None:
-            view = buffer[offset:offset + d.nbytes].view(d.dtype).reshape(d.shape)
-            if d.size:
-                last = copies[-1] if copies else None
-                # joined when the gap before it (padding to 8 bytes) is the same on both sides
-                if last is not None and d.data.mem is last[3] and \
-                        offset - last[0] - last[2] < 8 and d.data.ptr - last[1] == offset - last[0]:
-                    last[2] = offset - last[0] + d.nbytes
-                else:
-                    copies.append([offset, d.data.ptr, d.nbytes, d.data.mem])
-        views.append(view)
+        if d is not None and d.size:
+            last = copies[-1] if copies else None
+            # joined when the gap before it (padding to 8 bytes) is the same on both sides
+            if last is not None and d.data.mem is last[3] and \
+                    offset - last[0] - last[2] < 8 and d.data.ptr - last[1] == offset - last[0]:
+                last[2] = offset - last[0] + d.nbytes
+            else:
+                copies.append([offset, d.data.ptr, d.nbytes, d.data.mem])
     for host_offset, pointer, nbytes, _ in copies:
         # the runtime call itself: ndarray.get cost 35 us of host time a copy
         runtime.memcpyAsync(base + host_offset, pointer, nbytes, runtime.memcpyDeviceToHost,
                             stream.ptr)
     done = stream.record()
+    # what the host views need, not the device arrays (their memory may go once copied)
+    slots = [None if d is None else (offset, d.nbytes, d.dtype, d.shape)
+             for d, offset in zip(device, offsets)]
+    del device, copies
 
     def finish():
         done.synchronize()
-        return [np.asarray(a) if v is None else v.copy() for a, v in zip(arrays, views)]
+        host = buffer[:total].copy()  # one copy: a planned tree fetches some seventy arrays
+        return [np.asarray(a) if slot is None else
+                host[slot[0]:slot[0] + slot[1]].view(slot[2]).reshape(slot[3])
+                for a, slot in zip(arrays, slots)]
     return PendingCopies(finish)

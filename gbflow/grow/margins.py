@@ -63,8 +63,24 @@ class PlannedMargins:
     constants: tuple  # LeafRule.constants
     shard: int
     by_feature: object  # () -> the shard's dense (D, n) columns
+    # where the levels are a layout's fixed ones (``planned._PlannedLayout``, given here): the
+    # shard set's ``margin_recorder`` records the update per margin column and replays it
+    layout: object = None
+    recorder: object = None
 
     def add_to(self, kernels, margin) -> None:
+        key = None
+        if self.layout is not None and self.recorder.records:
+            address = self.recorder.address
+            key = (self.layout, self.shard, tuple(address(r) for r in self.rows),
+                   address(margin), address(self.by_feature()),
+                   tuple(float(c) for c in self.constants))
+        if key is None:
+            self._queue(kernels, margin)
+        else:
+            self.recorder.run(key, lambda: self._queue(kernels, margin))
+
+    def _queue(self, kernels, margin) -> None:
         s = self.shard
         for depth, level in enumerate(self.levels[:-1]):
             kernels.add_planned_leaf_values(margin, self.rows[depth % 2], level.seg_start[s],

@@ -164,7 +164,9 @@ def grow_tree_planned(shardset, gh: list, scales, cuts, rules, feature_allowed,
                                                 cuts, rules, group), shardset.timers)
     constants = rules.leaf.constants(scales)
     return pending, [PlannedMargins(levels, [r[s] for r in rows], constants, s,
-                                    functools.partial(dense.columns, s))
+                                    functools.partial(dense.columns, s),
+                                    layout if key is not None else None,
+                                    shardset.margin_recorder)
                      for s in range(len(shardset.shards))]
 
 
