@@ -83,6 +83,10 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
                     resume=resume, on_rounds=on_rounds, memory=memory)
     finally:
         memory.stop()
+        # the recorded trees' graphs and the memory they hold go now, not when the shard
+        # set is collected
+        shardset.recorder.clear()
+        shardset.margin_recorder.clear()
 
 
 def _fit(backend, parts: list, params, num_boost_round: int, evals, options, verbose,

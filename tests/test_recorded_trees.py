@@ -102,6 +102,8 @@ def test_the_recorder_queues_once_records_once_then_replays():
     assert cupy.allocated == [64]
     assert recorder._graphs["key"][2] == ["memory 64"]
     assert recorder.run(None, queue) == ("result", 3)  # no key: never recorded
+    recorder.clear()  # training over: the graph and its memory go
+    assert not recorder.holds("key") and recorder.run("key", queue) == ("result", 4)
 
 
 def test_the_recorder_keeps_its_newest_graphs_and_never_retries_a_failed_recording():

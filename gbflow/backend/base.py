@@ -39,6 +39,9 @@ class Unrecorded:
     def holds(self, key) -> bool:
         return False
 
+    def clear(self) -> None:
+        """Nothing is recorded."""
+
     def run(self, key, queue):
         return queue()
 

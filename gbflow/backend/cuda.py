@@ -234,6 +234,11 @@ class GraphRecorder:
         """Whether ``run(key, ...)`` would launch a recorded graph."""
         return key is not None and key in self._graphs
 
+    def clear(self) -> None:
+        """Drop every graph and the memory it holds (training is over: nothing replays them)."""
+        self._graphs.clear()
+        self._seen.clear()
+
     def run(self, key, queue):
         """``queue()``'s result, its work queued on the current stream: replayed, recorded or
         queued as it is (class docstring). key None: queued as it is."""
