@@ -10,6 +10,7 @@ from .booster import Booster
 from .callback import Callbacks
 from .categories import recode_part
 from .categories import unify as unify_categories
+from .category_splits import gradient_dispersions
 from .evaluation import TRAINING, EvalOptions, EvalSet, Evaluation
 from .grow import finished_tree, grow_tree
 from .memory_report import StageMemory
@@ -258,6 +259,8 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
     # left the memory pool a second block of that size (on the device, 153 MiB of 10M rows).
     gh_buffers: list = []
 
+    # category-set splits pay a noise penalty in units of each tree's sum g^2 / sum h
+    penalised = rules.category.penalises([len(v) for v in categories.values()])
     bounds = objective.gradient_bounds(max_weight)
     if gradient_based and bounds is not None:  # a kept pair is divided by its probability
         bounds = reweighted_bounds(bounds, params.subsample)
@@ -289,6 +292,8 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
                     f"infinite) at round {first_round + round_index}: the margins overflowed "
                     f"its link (exp of a margin above ~709); lower learning_rate, give a "
                     f"smaller base_score or base_margin, or set max_delta_step")
+            dispersions = gradient_dispersions(backend, collective, grad_hess, largest,
+                                               n_total) if penalised else None
         round_trees = []
         for k in range(n_groups):
             with timers("gradients"):
@@ -307,7 +312,8 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
                     grad_hess = None  # quantized: the float gradients' memory serves the tree
             allowed = FeatureSample.draw(len(feature_names), params, first_round + round_index,
                                          k)
-            tree, leaf_rows = grow_tree(shardset, gh, scales, cuts, rules, allowed, k,
+            tree_rules = rules if dispersions is None else rules.with_dispersion(dispersions[k])
+            tree, leaf_rows = grow_tree(shardset, gh, scales, cuts, tree_rules, allowed, k,
                                         part_gh=gh_rows if by_part else None)
             gh_rows = None
             if objective.leaf_alphas is not None:

@@ -88,6 +88,9 @@ class Params:
     cat_smooth: float = 10.0
     # LightGBM's: the L2 penalty of partition splits' gains is reg_lambda + cat_l2
     cat_l2: float = 10.0
+    # gbflow's: a partition split's gain pays this many times the gain its node's categories
+    # would find in noise alone (``category_splits``); 0 turns the penalty off
+    cat_noise_penalty: float = 1.0
     # dask-cuda's name: the device bytes this process's binned training data may take; above
     # it the bins live in host pages streamed to the device level by level. None: the device's
     # free memory (the CPU: nothing paged). Changes speed and memory, never the model.
@@ -215,7 +218,7 @@ RANKING = ("lambdarank_num_pair_per_sample", "lambdarank_normalization",
            "lambdarank_score_normalization", "ndcg_exp_gain")
 _RANKING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Params) if f.name in RANKING}
 CATEGORICAL = ("enable_categorical", "max_cat_to_onehot", "max_cat_threshold", "cat_smooth",
-               "cat_l2")
+               "cat_l2", "cat_noise_penalty")
 
 
 # Names users bring from XGBoost/LightGBM that are not parameters here: say where they belong.
@@ -306,6 +309,7 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         ("max_cat_to_onehot", int, 1, 2**31 - 1, "[]"),
         ("max_cat_threshold", int, 1, 2**31 - 1, "[]"),
         ("cat_smooth", float, 0, math.inf, "[]"), ("cat_l2", float, 0, math.inf, "[]"),
+        ("cat_noise_penalty", float, 0, math.inf, "[]"),
         ("max_delta_step", float, 0, math.inf, "[]"), ("max_leaves", int, 0, 2**31 - 1, "[]"),
     ]:
         if name not in merged or (name in ("sparse_threshold", "max_delta_step") and

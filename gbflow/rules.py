@@ -73,13 +73,20 @@ class TreeRules:
     split: SplitRule
     leaf: LeafRule
     category: CategoryRule = CategoryRule(max_cat_to_onehot=4, max_cat_threshold=64,
-                                          cat_smooth=10.0, cat_l2=10.0)  # Params' defaults
+                                          cat_smooth=10.0, cat_l2=10.0,
+                                          cat_noise_penalty=1.0)  # Params' defaults
     # max_delta_step and monotone constraints (None: neither; weights unbounded)
     bounds: WeightBounds | None = None
     # interaction constraints (None: every node may split on any feature)
     interactions: InteractionSets | None = None
     max_leaves: int = 0  # 0: no limit
     lossguide: bool = False  # grow_policy="lossguide": the leaf of the largest gain splits first
+
+    def with_dispersion(self, dispersion: float) -> "TreeRules":
+        """These rules for one tree whose gradients have this variance per unit of hessian
+        (``category_splits.gradient_dispersions``: the categorical noise penalty's scale)."""
+        return dataclasses.replace(self, category=dataclasses.replace(
+            self.category, dispersion=float(dispersion)))
 
     @property
     def leaf_budget_binds(self) -> bool:
@@ -100,7 +107,8 @@ class TreeRules:
                    leaf=LeafRule(params.reg_lambda, params.reg_alpha, params.learning_rate,
                                  params.delta_step_cap),
                    category=CategoryRule(params.max_cat_to_onehot, params.max_cat_threshold,
-                                         params.cat_smooth, params.cat_l2),
+                                         params.cat_smooth, params.cat_l2,
+                                         params.cat_noise_penalty),
                    bounds=WeightBounds.of(params, list(feature_names), set(categorical)),
                    interactions=InteractionSets.of(params.interaction_constraints,
                                                    list(feature_names)))

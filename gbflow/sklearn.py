@@ -50,7 +50,8 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
                  random_state=0, base_score=None, eval_metric=None, early_stopping_rounds=None,
                  device="auto", sparse_threshold=None, verbose=False, n_jobs=None,
                  enable_categorical=True, max_cat_to_onehot=4, max_cat_threshold=64,
-                 cat_smooth=10.0, cat_l2=10.0, verbosity=1, max_delta_step=None,
+                 cat_smooth=10.0, cat_l2=10.0,
+                 cat_noise_penalty=1.0, verbosity=1, max_delta_step=None,
                  monotone_constraints=None, interaction_constraints=None, max_leaves=0,
                  grow_policy="depthwise"):
         _store(self, locals())
@@ -333,9 +334,10 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
         ``fit(verbose=...)`` overrides it for one fit, as in XGBoost.
     n_jobs : int or None, default None
         CPU threads of training (XGBoost's ``n_jobs``, gbflow's ``nthread``; None: every core).
-    enable_categorical, max_cat_to_onehot, max_cat_threshold, cat_smooth, cat_l2
+    enable_categorical, max_cat_to_onehot, max_cat_threshold, cat_smooth, cat_l2, cat_noise_penalty
         Categorical features (pandas/cuDF ``category`` columns), XGBoost's and LightGBM's names
-        and gbflow's defaults (True, 4, 64, 10.0, 10.0): see the training parameters.
+        (cat_noise_penalty is gbflow's) and gbflow's defaults (True, 4, 64, 10.0, 10.0, 1.0):
+        see the training parameters.
     verbosity : int, default 1
         XGBoost's; 0 silences gbflow's warnings during fit.
     quantile_alpha : float or list of floats, default 0.5
@@ -371,6 +373,7 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
                  base_score=None, eval_metric=None, early_stopping_rounds=None, device="auto",
                  sparse_threshold=None, verbose=False, n_jobs=None, enable_categorical=True,
                  max_cat_to_onehot=4, max_cat_threshold=64, cat_smooth=10.0, cat_l2=10.0,
+                 cat_noise_penalty=1.0,
                  verbosity=1, quantile_alpha=0.5, max_delta_step=None, monotone_constraints=None,
                  interaction_constraints=None, max_leaves=0, grow_policy="depthwise"):
         _store(self, locals())
@@ -423,7 +426,8 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
                  colsample_bynode=1.0, max_bin=256, random_state=0, base_score=None,
                  eval_metric=None, early_stopping_rounds=None, device="auto", sparse_threshold=None,
                  verbose=False, n_jobs=None, enable_categorical=True, max_cat_to_onehot=4,
-                 max_cat_threshold=64, cat_smooth=10.0, cat_l2=10.0, verbosity=1,
+                 max_cat_threshold=64, cat_smooth=10.0, cat_l2=10.0,
+                 cat_noise_penalty=1.0, verbosity=1,
                  max_delta_step=None, monotone_constraints=None, interaction_constraints=None,
                  max_leaves=0, grow_policy="depthwise"):
         _store(self, locals())
