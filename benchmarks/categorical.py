@@ -15,19 +15,19 @@ numeric columns and categorical columns of ``--cardinalities`` categories (Zipf-
 frequencies, so a long tail of rare categories; 1% missing), a logit of per-category random
 effects (and a per-category slope on x0 for the second column) plus numeric effects and noise.
 
-Rows are split 70/15/15 into train/valid/test by a seeded permutation; every variant sees the
-same rows. Methods: gbflow with the pandas category columns (native categorical features; a
-method's error is printed, not raised, so this runs before that feature lands), gbflow on the
-category codes as float columns (missing: NaN), XGBoost with enable_categorical=True, XGBoost on
-the codes, and XGBoost on one-hot columns when their total width is under ``--onehot-max``. All
-get the same depth, learning rate, rounds, max_bin and device, max_cat_to_onehot and
-max_cat_threshold for the categorical runs (``--cat-smooth``, ``--cat-l2``: gbflow's only, its
-defaults unless given), and the valid split as an evaluation set (logloss each round). Both get
-host data (pandas frames; a NumPy array for one-hot; on cuda, the copy to the GPU is in the
-time, as is each library's quantization: XGBoost's QuantileDMatrix); both are warmed up on a
-slice first. Test AUC and log loss are sklearn's. On cuda the peak device memory is NVML's used
-memory above the start (gpu_binary.PeakMemory) when pynvml is there, else the CuPy pool's size
-after the run (gbflow only: XGBoost does not allocate from that pool).
+Rows are split 70/15/15 into train/valid/test by a seeded permutation; every variant sees the same
+rows. Methods: gbflow with the pandas category columns (native categorical features; a method's
+error is printed, not raised, so this runs before that feature lands), gbflow on the category codes
+as float columns (missing: NaN), XGBoost with enable_categorical=True, XGBoost on the codes, and
+XGBoost on one-hot columns when their total width is under ``--onehot-max``. All get the same depth,
+learning rate, rounds, max_bin and device, max_cat_to_onehot and max_cat_threshold for the
+categorical runs (``--cat-smooth``, ``--cat-l2``, ``--cat-noise-penalty``: gbflow's only, its
+defaults unless given), and the valid split as an evaluation set (logloss each round). Both get host
+data (pandas frames; a NumPy array for one-hot; on cuda, the copy to the GPU is in the time, as is
+each library's quantization: XGBoost's QuantileDMatrix); both are warmed up on a slice first. Test
+AUC and log loss are sklearn's. On cuda the peak device memory is NVML's used memory above the start
+(gpu_binary.PeakMemory) when pynvml is there, else the CuPy pool's size after the run (gbflow only:
+XGBoost does not allocate from that pool).
 """
 from __future__ import annotations
 
@@ -132,7 +132,9 @@ def fit(library, variant, data, y, args, sync):
         import gbflow
         if variant == "cat":
             params.update({k: v for k, v in (("cat_smooth", args.cat_smooth),
-                                             ("cat_l2", args.cat_l2)) if v is not None})
+                                             ("cat_l2", args.cat_l2),
+                                             ("cat_noise_penalty", args.cat_noise_penalty))
+                           if v is not None})
         gbflow.train(X[:2000], yt[:2000], params=params, num_boost_round=2,  # warm-up
                      evals=[((Xv[:500], yv[:500]), "valid")], verbose=False)
         sync()
@@ -210,6 +212,8 @@ def main():
     parser.add_argument("--max-cat-threshold", type=int, default=64)
     parser.add_argument("--cat-smooth", type=float, help="gbflow only (default: gbflow's)")
     parser.add_argument("--cat-l2", type=float, help="gbflow only (default: gbflow's)")
+    parser.add_argument("--cat-noise-penalty", type=float,
+                        help="gbflow only (default: gbflow's; 0: no noise penalty)")
     parser.add_argument("--onehot-max", type=int, default=1000,
                         help="one-hot only when the categorical columns' categories sum below")
     parser.add_argument("--seed", type=int, default=0)
@@ -256,7 +260,8 @@ def main():
     print(f"depth {args.depth}, {args.rounds} rounds, eta {args.eta}, max_bin {args.max_bin}, "
           f"max_cat_to_onehot {args.max_cat_to_onehot}, max_cat_threshold "
           f"{args.max_cat_threshold}, gbflow's cat_smooth {_or_default(args.cat_smooth)}, "
-          f"cat_l2 {_or_default(args.cat_l2)}")
+          f"cat_l2 {_or_default(args.cat_l2)}, cat_noise_penalty "
+          f"{_or_default(args.cat_noise_penalty)}")
     if "onehot" not in variants:
         print(f"xgboost one-hot: skipped ({width:,} one-hot columns >= --onehot-max "
               f"{args.onehot_max})")
