@@ -16,27 +16,30 @@ from .params import make_params
 from .progress import VERBOSITY, check_verbose, verbosity
 
 
-def _eval_dataset(entry, label, weight, train: inputs.DataSet, index: int, missing=None,
+def _eval_dataset(entry, label, weight, train: inputs.DataSet, index: int, params,
                   base_margin: str | None = None, qid: str | None = None):
     data, name, what = inputs.eval_pair(entry, index)
+    missing, feature_types = params.missing, params.feature_types
     if batches.is_batches(data):
         return batches.load(data, label if isinstance(label, str) else None,
                             weight if isinstance(weight, str) else None, what,
                             feature_names=train.feature_names, missing=missing,
-                            base_margin=base_margin, qid=qid)[0], name
+                            base_margin=base_margin, qid=qid,
+                            feature_types=feature_types)[0], name
     if isinstance(data, tuple):
         if len(data) not in (2, 3, 4, 5):
             raise TypeError(f"{what}: give (X, y), (X, y, weight), (X, y, weight, qid) or (X, "
                             f"y, weight, qid, base_margin) as data (None for one not given)")
         X, y, w, q, margin = (*data, None, None, None)[:5]
         return inputs.load(X, y, w, what, feature_names=train.feature_names,
-                           missing=missing, qid=q, base_margin=margin), name
+                           missing=missing, qid=q, base_margin=margin,
+                           feature_types=feature_types), name
     if not isinstance(label, str):
         raise TypeError(f"{what}: the training label was an array, so give this evaluation set "
                         f"as ((X, y), {name!r}) or ((X, y, weight), {name!r})")
     return inputs.load(data, label, weight if isinstance(weight, str) else None, what,
                        feature_names=train.feature_names, missing=missing,
-                       base_margin=base_margin, qid=qid), name
+                       base_margin=base_margin, qid=qid, feature_types=feature_types), name
 
 
 def train(data, label=None, params: dict | None = None, num_boost_round: int = 100,
@@ -196,12 +199,14 @@ def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, w
     if in_batches:
         dataset, data_on_gpu = batches.load(data, label, weight, "training data",
                                             missing=params.missing, base_margin=base_margin,
-                                            qid=qid, enable_categorical=params.enable_categorical)
+                                            qid=qid, enable_categorical=params.enable_categorical,
+                                            feature_types=params.feature_types)
         if params.loss.by_query and dataset.qid is None:
             _no_qid(params, " (or each batch as (X, y, weight, qid))")
     else:
         dataset = inputs.load(data, label, weight, "training data", missing=params.missing,
-                              base_margin=base_margin, qid=qid)
+                              base_margin=base_margin, qid=qid,
+                              feature_types=params.feature_types)
         data_on_gpu = on_gpu(dataset.X)
         if not params.enable_categorical:
             inputs.check_categorical(data, dataset.feature_names, [], "training data",
@@ -216,7 +221,7 @@ def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, w
         if _is_training(entry, data, label, weight, qid, base_margin):
             eval_sets.append((TRAINING, entry[1]))
             continue
-        d, name = _eval_dataset(entry, label, weight, dataset, i, params.missing,
+        d, name = _eval_dataset(entry, label, weight, dataset, i, params,
                                 dataset.base_margin_name, dataset.qid_name)
         objective.check_label(d.label, f"evaluation set {name!r}")
         eval_sets.append((d, name))

@@ -170,7 +170,8 @@ def _batch_arguments(item, label, weight, qid, base_margin, what: str,
 
 def load(data, label=None, weight=None, what: str = "training data", *, feature_names=None,
          missing: float | None = None, base_margin=None, qid=None,
-         enable_categorical: bool = True) -> tuple[inputs.DataSet, bool]:
+         enable_categorical: bool = True,
+         feature_types: tuple | None = None) -> tuple[inputs.DataSet, bool]:
     """One host ``DataSet`` of every batch of ``data`` (see ``is_batches``), and whether the
     batches were on a GPU (cuDF or CuPy; training then defaults to it).
 
@@ -186,7 +187,8 @@ def load(data, label=None, weight=None, what: str = "training data", *, feature_
     batch (plus the matrix's growth when the row count is not known in advance: an iterator's).
     With ``feature_names`` (an evaluation set) the column names given are the training's:
     they apply to frame batches, and tuple batches carry their own arrays (a tuple without a
-    base margin starts from the base score). Side effect: an iterator is consumed.
+    base margin starts from the base score). feature_types: XGBoost's (``inputs.load``), each
+    batch's columns marked "c" categorical by value. Side effect: an iterator is consumed.
     """
     names = None if feature_names is None else list(feature_names)
     rows = X = None
@@ -197,7 +199,7 @@ def load(data, label=None, weight=None, what: str = "training data", *, feature_
         X_k, y, w, q, m = _batch_arguments(item, label, weight, qid, base_margin, where,
                                            names_for_frames=feature_names is not None)
         part = inputs.load(X_k, y, w, where, feature_names=names, allow_empty=True,
-                           missing=missing, base_margin=m, qid=q)
+                           missing=missing, base_margin=m, qid=q, feature_types=feature_types)
         if not enable_categorical:
             inputs.check_categorical(X_k, part.feature_names, [], where, enabled=False)
         del X_k, item

@@ -83,11 +83,21 @@ class Booster:
             inputs.check_feature_dtypes(data, self.feature_names, "prediction data")
         else:
             inputs.check_columns(data, self.feature_names, (), "prediction data")
-        inputs.check_categorical(data, self.feature_names, list(self.categories),
-                                 "prediction data")
-        X = frames.feature_matrix(data, self.feature_names, self.categories)
+        # features feature_types marked categorical come as numbers (an array, numeric columns)
+        # whose values are matched with the model's categories; category columns as in training
+        by_value = [name for name in categories_module.typed_categorical(
+            self.params.feature_types, self.feature_names, "prediction data")
+            if name not in frames.category_columns(data, [name]) and
+            np.asarray(self.categories[name]).dtype.kind in "iuf"]
+        coded = {k: v for k, v in self.categories.items() if k not in by_value}
+        inputs.check_categorical(data, self.feature_names, list(coded), "prediction data")
+        X = frames.feature_matrix(data, self.feature_names, coded)
         X = frames.mark_missing(X, self.params.missing, [
-            j for j, name in enumerate(self.feature_names) if name in self.categories])
+            j for j, name in enumerate(self.feature_names) if name in coded])
+        if by_value:
+            inputs.check_container_of_typed(X, "prediction data")
+            categories_module.encode_values(X, [self.feature_names.index(n) for n in by_value],
+                                     by_value, self.categories)
         inputs.check_features(X, self.feature_names, "prediction data")
         return X
 

@@ -6,6 +6,10 @@ value (``backend.frames.observed_categories``): frames that order or declare the
 differently give the same lists. Each part (a frame, a Dask partition, a worker's joined
 partitions) starts with the categories it holds; training takes the union over all parts and
 processes, sorted, so the lists, and the model, do not depend on the partitioning.
+
+Numeric columns become categorical features too when XGBoost's ``feature_types`` marks them
+"c" (arrays of category codes, say): their distinct values are the categories
+(``encode_values``), found and matched by value like a category column's.
 """
 from __future__ import annotations
 
@@ -14,9 +18,66 @@ import pandas as pd
 
 from . import _dtypes
 from .backend import backend_for
+from .backend.arrays import to_host
 
 # Bins are uint16 at most (``_dtypes.bin_dtype``): the missing bin and one bin per category.
 MAX_CATEGORIES = 2**16 - 1
+# XGBoost's feature_types entries: "c" a categorical feature, the others numeric ones
+FEATURE_TYPES = ("q", "c", "int", "float", "i")
+
+
+def parse_feature_types(value, enable_categorical: bool = True) -> tuple | None:
+    """XGBoost's ``feature_types`` parameter checked: None, or a tuple of one entry of
+    ``FEATURE_TYPES`` per feature. ValueError naming an entry gbflow does not know, or a "c"
+    when ``enable_categorical`` is False."""
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise TypeError(f"parameter feature_types must be a list of one type per feature "
+                        f"({', '.join(map(repr, FEATURE_TYPES))}), got {value!r}")
+    for i, entry in enumerate(value):
+        if entry not in FEATURE_TYPES:
+            raise ValueError(f"parameter feature_types[{i}] is {entry!r}; each entry is one of "
+                             f"{', '.join(map(repr, FEATURE_TYPES))} ('c': categorical)")
+    if "c" in value and not enable_categorical:
+        raise ValueError("parameter feature_types marks categorical features ('c') but "
+                         "enable_categorical=False; leave it True (the default) to train on them")
+    return tuple(value)
+
+
+def typed_categorical(feature_types: tuple | None, features: list, what: str) -> list[str]:
+    """The features ``feature_types`` marks "c", in feature order; ValueError when it does not
+    list one type per feature of ``what``."""
+    if feature_types is None:
+        return []
+    if len(feature_types) != len(features):
+        raise ValueError(f"parameter feature_types lists {len(feature_types)} types but {what} "
+                         f"has {len(features)} features ({features[:5]}...)")
+    return [name for name, kind in zip(features, feature_types) if kind == "c"]
+
+
+def encode_values(X, columns: list[int], names: list[str], lists: dict | None = None) -> dict:
+    """Numeric columns of X (n, F) float32 (host or device; NaN missing) made categorical, in
+    place: each value becomes its position in the sorted list of the column's distinct values
+    (``lists`` [name] where given, a model's: values not in it become NaN, unseen categories).
+    columns: positions in X; names: their features. Returns {name: sorted values} (host
+    float64)."""
+    xp = backend_for(X).xp
+    found = {}
+    for j, name in zip(columns, names):
+        column = X[:, j].astype(np.float64)
+        if lists is None:
+            values = to_host(xp.unique(column[~xp.isnan(column)]))
+        else:
+            values = np.asarray(lists[name], dtype=np.float64)
+        found[name] = values
+        if not len(values):
+            X[:, j] = np.float32(np.nan)
+            continue
+        on_device = xp.asarray(values)
+        at = xp.minimum(xp.searchsorted(on_device, column), len(values) - 1)
+        X[:, j] = xp.where(on_device[at] == column, at.astype(np.float32), np.float32(np.nan))
+    return found
 
 
 def union(lists) -> np.ndarray:

@@ -7,6 +7,7 @@ import numpy as np
 
 from . import _dtypes
 from .backend import backend_for, frames, to_host
+from .categories import encode_values, typed_categorical
 from .csr import CSR
 
 _SHOW = 10  # how many names an error lists before "..."
@@ -257,7 +258,8 @@ def check_qid(values, what: str, column: str | None = None) -> None:
 
 def load(data, label=None, weight=None, what: str = "data", feature_names=None,
          label_name=None, weight_name=None, allow_empty: bool = False,
-         missing: float | None = None, base_margin=None, qid=None) -> DataSet:
+         missing: float | None = None, base_margin=None, qid=None,
+         feature_types: tuple | None = None) -> DataSet:
     """Validate ``data`` and its label/weight and return them as arrays where the data lives.
 
     label/weight: a column name (not a feature then) or an array of one value per row.
@@ -267,6 +269,8 @@ def load(data, label=None, weight=None, what: str = "data", feature_names=None,
     (plus the label/weight columns). label_name/weight_name: training's column names.
     allow_empty: accept 0 rows (a Dask partition, or a Dask DataFrame's meta).
     missing: a feature value read as missing (XGBoost's; None: only NaN and nulls).
+    feature_types: XGBoost's, one per feature (``categories.parse_feature_types``): numeric
+    columns marked "c" become categorical features, their values the categories.
     """
     check_container(data, what)
     n_rows = frames.n_rows(data)
@@ -304,8 +308,12 @@ def load(data, label=None, weight=None, what: str = "data", feature_names=None,
         if values is not None:
             check_target(values, role, what, column)
     categories = frames.observed_categories(data, frames.category_columns(data, features))
+    typed = typed_columns(feature_types, features, categories, what)
     X = frames.feature_matrix(data, features, categories)
     X = frames.mark_missing(X, missing, [j for j, n in enumerate(features) if n in categories])
+    if typed:
+        check_container_of_typed(X, what)
+        categories.update(encode_values(X, [features.index(n) for n in typed], typed))
     check_features(X, features, what)
     return DataSet(X=X, label=label_values, weight=weight_values, feature_names=features,
                    label_name=label_col, weight_name=weight_col, categories=categories,
@@ -327,6 +335,28 @@ def check_feature_dtypes(data, features: list[str], what: str) -> None:
             f"df[{texts[0]!r}] = df[{texts[0]!r}].astype('category')" if texts else "")
     raise TypeError(f"{what} has non-numeric feature column(s) {_column_list(bad)}; gbflow "
                     f"takes numeric, boolean and category columns{hint}; or encode or drop them")
+
+
+def typed_columns(feature_types, features: list[str], categories: dict, what: str) -> list[str]:
+    """The numeric features ``feature_types`` marks "c" (category columns are categorical
+    anyway); TypeError naming a category column it marks numeric."""
+    typed = typed_categorical(feature_types, features, what)
+    if feature_types is not None:
+        numeric = [n for n, kind in zip(features, feature_types) if kind != "c" and
+                   n in categories]
+        if numeric:
+            raise TypeError(f"{what}: feature_types marks the category column(s) "
+                            f"{_names(numeric)} as numeric; mark them 'c', or give them a "
+                            f"numeric dtype")
+    return [n for n in typed if n not in categories]
+
+
+def check_container_of_typed(X, what: str) -> None:
+    """TypeError for a sparse matrix with features marked categorical: categorical features
+    are stored dense, so they come as dense columns."""
+    if isinstance(X, CSR):
+        raise TypeError(f"{what} is a sparse matrix, and feature_types marks categorical "
+                        f"features ('c'): give them as a dense array or a DataFrame")
 
 
 def check_categorical(data, features: list[str], categorical: list[str], what: str,

@@ -8,6 +8,7 @@ import math
 
 from . import _dtypes, interactions, metrics, objectives, ranking, weight_bounds
 from .backend import DEVICES
+from .categories import parse_feature_types
 from .param_values import as_number, flag_value, parse_bytes, quantile_alphas
 
 ALIASES = {
@@ -88,6 +89,9 @@ class Params:
     cat_smooth: float = 10.0
     # LightGBM's: the L2 penalty of partition splits' gains is reg_lambda + cat_l2
     cat_l2: float = 10.0
+    # XGBoost's: one type per feature ("q", "int", "float", "i": numeric; "c": categorical,
+    # for numeric columns and arrays whose values are categories); None: from the dtypes
+    feature_types: tuple[str, ...] | None = None
     # gbflow's: a partition split's gain pays this many times the gain its node's categories
     # would find in noise alone (``category_splits``); 0 turns the penalty off
     cat_noise_penalty: float = 1.0
@@ -195,8 +199,10 @@ class Params:
             del d["grow_policy"], d["max_leaves"]
         if self.sampling_method == "uniform":  # likewise
             del d["sampling_method"]
+        if self.feature_types is not None:
+            d["feature_types"] = list(self.feature_types)
         for name in ("max_delta_step", "monotone_constraints",
-                     "interaction_constraints"):  # likewise
+                     "interaction_constraints", "feature_types"):  # likewise
             if getattr(self, name) is None:
                 del d[name]
         for name in RANKING:  # likewise, where they keep their defaults
@@ -387,6 +393,10 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         flag = flag_value(merged, name)
         if flag is not None:
             p[name] = flag
+    feature_types = parse_feature_types(merged.get("feature_types"),
+                                        p.get("enable_categorical", True))
+    if feature_types is not None:
+        p["feature_types"] = feature_types
     p.update(_ranking_params(merged, objective))
     metric = merged.get("eval_metric")
     if metric is not None:

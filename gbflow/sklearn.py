@@ -51,7 +51,7 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
                  device="auto", sparse_threshold=None, verbose=False, n_jobs=None,
                  enable_categorical=True, max_cat_to_onehot=4, max_cat_threshold=64,
                  cat_smooth=10.0, cat_l2=10.0,
-                 cat_noise_penalty=1.0, verbosity=1, max_delta_step=None,
+                 cat_noise_penalty=1.0, feature_types=None, verbosity=1, max_delta_step=None,
                  monotone_constraints=None, interaction_constraints=None, max_leaves=0,
                  grow_policy="depthwise"):
         _store(self, locals())
@@ -338,6 +338,9 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
         Categorical features (pandas/cuDF ``category`` columns), XGBoost's and LightGBM's names
         (cat_noise_penalty is gbflow's) and gbflow's defaults (True, 4, 64, 10.0, 10.0, 1.0):
         see the training parameters.
+    feature_types : list of str or None, default None
+        XGBoost's: one type per feature; "c" makes a numeric column (or an array's column) a
+        categorical feature whose values are its categories.
     verbosity : int, default 1
         XGBoost's; 0 silences gbflow's warnings during fit.
     quantile_alpha : float or list of floats, default 0.5
@@ -373,7 +376,7 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
                  base_score=None, eval_metric=None, early_stopping_rounds=None, device="auto",
                  sparse_threshold=None, verbose=False, n_jobs=None, enable_categorical=True,
                  max_cat_to_onehot=4, max_cat_threshold=64, cat_smooth=10.0, cat_l2=10.0,
-                 cat_noise_penalty=1.0,
+                 cat_noise_penalty=1.0, feature_types=None,
                  verbosity=1, quantile_alpha=0.5, max_delta_step=None, monotone_constraints=None,
                  interaction_constraints=None, max_leaves=0, grow_policy="depthwise"):
         _store(self, locals())
@@ -427,7 +430,7 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
                  eval_metric=None, early_stopping_rounds=None, device="auto", sparse_threshold=None,
                  verbose=False, n_jobs=None, enable_categorical=True, max_cat_to_onehot=4,
                  max_cat_threshold=64, cat_smooth=10.0, cat_l2=10.0,
-                 cat_noise_penalty=1.0, verbosity=1,
+                 cat_noise_penalty=1.0, feature_types=None, verbosity=1,
                  max_delta_step=None, monotone_constraints=None, interaction_constraints=None,
                  max_leaves=0, grow_policy="depthwise"):
         _store(self, locals())

@@ -68,7 +68,7 @@ class GBFlowRanker(GBFlowRegressor):
                  eval_metric=None, early_stopping_rounds=None, device="auto", sparse_threshold=None,
                  verbose=False, n_jobs=None, enable_categorical=True, max_cat_to_onehot=4,
                  max_cat_threshold=64, cat_smooth=10.0, cat_l2=10.0,
-                 cat_noise_penalty=1.0, verbosity=1,
+                 cat_noise_penalty=1.0, feature_types=None, verbosity=1,
                  quantile_alpha=0.5, max_delta_step=None, monotone_constraints=None,
                  interaction_constraints=None, lambdarank_pair_method="topk",
                  lambdarank_num_pair_per_sample=None, lambdarank_normalization=True,

@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import sparse
 
 import gbflow
 from gbflow import boosting, category_splits, inputs, predictor
@@ -551,3 +552,123 @@ def test_the_estimators_take_the_categorical_parameters():
     assert np.array_equal(model.predict(X), np.asarray(direct.predict(X)))
     with pytest.raises(TypeError, match="enable_categorical=False"):
         gbflow.GBFlowClassifier(enable_categorical=False).fit(X, (y > 0).astype(int))
+
+
+# -- feature_types: numeric columns whose values are categories ---------------------------------
+
+def _coded_arrays(n=4000, seed=0):
+    """(X (n, 2) float32: category codes 0..59 with NaN missing, a numeric column; y; the same
+    as a frame with a category column)."""
+    rng = np.random.default_rng(seed)
+    code = rng.integers(0, 60, n).astype(np.float32)
+    code[rng.random(n) < 0.05] = np.nan
+    effect = rng.normal(size=60)
+    x = rng.normal(size=n).astype(np.float32)
+    y = np.where(np.isnan(code), 0.0, effect[np.nan_to_num(code).astype(int)]) + 0.5 * x
+    frame = pd.DataFrame({"f0": pd.Categorical(code), "f1": x})
+    return np.stack([code, x], axis=1), y, frame
+
+
+def _trees(model):
+    return [t.to_dict() for t in model.trees]
+
+
+def test_feature_types_make_an_arrays_codes_categorical(device):
+    """Codes in an array marked "c" train the trees of the same codes as a category column
+    (categories by value), on the CPU and the GPU; prediction takes arrays and numeric frames,
+    values unseen in training go with missing ones, and the model file keeps the types."""
+    X, y, frame = _coded_arrays()
+    params = {**PARAMS, "device": device, "feature_types": ["c", "q"]}
+    typed = gbflow.train(_on(device, X), _on(device, y), params=params, num_boost_round=6,
+                         verbose=False)
+    dtyped = gbflow.train(frame, y, params={**PARAMS, "device": device}, num_boost_round=6,
+                          verbose=False)
+    assert list(typed.categories) == ["f0"] and any(t.categories for t in typed.trees)
+    assert _trees(typed) == _trees(dtyped)
+    on_arrays = np.asarray(to_host(typed.predict(_on(device, X))))
+    assert np.array_equal(on_arrays, dtyped.predict(frame).to_numpy())
+    numeric_frame = pd.DataFrame({"f0": X[:, 0], "f1": X[:, 1]})
+    assert np.array_equal(typed.predict(numeric_frame).to_numpy(), on_arrays)
+    unseen = X[:5].copy()
+    unseen[:, 0] = 1000.0
+    missing = X[:5].copy()
+    missing[:, 0] = np.nan
+    assert np.array_equal(typed.predict(unseen), typed.predict(missing))
+    again = gbflow.Booster.from_dict(json.loads(typed.to_json()))
+    assert again.params.feature_types == ("c", "q")
+    assert np.array_equal(again.predict(X), typed.predict(X))
+
+
+def _on(device, array):
+    if device == "cuda":
+        import cupy
+        return cupy.asarray(array)
+    return array
+
+
+def to_host(array):
+    return array.get() if hasattr(array, "get") else np.asarray(array)
+
+
+def test_feature_types_with_eval_sets_batches_and_missing():
+    """An evaluation set's codes unseen in training, batches whose parts hold different codes,
+    and XGBoost's missing (a value read as missing before the values become categories)."""
+    X, y, frame = _coded_arrays(n=3000)
+    params = {**PARAMS, "feature_types": ["c", "q"]}
+    one = gbflow.train(X, y, params=params, num_boost_round=5, verbose=False,
+                       evals=[((X[:500] + np.float32([100, 0]), y[:500]), "shifted")])
+    assert len(one.evals_result["shifted"]["rmse"]) == 5
+    order = np.argsort(np.nan_to_num(X[:, 0], nan=-1), kind="stable")  # disjoint code sets
+    pieces = [(X[order[a:b]], y[order[a:b]]) for a, b in ((0, 1000), (1000, 3000))]
+    batched = gbflow.train(pieces, params=params, num_boost_round=5, verbose=False)
+    whole = gbflow.train(X[order], y[order], params=params, num_boost_round=5, verbose=False)
+    assert _trees(batched) == _trees(whole)
+    as_missing = X.copy()
+    as_missing[np.isnan(as_missing[:, 0]), 0] = -1.0
+    with_missing = gbflow.train(as_missing, y, params={**params, "missing": -1.0},
+                                num_boost_round=5, verbose=False)
+    assert _trees(with_missing) == _trees(gbflow.train(X, y, params=params, num_boost_round=5,
+                                                       verbose=False))
+    assert -1.0 not in with_missing.categories["f0"]
+
+
+def test_feature_types_errors_name_what_is_wrong():
+    X, y, frame = _coded_arrays(n=200)
+    cases = [({"feature_types": ["c"]}, X, ValueError, "lists 1 types but training data has 2"),
+             ({"feature_types": ["c", "category"]}, X, ValueError, r"feature_types\[1\]"),
+             ({"feature_types": "cq"}, X, TypeError, "list of one type per feature"),
+             ({"feature_types": ["c", "q"], "enable_categorical": False}, X, ValueError,
+              "enable_categorical=False"),
+             ({"feature_types": ["q", "q"]}, frame, TypeError, "marks the category column"),
+             ({"feature_types": ["c", "q"]}, sparse.csr_matrix(np.nan_to_num(X)), TypeError,
+              "sparse matrix")]
+    for params, data, error, message in cases:
+        with pytest.raises(error, match=message):
+            gbflow.train(data, y, params=params, num_boost_round=1, verbose=False)
+
+
+def test_the_estimators_take_feature_types():
+    X, y, _ = _coded_arrays(n=2000)
+    model = gbflow.GBFlowRegressor(n_estimators=4, feature_types=["c", "q"]).fit(X, y)
+    direct = gbflow.train(X, y, params={"feature_types": ["c", "q"], "seed": 0},
+                          num_boost_round=4, verbose=False)
+    assert list(model.get_booster().categories) == ["f0"]
+    assert np.array_equal(model.predict(X), direct.predict(X))
+
+
+def test_dask_partitions_with_typed_codes_give_the_in_process_model():
+    distributed = pytest.importorskip("distributed")
+    dd = pytest.importorskip("dask.dataframe")
+    X, y, _ = _coded_arrays(n=3000)
+    df = pd.DataFrame({"f0": X[:, 0], "f1": X[:, 1], "y": y}).sort_values("f0").reset_index(
+        drop=True)
+    params = {**PARAMS, "feature_types": ["c", "q"]}
+    local = gbflow.train(df, label="y", params=params, num_boost_round=5, verbose=False)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster):
+        ddf = dd.from_pandas(df, npartitions=3)  # each partition: its own codes
+        model = gbflow.train(ddf, label="y", params=params, num_boost_round=5, verbose=False)
+        predicted = model.predict(ddf).compute()
+    assert model.to_json() == local.to_json()
+    assert np.array_equal(predicted.to_numpy(), local.predict(df).to_numpy())

@@ -145,7 +145,7 @@ def test_get_params_set_params_and_clone_round_trip():
                 "max_bin", "random_state", "base_score", "eval_metric", "early_stopping_rounds",
                 "device", "sparse_threshold", "verbose", "n_jobs", "enable_categorical",
                 "max_cat_to_onehot", "max_cat_threshold", "cat_smooth", "cat_l2",
-                "cat_noise_penalty", "verbosity",
+                "cat_noise_penalty", "feature_types", "verbosity",
                 "max_delta_step", "monotone_constraints", "interaction_constraints", "max_leaves",
                 "grow_policy"}
     assert set(params) == expected | {"objective", "quantile_alpha"}

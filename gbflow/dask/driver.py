@@ -82,7 +82,7 @@ def train(data, label, params: Params, num_boost_round: int, evals, options: Eva
     process over the partitions. Either way the model is the same bit for bit.
     """
     ddf, features, table, evals = dask_inputs.check(data, label, weight, evals, base_margin,
-                                                    qid)
+                                                    qid, params.feature_types)
     if not params.enable_categorical:
         inputs.check_categorical(ddf._meta, features, [], "training data", enabled=False)
     state = resume.read(checkpoint)

@@ -40,20 +40,20 @@ def _table(ddf, what: str) -> Table:
     return Table(what=what, columns=tuple(str(c) for c in ddf._meta.columns))
 
 
-def check(data, label, weight, evals, base_margin=None, qid=None):
+def check(data, label, weight, evals, base_margin=None, qid=None, feature_types=None):
     """Everything that can be checked on the collections' metas, before any partition is computed.
 
     Returns (training frame, feature names, its Table, [(eval frame, name, Table)]); an
     evaluation set that is the training frame itself comes as (None, name, None): training's
     own margins serve it. Raises TypeError/KeyError/ValueError naming the collection and column
-    at fault.
+    at fault. feature_types: XGBoost's (``inputs.load``; checked against the features here).
     """
     ddf = as_dask_frame(data, "training data")
     label, weight = column_name(label, "label"), column_name(weight, "weight")
     base_margin = column_name(base_margin, "base_margin")
     qid = column_name(qid, "qid")
     meta = inputs.load(ddf._meta, label, weight, "training data", allow_empty=True,
-                       base_margin=base_margin, qid=qid)
+                       base_margin=base_margin, qid=qid, feature_types=feature_types)
     features = meta.feature_names
     checked = []
     for i, entry in enumerate(evals or []):
@@ -63,6 +63,6 @@ def check(data, label, weight, evals, base_margin=None, qid=None):
             continue
         frame = as_dask_frame(frame, what)
         inputs.load(frame._meta, label, weight, what, feature_names=features, allow_empty=True,
-                    base_margin=base_margin, qid=qid)
+                    base_margin=base_margin, qid=qid, feature_types=feature_types)
         checked.append((frame, name, _table(frame, what)))
     return ddf, features, _table(ddf, "training data"), checked

@@ -33,7 +33,7 @@ def load_partition(frame, index: int, table: Table, spec: Spec) -> inputs.DataSe
     dataset = inputs.load(frame, spec.label, spec.weight, what,
                             feature_names=list(spec.features), allow_empty=True,
                             missing=spec.params.missing, base_margin=spec.base_margin,
-                            qid=spec.qid)
+                            qid=spec.qid, feature_types=spec.params.feature_types)
     spec.params.loss.check_label(dataset.label, f"label column {spec.label!r} of {what}")
     return dataset
 
