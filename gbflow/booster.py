@@ -96,8 +96,9 @@ class Booster:
             j for j, name in enumerate(self.feature_names) if name in coded])
         if by_value:
             inputs.check_container_of_typed(X, "prediction data")
-            categories_module.encode_values(X, [self.feature_names.index(n) for n in by_value],
-                                     by_value, self.categories)
+            X = categories_module.encode_values(
+                X, [self.feature_names.index(n) for n in by_value], by_value, "prediction data",
+                self.categories)[0]
         inputs.check_features(X, self.feature_names, "prediction data")
         return X
 
@@ -379,7 +380,10 @@ class Booster:
                              f"by this gbflow (reads version {FORMAT_VERSION})")
         if not isinstance(d.get("params"), dict):
             raise model_check.ModelFileError("params is missing or not a mapping")
-        params = make_params({k: v for k, v in d["params"].items() if v is not None})
+        given = {k: v for k, v in d["params"].items() if v is not None}
+        if d.get("categories") and "cat_noise_penalty" not in given:
+            given["cat_noise_penalty"] = 0.0  # written before the penalty: trained without it
+        params = make_params(given)
         model_check.check_model(d, params.n_groups)
         return cls(trees=[Tree.from_dict(t) for t in d["trees"]], cuts=Cuts.from_dict(d["cuts"]),
                    feature_names=d["feature_names"], params=params,

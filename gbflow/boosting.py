@@ -401,9 +401,9 @@ def check_base_margins(parts: list, eval_parts: list, n_groups: int) -> None:
 def check_continuation(model: Booster, params, feature_names: list,
                        categories: dict | None = None) -> None:
     """ValueError, before any work, when training cannot continue ``model`` with these params
-    and features: another objective, class or quantile count or max_bin (its cuts are reused), other
-    features (names and order), or other categorical features (``categories``: the data's)."""
-    for name in ("objective", "num_class", "max_bin"):
+    and features: another objective, class or quantile count, max_bin (its cuts are reused) or
+    feature_types, other features (names and order) or categorical features (the data's)."""
+    for name in ("objective", "num_class", "max_bin", "feature_types"):
         theirs, ours = getattr(model.params, name), getattr(params, name)
         if theirs != ours:
             raise ValueError(f"xgb_model was trained with {name}={theirs!r}; training cannot "

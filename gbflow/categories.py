@@ -56,20 +56,33 @@ def typed_categorical(feature_types: tuple | None, features: list, what: str) ->
     return [name for name, kind in zip(features, feature_types) if kind == "c"]
 
 
-def encode_values(X, columns: list[int], names: list[str], lists: dict | None = None) -> dict:
-    """Numeric columns of X (n, F) float32 (host or device; NaN missing) made categorical, in
-    place: each value becomes its position in the sorted list of the column's distinct values
-    (``lists`` [name] where given, a model's: values not in it become NaN, unseen categories).
-    columns: positions in X; names: their features. Returns {name: sorted values} (host
-    float64)."""
+# float32 features hold whole numbers exactly up to 2**24: larger category values could merge
+LARGEST_VALUE = 2.0**24
+
+
+def encode_values(X, columns: list[int], names: list[str], what: str,
+                  lists: dict | None = None) -> tuple:
+    """Numeric columns of X (n, F) float32 (host or device; NaN missing) made categorical: each
+    value becomes its position in the sorted list of the column's distinct values (``lists``
+    [name] where given, a model's: values not in it become NaN, unseen categories). columns:
+    positions in X; names: their features. Returns (a copy of X so encoded: X, which may be
+    the caller's array, is not written; {name: sorted values}, host float64; -0.0 is 0.0).
+    Without ``lists`` (training), ValueError naming the feature of ``what`` when a column holds
+    infinite values or values of magnitude 2**24 or more (float32 features could have merged
+    neighbouring ones); with them such values are unseen categories."""
     xp = backend_for(X).xp
+    X = X.copy()
     found = {}
     for j, name in zip(columns, names):
-        column = X[:, j].astype(np.float64)
-        if lists is None:
-            values = to_host(xp.unique(column[~xp.isnan(column)]))
-        else:
-            values = np.asarray(lists[name], dtype=np.float64)
+        column = X[:, j].astype(np.float64) + 0.0  # -0.0 and 0.0: one category
+        present = column[~xp.isnan(column)]
+        if lists is None and len(present) and not float(xp.abs(present).max()) < LARGEST_VALUE:
+            raise ValueError(f"{what}: feature {name!r} is categorical (feature_types 'c') "
+                             f"but holds values of magnitude 2**24 or more (or infinite); its "
+                             f"values are its categories: give codes below 2**24, or a "
+                             f"category column")
+        values = to_host(xp.unique(present)) if lists is None else \
+            np.asarray(lists[name], dtype=np.float64)
         found[name] = values
         if not len(values):
             X[:, j] = np.float32(np.nan)
@@ -77,7 +90,39 @@ def encode_values(X, columns: list[int], names: list[str], lists: dict | None = 
         on_device = xp.asarray(values)
         at = xp.minimum(xp.searchsorted(on_device, column), len(values) - 1)
         X[:, j] = xp.where(on_device[at] == column, at.astype(np.float32), np.float32(np.nan))
-    return found
+    return X, found
+
+
+def export_codes(feature_names: list, lists: dict, feature_types) -> dict:
+    """{feature position: (K,) int64 code of each category position} for the features
+    ``feature_types`` marks "c" whose categories are numbers: formats that read a row's raw
+    value as its category code (XGBoost's, Treelite's) get these codes in their sets, not
+    gbflow's positions. ValueError naming a feature whose categories are not whole numbers
+    in [0, 2**31), which such formats cannot read."""
+    codes = {}
+    for name in typed_categorical(feature_types, list(feature_names), "the model"):
+        values = np.asarray(lists.get(name, []))
+        if values.dtype.kind not in "iuf":
+            continue  # a category column: positions are the codes its frames carry
+        if len(values) and not (np.all(values == np.floor(values)) and values.min() >= 0
+                                and values.max() < 2**31):
+            raise ValueError(f"feature {name!r} (feature_types 'c') has categories that are "
+                             f"not whole numbers in [0, 2**31) (e.g. {values[:3].tolist()}); "
+                             f"XGBoost and Treelite read a row's value as its category code")
+        codes[list(feature_names).index(name)] = values.astype(np.int64)
+    return codes
+
+
+def export_thresholds(feature, threshold, codes: dict) -> np.ndarray:
+    """float32 thresholds of value-order splits with ``export_codes``' features' moved from
+    positions to values: a cut at position p (positions below p go left) is the p-th value
+    (the values below it go left); other features' thresholds, and the one below every value,
+    as they are. feature, threshold: (n,) arrays of a tree's nodes."""
+    out = np.asarray(threshold, dtype=_dtypes.CUT).copy()
+    for f, values in codes.items():
+        at = (np.asarray(feature) == f) & (out >= 1) & (out < len(values))
+        out[at] = values[out[at].astype(np.int64)]
+    return out
 
 
 def union(lists) -> np.ndarray:

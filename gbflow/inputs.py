@@ -313,7 +313,8 @@ def load(data, label=None, weight=None, what: str = "data", feature_names=None,
     X = frames.mark_missing(X, missing, [j for j, n in enumerate(features) if n in categories])
     if typed:
         check_container_of_typed(X, what)
-        categories.update(encode_values(X, [features.index(n) for n in typed], typed))
+        X, found = encode_values(X, [features.index(n) for n in typed], typed, what)
+        categories.update(found)
     check_features(X, features, what)
     return DataSet(X=X, label=label_values, weight=weight_values, feature_names=features,
                    label_name=label_col, weight_name=weight_col, categories=categories,

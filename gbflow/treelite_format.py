@@ -3,10 +3,14 @@
 Built with Treelite's model builder: float64 thresholds and leaves (a float32 threshold is exact
 in float64, so rows are routed as in training, and the leaves keep gbflow's float64 values),
 numerical tests ``x < threshold`` with gbflow's default directions, categorical tests whose
-listed categories (positions in ``Booster.categories``, the codes rows must carry) go right, the
-base margin as Treelite's base score and the objective's link as its postprocessor.
+listed categories (positions in ``Booster.categories``, the codes rows must carry; for features
+``feature_types`` marks "c", their values: ``categories.export_codes``, as are their
+value-order thresholds) go right, the base
+margin as Treelite's base score and the objective's link as its postprocessor.
 """
 from __future__ import annotations
+
+from .categories import export_codes, export_thresholds
 
 # gbflow objective -> Treelite postprocessor (multi:softmax gives the probabilities, whose
 # largest is gbflow's predicted class)
@@ -44,7 +48,9 @@ def to_treelite(booster):
                                           class_id=class_id),
         postprocessor=tb.PostProcessorFunc(name=_POSTPROCESSOR.get(objective, "identity")),
         base_scores=[float(m) for m in booster.base_margin])
+    codes = export_codes(booster.feature_names, booster.categories, booster.params.feature_types)
     for tree in booster.trees:
+        thresholds = export_thresholds(tree.feature, tree.threshold, codes)
         builder.start_tree()
         for node in range(tree.n_nodes):
             builder.start_node(node)
@@ -54,12 +60,14 @@ def to_treelite(booster):
             elif node in tree.categories:
                 builder.categorical_test(
                     feature, default_left=bool(tree.default_left[node]),
-                    category_list=[int(c) for c in tree.categories[node]],
+                    category_list=[int(c) for c in (
+                        codes[feature][tree.categories[node]] if feature in codes
+                        else tree.categories[node])],
                     category_list_right_child=True, left_child_key=int(tree.left[node]),
                     right_child_key=int(tree.right[node]))
             else:
                 builder.numerical_test(
-                    feature, float(tree.threshold[node]),
+                    feature, float(thresholds[node]),
                     default_left=bool(tree.default_left[node]), opname="<",
                     left_child_key=int(tree.left[node]), right_child_key=int(tree.right[node]))
             builder.gain(float(tree.gain[node])) if feature >= 0 else None

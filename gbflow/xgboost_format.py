@@ -7,7 +7,10 @@ float32 (gbflow in float64), and stores the base margin in prediction space (a p
 the logistic objectives), so predictions agree to float32 rounding, not bit for bit.
 Categorical splits are written with category codes equal to gbflow's positions in the sorted
 category list (``Booster.categories``): frames given to XGBoost must carry those categories in
-that order (pandas' default for categories it infers).
+that order (pandas' default for categories it infers). Features that ``feature_types`` marks
+"c" are written with their values as codes, and their value-order splits' thresholds as
+values (``categories.export_codes``, ``export_thresholds``): XGBoost reads the same numbers
+from the same arrays.
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ import math
 import warnings
 
 import numpy as np
+
+from .categories import export_codes, export_thresholds
 
 # XGBoost's format version written (read by XGBoost 3.x; 2.x reads its scalar base_score only)
 VERSION = [3, 2, 0]
@@ -78,7 +83,8 @@ def base_score(objective: str, margin: float) -> float:
     return margin
 
 
-def _tree(tree, tree_id: int, n_features: int) -> dict:
+def _tree(tree, tree_id: int, n_features: int, codes: dict) -> dict:
+    """One tree in XGBoost's layout; codes: ``categories.export_codes``."""
     leaf = tree.feature < 0
     n = tree.n_nodes
     parents = np.full(n, _ROOT_PARENT, dtype=np.int64)
@@ -86,9 +92,11 @@ def _tree(tree, tree_id: int, n_features: int) -> dict:
     parents[tree.left[inner]] = inner
     parents[tree.right[inner]] = inner
     value = tree.value.astype(np.float32)
-    condition = np.where(leaf, value, tree.threshold.astype(np.float32))
+    condition = np.where(leaf, value, export_thresholds(tree.feature, tree.threshold, codes))
     nodes = sorted(tree.categories)
     sets = [np.asarray(tree.categories[k], dtype=np.int64) for k in nodes]
+    sets = [codes[int(tree.feature[k])][s] if int(tree.feature[k]) in codes else s
+            for k, s in zip(nodes, sets)]
     split_type = np.zeros(n, dtype=np.int64)
     split_type[nodes] = 1
     condition[nodes] = 0.0
@@ -130,6 +138,7 @@ def to_xgboost_dict(booster) -> dict:
     if booster.best_score is not None:
         attributes["best_score"] = repr(float(booster.best_score))
     categorical = set(booster.categories)
+    codes = export_codes(booster.feature_names, booster.categories, params.feature_types)
     return {
         "learner": {
             "attributes": attributes,
@@ -142,7 +151,8 @@ def to_xgboost_dict(booster) -> dict:
                                            "num_trees": str(len(booster.trees))},
                     "iteration_indptr": list(range(0, len(booster.trees) + 1, n_groups)),
                     "tree_info": [int(t.group) for t in booster.trees],
-                    "trees": [_tree(t, i, n_features) for i, t in enumerate(booster.trees)],
+                    "trees": [_tree(t, i, n_features, codes)
+                              for i, t in enumerate(booster.trees)],
                 },
                 "name": "gbtree",
             },

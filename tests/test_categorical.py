@@ -138,6 +138,30 @@ def test_noise_gain_grows_with_the_categories_and_stops_at_the_threshold():
     assert category_splits.noise_gain(1000, 8) < category_splits.noise_gain(1000, 64)
 
 
+def test_each_tree_gets_its_outputs_dispersion(monkeypatch):
+    """Multiclass: tree k of a round is grown with sum g_k^2 / sum h_k of that round's
+    gradients for output k (here round 0, from the base margins)."""
+    rng = np.random.default_rng(6)
+    n = 900
+    df = pd.DataFrame({"c": pd.Categorical(rng.integers(0, 30, n)), "x": rng.normal(size=n),
+                       "y": rng.integers(0, 3, n)})
+    params = gbflow.Params(**{**PARAMS, "objective": "multi:softprob", "num_class": 3})
+    seen = []
+    original = boosting.grow_tree
+
+    def recording(shardset, gh, scales, cuts, rules, *args, **kwargs):
+        seen.append(rules.category.dispersion)
+        return original(shardset, gh, scales, cuts, rules, *args, **kwargs)
+    monkeypatch.setattr(boosting, "grow_tree", recording)
+    model = boosting.fit(get_backend("cpu"), [inputs.load(df, "y")], params, 1, verbose=False)
+    margin = np.tile(model.base_margin, (n, 1))
+    g, h = params.loss.gradients(np, margin, df.y.to_numpy(np.float64), None)
+    g, h = np.asarray(g, dtype=np.float64), np.asarray(h, dtype=np.float64)
+    expected = (g ** 2).sum(axis=0) / h.sum(axis=0)
+    assert len(seen) == 3 and len(set(seen)) == 3
+    assert np.allclose(seen, expected, rtol=1e-9)
+
+
 def test_eligible_counts_are_the_categories_the_search_sorts():
     rng = np.random.default_rng(4)
     hist, _ = _category_histograms(rng, 6, [9, 30], ties=False)
@@ -556,15 +580,19 @@ def test_the_estimators_take_the_categorical_parameters():
 
 # -- feature_types: numeric columns whose values are categories ---------------------------------
 
+CODES = np.arange(60) * 7 + 3  # category codes with gaps: their positions are not the codes
+
+
 def _coded_arrays(n=4000, seed=0):
-    """(X (n, 2) float32: category codes 0..59 with NaN missing, a numeric column; y; the same
-    as a frame with a category column)."""
+    """(X (n, 2) float32: category codes 3, 10, ..., 416 with NaN missing, a numeric column;
+    y; the same as a frame with a category column)."""
     rng = np.random.default_rng(seed)
-    code = rng.integers(0, 60, n).astype(np.float32)
+    which = rng.integers(0, 60, n)
+    code = CODES[which].astype(np.float32)
     code[rng.random(n) < 0.05] = np.nan
     effect = rng.normal(size=60)
     x = rng.normal(size=n).astype(np.float32)
-    y = np.where(np.isnan(code), 0.0, effect[np.nan_to_num(code).astype(int)]) + 0.5 * x
+    y = np.where(np.isnan(code), 0.0, effect[which]) + 0.5 * x
     frame = pd.DataFrame({"f0": pd.Categorical(code), "f1": x})
     return np.stack([code, x], axis=1), y, frame
 
@@ -579,14 +607,19 @@ def test_feature_types_make_an_arrays_codes_categorical(device):
     values unseen in training go with missing ones, and the model file keeps the types."""
     X, y, frame = _coded_arrays()
     params = {**PARAMS, "device": device, "feature_types": ["c", "q"]}
-    typed = gbflow.train(_on(device, X), _on(device, y), params=params, num_boost_round=6,
+    given = _on(device, X)
+    typed = gbflow.train(given, _on(device, y), params=params, num_boost_round=6,
                          verbose=False)
+    assert np.array_equal(to_host(given), X, equal_nan=True)  # the caller's array: unwritten
+    assert typed.categories["f0"].tolist() == CODES.tolist()
     dtyped = gbflow.train(frame, y, params={**PARAMS, "device": device}, num_boost_round=6,
                           verbose=False)
     assert list(typed.categories) == ["f0"] and any(t.categories for t in typed.trees)
     assert _trees(typed) == _trees(dtyped)
-    on_arrays = np.asarray(to_host(typed.predict(_on(device, X))))
+    on_arrays = np.asarray(to_host(typed.predict(given)))
+    assert np.array_equal(to_host(given), X, equal_nan=True)
     assert np.array_equal(on_arrays, dtyped.predict(frame).to_numpy())
+    assert np.array_equal(np.asarray(to_host(typed.predict(given))), on_arrays)
     numeric_frame = pd.DataFrame({"f0": X[:, 0], "f1": X[:, 1]})
     assert np.array_equal(typed.predict(numeric_frame).to_numpy(), on_arrays)
     unseen = X[:5].copy()
@@ -615,9 +648,11 @@ def test_feature_types_with_eval_sets_batches_and_missing():
     and XGBoost's missing (a value read as missing before the values become categories)."""
     X, y, frame = _coded_arrays(n=3000)
     params = {**PARAMS, "feature_types": ["c", "q"]}
+    shifted = X[:500] + np.float32([7, 0])  # codes 10..423: all but 423 seen in training
     one = gbflow.train(X, y, params=params, num_boost_round=5, verbose=False,
-                       evals=[((X[:500] + np.float32([100, 0]), y[:500]), "shifted")])
-    assert len(one.evals_result["shifted"]["rmse"]) == 5
+                       evals=[((shifted, y[:500]), "shifted")])
+    rmse = np.sqrt(np.mean((one.predict(shifted) - y[:500]) ** 2))
+    assert np.isclose(one.evals_result["shifted"]["rmse"][-1], rmse, rtol=1e-6)
     order = np.argsort(np.nan_to_num(X[:, 0], nan=-1), kind="stable")  # disjoint code sets
     pieces = [(X[order[a:b]], y[order[a:b]]) for a, b in ((0, 1000), (1000, 3000))]
     batched = gbflow.train(pieces, params=params, num_boost_round=5, verbose=False)
@@ -630,6 +665,74 @@ def test_feature_types_with_eval_sets_batches_and_missing():
     assert _trees(with_missing) == _trees(gbflow.train(X, y, params=params, num_boost_round=5,
                                                        verbose=False))
     assert -1.0 not in with_missing.categories["f0"]
+
+
+def test_typed_categories_export_as_their_values_to_xgboost_and_treelite():
+    """XGBoost given the same array (feature_types "c") reads the values as category codes:
+    the exported sets hold the values, so XGBoost predicts what gbflow does."""
+    xgb = pytest.importorskip("xgboost")
+    X, y, _ = _coded_arrays()
+    model = gbflow.train(X, y, params={**PARAMS, "feature_types": ["c", "q"]},
+                         num_boost_round=6, verbose=False)
+    ours = model.predict(X)
+    theirs = model.to_xgboost().predict(xgb.DMatrix(X, feature_names=["f0", "f1"],
+                                                    feature_types=["c", "q"],
+                                                    enable_categorical=True))
+    assert np.allclose(theirs, ours, rtol=1e-5, atol=1e-5)
+    treelite = pytest.importorskip("treelite")
+    leaves = treelite.gtil.predict(model.to_treelite(), X)
+    assert np.allclose(np.ravel(leaves), ours, rtol=1e-6, atol=1e-6)
+    fractional = gbflow.train(X + np.float32([0.5, 0]), y, params={
+        **PARAMS, "feature_types": ["c", "q"]}, num_boost_round=2, verbose=False)
+    with pytest.raises(ValueError, match="whole numbers"):
+        fractional.to_xgboost()
+
+
+def test_typed_values_are_canonical_and_checked():
+    """-0.0 and 0.0 are one category whichever comes first (the model does not depend on the
+    parts); infinite values and values beyond float32's whole numbers are refused by name;
+    at prediction they are unseen categories."""
+    rng = np.random.default_rng(1)
+    code = rng.integers(0, 5, 600).astype(np.float32)
+    y = code + rng.normal(size=600)
+    X = np.stack([code, rng.normal(size=600).astype(np.float32)], axis=1)
+    params = {**PARAMS, "feature_types": ["c", "q"]}
+    plus, minus = X.copy(), X.copy()
+    minus[code == 0, 0] = -0.0
+    one = gbflow.train(minus, y, params=params, num_boost_round=3, verbose=False)
+    halves = gbflow.train([(minus[:300], y[:300]), (plus[300:], y[300:])], params=params,
+                          num_boost_round=3, verbose=False)
+    assert one.to_json() == halves.to_json()
+    assert one.categories["f0"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    for bad in (np.inf, 2.0**24):
+        wrong = X.copy()
+        wrong[7, 0] = bad
+        with pytest.raises(ValueError, match="'f0' is categorical.*2\\*\\*24"):
+            gbflow.train(wrong, y, params=params, num_boost_round=1, verbose=False)
+        unseen = X[:3].copy()
+        unseen[:, 0] = bad
+        gone = X[:3].copy()
+        gone[:, 0] = np.nan
+        assert np.array_equal(one.predict(unseen), one.predict(gone))
+
+
+def test_continuing_a_typed_model_needs_its_feature_types():
+    X, y, _ = _coded_arrays(n=1000)
+    model = gbflow.train(X, y, params={**PARAMS, "feature_types": ["c", "q"]},
+                         num_boost_round=2, verbose=False)
+    with pytest.raises(ValueError, match="feature_types"):
+        gbflow.train(X, y, params=PARAMS, num_boost_round=2, verbose=False, xgb_model=model)
+
+
+def test_a_categorical_model_file_from_before_the_noise_penalty_keeps_it_off():
+    """A file without cat_noise_penalty was trained without it: it loads with 0, so continued
+    training grows the trees it would have."""
+    model = gbflow.train(_table(n=1000), label="y", params=PARAMS, num_boost_round=2,
+                         verbose=False)
+    d = json.loads(model.to_json())
+    assert d["params"]["cat_noise_penalty"] == 1.0
+    del d["params"]["cat_noise_penalty"]
+    assert gbflow.Booster.from_dict(d).params.cat_noise_penalty == 0.0
 
 
 def test_feature_types_errors_name_what_is_wrong():
