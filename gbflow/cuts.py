@@ -33,8 +33,9 @@ class Cuts:
 
     @property
     def n_bins(self) -> int:
-        """Histogram width: the largest bin id + 1 over all features."""
-        return int(self.n_value_bins.max()) + 1 if self.n_features else 1
+        """Histogram width: the largest bin id + 1 over all features (the most cuts + 2; read
+        for every tree)."""
+        return int((self.offsets[1:] - self.offsets[:-1]).max()) + 2 if self.n_features else 1
 
     @property
     def bin_dtype(self) -> np.dtype:

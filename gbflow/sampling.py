@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -204,6 +205,14 @@ def level_samples(tree_allowed: np.ndarray, seed: int, round_index: int, group: 
     return levels
 
 
+@functools.lru_cache(maxsize=16)
+def _every_feature(n_features: int, n_levels: int) -> np.ndarray:
+    """(n_levels, n_features) read-only True: every feature at every depth, made once."""
+    levels = np.ones((n_levels, n_features), dtype=bool)
+    levels.flags.writeable = False
+    return levels
+
+
 @dataclasses.dataclass
 class FeatureSample:
     """The features a tree's nodes may split on: each depth's (``by_level``, (max_depth, F)
@@ -222,10 +231,13 @@ class FeatureSample:
         """The tree's sample (``colsample_bytree``), its levels' (``_bylevel``) and the rate of
         its nodes' (``_bynode``), from ``params``' seed, for the tree of a round and group."""
         seed = params.seed
-        tree = feature_sample(n_features, seed, round_index, group, params.colsample_bytree)
-        return cls(level_samples(tree, seed, round_index, group, params.colsample_bylevel,
-                                 params.depth_limit), seed, round_index, group,
-                   params.colsample_bynode)
+        if params.colsample_bytree >= 1.0 and params.colsample_bylevel >= 1.0:
+            by_level = _every_feature(n_features, params.depth_limit)  # no draw to make
+        else:
+            tree = feature_sample(n_features, seed, round_index, group, params.colsample_bytree)
+            by_level = level_samples(tree, seed, round_index, group, params.colsample_bylevel,
+                                     params.depth_limit)
+        return cls(by_level, seed, round_index, group, params.colsample_bynode)
 
     def nodes(self, depth: int, node_ids: np.ndarray) -> np.ndarray:
         """(F,) host bool for every node of the depth, or (len(node_ids), F) per node."""

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import collections
-import contextlib
 import time
 
 
@@ -20,16 +19,30 @@ class Timers:
         """The stages being timed now, outermost first (empty between stages)."""
         return tuple(self._stages)
 
-    @contextlib.contextmanager
-    def __call__(self, stage: str):
-        start = time.perf_counter()
-        self._stages.append(stage)
-        if self.on_stage is not None:
-            self.on_stage()
-        try:
-            yield
-        finally:
-            if self.on_stage is not None:
-                self.on_stage()
-            self._stages.pop()
-            self.seconds[stage] += time.perf_counter() - start
+    def __call__(self, stage: str) -> "_Stage":
+        """A context manager timing ``stage`` (a plain object, not a generator: a small
+        training enters some ten thousand of them)."""
+        return _Stage(self, stage)
+
+
+class _Stage:
+    """One timed stage of ``Timers``: entered once."""
+
+    __slots__ = ("timers", "stage", "start")
+
+    def __init__(self, timers: Timers, stage: str):
+        self.timers, self.stage = timers, stage
+
+    def __enter__(self) -> None:
+        timers = self.timers
+        self.start = time.perf_counter()
+        timers._stages.append(self.stage)
+        if timers.on_stage is not None:
+            timers.on_stage()
+
+    def __exit__(self, *exc) -> None:
+        timers = self.timers
+        if timers.on_stage is not None:
+            timers.on_stage()
+        timers._stages.pop()
+        timers.seconds[self.stage] += time.perf_counter() - self.start
