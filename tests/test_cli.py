@@ -66,6 +66,26 @@ def test_evaluation_split_early_stopping_predict_and_info(folder, capsys):
     assert info["objective"] == "binary:logistic" and info["features"] == list("abcd")
 
 
+def test_csv_codes_become_categorical_features_with_feature_types(tmp_path):
+    """A CSV has no category dtype: feature_types marks its code columns categorical, in
+    training and (kept in the model) when the same CSV is scored."""
+    rng = np.random.default_rng(2)
+    shop = rng.integers(0, 40, 2000) * 5
+    x = rng.standard_normal(2000)
+    df = pd.DataFrame({"shop": shop, "x": x, "y": rng.normal(size=200)[shop] + 0.5 * x})
+    df.to_csv(tmp_path / "d.csv", index=False)
+    assert main(["train", str(tmp_path / "d.csv"), "--label", "y", "--set",
+                 'feature_types=["c","q"]', "--rounds", "5", "--model",
+                 str(tmp_path / "m.json"), "--quiet"]) == 0
+    model = gbflow.load_model(tmp_path / "m.json")
+    assert model.categories["shop"].tolist() == sorted(set(shop.astype(float)))
+    assert any(t.categories for t in model.trees)
+    assert main(["predict", str(tmp_path / "m.json"), str(tmp_path / "d.csv"), "--output",
+                 str(tmp_path / "p.csv")]) == 0
+    np.testing.assert_allclose(pd.read_csv(tmp_path / "p.csv")["prediction"],
+                               model.predict(df.drop(columns="y")), rtol=1e-12)
+
+
 @pytest.mark.parametrize("argv,message", [
     (["train", "{tmp}/nowhere", "--label", "y"], "no Parquet or CSV file"),
     (["train", "{tmp}/data", "--label", "y", "--set", "max_depht=3"], "did you mean"),
