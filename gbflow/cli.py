@@ -192,7 +192,8 @@ def cmd_info(args) -> int:
         "trees": len(booster.trees), "features": booster.feature_names,
         "label": booster.label_name, "weight": booster.weight_name,
         "best_iteration": booster.best_iteration, "best_score": booster.best_score,
-        "params": booster.params.to_dict(),
+        "categorical": {name: len(values) for name, values in booster.categories.items()},
+        "params": booster.params.to_dict(bool(booster.categories)),
     }, indent=2))
     return 0
 

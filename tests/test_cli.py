@@ -64,9 +64,10 @@ def test_evaluation_split_early_stopping_predict_and_info(folder, capsys):
     assert main(["info", str(tmp / "m.json")]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["objective"] == "binary:logistic" and info["features"] == list("abcd")
+    assert info["categorical"] == {} and "cat_smooth" not in info["params"]
 
 
-def test_csv_codes_become_categorical_features_with_feature_types(tmp_path):
+def test_csv_codes_become_categorical_features_with_feature_types(tmp_path, capsys):
     """A CSV has no category dtype: feature_types marks its code columns categorical, in
     training and (kept in the model) when the same CSV is scored."""
     rng = np.random.default_rng(2)
@@ -82,6 +83,10 @@ def test_csv_codes_become_categorical_features_with_feature_types(tmp_path):
     assert any(t.categories for t in model.trees)
     assert main(["predict", str(tmp_path / "m.json"), str(tmp_path / "d.csv"), "--output",
                  str(tmp_path / "p.csv")]) == 0
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "m.json")]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["categorical"] == {"shop": 40} and info["params"]["feature_types"] == ["c", "q"]
     np.testing.assert_allclose(pd.read_csv(tmp_path / "p.csv")["prediction"],
                                model.predict(df.drop(columns="y")), rtol=1e-12)
 
