@@ -210,7 +210,7 @@ def load(data, label=None, weight=None, what: str = "training data", *, feature_
         if first is None:  # (the batch itself is not kept: only its names)
             first = {role: getattr(part, f"{role}_name")
                      for role in ("label", "weight", "base_margin", "qid")}
-            names = part.feature_names
+            names, by_value = part.feature_names, part.by_value
             rows = _rows_hint(source)
             X = _Rows(part.X, rows)
             targets = {"label": _Rows(part.label, rows)}
@@ -241,4 +241,5 @@ def load(data, label=None, weight=None, what: str = "training data", *, feature_
     return inputs.DataSet(
         X=matrix, label=arrays["label"], weight=arrays.get("weight"), feature_names=names,
         categories=joined, base_margin=arrays.get("base_margin"), qid=arrays.get("qid"),
+        by_value=by_value,
         **{f"{role}_name": name for role, name in first.items()}), on_device

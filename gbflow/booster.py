@@ -33,9 +33,13 @@ class Booster:
     def __init__(self, trees: list[Tree], cuts: Cuts, feature_names: list[str], params: Params,
                  base_margin: np.ndarray, label_name: str | None = None,
                  weight_name: str | None = None, best_iteration: int | None = None,
-                 best_score: float | None = None, categories: dict | None = None):
+                 best_score: float | None = None, categories: dict | None = None,
+                 by_value: tuple = ()):
         self.trees = trees
         self.categories = dict(categories or {})
+        # the categorical features whose numeric values are their categories (feature_types
+        # "c" on numeric columns): prediction takes them as numbers, exports write the values
+        self.by_value = tuple(by_value)
         self.cuts = cuts
         self.feature_names = list(feature_names)
         self.params = params
@@ -83,12 +87,10 @@ class Booster:
             inputs.check_feature_dtypes(data, self.feature_names, "prediction data")
         else:
             inputs.check_columns(data, self.feature_names, (), "prediction data")
-        # features feature_types marked categorical come as numbers (an array, numeric columns)
-        # whose values are matched with the model's categories; category columns as in training
-        by_value = [name for name in categories_module.typed_categorical(
-            self.params.feature_types, self.feature_names, "prediction data")
-            if name not in frames.category_columns(data, [name]) and
-            np.asarray(self.categories[name]).dtype.kind in "iuf"]
+        # features categorical by value come as numbers (an array, numeric columns) matched
+        # with the model's categories (a category column for them is matched as in training)
+        by_value = [name for name in self.by_value
+                    if name not in frames.category_columns(data, [name])]
         coded = {k: v for k, v in self.categories.items() if k not in by_value}
         inputs.check_categorical(data, self.feature_names, list(coded), "prediction data")
         X = frames.feature_matrix(data, self.feature_names, coded)
@@ -98,7 +100,7 @@ class Booster:
             inputs.check_container_of_typed(X, "prediction data")
             X = categories_module.encode_values(
                 X, [self.feature_names.index(n) for n in by_value], by_value, "prediction data",
-                self.categories)[0]
+                self.categories, copy=not frames.is_frame(data))[0]
         inputs.check_features(X, self.feature_names, "prediction data")
         return X
 
@@ -299,6 +301,8 @@ class Booster:
                   if k not in ("device", "device_memory_limit")}
         extra = {"categories": categories_module.to_json(self.categories)} \
             if self.categories else {}
+        if self.by_value:
+            extra["by_value"] = list(self.by_value)
         return {
             "format": FORMAT,
             "version": FORMAT_VERSION,
@@ -390,7 +394,8 @@ class Booster:
                    base_margin=np.asarray(d["base_margin"]), label_name=d.get("label_name"),
                    weight_name=d.get("weight_name"), best_iteration=d.get("best_iteration"),
                    best_score=d.get("best_score"),
-                   categories=categories_module.from_json(d.get("categories")))
+                   categories=categories_module.from_json(d.get("categories")),
+                   by_value=tuple(d.get("by_value") or ()))
 
 
 def write_whole(path: str, folder: str, content: bytes) -> None:

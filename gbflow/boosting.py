@@ -8,9 +8,10 @@ import numpy as np
 from . import fixed_point, leaf_quantiles, predictor, prepare, ranking
 from .booster import Booster
 from .callback import Callbacks
-from .categories import recode_part
+from .categories import by_value_features, recode_part
 from .categories import unify as unify_categories
 from .category_splits import gradient_dispersions
+from .continuation import check_continuation
 from .evaluation import TRAINING, EvalOptions, EvalSet, Evaluation
 from .grow import finished_tree, grow_tree
 from .memory_report import StageMemory
@@ -112,11 +113,12 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
     forest, first_round = None, 0
     if resume is not None:
         init_model = resume.model
-    if init_model is not None:
-        check_continuation(init_model, params, feature_names, parts[0].categories)
-    check_base_margins(parts, eval_parts, n_groups)
     # one category list per categorical feature over every process; the evaluation sets' codes
     # moved onto them (categories training never saw become missing there)
+    by_value = by_value_features(collective, parts, params.feature_types)
+    if init_model is not None:
+        check_continuation(init_model, params, feature_names, parts[0].categories, by_value)
+    check_base_margins(parts, eval_parts, n_groups)
     categories = unify_categories(collective, parts, None if init_model is None else
                                   init_model.categories)
     for e, _, _ in eval_parts:
@@ -232,7 +234,7 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
     def model_of(built: list) -> Booster:
         return Booster(list(built), cuts, feature_names, params, base_margin,
                        label_name=parts[0].label_name, weight_name=parts[0].weight_name,
-                       categories=categories)
+                       categories=categories, by_value=by_value)
 
     def snapshot() -> Booster:
         """The model so far, for the callbacks (pending device trees built first)."""
@@ -367,7 +369,7 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
                       label_name=parts[0].label_name, weight_name=parts[0].weight_name,
                       best_iteration=best_iteration,
                       best_score=evaluation.best_score if stopping else None,
-                      categories=categories)
+                      categories=categories, by_value=by_value)
     booster.evals_result = evaluation.history
     booster.eval_rounds = [resumed + r for r in evaluation.rounds]
     booster.timings = dict(timers.seconds, total=time.perf_counter() - start)
@@ -396,29 +398,6 @@ def check_base_margins(parts: list, eval_parts: list, n_groups: int) -> None:
     for part in [p for p in parts] + [p for e, _, _ in eval_parts for p in e]:
         if part.base_margin is not None:
             predictor.check_margin_width(part.base_margin, n_groups, "this training")
-
-
-def check_continuation(model: Booster, params, feature_names: list,
-                       categories: dict | None = None) -> None:
-    """ValueError, before any work, when training cannot continue ``model`` with these params
-    and features: another objective, class or quantile count, max_bin (its cuts are reused) or
-    feature_types, other features (names and order) or categorical features (the data's)."""
-    for name in ("objective", "num_class", "max_bin", "feature_types"):
-        theirs, ours = getattr(model.params, name), getattr(params, name)
-        if theirs != ours:
-            raise ValueError(f"xgb_model was trained with {name}={theirs!r}; training cannot "
-                             f"continue it with {name}={ours!r}")
-    if model.n_groups != params.n_groups:  # reg:quantileerror's quantiles: one output each
-        raise ValueError(f"xgb_model has {model.n_groups} outputs (quantile_alpha="
-                         f"{model.params.quantile_alpha!r}); training cannot continue it with "
-                         f"{params.n_groups} (quantile_alpha={params.quantile_alpha!r})")
-    if list(model.feature_names) != list(feature_names):
-        raise ValueError(f"xgb_model's features {list(model.feature_names)[:5]}... differ from "
-                         f"the training data's {list(feature_names)[:5]}... (names and order "
-                         f"must match)")
-    if categories is not None and set(model.categories) != set(categories):
-        raise ValueError(f"xgb_model's categorical features {sorted(model.categories)} differ "
-                         f"from the training data's category columns {sorted(categories)}")
 
 
 def _attach_queries(backend, shardset: ShardSet, parts: list) -> None:

@@ -60,18 +60,31 @@ def typed_categorical(feature_types: tuple | None, features: list, what: str) ->
 LARGEST_VALUE = 2.0**24
 
 
+def by_value_features(collective, parts: list, feature_types) -> tuple:
+    """The features categorical by value (``DataSet.by_value``: feature_types "c" on numeric
+    columns) of any part of any process, in feature order; () without ``feature_types``
+    (then no reduction: every process skips it alike)."""
+    if feature_types is None:
+        return ()
+    names = parts[0].feature_names
+    found = {n for process in collective.allgather([p.by_value for p in parts])
+             for part in process for n in part}
+    return tuple(n for n in names if n in found)
+
+
 def encode_values(X, columns: list[int], names: list[str], what: str,
-                  lists: dict | None = None) -> tuple:
+                  lists: dict | None = None, copy: bool = True) -> tuple:
     """Numeric columns of X (n, F) float32 (host or device; NaN missing) made categorical: each
     value becomes its position in the sorted list of the column's distinct values (``lists``
     [name] where given, a model's: values not in it become NaN, unseen categories). columns:
-    positions in X; names: their features. Returns (a copy of X so encoded: X, which may be
-    the caller's array, is not written; {name: sorted values}, host float64; -0.0 is 0.0).
+    positions in X; names: their features. Returns (X so encoded: a copy, so that X, which may
+    be the caller's array, is not written, or X itself with ``copy`` False (a matrix made from
+    a frame); {name: sorted values}, host float64; -0.0 is 0.0).
     Without ``lists`` (training), ValueError naming the feature of ``what`` when a column holds
     infinite values or values of magnitude 2**24 or more (float32 features could have merged
     neighbouring ones); with them such values are unseen categories."""
     xp = backend_for(X).xp
-    X = X.copy()
+    X = X.copy() if copy else X
     found = {}
     for j, name in zip(columns, names):
         column = X[:, j].astype(np.float64) + 0.0  # -0.0 and 0.0: one category
@@ -93,17 +106,16 @@ def encode_values(X, columns: list[int], names: list[str], what: str,
     return X, found
 
 
-def export_codes(feature_names: list, lists: dict, feature_types) -> dict:
+def export_codes(feature_names: list, lists: dict, by_value) -> dict:
     """{feature position: (K,) int64 code of each category position} for the features
-    ``feature_types`` marks "c" whose categories are numbers: formats that read a row's raw
-    value as its category code (XGBoost's, Treelite's) get these codes in their sets, not
-    gbflow's positions. ValueError naming a feature whose categories are not whole numbers
-    in [0, 2**31), which such formats cannot read."""
+    categorical by value (``Booster.by_value``): formats that read a row's raw value as its
+    category code (XGBoost's, Treelite's) get these codes in their sets, not gbflow's
+    positions (a category column's frames carry the positions as codes). ValueError naming a
+    feature whose categories are not whole numbers in [0, 2**31), which such formats cannot
+    read."""
     codes = {}
-    for name in typed_categorical(feature_types, list(feature_names), "the model"):
-        values = np.asarray(lists.get(name, []))
-        if values.dtype.kind not in "iuf":
-            continue  # a category column: positions are the codes its frames carry
+    for name in by_value:
+        values = np.asarray(lists[name], dtype=np.float64)
         if len(values) and not (np.all(values == np.floor(values)) and values.min() >= 0
                                 and values.max() < 2**31):
             raise ValueError(f"feature {name!r} (feature_types 'c') has categories that are "

@@ -37,6 +37,9 @@ class DataSet:
     label_name: str | None = None
     weight_name: str | None = None
     categories: dict = dataclasses.field(default_factory=dict)
+    # the categorical features whose values are their categories (feature_types "c" on numeric
+    # columns; ``categories.encode_values``), not category columns
+    by_value: tuple = ()
     # XGBoost's base_margin: each row's starting margin, (n,) or (n, n_groups) float64 where X
     # lives, in place of the model's base margin; base_margin_name: its column, or None
     base_margin: np.ndarray | None = None
@@ -313,11 +316,13 @@ def load(data, label=None, weight=None, what: str = "data", feature_names=None,
     X = frames.mark_missing(X, missing, [j for j, n in enumerate(features) if n in categories])
     if typed:
         check_container_of_typed(X, what)
-        X, found = encode_values(X, [features.index(n) for n in typed], typed, what)
+        X, found = encode_values(X, [features.index(n) for n in typed], typed, what,
+                                 copy=not frames.is_frame(data))
         categories.update(found)
     check_features(X, features, what)
     return DataSet(X=X, label=label_values, weight=weight_values, feature_names=features,
                    label_name=label_col, weight_name=weight_col, categories=categories,
+                   by_value=tuple(typed),
                    base_margin=margin_values, base_margin_name=margin_col, qid=qid_values,
                    qid_name=qid_col)
 

@@ -41,6 +41,12 @@ def check_model(d: dict, n_groups: int) -> None:
     n_value_bins = _check_cuts(_entry(d, "cuts", dict), n_features)
     cuts = Cuts.from_dict(d["cuts"])
     categories = _check_categories(d.get("categories") or {}, names, n_value_bins)
+    by_value = d.get("by_value") or []
+    if not isinstance(by_value, list) or any(
+            not isinstance(name, str) or name not in (d.get("categories") or {}) or
+            any(isinstance(v, str) for v in d["categories"][name]) for name in by_value):
+        raise ModelFileError("by_value is not a list of categorical features with numeric "
+                             "categories")
     base = _entry(d, "base_margin", list)
     if len(base) != n_groups:
         raise ModelFileError(f"base_margin has {len(base)} values; the objective has {n_groups} "
@@ -151,10 +157,10 @@ def _check_categories(categories, names: list, n_value_bins: np.ndarray) -> dict
     for name, values in categories.items():
         if name not in names:
             raise ModelFileError(f"categories names {name!r}, which is not in feature_names")
-        if not isinstance(values, list) or not values:
-            raise ModelFileError(f"categories[{name!r}] is not a non-empty list")
-        kinds = {isinstance(v, str) for v in values}
-        if len(kinds) != 1 or any(not isinstance(v, (str, numbers.Real)) or isinstance(v, bool)
+        if not isinstance(values, list):
+            raise ModelFileError(f"categories[{name!r}] is not a list")
+        kinds = {isinstance(v, str) for v in values}  # none: a column that held no category
+        if len(kinds) > 1 or any(not isinstance(v, (str, numbers.Real)) or isinstance(v, bool)
                                   for v in values):
             raise ModelFileError(f"categories[{name!r}] mixes kinds or holds values that are "
                                  f"neither numbers nor strings")

@@ -48,7 +48,7 @@ def to_treelite(booster):
                                           class_id=class_id),
         postprocessor=tb.PostProcessorFunc(name=_POSTPROCESSOR.get(objective, "identity")),
         base_scores=[float(m) for m in booster.base_margin])
-    codes = export_codes(booster.feature_names, booster.categories, booster.params.feature_types)
+    codes = export_codes(booster.feature_names, booster.categories, booster.by_value)
     for tree in booster.trees:
         thresholds = export_thresholds(tree.feature, tree.threshold, codes)
         builder.start_tree()

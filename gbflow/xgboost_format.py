@@ -138,7 +138,7 @@ def to_xgboost_dict(booster) -> dict:
     if booster.best_score is not None:
         attributes["best_score"] = repr(float(booster.best_score))
     categorical = set(booster.categories)
-    codes = export_codes(booster.feature_names, booster.categories, params.feature_types)
+    codes = export_codes(booster.feature_names, booster.categories, booster.by_value)
     return {
         "learner": {
             "attributes": attributes,

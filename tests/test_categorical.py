@@ -717,11 +717,47 @@ def test_typed_values_are_canonical_and_checked():
 
 
 def test_continuing_a_typed_model_needs_its_feature_types():
-    X, y, _ = _coded_arrays(n=1000)
-    model = gbflow.train(X, y, params={**PARAMS, "feature_types": ["c", "q"]},
-                         num_boost_round=2, verbose=False)
+    """What counts is which features are categorical by value: a category column's model
+    continues with or without feature_types; a typed model needs them."""
+    X, y, frame = _coded_arrays(n=1000)
+    params = {**PARAMS, "feature_types": ["c", "q"]}
+    model = gbflow.train(X, y, params=params, num_boost_round=2, verbose=False)
     with pytest.raises(ValueError, match="feature_types"):
         gbflow.train(X, y, params=PARAMS, num_boost_round=2, verbose=False, xgb_model=model)
+    again = gbflow.train(X, y, params=params, num_boost_round=2, verbose=False,
+                         xgb_model=model)
+    assert _trees(again) == _trees(gbflow.train(X, y, params=params, num_boost_round=4,
+                                                verbose=False))
+    on_frame = gbflow.train(frame, y, params=PARAMS, num_boost_round=2, verbose=False)
+    gbflow.train(frame, y, params=params, num_boost_round=1, verbose=False,
+                 xgb_model=on_frame)
+
+
+def test_category_columns_with_feature_types_export_as_positions():
+    """feature_types marking a category column (numeric categories) changes nothing for it:
+    its frames carry positions as codes, and the exports write positions."""
+    xgb = pytest.importorskip("xgboost")
+    X, y, frame = _coded_arrays()
+    frame["f0"] = frame["f0"].cat.rename_categories(lambda v: int(v))  # int categories
+    model = gbflow.train(frame, y, params={**PARAMS, "feature_types": ["c", "q"]},
+                         num_boost_round=5, verbose=False)
+    assert model.by_value == () and list(model.categories) == ["f0"]
+    theirs = model.to_xgboost().predict(xgb.DMatrix(frame, enable_categorical=True))
+    assert np.allclose(theirs, model.predict(frame).to_numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_feature_without_any_category_round_trips():
+    """An all-missing categorical feature (a typed column, or a category column whose rows
+    are all null) has an empty category list; its model file loads."""
+    X, y, frame = _coded_arrays(n=500)
+    X[:, 0] = np.nan
+    frame["f0"] = pd.Categorical([None] * 500, categories=[1.0])
+    for data, params in ((X, {**PARAMS, "feature_types": ["c", "q"]}), (frame, PARAMS)):
+        model = gbflow.train(data, y, params=params, num_boost_round=2, verbose=False)
+        assert len(model.categories["f0"]) == 0
+        loaded = gbflow.Booster.from_dict(json.loads(model.to_json()))
+        assert loaded.by_value == model.by_value
+        assert np.array_equal(np.asarray(loaded.predict(data)), np.asarray(model.predict(data)))
 
 
 def test_a_categorical_model_file_from_before_the_noise_penalty_keeps_it_off():

@@ -105,6 +105,7 @@ class JoinedPartitions:
         margin = None if spec.base_margin is None else np.empty(total, dtype=np.float64)
         qid = None if spec.qid is None else np.empty(total, dtype=np.float64)
         self.runs, at = [], 0  # runs: (partition index, rows)
+        by_value = ()
         blocks = []  # per partition (its rows of X, its categories): joined onto one list below
         items.reverse()  # popped from the end: the list holds only the partitions still to come
         while items:
@@ -129,6 +130,7 @@ class JoinedPartitions:
             X[at: at + part.n_rows] = backend.to_host(part.X) if self.on_host else \
                 backend.asarray(part.X)
             blocks.append((slice(at, at + part.n_rows), part.categories))
+            by_value = part.by_value  # (the same in every partition: the meta's dtypes)
             label[at: at + part.n_rows] = backend.to_host(part.label)
             if weight is not None:
                 weight[at: at + part.n_rows] = backend.to_host(part.weight)
@@ -151,7 +153,7 @@ class JoinedPartitions:
             X=X[:at], label=label[:at], weight=None if weight is None else weight[:at],
             feature_names=list(spec.features), label_name=spec.label, weight_name=spec.weight,
             base_margin=None if margin is None else margin[:at], base_margin_name=spec.base_margin,
-            qid=None if qid is None else qid[:at], qid_name=spec.qid)
+            qid=None if qid is None else qid[:at], qid_name=spec.qid, by_value=by_value)
         self._join_categories(blocks)
 
     def _join_categories(self, blocks: list) -> None:

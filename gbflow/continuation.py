@@ -1,0 +1,32 @@
+"""What continuing a model (``xgb_model=``, checkpoints) requires of the new training."""
+from __future__ import annotations
+
+
+def check_continuation(model, params, feature_names: list, categories: dict | None = None,
+                       by_value: tuple = ()) -> None:
+    """ValueError, before any work, when training cannot continue ``model`` (a ``Booster``)
+    with these params and features: another objective, class or quantile count or max_bin (its
+    cuts are reused), other features (names and order), other categorical features
+    (``categories``: the data's), or other features whose values are their categories
+    (``by_value``: the training's, from ``feature_types``)."""
+    for name in ("objective", "num_class", "max_bin"):
+        theirs, ours = getattr(model.params, name), getattr(params, name)
+        if theirs != ours:
+            raise ValueError(f"xgb_model was trained with {name}={theirs!r}; training cannot "
+                             f"continue it with {name}={ours!r}")
+    if model.n_groups != params.n_groups:  # reg:quantileerror's quantiles: one output each
+        raise ValueError(f"xgb_model has {model.n_groups} outputs (quantile_alpha="
+                         f"{model.params.quantile_alpha!r}); training cannot continue it with "
+                         f"{params.n_groups} (quantile_alpha={params.quantile_alpha!r})")
+    if list(model.feature_names) != list(feature_names):
+        raise ValueError(f"xgb_model's features {list(model.feature_names)[:5]}... differ from "
+                         f"the training data's {list(feature_names)[:5]}... (names and order "
+                         f"must match)")
+    if set(model.by_value) != set(by_value):
+        raise ValueError(f"xgb_model's features {list(model.by_value)} are categorical by "
+                         f"value (feature_types 'c' on numeric columns); this training's are "
+                         f"{list(by_value)}: give the same feature_types")
+    if categories is not None and \
+            set(model.categories) != set(categories) | set(model.by_value):
+        raise ValueError(f"xgb_model's categorical features {sorted(model.categories)} differ "
+                         f"from the training data's category columns {sorted(categories)}")
