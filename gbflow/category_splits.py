@@ -119,7 +119,8 @@ def gradient_dispersions(backend, collective, grad_hess: list, largest: np.ndarr
     sums = np.zeros(2 * n_groups, dtype=np.int64)
     for part in local:  # each part's sums, and their total, stay below 2**62 (the scales')
         sums += np.asarray(part, dtype=np.int64).reshape(-1)
-    sums = np.asarray(collective.allreduce_sum(sums)).reshape(n_groups, 2)
+    # (NCCL sums on the device: to_host takes either)
+    sums = to_host(collective.allreduce_sum(sums)).reshape(n_groups, 2)
     return np.array([(int(s) / s2) / (int(h) / sh) if h > 0 else 1.0
                      for (s, h), (s2, sh) in zip(sums, scales)], dtype=np.float64)
 
