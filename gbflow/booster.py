@@ -89,8 +89,8 @@ class Booster:
             inputs.check_columns(data, self.feature_names, (), "prediction data")
         # features categorical by value come as numbers (an array, numeric columns) matched
         # with the model's categories (a category column for them is matched as in training)
-        by_value = [name for name in self.by_value
-                    if name not in frames.category_columns(data, [name])]
+        as_columns = set(frames.category_columns(data, self.by_value))
+        by_value = [name for name in self.by_value if name not in as_columns]
         coded = {k: v for k, v in self.categories.items() if k not in by_value}
         inputs.check_categorical(data, self.feature_names, list(coded), "prediction data")
         X = frames.feature_matrix(data, self.feature_names, coded)

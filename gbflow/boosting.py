@@ -113,12 +113,12 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
     forest, first_round = None, 0
     if resume is not None:
         init_model = resume.model
-    # one category list per categorical feature over every process; the evaluation sets' codes
-    # moved onto them (categories training never saw become missing there)
     by_value = by_value_features(collective, parts, params.feature_types)
     if init_model is not None:
         check_continuation(init_model, params, feature_names, parts[0].categories, by_value)
     check_base_margins(parts, eval_parts, n_groups)
+    # one category list per categorical feature over every process; the evaluation sets' codes
+    # moved onto them (categories training never saw become missing there)
     categories = unify_categories(collective, parts, None if init_model is None else
                                   init_model.categories)
     for e, _, _ in eval_parts:

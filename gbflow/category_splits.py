@@ -216,17 +216,17 @@ def score(kernels, hist, features: np.ndarray, n_categories: np.ndarray, allowed
         for onehot in (True, False):
             members = [i for i, (_, k) in enumerate(usable)
                        if (k < rule.max_cat_to_onehot) == onehot]
-            if members:
-                groups.append((members, kernels.categorical_splits(
-                    hist, total,
-                    np.array([usable[i][0] for i in members], dtype=np.int64),
-                    np.array([usable[i][1] for i in members], dtype=np.int64), onehot,
-                    rule.max_cat_threshold, inv_g, inv_h, reg_lambda, reg_alpha, mcw,
-                    rule.cat_smooth, rule.cat_l2, bounds=bounds)))
-        members = [i for i, (_, k) in enumerate(usable) if k >= rule.max_cat_to_onehot]
-        if members and rule.cat_noise_penalty > 0:
-            eligible = (members, eligible_counts(hist, [usable[i] for i in members], inv_h,
-                                                 rule.cat_smooth))
+            if not members:
+                continue
+            groups.append((members, kernels.categorical_splits(
+                hist, total,
+                np.array([usable[i][0] for i in members], dtype=np.int64),
+                np.array([usable[i][1] for i in members], dtype=np.int64), onehot,
+                rule.max_cat_threshold, inv_g, inv_h, reg_lambda, reg_alpha, mcw,
+                rule.cat_smooth, rule.cat_l2, bounds=bounds)))
+            if not onehot and rule.cat_noise_penalty > 0:  # the sorted partitions' penalty
+                eligible = (members, eligible_counts(hist, [usable[i] for i in members], inv_h,
+                                                     rule.cat_smooth))
     return Scores(usable, groups, total, allowed[:, kept] if allowed.ndim == 2 else None,
                   rule, eligible)
 

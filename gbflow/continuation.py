@@ -26,7 +26,6 @@ def check_continuation(model, params, feature_names: list, categories: dict | No
         raise ValueError(f"xgb_model's features {list(model.by_value)} are categorical by "
                          f"value (feature_types 'c' on numeric columns); this training's are "
                          f"{list(by_value)}: give the same feature_types")
-    if categories is not None and \
-            set(model.categories) != set(categories) | set(model.by_value):
+    if categories is not None and set(model.categories) != set(categories):
         raise ValueError(f"xgb_model's categorical features {sorted(model.categories)} differ "
                          f"from the training data's category columns {sorted(categories)}")

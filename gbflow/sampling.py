@@ -207,10 +207,9 @@ def level_samples(tree_allowed: np.ndarray, seed: int, round_index: int, group: 
 
 @functools.lru_cache(maxsize=16)
 def _every_feature(n_features: int, n_levels: int) -> np.ndarray:
-    """(n_levels, n_features) read-only True: every feature at every depth, made once."""
-    levels = np.ones((n_levels, n_features), dtype=bool)
-    levels.flags.writeable = False
-    return levels
+    """(n_levels, n_features) read-only True: every feature at every depth (one row broadcast,
+    as ``level_samples`` gives it), made once."""
+    return np.broadcast_to(np.ones(n_features, dtype=bool), (n_levels, n_features))
 
 
 @dataclasses.dataclass
