@@ -217,9 +217,17 @@ def main():
     parser.add_argument("--onehot-max", type=int, default=1000,
                         help="one-hot only when the categorical columns' categories sum below")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--methods", default="all",
+                        help="comma-separated methods to run (e.g. 'gbflow categorical,"
+                        "xgboost categorical'); default all")
     parser.add_argument("--quick", action="store_true",
                         help="20 rounds; 60,000 real or 100,000 synthetic rows (unless --rows)")
     args = parser.parse_args()
+    chosen = None if args.methods == "all" else {m.strip() for m in args.methods.split(",")}
+    unknown = (chosen or set()) - {label for label, _, _ in METHODS}
+    if unknown:
+        raise SystemExit(f"--methods: unknown {sorted(unknown)}; choose from "
+                         f"{[label for label, _, _ in METHODS]}")
     if args.quick:
         args.rounds = 20
         args.rows = args.rows or (60_000 if args.dataset == "real" else 100_000)
@@ -268,7 +276,7 @@ def main():
     meter, measured = memory_meter(gpu)
     results = {}
     for label, library, variant in METHODS:
-        if variant not in variants:
+        if variant not in variants or (chosen is not None and label not in chosen):
             continue
         if gpu:
             cupy.get_default_memory_pool().free_all_blocks()

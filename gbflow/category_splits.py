@@ -133,18 +133,14 @@ class Scores:
     fetched (``arrays``), then read on the host by ``best``."""
 
     usable: list  # (store-local feature, category count) of the features searched, ascending
-    groups: list  # (positions in usable, the kernel's five results)
+    groups: list  # (positions in usable, the kernel's six results)
     total: object
     node_allowed: np.ndarray | None = None  # (N, len(usable)) host bool: per-node samples
     rule: CategoryRule | None = None  # with the tree's dispersion: the noise penalty
-    # (positions in usable, per position an (N,) device count of its eligible categories):
-    # the sorted-partition features, when their gains pay the noise penalty
-    eligible: tuple | None = None
 
     def arrays(self) -> list:
         """Every array ``best`` reads, in its order (to fetch them with other results)."""
-        return [self.total] + [a for _, result in self.groups for a in result] + \
-            ([] if self.eligible is None else list(self.eligible[1]))
+        return [self.total] + [a for _, result in self.groups for a in result]
 
     def best(self, fetched: list, n_bins: int) -> tuple:
         """Each node's best categorical split from the host copies of ``arrays()``: gain (N,)
@@ -152,9 +148,7 @@ class Scores:
         bool (the bins that go right), default_left (N,) bool, left_sum (N, 2) int64. A tie
         goes to the earlier feature (the first best of the gains in feature order)."""
         total, rest = np.asarray(fetched[0]), fetched[1:]
-        results = [rest[5 * i: 5 * i + 5] for i in range(len(self.groups))]
-        eligible = None if self.eligible is None else \
-            np.stack([np.asarray(c) for c in rest[5 * len(self.groups):]], axis=1)
+        results = [rest[6 * i: 6 * i + 6] for i in range(len(self.groups))]
         n_nodes = len(total)
         right_bins = np.zeros((n_nodes, n_bins), dtype=bool)
         default_left = np.zeros(n_nodes, dtype=bool)
@@ -163,11 +157,13 @@ class Scores:
             return (np.full(n_nodes, -np.inf), np.full(n_nodes, -1, dtype=np.int32),
                     right_bins, default_left, left_sum)
         gain_table = np.full((n_nodes, len(self.usable)), -np.inf)
+        penalised = self.rule is not None and self.rule.cat_noise_penalty > 0
         for (members, _), result in zip(self.groups, results):
             gain_table[:, members] = result[0]
-        if eligible is not None:  # the gain beyond what noise alone finds (module docstring)
-            members = self.eligible[0]
-            gain_table[:, members] -= self.rule.penalty(eligible)
+            # the gain beyond what noise alone finds (module docstring); one-hot features
+            # sort nothing (n_sorted 0) and pay noise_gain(0) = 0
+            if penalised and result[5].any():
+                gain_table[:, members] -= self.rule.penalty(result[5])
         if self.node_allowed is not None:
             gain_table[~self.node_allowed] = -np.inf
         choice = np.argmax(gain_table, axis=1)
@@ -175,8 +171,8 @@ class Scores:
         split = gain > -np.inf
         feature = np.where(split, np.array([f for f, _ in self.usable], dtype=np.int32)[choice],
                            np.int32(-1))
-        for (members, _), (_, missing_right, right_sum, size, order) in zip(self.groups,
-                                                                            results):
+        for (members, _), (_, missing_right, right_sum, size, order, _) in zip(self.groups,
+                                                                               results):
             column_of = np.full(len(self.usable), -1)
             column_of[members] = np.arange(len(members))
             here = np.flatnonzero(split & (column_of[choice] >= 0))
@@ -211,7 +207,6 @@ def score(kernels, hist, features: np.ndarray, n_categories: np.ndarray, allowed
     usable = [(int(features[i]), int(n_categories[i])) for i in kept]
     groups = []
     total = node_totals(hist)
-    eligible = None
     if hist.shape[0]:
         for onehot in (True, False):
             members = [i for i, (_, k) in enumerate(usable)
@@ -224,23 +219,8 @@ def score(kernels, hist, features: np.ndarray, n_categories: np.ndarray, allowed
                 np.array([usable[i][1] for i in members], dtype=np.int64), onehot,
                 rule.max_cat_threshold, inv_g, inv_h, reg_lambda, reg_alpha, mcw,
                 rule.cat_smooth, rule.cat_l2, bounds=bounds)))
-            if not onehot and rule.cat_noise_penalty > 0:  # the sorted partitions' penalty
-                eligible = (members, eligible_counts(hist, [usable[i] for i in members], inv_h,
-                                                     rule.cat_smooth))
     return Scores(usable, groups, total, allowed[:, kept] if allowed.ndim == 2 else None,
-                  rule, eligible)
-
-
-def eligible_counts(hist, features: list, inv_h: float, cat_smooth: float) -> list:
-    """Per (store-local feature, category count) of ``features`` an (N,) int device array: per
-    node, how many of its categories the sorted-partition search sorts (hessian > 0 and >=
-    cat_smooth: the kernels' test, the same float operations). Array code, queued."""
-    counts = []
-    for f, k in features:
-        h = hist[:, f, 1:k + 1, 1]
-        scaled = h * inv_h
-        counts.append(((h != 0) & (scaled > 0) & (scaled >= cat_smooth)).sum(axis=1))
-    return counts
+                  rule)
 
 
 def search(kernels, hist, features, n_categories, allowed, constants: tuple,

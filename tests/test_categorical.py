@@ -162,13 +162,26 @@ def test_each_tree_gets_its_outputs_dispersion(monkeypatch):
     assert np.allclose(seen, expected, rtol=1e-9)
 
 
-def test_eligible_counts_are_the_categories_the_search_sorts():
+def test_n_sorted_counts_the_categories_the_search_sorts():
+    """The twin's n_sorted (what the noise penalty is taken at) is the number of categories
+    whose hessian is positive and at least cat_smooth: with cat_smooth 0 every category that
+    holds rows, and never more than the feature's categories; one-hot features sort none."""
     rng = np.random.default_rng(4)
-    hist, _ = _category_histograms(rng, 6, [9, 30], ties=False)
-    counts = category_splits.eligible_counts(hist, [(0, 9), (1, 30)], 0.5, 3.0)
-    for f, k in enumerate([9, 30]):
-        h = hist[:, f, 1:k + 1, 1] * 0.5
-        assert counts[f].tolist() == ((h > 0) & (h >= 3.0)).sum(axis=1).tolist()
+    hist, total = _category_histograms(rng, 6, [9, 30], ties=False)
+    hist[:, 1, 5:9] = 0  # categories without rows in any node
+    args = (hist, total, np.array([0, 1]), np.array([9, 30]))
+    n_sorted = numpy_kernels.categorical_splits(*args, False, 64, 0.5, 0.5, 1.0, 0.0, 0.0,
+                                                0.0, 0.0)[5]
+    held = (hist[:, :, 1:, 1] != 0)
+    assert n_sorted[:, 0].tolist() == held[:, 0, :9].sum(axis=1).tolist()
+    assert n_sorted[:, 1].tolist() == held[:, 1, :30].sum(axis=1).tolist()
+    assert (n_sorted[:, 1] <= 26).all()
+    smoothed = numpy_kernels.categorical_splits(*args, False, 64, 0.5, 0.5, 1.0, 0.0, 0.0,
+                                                1e9, 0.0)[5]
+    assert not smoothed.any()  # no category holds that much hessian
+    onehot = numpy_kernels.categorical_splits(*args, True, 64, 0.5, 0.5, 1.0, 0.0, 0.0,
+                                              0.0, 0.0)[5]
+    assert not onehot.any()
 
 
 def test_gradient_dispersions_are_exact_and_do_not_depend_on_the_parts(device):
@@ -275,7 +288,7 @@ def test_categorical_splits_kernel_against_its_twin(kernels, onehot, n_nodes, n_
         for a, b in zip(bounded, kernels.categorical_splits(*args,
                                                             bounds=(0.4, node_bounds, None))):
             assert a.dtype == b.dtype and np.array_equal(a, b)
-        gain, missing_right, right_sum, size, order = expected
+        gain, missing_right, right_sum, size, order, _ = expected
         for n in range(n_nodes):
             for j, f in enumerate(columns):
                 if gain[n, j] == -np.inf:

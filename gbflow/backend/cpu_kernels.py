@@ -1200,7 +1200,7 @@ def _try_categories(hist, n, f, right_g, right_h, tg, th, parent, inv_scale_g, i
 def _categorical_splits(hist, total, columns, n_categories, onehot, max_cat_threshold,
                         inv_scale_g, inv_scale_h, lam, reg_alpha, min_child_weight, cat_smooth,
                         bounded, max_delta_step, node_bounds,
-                        gain, missing_right, right_sum, size, order):
+                        gain, missing_right, right_sum, size, order, n_sorted):
     n_features = columns.shape[0]
     for task in prange(hist.shape[0] * n_features):
         n = task // n_features
@@ -1232,6 +1232,7 @@ def _categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thre
             if h != 0 and H > 0 and H >= cat_smooth:
                 eligible[n_eligible] = k
                 n_eligible += 1
+        n_sorted[n, j] = n_eligible
         P = min(K, max_cat_threshold, n_eligible - 1)
         if P <= 0:
             continue
@@ -1262,7 +1263,7 @@ def _categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thre
 def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_threshold,
                        inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, min_child_weight,
                        cat_smooth, cat_l2, bounds=None):
-    """See numpy_kernels.categorical_splits (the same five results, bit for bit): one task per
+    """See numpy_kernels.categorical_splits (the same six results, bit for bit): one task per
     (node, feature), the eligible categories sorted with a stable sort."""
     n_nodes, n_features = hist.shape[0], len(columns)
     n_categories = np.asarray(n_categories, dtype=np.int64)
@@ -1272,6 +1273,7 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
     right_sum = np.zeros((n_nodes, n_features, 2), dtype=_dtypes.FIXED)
     size = np.zeros((n_nodes, n_features), dtype=np.int32)
     order = np.full((n_nodes, n_features, width), -1, dtype=np.int32)
+    n_sorted = np.zeros((n_nodes, n_features), dtype=np.int32)
     if n_nodes and n_features:
         _categorical_splits(hist, np.ascontiguousarray(total, dtype=_dtypes.FIXED),
                             np.asarray(columns, dtype=np.int64), n_categories, bool(onehot),
@@ -1279,8 +1281,8 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
                             float(reg_lambda if onehot else reg_lambda + cat_l2),
                             float(reg_alpha), float(min_child_weight), float(cat_smooth),
                             *_bound_args(bounds, n_nodes, None)[:3], gain, missing_right,
-                            right_sum, size, order)
-    return gain, missing_right, right_sum, size, order
+                            right_sum, size, order, n_sorted)
+    return gain, missing_right, right_sum, size, order, n_sorted
 
 
 @njit(parallel=True, **_JIT)

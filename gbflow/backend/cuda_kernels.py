@@ -902,7 +902,7 @@ _CATEGORY_SORT_LIMIT = None  # a lower cap on the shared-memory sort (tests: the
 def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_threshold,
                        inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, min_child_weight,
                        cat_smooth, cat_l2, bounds=None):
-    """See ``numpy_kernels.categorical_splits``; the five results are CuPy arrays. hist, total:
+    """See ``numpy_kernels.categorical_splits``; the six results are CuPy arrays. hist, total:
     CuPy int64; columns, n_categories: host arrays. One block per (node, feature)
     (cuda/categories.cu)."""
     n_nodes, n_features = hist.shape[0], len(columns)
@@ -913,8 +913,9 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
     right_sum = cp.zeros((n_nodes, n_features, 2), dtype=_dtypes.FIXED)
     size = cp.zeros((n_nodes, n_features), dtype=np.int32)
     order = cp.full((n_nodes, n_features, width), -1, dtype=np.int32)
+    n_sorted = cp.zeros((n_nodes, n_features), dtype=np.int32)
     if n_nodes == 0 or n_features == 0:
-        return gain, missing_right, right_sum, size, order
+        return gain, missing_right, right_sum, size, order, n_sorted
     sort_width = 1 << max(int(n_categories.max()) - 1, 0).bit_length()
     fits = 1 << ((_limits()[1] - 64) // _CATEGORY_SORT_BYTES).bit_length() - 1
     capacity = min(sort_width, fits, _CATEGORY_SORT_LIMIT or fits)
@@ -938,8 +939,8 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
          np.float64(min_child_weight), np.float64(cat_smooth),
          *_bound_args(bounds, n_nodes, None)[:3], _i32(0 if onehot else capacity),
          scratch_keys, scratch_cats, slot, _i32(n_over), _i32(scratch_width), gain,
-         missing_right, right_sum, size, order, _i32(width)))
-    return gain, missing_right, right_sum, size, order
+         missing_right, right_sum, size, order, _i32(width), n_sorted))
+    return gain, missing_right, right_sum, size, order, n_sorted
 
 
 @functools.lru_cache(maxsize=None)

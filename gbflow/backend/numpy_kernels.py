@@ -668,9 +668,11 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
     (gains of bounded weights; monotone is not read: categories have no order to keep).
 
     Returns gain (N, c) float64 (-inf: none), missing_right (N, c) bool, right_sum (N, c, 2)
-    int64, size (N, c) int32 and order (N, c, W) int32, W = 1 when onehot else
+    int64, size (N, c) int32, order (N, c, W) int32, W = 1 when onehot else
     min(max K, max_cat_threshold): the categories (0-based) that go right are
-    order[n, j, :size[n, j]]; the rest of order is -1 (all of it when there is no candidate).
+    order[n, j, :size[n, j]]; the rest of order is -1 (all of it when there is no candidate),
+    and n_sorted (N, c) int32: how many eligible categories were sorted (0 when onehot; the
+    count the noise penalty of ``category_splits`` is taken at).
     """
     n_nodes, n_features = hist.shape[0], len(columns)
     width = categorical_width(onehot, n_categories, max_cat_threshold)
@@ -680,6 +682,7 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
     right_sum = np.zeros((n_nodes, n_features, 2), dtype=np.int64)
     size = np.zeros((n_nodes, n_features), dtype=np.int32)
     order = np.full((n_nodes, n_features, width), -1, dtype=np.int32)
+    n_sorted = np.zeros((n_nodes, n_features), dtype=np.int32)
     bounds = check_bounds(bounds, n_nodes, None)
     for n in range(n_nodes):
         tg, th = int(total[n, 0]), int(total[n, 1])
@@ -695,6 +698,7 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
             else:
                 H = cats[:, 1] * inv_scale_h
                 eligible = np.flatnonzero((cats[:, 1] != 0) & (H > 0) & (H >= cat_smooth))
+                n_sorted[n, j] = len(eligible)
                 key = (cats[eligible, 0] * inv_scale_g) / (H[eligible] + cat_smooth)
                 P = max(min(int(K), max_cat_threshold, len(eligible) - 1), 0)
                 candidates = []
@@ -713,7 +717,7 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
                         size[n, j] = len(right_cats)
                         order[n, j] = -1
                         order[n, j, :len(right_cats)] = right_cats[:width]
-    return gain, missing_right, right_sum, size, order
+    return gain, missing_right, right_sum, size, order, n_sorted
 
 
 def _parent_gain(GP, HP, reg_lambda, reg_alpha, node=None):

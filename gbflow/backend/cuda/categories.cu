@@ -73,7 +73,8 @@ extern "C" __global__ void categorical_splits(
         double max_delta_step, const double* node_bounds, int capacity,
         double* scratch_keys, int* scratch_cats, const int* scratch_slot, int n_over,
         int scratch_width, double* gain_out,
-        bool* missing_right_out, i64* right_sum_out, int* size_out, int* order_out, int width) {
+        bool* missing_right_out, i64* right_sum_out, int* size_out, int* order_out, int width,
+        int* n_sorted_out) {
     extern __shared__ unsigned char shared_bytes[];
     __shared__ int n_eligible;
     int task = blockIdx.x, n = task / n_features, j = task % n_features;
@@ -123,6 +124,7 @@ extern "C" __global__ void categorical_splits(
         }
         __syncthreads();
         int m = n_eligible;
+        if (threadIdx.x == 0) n_sorted_out[task] = m;
         n_sort = 1;
         while (n_sort < m) n_sort <<= 1;
         for (int i = m + threadIdx.x; i < n_sort; i += blockDim.x) {
