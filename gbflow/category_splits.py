@@ -187,7 +187,8 @@ class Scores:
 
 
 def score(kernels, hist, features: np.ndarray, n_categories: np.ndarray, allowed,
-          constants: tuple, rule: CategoryRule, bounds=None) -> Scores:
+          constants: tuple, rule: CategoryRule, bounds=None, narrowest: tuple = (0, None)
+          ) -> Scores:
     """Score every (node, categorical feature) of a store's histograms: the kernels queued, no
     wait for the device.
 
@@ -197,8 +198,9 @@ def score(kernels, hist, features: np.ndarray, n_categories: np.ndarray, allowed
     n_categories: (C,) host int their category counts. allowed: (C,) host bool, the features
     this tree may use (the others are not searched), or (N, C) per node. constants:
     ``SplitRule.constants``. bounds: None, or (max_delta_step, (N, 2) device node bounds,
-    None): gains of bounded weights (``weight_bounds``). One kernel call for the one-hot
-    features and one for the others, whatever their number.
+    None): gains of bounded weights (``weight_bounds``). narrowest: (store-local feature, bins)
+    whose bins the nodes' totals are summed from (``DenseStore.narrowest``). One kernel call
+    for the one-hot features and one for the others, whatever their number.
     """
     inv_g, inv_h, reg_lambda, reg_alpha, mcw = constants
     allowed = np.asarray(allowed, dtype=bool)
@@ -206,7 +208,7 @@ def score(kernels, hist, features: np.ndarray, n_categories: np.ndarray, allowed
     kept = [i for i, (k, ok) in enumerate(zip(n_categories, anywhere)) if k >= 1 and ok]
     usable = [(int(features[i]), int(n_categories[i])) for i in kept]
     groups = []
-    total = node_totals(hist)
+    total = node_totals(hist, *narrowest)
     if hist.shape[0]:
         for onehot in (True, False):
             members = [i for i, (_, k) in enumerate(usable)

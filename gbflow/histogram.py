@@ -22,9 +22,13 @@ import dataclasses
 import numpy as np
 
 
-def node_totals(hist):
-    """(n_nodes, 2) int64 total [g, h] of each node (sum over the bins of feature 0)."""
-    return hist[:, 0, :, :].sum(axis=1)
+def node_totals(hist, feature: int = 0, n_bins: int | None = None):
+    """(n_nodes, 2) int64 total [g, h] of each node: the sum over the first ``n_bins`` bins
+    (default all) of ``feature`` (store-local), which must hold all of that feature's bins.
+    Every feature's bins sum to the node's total; the narrowest feature's
+    (``DenseStore.narrowest``) are the fewest to read when categorical features make the
+    histograms thousands of bins wide."""
+    return hist[:, feature, :n_bins, :].sum(axis=1)
 
 
 @dataclasses.dataclass

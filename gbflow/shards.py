@@ -178,7 +178,7 @@ class ShardSet:
         """(1, 2) int64 global [g, h] of the root: from the dense histograms (on the device,
         feature 0's bins) when there are dense features, else the gradients' sum (host)."""
         if self.dense.n_features:
-            return histogram.node_totals(hist.arrays[0])
+            return histogram.node_totals(hist.arrays[0], *self.dense.narrowest)
         return self.backend.to_host(self.collective.allreduce_sum(
             sum(g.sum(axis=0) for g in gh)[None, :]))
 

@@ -48,9 +48,12 @@ class LevelSplits:
         """None when no node of ``sp`` (split positions) splits by a category set; else
         (n_split, n_bins) bool, the bins going right of those that do (rows of False for the
         others)."""
-        if self.on_categories is None or not self.on_categories[sp].any():
+        on = None if self.on_categories is None else self.on_categories[sp]
+        if on is None or not on.any():
             return None
-        return np.where(self.on_categories[sp][:, None], self.right_bins[sp], False)
+        sets = np.zeros((len(sp), self.right_bins.shape[1]), dtype=bool)
+        sets[on] = self.right_bins[sp[on]]
+        return sets
 
     def partition_sides(self, sp: np.ndarray, n_bins: int) -> tuple:
         """(side_map, thresholds) the partition reads the nodes of ``sp`` through: with category
@@ -72,13 +75,15 @@ class LevelSplits:
         """None when no node of ``sp`` splits by a category set; else (n_split, n_bins) uint8,
         each split's bins mapped to 0 (missing), 1 (left) or 2 (right): the partition reads a
         node's side through it (with bin threshold 1), one rule for both kinds of split."""
-        sets = self.category_sets(sp)
-        if sets is None:
+        on = None if self.on_categories is None else self.on_categories[sp]
+        if on is None or not on.any():
             return None
-        bins = np.arange(n_bins)[None, :]
-        by_value_right = bins > self.bin_threshold[sp][:, None]
-        right = np.where(self.on_categories[sp][:, None], sets, by_value_right)
-        return np.where(bins == 0, 0, np.where(right, 2, 1)).astype(np.uint8)
+        # uint8 throughout: the map is n_split x n_bins (thousands of bins with many categories)
+        sides = np.arange(n_bins, dtype=np.int32)[None, :] > self.bin_threshold[sp][:, None]
+        sides[on] = self.right_bins[sp[on], :n_bins]
+        sides = sides.view(np.uint8) + np.uint8(1)
+        sides[:, 0] = 0
+        return sides
 
 
 def search_nodes(shardset, rules, constants: tuple, hist, allowed: np.ndarray, paths,
@@ -132,7 +137,7 @@ def find_splits(backend, stores: list, hist, feature_allowed: np.ndarray, consta
         scores = category_splits.score(
             backend.kernels, hist.arrays[0], local, dense.n_value_bins_host[local],
             feature_allowed[..., dense.features[local]], constants, category_rule,
-            None if bounds is None else bounds[:2] + (None,))
+            None if bounds is None else bounds[:2] + (None,), dense.narrowest)
     extra = [] if scores is None else scores.arrays()
     on_host = backend.to_host_all([a for result in found for a in result] + list(fetch) + extra)
     results = [on_host[5 * i: 5 * i + 5] for i in range(len(found))]

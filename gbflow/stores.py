@@ -171,6 +171,15 @@ class DenseStore(_Store):
         self._by_feature: list = []  # per shard (D, n) column copies (column_copy)
         self._reader = None
 
+    @property
+    def narrowest(self) -> tuple:
+        """(store-local feature, its bins including the missing one) of the feature with the
+        fewest bins (the first of equal ones): ``histogram.node_totals`` reads its bins."""
+        if not self.n_features:
+            return 0, None
+        f = int(np.argmin(self.n_value_bins_host))
+        return f, int(self.n_value_bins_host[f]) + 1
+
     def add_shard(self, bins) -> None:
         """Shard s's (n, D) bins (a view of its padded storage, on the device or the host):
         kept on the device, or paged to the host (the device copy can then be freed)."""

@@ -224,7 +224,7 @@ def _queue_levels(shardset, layout, gh, allowed, search, n_bins: int, rules) -> 
                                          [np.array([s.n_rows], dtype=np.int64) for s in shards],
                                          n_bins)
         level = layout.level(0, None)
-        level.totals[...] = histogram.node_totals(hist.arrays[0])
+        level.totals[...] = histogram.node_totals(hist.arrays[0], *dense.narrowest)
     levels = [level]
     for depth in range(max_depth):
         plan = level.plan
