@@ -67,11 +67,19 @@ class CategoryRule:
     def penalty(self, eligible: np.ndarray) -> np.ndarray:
         """The gain a sorted partition pays at ``eligible`` (any shape, int) sorted categories:
         cat_noise_penalty x dispersion x ``noise_gain``, float64 of the same shape."""
-        values, where = np.unique(np.asarray(eligible), return_inverse=True)
-        per_value = np.array([noise_gain(int(m), self.max_cat_threshold) for m in values],
-                             dtype=np.float64)
-        return self.cat_noise_penalty * self.dispersion * per_value[where].reshape(
-            np.shape(eligible))
+        eligible = np.asarray(eligible, dtype=np.int64)
+        largest = int(eligible.max()) if eligible.size else 0
+        table = _noise_gains(self.max_cat_threshold, 1 << largest.bit_length())
+        return self.cat_noise_penalty * self.dispersion * table[eligible]
+
+
+@functools.lru_cache(maxsize=64)
+def _noise_gains(max_cat_threshold: int, size: int) -> np.ndarray:
+    """(size,) float64: ``noise_gain(m, max_cat_threshold)`` at m = 0 .. size - 1 (read only),
+    made once per size (a power of two) instead of a lookup per value every level."""
+    table = np.array([noise_gain(m, max_cat_threshold) for m in range(size)], dtype=np.float64)
+    table.flags.writeable = False
+    return table
 
 
 @functools.lru_cache(maxsize=1 << 16)

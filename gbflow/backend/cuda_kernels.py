@@ -132,20 +132,23 @@ def _launch_shared(kernel, grid, threads, shared_bytes, args):
 
 
 def _upload(work: np.ndarray, *arrays) -> list:
-    """The work list and small (array, dtype) pairs on the device, in one host-to-device copy
-    when they are host arrays (each copy costs host time, and a level has up to seven small
-    arrays). Returns CuPy arrays (views of one allocation, 8-byte aligned)."""
-    if any(isinstance(a, cp.ndarray) for a, _ in arrays):
-        return [cp.asarray(work)] + [cp.asarray(a, dtype=d) for a, d in arrays]
-    parts = [np.ascontiguousarray(work, dtype=np.int64)] + \
-        [np.ascontiguousarray(a, dtype=d) for a, d in arrays]
+    """The work list and small (array, dtype) pairs on the device: the host ones in one
+    host-to-device copy (each copy costs host time, and a level has up to seven small arrays),
+    device ones as they are (converted to their dtype). Returns CuPy arrays (the uploaded ones
+    views of one allocation, 8-byte aligned)."""
+    pairs = ((work, np.int64),) + arrays
+    on_device = [isinstance(a, cp.ndarray) for a, _ in pairs]
+    parts = [np.ascontiguousarray(a, dtype=d) for (a, d), done in zip(pairs, on_device)
+             if not done]
     offsets, size = aligned_slots([p.nbytes for p in parts])
     image = np.zeros(max(size, 8), dtype=np.uint8)
     for p, o in zip(parts, offsets):
         image[o: o + p.nbytes] = p.reshape(-1).view(np.uint8)
-    device = cp.asarray(image)
-    return [cp.ndarray(p.shape, dtype=p.dtype, memptr=device.data + o)
-            for p, o in zip(parts, offsets)]
+    device = cp.asarray(image) if parts else None
+    uploaded = iter([cp.ndarray(p.shape, dtype=p.dtype, memptr=device.data + o)
+                     for p, o in zip(parts, offsets)])
+    return [cp.asarray(a, dtype=d) if done else next(uploaded)
+            for (a, d), done in zip(pairs, on_device)]
 
 
 def _i64(x):
