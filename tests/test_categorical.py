@@ -564,6 +564,26 @@ def test_dask_partitions_with_unknown_categories_give_the_in_process_model():
     assert np.array_equal(predicted.to_numpy(), local.predict(df).to_numpy())
 
 
+def test_dask_category_columns_read_from_parquet_give_the_in_process_model(tmp_path):
+    """Category columns written to Parquet by pandas and read back by Dask in several files (a
+    pipeline's shape): the in-process model and its predictions, on a LocalCluster."""
+    distributed = pytest.importorskip("distributed")
+    dd = pytest.importorskip("dask.dataframe")
+    df = _table(n=3000, n_categories=300)
+    dd.from_pandas(df, npartitions=3).to_parquet(tmp_path / "table")
+    ddf = dd.read_parquet(tmp_path / "table")
+    assert isinstance(ddf.city.dtype, pd.CategoricalDtype) and ddf.npartitions == 3
+    local = gbflow.train(df, label="y", params=PARAMS, num_boost_round=5, verbose=False)
+    assert any(t.categories for t in local.trees)  # category sets, not value order alone
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster):
+        model = gbflow.train(ddf, label="y", params=PARAMS, num_boost_round=5, verbose=False)
+        predicted = model.predict(ddf).compute()
+    assert model.to_json() == local.to_json()
+    assert np.array_equal(predicted.to_numpy(), local.predict(df).to_numpy())
+
+
 @pytest.mark.gpu
 @needs_gpu
 def test_cudf_category_columns_give_the_pandas_model():

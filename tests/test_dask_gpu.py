@@ -64,3 +64,33 @@ def test_predictions_of_dask_cudf_stay_on_the_gpu(gpu_client):
         np.testing.assert_array_equal(computed.to_numpy(), booster.predict(df).to_numpy())
         scored = booster.transform(ddf, name="p").compute()
         assert type(scored).__module__.startswith("cudf") and "p" in scored.columns
+
+
+def test_dask_cudf_category_columns_from_parquet_give_the_in_process_model(gpu_client,
+                                                                          tmp_path):
+    """F9's pipeline: category columns (one of 300 categories, missing values) written to
+    Parquet, read back by dask_cudf in several files and trained on the LocalCUDACluster: the
+    in-process model, and predictions that stay cuDF-backed."""
+    import pandas as pd
+    rng = np.random.default_rng(52)
+    n = 6000
+    df = make_table(n_rows=n, seed=52)
+    code = rng.integers(0, 300, n)
+    df["city"] = pd.Series([f"c{i:03d}" for i in code], dtype="category")
+    df.loc[rng.random(n) < 0.05, "city"] = None
+    df["y"] += rng.normal(size=300)[code]
+    dd.from_pandas(df, npartitions=4).to_parquet(tmp_path / "table")
+    ddf = dask_cudf.read_parquet(tmp_path / "table")
+    if not isinstance(ddf.city.dtype, cudf.CategoricalDtype):  # read as strings
+        ddf = ddf.assign(city=ddf.city.astype("category"))
+    params = {"max_depth": 4, "learning_rate": 0.3, "device": "cuda"}
+    expected = gbflow.train(cudf.from_pandas(df), label="y", params=params,
+                            num_boost_round=5, verbose=False)
+    assert any(t.categories for t in expected.trees)
+    booster = gbflow.train(ddf, label="y", params=params, num_boost_round=5, verbose=False,
+                           client=gpu_client)
+    assert booster.to_json() == expected.to_json()
+    with gpu_client.as_current():
+        computed = booster.predict(ddf).compute()
+    assert type(computed).__module__.startswith("cudf")
+    np.testing.assert_array_equal(computed.to_numpy(), expected.predict(df).to_numpy())
