@@ -223,7 +223,8 @@ def main():
     parser.add_argument("--quick", action="store_true",
                         help="20 rounds; 60,000 real or 100,000 synthetic rows (unless --rows)")
     args = parser.parse_args()
-    chosen = None if args.methods == "all" else {m.strip() for m in args.methods.split(",")}
+    chosen = None if args.methods == "all" else \
+        {m.strip() for m in args.methods.split(",") if m.strip()}
     unknown = (chosen or set()) - {label for label, _, _ in METHODS}
     if unknown:
         raise SystemExit(f"--methods: unknown {sorted(unknown)}; choose from "

@@ -176,7 +176,8 @@ class ShardSet:
 
     def root_totals(self, hist: Histograms, gh):
         """(1, 2) int64 global [g, h] of the root: from the dense histograms (on the device,
-        feature 0's bins) when there are dense features, else the gradients' sum (host)."""
+        the narrowest feature's bins: ``DenseStore.narrowest``) when there are dense features,
+        else the gradients' sum (host)."""
         if self.dense.n_features:
             return histogram.node_totals(hist.arrays[0], *self.dense.narrowest)
         return self.backend.to_host(self.collective.allreduce_sum(

@@ -78,10 +78,15 @@ class LevelSplits:
         on = None if self.on_categories is None else self.on_categories[sp]
         if on is None or not on.any():
             return None
-        # uint8 throughout: the map is n_split x n_bins (thousands of bins with many categories)
-        sides = np.arange(n_bins, dtype=np.int32)[None, :] > self.bin_threshold[sp][:, None]
-        sides[on] = self.right_bins[sp[on], :n_bins]
-        sides = sides.view(np.uint8) + np.uint8(1)
+        if self.right_bins.shape[1] != n_bins:
+            raise ValueError(f"side_map: the category sets are {self.right_bins.shape[1]} bins "
+                             f"wide, the histograms {n_bins}")
+        # bool, then the same bytes as uint8 (no int64 temporaries: the map is n_split x
+        # n_bins, thousands of bins with many categories)
+        right = np.arange(n_bins, dtype=np.int32)[None, :] > self.bin_threshold[sp][:, None]
+        right[on] = self.right_bins[sp[on]]
+        sides = right.view(np.uint8)
+        sides += np.uint8(1)
         sides[:, 0] = 0
         return sides
 

@@ -162,26 +162,51 @@ def test_each_tree_gets_its_outputs_dispersion(monkeypatch):
     assert np.allclose(seen, expected, rtol=1e-9)
 
 
-def test_n_sorted_counts_the_categories_the_search_sorts():
-    """The twin's n_sorted (what the noise penalty is taken at) is the number of categories
-    whose hessian is positive and at least cat_smooth: with cat_smooth 0 every category that
-    holds rows, and never more than the feature's categories; one-hot features sort none."""
+def test_n_sorted_counts_the_categories_the_search_sorts(kernels):
+    """n_sorted (what the noise penalty is taken at) counts the categories 1..K whose scaled
+    hessian is positive and at least cat_smooth (equal counts: the test is >=), never bins
+    past the feature's K; one-hot features sort none. The twin's count by hand, every
+    backend's equal to it."""
     rng = np.random.default_rng(4)
     hist, total = _category_histograms(rng, 6, [9, 30], ties=False)
-    hist[:, 1, 5:9] = 0  # categories without rows in any node
+    hist[:, 1, 5:9, 1] = 6  # scaled by 0.5: exactly cat_smooth 3.0
+    hist[:, 0, 10:, 1] = 50  # past feature 0's 9 categories: never counted
     args = (hist, total, np.array([0, 1]), np.array([9, 30]))
-    n_sorted = numpy_kernels.categorical_splits(*args, False, 64, 0.5, 0.5, 1.0, 0.0, 0.0,
-                                                0.0, 0.0)[5]
-    held = (hist[:, :, 1:, 1] != 0)
-    assert n_sorted[:, 0].tolist() == held[:, 0, :9].sum(axis=1).tolist()
-    assert n_sorted[:, 1].tolist() == held[:, 1, :30].sum(axis=1).tolist()
-    assert (n_sorted[:, 1] <= 26).all()
-    smoothed = numpy_kernels.categorical_splits(*args, False, 64, 0.5, 0.5, 1.0, 0.0, 0.0,
-                                                1e9, 0.0)[5]
-    assert not smoothed.any()  # no category holds that much hessian
-    onehot = numpy_kernels.categorical_splits(*args, True, 64, 0.5, 0.5, 1.0, 0.0, 0.0,
-                                              0.0, 0.0)[5]
-    assert not onehot.any()
+    for smooth in (0.0, 3.0, 1e9):
+        expected = numpy_kernels.categorical_splits(*args, False, 64, 0.5, 0.5, 1.0, 0.0, 0.0,
+                                                    smooth, 0.0)[5]
+        for f, k in enumerate([9, 30]):
+            scaled = hist[:, f, 1:k + 1, 1] * 0.5
+            assert expected[:, f].tolist() == \
+                ((scaled > 0) & (scaled >= smooth)).sum(axis=1).tolist()
+        got = kernels.categorical_splits(*args, False, 64, 0.5, 0.5, 1.0, 0.0, 0.0, smooth,
+                                         0.0)[5]
+        assert np.asarray(got).dtype == np.int32 and np.array_equal(expected, got)
+    assert (expected == 0).all()  # no category holds 2e9 hessian
+    onehot = kernels.categorical_splits(*args, True, 64, 0.5, 0.5, 1.0, 0.0, 0.0, 0.0, 0.0)[5]
+    assert not np.asarray(onehot).any()
+
+
+def test_each_feature_pays_the_penalty_of_its_own_sorted_categories():
+    """Two sorted-partition features whose nodes sort very different numbers of categories:
+    each (node, feature)'s gain is its unpenalised gain less the penalty at its own n_sorted
+    (a penalty read from another feature's counts would pick another feature or gain)."""
+    rng = np.random.default_rng(8)
+    hist, total = _category_histograms(rng, 5, [12, 400], ties=False)
+    rule = category_splits.CategoryRule(4, 64, 0.0, 0.0, cat_noise_penalty=0.0)
+    free = category_splits.score(numpy_kernels, hist, np.array([0, 1]), np.array([12, 400]),
+                                 np.ones(2, dtype=bool), (0.5, 0.25, 1.0, 0.0, 0.0), rule)
+    (members, result), = free.groups
+    raw_gain, n_sorted = result[0], result[5]
+    assert (n_sorted[:, 1] > 10 * n_sorted[:, 0]).all()
+    penalised = dataclasses.replace(rule, cat_noise_penalty=0.7, dispersion=2.0)
+    scores = category_splits.score(numpy_kernels, hist, np.array([0, 1]), np.array([12, 400]),
+                                   np.ones(2, dtype=bool), (0.5, 0.25, 1.0, 0.0, 0.0),
+                                   penalised)
+    gain, feature = scores.best(scores.arrays(), hist.shape[2])[:2]
+    own = raw_gain - np.stack([penalised.penalty(n_sorted[:, j]) for j in range(2)], axis=1)
+    assert np.array_equal(feature, np.argmax(own, axis=1))
+    assert np.array_equal(gain, own[np.arange(len(own)), feature])
 
 
 def test_gradient_dispersions_are_exact_and_do_not_depend_on_the_parts(device):
@@ -280,6 +305,7 @@ def test_categorical_splits_kernel_against_its_twin(kernels, onehot, n_nodes, n_
                 0.5, 0.25, 1.0, 0.0, 0.5, smooth, 2.0)
         expected = numpy_kernels.categorical_splits(*args)
         got = kernels.categorical_splits(*args)
+        assert len(expected) == len(got) == 6
         for a, b in zip(expected, got):
             assert a.dtype == b.dtype and np.array_equal(a, b)
         # bounded weights (max_delta_step, the nodes' monotone bounds)
@@ -327,6 +353,7 @@ def test_the_gpu_sorts_many_categories_in_shared_or_global_memory(limit, monkeyp
             0.5, 0.25, 1.0, 0.0, 0.5, 1.0, 2.0)
     expected = numpy_kernels.categorical_splits(*args)
     got = _OnDevice(cuda_kernels).categorical_splits(*args)
+    assert len(expected) == len(got) == 6
     for a, b in zip(expected, got):
         assert np.array_equal(a, b)
     assert (expected[3] > 0).all()  # every (node, feature) found a set
