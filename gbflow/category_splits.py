@@ -69,16 +69,24 @@ class CategoryRule:
         cat_noise_penalty x dispersion x ``noise_gain``, float64 of the same shape."""
         eligible = np.asarray(eligible, dtype=np.int64)
         largest = int(eligible.max()) if eligible.size else 0
-        table = _noise_gains(self.max_cat_threshold, 1 << largest.bit_length())
+        table = _noise_gains(self.max_cat_threshold, largest + 1)
         return self.cat_noise_penalty * self.dispersion * table[eligible]
 
 
-@functools.lru_cache(maxsize=64)
+_NOISE_TABLES: dict = {}  # max_cat_threshold -> the largest table of noise_gain made so far
+
+
 def _noise_gains(max_cat_threshold: int, size: int) -> np.ndarray:
-    """(size,) float64: ``noise_gain(m, max_cat_threshold)`` at m = 0 .. size - 1 (read only),
-    made once per size (a power of two) instead of a lookup per value every level."""
-    table = np.array([noise_gain(m, max_cat_threshold) for m in range(size)], dtype=np.float64)
-    table.flags.writeable = False
+    """(at least size,) float64, read only: ``noise_gain(m, max_cat_threshold)`` at m = 0, 1,
+    ..., made once per threshold and grown to the next power of two when a larger count comes
+    (instead of a lookup per value every level)."""
+    table = _NOISE_TABLES.get(max_cat_threshold)
+    if table is None or len(table) < size:
+        size = 1 << max(int(size) - 1, 0).bit_length()
+        table = np.array([noise_gain(m, max_cat_threshold) for m in range(size)],
+                         dtype=np.float64)
+        table.flags.writeable = False
+        _NOISE_TABLES[max_cat_threshold] = table
     return table
 
 
