@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 
 from . import _dtypes
+from .backend import numpy_kernels
 
 
 @dataclasses.dataclass
@@ -56,13 +57,9 @@ class Cuts:
         """float32 thresholds (``x < threshold`` goes left) of splits given by their features
         and bin thresholds (arrays of one shape): the t-th cut of the feature for t >= 1, so
         that the value test and the bin test (bins 1..t left) agree; for t = 0 (no value bin
-        goes left: the present values split from the missing ones) ``_dtypes.BELOW_EVERY_VALUE``."""
-        feature = np.asarray(feature, dtype=np.int64)
-        t = np.asarray(bin_threshold, dtype=np.int64)
-        at = self.offsets[feature] + t - 1
-        cut = self.values[np.clip(at, 0, max(len(self.values) - 1, 0))] if len(self.values) \
-            else np.zeros(t.shape, dtype=_dtypes.CUT)
-        return np.where(t > 0, cut, _dtypes.BELOW_EVERY_VALUE).astype(_dtypes.CUT)
+        goes left: the present values split from the missing ones) ``_dtypes.BELOW_EVERY_VALUE``
+        (``numpy_kernels.cut_thresholds``)."""
+        return numpy_kernels.cut_thresholds(self.values, self.offsets, feature, bin_threshold)
 
     def feature_cuts(self, f: int) -> np.ndarray:
         return self.values[self.offsets[f] : self.offsets[f + 1]]

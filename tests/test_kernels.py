@@ -997,6 +997,42 @@ GROW_CASES = [  # n_rows, n_features, n_bins, max_depth, extra keyword arguments
 ]
 
 
+@pytest.mark.parametrize("leaf", [
+    dict(reg_lambda=1.0, reg_alpha=0.0, max_delta_step=0.0),
+    dict(reg_lambda=0.0, reg_alpha=0.7, max_delta_step=0.0),  # nodes of no hessian: value 0
+    dict(reg_lambda=1.0, reg_alpha=0.2, max_delta_step=0.3)])
+@pytest.mark.parametrize("n_cuts", [40, 0])
+def test_finish_dense_tree(leaf, n_cuts):
+    """A grown tree's node arrays, compiled against the twin, bit for bit and dtype for dtype:
+    leaves, value splits, present-versus-missing splits (threshold 0), thresholds past a
+    feature's cuts clipped as the twin clips them, zero-hessian nodes, max_delta_step."""
+    from gbflow.backend import cpu_tree
+    rng = np.random.default_rng(n_cuts + int(10 * leaf["reg_alpha"]))
+    n = 63
+    feature = np.where(rng.random(n) < 0.5, rng.integers(0, 5, n), -1).astype(np.int32)
+    bin_threshold = np.where(feature >= 0, rng.integers(0, 12, n), 0).astype(np.int32)
+    totals = np.stack([rng.integers(-2**40, 2**40, n), rng.integers(0, 2**40, n)], axis=1)
+    totals[::7, 1] = 0  # no hessian
+    totals[::11, 0] = 0  # no gradient: -0.0 or 0.0
+    features = np.array([3, 0, 7, 1, 9], dtype=np.int64)  # store-local -> global
+    offsets = np.sort(rng.integers(0, n_cuts + 1, 11)).astype(np.int64)
+    offsets[0] = 0
+    cut_values = np.sort(rng.normal(size=n_cuts)).astype(np.float32)
+    args = (feature, bin_threshold, totals, features, cut_values, offsets, 2.0**-30, 2.0**-31,
+            leaf["reg_lambda"], leaf["reg_alpha"], 0.3, leaf["max_delta_step"])
+    expected = numpy_kernels.finish_dense_tree(*args)
+    got = cpu_tree.finish_dense_tree(*args)
+    assert len(expected) == len(got) == 4
+    for a, b in zip(expected, got):
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+    glob, threshold, value, _ = expected
+    assert (glob[feature < 0] == _dtypes.LEAF).all() and \
+        np.array_equal(glob[feature >= 0], features[feature[feature >= 0]])
+    assert (threshold[(feature >= 0) & (bin_threshold == 0)] == _dtypes.BELOW_EVERY_VALUE).all()
+    if leaf["reg_lambda"] == 0:
+        assert (value[totals[:, 1] == 0] == 0).all()
+
+
 @pytest.mark.parametrize("n_rows,n_features,n_bins,max_depth,extra", GROW_CASES)
 def test_grow_dense_tree(n_rows, n_features, n_bins, max_depth, extra):
     """The CPU's whole-tree grower against its twin: every node array equal, and every node's

@@ -61,12 +61,14 @@ class Backend:
     where each block costs launches and a synchronisation); ``grow_dense_tree``: None, or a
     function growing a whole depthwise tree of one shard's dense bins in one call (the
     ``numpy_kernels.grow_dense_tree`` signature; the CPU's, where the host's work between levels
-    costs more than the levels do on small data).
+    costs more than the levels do on small data); ``finish_dense_tree``: with it, the grown
+    tree's node arrays (``numpy_kernels.finish_dense_tree``'s signature).
     """
 
     name = ""
     queues_ahead = False
     grow_dense_tree = None
+    finish_dense_tree = None
     indexes_sparse_columns = False
     sketch_block_values = 1 << 20
 

@@ -32,6 +32,8 @@ class CpuBackend(Backend):
         # a method's value per instance: the twin under ``reference_kernels()``
         self.grow_dense_tree = cpu_tree.grow_dense_tree if kernels is cpu_kernels else \
             kernels.grow_dense_tree
+        self.finish_dense_tree = cpu_tree.finish_dense_tree if kernels is cpu_kernels else \
+            kernels.finish_dense_tree
         if kernels is cpu_kernels:
             announce_first_compile()
 

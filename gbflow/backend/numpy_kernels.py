@@ -1092,6 +1092,44 @@ def grow_dense_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_b
     return GrownTree(*(column.astype(dtype) for column, dtype in zip(columns, dtypes)))
 
 
+def cut_thresholds(cut_values, cut_offsets, feature, bin_threshold):
+    """float32 thresholds (``x < threshold`` goes left) of splits given by their global
+    features and bin thresholds (int arrays of one shape): the t-th cut of the feature's
+    (cut_values[cut_offsets[f]:cut_offsets[f + 1]]) for t >= 1, so that the value test and the
+    bin test (bins 1..t left) agree; for t = 0 (the present values split from the missing ones)
+    ``_dtypes.BELOW_EVERY_VALUE`` (``Cuts.split_thresholds``)."""
+    feature = np.asarray(feature, dtype=np.int64)
+    t = np.asarray(bin_threshold, dtype=np.int64)
+    at = cut_offsets[feature] + t - 1
+    cut = cut_values[np.clip(at, 0, max(len(cut_values) - 1, 0))] if len(cut_values) \
+        else np.zeros(t.shape, dtype=_dtypes.CUT)
+    return np.where(t > 0, cut, _dtypes.BELOW_EVERY_VALUE).astype(_dtypes.CUT)
+
+
+def finish_dense_tree(feature, bin_threshold, totals, features, cut_values, cut_offsets,
+                      inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate,
+                      max_delta_step=0.0):
+    """The node arrays a whole grown tree (``grow_dense_tree``'s ``GrownTree``) needs beyond
+    its own, in the model file's dtypes: (feature (n,) int32 global ids, ``_dtypes.LEAF`` on
+    leaves; threshold (n,) float32, ``cut_thresholds`` of the splits, 0 on leaves; value (n,)
+    float64 ``leaf_weights`` of every node; cover (n,) float64 the hessian sums).
+
+    feature: (n,) int store-local split features (-1: leaf); bin_threshold (n,) int; totals
+    (n, 2) int64; features: the store's (D,) int64 global ids; cut_values, cut_offsets: the
+    cuts' arrays. The leaf constants as ``leaf_weights`` takes them. Host arrays, no side
+    effects."""
+    feature = np.asarray(feature)
+    split = feature >= 0
+    glob = np.where(split, np.asarray(features)[np.maximum(feature, 0)], _dtypes.LEAF)
+    threshold = np.zeros(len(feature), dtype=_dtypes.CUT)
+    threshold[split] = cut_thresholds(cut_values, cut_offsets, glob[split],
+                                      np.asarray(bin_threshold)[split])
+    value = leaf_weights(totals, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
+                         learning_rate, max_delta_step).astype(_dtypes.MARGIN, copy=False)
+    return (glob.astype(_dtypes.NODE, copy=False), threshold, value,
+            totals[:, 1] * inv_scale_h)
+
+
 def leaf_weights(totals, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate,
                  max_delta_step=0.0, node_bounds=None):
     """(n,) float64 leaf weights -T_alpha(G) / (H + lambda) * learning_rate of (n, 2) int64

@@ -27,22 +27,18 @@ def grow_tree_whole(shardset, gh: list, scales, cuts, rules, feature_allowed,
             dense.rows(0), dense.columns(0), gh[0], *rows, dense.n_value_bins_host, cuts.n_bins,
             allowed, *rules.split.constants(scales), rules.split.min_gain,
             None if bounds is None else bounds.max_delta_step)
-    n = len(grown.feature)
+    # the node arrays in the model file's dtypes, made in one call (a small tree's host time)
+    leaf = rules.leaf.constants(scales)
+    feature, threshold, value, cover = shardset.backend.finish_dense_tree(
+        grown.feature, grown.bin_threshold, grown.totals, dense.features, cuts.values,
+        cuts.offsets, *leaf)
     split = grown.feature >= 0
-    node_bounds = None if bounds is None else np.tile([-np.inf, np.inf], (n, 1))
-    feature = np.where(split, dense.features[np.maximum(grown.feature, 0)], _dtypes.LEAF)
-    threshold = np.zeros(n, dtype=_dtypes.CUT)
-    threshold[split] = cuts.split_thresholds(feature[split], grown.bin_threshold[split])
-    # the node arrays in the model file's dtypes, made once (a small tree's host time)
-    tree = Tree(feature=feature.astype(_dtypes.NODE, copy=False),
-                bin_threshold=grown.bin_threshold.astype(np.int32, copy=False),
+    tree = Tree(feature=feature, bin_threshold=grown.bin_threshold.astype(np.int32, copy=False),
                 threshold=threshold, default_left=grown.default_left.astype(np.bool_, copy=False),
                 left=grown.left.astype(_dtypes.NODE),
                 right=np.where(split, grown.left + 1, -1).astype(_dtypes.NODE, copy=False),
-                value=rules.leaf.values(grown.totals, scales, node_bounds).astype(
-                    _dtypes.MARGIN, copy=False),
-                gain=grown.gain.astype(np.float64, copy=False),
-                cover=grown.totals[:, 1] * (1.0 / scales.h), group=group)
+                value=value, gain=grown.gain.astype(np.float64, copy=False), cover=cover,
+                group=group)
     # the row arrays as the level loop leaves them: the deepest partitioned level's current
     deepest = int(grown.depth[grown.seg_start >= 0].max()) % 2
     shardset.row_index, shardset._spare_index = [rows[deepest]], [rows[1 - deepest]]
