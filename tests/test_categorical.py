@@ -573,8 +573,20 @@ def test_a_categorical_feature_also_splits_by_value_order():
     assert np.array_equal(penalty_free.predict(df), model.predict(df))
 
 
-def test_dask_partitions_with_unknown_categories_give_the_in_process_model():
+def _assert_dask_gives_the_local_model(ddf, df, local) -> None:
+    """Training on ``ddf`` on a two-worker LocalCluster gives ``local`` (trained on ``df``, the
+    same rows) to the byte, and its predictions of ``ddf`` are local's of ``df``."""
     distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster):
+        model = gbflow.train(ddf, label="y", params=PARAMS, num_boost_round=5, verbose=False)
+        predicted = model.predict(ddf).compute()
+    assert model.to_json() == local.to_json()
+    assert np.array_equal(predicted.to_numpy(), local.predict(df).to_numpy())
+
+
+def test_dask_partitions_with_unknown_categories_give_the_in_process_model():
     dd = pytest.importorskip("dask.dataframe")
     df = _table(n=3000).sort_values("city").reset_index(drop=True)
     text = df.assign(city=df.city.astype(str).where(df.city.notna()))
@@ -582,19 +594,12 @@ def test_dask_partitions_with_unknown_categories_give_the_in_process_model():
     ddf = ddf.assign(city=ddf.city.astype("category"))  # each partition: its own categories
     assert not ddf.city.cat.known
     local = gbflow.train(df, label="y", params=PARAMS, num_boost_round=5, verbose=False)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster, \
-            distributed.Client(cluster):
-        model = gbflow.train(ddf, label="y", params=PARAMS, num_boost_round=5, verbose=False)
-        predicted = model.predict(ddf).compute()
-    assert model.to_json() == local.to_json()
-    assert np.array_equal(predicted.to_numpy(), local.predict(df).to_numpy())
+    _assert_dask_gives_the_local_model(ddf, df, local)
 
 
 def test_dask_category_columns_read_from_parquet_give_the_in_process_model(tmp_path):
     """Category columns written to Parquet by pandas and read back by Dask in several files (a
     pipeline's shape): the in-process model and its predictions, on a LocalCluster."""
-    distributed = pytest.importorskip("distributed")
     dd = pytest.importorskip("dask.dataframe")
     df = _table(n=3000, n_categories=300)
     dd.from_pandas(df, npartitions=3).to_parquet(tmp_path / "table")
@@ -602,13 +607,7 @@ def test_dask_category_columns_read_from_parquet_give_the_in_process_model(tmp_p
     assert isinstance(ddf.city.dtype, pd.CategoricalDtype) and ddf.npartitions == 3
     local = gbflow.train(df, label="y", params=PARAMS, num_boost_round=5, verbose=False)
     assert any(t.categories for t in local.trees)  # category sets, not value order alone
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster, \
-            distributed.Client(cluster):
-        model = gbflow.train(ddf, label="y", params=PARAMS, num_boost_round=5, verbose=False)
-        predicted = model.predict(ddf).compute()
-    assert model.to_json() == local.to_json()
-    assert np.array_equal(predicted.to_numpy(), local.predict(df).to_numpy())
+    _assert_dask_gives_the_local_model(ddf, df, local)
 
 
 @pytest.mark.gpu

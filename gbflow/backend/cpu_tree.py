@@ -12,19 +12,19 @@ import numba
 import numpy as np
 from numba import njit
 
+from .. import _dtypes
 from .common import GrownTree
 from .cpu_kernels import (
     _JIT,
-    _bounded_weight,
     _NODE_ROWS_APART,
     _NODES_APART,
+    _bounded_weight,
     _build_histograms,
     _evaluate_sparse_splits,
     _partition_and_histogram,
     _partition_nodes_apart,
     _sibling_histograms,
 )
-from .. import _dtypes
 
 
 def grow_dense_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_bins, n_bins,
