@@ -135,8 +135,10 @@ def fit(library, variant, data, y, args, sync):
                                              ("cat_l2", args.cat_l2),
                                              ("cat_noise_penalty", args.cat_noise_penalty))
                            if v is not None})
-        gbflow.train(X[:2000], yt[:2000], params=params, num_boost_round=2,  # warm-up
-                     evals=[((Xv[:500], yv[:500]), "valid")], verbose=False)
+        # warm-up on the whole data: a slice is too small for the sketch's passes and other
+        # kernels of the full size, which would compile in the timed run on a fresh machine
+        gbflow.train(X, yt, params=params, num_boost_round=2,
+                     evals=[((Xv, yv), "valid")], verbose=False)
         sync()
         start = time.perf_counter()
         booster = gbflow.train(X, yt, params=params, num_boost_round=args.rounds,
