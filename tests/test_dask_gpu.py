@@ -79,8 +79,8 @@ def test_dask_cudf_category_columns_from_parquet_give_the_in_process_model(gpu_c
     df["city"] = pd.Series([f"c{i:03d}" for i in code], dtype="category")
     df.loc[rng.random(n) < 0.05, "city"] = None
     df["y"] += rng.normal(size=300)[code]
-    dd.from_pandas(df, npartitions=4).to_parquet(tmp_path / "table")
-    ddf = dask_cudf.read_parquet(tmp_path / "table")
+    dd.from_pandas(df, npartitions=4).to_parquet(str(tmp_path / "table"))
+    ddf = dask_cudf.read_parquet(str(tmp_path / "table"))
     if not isinstance(ddf.city.dtype, cudf.CategoricalDtype):  # read as strings
         ddf = ddf.assign(city=ddf.city.astype("category"))
     params = {"max_depth": 4, "learning_rate": 0.3, "device": "cuda"}
