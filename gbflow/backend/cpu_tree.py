@@ -207,6 +207,10 @@ def _grow_dense_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bin
             out_start[:first], out_count[:first])
 
 
+# the threshold of a present-versus-missing split, a constant numba compiles in
+_BELOW_EVERY_VALUE = _dtypes.BELOW_EVERY_VALUE
+
+
 def finish_dense_tree(feature, bin_threshold, totals, features, cut_values, cut_offsets,
                       inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate,
                       max_delta_step=0.0):
@@ -254,6 +258,3 @@ def _finish_dense_tree(feature, bin_threshold, totals, features, cut_values, cut
             threshold[k] = cut_values[min(max(at, 0), last_cut)] if last_cut >= 0 else 0.0
         else:
             threshold[k] = np.float32(_BELOW_EVERY_VALUE)
-
-
-_BELOW_EVERY_VALUE = _dtypes.BELOW_EVERY_VALUE
