@@ -89,6 +89,7 @@ def fit(backend, parts: list, params, num_boost_round: int, evals: list[tuple] =
         # set is collected
         shardset.recorder.clear()
         shardset.margin_recorder.clear()
+        shardset.eval_recorder.clear()
 
 
 def _fit(backend, parts: list, params, num_boost_round: int, evals, options, verbose,
@@ -175,7 +176,7 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
                  EvalSet(backend, name, base_margin, w, parts=e, cuts=cuts, forest=forest,
                          block_rows=prepare.raw_block_rows(backend, params, e,
                                                            len(feature_names), cuts.bin_dtype)
-                         if e else None)
+                         if e else None, join=not by_query)
                  for (d, _), (e, name, w) in zip(evals, eval_parts)]
     for s, (e, name, w) in zip(eval_sets, eval_parts):
         if by_query and s.X is not None:
@@ -189,7 +190,7 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
     resumed = 0 if resume is None else first_round  # rounds numbered from the run's start
     evaluation = Evaluation(backend, eval_sets, sizes.eval_rows, sizes.eval_max_weights,
                             objective, metric_list, options, collective, num_boost_round,
-                            offset=resumed)
+                            offset=resumed, recorder=shardset.eval_recorder)
     if resume is not None:
         evaluation.restore(resume.history, resume.eval_rounds)
     progress = Progress(verbose, resumed + num_boost_round, emit, has_metrics=bool(evaluation))

@@ -122,6 +122,18 @@ def _binned(backend, X, cuts, block_rows: int | None = None):
     return predictor.BinnedRows(binning.quantize(backend, X, cuts, block_rows))
 
 
+def _joined_bins(backend, raw: list, cuts, block_rows: int | None):
+    """Dense parts binned with ``cuts`` into one ``predictor.BinnedRows`` (each part's rows
+    written into its slice: no second copy of the bins)."""
+    bins = binning.empty_bins(backend.xp, sum(X.shape[0] for X in raw), raw[0].shape[1],
+                              cuts.bin_dtype)
+    start = 0
+    for X in raw:
+        binning.quantize(backend, X, cuts, block_rows, out=bins[start:start + X.shape[0]])
+        start += X.shape[0]
+    return predictor.BinnedRows(bins)
+
+
 class EvalSet:
     """An evaluation set as this process holds it (possibly no part), its margins up to date.
 
@@ -130,11 +142,14 @@ class EvalSet:
     starting from ``forest``'s, a continued model's, when given), or the
     training ``shards`` (``shards.Shard``), whose margins training keeps. labels, weights: per
     part (n_i,) float64 on the backend's device; weights None for a set without weights (the
-    same on every process).
+    same on every process). With ``join``, several dense parts are kept as one (their rows in
+    order): a Dask worker's many partitions then cost one tree walk and one set of metric
+    kernels a round, not one per partition (the metrics' values do not depend on the parts).
     """
 
     def __init__(self, backend, name: str, base_margin, weighted: bool, parts=None,
-                 shards=None, cuts=None, forest=None, block_rows: int | None = None):
+                 shards=None, cuts=None, forest=None, block_rows: int | None = None,
+                 join: bool = False):
         self.name, self.backend = name, backend
         self.queries = None  # per part its ``ranking.QueryGroups`` (set for ranking metrics)
         if shards is not None:
@@ -155,11 +170,18 @@ class EvalSet:
         self.margin = [predictor.predict_margin(backend, X, start, base_margin, p.base_margin,
                                                 block_rows)
                        for X, p in zip(raw, parts)]
-        self.X = [_binned(backend, X, cuts, block_rows) for X in raw]
-        del raw
         self.labels = [xp.asarray(backend.asarray(p.label), dtype=xp.float64) for p in parts]
         self.weights = [xp.asarray(backend.asarray(p.weight), dtype=xp.float64)
                         for p in parts] if weighted else None
+        if join and len(parts) > 1 and not any(isinstance(X, CSR) for X in raw):
+            self.X = [_joined_bins(backend, raw, cuts, block_rows)]
+            del raw
+            self.margin = [xp.concatenate(self.margin)]
+            self.labels = [xp.concatenate(self.labels)]
+            if self.weights is not None:
+                self.weights = [xp.concatenate(self.weights)]
+            return
+        self.X = [_binned(backend, X, cuts, block_rows) for X in raw]
 
     def add(self, trees: list) -> None:
         """Add trees to the margins (training adds them to its own)."""
@@ -183,7 +205,7 @@ class Evaluation:
 
     def __init__(self, backend, sets: list, n_rows: list, max_weights: list, objective,
                  metric_list: list, options: EvalOptions, collective, n_rounds: int,
-                 offset: int = 0):
+                 offset: int = 0, recorder=None):
         self.backend, self.sets, self.objective = backend, sets, objective
         self.options, self.collective, self.n_rounds = options, collective, n_rounds
         self.offset = offset  # a resumed training's rounds done before: metric_period counts them
@@ -206,6 +228,10 @@ class Evaluation:
         # later (the copies are long done by then; reading at once would wait for the device).
         self.delay = 1 if backend.queues_ahead else 0
         self.stopped = False  # early stopping said stop
+        # A round's transform and metric kernels (some thirty launches a set) replayed from
+        # one record where the evaluator allows (``Backend.recorder``; None: launched each round)
+        self._recorder = recorder if recorder is not None and recorder.records and \
+            self.evaluator is not None and self.evaluator.recordable else None
 
     def __bool__(self) -> bool:
         return bool(self.sets)
@@ -239,14 +265,29 @@ class Evaluation:
             for s in self.sets:
                 s.add(self._trees)
             self._trees = []
-            xp = self.backend.xp
-            predictions = [[self.objective.eval_transform(xp, m) for m in s.margin]
-                           for s in self.sets]
-            pending = self.evaluator.begin(predictions) if self.evaluator else None
+            predictions, queued = self._device_work()
+            pending = self.evaluator.fetch(queued) if self.evaluator else None
             custom = self._custom_scores(predictions) \
                 if self.options.custom_metric is not None else []
             self._queue.append((round_index, pending, custom))
         return self._drain(self.delay)
+
+    def _device_work(self) -> tuple[list, tuple | None]:
+        """The sets' predictions (per set, per part) and the evaluator's queued work
+        (``Evaluator.queue``; None without built-in metrics): recorded once and replayed
+        where a recorder serves (the same arrays, written again: the margins are updated in
+        place, so their addresses name the work)."""
+        xp = self.backend.xp
+
+        def queue():
+            predictions = [[self.objective.eval_transform(xp, m) for m in s.margin]
+                           for s in self.sets]
+            return predictions, self.evaluator.queue(predictions) if self.evaluator else None
+        if self._recorder is None:
+            return queue()
+        key = ("evaluation",) + tuple(self._recorder.address(m) for s in self.sets
+                                      for m in s.margin)
+        return self._recorder.run(key, queue)
 
     def flush(self) -> list[tuple[int, list]]:
         """The results of every round submitted and not yet returned (at the end of training:

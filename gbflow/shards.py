@@ -64,6 +64,8 @@ class ShardSet:
         # graphs); a margin update is recorded per output (class) and holds no memory
         self.recorder = backend.recorder()
         self.margin_recorder = backend.recorder(most=64)
+        # and the evaluation sets' transform and metrics, one record a run (``evaluation``)
+        self.eval_recorder = backend.recorder(most=2)
         # whole trees in one backend call (``grow.whole``) where the backend has the grower
         # and the data allows; GBFLOW_WHOLE_TREES=0 turns them off (to compare the loops)
         self.whole_trees = os.environ.get("GBFLOW_WHOLE_TREES", "") != "0"

@@ -410,3 +410,36 @@ def test_evaluating_one_round_late_changes_nothing(period, monkeypatch):
     monkeypatch.setattr(CpuBackend, "queues_ahead", False)
     assert every.evals_result == gbflow.train(
         df, "y", **dict(kwargs, early_stopping_rounds=None, num_boost_round=9)).evals_result
+
+
+@pytest.mark.parametrize("valid_rows", [700, 70_000])  # tallied by value; in 2**20 buckets
+def test_recorded_evaluation_gives_the_values_of_launched_work(device, valid_rows, monkeypatch):
+    """On the GPU a round's transform and metric kernels are recorded once (a CUDA graph) and
+    replayed: the same values, best round and model as when every kernel is launched (the
+    CPU's plain recorder runs the same code)."""
+    df = make_table(n_rows=2000, task="binary", seed=14)
+    valid = make_table(n_rows=valid_rows, task="binary", seed=15)
+    for frame, seed in ((df, 1), (valid, 2)):  # weighted: the weight terms are recorded too
+        frame["w"] = np.random.default_rng(seed).uniform(0.5, 2.0, len(frame))
+    kwargs = dict(params={"objective": "binary:logistic", "device": device, "max_depth": 3,
+                          "eval_metric": ["logloss", "error", "auc", "aucpr"]},
+                  num_boost_round=12, verbose=False, early_stopping_rounds=3, weight="w",
+                  evals=[(valid, "v")])
+    recorded_keys = []
+    if device == "cuda":
+        from gbflow.backend import cuda
+        remember = cuda.GraphRecorder._remember
+
+        def spy(self, table, key, value):
+            if table is self._graphs and key[0] == "evaluation":
+                recorded_keys.append(key)
+            remember(self, table, key, value)
+        monkeypatch.setattr(cuda.GraphRecorder, "_remember", spy)
+    recorded = gbflow.train(df, "y", **kwargs)
+    if device == "cuda" and valid_rows > 65_536:
+        assert recorded_keys  # the bucket tallies are recorded (the compact ones may not be)
+    monkeypatch.setenv("GBFLOW_CUDA_GRAPHS", "0")
+    launched = gbflow.train(df, "y", **kwargs)
+    assert recorded.evals_result == launched.evals_result
+    assert recorded.best_iteration == launched.best_iteration
+    assert recorded.to_json() == launched.to_json()

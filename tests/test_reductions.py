@@ -123,3 +123,36 @@ def test_packed_empty_lays_arrays_out_in_aligned_slots():
     for i, a in enumerate(arrays):
         a[...] = i + 1
     assert [int(a.sum()) for a in arrays] == [3, 8, 0, 20]
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_an_evaluation_sets_dense_parts_are_joined_into_one(device, weighted):
+    """A worker's several partitions of an evaluation set are held as one (one tree walk and
+    one set of metric kernels a round): the same rows, labels, weights and margins, in order,
+    as the parts kept apart."""
+    from gbflow import predictor
+    from gbflow.evaluation import EvalSet
+
+    backend = get_backend(device)
+    df = make_table(n_rows=700, task="binary", seed=4)
+    if weighted:
+        df["w"] = np.random.default_rng(0).uniform(0.5, 2.0, len(df))
+    load = {"weight": "w"} if weighted else {}
+    pieces = [inputs.load(df.iloc[a:b], "y", **load) for a, b in [(0, 1), (1, 330), (330, 700)]]
+    booster = boosting.fit(backend, [inputs.load(df, "y", **load)],
+                           make_params({"objective": "binary:logistic", "max_depth": 3,
+                                        "device": device}), 4, verbose=False)
+    kept, joined = (EvalSet(backend, "v", np.zeros(1), weighted, parts=pieces, cuts=booster.cuts,
+                            join=join) for join in (False, True))
+    assert len(kept.X) == 3 and len(joined.X) == 1
+    for s in (kept, joined):
+        s.add(booster.trees)
+    to_host = backend.to_host
+
+    def together(arrays):
+        return np.concatenate([to_host(a) for a in arrays])
+    assert np.array_equal(together(j.bins for j in joined.X), together(k.bins for k in kept.X))
+    for name in ("margin", "labels") + (("weights",) if weighted else ()):
+        assert np.array_equal(together(getattr(joined, name)), together(getattr(kept, name))), \
+            name
+    assert isinstance(joined.X[0], predictor.BinnedRows)

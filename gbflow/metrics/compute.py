@@ -141,6 +141,25 @@ class Evaluator:
         (n_i,) or (n_i, n_classes) float64 predictions (transformed: probabilities for the
         classification objectives) on the device. Every process calls it at the same round
         (and ``values()`` of the results in the same order)."""
+        return self.fetch(self.queue(predictions))
+
+    @property
+    def recordable(self) -> bool:
+        """Whether ``queue`` reads nothing back and copies nothing from the host, so that a
+        ``Backend.recorder`` can record it: one process (several exchange maxima and tables
+        between processes), and only row and auc metrics (the ranking and cox metrics' work
+        is not vetted for it)."""
+        return self.collective.size == 1 and \
+            all(m.kind in ("row", "auc", "aucpr") for m in self.metrics)
+
+    def fetch(self, queued: tuple) -> Pending:
+        """``queue``'s results on their way to the host (a copy queued after the work)."""
+        fetch, layout = queued
+        return Pending(self, self.backend.to_host_later(fetch), layout)
+
+    def queue(self, predictions: list[list]) -> tuple:
+        """``begin``'s device work (the same ``predictions``): what ``fetch`` copies and how it
+        is read. Side effect: work queued on the device."""
         xp = self.backend.xp
         columns, counts, bounds, row_at = [], [], [], {}
         for si, (s, preds) in enumerate(zip(self.sets, predictions)):
@@ -175,7 +194,7 @@ class Evaluator:
                 table_at[si] = len(fetch)
                 fetch += self._table_results(si, keys[si], ranges[si])
         layout = ([len(c) for c in column_words], grids, bounds, row_at, table_at)
-        return Pending(self, self.backend.to_host_later(fetch), layout)
+        return fetch, layout
 
     def _finish(self, fetched: list, n_words: list, grids: list, bounds: list, row_at: dict,
                 table_at: dict) -> list[list[float]]:
