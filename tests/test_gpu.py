@@ -185,3 +185,30 @@ def test_auto_device_trains_small_host_data_on_the_cpu(monkeypatch):
     large = make_table(n_rows=n_rows, seed=26)
     _fit(large, "auto", rounds=2)
     assert chosen == ["cpu", "cpu", "cuda"]
+
+
+def test_in_process_training_uses_cupys_pool_under_another_allocator():
+    """``import cudf`` sets RMM's allocator for the whole process (a cudaMalloc per array:
+    1M x 28 rows trained 1.8-2.2x slower): in-process training allocates from CuPy's pool
+    anyway, its memory report still reads the device stages, and a process of CuPy alone keeps
+    its pool's cached blocks between trainings."""
+    import cupy
+
+    from gbflow.binning import padded_width
+    pool = cupy.get_default_memory_pool()
+    calls = []
+
+    def counting(size):
+        calls.append(size)
+        return pool.malloc(size)
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20_000, 10)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(np.float64)
+    with cupy.cuda.using_allocator(counting):
+        booster = gbflow.train(X, y, {"max_depth": 4, "device": "cuda"}, 5, verbose=False)
+    assert calls == []
+    stages = booster.memory_report["device"]["by_stage"]
+    assert min(stages["gradients"], stages["margins"]) >= len(y) * padded_width(10, 1)
+    gbflow.train(X, y, {"max_depth": 4, "device": "cuda"}, 2, verbose=False)
+    assert pool.total_bytes() > pool.used_bytes()  # cached blocks kept under CuPy's own pool

@@ -157,9 +157,10 @@ class Backend:
         that cached blocks of one stage do not add to the next one's peak."""
 
     @contextlib.contextmanager
-    def own_memory_pool(self):
+    def own_memory_pool(self, only_if_another: bool = False):
         """Within this block, this thread's device arrays come from the backend's own pool,
-        whatever allocator the process set."""
+        whatever allocator the process set (only_if_another: nothing to do where the pool
+        already serves this thread)."""
         yield
 
     def row_numbers(self, out) -> None:
