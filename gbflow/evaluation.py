@@ -187,7 +187,12 @@ class EvalSet:
         """Add trees to the margins (training adds them to its own)."""
         if self.X is None or not trees:
             return
-        forest = predictor.FlatForest.from_trees(trees)
+        self.add_forest(predictor.FlatForest.from_trees(trees))
+
+    def add_forest(self, forest) -> None:
+        """Add a ``predictor.FlatForest``'s trees to the margins (device work only)."""
+        if self.X is None:
+            return
         for X, margin in zip(self.X, self.margin):
             predictor.add_trees(self.backend, X, forest, margin)
 
@@ -232,6 +237,10 @@ class Evaluation:
         # one record where the evaluator allows (``Backend.recorder``; None: launched each round)
         self._recorder = recorder if recorder is not None and recorder.records and \
             self.evaluator is not None and self.evaluator.recordable else None
+        # the round's trees written into the same device arrays every round (the recorded
+        # walk reads them there)
+        self._staged = predictor.StagedForest(backend) \
+            if any(s.X is not None for s in sets) else None
 
     def __bool__(self) -> bool:
         return bool(self.sets)
@@ -262,31 +271,41 @@ class Evaluation:
         if not self.due(round_index):
             self._queue.append((round_index, None, None))
         else:
-            for s in self.sets:
-                s.add(self._trees)
-            self._trees = []
-            predictions, queued = self._device_work()
+            trees, self._trees = self._trees, []
+            predictions, queued = self._device_work(trees)
             pending = self.evaluator.fetch(queued) if self.evaluator else None
             custom = self._custom_scores(predictions) \
                 if self.options.custom_metric is not None else []
             self._queue.append((round_index, pending, custom))
         return self._drain(self.delay)
 
-    def _device_work(self) -> tuple[list, tuple | None]:
-        """The sets' predictions (per set, per part) and the evaluator's queued work
-        (``Evaluator.queue``; None without built-in metrics): recorded once and replayed
-        where a recorder serves (the same arrays, written again: the margins are updated in
-        place, so their addresses name the work)."""
+    def _device_work(self, trees: list) -> tuple[list, tuple | None]:
+        """Add ``trees`` to the held-out sets' margins; return the sets' predictions (per set,
+        per part) and the evaluator's queued work (``Evaluator.queue``; None without built-in
+        metrics). Where a recorder serves, the walk (of a staged forest: the same device
+        arrays every round), the transform and the metrics are recorded once and replayed
+        (the same arrays, written again: the margins are updated in place, so their
+        addresses and the staged arrays' name the work)."""
         xp = self.backend.xp
+        forest = self._staged.write(trees) if self._staged is not None and \
+            predictor.StagedForest.can_stage(trees) else None
+        if forest is None:
+            for s in self.sets:
+                s.add(trees)
 
         def queue():
+            if forest is not None:
+                for s in self.sets:
+                    s.add_forest(forest)
             predictions = [[self.objective.eval_transform(xp, m) for m in s.margin]
                            for s in self.sets]
             return predictions, self.evaluator.queue(predictions) if self.evaluator else None
         if self._recorder is None:
             return queue()
-        key = ("evaluation",) + tuple(self._recorder.address(m) for s in self.sets
-                                      for m in s.margin)
+        walked = () if forest is None else \
+            (self._recorder.address(forest.feature), self._recorder.address(forest.tree_root))
+        key = ("evaluation", walked) + tuple(self._recorder.address(m) for s in self.sets
+                                             for m in s.margin)
         return self._recorder.run(key, queue)
 
     def flush(self) -> list[tuple[int, list]]:

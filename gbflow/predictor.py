@@ -85,6 +85,67 @@ def _category_sets(trees: list[Tree], roots: np.ndarray, n_nodes: int) -> tuple:
     return cat_start, np.concatenate(words)
 
 
+# A staged forest's node arrays: (name, dtype) in the order of its device image.
+_STAGED = (("feature", _dtypes.NODE), ("threshold", _dtypes.CUT), ("bin_threshold", np.int32),
+           ("default_left", np.bool_), ("left", _dtypes.NODE), ("right", _dtypes.NODE),
+           ("value", _dtypes.MARGIN), ("tree_root", np.int64), ("tree_group", np.int32))
+
+
+class StagedForest:
+    """A few trees at a time (an evaluation round's) as a ``FlatForest`` whose arrays stay
+    where they are on the device and are written again for the next trees: a recorded walk
+    (``Backend.recorder``) reads the same arrays at every replay. Each tree takes ``stride``
+    node slots (its nodes first, then unreachable padding: feature -1, no children), so the
+    arrays' sizes depend only on the tree count and the largest tree seen (the stride grows to
+    the next power of two when a tree is larger). Trees with categorical splits are not
+    staged (their category sets vary in size)."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.forest: FlatForest | None = None  # the device views, for the staged trees
+        self._shape = (0, 0)  # (trees, stride) of the arrays held
+        self._image = None  # the device bytes the views are of
+
+    @staticmethod
+    def can_stage(trees: list) -> bool:
+        return bool(trees) and not any(t.categories for t in trees)
+
+    def write(self, trees: list) -> FlatForest:
+        """Stage ``trees`` (``can_stage``): their node arrays written into the held device
+        arrays (new ones when the tree count or stride changes). Returns the staged forest."""
+        stride = max(self._shape[1], 1)
+        while stride < max(t.n_nodes for t in trees):
+            stride *= 2
+        n_trees = len(trees)
+        host = {name: np.zeros(n_trees * (stride if name not in ("tree_root", "tree_group")
+                                          else 1), dtype=dtype) for name, dtype in _STAGED}
+        host["feature"][:] = -1
+        host["left"][:] = host["right"][:] = -1
+        for i, t in enumerate(trees):
+            root, n = i * stride, t.n_nodes
+            at = slice(root, root + n)
+            for name in ("feature", "threshold", "bin_threshold", "default_left", "value"):
+                host[name][at] = getattr(t, name)
+            inner = t.left >= 0
+            host["left"][at] = np.where(inner, t.left + root, -1)
+            host["right"][at] = np.where(inner, t.right + root, -1)
+            host["tree_root"][i] = root
+            host["tree_group"][i] = t.group
+        # one image of 8-byte aligned slots: one copy to the device a round
+        offsets = np.cumsum([0] + [-(-host[name].nbytes // 8) * 8 for name, _ in _STAGED])
+        image = np.zeros(int(offsets[-1]), dtype=np.uint8)
+        for (name, _), at in zip(_STAGED, offsets):
+            image[at:at + host[name].nbytes] = host[name].view(np.uint8)
+        if self._shape != (n_trees, stride):
+            self._shape = (n_trees, stride)
+            self._image = self.backend.xp.empty(image.shape, dtype=np.uint8)
+            self.forest = FlatForest(**{
+                name: self._image[at:at + host[name].nbytes].view(dtype)
+                for (name, dtype), at in zip(_STAGED, offsets)})
+        self._image[...] = self.backend.xp.asarray(image)
+        return self.forest
+
+
 @dataclasses.dataclass
 class BinnedRows:
     """Rows binned with the cuts the trees are grown on: bins (n_rows, >= n_features)

@@ -156,3 +156,45 @@ def test_an_evaluation_sets_dense_parts_are_joined_into_one(device, weighted):
         assert np.array_equal(together(getattr(joined, name)), together(getattr(kept, name))), \
             name
     assert isinstance(joined.X[0], predictor.BinnedRows)
+
+
+def test_a_staged_forest_walks_as_the_flat_forest_and_keeps_its_arrays(device):
+    """The evaluation's staged forest (each tree at a fixed stride, padded; written into the
+    same device arrays round after round) adds the same margins, bit for bit, as the flat
+    forest of the same trees; its arrays move only when the tree count or the stride grows
+    (a single leaf first: the stride then grows to the real trees')."""
+    import dataclasses
+
+    from gbflow import binning, predictor
+
+    backend = get_backend(device)
+    df = make_table(n_rows=600, task="multiclass", seed=5)
+    params = {"objective": "multi:softprob", "num_class": 3, "max_depth": 4, "device": device}
+    data = inputs.load(df, "y")
+    booster = boosting.fit(backend, [data], make_params(params), 6, verbose=False)
+    trees = booster.trees
+    assert len({t.n_nodes for t in trees}) > 1  # trees of several sizes share a stride
+    leaf = dataclasses.replace(
+        trees[0], feature=np.array([-1], np.int32), bin_threshold=trees[0].bin_threshold[:1],
+        threshold=trees[0].threshold[:1], default_left=trees[0].default_left[:1],
+        left=np.array([-1], np.int32), right=np.array([-1], np.int32),
+        value=trees[0].value[:1], gain=trees[0].gain[:1], cover=trees[0].cover[:1])
+    rounds = [[leaf, leaf, leaf]] + [trees[r:r + 3] for r in range(0, len(trees), 3)]
+    X = predictor.BinnedRows(binning.quantize(backend, data.X, booster.cuts))
+    staged = predictor.StagedForest(backend)
+    flat_margin = backend.xp.zeros((len(df), 3))
+    staged_margin = backend.xp.zeros((len(df), 3))
+    sizes = []
+    for r, round_trees in enumerate(rounds):  # a round's three trees, as evaluation stages
+        assert predictor.StagedForest.can_stage(round_trees)
+        predictor.add_trees(backend, X, predictor.FlatForest.from_trees(round_trees),
+                            flat_margin)
+        before = staged.forest
+        forest = staged.write(round_trees)
+        predictor.add_trees(backend, X, forest, staged_margin)
+        assert np.array_equal(backend.to_host(staged_margin), backend.to_host(flat_margin)), r
+        grew = before is None or len(forest.feature) != len(before.feature)
+        assert (forest is before) != grew, r  # the same arrays unless the stride grew
+        sizes.append(len(forest.feature))
+    assert sizes == sorted(sizes) and sizes[0] == 3 and sizes[-1] > 3
+    assert not predictor.StagedForest.can_stage([])
