@@ -49,10 +49,10 @@ def _leaf_rows(shardset, rows: tuple, grown, max_depth: int, node_value) -> Leaf
     """The shard's ``LeafRows``: the leaves whose rows were moved, by the row array their depth
     wrote (``rows[depth % 2]``); the splits at depth max_depth - 1 by their segments, in
     ``rows[(max_depth - 1) % 2]``."""
-    leaf = (grown.feature < 0) & (grown.seg_start >= 0)
-    parity = grown.depth % 2
-    leaves = [(rows[p], grown.seg_start[at], grown.seg_count[at], np.flatnonzero(at))
-              for p in (0, 1) for at in [leaf & (parity == p)] if at.any()]
+    leaf = np.flatnonzero((grown.feature < 0) & (grown.seg_start >= 0))  # ids ascending
+    odd = (grown.depth[leaf] & 1).astype(bool)
+    leaves = [(rows[p], grown.seg_start[at], grown.seg_count[at], at)
+              for p, at in ((0, leaf[~odd]), (1, leaf[odd])) if len(at)]
     last = np.flatnonzero((grown.feature >= 0) & (grown.depth == max_depth - 1))
     return LeafRows(leaves, rows[(max_depth - 1) % 2], grown.seg_start[last], grown.seg_count[last],
                     grown.feature[last], grown.bin_threshold[last], grown.default_left[last],
