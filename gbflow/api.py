@@ -236,9 +236,10 @@ def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, w
     saver = None if checkpoint is None else resume.Saver(checkpoint, state.rounds if state else 0)
     cells = rows * len(dataset.feature_names)
     backend = get_backend(params.device, data_on_gpu=data_on_gpu, cells=cells)
-    # CuPy's own pool, not the allocator cuDF's import sets (RMM's: a cudaMalloc per array)
+    # CuPy's own pool, not the allocator cuDF's import sets (RMM's default: a cudaMalloc per
+    # array), unless the user configured one
     with backend.limited_threads(params.nthread, cells=cells), \
-            backend.own_memory_pool(only_if_another=True):
+            backend.own_memory_pool(unless_chosen=True):
         booster = boosting.fit(backend, [dataset], params,
                                int(num_boost_round) - (state.rounds if state else 0), eval_sets,
                                options, verbose, drop_features=True, objective=objective,

@@ -41,9 +41,8 @@ def padded_width(n_features: int, itemsize: int) -> int:
     return padded // itemsize
 
 
-def quantize(backend, X, cuts: Cuts, block_rows: int | None = None, out=None):
-    """Bin ids of X: (n_rows, n_features) uint8/uint16 on the backend's device, a new array
-    (or ``out``, written and returned: rows of another result, e.g. one made for several parts).
+def quantize(backend, X, cuts: Cuts, block_rows: int | None = None):
+    """Bin ids of X: (n_rows, n_features) uint8/uint16 on the backend's device, a new array.
 
     X: (n_rows, n_features) float32, on the device, or in host memory and copied there whole,
     or ``block_rows`` rows at a time when given (raw data larger than the device: at most a
@@ -53,8 +52,9 @@ def quantize(backend, X, cuts: Cuts, block_rows: int | None = None, out=None):
     """
     xp = backend.xp
     n_rows, n_features = X.shape
-    if out is None:
-        out = empty_bins(xp, n_rows, n_features, cuts.bin_dtype)
+    storage = xp.zeros((n_rows, padded_width(n_features, cuts.bin_dtype.itemsize)),
+                       dtype=cuts.bin_dtype)
+    out = storage[:, :n_features]
     values, offsets = xp.asarray(cuts.values), xp.asarray(cuts.offsets)
     step = max(1, n_rows if block_rows is None else block_rows)
     if step >= n_rows:
@@ -63,13 +63,6 @@ def quantize(backend, X, cuts: Cuts, block_rows: int | None = None, out=None):
         backend.kernels.bin_features(backend.asarray(X[r0:r0 + step]), values, offsets,
                                      out[r0:r0 + step])
     return out
-
-
-def empty_bins(xp, n_rows: int, n_features: int, dtype):
-    """A (n_rows, n_features) ``dtype`` view of a zeroed (n_rows, ``padded_width``) array on
-    ``xp``'s device: what ``quantize`` writes."""
-    storage = xp.zeros((n_rows, padded_width(n_features, np.dtype(dtype).itemsize)), dtype=dtype)
-    return storage[:, :n_features]
 
 
 def bin_part(backend, X, cuts: Cuts, block_rows: int | None = None) -> BinnedPart:

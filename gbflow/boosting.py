@@ -176,7 +176,7 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
                  EvalSet(backend, name, base_margin, w, parts=e, cuts=cuts, forest=forest,
                          block_rows=prepare.raw_block_rows(backend, params, e,
                                                            len(feature_names), cuts.bin_dtype)
-                         if e else None, join=not by_query)
+                         if e else None)
                  for (d, _), (e, name, w) in zip(evals, eval_parts)]
     for s, (e, name, w) in zip(eval_sets, eval_parts):
         if by_query and s.X is not None:

@@ -122,18 +122,6 @@ def _binned(backend, X, cuts, block_rows: int | None = None):
     return predictor.BinnedRows(binning.quantize(backend, X, cuts, block_rows))
 
 
-def _joined_bins(backend, raw: list, cuts, block_rows: int | None):
-    """Dense parts binned with ``cuts`` into one ``predictor.BinnedRows`` (each part's rows
-    written into its slice: no second copy of the bins)."""
-    bins = binning.empty_bins(backend.xp, sum(X.shape[0] for X in raw), raw[0].shape[1],
-                              cuts.bin_dtype)
-    start = 0
-    for X in raw:
-        binning.quantize(backend, X, cuts, block_rows, out=bins[start:start + X.shape[0]])
-        start += X.shape[0]
-    return predictor.BinnedRows(bins)
-
-
 class EvalSet:
     """An evaluation set as this process holds it (possibly no part), its margins up to date.
 
@@ -142,14 +130,11 @@ class EvalSet:
     starting from ``forest``'s, a continued model's, when given), or the
     training ``shards`` (``shards.Shard``), whose margins training keeps. labels, weights: per
     part (n_i,) float64 on the backend's device; weights None for a set without weights (the
-    same on every process). With ``join``, several dense parts are kept as one (their rows in
-    order): a Dask worker's many partitions then cost one tree walk and one set of metric
-    kernels a round, not one per partition (the metrics' values do not depend on the parts).
+    same on every process).
     """
 
     def __init__(self, backend, name: str, base_margin, weighted: bool, parts=None,
-                 shards=None, cuts=None, forest=None, block_rows: int | None = None,
-                 join: bool = False):
+                 shards=None, cuts=None, forest=None, block_rows: int | None = None):
         self.name, self.backend = name, backend
         self.queries = None  # per part its ``ranking.QueryGroups`` (set for ranking metrics)
         if shards is not None:
@@ -170,18 +155,11 @@ class EvalSet:
         self.margin = [predictor.predict_margin(backend, X, start, base_margin, p.base_margin,
                                                 block_rows)
                        for X, p in zip(raw, parts)]
+        self.X = [_binned(backend, X, cuts, block_rows) for X in raw]
+        del raw
         self.labels = [xp.asarray(backend.asarray(p.label), dtype=xp.float64) for p in parts]
         self.weights = [xp.asarray(backend.asarray(p.weight), dtype=xp.float64)
                         for p in parts] if weighted else None
-        if join and len(parts) > 1 and not any(isinstance(X, CSR) for X in raw):
-            self.X = [_joined_bins(backend, raw, cuts, block_rows)]
-            del raw
-            self.margin = [xp.concatenate(self.margin)]
-            self.labels = [xp.concatenate(self.labels)]
-            if self.weights is not None:
-                self.weights = [xp.concatenate(self.weights)]
-            return
-        self.X = [_binned(backend, X, cuts, block_rows) for X in raw]
 
     def add(self, trees: list) -> None:
         """Add trees to the margins (training adds them to its own)."""
@@ -288,7 +266,7 @@ class Evaluation:
         addresses and the staged arrays' name the work)."""
         xp = self.backend.xp
         forest = self._staged.write(trees) if self._staged is not None and \
-            predictor.StagedForest.can_stage(trees) else None
+            self._staged.can_stage(trees) else None
         if forest is None:
             for s in self.sets:
                 s.add(trees)

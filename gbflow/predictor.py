@@ -106,13 +106,25 @@ class StagedForest:
         self._shape = (0, 0)  # (trees, stride) of the arrays held
         self._image = None  # the device bytes the views are of
 
-    @staticmethod
-    def can_stage(trees: list) -> bool:
-        return bool(trees) and not any(t.categories for t in trees)
+    # At most this many node slots (about 29 bytes each, on the host and the device): a large
+    # metric_period of many classes' deep trees would otherwise stage gigabytes of padding.
+    MAX_SLOTS = 1 << 20
+
+    def can_stage(self, trees: list) -> bool:
+        """Whether ``trees`` may be staged: some, none with a categorical split, and their
+        padded slots within ``MAX_SLOTS``."""
+        if not trees or any(t.categories for t in trees):
+            return False
+        stride = max(self._shape[1], 1)
+        largest = max(t.n_nodes for t in trees)
+        while stride < largest:
+            stride *= 2
+        return len(trees) * stride <= self.MAX_SLOTS
 
     def write(self, trees: list) -> FlatForest:
         """Stage ``trees`` (``can_stage``): their node arrays written into the held device
-        arrays (new ones when the tree count or stride changes). Returns the staged forest."""
+        arrays (new ones when the tree count or stride changes). Returns the staged forest.
+        Side effect: one host-to-device copy, queued on the current stream."""
         stride = max(self._shape[1], 1)
         while stride < max(t.n_nodes for t in trees):
             stride *= 2

@@ -99,3 +99,33 @@ def test_the_reading_thread_ends_when_training_fails():
     with pytest.raises(RuntimeError, match="stop here"):
         gbflow.train(X, y, {"max_depth": 3}, 5, verbose=False, callbacks=[Stop()])
     assert not [t for t in threading.enumerate() if t.name == "gbflow-memory"]
+
+
+def test_only_rmms_default_allocator_is_bypassed(monkeypatch):
+    """In-process GPU training leaves the process's allocator alone unless it is RMM's over
+    RMM's default resource (a cudaMalloc per array, what ``import cudf`` sets): an RMM pool or
+    managed memory the user set up, and any other allocator, are kept. (The decision alone:
+    runs without a GPU, with a stand-in ``rmm`` module.)"""
+    import sys
+    import types
+
+    from gbflow.backend.cuda import _rmm_default
+
+    def rmm_cupy_allocator(size):
+        return size
+    rmm_cupy_allocator.__module__ = "rmm.allocators.cupy"
+
+    def other_allocator(size):
+        return size
+
+    resource = {"current": None}
+    fake = types.SimpleNamespace(mr=types.SimpleNamespace(
+        get_current_device_resource=lambda: resource["current"]))
+    monkeypatch.setitem(sys.modules, "rmm", fake)
+    for name, bypassed in (("CudaMemoryResource", True), ("PoolMemoryResource", False),
+                           ("ManagedMemoryResource", False), ("CudaAsyncMemoryResource", False)):
+        resource["current"] = type(name, (), {})()
+        assert _rmm_default(rmm_cupy_allocator) is bypassed, name
+        assert not _rmm_default(other_allocator)
+    monkeypatch.delitem(sys.modules, "rmm")
+    assert not _rmm_default(rmm_cupy_allocator)  # no rmm imported: nothing to judge

@@ -412,19 +412,36 @@ def test_evaluating_one_round_late_changes_nothing(period, monkeypatch):
         df, "y", **dict(kwargs, early_stopping_rounds=None, num_boost_round=9)).evals_result
 
 
-@pytest.mark.parametrize("valid_rows", [700, 70_000])  # tallied by value; in 2**20 buckets
-def test_recorded_evaluation_gives_the_values_of_launched_work(device, valid_rows, monkeypatch):
-    """On the GPU a round's transform and metric kernels are recorded once (a CUDA graph) and
-    replayed: the same values, best round and model as when every kernel is launched (the
-    CPU's plain recorder runs the same code)."""
-    df = make_table(n_rows=2000, task="binary", seed=14)
-    valid = make_table(n_rows=valid_rows, task="binary", seed=15)
+_RECORDED_CASES = {  # task, params, rounds, metric_period
+    "binary": ("binary", {"objective": "binary:logistic", "max_depth": 3,
+                          "eval_metric": ["logloss", "error", "auc", "aucpr"]}, 12, 1),
+    "multiclass": ("multiclass", {"objective": "multi:softprob", "num_class": 3, "max_depth": 4,
+                                  "eval_metric": ["mlogloss", "merror", "auc"]}, 9, 2),
+    "quantiles": ("regression", {"objective": "reg:quantileerror", "max_depth": 3,
+                                 "quantile_alpha": [0.2, 0.5, 0.8]}, 8, 1),
+    "lossguide": ("regression", {"max_leaves": 5, "grow_policy": "lossguide", "max_depth": 0,
+                                 "eval_metric": ["rmse", "mae"]}, 8, 1),
+}
+
+
+@pytest.mark.parametrize("case, valid_rows", [("binary", 700), ("binary", 70_000),
+                                              ("multiclass", 70_000), ("quantiles", 70_000),
+                                              ("lossguide", 3000)])
+def test_recorded_evaluation_gives_the_values_of_launched_work(device, case, valid_rows,
+                                                               monkeypatch):
+    """On the GPU a round's walk of its staged trees, transform and metric kernels are
+    recorded once (a CUDA graph) and replayed: the same values, best round and model as when
+    every kernel is launched (the CPU's plain recorder runs the same code). Sets of up to
+    65,536 rows are tallied by value, larger ones in 2**20 buckets; several trees a round
+    (classes, metric_period), several quantiles' pinball losses, trees of a growing stride."""
+    task, params, rounds, period = _RECORDED_CASES[case]
+    df = make_table(n_rows=2000, task=task, seed=14)
+    valid = make_table(n_rows=valid_rows, task=task, seed=15)
     for frame, seed in ((df, 1), (valid, 2)):  # weighted: the weight terms are recorded too
         frame["w"] = np.random.default_rng(seed).uniform(0.5, 2.0, len(frame))
-    kwargs = dict(params={"objective": "binary:logistic", "device": device, "max_depth": 3,
-                          "eval_metric": ["logloss", "error", "auc", "aucpr"]},
-                  num_boost_round=12, verbose=False, early_stopping_rounds=3, weight="w",
-                  evals=[(valid, "v")])
+    kwargs = dict(params={**params, "device": device}, num_boost_round=rounds, verbose=False,
+                  early_stopping_rounds=3, weight="w", evals=[(valid, "v")],
+                  metric_period=period)
     recorded_keys = []
     if device == "cuda":
         from gbflow.backend import cuda
@@ -436,8 +453,9 @@ def test_recorded_evaluation_gives_the_values_of_launched_work(device, valid_row
             remember(self, table, key, value)
         monkeypatch.setattr(cuda.GraphRecorder, "_remember", spy)
     recorded = gbflow.train(df, "y", **kwargs)
-    if device == "cuda" and valid_rows > 65_536:
-        assert recorded_keys  # the bucket tallies are recorded (the compact ones may not be)
+    if device == "cuda" and (valid_rows > 65_536 or case == "lossguide"):
+        # recorded with the walk (the compact by-value tallies sort: they may not record)
+        assert any(key[1] for key in recorded_keys)
     monkeypatch.setenv("GBFLOW_CUDA_GRAPHS", "0")
     launched = gbflow.train(df, "y", **kwargs)
     assert recorded.evals_result == launched.evals_result

@@ -125,39 +125,6 @@ def test_packed_empty_lays_arrays_out_in_aligned_slots():
     assert [int(a.sum()) for a in arrays] == [3, 8, 0, 20]
 
 
-@pytest.mark.parametrize("weighted", [False, True])
-def test_an_evaluation_sets_dense_parts_are_joined_into_one(device, weighted):
-    """A worker's several partitions of an evaluation set are held as one (one tree walk and
-    one set of metric kernels a round): the same rows, labels, weights and margins, in order,
-    as the parts kept apart."""
-    from gbflow import predictor
-    from gbflow.evaluation import EvalSet
-
-    backend = get_backend(device)
-    df = make_table(n_rows=700, task="binary", seed=4)
-    if weighted:
-        df["w"] = np.random.default_rng(0).uniform(0.5, 2.0, len(df))
-    load = {"weight": "w"} if weighted else {}
-    pieces = [inputs.load(df.iloc[a:b], "y", **load) for a, b in [(0, 1), (1, 330), (330, 700)]]
-    booster = boosting.fit(backend, [inputs.load(df, "y", **load)],
-                           make_params({"objective": "binary:logistic", "max_depth": 3,
-                                        "device": device}), 4, verbose=False)
-    kept, joined = (EvalSet(backend, "v", np.zeros(1), weighted, parts=pieces, cuts=booster.cuts,
-                            join=join) for join in (False, True))
-    assert len(kept.X) == 3 and len(joined.X) == 1
-    for s in (kept, joined):
-        s.add(booster.trees)
-    to_host = backend.to_host
-
-    def together(arrays):
-        return np.concatenate([to_host(a) for a in arrays])
-    assert np.array_equal(together(j.bins for j in joined.X), together(k.bins for k in kept.X))
-    for name in ("margin", "labels") + (("weights",) if weighted else ()):
-        assert np.array_equal(together(getattr(joined, name)), together(getattr(kept, name))), \
-            name
-    assert isinstance(joined.X[0], predictor.BinnedRows)
-
-
 def test_a_staged_forest_walks_as_the_flat_forest_and_keeps_its_arrays(device):
     """The evaluation's staged forest (each tree at a fixed stride, padded; written into the
     same device arrays round after round) adds the same margins, bit for bit, as the flat
@@ -186,7 +153,7 @@ def test_a_staged_forest_walks_as_the_flat_forest_and_keeps_its_arrays(device):
     staged_margin = backend.xp.zeros((len(df), 3))
     sizes = []
     for r, round_trees in enumerate(rounds):  # a round's three trees, as evaluation stages
-        assert predictor.StagedForest.can_stage(round_trees)
+        assert staged.can_stage(round_trees)
         predictor.add_trees(backend, X, predictor.FlatForest.from_trees(round_trees),
                             flat_margin)
         before = staged.forest
@@ -197,4 +164,6 @@ def test_a_staged_forest_walks_as_the_flat_forest_and_keeps_its_arrays(device):
         assert (forest is before) != grew, r  # the same arrays unless the stride grew
         sizes.append(len(forest.feature))
     assert sizes == sorted(sizes) and sizes[0] == 3 and sizes[-1] > 3
-    assert not predictor.StagedForest.can_stage([])
+    assert not staged.can_stage([])
+    staged.MAX_SLOTS = sizes[-1] - 1  # more padded slots than allowed: the flat forest serves
+    assert not staged.can_stage(rounds[-1])

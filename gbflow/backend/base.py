@@ -157,10 +157,10 @@ class Backend:
         that cached blocks of one stage do not add to the next one's peak."""
 
     @contextlib.contextmanager
-    def own_memory_pool(self, only_if_another: bool = False):
+    def own_memory_pool(self, unless_chosen: bool = False):
         """Within this block, this thread's device arrays come from the backend's own pool,
-        whatever allocator the process set (only_if_another: nothing to do where the pool
-        already serves this thread)."""
+        whatever allocator the process set (unless_chosen: only where the process's allocator
+        is a slow default nobody chose)."""
         yield
 
     def row_numbers(self, out) -> None:

@@ -5,6 +5,7 @@ import collections
 import contextlib
 import logging
 import os
+import sys
 import threading
 
 import numpy as np
@@ -107,13 +108,19 @@ class CudaBackend(Backend):
     def device_memory_reader(self):
         """Bytes of the GPU current now that CuPy's memory pool has given to arrays (not what
         it keeps cached for later ones), readable from another thread (whose current device
-        is its own: the reading switches to this one)."""
+        is its own: the reading switches to this one). Where another allocator serves this
+        thread (one the user chose, ``own_memory_pool``), the pool holds nothing: the device's
+        memory in use as the driver reports it instead (every user's, cached blocks too)."""
         cupy, device = self.xp, self.xp.cuda.runtime.getDevice()
         pool = cupy.get_default_memory_pool()
+        pooled = cupy.cuda.get_allocator() == pool.malloc
 
         def read() -> int:
             with cupy.cuda.Device(device):
-                return int(pool.used_bytes())
+                if pooled:
+                    return int(pool.used_bytes())
+                free, total = cupy.cuda.runtime.memGetInfo()
+                return int(total - free)
         return read
 
     def device_free_bytes(self) -> int | None:
@@ -128,17 +135,18 @@ class CudaBackend(Backend):
         self.xp.get_default_memory_pool().free_all_blocks()
 
     @contextlib.contextmanager
-    def own_memory_pool(self, only_if_another: bool = False):
+    def own_memory_pool(self, unless_chosen: bool = False):
         """Within this block, this thread's GPU arrays come from CuPy's memory pool, whatever
         allocator the process set. Dask-CUDA workers hand CuPy to RMM's allocator, by default
         without a pool, and so does ``import cudf`` in any process: every array then costs a
         cudaMalloc and a cudaFree (which waits for the device); training in a worker ran 3.5x
         slower than in-process, and in-process 1M x 28 rows 1.8-2.2x slower once cuDF was
-        imported. The pool's cached blocks are given back at the end (to RMM and cuDF).
-        only_if_another: nothing is done where the pool already serves this thread (a
-        process of CuPy alone keeps its cached blocks between trainings, as CuPy does)."""
+        imported. The pool's cached blocks are freed to the device at the end.
+        unless_chosen: only RMM's allocator over its default resource (that cudaMalloc per
+        array) is bypassed; CuPy's pool already serving, an RMM pool or managed memory the
+        user set up, or any other allocator, is kept (nothing is done)."""
         pool = self.xp.get_default_memory_pool()
-        if only_if_another and self.xp.cuda.get_allocator() == pool.malloc:
+        if unless_chosen and not _rmm_default(self.xp.cuda.get_allocator()):
             yield
             return
         try:
@@ -146,6 +154,20 @@ class CudaBackend(Backend):
                 yield
         finally:
             pool.free_all_blocks()
+
+
+def _rmm_default(allocator) -> bool:
+    """Whether ``allocator`` (CuPy's current) is RMM's over RMM's default resource, a
+    cudaMalloc and a synchronising cudaFree per array: what ``import cudf`` and Dask-CUDA set
+    when nobody configured RMM."""
+    if not getattr(allocator, "__module__", "").startswith("rmm"):
+        return False
+    rmm = sys.modules.get("rmm")
+    try:
+        resource = rmm.mr.get_current_device_resource()
+    except Exception:  # noqa: BLE001 - an RMM gbflow does not know: keep its choice
+        return False
+    return type(resource).__name__ == "CudaMemoryResource"
 
 
 class StreamedPages:

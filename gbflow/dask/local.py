@@ -40,7 +40,8 @@ def train_in_process(ddf, evals, spec: Spec, known: KnownRounds):
     train, evals_joined = joined[0], joined[1:]
     offsets = global_offsets(LOCAL, train.lengths)
     known.rows = sum(train.lengths)
-    with backend.limited_threads(spec.params.nthread):
+    with backend.limited_threads(spec.params.nthread), \
+            backend.own_memory_pool(unless_chosen=True):  # as api's in-process training
         booster = boosting.fit(backend, [train.part], spec.params,
                                spec.num_boost_round - (spec.resume.rounds if spec.resume else 0),
                                eval_parts(evals_joined, spec), spec.options, spec.verbose,

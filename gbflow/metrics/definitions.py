@@ -139,9 +139,13 @@ def _quantile(alpha):
     """The pinball loss at ``alpha``: a number, or a tuple of k quantiles for (n, k)
     predictions (their column j at alpha[j]; the labels then come as (n, 1))."""
     def loss(xp, y, p, extra):
-        a = alpha if not isinstance(alpha, tuple) else xp.asarray(alpha, dtype=xp.float64)
         diff = y - p
-        return xp.where(diff >= 0, a * diff, (a - 1.0) * diff)
+        if not isinstance(alpha, tuple):
+            return xp.where(diff >= 0, alpha * diff, (alpha - 1.0) * diff)
+        # column by column with host scalars: no array made from the host's alphas, which a
+        # recorded evaluation (``Evaluator.queue``) may not copy (the same float64 products)
+        return xp.stack([xp.where(diff[:, j] >= 0, a * diff[:, j], (a - 1.0) * diff[:, j])
+                         for j, a in enumerate(alpha)], axis=1)
     return loss
 
 
