@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 
 from . import _dtypes
+from .backend.common import aligned_slots
 from .csr import CSR
 from .tree import Tree
 
@@ -110,32 +111,40 @@ class StagedForest:
     # metric_period of many classes' deep trees would otherwise stage gigabytes of padding.
     MAX_SLOTS = 1 << 20
 
+    def _stride(self, trees: list) -> int:
+        """The stride ``trees`` are staged at: the held one, doubled until the largest fits."""
+        stride, largest = max(self._shape[1], 1), max(t.n_nodes for t in trees)
+        while stride < largest:
+            stride *= 2
+        return stride
+
     def can_stage(self, trees: list) -> bool:
         """Whether ``trees`` may be staged: some, none with a categorical split, and their
         padded slots within ``MAX_SLOTS``."""
         if not trees or any(t.categories for t in trees):
             return False
-        stride = max(self._shape[1], 1)
-        largest = max(t.n_nodes for t in trees)
-        while stride < largest:
-            stride *= 2
-        return len(trees) * stride <= self.MAX_SLOTS
+        return len(trees) * self._stride(trees) <= self.MAX_SLOTS
 
     def write(self, trees: list) -> FlatForest:
         """Stage ``trees`` (``can_stage``): their node arrays written into the held device
         arrays (new ones when the tree count or stride changes). Returns the staged forest.
         Side effect: one host-to-device copy, queued on the current stream."""
-        stride = max(self._shape[1], 1)
-        while stride < max(t.n_nodes for t in trees):
-            stride *= 2
-        n_trees = len(trees)
-        host = {name: np.zeros(n_trees * (stride if name not in ("tree_root", "tree_group")
-                                          else 1), dtype=dtype) for name, dtype in _STAGED}
-        host["feature"][:] = -1
-        host["left"][:] = host["right"][:] = -1
+        stride, n_trees = self._stride(trees), len(trees)
+        # one host image in ``aligned_slots``' layout, filled in place: one copy to the device
+        lengths = [n_trees if name in ("tree_root", "tree_group") else n_trees * stride
+                   for name, _ in _STAGED]
+        offsets, total = aligned_slots([n * np.dtype(d).itemsize
+                                        for n, (_, d) in zip(lengths, _STAGED)])
+
+        def views(image) -> dict:
+            return {name: image[at:at + n * np.dtype(d).itemsize].view(d)
+                    for (name, d), at, n in zip(_STAGED, offsets, lengths)}
+        image = np.zeros(max(total, 8), dtype=np.uint8)
+        host = views(image)
+        host["feature"][:] = host["left"][:] = host["right"][:] = -1
         for i, t in enumerate(trees):
-            root, n = i * stride, t.n_nodes
-            at = slice(root, root + n)
+            root = i * stride
+            at = slice(root, root + t.n_nodes)
             for name in ("feature", "threshold", "bin_threshold", "default_left", "value"):
                 host[name][at] = getattr(t, name)
             inner = t.left >= 0
@@ -143,17 +152,10 @@ class StagedForest:
             host["right"][at] = np.where(inner, t.right + root, -1)
             host["tree_root"][i] = root
             host["tree_group"][i] = t.group
-        # one image of 8-byte aligned slots: one copy to the device a round
-        offsets = np.cumsum([0] + [-(-host[name].nbytes // 8) * 8 for name, _ in _STAGED])
-        image = np.zeros(int(offsets[-1]), dtype=np.uint8)
-        for (name, _), at in zip(_STAGED, offsets):
-            image[at:at + host[name].nbytes] = host[name].view(np.uint8)
         if self._shape != (n_trees, stride):
             self._shape = (n_trees, stride)
             self._image = self.backend.xp.empty(image.shape, dtype=np.uint8)
-            self.forest = FlatForest(**{
-                name: self._image[at:at + host[name].nbytes].view(dtype)
-                for (name, dtype), at in zip(_STAGED, offsets)})
+            self.forest = FlatForest(**views(self._image))
         self._image[...] = self.backend.xp.asarray(image)
         return self.forest
 

@@ -48,12 +48,17 @@ class LevelSplits:
         """None when no node of ``sp`` (split positions) splits by a category set; else
         (n_split, n_bins) bool, the bins going right of those that do (rows of False for the
         others)."""
-        on = None if self.on_categories is None else self.on_categories[sp]
-        if on is None or not on.any():
+        on = self._on_categories(sp)
+        if on is None:
             return None
         sets = np.zeros((len(sp), self.right_bins.shape[1]), dtype=bool)
         sets[on] = self.right_bins[sp[on]]
         return sets
+
+    def _on_categories(self, sp: np.ndarray):
+        """(len(sp),) bool: which splits of ``sp`` are by category set; None when none is."""
+        on = None if self.on_categories is None else self.on_categories[sp]
+        return on if on is not None and on.any() else None
 
     def partition_sides(self, sp: np.ndarray, n_bins: int) -> tuple:
         """(side_map, thresholds) the partition reads the nodes of ``sp`` through: with category
@@ -75,8 +80,8 @@ class LevelSplits:
         """None when no node of ``sp`` splits by a category set; else (n_split, n_bins) uint8,
         each split's bins mapped to 0 (missing), 1 (left) or 2 (right): the partition reads a
         node's side through it (with bin threshold 1), one rule for both kinds of split."""
-        on = None if self.on_categories is None else self.on_categories[sp]
-        if on is None or not on.any():
+        on = self._on_categories(sp)
+        if on is None:
             return None
         if self.right_bins.shape[1] != n_bins:
             raise ValueError(f"side_map: the category sets are {self.right_bins.shape[1]} bins "

@@ -170,15 +170,13 @@ class DenseStore(_Store):
         self._bins: list = []  # per shard: device (n, D) views, or host padded (n, W) pages
         self._by_feature: list = []  # per shard (D, n) column copies (column_copy)
         self._reader = None
+        # (store-local feature, its bins including the missing one) of the feature with the
+        # fewest bins (the first of equal ones): ``histogram.node_totals`` reads its bins
+        # (every tree and level: found once)
+        narrow = int(np.argmin(self.n_value_bins_host)) if self.n_features else 0
+        self.narrowest = (narrow, int(self.n_value_bins_host[narrow]) + 1) \
+            if self.n_features else (0, None)
 
-    @property
-    def narrowest(self) -> tuple:
-        """(store-local feature, its bins including the missing one) of the feature with the
-        fewest bins (the first of equal ones): ``histogram.node_totals`` reads its bins."""
-        if not self.n_features:
-            return 0, None
-        f = int(np.argmin(self.n_value_bins_host))
-        return f, int(self.n_value_bins_host[f]) + 1
 
     def add_shard(self, bins) -> None:
         """Shard s's (n, D) bins (a view of its padded storage, on the device or the host):
