@@ -127,5 +127,7 @@ def test_only_rmms_default_allocator_is_bypassed(monkeypatch):
         resource["current"] = type(name, (), {})()
         assert _rmm_default(rmm_cupy_allocator) is bypassed, name
         assert not _rmm_default(other_allocator)
+        # CuPy's default, its pool's malloc, is a built-in method: __module__ is None
+        assert not _rmm_default([].append)
     monkeypatch.delitem(sys.modules, "rmm")
     assert not _rmm_default(rmm_cupy_allocator)  # no rmm imported: nothing to judge

@@ -160,7 +160,8 @@ def _rmm_default(allocator) -> bool:
     """Whether ``allocator`` (CuPy's current) is RMM's over RMM's default resource, a
     cudaMalloc and a synchronising cudaFree per array: what ``import cudf`` and Dask-CUDA set
     when nobody configured RMM."""
-    if not getattr(allocator, "__module__", "").startswith("rmm"):
+    # CuPy's own pool's malloc is a built-in method: its __module__ is None
+    if not (getattr(allocator, "__module__", None) or "").startswith("rmm"):
         return False
     rmm = sys.modules.get("rmm")
     try:
