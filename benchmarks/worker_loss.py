@@ -2,6 +2,7 @@
 
     python benchmarks/worker_loss.py     # 300,000 x 28, depth 6, 100 rounds, 3 workers
     python benchmarks/worker_loss.py --rows 1000000 --kill-at 60
+    python benchmarks/worker_loss.py --etl-seconds 1   # partitions that take 1 s to compute
 
 On one CPU ``LocalCluster`` of worker processes (``--workers``, one thread each), the same
 persisted-from-pandas frame (``dd.from_pandas``: Dask can recompute a lost partition from the
@@ -9,7 +10,9 @@ graph), an evaluation set with early stopping off:
 
 1. gbflow uninterrupted (timed, after an untimed warm-up that compiles the kernels);
 2. gbflow with one worker SIGKILLed once rank 0 has reported ``--kill-at`` completed rounds: the
-   time to the model, the rounds lost, and the model file compared with run 1's (must be equal);
+   time to the model, the rounds lost, the restart's own cost (the kill to the model less the
+   restarted run's boosting, which runs on fewer workers), and the model file compared with
+   run 1's (must be equal);
 3. xgboost.dask uninterrupted on the same frame, and xgboost.dask with the same kill (what it
    raises, and when).
 
@@ -53,6 +56,12 @@ def kill_when(client, known_rounds: dict, at: int, out: dict) -> threading.Threa
     return thread
 
 
+def _slow(frame, seconds: float):
+    """A partition's pipeline of ``seconds`` (waiting, not computing: the machine stays free)."""
+    time.sleep(seconds)
+    return frame
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=300_000)
@@ -61,6 +70,9 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=6)
     ap.add_argument("--workers", type=int, default=3)
     ap.add_argument("--kill-at", type=int, default=50)
+    ap.add_argument("--etl-seconds", type=float, default=0.0,
+                    help="seconds each training partition's pipeline takes (a sleep: reading "
+                         "and feature engineering elsewhere), paid again when it is recomputed")
     args = ap.parse_args()
 
     import dask.dataframe as dd
@@ -73,11 +85,14 @@ def main() -> None:
     params = {"objective": "binary:logistic", "max_depth": args.depth, "eval_metric": "auc"}
     print(f"device: CPU ({os.cpu_count()} cores), {args.workers} worker processes x 1 thread; "
           f"data {args.rows:,} x {args.features} (+ {len(valid):,} evaluation rows), depth "
-          f"{args.depth}, {args.rounds} rounds; kill one worker after {args.kill_at} rounds")
+          f"{args.depth}, {args.rounds} rounds; kill one worker after {args.kill_at} rounds; "
+          f"{args.etl_seconds:g} s of pipeline a training partition")
     with distributed.LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
                                   dashboard_address=":0") as cluster, \
             distributed.Client(cluster) as client:
         ddf = dd.from_pandas(df, npartitions=2 * args.workers)
+        if args.etl_seconds:
+            ddf = ddf.map_partitions(_slow, args.etl_seconds, meta=df.iloc[:0])
         dvalid = dd.from_pandas(valid, npartitions=args.workers)
         kwargs = dict(label="y", params=params, num_boost_round=args.rounds, verbose=False,
                       evals=[(dvalid, "valid")])
@@ -119,6 +134,16 @@ def main() -> None:
 
         print("  restarted run's stage seconds (rank 0): " + ", ".join(
             f"{k} {v:.2f}" for k, v in restarted.timings.items()))
+        # With fewer workers the rounds left take another time than they did on all (on a
+        # machine of fewer cores than workers, less): the restart's own cost is the time from
+        # the kill to the model less the restarted run's boosting (its fit less the binning).
+        boosting = restarted.worker_report[0]["stages"]["fit"] - \
+            restarted.timings.get("quantize", 0.0)
+        print(f"  the restart's own cost: {after - boosting:.2f} s (= "
+              f"{(after - boosting) / per_round:.1f} uninterrupted rounds): the kill to the "
+              f"model less the restarted run's boosting ({boosting:.2f} s on "
+              f"{len(restarted.worker_report)} worker(s)); the partitions computed again in "
+              f"{restarted.timings.get('dask_compute', 0.0):.2f} s of it")
         try:
             import xgboost
             import xgboost.dask

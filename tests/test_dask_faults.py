@@ -194,9 +194,11 @@ def _wait_for_round(client, session_rounds: dict, at_least: int, thread, limit=6
 @pytest.mark.parametrize("evals", [False, True])
 def test_a_killed_worker_is_survived_with_the_same_model(evals, tmp_path, caplog):
     """SIGKILL one of three worker processes at a random round: train() restarts from the last
-    completed round on the workers left (Dask recomputes the lost partitions) and the model file
-    and evaluation history equal an uninterrupted run's, and so does the checkpoint the driver
-    wrote from the rounds it was told of."""
+    completed round on the workers left and the model file and evaluation history equal an
+    uninterrupted run's, and so does the checkpoint the driver wrote from the rounds it was
+    told of. The partitions were kept (the workers have room): the restart computes again the
+    lost worker's partitions and no other (every computation leaves a file naming its
+    partition and worker)."""
     caplog.set_level("INFO", logger="gbflow")
     df = make_table(n_rows=6000, task="binary", seed=41)
     valid = make_table(n_rows=1500, task="binary", seed=42)
@@ -208,10 +210,26 @@ def test_a_killed_worker_is_survived_with_the_same_model(evals, tmp_path, caplog
                       early_stopping_rounds=30)
     rng = np.random.default_rng()
     kill_at = int(rng.integers(5, 40))
+    computed = tmp_path / "computed"
+    computed.mkdir()
+
+    def marked(frame, partition_info=None):
+        if partition_info is not None:  # (None: Dask's look at the meta)
+            name = f"{len(frame)}-{partition_info['number']}-{uuid.uuid4().hex}"
+            (computed / name).write_text(distributed.get_worker().address)
+        return frame
+
+    def computations() -> list[tuple[int, str]]:
+        """(partition, worker) of each computation of a 6,000-row set's partitions so far."""
+        return sorted((int(p.name.split("-")[1]), p.read_text()) for p in computed.iterdir()
+                      if p.name.startswith("1000-"))
+
     with _processes_cluster(3) as cluster, distributed.Client(cluster,
                                                               set_as_default=False) as client:
-        ddf = dd.from_pandas(df, npartitions=6)
+        ddf = dd.from_pandas(df, npartitions=6).map_partitions(marked, meta=df.iloc[:0])
         whole = gbflow.train(ddf, client=client, **kwargs)
+        for p in computed.iterdir():
+            p.unlink()
         seen = {}
         from gbflow.dask import rounds as rounds_module
         put = rounds_module.KnownRounds.put
@@ -241,6 +259,13 @@ def test_a_killed_worker_is_survived_with_the_same_model(evals, tmp_path, caplog
         restarts = [r.getMessage() for r in caplog.records if "restarting from round" in
                     r.getMessage()]
         assert len(restarts) == 1 and victim in restarts[0], restarts
+        done = computations()
+        assert sorted({p for p, _ in done}) == list(range(6)), done
+        again = [p for p in range(6) if sum(q == p for q, _ in done) > 1]
+        # a partition is computed once, where it stays; a second time only if its worker died
+        assert again and all(sum(q == p for q, _ in done) == 2 for p in again), done
+        held_by_victim = {p for p, address in done if address == victim}
+        assert set(again) <= held_by_victim, (done, victim)
         print(f"killed at round {killed_round}; train() ended {outcome['at'] - killed_at:.1f} s "
               f"later")
 
@@ -340,6 +365,19 @@ def test_the_memory_estimate_refuses_workers_without_room():
         check_worker_memory(needs, workers, 0.8)
     assert "tcp://b" not in str(info.value) and "tcp://c" not in str(info.value)
     check_worker_memory(needs, workers, False)  # pausing off: nothing to check
+
+
+def test_partitions_are_kept_for_restarts_only_where_every_worker_has_room():
+    """A training keeps its raw partitions for a restart when each worker's task needs at most
+    half of what the worker has below the pause threshold (no limit or no pausing: room)."""
+    from gbflow.dask.memory import room_to_keep
+    mib = 2**20
+    workers = {"tcp://a:1": {"memory_limit": 1000 * mib, "metrics": {"memory": 200 * mib}},
+               "tcp://b:2": {"memory_limit": 0, "metrics": {"memory": 900 * mib}}}
+    # a: 1000 x 0.8 - 200 = 600 MiB below the pause threshold
+    assert room_to_keep({"tcp://a:1": (300 * mib, 1), "tcp://b:2": (10**12, 1)}, workers, 0.8)
+    assert not room_to_keep({"tcp://a:1": (300 * mib + 1, 1)}, workers, 0.8)
+    assert room_to_keep({"tcp://a:1": (10**12, 1)}, workers, False)
 
 
 def test_eight_concurrent_trainings_on_two_workers_give_the_sequential_models():

@@ -144,14 +144,17 @@ _SEEN: dict = {}  # worker address -> what the callback found before the first r
 
 class _LookBeforeTraining(TrainingCallback):
     """Before the first round (the data binned, training about to start), on each worker: wait
-    (a few seconds at most) for the partitions it read to leave the worker's memory, then note
-    what is left: keys, partition frames, joined matrices."""
+    (a few seconds at most, ``patience``) for the partitions it read to leave the worker's
+    memory, then note what is left: keys, partition frames, joined matrices."""
+
+    def __init__(self, patience: float = 5.0):
+        self.patience = patience
 
     def before_training(self, model):
         from distributed import get_worker
         worker = get_worker()
         mine = [(key, ref) for address, key, ref in _FETCHED if address == worker.address]
-        deadline = time.monotonic() + 5.0
+        deadline = time.monotonic() + self.patience
         while (held := [key for key, _ in mine if key in worker.data]) and \
                 time.monotonic() < deadline:
             time.sleep(0.02)
@@ -162,10 +165,14 @@ class _LookBeforeTraining(TrainingCallback):
         return model
 
 
-def test_raw_partitions_are_released_before_training_starts(client, monkeypatch):
+@pytest.mark.parametrize("on_worker_lost", ["raise", "restart"])
+def test_raw_partitions_are_released_before_training_starts(client, monkeypatch,
+                                                            on_worker_lost):
     """While the task trains, its worker keeps none of the partitions (training's and the
     evaluation set's): gbflow dropped every reference it had to them and to the joined float32
-    matrix once they were copied and binned, and Dask freed them."""
+    matrix once they were copied and binned, and Dask freed them. Unless a training that
+    would restart after a lost worker keeps them for it (the workers here have room): then
+    each worker holds the partitions it read until training ends, and they go then."""
     def fetch(worker, ref, what):
         frame = loading.fetch(worker, ref, what)
         _FETCHED.append((worker.address, ref.key, weakref.ref(frame)))
@@ -182,13 +189,20 @@ def test_raw_partitions_are_released_before_training_starts(client, monkeypatch)
     monkeypatch.setattr(gbflow.dask.task, "JoinedPartitions", Joined)
     _FETCHED.clear(), _JOINED.clear(), _SEEN.clear()
     df = make_table(n_rows=4000, seed=64)
+    kept = on_worker_lost == "restart"
     booster = gbflow.train(_frame(df.iloc[:3200], 6), label="y", num_boost_round=2,
                            evals=[(_frame(df.iloc[3200:], 2), "valid")], verbose=False,
-                           client=client, callbacks=[_LookBeforeTraining()])
+                           client=client, on_worker_lost=on_worker_lost,
+                           callbacks=[_LookBeforeTraining(0.5 if kept else 5.0)])
     assert len(booster.worker_report) == len(_SEEN) >= 1
     assert sum(s["read"] for s in _SEEN.values()) == 8
     for seen in _SEEN.values():
-        assert seen["held"] == [] and seen["alive"] == 0 and seen["joined"] == 0, seen
+        assert seen["joined"] == 0, seen
+        if kept:
+            assert len(seen["held"]) == seen["read"] == seen["alive"], seen
+        else:
+            assert seen["held"] == [] and seen["alive"] == 0, seen
+    assert _settle(client, set()) == set()
 
 
 def _spec(df):

@@ -15,33 +15,26 @@ from ..evaluation import EvalOptions
 from ..params import Params
 from ..progress import Progress, log_line
 from . import inputs as dask_inputs
-from .collective import CollectivePlugin, abort_session
+from .collective import CollectivePlugin
 from .errors import (
     CollectiveError,
-    CollectiveTimeout,
     WorkerLostError,
-    lost_error,
     raise_first,
-    worker_statuses,
 )
+from .kept import KeptPartitions
 from .local import partitions_of, train_in_process
-from .memory import check_worker_memory, training_bytes
+from .memory import check_worker_memory, room_to_keep, training_bytes
 from .messages import PartitionRef, Spec
 from .relay import OrderedLines, Relay
 from .rounds import KnownRounds
 from .task import train_task
+from .watch import Watching
 
 # How long a training task waits for a peer's message before giving up (dask config key
 # "gbflow.collective-timeout", seconds or a duration such as "10 minutes"). Only a peer that
 # hangs without dying needs it: lost workers are detected within about a second.
 DEFAULT_TIMEOUT = "30 minutes"
-_POLL = 0.1  # the longest wait between looks at the tasks, workers and events
-_LIVENESS_PERIOD = 0.5  # seconds between asking the scheduler which workers are alive
 MAX_RESTARTS = 3  # restarts after lost workers before train() gives up
-_LOSS_NOTICE = 3.0  # seconds the scheduler gets to notice a dead worker (about 1 s after SIGKILL)
-_STOP_WAIT = 5.0  # seconds to wait for the workers to take an abort
-_PAUSED = ("a paused worker is above Dask's memory pause threshold (distributed.worker.memory."
-           "pause) and runs no task: give the workers more memory, or the data more workers")
 
 
 def _timeout() -> float:
@@ -115,8 +108,17 @@ def _train_on_cluster(client, ddf, evals, spec: Spec, known: KnownRounds, on_wor
     """Train on the cluster; after a lost worker, again from the last completed round on the
     workers left (and any the cluster adds), at most ``MAX_RESTARTS`` times."""
     restart = on_worker_lost == "restart" and spec.init_model is None
+    kept = KeptPartitions() if restart else None
+    try:
+        return _runs(client, ddf, evals, spec, known, on_worker_lost, restart, kept)
+    finally:
+        if kept is not None:
+            kept.release()
+
+
+def _runs(client, ddf, evals, spec, known, on_worker_lost, restart, kept):
     for attempt in range(MAX_RESTARTS + 1):
-        run = _Cluster(client, ddf, evals, spec, known)
+        run = _Cluster(client, ddf, evals, spec, known, kept)
         run.spec = dataclasses.replace(run.spec, resume=known.begin(run.spec.session),
                                        report_rounds=restart or known.saver is not None)
         try:
@@ -138,18 +140,24 @@ def _train_on_cluster(client, ddf, evals, spec: Spec, known: KnownRounds, on_wor
     raise AssertionError("unreachable")
 
 
-class _Cluster:
+class _Cluster(Watching):
     """One training run on a cluster: compute, place, submit, watch, collect.
 
     Every future gbflow makes is in ``_futures`` and released (``Future.release``) when ``run``
     ends, however it ends: copies of the Python objects (in a traceback's frames, say) then
     hold nothing on the cluster. A placed partition's future is released earlier, as soon as
     every task reading its key has copied it, so that Dask frees it while training runs (one
-    compute gives one future per key: an evaluation set may share the training data's keys).
+    compute gives one future per key: an evaluation set may share the training data's keys),
+    unless the training keeps the partitions for its restarts (``kept``: where the workers
+    have room, the first run's partitions are kept there, and a restart reuses them).
     """
 
-    def __init__(self, client, ddf, evals, spec: Spec, known: KnownRounds):
+    def __init__(self, client, ddf, evals, spec: Spec, known: KnownRounds,
+                 kept: KeptPartitions | None = None):
         self.client, self.ddf, self.evals, self.known = client, ddf, evals, known
+        self.kept = kept
+        self._computed = None  # (partition futures, rows) this run computed (not reused)
+        self._copied: list = []  # evaluation partitions copied to a training worker
         session = uuid.uuid4().hex
         self.spec = dataclasses.replace(spec, session=session, topic=f"gbflow-{session}")
         self.progress = Progress(spec.verbose, max(1, spec.num_boost_round))
@@ -182,7 +190,8 @@ class _Cluster:
                     del self._readers[key]
                     futures.append(self._held.pop(key))
         for f in futures:
-            f.release()
+            if self.kept is None or not self.kept.owns(f):
+                f.release()
 
     def _release_all(self) -> None:
         self._release()
@@ -218,7 +227,7 @@ class _Cluster:
         started = time.perf_counter()
         try:
             addresses, train_refs, eval_refs = self._place(*self._compute())
-            self._check_memory(addresses, train_refs, eval_refs)
+            self._keep_or_release(self._check_memory(addresses, train_refs, eval_refs))
             computed = time.perf_counter() - started
             self.progress.say(f"gbflow.dask: training on {len(addresses)} worker(s)")
             client.register_plugin(CollectivePlugin(), name=CollectivePlugin.name)
@@ -251,10 +260,21 @@ class _Cluster:
         return self._collect(results, computed, started)
 
     def _compute(self):
-        """Every partition computed on the cluster, with its row count. Returns ((training
-        futures, their rows), [(evaluation futures, their rows)] per set, who holds each)."""
+        """Every partition computed on the cluster, with its row count (a restart: the kept
+        ones, once Dask has recomputed a lost worker's). Returns ((training futures, their
+        rows), [(evaluation futures, their rows)] per set, who holds each)."""
         delayed = list(self.ddf.to_delayed())
         eval_delayed = [partitions_of(frame) for frame, _, _ in self.evals]
+        if self.kept is not None and self.kept.futures is not None:
+            partitions, rows = self.kept.futures, self.kept.rows
+            self.progress.say("gbflow.dask: waiting for the lost partitions to be computed "
+                              "again")
+            self._wait_all(partitions, "computing the lost partitions again")
+            for f in partitions:
+                if f.status == "error":
+                    f.result()
+            return self._split(partitions, rows, len(delayed), eval_delayed) + \
+                (self.client.who_has(partitions),)
         self.progress.say(f"gbflow.dask: computing {len(delayed)} training partition(s)"
                           + (f" and {sum(map(len, eval_delayed))} evaluation partition(s)"
                              if eval_delayed else "") + " on the cluster")
@@ -278,13 +298,18 @@ class _Cluster:
         rows = self.client.gather(counts)
         for f in counts:
             f.release()
-        train = (partitions[: len(delayed)], rows[: len(delayed)])
-        self.known.rows = sum(rows[: len(delayed)])
-        evals, at = [], len(delayed)
+        self._computed = (partitions, rows)
+        return self._split(partitions, rows, len(delayed), eval_delayed) + (who_has,)
+
+    def _split(self, partitions, rows, n_train: int, eval_delayed) -> tuple:
+        """((training futures, rows), [(evaluation futures, rows)] per set) of every set's
+        computed partitions in ``_compute``'s order."""
+        self.known.rows = sum(rows[:n_train])
+        evals, at = [], n_train
         for ds in eval_delayed:
             evals.append((partitions[at: at + len(ds)], rows[at: at + len(ds)]))
             at += len(ds)
-        return train, evals, who_has
+        return (partitions[:n_train], rows[:n_train]), evals
 
     def _place(self, train, evals, who_has):
         """Ranks: the workers holding training partitions (each partition trained where it is).
@@ -329,17 +354,34 @@ class _Cluster:
                 self._hold((rank, 1 + j, index), f)
         if copied:
             self._wait_all([copy for _, copy in copied], "copying evaluation partitions")
-            for original, _ in copied:  # the copy is what training reads (and a key held by
-                original.release()      # no training worker is read by no task)
+        # the copy is what training reads (a key held by no training worker is read by no
+        # task): the original goes once the run knows whether it keeps its partitions
+        self._copied = [original for original, _ in copied]
         return addresses, train_refs, eval_refs
 
-    def _check_memory(self, addresses, train_refs, eval_refs) -> None:
+    def _keep_or_release(self, needs: dict | None) -> None:
+        """The first run of a training that may restart keeps its partitions when every
+        worker has room for them beside training (``memory.room_to_keep``; never for data on
+        GPUs: device memory), else lets each go once copied. ``needs``: ``_check_memory``'s."""
+        import dask
+        kept = self.kept
+        if kept is not None and self._computed is not None and needs is not None and \
+                room_to_keep(needs, self._workers(),
+                             dask.config.get("distributed.worker.memory.pause", 0.8)):
+            kept.keep(*self._computed)
+            self._futures = [f for f in self._futures if not kept.owns(f)]
+        for original in self._copied:
+            if kept is None or not kept.owns(original):
+                original.release()
+
+    def _check_memory(self, addresses, train_refs, eval_refs) -> dict | None:
         """On CPU workers, MemoryError (``memory.check_worker_memory``) when a rank's task would
-        need more than its worker has before Dask pauses it."""
+        need more than its worker has before Dask pauses it. Returns the needs ({address:
+        (bytes, rows)}; None on GPUs)."""
         import dask
         spec = self.spec
         if spec.data_on_gpu or spec.params.device == "cuda":
-            return  # device memory: paged training (device_memory_limit)
+            return None  # device memory: paged training (device_memory_limit)
         bin_bytes = _dtypes.bin_dtype(spec.params.max_bin).itemsize
         needs = {}
         for rank, address in enumerate(addresses):
@@ -349,109 +391,7 @@ class _Cluster:
                                              spec.params.n_groups, bin_bytes), rows)
         check_worker_memory(needs, self._workers(),
                             dask.config.get("distributed.worker.memory.pause", 0.8))
-
-    def _wait_all(self, futures, doing: str) -> None:
-        """Wait until every future is done. A pipeline may take as long as it takes, but when
-        none finished for the collective timeout and a worker is paused (Dask stops running
-        tasks on a worker above its memory pause threshold), CollectiveTimeout naming it."""
-        ended = _woken_when_done(futures)
-        finished, progress = 0, time.monotonic()
-        while True:
-            ended.clear()
-            now_done = sum(f.done() for f in futures)
-            if now_done == len(futures):
-                return
-            if now_done > finished:
-                finished, progress = now_done, time.monotonic()
-            elif time.monotonic() - progress > self.spec.timeout:
-                workers = self._workers()
-                paused = [a for a, w in workers.items() if w.get("status") == "paused"]
-                if paused:
-                    raise CollectiveTimeout(
-                        f"{doing} made no progress for {self.spec.timeout:g} s "
-                        f"(gbflow.collective-timeout) and worker(s) "
-                        f"{worker_statuses(paused, workers)} hold what is left: {_PAUSED}")
-            ended.wait(_LIVENESS_PERIOD)
-
-    def _watch(self, tasks, addresses) -> None:
-        """Wait for the tasks; stop at the first failed task or lost worker. Wakes when a task
-        ends (not at the next poll), and at least every ``_POLL`` seconds to look at the
-        workers.
-
-        It waits on an event set by the tasks' done callbacks, not on ``distributed.wait`` with
-        a timeout: each timeout raised a TimeoutError, whose traceback, caught here, kept this
-        frame and ``run``'s alive until the garbage collector ran."""
-        ended = _woken_when_done(tasks)
-        next_check, submitted = 0.0, time.monotonic()
-        while True:
-            ended.clear()  # before looking: a task ending after the look wakes the wait below
-            states = [t.status for t in tasks]
-            if all(s == "finished" for s in states):
-                return
-            if any(s in ("error", "cancelled") for s in states):
-                # The others stop within moments (aborted by the failing task); wait for them so
-                # that raise_first can choose the original error over their echoes of it. A dead
-                # worker's task never ends: stop waiting once the scheduler reports it gone.
-                settle = time.monotonic() + 2.0
-                while time.monotonic() < settle and not all(t.done() for t in tasks):
-                    if _gone(addresses, self._workers()):
-                        break
-                    time.sleep(_POLL)
-                return
-            self.known.save()
-            now = time.monotonic()
-            if now >= next_check:
-                alive = self._workers()
-                if _gone(addresses, alive):
-                    raise lost_error(_gone(addresses, alive), addresses)
-                waiting = [a for r, a in enumerate(addresses) if r not in self.started]
-                if waiting and now - submitted > self.spec.timeout:
-                    raise CollectiveTimeout(
-                        f"the training task did not start on worker(s) "
-                        f"{worker_statuses(waiting, alive)} within {self.spec.timeout:g} s "
-                        f"(gbflow.collective-timeout): {_PAUSED}")
-                next_check = now + _LIVENESS_PERIOD
-            ended.wait(_POLL)
-
-    def _raise_stuck(self, tasks, addresses) -> None:
-        """After a task failed on a collective error while others still run: a worker that left
-        the scheduler is lost (``WorkerLostError``, which a restart recovers from); one still
-        there that stopped answering is hung, stopped or paused (``CollectiveTimeout`` naming
-        it). Waits up to ``_LOSS_NOTICE`` s for the scheduler to notice a death."""
-        failed = [t.exception() for t in tasks if t.status == "error"]
-        stuck = [a for a, t in zip(addresses, tasks) if not t.done()]
-        if not stuck or not failed or not all(isinstance(e, CollectiveError) for e in failed):
-            return
-        deadline = time.monotonic() + _LOSS_NOTICE
-        while True:
-            alive = self._workers()
-            if _gone(addresses, alive):
-                raise lost_error(_gone(addresses, alive), addresses)
-            if time.monotonic() > deadline:
-                break
-            time.sleep(_POLL)
-        raise CollectiveTimeout(
-            f"training worker(s) {worker_statuses(stuck, alive)} stopped answering (hung, "
-            f"stopped or paused) and the others gave up after {self.spec.timeout:g} s without a "
-            f"message (gbflow.collective-timeout); training was stopped") from failed[0]
-
-    def _stop(self, tasks, addresses) -> None:
-        """After a failure: tell the tasks still running to stop (in the background, for at most
-        ``_STOP_WAIT`` s: a hung worker never answers), and cancel them (each task then stops at
-        its next reduction)."""
-        reason = "training was stopped by the driver after a failure elsewhere"
-        running = [a for a, t in zip(addresses, tasks) if not t.done()]
-
-        def abort():
-            try:
-                self.client.run(abort_session, self.spec.session, reason, workers=running,
-                                wait=False, on_error="ignore", callback_timeout=_STOP_WAIT)
-            except Exception:  # a hung worker, or the cluster is going away
-                pass
-
-        if running:  # on a thread: a hung worker never answers, and cancelling matters more
-            threading.Thread(target=abort, name="gbflow-abort", daemon=True).start()
-        self.client.cancel(tasks, force=True)
+        return needs
 
     def _collect(self, results, computed: float, started: float):
         fingerprints = {r["fingerprint"] for r in results}
@@ -466,20 +406,6 @@ class _Cluster:
         booster.timings["dask_compute"] = computed
         booster.timings["dask_total"] = time.perf_counter() - started
         return booster
-
-
-def _woken_when_done(futures) -> threading.Event:
-    """An event each future sets when it ends: a wait on it wakes at once, not at a poll (clear
-    it before looking at the futures, so that one ending after the look still wakes the wait)."""
-    ended = threading.Event()
-    for f in futures:
-        f.add_done_callback(lambda _: ended.set())
-    return ended
-
-
-def _gone(addresses: list, alive: dict) -> list:
-    """The training workers the scheduler no longer has."""
-    return [a for a in addresses if a not in alive]
 
 
 def _same(frame):

@@ -74,12 +74,9 @@ def check_worker_memory(needs: dict, workers: dict, pause_fraction) -> None:
     short = []
     for address, (need, rows) in needs.items():
         info = workers.get(address, {})
-        limit = info.get("memory_limit") or 0
-        if not limit or not pause_fraction:
-            continue
-        used = int(info.get("metrics", {}).get("memory", 0))
-        room = int(limit * float(pause_fraction)) - used
-        if need > room:
+        room = _room(info, pause_fraction)
+        if room is not None and need > room:
+            limit, used = info["memory_limit"], int(info.get("metrics", {}).get("memory", 0))
             short.append(f"{address} needs about {_mb(need)} for its {rows:,} rows but has "
                          f"{_mb(max(room, 0))} (memory_limit {_mb(limit)} x pause fraction "
                          f"{float(pause_fraction):g} - {_mb(used)} in use)")
@@ -88,6 +85,24 @@ def check_worker_memory(needs: dict, workers: dict, pause_fraction) -> None:
                           "would pause these workers and training would wait: give the workers "
                           "more memory (memory_limit), the data more workers, or fewer "
                           "features")
+
+
+def room_to_keep(needs: dict, workers: dict, pause_fraction) -> bool:
+    """Whether every training worker can keep its raw partitions while it trains (``kept``):
+    its task's need (``needs`` as ``check_worker_memory``'s) at most half of what it has below
+    Dask's pause threshold, the other half for the raw partitions beside the bins and what the
+    estimate leaves out. Workers without a memory limit, or with pausing off, have room."""
+    rooms = [(_room(workers.get(a, {}), pause_fraction), need) for a, (need, _) in needs.items()]
+    return all(room is None or 2 * need <= room for room, need in rooms)
+
+
+def _room(info: dict, pause_fraction) -> int | None:
+    """Bytes a worker (the scheduler's info) has below Dask's pause threshold (``memory_limit``
+    x ``pause_fraction`` less what it holds now); None without a limit or with pausing off."""
+    limit = info.get("memory_limit") or 0
+    if not limit or not pause_fraction:
+        return None
+    return int(limit * float(pause_fraction)) - int(info.get("metrics", {}).get("memory", 0))
 
 
 def _mb(n: int) -> str:
