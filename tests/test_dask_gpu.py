@@ -99,3 +99,35 @@ def test_dask_cudf_category_columns_from_parquet_give_the_in_process_model(gpu_c
         computed = booster.predict(ddf).compute()
     assert type(computed).__module__.startswith("cudf")
     np.testing.assert_array_equal(computed.to_numpy(), expected.predict(df).to_numpy())
+
+
+class _AllocatorSeen(gbflow.callback.TrainingCallback):
+    """Notes, on each worker before the first round, CuPy's allocator: its module's name."""
+
+    def before_training(self, model):
+        import cupy
+        from distributed import get_worker
+        allocator = cupy.cuda.get_allocator()
+        get_worker().log_event("gbflow-test-allocator",
+                               getattr(allocator, "__module__", None) or "cupy")
+        return model
+
+
+@pytest.mark.parametrize("pool", [None, "1GB"])
+def test_training_tasks_keep_an_rmm_pool_and_bypass_rmms_default(pool):
+    """A LocalCUDACluster's worker imports cuDF, which hands CuPy to RMM's allocator over RMM's
+    default resource (a cudaMalloc per array): training tasks take CuPy's pool instead. Started
+    with an RMM pool (``rmm_pool_size``), the worker keeps it. The model is the same."""
+    df = make_table(n_rows=4_000, seed=52)
+    params = {"max_depth": 4, "device": "cuda"}
+    expected = gbflow.train(df, label="y", params=params, num_boost_round=3, verbose=False)
+    with dask_cuda.LocalCUDACluster(n_workers=1, rmm_pool_size=pool) as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:
+        client.run(__import__, "cudf")
+        ddf = dd.from_pandas(cudf.from_pandas(df), npartitions=2)
+        booster = gbflow.train(ddf, label="y", params=params, num_boost_round=3, verbose=False,
+                               client=client, callbacks=[_AllocatorSeen()])
+        seen = [message for _, message in client.get_events("gbflow-test-allocator")]
+    assert booster.to_json() == expected.to_json()
+    assert len(seen) == 1
+    assert seen[0].startswith("rmm") == (pool is not None), seen

@@ -32,6 +32,8 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
     "booster" (rank 0 only), "lines" (progress lines, rank 0), "report" (memory and partition
     figures)}. Side effects: progress events on ``spec.topic`` (rank 0); on failure, the other
     ranks are told to abort; glibc malloc settings while it runs (``malloc_for_training``);
+    on a GPU, CuPy's memory pool unless the worker's RMM has a pool or other resource of its
+    own (``Backend.own_memory_pool(unless_chosen=True)``);
     on the CPU, this thread's kernels use the worker's thread count, or ``nthread`` when set
     (``limited_threads``).
     """
@@ -47,7 +49,11 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
     shardset = opening = None
     try:
         backend = get_backend(spec.params.device, data_on_gpu=spec.data_on_gpu)
-        with malloc_for_training(), backend.own_memory_pool(), \
+        # CuPy's pool instead of RMM's allocator over its default resource (a cudaMalloc and a
+        # synchronising cudaFree per array: what a Dask-CUDA worker has after importing cuDF;
+        # training ran 3.5x slower); an RMM pool, async or managed memory the cluster was
+        # started with is kept
+        with malloc_for_training(), backend.own_memory_pool(unless_chosen=True), \
                 backend.limited_threads(spec.params.nthread or worker.state.nthreads) \
                 as threads:
             opening = open_nccl(backend, collective, rank)  # opens while partitions load
