@@ -6,7 +6,8 @@
 
 Per library, the same data and parameters (binary:logistic, depth 8 unless --depth, learning rate
 0.1) trained three ways: without evaluation, with an evaluation set and ``--metrics`` every round,
-and with early stopping (``--stop`` rounds) on it. Reports seconds, the overhead of evaluation
+and with early stopping (``--stop`` rounds) on it (``--repeat``: that many times in turn, the
+median seconds shown). Reports seconds, the overhead of evaluation
 against training without it (the ratio is what counts: machines are noisy), gbflow's stage
 timers, and the peak device memory (GPU: NVML, above the data; CPU: the process's peak RSS
 growth). Both libraries are warmed up first on a slice, untimed. XGBoost: ``QuantileDMatrix``
@@ -120,6 +121,9 @@ def main():
     parser.add_argument("--stop", type=int, default=20, help="early_stopping_rounds")
     parser.add_argument("--max-bin", type=int, default=256)
     parser.add_argument("--no-xgboost", action="store_true")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run each library's three trainings this many times in turn and "
+                             "show the median seconds (shared machines are noisy)")
     args = parser.parse_args()
     gpu = args.device == "cuda"
     if gpu:
@@ -149,7 +153,13 @@ def main():
               "max_bin": args.max_bin}
     runners = [("gbflow", run_gbflow)] + ([] if args.no_xgboost else [("xgboost", run_xgboost)])
     for name, runner in runners:
-        results = runner(xp, sync, data, params, args.rounds, metrics, args.stop, gpu)
+        runs = [runner(xp, sync, data, params, args.rounds, metrics, args.stop, gpu)
+                for _ in range(max(1, args.repeat))]
+        results = {mode: (float(np.median([r[mode][0] for r in runs])),) + runs[-1][mode][1:]
+                   for mode in runs[-1]}
+        if len(runs) > 1:
+            print(f"{name:8s} seconds of each run: " + "; ".join(
+                f"{mode} " + ", ".join(f"{r[mode][0]:.2f}" for r in runs) for mode in results))
         base = results["none"][0]
         for mode, (seconds, peak, n_evals, last, best, note) in results.items():
             overhead = f"{100 * (seconds / base - 1):+6.1f}%" if mode != "none" else "       "

@@ -86,6 +86,57 @@ def test_nothing_stays_on_the_cluster_after_train_returns(client):
     assert _settle(client, set(), _scheduler_keys) == set()  # not only freed: forgotten
 
 
+def test_a_restart_without_room_lets_the_kept_partitions_go(monkeypatch):
+    """A worker leaves mid-training (the scheduler removes it): the restart reuses the
+    partitions the first run kept, and, the workers left having no room to keep them beside
+    training (forced here), lets them go once copied, as a run without room does. The model
+    is the in-process one, and nothing stays on the cluster."""
+    from gbflow.dask import driver, watch
+    from gbflow.dask.kept import KeptPartitions
+    rooms = []
+
+    def room_first_time(needs, workers, pause_fraction):
+        rooms.append(sorted(needs))
+        return len(rooms) == 1
+
+    forgotten = []
+    forget = KeptPartitions.forget
+
+    def spied_forget(self):
+        forgotten.append(len(self.futures))
+        return forget(self)
+
+    watch_tasks, removed = watch.Watching._watch, []
+
+    def remove_one_worker_first(self, tasks, addresses):
+        if not removed:
+            removed.append(addresses[-1])
+
+            async def remove(dask_scheduler, address=addresses[-1]):
+                await dask_scheduler.remove_worker(address=address, stimulus_id="test",
+                                                   close=True)
+            self.client.run_on_scheduler(remove)
+        return watch_tasks(self, tasks, addresses)
+
+    monkeypatch.setattr(driver, "room_to_keep", room_first_time)
+    monkeypatch.setattr(KeptPartitions, "forget", spied_forget)
+    monkeypatch.setattr(watch.Watching, "_watch", remove_one_worker_first)
+    df = make_table(n_rows=3000, seed=68)
+    kwargs = dict(label="y", num_boost_round=5, verbose=False)
+    expected = gbflow.train(df.iloc[:2400], evals=[(df.iloc[2400:], "valid")], **kwargs)
+    with distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
+                                  dashboard_address=":0") as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:
+        booster = gbflow.train(_frame(df.iloc[:2400], 6),
+                               evals=[(_frame(df.iloc[2400:], 2), "valid")], client=client,
+                               **kwargs)
+        assert _settle(client, set()) == set()
+        assert _settle(client, set(), _scheduler_keys) == set()
+    assert booster.to_json() == expected.to_json()
+    assert len(rooms) == 2 and removed and removed[0] not in rooms[1], (rooms, removed)
+    assert forgotten == [8]  # 6 training and 2 evaluation partitions
+
+
 def test_nothing_stays_after_a_failed_training(client):
     """The error's traceback (held here by pytest.raises) reaches the driver's frames: they must
     hold nothing on the cluster."""
@@ -99,9 +150,11 @@ def test_nothing_stays_after_a_failed_training(client):
     assert _settle(client, set(), _scheduler_keys) == set()
 
 
-def test_persisted_frames_stay_and_gbflows_copies_go(client):
+@pytest.mark.parametrize("on_worker_lost", ["raise", "restart"])
+def test_persisted_frames_stay_and_gbflows_copies_go(client, on_worker_lost):
     """The user's persisted partitions stay; evaluation partitions held by a worker that does
-    not train are copied to one that does, and the copies go."""
+    not train are copied to one that does, and the copies go (whether or not the training
+    keeps its partitions for a restart)."""
     a, b = sorted(client.scheduler_info()["workers"])
     df = make_table(n_rows=2000, seed=63)
     train = client.persist(dd.from_pandas(df.iloc[:1500], npartitions=3), workers=[a])
@@ -111,7 +164,7 @@ def test_persisted_frames_stay_and_gbflows_copies_go(client):
     persisted = _worker_keys(client)
     assert len(persisted) == 5
     booster = gbflow.train(train, label="y", num_boost_round=3, evals=[(valid, "valid")],
-                           verbose=False, client=client)
+                           verbose=False, client=client, on_worker_lost=on_worker_lost)
     assert [r["address"] for r in booster.worker_report] == [a]  # b's partitions were copied
     assert _settle(client, persisted) == persisted
     assert len(client.compute(train).result()) == 1500
@@ -119,9 +172,12 @@ def test_persisted_frames_stay_and_gbflows_copies_go(client):
     assert _settle(client, set()) == set()  # nothing of gbflow's kept them either
 
 
-def test_an_evaluation_set_may_share_the_training_datas_keys(client, monkeypatch):
+@pytest.mark.parametrize("on_worker_lost", ["raise", "restart"])
+def test_an_evaluation_set_may_share_the_training_datas_keys(client, monkeypatch,
+                                                             on_worker_lost):
     """Two frames of the same graph, built apart, share their keys: one compute gives one
-    future per key, read by two placements, released when both have copied it."""
+    future per key, read by two placements, released when both have copied it (or kept for
+    a restart until training ends)."""
     def fetch(worker, ref, what):
         if what != "training data":
             time.sleep(0.5)  # time for a release after the training data's copy to land
@@ -132,7 +188,7 @@ def test_an_evaluation_set_may_share_the_training_datas_keys(client, monkeypatch
     train, again = (dd.from_pandas(df, npartitions=3) for _ in range(2))
     assert train is not again and train.__dask_keys__() == again.__dask_keys__()
     booster = gbflow.train(train, label="y", num_boost_round=3, evals=[(again, "again")],
-                           verbose=False, client=client)
+                           verbose=False, client=client, on_worker_lost=on_worker_lost)
     assert len(booster.evals_result["again"]["rmse"]) == 3
     assert _settle(client, set()) == set()
 

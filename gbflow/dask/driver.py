@@ -28,7 +28,7 @@ from .messages import PartitionRef, Spec
 from .relay import OrderedLines, Relay
 from .rounds import KnownRounds
 from .task import train_task
-from .watch import Watching
+from .watch import _LOSS_NOTICE, Watching
 
 # How long a training task waits for a peer's message before giving up (dask config key
 # "gbflow.collective-timeout", seconds or a duration such as "10 minutes"). Only a peer that
@@ -149,7 +149,7 @@ class _Cluster(Watching):
     every task reading its key has copied it, so that Dask frees it while training runs (one
     compute gives one future per key: an evaluation set may share the training data's keys),
     unless the training keeps the partitions for its restarts (``kept``: where the workers
-    have room, the first run's partitions are kept there, and a restart reuses them).
+    have room, the partitions a run computed are kept there, and a restart reuses them).
     """
 
     def __init__(self, client, ddf, evals, spec: Spec, known: KnownRounds,
@@ -266,31 +266,29 @@ class _Cluster(Watching):
         delayed = list(self.ddf.to_delayed())
         eval_delayed = [partitions_of(frame) for frame, _, _ in self.evals]
         if self.kept is not None and self.kept.futures is not None:
-            partitions, rows = self.kept.futures, self.kept.rows
+            partitions = self.kept.futures
             self.progress.say("gbflow.dask: waiting for the lost partitions to be computed "
                               "again")
-            self._wait_all(partitions, "computing the lost partitions again")
-            for f in partitions:
-                if f.status == "error":
-                    f.result()
-            return self._split(partitions, rows, len(delayed), eval_delayed) + \
-                (self.client.who_has(partitions),)
-        self.progress.say(f"gbflow.dask: computing {len(delayed)} training partition(s)"
-                          + (f" and {sum(map(len, eval_delayed))} evaluation partition(s)"
-                             if eval_delayed else "") + " on the cluster")
-        # One compute for every partition: inputs shared by training and evaluation sets (such
-        # as a random_split) are computed once. Already persisted partitions are not recomputed.
-        partitions = self.client.compute(delayed + [d for ds in eval_delayed for d in ds])
-        self._futures.extend(partitions)
+        else:
+            self.progress.say(f"gbflow.dask: computing {len(delayed)} training partition(s)"
+                              + (f" and {sum(map(len, eval_delayed))} evaluation partition(s)"
+                                 if eval_delayed else "") + " on the cluster")
+            # One compute for every partition: inputs shared by training and evaluation sets
+            # (such as a random_split) are computed once. Already persisted partitions are not
+            # recomputed.
+            partitions = self.client.compute(delayed + [d for ds in eval_delayed for d in ds])
+            self._futures.extend(partitions)
         self._wait_all(partitions, "computing the partitions")
         for f in partitions:
             if f.status == "error":
                 f.result()  # the pipeline's own error (raises it with its traceback)
+        reused = self.kept is not None and self.kept.futures is not None
+        who_has = self._holders(partitions) if reused else self.client.who_has(partitions)
         # Each partition's length, counted where it is, while it is fresh (not spilled): a
         # task sizes its matrix from them, then reads its partitions one at a time. Pinned: an
         # unknown task's duration counts as 0.5 s, so Dask could move a partition to count it;
         # and after the compute, not in it (these tasks changed where Dask put the partitions).
-        who_has = self.client.who_has(partitions)
+        # (counted again on a restart: a pipeline may compute a lost partition differently)
         counts = [self.client.submit(len, f, workers=sorted(who_has.get(f.key, ())) or None,
                                      allow_other_workers=False) for f in partitions]
         self._futures.extend(counts)
@@ -298,8 +296,24 @@ class _Cluster(Watching):
         rows = self.client.gather(counts)
         for f in counts:
             f.release()
-        self._computed = (partitions, rows)
+        if reused:
+            self.kept.rows = rows
+        else:
+            self._computed = (partitions, rows)
         return self._split(partitions, rows, len(delayed), eval_delayed) + (who_has,)
+
+    def _holders(self, partitions) -> dict:
+        """``who_has`` of kept partitions, each held by some worker: a kept future may look
+        finished before the scheduler's word of its lost copy has come (the key is then being
+        computed again), so it waits for a holder (the word comes within milliseconds; at most
+        ``_LOSS_NOTICE`` s)."""
+        deadline = time.monotonic() + _LOSS_NOTICE
+        while True:
+            who_has = self.client.who_has(partitions)
+            if all(who_has.get(f.key) for f in partitions) or time.monotonic() > deadline:
+                return who_has  # (_place names a partition held by no worker)
+            self._wait_all(partitions, "computing the lost partitions again")
+            time.sleep(0.05)
 
     def _split(self, partitions, rows, n_train: int, eval_delayed) -> tuple:
         """((training futures, rows), [(evaluation futures, rows)] per set) of every set's
@@ -360,16 +374,21 @@ class _Cluster(Watching):
         return addresses, train_refs, eval_refs
 
     def _keep_or_release(self, needs: dict | None) -> None:
-        """The first run of a training that may restart keeps its partitions when every
-        worker has room for them beside training (``memory.room_to_keep``; never for data on
-        GPUs: device memory), else lets each go once copied. ``needs``: ``_check_memory``'s."""
+        """A run of a training that may restart keeps the partitions it computed when every
+        worker has room for them beside training (``memory.room_to_keep``; never on GPUs:
+        device memory), else lets each go once copied. A restart that reuses kept partitions
+        lets them go so when the workers left have no room for them. ``needs``:
+        ``_check_memory``'s."""
         import dask
         kept = self.kept
-        if kept is not None and self._computed is not None and needs is not None and \
-                room_to_keep(needs, self._workers(),
-                             dask.config.get("distributed.worker.memory.pause", 0.8)):
-            kept.keep(*self._computed)
-            self._futures = [f for f in self._futures if not kept.owns(f)]
+        if kept is not None:
+            room = needs is not None and room_to_keep(
+                needs, self._workers(), dask.config.get("distributed.worker.memory.pause", 0.8))
+            if room and self._computed is not None:
+                kept.keep(*self._computed)
+                self._futures = [f for f in self._futures if not kept.owns(f)]
+            elif not room and kept.futures is not None:  # this run's, released once copied
+                self._futures.extend(kept.forget())
         for original in self._copied:
             if kept is None or not kept.owns(original):
                 original.release()
