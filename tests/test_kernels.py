@@ -746,6 +746,34 @@ def test_auc_bucket_words(kernels, weighted, n_rows, n_buckets):
                                                     * scale).astype(np.int64).sum()
 
 
+@pytest.mark.parametrize("case", ["empty", "one", "all equal", "ties", "wide", "buckets"])
+def test_occupied_keys(kernels, case):
+    """The compact table's entries (distinct keys in order, then -1) and each key's entry equal
+    the twin's: ties in any order, keys over the whole [0, 2**32) (every radix digit moving),
+    keys that share their high digits (passes skipped)."""
+    rng = np.random.default_rng(len(case))
+    keys = {"empty": np.zeros(0, np.int64), "one": np.array([7], np.int64),
+            "all equal": np.full(300, 2**31 + 5, np.int64),
+            "ties": rng.integers(0, 50, 10_000),
+            "wide": np.concatenate([rng.integers(0, 2**32, 70_000), [0, 2**32 - 1, 0]]),
+            "buckets": rng.integers(0, 1 << 20, 5_000) * 3}[case].astype(np.int64)
+    expected = numpy_kernels.occupied_keys(keys)
+    got = kernels.occupied_keys(keys)
+    for e, g in zip(expected, got):
+        assert np.array_equal(np.asarray(g), e)
+    distinct = np.unique(keys)
+    assert np.array_equal(expected[0][:len(distinct)], distinct)
+    assert (expected[0][len(distinct):] == -1).all()
+    assert np.array_equal(distinct[expected[1]], keys)
+
+
+def test_occupied_keys_refuses_keys_out_of_range():
+    with pytest.raises(ValueError, match=r"keys must lie in \[0, 2\*\*32\)"):
+        cpu_kernels.occupied_keys(np.array([3, 2**32]))
+    with pytest.raises(ValueError, match=r"keys must lie"):
+        cpu_kernels.occupied_keys(np.array([-1, 2]))
+
+
 def test_auc_bucket_words_refuses_buckets_out_of_range():
     with pytest.raises(ValueError, match=r"bucket ids must lie in \[0, 64\)"):
         cpu_kernels.auc_bucket_words(np.array([3, 64]), np.ones(2), None, 1.0, 64)

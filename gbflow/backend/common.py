@@ -172,3 +172,19 @@ class GrownTree:
     depth: np.ndarray
     seg_start: np.ndarray
     seg_count: np.ndarray
+
+
+def occupied_keys_with(xp, keys):
+    """``occupied_keys`` in the array namespace ``xp`` (NumPy: the twin; CuPy: the GPU's, a
+    sort and scans that record into a CUDA graph). keys: (n,) int64 in [0, 2**32)."""
+    n = keys.shape[0]
+    order = xp.argsort(keys)
+    ordered = keys[order]
+    new = xp.ones(n, dtype=xp.int64)
+    new[1:] = ordered[1:] != ordered[:-1]
+    rank = xp.cumsum(new) - 1
+    position = xp.empty(n, dtype=xp.int64)
+    position[order] = rank
+    entries = xp.full(n, -1, dtype=xp.int64)
+    entries[rank] = ordered  # equal keys write the same value
+    return entries, position

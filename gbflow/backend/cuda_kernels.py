@@ -32,6 +32,7 @@ from .common import (
     check_feature_mask,
     check_sibling_shapes,
     gradient_out,
+    occupied_keys_with,
     packed_empty,
     work_list_rows,
 )
@@ -1125,6 +1126,11 @@ def auc_words(table):
     below = cp.cumsum(negative, axis=-1) - negative
     return cp.stack([(positive * (2 * below + negative)).sum(axis=-1), positive.sum(axis=-1),
                      negative.sum(axis=-1)], axis=-1)
+
+
+def occupied_keys(keys):
+    """See ``numpy_kernels.occupied_keys``: CuPy's sort and scans (they record into a graph)."""
+    return occupied_keys_with(cp, cp.asarray(keys, dtype=cp.int64))
 
 
 def auc_bucket_words(bucket, label, weight, scale, n_buckets: int):

@@ -28,6 +28,7 @@ from .common import (
     check_feature_mask,
     check_sibling_shapes,
     gradient_out,
+    occupied_keys_with,
     segments_of_work,
     work_list_rows,
 )
@@ -892,6 +893,15 @@ def auc_words(table):
     below = np.cumsum(negative, axis=-1) - negative
     return np.stack([(positive * (2 * below + negative)).sum(axis=-1), positive.sum(axis=-1),
                      negative.sum(axis=-1)], axis=-1)
+
+
+def occupied_keys(keys):
+    """The compact table's entries of (n,) int64 keys in [0, 2**32) (an auc's float32
+    prediction keys, or bucket ids): ((n,) int64 entry keys: the distinct keys in ascending
+    order, then -1 for the entries no key needs; (n,) int64 each key's entry). A table of n
+    entries whose unused ones stay empty tallies the same as one of the distinct keys alone.
+    New arrays; nothing is read back (on the GPU, it records into a graph)."""
+    return occupied_keys_with(np, np.asarray(keys, dtype=np.int64))
 
 
 def auc_bucket_words(bucket, label, weight, scale, n_buckets: int):

@@ -315,7 +315,7 @@ class Evaluator:
     def _value_table(self, parts: list, scale: float):
         """The (2, m) int64 compact table, on the device, of (target, weight, key) parts (keys:
         float32 prediction keys, or bucket ids): in one process an entry per row
-        (``tallies.occupied``: the distinct keys first, in order); several processes gather
+        (``occupied_keys``: the distinct keys first, in order); several processes gather
         their tables (a wait for the device; at most the set's rows, and at most 2**20 entries
         a process for buckets) and merge them into one per distinct key. The same tallies, in
         the same order, as a dense table's occupied buckets."""
@@ -323,7 +323,8 @@ class Evaluator:
         if parts:
             y = xp.concatenate([y for y, _, _ in parts])
             w = None if parts[0][1] is None else xp.concatenate([w for _, w, _ in parts])
-            entries, position = tallies.occupied(xp, xp.concatenate([k for _, _, k in parts]))
+            entries, position = backend.kernels.occupied_keys(
+                xp.concatenate([k for _, _, k in parts]))
             table = backend.kernels.auc_tally(position, y, w, scale,
                                               xp.zeros((2, len(entries)), dtype=xp.int64))
         else:

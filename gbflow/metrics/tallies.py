@@ -69,24 +69,6 @@ def buckets(xp, keys, low, span):
     return ((keys - low) << DENSE_BITS) // span
 
 
-def occupied(xp, keys):
-    """The compact table's entries of (n,) int64 keys, without reading anything back: ((n,)
-    int64 entry keys: the distinct keys in order, then -1 for the entries no key needs; (n,)
-    int64 entry of each key). A table of n entries whose unused ones stay empty tallies the
-    same as one of the distinct keys alone."""
-    n = keys.shape[0]
-    order = xp.argsort(keys)
-    ordered = keys[order]
-    new = xp.ones(n, dtype=xp.int64)
-    new[1:] = ordered[1:] != ordered[:-1]
-    rank = xp.cumsum(new) - 1
-    position = xp.empty(n, dtype=xp.int64)
-    position[order] = rank
-    entries = xp.full(n, -1, dtype=xp.int64)
-    entries[rank] = ordered  # equal keys write the same value
-    return entries, position
-
-
 def merge(tables: list) -> np.ndarray:
     """One compact table of several processes' compact tables: host (entry keys (m_i,), table
     (2, m_i) int64) pairs -> (2, m) int64 tallies of the distinct keys in order (unused
