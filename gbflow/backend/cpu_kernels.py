@@ -1715,29 +1715,46 @@ def _insertion_sort(keys, weights, weighted, lo, hi):
 
 
 @njit(**_JIT)
-def _radix_sort(keys, weights, weighted):
-    # keys: (n,) uint32, n > 0; weights: (n,) float64 if weighted (else unused)
-    n = keys.shape[0]
+def _digit_counts(keys):
+    # (3, 2**_DIGIT_BITS) int64: how many keys (in [0, 2**32)) have each value of each digit
     mask = (1 << _DIGIT_BITS) - 1
-    starts = np.zeros((3, 1 << _DIGIT_BITS), np.int64)  # counts, then each digit's next place
-    for i in range(n):
+    starts = np.zeros((3, 1 << _DIGIT_BITS), np.int64)
+    for i in range(keys.shape[0]):
         key = keys[i]
         starts[0, key & mask] += 1
         starts[1, (key >> _DIGIT_BITS) & mask] += 1
         starts[2, key >> (2 * _DIGIT_BITS)] += 1
+    return starts
+
+
+@njit(**_JIT)
+def _digit_places(starts, digit, first_value, n):
+    # digit's counts turned into each value's first place (in place); False, and nothing
+    # changed, when every one of the n keys has the first key's value there (no pass needed)
+    if starts[digit, first_value] == n:
+        return False
+    total = 0
+    for b in range(starts.shape[1]):
+        count = starts[digit, b]
+        starts[digit, b] = total
+        total += count
+    return True
+
+
+@njit(**_JIT)
+def _radix_sort(keys, weights, weighted):
+    # keys: (n,) uint32, n > 0; weights: (n,) float64 if weighted (else unused)
+    n = keys.shape[0]
+    mask = (1 << _DIGIT_BITS) - 1
+    starts = _digit_counts(keys)
     source_keys, dest_keys = keys, np.empty_like(keys)
     source_weights = weights
     dest_weights = np.empty_like(weights) if weighted else weights
     moved = False
     for digit in range(3):
         shift = digit * _DIGIT_BITS
-        if starts[digit, (keys[0] >> shift) & mask] == n:
+        if not _digit_places(starts, digit, (keys[0] >> shift) & mask, n):
             continue  # one value of this digit: the pass would not move a key
-        total = 0
-        for b in range(1 << _DIGIT_BITS):
-            count = starts[digit, b]
-            starts[digit, b] = total
-            total += count
         for i in range(n):
             key = source_keys[i]
             b = (key >> shift) & mask
@@ -1763,25 +1780,16 @@ def _occupied_keys(keys, entries, position):
     # the sort's n log n (np.argsort of 10,000 keys took half of a small set's evaluation).
     n = keys.shape[0]
     mask = (1 << _DIGIT_BITS) - 1
-    starts = np.zeros((3, 1 << _DIGIT_BITS), np.int64)
     for i in range(n):
-        key = keys[i]
-        if key < 0 or key >= (1 << (3 * _DIGIT_BITS - 1)):
+        if keys[i] < 0 or keys[i] >= (1 << (3 * _DIGIT_BITS - 1)):
             return False
-        starts[0, key & mask] += 1
-        starts[1, (key >> _DIGIT_BITS) & mask] += 1
-        starts[2, key >> (2 * _DIGIT_BITS)] += 1
+    starts = _digit_counts(keys)
     order = np.arange(n)
     spare = np.empty(n, np.int64)
     for digit in range(3):
         shift = digit * _DIGIT_BITS
-        if starts[digit, (keys[0] >> shift) & mask] == n:
+        if not _digit_places(starts, digit, (keys[0] >> shift) & mask, n):
             continue
-        total = 0
-        for b in range(1 << _DIGIT_BITS):
-            count = starts[digit, b]
-            starts[digit, b] = total
-            total += count
         for i in range(n):
             row = order[i]
             b = (keys[row] >> shift) & mask
