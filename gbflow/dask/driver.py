@@ -117,6 +117,8 @@ def _train_on_cluster(client, ddf, evals, spec: Spec, known: KnownRounds, on_wor
 
 
 def _runs(client, ddf, evals, spec, known, on_worker_lost, restart, kept):
+    """``_train_on_cluster``'s runs: the first, then one a lost worker (``restart``), with the
+    partitions ``kept`` (None: not kept) between them."""
     for attempt in range(MAX_RESTARTS + 1):
         run = _Cluster(client, ddf, evals, spec, known, kept)
         run.spec = dataclasses.replace(run.spec, resume=known.begin(run.spec.session),
@@ -377,7 +379,7 @@ class _Cluster(Watching):
         """A run of a training that may restart keeps the partitions it computed when every
         worker has room for them beside training (``memory.room_to_keep``; never on GPUs:
         device memory), else lets each go once copied. A restart that reuses kept partitions
-        lets them go so when the workers left have no room for them. ``needs``:
+        lets them go once copied when the workers left have no room for them. ``needs``:
         ``_check_memory``'s."""
         import dask
         kept = self.kept
