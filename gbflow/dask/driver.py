@@ -117,7 +117,7 @@ def _train_on_cluster(client, ddf, evals, spec: Spec, known: KnownRounds, on_wor
 
 
 def _runs(client, ddf, evals, spec, known, on_worker_lost, restart, kept):
-    """``_train_on_cluster``'s runs: the first, then one a lost worker (``restart``), with the
+    """``_train_on_cluster``'s runs: the first, then one after each lost worker (``restart``), the
     partitions ``kept`` (None: not kept) between them."""
     for attempt in range(MAX_RESTARTS + 1):
         run = _Cluster(client, ddf, evals, spec, known, kept)
