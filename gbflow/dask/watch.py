@@ -42,7 +42,10 @@ class Watching:
                         f"{doing} made no progress for {self.spec.timeout:g} s "
                         f"(gbflow.collective-timeout) and worker(s) "
                         f"{worker_statuses(paused, workers)} hold what is left: {_PAUSED}")
-            ended.wait(_LIVENESS_PERIOD)
+            # (at most _POLL: a future whose key was lost, a restart's kept partition, ends
+            # its done callback at once, so the wait is not woken when the key is computed
+            # again; looking at the futures costs no message)
+            ended.wait(_POLL)
 
     def _watch(self, tasks, addresses) -> None:
         """Wait for the tasks; stop at the first failed task or lost worker. Wakes when a task
