@@ -369,15 +369,17 @@ def test_the_memory_estimate_refuses_workers_without_room():
 
 def test_partitions_are_kept_for_restarts_only_where_every_worker_has_room():
     """A training keeps its raw partitions for a restart when each worker's task needs at most
-    half of what the worker has below the pause threshold (no limit or no pausing: room)."""
+    half of what the worker has below the pause threshold; a worker without a memory limit,
+    or pausing off, gives no room to judge: not kept."""
     from gbflow.dask.memory import room_to_keep
     mib = 2**20
     workers = {"tcp://a:1": {"memory_limit": 1000 * mib, "metrics": {"memory": 200 * mib}},
                "tcp://b:2": {"memory_limit": 0, "metrics": {"memory": 900 * mib}}}
     # a: 1000 x 0.8 - 200 = 600 MiB below the pause threshold
-    assert room_to_keep({"tcp://a:1": (300 * mib, 1), "tcp://b:2": (10**12, 1)}, workers, 0.8)
+    assert room_to_keep({"tcp://a:1": (300 * mib, 1)}, workers, 0.8)
     assert not room_to_keep({"tcp://a:1": (300 * mib + 1, 1)}, workers, 0.8)
-    assert room_to_keep({"tcp://a:1": (10**12, 1)}, workers, False)
+    assert not room_to_keep({"tcp://a:1": (300 * mib, 1), "tcp://b:2": (1, 1)}, workers, 0.8)
+    assert not room_to_keep({"tcp://a:1": (1, 1)}, workers, False)
 
 
 def test_eight_concurrent_trainings_on_two_workers_give_the_sequential_models():

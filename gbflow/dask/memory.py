@@ -91,9 +91,11 @@ def room_to_keep(needs: dict, workers: dict, pause_fraction) -> bool:
     """Whether every training worker can keep its raw partitions while it trains (``kept``):
     its task's need (``needs`` as ``check_worker_memory``'s) at most half of what it has below
     Dask's pause threshold, the other half for the raw partitions beside the bins and what the
-    estimate leaves out. Workers without a memory limit, or with pausing off, have room."""
+    estimate leaves out. A worker without a memory limit, or with pausing off, gives no room
+    to judge: the partitions are not kept (they go once copied, as before restarts kept
+    them)."""
     rooms = [(_room(workers.get(a, {}), pause_fraction), need) for a, (need, _) in needs.items()]
-    return all(room is None or 2 * need <= room for room, need in rooms)
+    return all(room is not None and 2 * need <= room for room, need in rooms)
 
 
 def _room(info: dict, pause_fraction) -> int | None:
