@@ -50,8 +50,7 @@ class FlatForest:
         def children(name):
             if not trees:
                 return np.empty(0, dtype=_dtypes.NODE)
-            parts = [np.where(getattr(t, name) >= 0, getattr(t, name) + r, -1)
-                     for t, r in zip(trees, roots)]
+            parts = [_children_at(getattr(t, name), r) for t, r in zip(trees, roots)]
             return np.concatenate(parts).astype(_dtypes.NODE)
 
         cat_start, cat_bits = _category_sets(trees, roots, int(sizes.sum()))
@@ -62,6 +61,11 @@ class FlatForest:
                    right=children("right"), value=joined("value", _dtypes.MARGIN), tree_root=roots,
                    tree_group=np.array([t.group for t in trees], dtype=np.int32),
                    cat_start=cat_start, cat_bits=cat_bits)
+
+
+def _children_at(children: np.ndarray, root: int) -> np.ndarray:
+    """A tree's child ids (-1: a leaf's) as ids of a forest whose node ``root`` is its root."""
+    return np.where(children >= 0, children + root, -1)
 
 
 def _category_sets(trees: list[Tree], roots: np.ndarray, n_nodes: int) -> tuple:
@@ -147,9 +151,8 @@ class StagedForest:
             at = slice(root, root + t.n_nodes)
             for name in ("feature", "threshold", "bin_threshold", "default_left", "value"):
                 host[name][at] = getattr(t, name)
-            inner = t.left >= 0
-            host["left"][at] = np.where(inner, t.left + root, -1)
-            host["right"][at] = np.where(inner, t.right + root, -1)
+            host["left"][at] = _children_at(t.left, root)
+            host["right"][at] = _children_at(t.right, root)
             host["tree_root"][i] = root
             host["tree_group"][i] = t.group
         if self._shape != (n_trees, stride):
