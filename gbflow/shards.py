@@ -125,9 +125,9 @@ class ShardSet:
     def grows_whole_trees(self) -> bool:
         """Whether trees may be grown in one backend call (``grow.whole``): the backend has a
         whole-tree grower, ``whole_trees`` is on, and there is one process, one resident shard
-        and only dense, numeric features."""
-        return self.whole_trees and self.backend.grow_dense_tree is not None and \
-            self._dense_numeric_only and len(self.shards) == 1 and \
+        and only numeric features (dense, sparse or both)."""
+        return self.whole_trees and self.backend.grow_whole_tree is not None and \
+            not self.has_categorical and len(self.shards) == 1 and \
             self.collective.size == 1 and not self.dense.paged
 
     def shard_views(self, arrays: list) -> list:
@@ -217,6 +217,10 @@ class ShardSet:
             self.backend.kernels.map_sides(matrix, self.row_index[s], seg_start, seg_count,
                                            columns_ids, side_map, column)
         return column[None, :], ids
+
+    def split_matrix(self, s: int, seg_start, seg_count, feature, side_map=None):
+        """``split_source``'s matrix alone (what a ``LeafRows``' ``by_feature`` calls)."""
+        return self.split_source(s, seg_start, seg_count, feature, side_map)[0]
 
     def split_ids(self, feature, side_map=None) -> np.ndarray:
         """(n_nodes,) int32 host: each node's row of its ``split_source`` matrix."""

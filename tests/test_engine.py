@@ -360,6 +360,10 @@ WHOLE_CASES = [
     ("regression", {"max_depth": 6, "max_delta_step": 0.05}),  # capped weights
     ("regression", {"max_depth": 4, "objective": "reg:absoluteerror"}),  # leaves line-searched
     ("binary", {"max_depth": 4, "max_leaves": 16}),  # a leaf budget that cannot bind
+    ("binary", {"max_depth": 5, "sparse_threshold": 0.2}),  # x1 (4 values) in a sparse store
+    ("regression", {"max_depth": 6, "sparse_threshold": 0.0,  # every feature sparse
+                    "colsample_bylevel": 0.7, "max_delta_step": 0.05}),
+    ("multiclass", {"max_depth": 3, "sparse_threshold": 0.2}),
 ]
 
 
@@ -376,10 +380,15 @@ def test_whole_trees_equal_level_by_level_trees(task, extra):
         booster = boosting.fit(shardset.backend, [inputs.load(df, "y")], params, 10,
                                verbose=False, keep_training_margins=True, shardset=shardset)
         assert shardset.grows_whole_trees == whole
+        assert len(shardset.stores) == 1 + ("sparse_threshold" in extra)
+        stores.append([store.n_features for store in shardset.stores])
         return booster
 
+    stores = []
     levels, whole = fit(False), fit(True)
     _assert_same_training(whole, levels)
+    if "sparse_threshold" in extra:  # features split in both stores (all sparse at 0.0)
+        assert stores[0] == stores[1] == ([5, 1] if extra["sparse_threshold"] else [0, 6])
     assert "whole trees" in whole.timings and "whole trees" not in levels.timings
     assert "splits" in levels.timings and "splits" not in whole.timings
 

@@ -123,20 +123,22 @@ def _random_binned(rng, n=400, n_value_bins=(5, 1, 3, 8)):
 
 
 @pytest.mark.parametrize("sparse,loop", [((), "levels"), ((), "planned"), ((), "whole"),
-                                         ((1, 3), "levels")])
+                                         ((1, 3), "levels"), ((1, 3), "whole"),
+                                         ((0, 1, 2, 3), "whole")])
 def test_the_grower_grows_the_reference_tree(device, sparse, loop):
     """Every loop and store layout grows the tree the rules define, and sends every row's
     margin its leaf's value."""
     rng = np.random.default_rng(3)
     bins, gh, n_value_bins = _random_binned(rng)
     backend = get_backend(device)
-    if loop == "whole" and backend.grow_dense_tree is None:
+    if loop == "whole" and backend.grow_whole_tree is None:
         pytest.skip(f"the {backend.name} backend grows no whole trees")
     shardset = _shard_set(backend, bins, gh, sparse, loop == "planned")
     shardset.whole_trees = loop == "whole"
     assert shardset.uses_level_plans == (loop == "planned")
     assert shardset.grows_whole_trees == (loop == "whole")
     assert len(shardset.stores) == 1 + bool(sparse)
+    assert shardset.dense.n_features == len(n_value_bins) - len(sparse)
     scales = Scales(64.0, 16.0)
     tree, rows = grow_tree(shardset, [backend.xp.asarray(gh)], scales, _cuts(n_value_bins),
                            RULES, np.ones(len(n_value_bins), bool), 0)

@@ -1030,7 +1030,7 @@ GROW_CASES = [  # n_rows, n_features, n_bins, max_depth, extra keyword arguments
     dict(reg_lambda=0.0, reg_alpha=0.7, max_delta_step=0.0),  # nodes of no hessian: value 0
     dict(reg_lambda=1.0, reg_alpha=0.2, max_delta_step=0.3)])
 @pytest.mark.parametrize("n_cuts", [40, 0])
-def test_finish_dense_tree(leaf, n_cuts):
+def test_finish_whole_tree(leaf, n_cuts):
     """A grown tree's node arrays, compiled against the twin, bit for bit and dtype for dtype:
     leaves, value splits, present-versus-missing splits (threshold 0), thresholds past a
     feature's cuts clipped as the twin clips them, zero-hessian nodes, max_delta_step."""
@@ -1048,8 +1048,8 @@ def test_finish_dense_tree(leaf, n_cuts):
     cut_values = np.sort(rng.normal(size=n_cuts)).astype(np.float32)
     args = (feature, bin_threshold, totals, features, cut_values, offsets, 2.0**-30, 2.0**-31,
             leaf["reg_lambda"], leaf["reg_alpha"], 0.3, leaf["max_delta_step"])
-    expected = numpy_kernels.finish_dense_tree(*args)
-    got = cpu_tree.finish_dense_tree(*args)
+    expected = numpy_kernels.finish_whole_tree(*args)
+    got = cpu_tree.finish_whole_tree(*args)
     assert len(expected) == len(got) == 4
     for a, b in zip(expected, got):
         assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
@@ -1062,7 +1062,7 @@ def test_finish_dense_tree(leaf, n_cuts):
 
 
 @pytest.mark.parametrize("n_rows,n_features,n_bins,max_depth,extra", GROW_CASES)
-def test_grow_dense_tree(n_rows, n_features, n_bins, max_depth, extra):
+def test_grow_whole_tree(n_rows, n_features, n_bins, max_depth, extra):
     """The CPU's whole-tree grower against its twin: every node array equal, and every node's
     rows the same rows in the same order (the level loop's stable partitions)."""
     from gbflow.backend import cpu_tree
@@ -1086,8 +1086,8 @@ def test_grow_dense_tree(n_rows, n_features, n_bins, max_depth, extra):
     by_feature = np.ascontiguousarray(bins.T)
     rows = {}
     grown = {}
-    for name, grow in (("twin", numpy_kernels.grow_dense_tree),
-                       ("numba", cpu_tree.grow_dense_tree)):
+    for name, grow in (("twin", numpy_kernels.grow_whole_tree),
+                       ("numba", cpu_tree.grow_whole_tree)):
         rows[name] = (np.arange(n_rows, dtype=_dtypes.ROW_INDEX),
                       np.full(n_rows, -1, dtype=_dtypes.ROW_INDEX))
         grown[name] = grow(bins, by_feature, gh, *rows[name], n_value_bins, n_bins, allowed,
@@ -1114,3 +1114,109 @@ def test_grow_dense_tree(n_rows, n_features, n_bins, max_depth, extra):
     else:
         assert len(twin.feature) == 1
     assert all(allowed[twin.depth[k], twin.feature[k]] for k in split)
+
+
+@pytest.mark.parametrize("n_rows,n_dense,n_sparse,max_depth,indexed,extra", [
+    (20000, 3, 40, 7, True, {}),  # deep levels: nodes apart, walked and searched columns
+    (20000, 3, 40, 7, False, {}),  # the sparse store without its column index
+    (5000, 0, 12, 5, True, {"allowed": "by depth"}),  # sparse features only
+    (3000, 2, 6, 4, True, {"reg_alpha": 0.5, "max_delta_step": 0.7}),
+    (1, 1, 3, 3, True, {}),  # one row: the root cannot split
+])
+def test_grow_whole_tree_with_a_sparse_store(n_rows, n_dense, n_sparse, max_depth, indexed,
+                                             extra):
+    """The whole-tree grower over dense and sparse stores against its twin: every node array
+    equal, the same rows in the same order in every node, sparse splits taken (one-hot
+    columns whose present values say much) and ties between the stores going to the lower id."""
+    from gbflow.backend import cpu_tree
+    from gbflow.stores import SparseBins, SparseColumns
+    rng = np.random.default_rng(n_rows + n_sparse)
+    n_bins = 16
+    dense_bins = rng.integers(0, n_bins, size=(n_rows, n_dense)).astype(np.uint8)
+    present = rng.random((n_rows, n_sparse)) < 0.08
+    sparse_bins = np.where(present, rng.integers(1, 3, size=(n_rows, n_sparse)), 0)
+    sparse_bins[:, 1] = np.where(rng.random(n_rows) < 0.4, 1, 0)  # often present: searched
+    gh = np.stack([rng.integers(-2**36, 2**36, n_rows), rng.integers(0, 2**36, n_rows)], axis=1)
+    gh[:, 0] += np.where(sparse_bins[:, 0] > 0, 2**40, 0) + np.where(sparse_bins[:, 1] > 0,
+                                                                      -2**39, 2**38)
+    if n_dense:
+        gh[:, 0] += np.where(dense_bins[:, 0] > n_bins // 2, 2**37, 0)
+    n_value_bins = np.full(n_dense, n_bins - 1, dtype=np.int32)
+    sparse_value_bins = np.full(n_sparse, 2, dtype=np.int32)
+    offsets = np.concatenate([[0], np.cumsum(sparse_value_bins + 1)]).astype(np.int64)
+    rows, local = np.nonzero(sparse_bins)  # common bin 0: missing, absent entries
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n_rows))])
+    entries = SparseBins(indptr.astype(np.int64), local.astype(np.int16),
+                         sparse_bins[rows, local].astype(np.uint8))
+    # ids interleaved across the stores, so that either store may hold the lower id
+    order = rng.permutation(n_dense + n_sparse)
+    dense_ids, sparse_ids = np.sort(order[:n_dense]), np.sort(order[n_dense:])
+    allowed = np.ones((max_depth, n_dense + n_sparse), dtype=bool)
+    extra = dict(extra)
+    if extra.pop("allowed", None):
+        allowed = rng.random(allowed.shape) < 0.6
+    args = dict(inv_scale_g=2.0**-30, inv_scale_h=2.0**-30, reg_lambda=1.0,
+                reg_alpha=extra.pop("reg_alpha", 0.0), min_child_weight=1.0, min_gain=1e-6,
+                **extra)
+    grown, row_arrays = {}, {}
+    for name, grow in (("twin", numpy_kernels.grow_whole_tree),
+                       ("numba", cpu_tree.grow_whole_tree)):
+        columns = SparseColumns.of(entries, n_sparse, offsets) if indexed else None
+        side = common.SparseSide(entries.indptr, entries.entry_feature, entries.entry_bin,
+                                 offsets, sparse_value_bins, np.zeros(n_sparse, np.int32),
+                                 allowed[:, sparse_ids], sparse_ids,
+                                 np.full(n_rows, 255, dtype=np.uint8), columns)
+        row_arrays[name] = (np.arange(n_rows, dtype=_dtypes.ROW_INDEX),
+                            np.full(n_rows, -1, dtype=_dtypes.ROW_INDEX))
+        grown[name] = grow(dense_bins, np.ascontiguousarray(dense_bins.T), gh,
+                           *row_arrays[name], n_value_bins, n_bins, allowed[:, dense_ids],
+                           features=dense_ids, sparse=side, **args)
+        if columns is not None:
+            assert (columns.marks == -1).all()  # the scratch left as split_column needs it
+    twin, fast = grown["twin"], grown["numba"]
+    for field in ("totals", "feature", "bin_threshold", "default_left", "gain", "left", "depth",
+                  "seg_start", "seg_count"):
+        a, b = getattr(twin, field), getattr(fast, field)
+        assert a.dtype == b.dtype and np.array_equal(a, b), field
+    for k in np.flatnonzero(twin.seg_start >= 0):
+        segment = slice(twin.seg_start[k], twin.seg_start[k] + twin.seg_count[k])
+        parity = twin.depth[k] % 2
+        assert np.array_equal(row_arrays["twin"][parity][segment],
+                              row_arrays["numba"][parity][segment])
+    split = np.flatnonzero(twin.feature >= 0)
+    assert twin.totals[0].tolist() == gh.sum(axis=0).tolist()
+    assert np.array_equal(twin.totals[twin.left[split]] + twin.totals[twin.left[split] + 1],
+                          twin.totals[split])
+    assert all(allowed[twin.depth[k], twin.feature[k]] for k in split)
+    if n_rows > 1:
+        assert twin.feature[0] in sparse_ids[:2]  # the strongest signals, sparse features
+        assert np.isin(twin.feature[split], sparse_ids).sum() > 1
+        if n_dense and "max_delta_step" not in args:  # (capped weights: a shallow tree)
+            assert np.isin(twin.feature[split], dense_ids).any()
+    else:
+        assert len(twin.feature) == 1
+
+
+def test_grow_whole_tree_ties_between_stores_go_to_the_lower_id():
+    """The same column in both stores: whichever store holds the lower id, its split is the
+    one taken (``split.find_splits``' rule), in the twin and the compiled grower alike."""
+    from gbflow.backend import cpu_tree
+    from gbflow.stores import SparseBins
+    rng = np.random.default_rng(8)
+    n_rows = 3000
+    column = np.where(rng.random(n_rows) < 0.3, 1, 0).astype(np.uint8)
+    gh = np.stack([np.where(column > 0, 2**36, -2**35), np.full(n_rows, 2**30)], axis=1)
+    rows = np.flatnonzero(column)
+    entries = SparseBins(np.concatenate([[0], np.cumsum(column)]).astype(np.int64),
+                         np.zeros(len(rows), np.int16), np.ones(len(rows), np.uint8))
+    for dense_id, sparse_id in ((0, 1), (1, 0)):
+        for grow in (numpy_kernels.grow_whole_tree, cpu_tree.grow_whole_tree):
+            side = common.SparseSide(entries.indptr, entries.entry_feature, entries.entry_bin,
+                                     np.array([0, 2], np.int64), np.ones(1, np.int32),
+                                     np.zeros(1, np.int32), np.ones((1, 1), bool),
+                                     np.array([sparse_id]), np.zeros(n_rows, np.uint8))
+            tree = grow(column[:, None], column[None, :], gh, np.arange(n_rows, dtype=np.int32),
+                        np.zeros(n_rows, np.int32), np.ones(1, np.int32), 2,
+                        np.ones((1, 1), bool), 2.0**-30, 2.0**-30, 1.0, 0.0, 1.0, 1e-6,
+                        features=np.array([dense_id]), sparse=side)
+            assert tree.feature[0] == 0 and len(tree.feature) == 3

@@ -6,7 +6,8 @@
   the CUDA kernels and the level plans read.
 - Argument checks the NumPy twins and the fast kernels must make alike (a fast kernel reading
   past a node must fail the same way its twin does).
-- ``GrownTree``: what the whole-tree growers (``grow_dense_tree``) hand back.
+- ``GrownTree``, ``SparseSide``: what the whole-tree growers (``grow_whole_tree``) hand back, and
+  the sparse store's arrays they take.
 """
 from __future__ import annotations
 
@@ -149,16 +150,17 @@ def check_bounds(bounds, n_nodes, n_features):
 
 @dataclasses.dataclass
 class GrownTree:
-    """A tree grown whole by ``grow_dense_tree`` (host arrays, (n_nodes,) in the tree's
+    """A tree grown whole by ``grow_whole_tree`` (host arrays, (n_nodes,) in the tree's
     breadth-first id order: a level's splits, in id order, give their children consecutive
     ids, as the level-by-level grower numbers them).
 
-    totals: (n_nodes, 2) int64 fixed-point [g, h] sums. feature: int32 the split's dense
-    (store-local) feature, -1 on leaves. bin_threshold: int32, bins 1..t go left (0 on leaves,
-    and on a present-versus-missing split). default_left: bool, where missing values go (False
-    on leaves). gain: float64 (0 on leaves). left: int64 the left child's id (the right one's is
+    totals: (n_nodes, 2) int64 fixed-point [g, h] sums. feature: int32 the split's feature as
+    the caller numbers them (``grow_whole_tree``'s ``features``, the sparse side's
+    ``features``), -1 on leaves. bin_threshold: int32, bins 1..t go left (0 on leaves, and on a
+    present-versus-missing split). default_left: bool, where missing values go (False on
+    leaves). gain: float64 (0 on leaves). left: int64 the left child's id (the right one's is
     left + 1), -1 on leaves. depth: int32. seg_start, seg_count: int64 the node's rows, a
-    segment of the row array of its depth's parity (``grow_dense_tree``); -1 and 0 for the
+    segment of the row array of its depth's parity (``grow_whole_tree``); -1 and 0 for the
     nodes of the last level of a tree that reached its depth limit (their rows were not moved:
     their parent's segment and split say where each row went).
     """
@@ -172,6 +174,33 @@ class GrownTree:
     depth: np.ndarray
     seg_start: np.ndarray
     seg_count: np.ndarray
+
+
+@dataclasses.dataclass
+class SparseSide:
+    """One shard's sparse store as ``grow_whole_tree`` takes it (host arrays; the store's own,
+    not copied).
+
+    indptr (n + 1,) int64, entry_feature (nnz,) int16/int32, entry_bin (nnz,) uint8/uint16: the
+    shard's ``SparseBins``. bin_offsets (S + 1,) int64, n_value_bins (S,) int32, common_bin (S,)
+    int: the store's compact histogram layout. feature_allowed: (max_depth, S) bool, row d the
+    sparse features the nodes of depth d may split on. features: (S,) int64 their ids in the
+    caller's numbering (ties between stores go to the lower id). column: (n,) scratch of the
+    dense bins' dtype, where a level splitting on a sparse feature gathers its rows' split bins
+    (overwritten). columns: None, or the entries indexed by feature (``stores.SparseColumns``:
+    col_ptr, col_rows, col_bins, marks, slots), which the CPU's grower reads.
+    """
+
+    indptr: np.ndarray
+    entry_feature: np.ndarray
+    entry_bin: np.ndarray
+    bin_offsets: np.ndarray
+    n_value_bins: np.ndarray
+    common_bin: np.ndarray
+    feature_allowed: np.ndarray
+    features: np.ndarray
+    column: np.ndarray
+    columns: object = None
 
 
 def occupied_keys_with(xp, keys):

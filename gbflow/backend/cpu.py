@@ -30,10 +30,10 @@ class CpuBackend(Backend):
     def __init__(self, kernels=cpu_kernels):
         super().__init__(np, kernels)
         # a method's value per instance: the twin under ``reference_kernels()``
-        self.grow_dense_tree = cpu_tree.grow_dense_tree if kernels is cpu_kernels else \
-            kernels.grow_dense_tree
-        self.finish_dense_tree = cpu_tree.finish_dense_tree if kernels is cpu_kernels else \
-            kernels.finish_dense_tree
+        self.grow_whole_tree = cpu_tree.grow_whole_tree if kernels is cpu_kernels else \
+            kernels.grow_whole_tree
+        self.finish_whole_tree = cpu_tree.finish_whole_tree if kernels is cpu_kernels else \
+            kernels.finish_whole_tree
         if kernels is cpu_kernels:
             announce_first_compile()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import typing
 
 import numba
 import numpy as np
@@ -899,14 +900,31 @@ _MIN_CHUNK = 4096
 def _chunks(seg_start, seg_count, n_threads):
     """Each node's segment cut into chunks of consecutive positions, about 4 per thread over all
     nodes: (node, begin, end) int64 arrays, empty segments giving no chunk."""
-    start = np.asarray(seg_start, dtype=np.int64)
-    count = np.asarray(seg_count, dtype=np.int64)
-    size = max(_MIN_CHUNK, -(-int(count.sum()) // (4 * n_threads)))
-    blocks = -(-count // size)
-    node = np.repeat(np.arange(len(start), dtype=np.int64), blocks)
-    j = np.arange(len(node), dtype=np.int64) - (np.cumsum(blocks) - blocks)[node]
-    begin = start[node] + j * size
-    end = np.minimum(begin + size, start[node] + count[node])
+    return _segment_chunks(np.asarray(seg_start, dtype=np.int64),
+                           np.asarray(seg_count, dtype=np.int64), n_threads)
+
+
+@njit(**_JIT)
+def _segment_chunks(start, count, n_threads):
+    # _chunks compiled: the whole-tree grower calls it between its kernels
+    total = np.int64(0)
+    for k in range(count.shape[0]):
+        total += count[k]
+    size = max(_MIN_CHUNK, -(-total // (4 * n_threads)))
+    n_chunks = np.int64(0)
+    for k in range(count.shape[0]):
+        n_chunks += -(-count[k] // size)
+    node = np.empty(n_chunks, dtype=np.int64)
+    begin = np.empty(n_chunks, dtype=np.int64)
+    end = np.empty(n_chunks, dtype=np.int64)
+    c = 0
+    for k in range(count.shape[0]):
+        stop = start[k] + count[k]
+        for b in range(start[k], stop, size):
+            node[c] = k
+            begin[c] = b
+            end[c] = min(b + size, stop)
+            c += 1
     return node, begin, end
 
 
@@ -1443,35 +1461,66 @@ def split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, 
     of its nodes is read by walking its entries (the nodes' rows marked first, then the common
     bin overwritten where a row has an entry) instead of one binary search a row: at the root of
     a one-hot CSR, all rows but a few percent hold the common bin."""
-    n_threads = numba.get_num_threads()
-    dense_feature = np.asarray(dense_feature, dtype=np.int64)
-    sparse_feature = np.asarray(sparse_feature, dtype=np.int64)
-    seg_start = np.asarray(seg_start, dtype=np.int64)
-    seg_count = np.asarray(seg_count, dtype=np.int64)
-    common_bin = np.asarray(common_bin, dtype=np.int64)
-    walked_nodes = np.zeros(len(seg_start), dtype=bool)
-    if columns is not None:
-        on_sparse = (dense_feature < 0) & (seg_count > 0)
-        rows_of = np.bincount(sparse_feature[on_sparse], weights=seg_count[on_sparse],
-                              minlength=len(columns.col_ptr) - 1)
-        entries = np.diff(columns.col_ptr)
-        walk = entries < _WALK_ENTRIES_PER_ROW * rows_of
-        walked_nodes[on_sparse] = walk[sparse_feature[on_sparse]]
-    searched = ~walked_nodes
-    node, begin, end = _chunks(np.where(searched, seg_start, 0),
-                               np.where(searched, seg_count, 0), n_threads)
-    if len(node):
+    walk = columns is not None
+    if not walk:  # stand-ins of the index's types, never read
+        columns = _NoColumns(np.zeros(1, np.int64), np.zeros(0, np.int32),
+                             np.zeros(0, entry_bin.dtype), np.zeros(0, np.int32))
+    _gather_split_column(bins_by_feature, indptr, entry_feature, entry_bin,
+                         np.asarray(common_bin, dtype=np.int64), row_index,
+                         np.asarray(seg_start, dtype=np.int64),
+                         np.asarray(seg_count, dtype=np.int64),
+                         np.asarray(dense_feature, dtype=np.int64),
+                         np.asarray(sparse_feature, dtype=np.int64), out, walk, columns.col_ptr,
+                         columns.col_rows, columns.col_bins, columns.marks,
+                         numba.get_num_threads())
+    return out
+
+
+class _NoColumns(typing.NamedTuple):
+    col_ptr: np.ndarray
+    col_rows: np.ndarray
+    col_bins: np.ndarray
+    marks: np.ndarray
+
+
+@njit(**_JIT)
+def _gather_split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin,
+                         row_index, seg_start, seg_count, dense_feature, sparse_feature, out,
+                         walk, col_ptr, col_rows, col_bins, marks, n_threads):
+    # split_column compiled (the whole-tree grower calls it between levels): which nodes walk
+    # their feature's entries, then the searched nodes' rows, then the walked ones'
+    n_nodes = seg_start.shape[0]
+    walked = np.zeros(n_nodes, dtype=np.bool_)
+    if walk:
+        rows_of = np.zeros(col_ptr.shape[0] - 1, dtype=np.int64)
+        for k in range(n_nodes):
+            if dense_feature[k] < 0 and seg_count[k] > 0:
+                rows_of[sparse_feature[k]] += seg_count[k]
+        for k in range(n_nodes):
+            if dense_feature[k] < 0 and seg_count[k] > 0:
+                s = sparse_feature[k]
+                walked[k] = col_ptr[s + 1] - col_ptr[s] < _WALK_ENTRIES_PER_ROW * rows_of[s]
+    searched_count = np.where(walked, 0, seg_count)
+    node, begin, end = _segment_chunks(seg_start, searched_count, n_threads)
+    if node.shape[0]:
         _split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, row_index,
                       node, begin, end, dense_feature, sparse_feature, out)
-    if walked_nodes.any():
-        node, begin, end = _chunks(np.where(walked_nodes, seg_start, 0),
-                                   np.where(walked_nodes, seg_count, 0), n_threads)
-        common = common_bin[np.maximum(sparse_feature, 0)]
-        _mark_rows(row_index, node, begin, end, common, columns.marks, out)
-        _walk_columns(np.unique(sparse_feature[walked_nodes]), columns.col_ptr,
-                      columns.col_rows, columns.col_bins, sparse_feature, columns.marks, out)
-        _unmark_rows(row_index, begin, end, columns.marks)
-    return out
+    if not walk:
+        return
+    walked_count = np.where(walked, seg_count, 0)
+    node, begin, end = _segment_chunks(seg_start, walked_count, n_threads)
+    if not node.shape[0]:
+        return
+    common = np.empty(n_nodes, dtype=np.int64)
+    on_feature = np.zeros(col_ptr.shape[0] - 1, dtype=np.bool_)
+    for k in range(n_nodes):
+        common[k] = common_bin[max(sparse_feature[k], 0)]
+        if walked[k]:
+            on_feature[sparse_feature[k]] = True
+    _mark_rows(row_index, node, begin, end, common, marks, out)
+    _walk_columns(np.flatnonzero(on_feature), col_ptr, col_rows, col_bins, sparse_feature,
+                  marks, out)
+    _unmark_rows(row_index, begin, end, marks)
 
 
 @njit(parallel=True, **_JIT)

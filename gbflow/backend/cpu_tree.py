@@ -1,10 +1,11 @@
 """A whole depthwise tree grown in one compiled call on the CPU (no Python between levels).
 
 Small data is where the level-by-level grower's host work shows: a tree of sklearn's digits
-(1,797 rows) spent about 0.3 ms in kernels and 1.2 ms in the Python around them. This loop
-runs the same kernels (``cpu_kernels``' histograms, split search and fused partition) in the
+(1,797 rows) spent about 0.3 ms in kernels and 1.2 ms in the Python around them, and a level of
+a one-hot CSR table about as much in Python as in its sparse kernels. This loop runs the same
+kernels (``cpu_kernels``' histograms, split searches, split columns and fused partition) in the
 same order over the same integers, so it grows the same tree, bit for bit; its twin is
-``numpy_kernels.grow_dense_tree``.
+``numpy_kernels.grow_whole_tree``.
 """
 from __future__ import annotations
 
@@ -20,39 +21,89 @@ from .cpu_kernels import (
     _NODES_APART,
     _bounded_weight,
     _build_histograms,
+    _build_slot_histograms,
     _evaluate_sparse_splits,
+    _fill_common_bins,
+    _gather_split_column,
     _partition_and_histogram,
     _partition_nodes_apart,
     _sibling_histograms,
 )
 
 
-def grow_dense_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_bins, n_bins,
+def grow_whole_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_bins, n_bins,
                     feature_allowed, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
-                    min_child_weight, min_gain, max_delta_step=None):
-    """See numpy_kernels.grow_dense_tree (the same ``GrownTree``, bit for bit)."""
+                    min_child_weight, min_gain, max_delta_step=None, features=None, sparse=None):
+    """See numpy_kernels.grow_whole_tree (the same ``GrownTree``, bit for bit)."""
     n_features = bins.shape[1]
     feature_allowed = np.ascontiguousarray(feature_allowed, dtype=np.bool_)
     if feature_allowed.ndim != 2 or feature_allowed.shape[1] != n_features:
-        raise ValueError(f"grow_dense_tree: feature_allowed must be (max_depth, {n_features}) "
+        raise ValueError(f"grow_whole_tree: feature_allowed must be (max_depth, {n_features}) "
                          f"bool, got shape {feature_allowed.shape}")
-    return GrownTree(*_grow_dense_tree(
+    features = np.arange(n_features, dtype=np.int64) if features is None else \
+        np.asarray(features, dtype=np.int64)
+    return GrownTree(*_grow_tree(
         bins, bins_by_feature, gh, row_index, spare_index,
-        np.asarray(n_value_bins, dtype=np.int32), int(n_bins), feature_allowed,
+        np.asarray(n_value_bins, dtype=np.int32), int(n_bins), feature_allowed, features,
+        None if sparse is None else _sparse_arguments(sparse, feature_allowed.shape[0]),
         float(inv_scale_g), float(inv_scale_h), float(reg_lambda), float(reg_alpha),
         float(min_child_weight), float(min_gain), max_delta_step is not None,
         float(max_delta_step or 0.0), np.zeros(max(n_features, 1), dtype=np.int8),
         numba.get_num_threads()))
 
 
+def _sparse_arguments(sparse, max_depth: int) -> tuple:
+    """A ``SparseSide`` as the compiled grower takes it: one tuple, its arrays typed as the
+    level loop's kernels take them (so that both share compiled code)."""
+    n_sparse = len(sparse.n_value_bins)
+    allowed = np.ascontiguousarray(sparse.feature_allowed, dtype=np.bool_)
+    if allowed.shape != (max_depth, n_sparse):
+        raise ValueError(f"grow_whole_tree: the sparse side's feature_allowed must be "
+                         f"({max_depth}, {n_sparse}) bool, got shape {allowed.shape}")
+    offsets = np.asarray(sparse.bin_offsets, dtype=np.int64)
+    columns = sparse.columns
+    if columns is not None:
+        walk, index, slots = True, (columns.col_ptr, columns.col_rows, columns.col_bins,
+                                    columns.marks), columns.slots
+    else:  # stand-ins of the index's types, never read
+        walk = False
+        index = (np.zeros(1, np.int64), np.zeros(0, np.int32),
+                 np.zeros(0, sparse.entry_bin.dtype), np.zeros(0, np.int32))
+        slots = offsets[sparse.entry_feature] + sparse.entry_bin
+    return (sparse.indptr, slots, offsets, np.asarray(sparse.n_value_bins, dtype=np.int32),
+            np.asarray(sparse.common_bin, dtype=np.int64), allowed,
+            np.asarray(sparse.features, dtype=np.int64), sparse.entry_feature, sparse.entry_bin,
+            walk, *index, sparse.column,
+            max(int(np.max(np.diff(offsets))) if n_sparse else 0, 2),  # the search's width
+            np.zeros(max(n_sparse, 1), dtype=np.int8))
+
+
 @njit(**_JIT)
-def _grow_dense_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bins, n_bins,
-                     feature_allowed, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
-                     min_child_weight, min_gain, bounded, max_delta_step, no_signs, n_threads):
+def _partition_level(bins, source, gh, rows, split_start, split_count, split_feature,
+                     split_threshold, split_default_left, built_left, built_hist, left_count,
+                     dest, n_split_rows, not_in_place, n_threads):
+    # partition_and_histogram's choice of kernel, as the level loop makes it
+    n_split = split_start.shape[0]
+    if n_split >= _NODES_APART * n_threads and n_split_rows <= _NODE_ROWS_APART * n_split:
+        _partition_nodes_apart(bins, source, gh, rows, split_start, split_count, split_feature,
+                               split_threshold, split_default_left, built_left, built_hist,
+                               left_count, dest)
+    else:
+        _partition_and_histogram(bins, source, gh, rows, split_start, split_count,
+                                 split_feature, split_threshold, split_default_left, built_left,
+                                 built_hist, left_count, dest, not_in_place, n_threads)
+
+
+@njit(**_JIT)
+def _grow_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bins, n_bins,
+               feature_allowed, dense_ids, sparse, inv_scale_g, inv_scale_h, reg_lambda,
+               reg_alpha, min_child_weight, min_gain, bounded, max_delta_step, no_signs,
+               n_threads):
     # A level's nodes sit in the level loop's histogram order (the siblings of its parent
     # level's splits, then the built children: the partition adds into the second half and
     # the siblings are subtracted in place); node_id maps them to their tree ids, which are
-    # first .. first + n - 1, and the records are written by id.
+    # first .. first + n - 1, and the records are written by id. sparse is None (this
+    # compiles without its branches: numba prunes them) or _sparse_arguments' tuple.
     n_rows, n_features = bins.shape
     # the kernels' arguments typed as the level loop passes them (a literal False or 0 would
     # compile a second specialization of each: seconds of the first call)
@@ -76,11 +127,23 @@ def _grow_dense_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bin
     seg_start = np.zeros(1, dtype=np.int64)
     seg_count = np.full(1, n_rows, dtype=np.int64)
     hist = np.zeros((1, n_features, n_bins, 2), dtype=np.int64)
-    _build_histograms(bins, gh, rows_even, seg_start, seg_count, hist, n_threads)
+    if n_features:
+        _build_histograms(bins, gh, rows_even, seg_start, seg_count, hist, n_threads)
     totals = np.zeros((1, 2), dtype=np.int64)
-    for b in range(n_bins):  # every row sits in exactly one bin of feature 0
-        totals[0, 0] += hist[0, 0, b, 0]
-        totals[0, 1] += hist[0, 0, b, 1]
+    for p in range(n_rows):
+        totals[0, 0] += gh[rows_even[p], 0]
+        totals[0, 1] += gh[rows_even[p], 1]
+    n_slots = 1
+    sparse_hist = np.zeros((1, 1, 2), dtype=np.int64)
+    if sparse is not None:
+        (indptr, slots, bin_offsets, sparse_value_bins, common_bin, sparse_allowed, sparse_ids,
+         entry_feature, entry_bin, walk, col_ptr, col_rows, col_bins, marks, column,
+         sparse_padded_bins, sparse_no_signs) = sparse
+        n_slots = bin_offsets[bin_offsets.shape[0] - 1]
+        sparse_hist = np.zeros((1, n_slots, 2), dtype=np.int64)
+        _build_slot_histograms(indptr, slots, gh, rows_even, seg_start, seg_count, sparse_hist,
+                               n_threads)
+        _fill_common_bins(sparse_hist, totals, bin_offsets, common_bin)
     node_id = np.zeros(1, dtype=np.int64)
     first = 0
     n = 1
@@ -88,20 +151,53 @@ def _grow_dense_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bin
         rows = rows_even if depth % 2 == 0 else rows_odd
         dest = rows_odd if depth % 2 == 0 else rows_even
         gain = np.full(n, -np.inf)
-        feature = np.full(n, -1, dtype=np.int32)
+        feature = np.full(n, -1, dtype=np.int32)  # in its store
         bin_threshold = np.zeros(n, dtype=np.int32)
         default_left = np.zeros(n, dtype=np.bool_)
         left_sum = np.zeros((n, 2), dtype=np.int64)
+        in_sparse = np.zeros(n, dtype=np.bool_)
+        feature_id = np.full(n, -1, dtype=np.int64)  # in the caller's numbering
         if depth < max_depth:
             node_bounds = np.empty((n, 2))
             for k in range(n):
                 node_bounds[k, 0] = -np.inf
                 node_bounds[k, 1] = np.inf
-            _evaluate_sparse_splits(hist.reshape((n, width, 2)), offsets, n_value_bins,
-                                    feature_allowed[depth: depth + 1], padded_bins, inv_scale_g,
-                                    inv_scale_h, reg_lambda, reg_alpha, min_child_weight,
-                                    bounded, max_delta_step, node_bounds, no_signs, gain,
-                                    feature, bin_threshold, default_left, left_sum)
+            if n_features:
+                _evaluate_sparse_splits(hist.reshape((n, width, 2)), offsets, n_value_bins,
+                                        feature_allowed[depth: depth + 1], padded_bins,
+                                        inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
+                                        min_child_weight, bounded, max_delta_step, node_bounds,
+                                        no_signs, gain, feature, bin_threshold, default_left,
+                                        left_sum)
+                for k in range(n):
+                    if feature[k] >= 0:
+                        feature_id[k] = dense_ids[feature[k]]
+            if sparse is not None:
+                s_gain = np.full(n, -np.inf)
+                s_feature = np.full(n, -1, dtype=np.int32)
+                s_threshold = np.zeros(n, dtype=np.int32)
+                s_default_left = np.zeros(n, dtype=np.bool_)
+                s_left_sum = np.zeros((n, 2), dtype=np.int64)
+                _evaluate_sparse_splits(sparse_hist, bin_offsets, sparse_value_bins,
+                                        sparse_allowed[depth: depth + 1], sparse_padded_bins,
+                                        inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
+                                        min_child_weight, bounded, max_delta_step, node_bounds,
+                                        sparse_no_signs, s_gain, s_feature, s_threshold,
+                                        s_default_left, s_left_sum)
+                for k in range(n):  # split.find_splits' rule: a tie to the lower id
+                    f = s_feature[k]
+                    if f < 0:
+                        continue
+                    f_id = sparse_ids[f]
+                    if s_gain[k] > gain[k] or (s_gain[k] == gain[k] and f_id < feature_id[k]):
+                        gain[k] = s_gain[k]
+                        feature[k] = f
+                        feature_id[k] = f_id
+                        bin_threshold[k] = s_threshold[k]
+                        default_left[k] = s_default_left[k]
+                        left_sum[k, 0] = s_left_sum[k, 0]
+                        left_sum[k, 1] = s_left_sum[k, 1]
+                        in_sparse[k] = True
         at = np.empty(n, dtype=np.int64)  # the level's positions in id order
         for k in range(n):
             at[node_id[k] - first] = k
@@ -116,7 +212,7 @@ def _grow_dense_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bin
             out_start[i] = seg_start[k]
             out_count[i] = seg_count[k]
             if depth < max_depth and feature[k] >= 0 and gain[k] > min_gain:
-                out_feature[i] = feature[k]
+                out_feature[i] = feature_id[k]
                 out_threshold[i] = bin_threshold[k]
                 out_default_left[i] = default_left[k]
                 out_gain[i] = gain[k]
@@ -140,8 +236,10 @@ def _grow_dense_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bin
         split_feature = np.empty(n_split, dtype=np.int64)
         split_threshold = np.empty(n_split, dtype=np.int64)
         split_default_left = np.empty(n_split, dtype=np.bool_)
+        split_in_sparse = np.empty(n_split, dtype=np.bool_)
         built_left = np.empty(n_split, dtype=np.bool_)
         n_split_rows = 0
+        any_sparse = False
         for j in range(n_split):
             k = split_node[j]
             left_id = first + n + 2 * j
@@ -163,6 +261,8 @@ def _grow_dense_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bin
             split_feature[j] = feature[k]
             split_threshold[j] = bin_threshold[k]
             split_default_left[j] = default_left[k]
+            split_in_sparse[j] = in_sparse[k]
+            any_sparse |= in_sparse[k]
             n_split_rows += seg_count[k]
         new_start = np.empty(2 * n_split, dtype=np.int64)
         new_count = np.empty(2 * n_split, dtype=np.int64)
@@ -176,16 +276,24 @@ def _grow_dense_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bin
                 words[w] = 0  # the built half, which the partition adds into
             left_count = np.zeros(n_split, dtype=np.int64)
             built_hist = children[n_split:]
-            if n_split >= _NODES_APART * n_threads and \
-                    n_split_rows <= _NODE_ROWS_APART * n_split:
-                _partition_nodes_apart(bins, bins_by_feature, gh, rows, split_start, split_count,
-                                       split_feature, split_threshold, split_default_left,
-                                       built_left, built_hist, left_count, dest)
+            if sparse is not None and any_sparse:
+                # every split node's bins gathered into the column, as the level loop does
+                # (ShardSet.split_source)
+                dense_feature = np.where(split_in_sparse, -1, split_feature)
+                sparse_feature = np.where(split_in_sparse, split_feature, -1)
+                _gather_split_column(bins_by_feature, indptr, entry_feature, entry_bin,
+                                     common_bin, rows, split_start, split_count, dense_feature,
+                                     sparse_feature, column, walk, col_ptr, col_rows, col_bins,
+                                     marks, n_threads)
+                _partition_level(bins, column.reshape((1, n_rows)), gh, rows, split_start,
+                                 split_count, np.zeros(n_split, dtype=np.int64),
+                                 split_threshold, split_default_left, built_left, built_hist,
+                                 left_count, dest, n_split_rows, not_in_place, n_threads)
             else:
-                _partition_and_histogram(bins, bins_by_feature, gh, rows, split_start,
-                                         split_count, split_feature, split_threshold,
-                                         split_default_left, built_left, built_hist, left_count,
-                                         dest, not_in_place, n_threads)
+                _partition_level(bins, bins_by_feature, gh, rows, split_start, split_count,
+                                 split_feature, split_threshold, split_default_left, built_left,
+                                 built_hist, left_count, dest, n_split_rows, not_in_place,
+                                 n_threads)
             _sibling_histograms(hist.reshape((n, width * 2)), split_node,
                                 children.reshape((2 * n_split, width * 2)), np.int64(n_split))
             hist = children
@@ -197,6 +305,19 @@ def _grow_dense_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bin
                 new_count[built] = left_n if built_left[j] else right_n
                 new_start[sibling] = right_start if built_left[j] else left_start
                 new_count[sibling] = right_n if built_left[j] else left_n
+            if sparse is not None:
+                # the built children's entries from their moved rows, their common bins from
+                # their totals, then each sibling its parent minus the built child
+                sparse_children = np.zeros((2 * n_split, n_slots, 2), dtype=np.int64)
+                sparse_built = sparse_children[n_split:]
+                _build_slot_histograms(indptr, slots, gh, dest, new_start[n_split:],
+                                       new_count[n_split:], sparse_built, n_threads)
+                _fill_common_bins(sparse_built, child_totals[n_split:], bin_offsets,
+                                  common_bin)
+                _sibling_histograms(sparse_hist.reshape((n, n_slots * 2)), split_node,
+                                    sparse_children.reshape((2 * n_split, n_slots * 2)),
+                                    np.int64(n_split))
+                sparse_hist = sparse_children
         seg_start, seg_count = new_start, new_count
         totals = child_totals
         node_id = child_id
@@ -211,17 +332,17 @@ def _grow_dense_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bin
 _BELOW_EVERY_VALUE = _dtypes.BELOW_EVERY_VALUE
 
 
-def finish_dense_tree(feature, bin_threshold, totals, features, cut_values, cut_offsets,
+def finish_whole_tree(feature, bin_threshold, totals, features, cut_values, cut_offsets,
                       inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate,
                       max_delta_step=0.0):
-    """See numpy_kernels.finish_dense_tree (the same four arrays, bit for bit), in one
+    """See numpy_kernels.finish_whole_tree (the same four arrays, bit for bit), in one
     compiled pass over the nodes: a small tree's node arrays were some thirty NumPy calls."""
     n = len(feature)
     out_feature = np.empty(n, dtype=_dtypes.NODE)
     threshold = np.zeros(n, dtype=_dtypes.CUT)
     value = np.empty(n, dtype=_dtypes.MARGIN)
     cover = np.empty(n, dtype=np.float64)
-    _finish_dense_tree(np.asarray(feature), np.asarray(bin_threshold),
+    _finish_whole_tree(np.asarray(feature), np.asarray(bin_threshold),
                        np.ascontiguousarray(totals, dtype=np.int64),
                        np.asarray(features, dtype=np.int64),
                        np.asarray(cut_values, dtype=_dtypes.CUT),
@@ -233,7 +354,7 @@ def finish_dense_tree(feature, bin_threshold, totals, features, cut_values, cut_
 
 
 @njit(**_JIT)
-def _finish_dense_tree(feature, bin_threshold, totals, features, cut_values, cut_offsets,
+def _finish_whole_tree(feature, bin_threshold, totals, features, cut_values, cut_offsets,
                        inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate,
                        max_delta_step, out_feature, threshold, value, cover):
     last_cut = cut_values.shape[0] - 1

@@ -1029,47 +1029,69 @@ def partition_planned(bins, bins_by_feature, gh, row_index, work, n_work, featur
     return left_count
 
 
-def grow_dense_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_bins, n_bins,
+def grow_whole_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_bins, n_bins,
                     feature_allowed, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
-                    min_child_weight, min_gain, max_delta_step=None):
-    """One depthwise tree grown whole on one shard's dense bins: every level's split search
-    (``evaluate_splits``), partition with the smaller child's histograms
-    (``partition_and_histogram``) and siblings (parent minus built child), in one call.
+                    min_child_weight, min_gain, max_delta_step=None, features=None, sparse=None):
+    """One depthwise tree grown whole on one shard's dense bins and, with ``sparse``, its sparse
+    store: every level's split search (``evaluate_splits``, ``evaluate_sparse_splits``, each
+    node's better result kept, a tie going to the lower feature id), partition with the smaller
+    child's histograms (``partition_and_histogram``, reading ``split_column``'s gathered bins
+    when a node of the level splits on a sparse feature; the sparse histograms of the moved
+    rows, their common bins filled) and siblings (parent minus built child), in one call.
 
     bins (n, D) and bins_by_feature (D, n) uint8/uint16, gh (n, 2) int64, n_value_bins (D,)
-    int32 as the kernels take them; feature_allowed: (max_depth, D) bool, row d the features
-    the nodes of depth d may split on (its length is the depth limit). row_index: (n,) int32
-    ``arange(n)``, the root's rows, and spare_index (n,) int32 scratch: level d's segments are
-    written to (row_index, spare_index)[d % 2] (both are overwritten). A node splits when its
-    best gain exceeds ``min_gain``. max_delta_step: None (weights unbounded) or XGBoost's cap
-    (0: none) with every node's bounds infinite (no monotone constraint). Returns a
-    ``GrownTree``: the tree the level-by-level grower grows on the same data."""
-    n_rows = bins.shape[0]
+    int32 as the kernels take them (D may be 0 with a sparse store); feature_allowed:
+    (max_depth, D) bool, row d the features the nodes of depth d may split on (its length is
+    the depth limit). features: (D,) int64 the dense features' ids in the caller's numbering
+    (None: 0..D-1), which the tree's ``feature`` holds. sparse: None, or a ``SparseSide``
+    (its column is overwritten). row_index: (n,) int32 ``arange(n)``, the root's rows, and
+    spare_index (n,) int32 scratch: level d's segments are written to
+    (row_index, spare_index)[d % 2] (both are overwritten). A node splits when its best gain
+    exceeds ``min_gain``. max_delta_step: None (weights unbounded) or XGBoost's cap (0: none)
+    with every node's bounds infinite (no monotone constraint). Returns a ``GrownTree``: the
+    tree the level-by-level grower grows on the same data."""
+    n_rows, n_features = bins.shape
     max_depth = feature_allowed.shape[0]
+    features = np.arange(n_features) if features is None else np.asarray(features)
     rows = (row_index, spare_index)
     seg_start = np.zeros(1, dtype=np.int64)
     seg_count = np.full(1, n_rows, dtype=np.int64)
     hist = build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins)
-    totals = hist[:, 0].sum(axis=1)  # every row sits in exactly one bin of feature 0
+    totals = gh[row_index].sum(axis=0, dtype=_dtypes.FIXED)[None, :]
+    if sparse is not None:
+        sparse_hist = fill_common_bins(_sparse_histograms(sparse, gh, row_index, seg_start,
+                                                          seg_count), totals,
+                                       sparse.bin_offsets, sparse.common_bin)
     next_id = 1
     levels = []
     for depth in range(max_depth + 1):
         n = len(totals)
         no = np.zeros(n, dtype=bool)
-        gain, feature, bin_threshold, default_left, left_sum = \
-            np.zeros(n), np.full(n, -1, dtype=np.int32), np.zeros(n, dtype=np.int32), no, None
-        do_split = no
+        found = (np.zeros(n), np.full(n, -1, dtype=np.int32), np.zeros(n, dtype=np.int32), no,
+                 None)
+        in_sparse, do_split = no, no
         if depth < max_depth:
             bounds = None if max_delta_step is None else \
                 (max_delta_step, np.tile([-np.inf, np.inf], (n, 1)), None)
-            gain, feature, bin_threshold, default_left, left_sum = evaluate_splits(
-                hist, n_value_bins, feature_allowed[depth], inv_scale_g, inv_scale_h,
-                reg_lambda, reg_alpha, min_child_weight, bounds)
-            do_split = (feature >= 0) & (gain > min_gain)
+            constants = (inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, min_child_weight)
+            found = evaluate_splits(hist, n_value_bins, feature_allowed[depth], *constants,
+                                    bounds) if n_features else \
+                (np.full(n, -np.inf), found[1], found[2], no, np.zeros((n, 2), _dtypes.FIXED))
+            if sparse is not None:
+                found, in_sparse = _better_of(found, features, evaluate_sparse_splits(
+                    sparse_hist, sparse.bin_offsets, sparse.n_value_bins,
+                    sparse.feature_allowed[depth], *constants, bounds), sparse.features)
+            do_split = (found[1] >= 0) & (found[0] > min_gain)
+        gain, feature, bin_threshold, default_left, left_sum = found
+        feature_id = np.full(n, -1, dtype=np.int64)  # in the caller's numbering
+        in_dense = (feature >= 0) & ~in_sparse
+        feature_id[in_dense] = features[feature[in_dense]]
+        if sparse is not None:
+            feature_id[in_sparse] = sparse.features[feature[in_sparse]]
         sp = np.flatnonzero(do_split)
         left = np.full(n, -1, dtype=np.int64)
         left[sp] = next_id + 2 * np.arange(len(sp))
-        levels.append((totals, np.where(do_split, feature, -1),
+        levels.append((totals, np.where(do_split, feature_id, -1),
                        np.where(do_split, bin_threshold, 0), default_left & do_split,
                        np.where(do_split, gain, 0.0), left, np.full(n, depth), seg_start,
                        seg_count))
@@ -1083,23 +1105,64 @@ def grow_dense_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_b
             seg_count = np.zeros(2 * len(sp), dtype=np.int64)
         else:
             built_left = left_sum[:, 1] <= right_sum[:, 1]
+            source, source_feature = bins_by_feature, feature[sp]
+            if in_sparse[sp].any():  # every split node's bins gathered, as the level loop does
+                source = split_column(bins_by_feature, sparse.indptr, sparse.entry_feature,
+                                      sparse.entry_bin, sparse.common_bin, rows[depth % 2],
+                                      seg_start[sp], seg_count[sp],
+                                      np.where(in_sparse[sp], -1, feature[sp]),
+                                      np.where(in_sparse[sp], feature[sp], -1),
+                                      sparse.column)[None, :]
+                source_feature = np.zeros(len(sp), dtype=np.int32)
             left_count, built = partition_and_histogram(
-                bins, bins_by_feature, gh, rows[depth % 2], seg_start[sp], seg_count[sp],
-                feature[sp], bin_threshold[sp], default_left[sp], built_left, n_bins,
+                bins, source, gh, rows[depth % 2], seg_start[sp], seg_count[sp],
+                source_feature, bin_threshold[sp], default_left[sp], built_left, n_bins,
                 dest=rows[(depth + 1) % 2])
             built_at = 2 * np.arange(len(sp)) + np.where(built_left, 0, 1)
-            children = np.empty((2 * len(sp),) + hist.shape[1:], dtype=_dtypes.FIXED)
-            children[built_at] = built
-            children[built_at ^ 1] = hist[sp] - built
-            hist = children
+            hist = _children(hist, sp, built, built_at)
             seg_start = np.stack([seg_start[sp], seg_start[sp] + left_count], 1).reshape(-1)
             seg_count = np.stack([left_count, seg_count[sp] - left_count], 1).reshape(-1)
+            if sparse is not None:
+                built_sparse = fill_common_bins(
+                    _sparse_histograms(sparse, gh, rows[(depth + 1) % 2], seg_start[built_at],
+                                       seg_count[built_at]),
+                    child_totals[built_at], sparse.bin_offsets, sparse.common_bin)
+                sparse_hist = _children(sparse_hist, sp, built_sparse, built_at)
         totals = child_totals
         next_id += 2 * len(sp)
     columns = [np.concatenate(values) for values in zip(*levels)]
     dtypes = (_dtypes.FIXED, np.int32, np.int32, np.bool_, np.float64, np.int64, np.int32,
               np.int64, np.int64)
     return GrownTree(*(column.astype(dtype) for column, dtype in zip(columns, dtypes)))
+
+
+def _sparse_histograms(sparse, gh, row_index, seg_start, seg_count):
+    """``build_sparse_histograms`` of a ``SparseSide``'s entries (common bins 0)."""
+    return build_sparse_histograms(sparse.indptr, sparse.entry_feature, sparse.entry_bin,
+                                   sparse.bin_offsets, gh, row_index, seg_start, seg_count,
+                                   int(sparse.bin_offsets[-1]))
+
+
+def _children(parent, sp, built, built_at):
+    """The next level's histograms in (left, right) pairs: the built children at built_at, each
+    sibling its parent (of ``sp``) minus the built one."""
+    children = np.empty((2 * len(sp),) + parent.shape[1:], dtype=_dtypes.FIXED)
+    children[built_at] = built
+    children[built_at ^ 1] = parent[sp] - built
+    return children
+
+
+def _better_of(dense, dense_features, sparse, sparse_features):
+    """Per node the better of two searches' five results (``split.find_splits``' rule: the
+    sparse one where it found a feature of higher gain, or of equal gain and lower id), and
+    (n,) bool where that was the sparse one."""
+    dense_id = np.where(dense[1] >= 0, np.asarray(dense_features)[np.maximum(dense[1], 0)]
+                        if len(dense_features) else 0, -1)
+    sparse_id = np.asarray(sparse_features)[np.maximum(sparse[1], 0)]
+    take = (sparse[1] >= 0) & ((sparse[0] > dense[0]) |
+                               ((sparse[0] == dense[0]) & (sparse_id < dense_id)))
+    return tuple(np.where(take.reshape((-1,) + (1,) * (a.ndim - 1)), b, a)
+                 for a, b in zip(dense, sparse)), take
 
 
 def cut_thresholds(cut_values, cut_offsets, feature, bin_threshold):
@@ -1116,10 +1179,10 @@ def cut_thresholds(cut_values, cut_offsets, feature, bin_threshold):
     return np.where(t > 0, cut, _dtypes.BELOW_EVERY_VALUE).astype(_dtypes.CUT)
 
 
-def finish_dense_tree(feature, bin_threshold, totals, features, cut_values, cut_offsets,
+def finish_whole_tree(feature, bin_threshold, totals, features, cut_values, cut_offsets,
                       inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate,
                       max_delta_step=0.0):
-    """The node arrays a whole grown tree (``grow_dense_tree``'s ``GrownTree``) needs beyond
+    """The node arrays a whole grown tree (``grow_whole_tree``'s ``GrownTree``) needs beyond
     its own, in the model file's dtypes: (feature (n,) int32 global ids, ``_dtypes.LEAF`` on
     leaves; threshold (n,) float32, ``cut_thresholds`` of the splits, 0 on leaves; value (n,)
     float64 ``leaf_weights`` of every node; cover (n,) float64 the hessian sums).

@@ -3,8 +3,8 @@ one backend call), or to a leaf budget.
 
 The first three give the same tree and the same training margins (tested): the planned one where
 the backend queues ahead and every feature is in the dense store (``ShardSet.uses_level_plans``),
-the whole one where the backend grows whole trees and one process holds one dense shard
-(``ShardSet.grows_whole_trees``), the level-by-level one otherwise, and also under a
+the whole one where the backend grows whole trees and one process holds one shard of numeric
+features (``ShardSet.grows_whole_trees``), the level-by-level one otherwise, and also under a
 ``max_leaves`` that can stop a tree before its depth limit (the depthwise budget: a level's
 splits in id order while leaves remain). Under such a budget ``grow_policy="lossguide"`` takes
 the best-first loop (``best_first``). A paged training's sampled tree is grown by whichever loop

@@ -139,7 +139,7 @@ def grow_tree_levels(shardset, gh: list, scales, cuts, rules, feature_allowed,
                 # margins change.
                 # their split bins are read when the margins are updated (a paged store holds
                 # only the shards it is reading on the device)
-                sources = [functools.partial(_split_matrix, shardset, s, starts[s], counts[s],
+                sources = [functools.partial(shardset.split_matrix, s, starts[s], counts[s],
                                              feature, side_map) for s in range(n_shards)]
                 last = _LastSplits(starts, counts, shardset.split_ids(feature, side_map),
                                    side_threshold, default_left, sources)
@@ -206,10 +206,6 @@ def _leaf_rows(shardset, leaves: list, last: _LastSplits | None, last_first_id: 
         result.append(LeafRows(_leaves_by_array(leaves[s]), shardset.row_index[s], *split_rows,
                                *split_info, node_value=node_value, by_feature=by_feature))
     return result
-
-
-def _split_matrix(shardset, s, seg_start, seg_count, feature, side_map):
-    return shardset.split_source(s, seg_start, seg_count, feature, side_map)[0]
 
 
 def _leaves_by_array(levels: list) -> list:

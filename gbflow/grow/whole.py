@@ -1,4 +1,4 @@
-"""Growing one tree in one backend call (``Backend.grow_dense_tree``): no host work per level."""
+"""Growing one tree in one backend call (``Backend.grow_whole_tree``): no host work per level."""
 from __future__ import annotations
 
 import functools
@@ -6,6 +6,7 @@ import functools
 import numpy as np
 
 from .. import _dtypes
+from ..backend.common import SparseSide
 from ..tree import Tree
 from .margins import LeafRows
 
@@ -14,24 +15,26 @@ def grow_tree_whole(shardset, gh: list, scales, cuts, rules, feature_allowed,
                     group: int) -> tuple[Tree, list[LeafRows]]:
     """``gbflow.grow.grow_tree`` in one call of the backend's whole-tree grower: the tree and
     training margins the level-by-level loop gives (the same kernels on the same integers).
-    For one shard of dense numeric features in one process (``ShardSet.grows_whole_trees``),
-    per-depth feature masks (no per-node sample), weights bounded by ``max_delta_step`` at
-    most (no monotone or interaction constraint), no leaf budget that binds."""
+    For one shard of numeric features (a dense store, and a sparse one or not) in one process
+    (``ShardSet.grows_whole_trees``), per-depth feature masks (no per-node sample), weights
+    bounded by ``max_delta_step`` at most (no monotone or interaction constraint), no leaf
+    budget that binds."""
     dense = shardset.dense
     shardset.reset_row_index()
     rows = (shardset.row_index[0], shardset._spare_index[0])
-    allowed = np.ascontiguousarray(feature_allowed.by_level[:, dense.features])
+    by_level = feature_allowed.by_level
     bounds = rules.bounds
     with shardset.timers("whole trees"):
-        grown = shardset.backend.grow_dense_tree(
+        grown = shardset.backend.grow_whole_tree(
             dense.rows(0), dense.columns(0), gh[0], *rows, dense.n_value_bins_host, cuts.n_bins,
-            allowed, *rules.split.constants(scales), rules.split.min_gain,
-            None if bounds is None else bounds.max_delta_step)
+            np.ascontiguousarray(by_level[:, dense.features]), *rules.split.constants(scales),
+            rules.split.min_gain, None if bounds is None else bounds.max_delta_step,
+            features=dense.features, sparse=_sparse_side(shardset, by_level))
     # the node arrays in the model file's dtypes, made in one call (a small tree's host time)
     leaf = rules.leaf.constants(scales)
-    feature, threshold, value, cover = shardset.backend.finish_dense_tree(
-        grown.feature, grown.bin_threshold, grown.totals, dense.features, cuts.values,
-        cuts.offsets, *leaf)
+    feature, threshold, value, cover = shardset.backend.finish_whole_tree(
+        grown.feature, grown.bin_threshold, grown.totals, np.arange(cuts.n_features),
+        cuts.values, cuts.offsets, *leaf)
     split = grown.feature >= 0
     tree = Tree(feature=feature, bin_threshold=grown.bin_threshold.astype(np.int32, copy=False),
                 threshold=threshold, default_left=grown.default_left.astype(np.bool_, copy=False),
@@ -45,16 +48,31 @@ def grow_tree_whole(shardset, gh: list, scales, cuts, rules, feature_allowed,
     return tree, [_leaf_rows(shardset, rows, grown, rules.max_depth, tree.value)]
 
 
+def _sparse_side(shardset, by_level: np.ndarray) -> SparseSide | None:
+    """Shard 0's sparse store as the whole-tree grower takes it (None without one)."""
+    if len(shardset.stores) < 2:
+        return None
+    store = shardset.stores[1]
+    entries = store.entries[0]
+    return SparseSide(entries.indptr, entries.entry_feature, entries.entry_bin,
+                      store.bin_offsets_host, store.n_value_bins_host, store.common_bin,
+                      np.ascontiguousarray(by_level[:, store.features]), store.features,
+                      shardset._split_column[0], store.columns[0])
+
+
 def _leaf_rows(shardset, rows: tuple, grown, max_depth: int, node_value) -> LeafRows:
     """The shard's ``LeafRows``: the leaves whose rows were moved, by the row array their depth
     wrote (``rows[depth % 2]``); the splits at depth max_depth - 1 by their segments, in
-    ``rows[(max_depth - 1) % 2]``."""
+    ``rows[(max_depth - 1) % 2]`` (the shard's current row array then), their split bins read
+    from ``ShardSet.split_matrix`` when the margins are updated."""
     leaf = np.flatnonzero((grown.feature < 0) & (grown.seg_start >= 0))  # ids ascending
     odd = (grown.depth[leaf] & 1).astype(bool)
     leaves = [(rows[p], grown.seg_start[at], grown.seg_count[at], at)
               for p, at in ((0, leaf[~odd]), (1, leaf[odd])) if len(at)]
     last = np.flatnonzero((grown.feature >= 0) & (grown.depth == max_depth - 1))
-    return LeafRows(leaves, rows[(max_depth - 1) % 2], grown.seg_start[last], grown.seg_count[last],
-                    grown.feature[last], grown.bin_threshold[last], grown.default_left[last],
-                    grown.left[last], node_value=node_value,
-                    by_feature=functools.partial(shardset.dense.columns, 0))
+    starts, counts, feature = grown.seg_start[last], grown.seg_count[last], grown.feature[last]
+    return LeafRows(leaves, rows[(max_depth - 1) % 2], starts, counts,
+                    shardset.split_ids(feature), grown.bin_threshold[last],
+                    grown.default_left[last], grown.left[last], node_value=node_value,
+                    by_feature=functools.partial(shardset.split_matrix, 0, starts, counts,
+                                                 feature))
