@@ -238,7 +238,7 @@ def _grow_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bins, n_b
         split_default_left = np.empty(n_split, dtype=np.bool_)
         split_in_sparse = np.empty(n_split, dtype=np.bool_)
         built_left = np.empty(n_split, dtype=np.bool_)
-        n_split_rows = 0
+        n_split_rows = np.int64(0)  # (a literal 0 would compile a second _partition_level)
         any_sparse = False
         for j in range(n_split):
             k = split_node[j]
