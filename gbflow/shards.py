@@ -242,8 +242,8 @@ class ShardSet:
         ``Histograms`` of n_nodes nodes, zeroed (the built half of the next level,
         ``Histograms.next_level``): every shard's kernels add into it, then it is all-reduced in
         place; its common bins are left 0. Returns per shard (n_nodes,) int64 left counts. They
-        stay on the device (the caller fetches them with the next level's splits, in one wait)
-        unless another store's histograms needed them on the host. side_map: as
+        stay on the device (the caller fetches them with the next level's splits, in one wait;
+        the other stores' histograms read them there). side_map: as
         ``split_source``'s (bin_threshold then 1 for every node). whole: every shard's current
         row array is first copied whole into the spare one, so that every segment is in the
         new current array (the best-first grower, whose unsplit leaves may split later).
@@ -261,12 +261,9 @@ class ShardSet:
                 dense.rows(s), by_feature, gh[s], self.row_index[s], seg_start[s],
                 seg_count[s], store_feature, bin_threshold, default_left, small_is_left, n_bins,
                 out=out.arrays[0], dest=moved)
-            if others:  # the built children's segments, for the other stores' work lists
-                left = self.backend.to_host(left)
-                start = np.where(small_is_left, seg_start[s], seg_start[s] + left)
-                count = np.where(small_is_left, left, seg_count[s] - left)
-                for store, array in others:
-                    store.add_histograms(s, gh[s], moved, start, count, array)
+            for store, array in others:  # the built children, their left counts where they are
+                store.add_histograms(s, gh[s], moved, seg_start[s], seg_count[s], array,
+                                     children=(left, small_is_left))
             left_counts.append(left)
         self.row_index, self._spare_index = self._spare_index, self.row_index
         self.allreduce_histograms(out)

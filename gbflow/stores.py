@@ -278,12 +278,16 @@ class SparseStore(_Store):
         common bins 0 (``fill_common_bins``)."""
         return self.add_histograms(s, gh, row_index, seg_start, seg_count, None)
 
-    def add_histograms(self, s, gh, row_index, seg_start, seg_count, out):
-        """``build_histograms`` added into ``out`` (C-contiguous, or new when None)."""
+    def add_histograms(self, s, gh, row_index, seg_start, seg_count, out, children=None):
+        """``build_histograms`` added into ``out`` (C-contiguous, or new when None). children:
+        None, or (left counts, built_left) of split segments after their partition: the built
+        children's histograms (``build_sparse_histograms``' split_left, built_left)."""
         e, columns = self.entries[s], self.columns[s]
+        split_left, built_left = (None, None) if children is None else children
         return self.backend.kernels.build_sparse_histograms(
             e.indptr, e.entry_feature, e.entry_bin, self.bin_offsets, gh, row_index, seg_start,
-            seg_count, self.n_slots, out=out, slots=None if columns is None else columns.slots)
+            seg_count, self.n_slots, out=out, slots=None if columns is None else columns.slots,
+            split_left=split_left, built_left=built_left)
 
     def fill_common_bins(self, hist, totals) -> None:
         """Set each feature's common bin of every node to the node total minus its other bins

@@ -225,6 +225,32 @@ def test_build_sparse_histograms_adds_into_out(kernels, n_rows, n_features, n_bi
 
 
 @pytest.mark.parametrize("n_rows,n_features,n_bins,n_nodes", CASES)
+def test_build_sparse_histograms_of_built_children(kernels, n_rows, n_features, n_bins,
+                                                   n_nodes):
+    """Given split segments and their left counts (left child first), each node's histogram is
+    its built child's: the left part or the rest, as built_left says."""
+    rng, _, _, s, gh, row_index, start, count = _level(n_rows, n_features, n_bins, n_nodes,
+                                                       seed=11 + n_rows + n_bins)
+    left = np.floor(rng.random(n_nodes) * (count + 1)).astype(np.int64)  # 0..count
+    built_left = rng.random(n_nodes) < 0.5
+    args = (s["indptr"], s["entry_feature"], s["entry_bin"], s["bin_offsets"], gh, row_index,
+            start, count, s["n_slots"])
+    child_start = np.where(built_left, start, start + left)
+    child_count = np.where(built_left, left, count - left)
+    expected = numpy_kernels.build_sparse_histograms(*args[:6], child_start, child_count,
+                                                     s["n_slots"])
+    for module in (numpy_kernels, kernels):
+        got = module.build_sparse_histograms(*args, split_left=left, built_left=built_left)
+        assert np.array_equal(got, expected)
+        out = np.ones_like(expected)
+        assert np.array_equal(module.build_sparse_histograms(
+            *args, out=out, split_left=left, built_left=built_left), expected + 1)
+    if n_rows > 100 and n_features:  # a real test: parts of segments, not whole ones
+        assert ((left > 0) & (left < count)).any()
+        assert not np.array_equal(expected, numpy_kernels.build_sparse_histograms(*args))
+
+
+@pytest.mark.parametrize("n_rows,n_features,n_bins,n_nodes", CASES)
 def test_fill_common_bins(kernels, n_rows, n_features, n_bins, n_nodes):
     _, _, _, s, gh, row_index, start, count = _level(n_rows, n_features, n_bins, n_nodes,
                                                      seed=3 + n_rows)

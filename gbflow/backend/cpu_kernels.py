@@ -1025,12 +1025,16 @@ def _build_slot_histograms(indptr, slots, gh, row_index, seg_start, seg_count, h
 
 
 def build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, row_index,
-                            seg_start, seg_count, n_slots, out=None, slots=None):
+                            seg_start, seg_count, n_slots, out=None, slots=None, split_left=None,
+                            built_left=None):
     """See numpy_kernels.build_sparse_histograms. Returns (n_nodes, n_slots, 2) int64, common
     bins 0 (or left as they were in ``out``, the histograms added into it). The kernel reads
     each entry's slot: ``slots`` when given (the CPU store keeps them), else computed here from
     entry_feature (int16 or int32) and entry_bin, one pass over the entries."""
     hist = _hist_out(out, (len(seg_start), int(n_slots), 2), "build_sparse_histograms")
+    if split_left is not None:
+        seg_start, seg_count = numpy_kernels.built_child_segments(seg_start, seg_count,
+                                                                  split_left, built_left)
     if not (len(seg_start) and len(entry_bin)):
         return hist
     if slots is None:

@@ -152,6 +152,10 @@ def _upload(work: np.ndarray, *arrays) -> list:
             for (a, d), done in zip(pairs, on_device)]
 
 
+# a null pointer as a kernel argument (8 bytes of 0, a pointer's size)
+_NULL = np.uint64(0)
+
+
 def _i64(x):
     return np.int64(x)
 
@@ -851,13 +855,16 @@ def bin_entries(values, entry_feature, cut_values, cut_offsets, out):
 
 
 def build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, row_index,
-                            seg_start, seg_count, n_slots, out=None, slots=None):
+                            seg_start, seg_count, n_slots, out=None, slots=None, split_left=None,
+                            built_left=None):
     """See ``numpy_kernels.build_sparse_histograms`` (``slots`` is not read: the device keeps
     none). Returns (n_nodes, n_slots, 2) int64 CuPy,
     common bins 0: new, or ``out`` (C-contiguous CuPy) with the histograms added to it. A node's
     compact histogram is built in shared memory when it fits (16 bytes a slot), else with global
     atomics; either way it reaches ``hist`` by atomic adds. entry_feature: int16 or int32 CuPy
-    (the kernel is compiled for its width; any other dtype raises TypeError)."""
+    (the kernel is compiled for its width; any other dtype raises TypeError). With split_left
+    (device left counts), the work list covers the whole split segments (host) and each block
+    keeps its built child's positions on the device: the host does not wait for the partition."""
     n_slots = int(n_slots)
     entry_feature = _entry_features(entry_feature)  # checked even when there is nothing to add
     hist = _hist_out(out, (len(seg_start), n_slots, 2), "build_sparse_histograms")
@@ -866,7 +873,9 @@ def build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, r
     work = work_list(seg_start, seg_count)
     if len(work) == 0:
         return hist
-    work, offsets = _upload(work, (bin_offsets, np.int64))
+    children = split_left is not None
+    work, offsets, *halves = _upload(work, (bin_offsets, np.int64), *(
+        ((split_left, np.int64), (built_left, np.uint8)) if children else ()))
     _, budget = _limits()
     shared = 16 * n_slots  # 4 words (two int64 counters as low/high pairs) per slot
     use_shared = shared <= budget
@@ -876,7 +885,8 @@ def build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, r
                    (_dev(indptr, np.int64), entry_feature,
                     _dev(entry_bin, entry_bin.dtype), cp.ascontiguousarray(offsets),
                     _dev(gh, _dtypes.FIXED), _dev(row_index, _dtypes.ROW_INDEX),
-                    cp.ascontiguousarray(work), _i64(n_slots), _i32(use_shared), hist))
+                    cp.ascontiguousarray(work), _i64(n_slots), _i32(use_shared),
+                    *(halves if children else (_NULL, _NULL)), hist))
     return hist
 
 

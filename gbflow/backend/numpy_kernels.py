@@ -598,7 +598,8 @@ def bin_entries(values, entry_feature, cut_values, cut_offsets, out):
 
 
 def build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, row_index,
-                            seg_start, seg_count, n_slots, out=None, slots=None):
+                            seg_start, seg_count, n_slots, out=None, slots=None, split_left=None,
+                            built_left=None):
     """Compact histograms of each listed node, from the stored entries of its rows only.
 
     The common bin of every feature stays 0 here (``fill_common_bins`` sets it from the node
@@ -607,14 +608,29 @@ def build_sparse_histograms(indptr, entry_feature, entry_bin, bin_offsets, gh, r
     or ``out`` (that shape, int64, C-contiguous) with the histograms added to what it holds.
     slots: None, or each entry's slot bin_offsets[entry_feature] + entry_bin already computed
     ((nnz,) uint16 or int32, ``stores.entry_slots``), which a fast version may read instead; it
-    never changes the result.
+    never changes the result. split_left, built_left: None, or (n_nodes,) int64 and bool: the
+    segments are split nodes' after their partition (``partition_and_histogram``'s left counts,
+    which may stay on the device) and each node's histogram is of its built child's rows
+    (``built_child_segments``).
     """
+    if split_left is not None:
+        seg_start, seg_count = built_child_segments(seg_start, seg_count, split_left, built_left)
     hist = np.zeros((len(seg_start), n_slots, 2), dtype=_dtypes.FIXED)
     for k in range(len(seg_start)):
         for row in row_index[seg_start[k] : seg_start[k] + seg_count[k]]:
             for e in range(indptr[row], indptr[row + 1]):
                 hist[k, bin_offsets[entry_feature[e]] + entry_bin[e]] += gh[row]
     return _add_into(out, hist)
+
+
+def built_child_segments(seg_start, seg_count, split_left, built_left) -> tuple:
+    """(start, count) (n,) int64 host: the built children's segments of split nodes' segments
+    after their partition, the left child first (left: the first split_left[k] positions)."""
+    start = np.asarray(seg_start, dtype=np.int64)
+    count = np.asarray(seg_count, dtype=np.int64)
+    left = np.asarray(split_left, dtype=np.int64)
+    built_left = np.asarray(built_left, dtype=bool)
+    return np.where(built_left, start, start + left), np.where(built_left, left, count - left)
 
 
 def fill_common_bins(hist, totals, bin_offsets, common_bin):

@@ -76,14 +76,22 @@ extern "C" __global__ void bin_entries(const float* values, i64 nnz, const int* 
 // straight to global memory (unsigned 64-bit atomicAdd of two's-complement values is exact
 // integer addition). Either way hist is added to, never overwritten: the caller zeroes it, or
 // passes one level array that several shards accumulate into. Common bins are not touched:
-// fill_common_bins sets them.
+// fill_common_bins sets them. With split_left (not null), the work list covers split nodes'
+// segments after their partition (left child first) and each block keeps the positions of its
+// node's built child only: [start, start + split_left[node]) where built_left[node], else the
+// rest; the left counts stay on the device (no wait for the partition).
 extern "C" __global__ void build_sparse_histograms(
         const i64* indptr, const FEATURE_T* entry_feature, const BIN_T* entry_bin,
         const i64* bin_offsets, const i64* gh, const int* row_index, const i64* work,
-        i64 n_slots, int use_shared, i64* hist) {
+        i64 n_slots, int use_shared, const i64* split_left, const unsigned char* built_left,
+        i64* hist) {
     extern __shared__ unsigned int words[];
     const i64* w = work + WORK_WIDTH * blockIdx.x;
     i64 node = w[0], begin = w[1], end = w[2];
+    if (split_left != nullptr) {
+        i64 middle = w[4] + split_left[node];
+        if (built_left[node]) end = min(end, middle); else begin = max(begin, middle);
+    }
     u64* hist_node = reinterpret_cast<u64*>(hist + node * n_slots * 2);
     if (use_shared) {
         for (i64 i = threadIdx.x; i < 4 * n_slots; i += blockDim.x) words[i] = 0;
