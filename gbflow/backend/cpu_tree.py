@@ -79,22 +79,6 @@ def _sparse_arguments(sparse, max_depth: int) -> tuple:
 
 
 @njit(**_JIT)
-def _partition_level(bins, source, gh, rows, split_start, split_count, split_feature,
-                     split_threshold, split_default_left, built_left, built_hist, left_count,
-                     dest, n_split_rows, not_in_place, n_threads):
-    # partition_and_histogram's choice of kernel, as the level loop makes it
-    n_split = split_start.shape[0]
-    if n_split >= _NODES_APART * n_threads and n_split_rows <= _NODE_ROWS_APART * n_split:
-        _partition_nodes_apart(bins, source, gh, rows, split_start, split_count, split_feature,
-                               split_threshold, split_default_left, built_left, built_hist,
-                               left_count, dest)
-    else:
-        _partition_and_histogram(bins, source, gh, rows, split_start, split_count,
-                                 split_feature, split_threshold, split_default_left, built_left,
-                                 built_hist, left_count, dest, not_in_place, n_threads)
-
-
-@njit(**_JIT)
 def _grow_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bins, n_bins,
                feature_allowed, dense_ids, sparse, inv_scale_g, inv_scale_h, reg_lambda,
                reg_alpha, min_child_weight, min_gain, bounded, max_delta_step, no_signs,
@@ -238,7 +222,7 @@ def _grow_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bins, n_b
         split_default_left = np.empty(n_split, dtype=np.bool_)
         split_in_sparse = np.empty(n_split, dtype=np.bool_)
         built_left = np.empty(n_split, dtype=np.bool_)
-        n_split_rows = np.int64(0)  # (a literal 0 would compile a second _partition_level)
+        n_split_rows = np.int64(0)
         any_sparse = False
         for j in range(n_split):
             k = split_node[j]
@@ -276,6 +260,7 @@ def _grow_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bins, n_b
                 words[w] = 0  # the built half, which the partition adds into
             left_count = np.zeros(n_split, dtype=np.int64)
             built_hist = children[n_split:]
+            source, source_feature = bins_by_feature, split_feature
             if sparse is not None and any_sparse:
                 # every split node's bins gathered into the column, as the level loop does
                 # (ShardSet.split_source)
@@ -285,15 +270,20 @@ def _grow_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bins, n_b
                                      common_bin, rows, split_start, split_count, dense_feature,
                                      sparse_feature, column, walk, col_ptr, col_rows, col_bins,
                                      marks, n_threads)
-                _partition_level(bins, column.reshape((1, n_rows)), gh, rows, split_start,
-                                 split_count, np.zeros(n_split, dtype=np.int64),
-                                 split_threshold, split_default_left, built_left, built_hist,
-                                 left_count, dest, n_split_rows, not_in_place, n_threads)
+                source = column.reshape((1, n_rows))
+                source_feature = np.zeros(n_split, dtype=np.int64)
+            # partition_and_histogram's choice of kernel, as the level loop makes it (one call
+            # site each: a callee's code is compiled again into every function calling it)
+            if n_split >= _NODES_APART * n_threads and \
+                    n_split_rows <= _NODE_ROWS_APART * n_split:
+                _partition_nodes_apart(bins, source, gh, rows, split_start, split_count,
+                                       source_feature, split_threshold, split_default_left,
+                                       built_left, built_hist, left_count, dest)
             else:
-                _partition_level(bins, bins_by_feature, gh, rows, split_start, split_count,
-                                 split_feature, split_threshold, split_default_left, built_left,
-                                 built_hist, left_count, dest, n_split_rows, not_in_place,
-                                 n_threads)
+                _partition_and_histogram(bins, source, gh, rows, split_start, split_count,
+                                         source_feature, split_threshold, split_default_left,
+                                         built_left, built_hist, left_count, dest, not_in_place,
+                                         n_threads)
             _sibling_histograms(hist.reshape((n, width * 2)), split_node,
                                 children.reshape((2 * n_split, width * 2)), np.int64(n_split))
             hist = children
