@@ -25,6 +25,8 @@ import dataclasses
 
 import numpy as np
 
+from .backend.common import padded_width
+
 
 @dataclasses.dataclass
 class SparseBins:
@@ -256,10 +258,11 @@ class SparseStore(_Store):
         super().__init__(backend, features, n_value_bins)
         xp = backend.xp
         self.common_bin = xp.asarray(np.asarray(common_bin, dtype=np.int32))  # (S,) device
-        # host offsets too: the CUDA search needs their widest feature, which would otherwise
-        # cost a device-to-host copy per level
         self.bin_offsets_host = np.asarray(bin_offsets, dtype=np.int64)  # (S + 1,)
         self.bin_offsets = xp.asarray(self.bin_offsets_host)
+        # the split search's padded width, computed once (else each level would read the
+        # offsets on the host: on the GPU a copy of them a level)
+        self.padded_bins = padded_width(self.bin_offsets_host)
         self.n_slots = int(self.bin_offsets_host[-1])
         self.entries: list[SparseBins] = []
         self.columns: list[SparseColumns | None] = []
@@ -299,8 +302,8 @@ class SparseStore(_Store):
         """``evaluate_sparse_splits`` on the compact histograms (common bins filled); bounds
         as ``DenseStore.search`` takes them."""
         return self.backend.kernels.evaluate_sparse_splits(
-            hist, self.bin_offsets_host, self.n_value_bins, allowed, *constants,
-            bounds=self.local_bounds(bounds))
+            hist, self.bin_offsets, self.n_value_bins, allowed, *constants,
+            bounds=self.local_bounds(bounds), padded_bins=self.padded_bins)
 
     def gather_split_bins(self, s, dense_by_feature, row_index, seg_start, seg_count,
                           dense_feature, sparse_feature, out) -> None:

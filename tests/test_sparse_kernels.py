@@ -11,6 +11,7 @@ import pytest
 
 from gbflow import _dtypes
 from gbflow.backend import cpu_kernels, numpy_kernels
+from gbflow.backend.common import padded_width
 from gbflow.stores import SparseBins, SparseColumns, entry_slots
 
 # ---------------------------------------------------------------------------------------------
@@ -309,8 +310,16 @@ def test_evaluate_sparse_splits(kernels, n_rows, n_features, n_bins, n_nodes, re
     allowed = rng.random(n_features) < 0.8
     args = (hist, s["bin_offsets"], n_value_bins, allowed, 2.0**-30, 2.0**-20, 1.0, reg_alpha,
             min_child_weight)
-    _assert_same_splits(numpy_kernels.evaluate_sparse_splits(*args),
-                        kernels.evaluate_sparse_splits(*args))
+    expected = numpy_kernels.evaluate_sparse_splits(*args)
+    _assert_same_splits(expected, kernels.evaluate_sparse_splits(*args))
+    # the padded width given once by the store: the same splits; a wrong one is refused
+    width = padded_width(s["bin_offsets"])
+    _assert_same_splits(expected, kernels.evaluate_sparse_splits(*args, padded_bins=width))
+    _assert_same_splits(expected, numpy_kernels.evaluate_sparse_splits(*args,
+                                                                        padded_bins=width))
+    if n_features:
+        with pytest.raises(ValueError, match="padded_bins"):
+            numpy_kernels.evaluate_sparse_splits(*args, padded_bins=width + 1)
     # fewer usable thresholds than the bins stored (n_value_bins below a feature's width - 1)
     fewer = np.minimum(n_value_bins, rng.integers(1, n_bins, size=n_features)).astype(np.int32)
     args = (hist, s["bin_offsets"], fewer, allowed, 2.0**-30, 2.0**-20, 1.0, reg_alpha,

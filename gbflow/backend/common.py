@@ -203,6 +203,13 @@ class SparseSide:
     columns: object = None
 
 
+def padded_width(bin_offsets) -> int:
+    """The width the sparse split search pads compact histograms' features to: the widest
+    feature's slot count, at least 2 (host (S + 1,) offsets; 2 for no feature)."""
+    offsets = np.asarray(bin_offsets, dtype=np.int64)
+    return max(int(np.max(np.diff(offsets))), 2) if len(offsets) > 1 else 2
+
+
 def occupied_keys_with(xp, keys):
     """``occupied_keys`` in the array namespace ``xp`` (NumPy: the twin; CuPy: the GPU's, a
     sort and scans that record into a CUDA graph). keys: (n,) int64 in [0, 2**32)."""

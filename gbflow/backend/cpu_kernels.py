@@ -24,6 +24,7 @@ from .common import (
     check_feature_mask,
     check_sibling_shapes,
     gradient_out,
+    padded_width,
     segments_of_work,
 )
 from .cpu_prefetch import PREFETCH_ROWS, prefetch
@@ -300,7 +301,8 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
     offsets = np.arange(n_features + 1, dtype=np.int64) * n_bins
     compact = np.ascontiguousarray(hist).reshape(n_nodes, n_features * n_bins, 2)
     return evaluate_sparse_splits(compact, offsets, n_value_bins, feature_allowed, inv_scale_g,
-                                  inv_scale_h, reg_lambda, reg_alpha, min_child_weight, bounds)
+                                  inv_scale_h, reg_lambda, reg_alpha, min_child_weight, bounds,
+                                  padded_bins=max(n_bins, 2))
 
 
 @njit(parallel=True, **_JIT)
@@ -1340,7 +1342,8 @@ def quantile_tally(keys, groups, weights, prefix, shift, table):
 
 
 def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv_scale_g,
-                           inv_scale_h, reg_lambda, reg_alpha, min_child_weight, bounds=None):
+                           inv_scale_h, reg_lambda, reg_alpha, min_child_weight, bounds=None,
+                           padded_bins=None):
     """See numpy_kernels.evaluate_sparse_splits (the same five results, bit for bit). With no
     sparse feature (S = 0) every node gets no split (gain -inf, feature -1)."""
     n_nodes = hist.shape[0]
@@ -1354,7 +1357,8 @@ def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv
     left_sum = np.zeros((n_nodes, 2), dtype=_dtypes.FIXED)
     if len(n_value_bins) == 0:
         return gain, feature, bin_threshold, default_left, left_sum
-    padded_bins = max(int(np.max(np.diff(bin_offsets))), 2)  # the twin's padded width
+    if padded_bins is None:
+        padded_bins = padded_width(bin_offsets)  # the twin's padded width
     _evaluate_sparse_splits(hist, bin_offsets, n_value_bins,
                             np.atleast_2d(np.asarray(feature_allowed, dtype=np.bool_)),
                             padded_bins,

@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from .. import _dtypes
-from .common import GrownTree
+from .common import GrownTree, padded_width
 from .cpu_kernels import (
     _JIT,
     _NODE_ROWS_APART,
@@ -74,7 +74,7 @@ def _sparse_arguments(sparse, max_depth: int) -> tuple:
             np.asarray(sparse.common_bin, dtype=np.int64), allowed,
             np.asarray(sparse.features, dtype=np.int64), sparse.entry_feature, sparse.entry_bin,
             walk, *index, sparse.column,
-            max(int(np.max(np.diff(offsets))) if n_sparse else 0, 2),  # the search's width
+            padded_width(offsets),  # the search's width
             np.zeros(max(n_sparse, 1), dtype=np.int8))
 
 

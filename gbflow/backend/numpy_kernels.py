@@ -29,6 +29,7 @@ from .common import (
     check_sibling_shapes,
     gradient_out,
     occupied_keys_with,
+    padded_width,
     segments_of_work,
     work_list_rows,
 )
@@ -647,17 +648,23 @@ def fill_common_bins(hist, totals, bin_offsets, common_bin):
 
 
 def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv_scale_g,
-                           inv_scale_h, reg_lambda, reg_alpha, min_child_weight, bounds=None):
+                           inv_scale_h, reg_lambda, reg_alpha, min_child_weight, bounds=None,
+                           padded_bins=None):
     """``evaluate_splits`` on compact histograms (common bins filled in).
 
     hist: (n_nodes, n_slots, 2) int64; feature s has bins 0..n_value_bins[s]. Same candidates,
     float operations, order and results as ``evaluate_splits`` on the features padded to one
-    width, which is how this twin is written; features are sparse-local ids.
+    width, which is how this twin is written; features are sparse-local ids. padded_bins: None,
+    or that width as the caller computed it once (``padded_width``), so that a fast version
+    need not read the offsets on the host every call; it never changes the result.
     """
     n_nodes = hist.shape[0]
     n_features = len(n_value_bins)
-    width = int(np.max(np.diff(bin_offsets))) if n_features else 2
-    padded = np.zeros((n_nodes, n_features, max(width, 2), 2), dtype=_dtypes.FIXED)
+    width = padded_width(bin_offsets)
+    if padded_bins is not None and int(padded_bins) != width:
+        raise ValueError(f"evaluate_sparse_splits: padded_bins {padded_bins}, the offsets' "
+                         f"widest feature pads to {width}")
+    padded = np.zeros((n_nodes, n_features, width, 2), dtype=_dtypes.FIXED)
     for s in range(n_features):
         lo, hi = bin_offsets[s], bin_offsets[s + 1]
         padded[:, s, : hi - lo] = hist[:, lo:hi]
