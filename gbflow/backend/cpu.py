@@ -70,7 +70,7 @@ def _cached_on_disk(dispatcher) -> bool | None:
 def announce_first_compile() -> None:
     """Log once per process, at WARNING on the "gbflow" logger (seen without any logging set
     up), that the CPU kernels are about to be compiled, when none of the core ones is in
-    numba's disk cache: otherwise the first training is silent for 10-30 s."""
+    numba's disk cache: otherwise the first training is silent for 10-45 s."""
     global _announced
     if _announced:
         return
@@ -79,4 +79,4 @@ def announce_first_compile() -> None:
     if not any(c is None or c for c in cached):
         logging.getLogger("gbflow").warning(
             "gbflow: compiling the CPU kernels for this machine (first use after installing; "
-            "about 10-30 s, cached on disk for later runs)")
+            "about 10-45 s, cached on disk for later runs)")
