@@ -1061,6 +1061,22 @@ def test_finish_whole_tree(leaf, n_cuts):
         assert (value[totals[:, 1] == 0] == 0).all()
 
 
+def _assert_same_grown_trees(grown: dict, rows: dict):
+    """The twin's and numba's ``GrownTree`` (``grown["twin"]``, ``grown["numba"]``) equal in
+    every node array, and every node's rows the same rows in the same order in its depth's row
+    array (``rows[name][depth % 2]``: the level loop's stable partitions). Returns the twin's."""
+    twin, fast = grown["twin"], grown["numba"]
+    for field in ("totals", "feature", "bin_threshold", "default_left", "gain", "left", "depth",
+                  "seg_start", "seg_count"):
+        a, b = getattr(twin, field), getattr(fast, field)
+        assert a.dtype == b.dtype and np.array_equal(a, b), field
+    for k in np.flatnonzero(twin.seg_start >= 0):
+        segment = slice(twin.seg_start[k], twin.seg_start[k] + twin.seg_count[k])
+        parity = twin.depth[k] % 2
+        assert np.array_equal(rows["twin"][parity][segment], rows["numba"][parity][segment])
+    return twin
+
+
 @pytest.mark.parametrize("n_rows,n_features,n_bins,max_depth,extra", GROW_CASES)
 def test_grow_whole_tree(n_rows, n_features, n_bins, max_depth, extra):
     """The CPU's whole-tree grower against its twin: every node array equal, and every node's
@@ -1092,15 +1108,7 @@ def test_grow_whole_tree(n_rows, n_features, n_bins, max_depth, extra):
                       np.full(n_rows, -1, dtype=_dtypes.ROW_INDEX))
         grown[name] = grow(bins, by_feature, gh, *rows[name], n_value_bins, n_bins, allowed,
                            **args)
-    twin, fast = grown["twin"], grown["numba"]
-    for field in ("totals", "feature", "bin_threshold", "default_left", "gain", "left", "depth",
-                  "seg_start", "seg_count"):
-        a, b = getattr(twin, field), getattr(fast, field)
-        assert a.dtype == b.dtype and np.array_equal(a, b), field
-    for k in np.flatnonzero(twin.seg_start >= 0):
-        segment = slice(twin.seg_start[k], twin.seg_start[k] + twin.seg_count[k])
-        parity = twin.depth[k] % 2
-        assert np.array_equal(rows["twin"][parity][segment], rows["numba"][parity][segment])
+    twin = _assert_same_grown_trees(grown, rows)
     # the tree is whole: the root holds every row, children sum to their parent
     assert twin.totals[0].tolist() == gh.sum(axis=0).tolist()
     split = np.flatnonzero(twin.feature >= 0)
@@ -1173,16 +1181,7 @@ def test_grow_whole_tree_with_a_sparse_store(n_rows, n_dense, n_sparse, max_dept
                            features=dense_ids, sparse=side, **args)
         if columns is not None:
             assert (columns.marks == -1).all()  # the scratch left as split_column needs it
-    twin, fast = grown["twin"], grown["numba"]
-    for field in ("totals", "feature", "bin_threshold", "default_left", "gain", "left", "depth",
-                  "seg_start", "seg_count"):
-        a, b = getattr(twin, field), getattr(fast, field)
-        assert a.dtype == b.dtype and np.array_equal(a, b), field
-    for k in np.flatnonzero(twin.seg_start >= 0):
-        segment = slice(twin.seg_start[k], twin.seg_start[k] + twin.seg_count[k])
-        parity = twin.depth[k] % 2
-        assert np.array_equal(row_arrays["twin"][parity][segment],
-                              row_arrays["numba"][parity][segment])
+    twin = _assert_same_grown_trees(grown, row_arrays)
     split = np.flatnonzero(twin.feature >= 0)
     assert twin.totals[0].tolist() == gh.sum(axis=0).tolist()
     assert np.array_equal(twin.totals[twin.left[split]] + twin.totals[twin.left[split] + 1],
