@@ -1135,7 +1135,8 @@ def test_grow_whole_tree_with_a_sparse_store(n_rows, n_dense, n_sparse, max_dept
                                              extra):
     """The whole-tree grower over dense and sparse stores against its twin: every node array
     equal, the same rows in the same order in every node, sparse splits taken (one-hot
-    columns whose present values say much) and ties between the stores going to the lower id."""
+    columns whose present values say much), common bins missing or a value. (Ties between the
+    stores: the next test.)"""
     from gbflow.backend import cpu_tree
     from gbflow.stores import SparseBins, SparseColumns
     rng = np.random.default_rng(n_rows + n_sparse)
@@ -1152,7 +1153,12 @@ def test_grow_whole_tree_with_a_sparse_store(n_rows, n_dense, n_sparse, max_dept
     n_value_bins = np.full(n_dense, n_bins - 1, dtype=np.int32)
     sparse_value_bins = np.full(n_sparse, 2, dtype=np.int32)
     offsets = np.concatenate([[0], np.cumsum(sparse_value_bins + 1)]).astype(np.int64)
-    rows, local = np.nonzero(sparse_bins)  # common bin 0: missing, absent entries
+    # every third feature's common bin a value (mostly-zero columns), the others' missing
+    common_bin = np.where(np.arange(n_sparse) % 3 == 2, 1, 0).astype(np.int32)
+    valued = common_bin == 1
+    sparse_bins[:, valued] = np.where(rng.random((n_rows, valued.sum())) < 0.85, 1,
+                                      sparse_bins[:, valued])
+    rows, local = np.nonzero(sparse_bins != common_bin[None, :])  # entries: other bins
     indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n_rows))])
     entries = SparseBins(indptr.astype(np.int64), local.astype(np.int16),
                          sparse_bins[rows, local].astype(np.uint8))
@@ -1171,7 +1177,7 @@ def test_grow_whole_tree_with_a_sparse_store(n_rows, n_dense, n_sparse, max_dept
                        ("numba", cpu_tree.grow_whole_tree)):
         columns = SparseColumns.of(entries, n_sparse, offsets) if indexed else None
         side = common.SparseSide(entries.indptr, entries.entry_feature, entries.entry_bin,
-                                 offsets, sparse_value_bins, np.zeros(n_sparse, np.int32),
+                                 offsets, sparse_value_bins, common_bin,
                                  allowed[:, sparse_ids], sparse_ids,
                                  np.full(n_rows, 255, dtype=np.uint8), columns)
         row_arrays[name] = (np.arange(n_rows, dtype=_dtypes.ROW_INDEX),
@@ -1197,25 +1203,41 @@ def test_grow_whole_tree_with_a_sparse_store(n_rows, n_dense, n_sparse, max_dept
 
 
 def test_grow_whole_tree_ties_between_stores_go_to_the_lower_id():
-    """The same column in both stores: whichever store holds the lower id, its split is the
-    one taken (``split.find_splits``' rule), in the twin and the compiled grower alike."""
+    """The same two columns in both stores (each store also holding a noise feature): at every
+    level the tie goes to the lower id, whichever store holds it (``split.find_splits``' rule),
+    in the twin and the compiled grower alike, and the two grow the same depth-2 tree."""
     from gbflow.backend import cpu_tree
     from gbflow.stores import SparseBins
     rng = np.random.default_rng(8)
     n_rows = 3000
-    column = np.where(rng.random(n_rows) < 0.3, 1, 0).astype(np.uint8)
-    gh = np.stack([np.where(column > 0, 2**36, -2**35), np.full(n_rows, 2**30)], axis=1)
-    rows = np.flatnonzero(column)
-    entries = SparseBins(np.concatenate([[0], np.cumsum(column)]).astype(np.int64),
-                         np.zeros(len(rows), np.int16), np.ones(len(rows), np.uint8))
-    for dense_id, sparse_id in ((0, 1), (1, 0)):
-        for grow in (numpy_kernels.grow_whole_tree, cpu_tree.grow_whole_tree):
+    a = (rng.random(n_rows) < 0.3).astype(np.uint8)
+    b = (rng.random(n_rows) < 0.5).astype(np.uint8)
+    noise = rng.integers(1, 3, n_rows).astype(np.uint8)
+    gh = np.stack([np.where(a > 0, 2**36, -2**35) + np.where(b > 0, 2**34, -2**34),
+                   np.full(n_rows, 2**30)], axis=1)
+    sparse_bins = np.stack([noise, a, b], axis=1)  # sparse-local 0 noise, 1 a, 2 b
+    rows, local = np.nonzero(sparse_bins)
+    entries = SparseBins(np.concatenate([[0], np.cumsum((sparse_bins > 0).sum(1))]).astype(
+        np.int64), local.astype(np.int16), sparse_bins[rows, local].astype(np.uint8))
+    dense = np.stack([a, b, noise], axis=1)  # dense-local 0 a, 1 b, 2 noise
+    # ids: (dense a, b, noise), (sparse noise, a, b); a and b lower in one store, then the other
+    for dense_ids, sparse_ids in (([0, 2, 4], [5, 1, 3]), ([1, 3, 5], [4, 0, 2])):
+        grown = {}
+        for name, grow in (("twin", numpy_kernels.grow_whole_tree),
+                           ("numba", cpu_tree.grow_whole_tree)):
             side = common.SparseSide(entries.indptr, entries.entry_feature, entries.entry_bin,
-                                     np.array([0, 2], np.int64), np.ones(1, np.int32),
-                                     np.zeros(1, np.int32), np.ones((1, 1), bool),
-                                     np.array([sparse_id]), np.zeros(n_rows, np.uint8))
-            tree = grow(column[:, None], column[None, :], gh, np.arange(n_rows, dtype=np.int32),
-                        np.zeros(n_rows, np.int32), np.ones(1, np.int32), 2,
-                        np.ones((1, 1), bool), 2.0**-30, 2.0**-30, 1.0, 0.0, 1.0, 1e-6,
-                        features=np.array([dense_id]), sparse=side)
-            assert tree.feature[0] == 0 and len(tree.feature) == 3
+                                     np.array([0, 3, 5, 7], np.int64), np.array([2, 1, 1],
+                                                                                np.int32),
+                                     np.zeros(3, np.int32), np.ones((2, 3), bool),
+                                     np.array(sparse_ids), np.zeros(n_rows, np.uint8))
+            grown[name] = grow(dense, np.ascontiguousarray(dense.T), gh,
+                               np.arange(n_rows, dtype=np.int32), np.zeros(n_rows, np.int32),
+                               np.array([1, 1, 2], np.int32), 3, np.ones((2, 3), bool),
+                               2.0**-30, 2.0**-30, 1.0, 0.0, 1.0, 1e-6,
+                               features=np.array(dense_ids), sparse=side)
+        twin, fast = grown["twin"], grown["numba"]
+        for field in ("totals", "feature", "bin_threshold", "default_left", "left"):
+            assert np.array_equal(getattr(twin, field), getattr(fast, field)), field
+        a_id, b_id = min(dense_ids[0], sparse_ids[1]), min(dense_ids[1], sparse_ids[2])
+        assert twin.feature[0] == a_id  # the root splits on a, the lower of its two ids
+        assert set(twin.feature[twin.depth == 1]) == {b_id}  # both children on b

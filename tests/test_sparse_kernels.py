@@ -6,6 +6,8 @@ row-major, features ascending within a row.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -492,6 +494,23 @@ def test_split_column(kernels, n_rows, n_dense, n_sparse, n_bins, n_nodes, id_dt
         out = poison.copy()
         kernels.split_column(*args, out, columns=columns)
         assert np.array_equal(out, expected) and (columns.marks == -1).all()
+        if kernels is cpu_kernels and len(columns.col_bins):
+            # the ratio is honoured: a walked feature's bins are read from the column index
+            # (here made wrong), a searched one's from the rows' entries
+            wrong = dataclasses.replace(columns, col_bins=columns.col_bins ^ np.array(
+                1, columns.col_bins.dtype))
+            out = poison.copy()
+            kernels.split_column(*args, out, columns=wrong)
+            # rows of the listed sparse-split nodes that hold an entry of their feature (a bin
+            # other than its common one)
+            with_entry = any((expected[row_index[start[k]:start[k] + count[k]]]
+                              != s["common_bin"][sparse_feature[k]]).any()
+                             for k in listed if dense_feature[k] < 0)
+            changed = not np.array_equal(out, expected)
+            if walk_ratio == 0:
+                assert not changed
+            elif walk_ratio == 10**9:
+                assert changed == with_entry
     # each listed node's rows hold their bins of its split feature
     for k in listed:
         rows = row_index[start[k]:start[k] + count[k]]

@@ -52,7 +52,7 @@ class CpuBackend(Backend):
 
 
 # Kernels every dense training calls: when numba's disk cache holds none of them, this is the
-# first use in this environment (or after an upgrade), and compiling takes 10-30 s.
+# first use in this environment (or after an upgrade), and compiling takes 10-45 s.
 _CORE_KERNELS = ("_bin_by_table", "_quantise_gradients", "_build_histograms",
                  "_partition_and_histogram")
 _announced = False

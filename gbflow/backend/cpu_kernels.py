@@ -1469,8 +1469,8 @@ def split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, 
     of its nodes is read by walking its entries (the nodes' rows marked first, then the common
     bin overwritten where a row has an entry) instead of one binary search a row: at the root of
     a one-hot CSR, all rows but a few percent hold the common bin."""
-    walk = columns is not None
-    if not walk:  # stand-ins of the index's types, never read
+    walk_ratio = _WALK_ENTRIES_PER_ROW if columns is not None else 0  # read at each call
+    if columns is None:  # stand-ins of the index's types, never read
         columns = _NoColumns(np.zeros(1, np.int64), np.zeros(0, np.int32),
                              np.zeros(0, entry_bin.dtype), np.zeros(0, np.int32))
     _gather_split_column(bins_by_feature, indptr, entry_feature, entry_bin,
@@ -1478,8 +1478,8 @@ def split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, 
                          np.asarray(seg_start, dtype=np.int64),
                          np.asarray(seg_count, dtype=np.int64),
                          np.asarray(dense_feature, dtype=np.int64),
-                         np.asarray(sparse_feature, dtype=np.int64), out, walk, columns.col_ptr,
-                         columns.col_rows, columns.col_bins, columns.marks,
+                         np.asarray(sparse_feature, dtype=np.int64), out, np.int64(walk_ratio),
+                         columns.col_ptr, columns.col_rows, columns.col_bins, columns.marks,
                          numba.get_num_threads())
     return out
 
@@ -1494,11 +1494,14 @@ class _NoColumns(typing.NamedTuple):
 @njit(**_JIT)
 def _gather_split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin,
                          row_index, seg_start, seg_count, dense_feature, sparse_feature, out,
-                         walk, col_ptr, col_rows, col_bins, marks, n_threads):
+                         walk_ratio, col_ptr, col_rows, col_bins, marks, n_threads):
     # split_column compiled (the whole-tree grower calls it between levels): which nodes walk
-    # their feature's entries, then the searched nodes' rows, then the walked ones'
+    # their feature's entries (fewer than walk_ratio entries a row of its nodes; 0: none, no
+    # index), then the searched nodes' rows, then the walked ones'. The ratio is an argument,
+    # not the module's constant, which numba would freeze into the compiled code.
     n_nodes = seg_start.shape[0]
     walked = np.zeros(n_nodes, dtype=np.bool_)
+    walk = walk_ratio > 0
     if walk:
         rows_of = np.zeros(col_ptr.shape[0] - 1, dtype=np.int64)
         for k in range(n_nodes):
@@ -1507,7 +1510,7 @@ def _gather_split_column(bins_by_feature, indptr, entry_feature, entry_bin, comm
         for k in range(n_nodes):
             if dense_feature[k] < 0 and seg_count[k] > 0:
                 s = sparse_feature[k]
-                walked[k] = col_ptr[s + 1] - col_ptr[s] < _WALK_ENTRIES_PER_ROW * rows_of[s]
+                walked[k] = col_ptr[s + 1] - col_ptr[s] < walk_ratio * rows_of[s]
     searched_count = np.where(walked, 0, seg_count)
     node, begin, end = _segment_chunks(seg_start, searched_count, n_threads)
     if node.shape[0]:

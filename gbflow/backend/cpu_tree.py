@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit
 
 from .. import _dtypes
+from . import cpu_kernels
 from .common import GrownTree, padded_width
 from .cpu_kernels import (
     _JIT,
@@ -63,10 +64,12 @@ def _sparse_arguments(sparse, max_depth: int) -> tuple:
     offsets = np.asarray(sparse.bin_offsets, dtype=np.int64)
     columns = sparse.columns
     if columns is not None:
-        walk, index, slots = True, (columns.col_ptr, columns.col_rows, columns.col_bins,
-                                    columns.marks), columns.slots
+        # split_column's walk ratio, read now: an argument, not a constant numba would freeze
+        walk = np.int64(cpu_kernels._WALK_ENTRIES_PER_ROW)
+        index = (columns.col_ptr, columns.col_rows, columns.col_bins, columns.marks)
+        slots = columns.slots
     else:  # stand-ins of the index's types, never read
-        walk = False
+        walk = np.int64(0)  # nothing walked without the index
         index = (np.zeros(1, np.int64), np.zeros(0, np.int32),
                  np.zeros(0, sparse.entry_bin.dtype), np.zeros(0, np.int32))
         slots = offsets[sparse.entry_feature] + sparse.entry_bin

@@ -98,8 +98,8 @@ def _rows_per_block(total_rows: int) -> int:
     return max(_MIN_ROWS_PER_BLOCK, -(-total_rows // (2 * n_sm)))
 
 
-# the last work list made, by its segments: a level's split search, column gather, partition
-# and sparse histograms deal the same segments to blocks (a few NumPy calls each time)
+# the last work list made, by its segments: a level's column gather, partition and sparse
+# histograms deal the same segments to blocks (a few NumPy calls each time)
 _last_work: list = [None]
 
 
@@ -982,8 +982,8 @@ def evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, inv
     """See ``numpy_kernels.evaluate_sparse_splits``; the five results are CuPy arrays. With no
     sparse feature (S = 0) every node gets no split (gain -inf, feature -1). With padded_bins,
     device offsets, value bin counts and mask are taken as they are: nothing goes up or down
-    (the store's are on the device; 20,000 features' offsets were a 160 KB round trip a
-    level)."""
+    (the store's are on the device; the host offsets of 20,000 features were a 160 KB upload
+    and a scan a level)."""
     n_nodes, n_slots, _ = hist.shape
     n_features = len(n_value_bins)
     if n_nodes == 0 or n_features == 0:
