@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 
 from . import category_splits
+from .backend.common import better_splits
 
 
 @dataclasses.dataclass
@@ -164,12 +165,11 @@ def find_splits(backend, stores: list, hist, feature_allowed: np.ndarray, consta
         gain, feature, bin_threshold, default_left, left_sum = result
         feature = np.where(feature >= 0, store.features[np.maximum(feature, 0)],
                            -1).astype(feature.dtype)
+        result = (gain, feature, bin_threshold, default_left, left_sum)
         if best is None:
-            best = [gain, feature, bin_threshold, default_left, left_sum]
+            best = result
             continue
-        take = (feature >= 0) & ((gain > best[0]) | ((gain == best[0]) & (feature < best[1])))
-        for j, values in enumerate((gain, feature, bin_threshold, default_left, left_sum)):
-            best[j] = np.where(take.reshape((-1,) + (1,) * (values.ndim - 1)), values, best[j])
+        best, take = better_splits(best, result)
         if right_bins is not None and i == len(searched) - 1:  # the category sets' result
             on_categories = take
     gain, feature, bin_threshold, default_left, left_sum = best

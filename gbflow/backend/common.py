@@ -188,7 +188,8 @@ class SparseSide:
     caller's numbering (ties between stores go to the lower id). column: (n,) scratch of the
     dense bins' dtype, where a level splitting on a sparse feature gathers its rows' split bins
     (overwritten). columns: None, or the entries indexed by feature (``stores.SparseColumns``:
-    col_ptr, col_rows, col_bins, marks, slots), which the CPU's grower reads.
+    col_ptr, col_rows, col_bins, marks, slots), which the CPU's grower reads. padded_bins: the
+    split search's ``padded_width`` of the offsets as the store keeps it, or None (computed).
     """
 
     indptr: np.ndarray
@@ -201,6 +202,20 @@ class SparseSide:
     features: np.ndarray
     column: np.ndarray
     columns: object = None
+    padded_bins: int | None = None
+
+
+def better_splits(best: tuple, other: tuple) -> tuple:
+    """Per node the better of two split searches' results: tuples of (n,) host arrays, gain
+    first, then the feature in one numbering across stores (-1: none), then any others (bin
+    threshold, default direction, left sums, ...) taken along. ``other``'s where it found a
+    feature of higher gain, or of equal gain and lower id: the choice one search over every
+    feature in id order would make (``split.find_splits``, the whole-tree twin). Returns (the
+    kept results, (n,) bool where they are ``other``'s)."""
+    gain, feature = other[0], other[1]
+    take = (feature >= 0) & ((gain > best[0]) | ((gain == best[0]) & (feature < best[1])))
+    return tuple(np.where(take.reshape((-1,) + (1,) * (a.ndim - 1)), b, a)
+                 for a, b in zip(best, other)), take
 
 
 def padded_width(bin_offsets) -> int:

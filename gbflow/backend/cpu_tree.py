@@ -77,7 +77,7 @@ def _sparse_arguments(sparse, max_depth: int) -> tuple:
             np.asarray(sparse.common_bin, dtype=np.int64), allowed,
             np.asarray(sparse.features, dtype=np.int64), sparse.entry_feature, sparse.entry_bin,
             walk, *index, sparse.column,
-            padded_width(offsets),  # the search's width
+            padded_width(offsets) if sparse.padded_bins is None else sparse.padded_bins,
             np.zeros(max(n_sparse, 1), dtype=np.int8))
 
 

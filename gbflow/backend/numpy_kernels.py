@@ -22,6 +22,7 @@ import numpy as np
 from .. import _dtypes
 from .common import (
     GrownTree,
+    better_splits,
     categorical_width,
     check_bounds,
     check_dest,
@@ -1090,27 +1091,27 @@ def grow_whole_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_b
     for depth in range(max_depth + 1):
         n = len(totals)
         no = np.zeros(n, dtype=bool)
-        found = (np.zeros(n), np.full(n, -1, dtype=np.int32), np.zeros(n, dtype=np.int32), no,
-                 None)
+        found = _with_ids((np.zeros(n), np.full(n, -1, dtype=np.int32),
+                           np.zeros(n, dtype=np.int32), no, None), features)  # no split
         in_sparse, do_split = no, no
         if depth < max_depth:
             bounds = None if max_delta_step is None else \
                 (max_delta_step, np.tile([-np.inf, np.inf], (n, 1)), None)
             constants = (inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, min_child_weight)
-            found = evaluate_splits(hist, n_value_bins, feature_allowed[depth], *constants,
-                                    bounds) if n_features else \
-                (np.full(n, -np.inf), found[1], found[2], no, np.zeros((n, 2), _dtypes.FIXED))
+            if n_features:
+                found = _with_ids(evaluate_splits(hist, n_value_bins, feature_allowed[depth],
+                                                  *constants, bounds), features)
+            else:  # no dense feature, no dense split
+                found = (np.full(n, -np.inf),) + found[1:4] + \
+                    (np.zeros((n, 2), _dtypes.FIXED), found[5])
             if sparse is not None:
-                found, in_sparse = _better_of(found, features, evaluate_sparse_splits(
+                found, in_sparse = better_splits(found, _with_ids(evaluate_sparse_splits(
                     sparse_hist, sparse.bin_offsets, sparse.n_value_bins,
-                    sparse.feature_allowed[depth], *constants, bounds), sparse.features)
+                    sparse.feature_allowed[depth], *constants, bounds,
+                    padded_bins=sparse.padded_bins), sparse.features))
             do_split = (found[1] >= 0) & (found[0] > min_gain)
-        gain, feature, bin_threshold, default_left, left_sum = found
-        feature_id = np.full(n, -1, dtype=np.int64)  # in the caller's numbering
-        in_dense = (feature >= 0) & ~in_sparse
-        feature_id[in_dense] = features[feature[in_dense]]
-        if sparse is not None:
-            feature_id[in_sparse] = sparse.features[feature[in_sparse]]
+        # the feature as the caller numbers them, then each one's id in its store
+        gain, feature_id, bin_threshold, default_left, left_sum, feature = found
         sp = np.flatnonzero(do_split)
         left = np.full(n, -1, dtype=np.int64)
         left[sp] = next_id + 2 * np.arange(len(sp))
@@ -1175,17 +1176,14 @@ def _children(parent, sp, built, built_at):
     return children
 
 
-def _better_of(dense, dense_features, sparse, sparse_features):
-    """Per node the better of two searches' five results (``split.find_splits``' rule: the
-    sparse one where it found a feature of higher gain, or of equal gain and lower id), and
-    (n,) bool where that was the sparse one."""
-    dense_id = np.where(dense[1] >= 0, np.asarray(dense_features)[np.maximum(dense[1], 0)]
-                        if len(dense_features) else 0, -1)
-    sparse_id = np.asarray(sparse_features)[np.maximum(sparse[1], 0)]
-    take = (sparse[1] >= 0) & ((sparse[0] > dense[0]) |
-                               ((sparse[0] == dense[0]) & (sparse_id < dense_id)))
-    return tuple(np.where(take.reshape((-1,) + (1,) * (a.ndim - 1)), b, a)
-                 for a, b in zip(dense, sparse)), take
+def _with_ids(found, ids):
+    """A store's five search results as ``better_splits`` compares them: (gain, the feature's
+    id in ``ids``' numbering or -1, bin threshold, default direction, left sums, the feature's
+    id in the store)."""
+    gain, feature, bin_threshold, default_left, left_sum = found
+    ids = np.asarray(ids, dtype=np.int64)
+    feature_id = np.where(feature >= 0, ids[np.maximum(feature, 0)] if len(ids) else 0, -1)
+    return gain, feature_id, bin_threshold, default_left, left_sum, feature
 
 
 def cut_thresholds(cut_values, cut_offsets, feature, bin_threshold):

@@ -57,7 +57,7 @@ def _sparse_side(shardset, by_level: np.ndarray) -> SparseSide | None:
     return SparseSide(entries.indptr, entries.entry_feature, entries.entry_bin,
                       store.bin_offsets_host, store.n_value_bins_host, store.common_bin,
                       np.ascontiguousarray(by_level[:, store.features]), store.features,
-                      shardset._split_column[0], store.columns[0])
+                      shardset._split_column[0], store.columns[0], store.padded_bins)
 
 
 def _leaf_rows(shardset, rows: tuple, grown, max_depth: int, node_value) -> LeafRows:
