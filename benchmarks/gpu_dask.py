@@ -131,7 +131,7 @@ def devices(client, cpu: bool) -> str:
 
 
 def case(client, args, rows: int, rounds: int, label: str):
-    n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
+    n_workers = len(client.nthreads())
     partitions = max(1, args.partitions_per_worker * n_workers)
     train = table(client, rows, args.features, partitions, args.seed, not args.cpu)
     test = table(client, max(rows // 5, 1000), args.features, partitions, args.seed + 1,

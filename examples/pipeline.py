@@ -108,7 +108,7 @@ def main() -> None:
 
     started = time.perf_counter()
     client = start_cluster(args)
-    workers = client.scheduler_info(n_workers=-1)["workers"]
+    workers = client.nthreads()
     print(f"cluster: {len(workers)} worker(s) ({'GPU' if args.gpu else 'CPU'}), "
           f"dashboard {client.dashboard_link}")
     shutil.rmtree(args.out, ignore_errors=True)

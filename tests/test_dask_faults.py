@@ -24,6 +24,7 @@ from conftest import make_table  # noqa: E402
 import gbflow  # noqa: E402
 import gbflow.dask  # noqa: E402
 from gbflow.dask import collective  # noqa: E402
+from gbflow.dask.watch import scheduler_workers  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +56,7 @@ def _job(session, rank, addresses, fail_rank, silent_rank, timeout):
 
 
 def _run(client, fail_rank=-1, silent_rank=-1, timeout=30.0):
-    addresses = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    addresses = sorted(client.nthreads())
     session = uuid.uuid4().hex
     return [client.submit(_job, session, r, addresses, fail_rank, silent_rank, timeout,
                           workers=[a], pure=False) for r, a in enumerate(addresses)]
@@ -84,8 +85,7 @@ def test_a_failing_rank_aborts_the_others_at_once(client3):
     for f in (futures[0], futures[2]):
         error = f.exception()
         assert isinstance(error, collective.CollectiveAborted) and "rank 1 failed" in str(error)
-    assert client3.run(collective.active_sessions) == {a: [] for a in
-                                                       client3.scheduler_info()["workers"]}
+    assert client3.run(collective.active_sessions) == {a: [] for a in client3.nthreads()}
 
 
 def test_a_silent_rank_times_out(client3):
@@ -94,6 +94,19 @@ def test_a_silent_rank_times_out(client3):
     errors = [futures[r].exception() for r in (0, 1)]
     assert all(isinstance(e, collective.CollectiveTimeout) for e in errors)
     assert any("rank 2" in str(e) for e in errors)
+
+
+def test_training_does_not_read_the_clients_cached_worker_list(client3, monkeypatch):
+    """distributed's periodic update of the client's scheduler info can replace it with one
+    listing no worker between a fetch and its read (``client.scheduler_info()`` returns that
+    cache): a driver reading it saw every training worker "left the cluster" and, with
+    on_worker_lost="raise", failed a healthy training. The driver asks the scheduler."""
+    monkeypatch.setattr(client3, "scheduler_info", lambda *a, **k: {"workers": {}})
+    ddf = dd.from_pandas(make_table(n_rows=600, seed=5), npartitions=3)
+    booster = gbflow.train(ddf, label="y", num_boost_round=3, verbose=False, client=client3,
+                           on_worker_lost="raise")
+    assert booster.num_boosted_rounds() == 3
+    assert set(scheduler_workers(client3)) == set(client3.nthreads())
 
 
 def test_a_lost_worker_fails_training_fast():
@@ -310,7 +323,7 @@ def test_paused_workers_end_training_with_an_error_naming_them():
         client.run(lambda dask_worker: setattr(dask_worker.memory_manager,
                                                "memory_pause_fraction", 1e-9))
         deadline = time.monotonic() + 10
-        while any(w["status"] != "paused" for w in client.scheduler_info()["workers"].values()):
+        while any(w["status"] != "paused" for w in scheduler_workers(client).values()):
             assert time.monotonic() < deadline
             time.sleep(0.05)
         start = time.monotonic()

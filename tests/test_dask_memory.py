@@ -155,7 +155,7 @@ def test_persisted_frames_stay_and_gbflows_copies_go(client, on_worker_lost):
     """The user's persisted partitions stay; evaluation partitions held by a worker that does
     not train are copied to one that does, and the copies go (whether or not the training
     keeps its partitions for a restart)."""
-    a, b = sorted(client.scheduler_info()["workers"])
+    a, b = sorted(client.nthreads())
     df = make_table(n_rows=2000, seed=63)
     train = client.persist(dd.from_pandas(df.iloc[:1500], npartitions=3), workers=[a])
     valid = client.persist(dd.from_pandas(df.iloc[1500:], npartitions=2), workers=[b])

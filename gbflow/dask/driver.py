@@ -28,7 +28,7 @@ from .messages import PartitionRef, Spec
 from .relay import OrderedLines, Relay
 from .rounds import KnownRounds
 from .task import train_task
-from .watch import _LOSS_NOTICE, Watching
+from .watch import _LOSS_NOTICE, Watching, scheduler_workers
 
 # How long a training task waits for a peer's message before giving up (dask config key
 # "gbflow.collective-timeout", seconds or a duration such as "10 minutes"). Only a peer that
@@ -204,7 +204,7 @@ class _Cluster(Watching):
     # -- the cluster's workers -------------------------------------------------------------------
     def _workers(self) -> dict:
         """The scheduler's workers now: {address: info (status, memory_limit, metrics, ...)}."""
-        return self.client.scheduler_info(n_workers=-1)["workers"]
+        return scheduler_workers(self.client)
 
     # -- events from the tasks -------------------------------------------------------------------
     def _on_event(self, event) -> None:
