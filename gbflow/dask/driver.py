@@ -28,7 +28,7 @@ from .messages import PartitionRef, Spec
 from .relay import OrderedLines, Relay
 from .rounds import KnownRounds
 from .task import train_task
-from .watch import _LOSS_NOTICE, Watching, scheduler_workers
+from .watch import LOSS_NOTICE, Watching, scheduler_workers
 
 # How long a training task waits for a peer's message before giving up (dask config key
 # "gbflow.collective-timeout", seconds or a duration such as "10 minutes"). Only a peer that
@@ -308,8 +308,8 @@ class _Cluster(Watching):
         """``who_has`` of kept partitions, each held by some worker: a kept future may look
         finished before the scheduler's word of its lost copy has come (the key is then being
         computed again), so it waits for a holder (the word comes within milliseconds; at most
-        ``_LOSS_NOTICE`` s)."""
-        deadline = time.monotonic() + _LOSS_NOTICE
+        ``LOSS_NOTICE`` s)."""
+        deadline = time.monotonic() + LOSS_NOTICE
         while True:
             who_has = self.client.who_has(partitions)
             if all(who_has.get(f.key) for f in partitions) or time.monotonic() > deadline:

@@ -10,7 +10,7 @@ from .errors import CollectiveError, CollectiveTimeout, lost_error, worker_statu
 
 _POLL = 0.1  # the longest wait between looks at the tasks, workers and events
 _LIVENESS_PERIOD = 0.5  # seconds between asking the scheduler which workers are alive
-_LOSS_NOTICE = 3.0  # seconds the scheduler gets to notice a dead worker (about 1 s after SIGKILL)
+LOSS_NOTICE = 3.0  # seconds the scheduler gets to notice a dead worker (about 1 s after SIGKILL)
 _STOP_WAIT = 5.0  # seconds to wait for the workers to take an abort
 _PAUSED = ("a paused worker is above Dask's memory pause threshold (distributed.worker.memory."
            "pause) and runs no task: give the workers more memory, or the data more workers")
@@ -91,12 +91,12 @@ class Watching:
         """After a task failed on a collective error while others still run: a worker that left
         the scheduler is lost (``WorkerLostError``, which a restart recovers from); one still
         there that stopped answering is hung, stopped or paused (``CollectiveTimeout`` naming
-        it). Waits up to ``_LOSS_NOTICE`` s for the scheduler to notice a death."""
+        it). Waits up to ``LOSS_NOTICE`` s for the scheduler to notice a death."""
         failed = [t.exception() for t in tasks if t.status == "error"]
         stuck = [a for a, t in zip(addresses, tasks) if not t.done()]
         if not stuck or not failed or not all(isinstance(e, CollectiveError) for e in failed):
             return
-        deadline = time.monotonic() + _LOSS_NOTICE
+        deadline = time.monotonic() + LOSS_NOTICE
         while True:
             alive = self._workers()
             if _gone(addresses, alive):
