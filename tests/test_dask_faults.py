@@ -10,6 +10,7 @@ import signal
 import threading
 import time
 import uuid
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -23,7 +24,7 @@ from conftest import make_table  # noqa: E402
 
 import gbflow  # noqa: E402
 import gbflow.dask  # noqa: E402
-from gbflow.dask import collective  # noqa: E402
+from gbflow.dask import collective, watch  # noqa: E402
 from gbflow.dask.watch import scheduler_workers  # noqa: E402
 
 
@@ -96,17 +97,88 @@ def test_a_silent_rank_times_out(client3):
     assert any("rank 2" in str(e) for e in errors)
 
 
+def _gbflow_topics(dask_scheduler=None) -> list:
+    return [t for t in dask_scheduler._broker._topics if t.startswith("gbflow-")]
+
+
 def test_training_does_not_read_the_clients_cached_worker_list(client3, monkeypatch):
     """distributed's periodic update of the client's scheduler info can replace it with one
     listing no worker between a fetch and its read (``client.scheduler_info()`` returns that
     cache): a driver reading it saw every training worker "left the cluster" and, with
-    on_worker_lost="raise", failed a healthy training. The driver asks the scheduler."""
+    on_worker_lost="raise", failed a healthy training. The driver asks the scheduler. After
+    the run, the scheduler no longer keeps its events (every round's trees)."""
     monkeypatch.setattr(client3, "scheduler_info", lambda *a, **k: {"workers": {}})
     ddf = dd.from_pandas(make_table(n_rows=600, seed=5), npartitions=3)
     booster = gbflow.train(ddf, label="y", num_boost_round=3, verbose=False, client=client3,
                            on_worker_lost="raise")
     assert booster.num_boosted_rounds() == 3
     assert set(scheduler_workers(client3)) == set(client3.nthreads())
+    booster = gbflow.train(ddf, label="y", num_boost_round=3, verbose=False, client=client3)
+    assert client3.run_on_scheduler(_gbflow_topics) == []
+
+
+class _Watcher(watch.Watching):
+    """The driver's waits alone, on a client."""
+
+    def __init__(self, client):
+        self.client, self.spec, self.started = client, SimpleNamespace(timeout=30.0), set()
+
+    def _workers(self) -> dict:
+        return scheduler_workers(self.client)
+
+
+def test_a_task_pinned_to_a_lost_worker_ends_the_drivers_wait(client3):
+    """The driver's row counts and evaluation copies run pinned to a worker; when it leaves,
+    Dask waits for it forever (and a finished task whose result went with its worker is run
+    again there). The driver's waits end with WorkerLostError, which a restart recovers
+    from. A worker address that is not in the cluster stands for the lost one."""
+    gone = "tcp://192.0.2.1:9"
+    future = client3.submit(len, [1, 2], workers=[gone], allow_other_workers=False, pure=False)
+    watcher, start = _Watcher(client3), time.monotonic()
+    with pytest.raises(gbflow.dask.WorkerLostError, match=r"192\.0\.2\.1:9'\] left the "
+                                                           r"cluster while counting rows"):
+        watcher._wait_all([future], "counting rows", pinned=[[gone]])
+    with pytest.raises(gbflow.dask.WorkerLostError, match="while fetching the model"):
+        watcher._results([future], [[gone]], "fetching the model")
+    assert time.monotonic() - start < 5
+    future.release()
+    here = sorted(client3.nthreads())[0]
+    future = client3.submit(len, [1, 2], workers=[here], allow_other_workers=False, pure=False)
+    watcher._wait_all([future], "counting rows", pinned=[[here]])
+    assert watcher._results([future], [[here]], "fetching") == [2]
+
+
+def test_a_task_that_cannot_start_on_a_busy_worker_is_named_busy_not_paused(client3):
+    """A training task queued behind other work for the whole collective timeout: the error
+    names the worker (running) and says it was busy, not that it was paused."""
+    address = sorted(client3.nthreads())[0]
+    blocker = client3.submit(time.sleep, 3, workers=[address], pure=False)
+    time.sleep(0.2)
+    task = client3.submit(len, [1], workers=[address], allow_other_workers=False, pure=False)
+    watcher = _Watcher(client3)
+    watcher.spec.timeout, watcher.known = 1.0, SimpleNamespace(save=lambda: None)
+    with pytest.raises(gbflow.dask.CollectiveTimeout,
+                       match=r"did not start on worker\(s\) \[.*\(running\)\] .*ran other "
+                             r"tasks all that time"):
+        watcher._watch([task], [address])
+    client3.cancel([blocker, task])
+
+
+def test_a_sessions_abort_closes_the_mailboxes_no_task_opened():
+    """A peer's message opens the mailbox of a rank whose task has not started; if that task
+    never starts (cancelled while queued after a failure), only the session's abort can close
+    it. A mailbox its task opened is aborted and left to the task to close."""
+    import asyncio
+
+    session = uuid.uuid4().hex
+    opened = collective.DaskCollective(None, session, 0, ["a", "b"], 1.0)
+    asyncio.run(collective._handle(session, 1, tag="x", source=0, payload=1))
+    assert collective.active_sessions().count(session) == 1
+    asyncio.run(collective.abort_session(session, "stopped"))
+    assert opened.box.abort_reason == "stopped"
+    assert asyncio.run(collective._handle(session, 1, tag="y", source=0, payload=2)) == "closed"
+    collective._close_mailbox(session, 0)
+    assert session not in collective.active_sessions()
 
 
 def test_a_lost_worker_fails_training_fast():

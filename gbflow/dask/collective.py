@@ -59,6 +59,7 @@ class _Mailbox:
         self.condition = threading.Condition()
         self.messages: dict = {}
         self.abort_reason: str | None = None
+        self.claimed = False  # its rank's task has opened it (``DaskCollective``)
 
     def put(self, key, payload) -> None:
         with self.condition:
@@ -110,7 +111,7 @@ def _remember(ordered: collections.OrderedDict, key, value=None) -> None:
         ordered.popitem(last=False)
 
 
-def _mailbox(session: str, rank: int) -> _Mailbox | None:
+def _mailbox(session: str, rank: int, claim: bool = False) -> _Mailbox | None:
     with _lock:
         if (session, rank) in _closed:
             return None
@@ -119,6 +120,7 @@ def _mailbox(session: str, rank: int) -> _Mailbox | None:
             box = _mailboxes[(session, rank)] = _Mailbox()
             if session in _aborted:
                 box.abort(_aborted[session])
+        box.claimed |= claim
         return box
 
 
@@ -149,10 +151,15 @@ async def _handle(session: str, dest: int, tag=None, source: int = -1, payload=N
 
 async def abort_session(session: str, reason: str) -> None:
     """Make this process's training tasks of ``session`` stop with ``CollectiveAborted(reason)``
-    (run on the workers' event loops by the driver through ``Client.run``)."""
+    (run on the workers' event loops by the driver through ``Client.run``). The mailboxes no
+    task has opened are closed: a rank whose task never starts (cancelled while queued) would
+    never close its own, and peers' messages would stay in it."""
     with _lock:
         _remember(_aborted, session, reason)
         boxes = [box for (s, _), box in _mailboxes.items() if s == session]
+        for key in [k for k, box in _mailboxes.items() if k[0] == session and not box.claimed]:
+            del _mailboxes[key]
+            _remember(_closed, key)
     for box in boxes:
         box.abort(reason)
 
@@ -180,7 +187,7 @@ class DaskCollective:
                  key=None):
         self.worker, self.session, self.rank, self.key = worker, session, rank, key
         self.addresses, self.size, self.timeout = list(addresses), len(addresses), timeout
-        self.box = _mailbox(session, rank)
+        self.box = _mailbox(session, rank, claim=True)
         if self.box is None:
             raise CollectiveError(f"session {session} was already closed on this worker")
         self._op = 0

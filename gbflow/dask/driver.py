@@ -35,6 +35,7 @@ from .watch import LOSS_NOTICE, Watching, scheduler_workers
 # hangs without dying needs it: lost workers are detected within about a second.
 DEFAULT_TIMEOUT = "30 minutes"
 MAX_RESTARTS = 3  # restarts after lost workers before train() gives up
+_SUBMITTING = threading.Lock()  # a run's training tasks are submitted together
 
 
 def _timeout() -> float:
@@ -235,10 +236,14 @@ class _Cluster(Watching):
             client.register_plugin(CollectivePlugin(), name=CollectivePlugin.name)
             relay = Relay(self._on_event)
             client.subscribe_topic(spec.topic, relay)
-            tasks = [client.submit(train_task, spec, rank, addresses, train_refs[rank],
-                                   eval_refs[rank], key=f"gbflow-train-{spec.session}-{rank}",
-                                   workers=[address], allow_other_workers=False, pure=False)
-                     for rank, address in enumerate(addresses)]
+            # One run's tasks reach the scheduler together: two trainings submitting from two
+            # threads at once, their ranks interleaved, could each wait on a worker whose one
+            # thread runs the other's rank (until the collective timeout)
+            with _SUBMITTING:
+                tasks = [client.submit(train_task, spec, rank, addresses, train_refs[rank],
+                                       eval_refs[rank], key=f"gbflow-train-{spec.session}-{rank}",
+                                       workers=[address], allow_other_workers=False, pure=False)
+                         for rank, address in enumerate(addresses)]
             self._futures.extend(tasks)  # their results (the booster) are released at the end
             finished = False
             try:
@@ -248,13 +253,15 @@ class _Cluster(Watching):
                 if any(t.status == "cancelled" for t in tasks):
                     raise CollectiveError("a gbflow training task was cancelled (by another "
                                           "client, or the cluster is closing)")
-                results = [t.result() for t in tasks]
+                results = self._results(tasks, [[a] for a in addresses],
+                                        "fetching the trained model")
                 finished = True
             finally:
                 self.closed = True
                 self.progress.close()
                 relay.target = None
                 client.unsubscribe_topic(spec.topic)
+                _forget_topic(client, spec.topic)
                 if not finished:
                     self._stop(tasks, addresses)
         finally:
@@ -291,11 +298,13 @@ class _Cluster(Watching):
         # unknown task's duration counts as 0.5 s, so Dask could move a partition to count it;
         # and after the compute, not in it (these tasks changed where Dask put the partitions).
         # (counted again on a restart: a pipeline may compute a lost partition differently)
-        counts = [self.client.submit(len, f, workers=sorted(who_has.get(f.key, ())) or None,
-                                     allow_other_workers=False) for f in partitions]
+        holders = [sorted(who_has.get(f.key, ())) or None for f in partitions]
+        counts = [self.client.submit(len, f, workers=workers, allow_other_workers=False)
+                  for f, workers in zip(partitions, holders)]
         self._futures.extend(counts)
-        self._wait_all(counts, "counting the partitions' rows")
-        rows = self.client.gather(counts)
+        doing = "counting the partitions' rows"
+        self._wait_all(counts, doing, pinned=holders)
+        rows = self._results(counts, holders, doing)
         for f in counts:
             f.release()
         if reused:
@@ -353,7 +362,7 @@ class _Cluster(Watching):
             self._hold((rank, 0, index), f)
         eval_refs = [[[] for _ in evals] for _ in addresses]
         eval_load = {a: 0 for a in addresses}
-        copied = []  # (original, copy)
+        copied, copy_to = [], []  # (original, copy), the copy's worker
         for j, (fs, counts) in enumerate(evals):
             for index, (f, rows) in enumerate(zip(fs, counts)):
                 local = [a for a in sorted(who_has.get(f.key, ())) if a in rank_of]
@@ -364,12 +373,15 @@ class _Cluster(Watching):
                                               allow_other_workers=False, pure=False)
                     self._futures.append(copy)
                     copied.append((f, copy))
+                    copy_to.append(chosen)
                     f = copy
                 rank = rank_of[chosen]
                 eval_refs[rank][j].append(PartitionRef(index, f.key, rows))
                 self._hold((rank, 1 + j, index), f)
         if copied:
-            self._wait_all([copy for _, copy in copied], "copying evaluation partitions")
+            copies = [copy for _, copy in copied]
+            self._wait_all(copies, "copying evaluation partitions",
+                           pinned=[[a] for a in copy_to])
         # the copy is what training reads (a key held by no training worker is read by no
         # task): the original goes once the run knows whether it keeps its partitions
         self._copied = [original for original, _ in copied]
@@ -427,6 +439,21 @@ class _Cluster(Watching):
         booster.timings["dask_compute"] = computed
         booster.timings["dask_total"] = time.perf_counter() - started
         return booster
+
+
+def _forget_topic(client, topic: str) -> None:
+    """Drop a run's event topic from the scheduler: distributed keeps every topic's last
+    1,000 events for the scheduler's life (each round's trees, with restarts on: 1.2 MB for
+    200 rounds of depth 6), and each run has its own topic. Best effort: the broker is
+    distributed's internal."""
+    def forget(dask_scheduler=None):
+        topics = getattr(getattr(dask_scheduler, "_broker", None), "_topics", None)
+        if topics is not None:
+            topics.pop(topic, None)
+    try:
+        client.run_on_scheduler(forget)
+    except Exception:  # the cluster is going away, or another distributed
+        pass
 
 
 def _same(frame):

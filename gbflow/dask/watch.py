@@ -6,12 +6,21 @@ import threading
 import time
 
 from .collective import abort_session
-from .errors import CollectiveError, CollectiveTimeout, lost_error, worker_statuses
+from .errors import (
+    CollectiveError,
+    CollectiveTimeout,
+    WorkerLostError,
+    lost_error,
+    worker_statuses,
+)
 
 _POLL = 0.1  # the longest wait between looks at the tasks, workers and events
 _LIVENESS_PERIOD = 0.5  # seconds between asking the scheduler which workers are alive
 LOSS_NOTICE = 3.0  # seconds the scheduler gets to notice a dead worker (about 1 s after SIGKILL)
 _STOP_WAIT = 5.0  # seconds to wait for the workers to take an abort
+_BUSY = ("every thread of the worker ran other tasks all that time (a training task needs one "
+         "on each training worker): give the workers more threads, or run fewer trainings or "
+         "other work at once")
 _PAUSED = ("a paused worker is above Dask's memory pause threshold (distributed.worker.memory."
            "pause) and runs no task: give the workers more memory, or the data more workers")
 
@@ -21,17 +30,23 @@ class Watching:
     (its ``timeout`` and ``session``), ``known`` (``rounds.KnownRounds``, saved while
     waiting), ``started`` (ranks whose task has begun) and ``_workers()``."""
 
-    def _wait_all(self, futures, doing: str) -> None:
+    def _wait_all(self, futures, doing: str, pinned: list | None = None) -> None:
         """Wait until every future is done. A pipeline may take as long as it takes, but when
         none finished for the collective timeout and a worker is paused (Dask stops running
-        tasks on a worker above its memory pause threshold), CollectiveTimeout naming it."""
+        tasks on a worker above its memory pause threshold), CollectiveTimeout naming it.
+        pinned: per future the workers its task may run on (None: any); WorkerLostError when
+        every one of a future's workers has left (Dask would wait for them forever)."""
         ended = _woken_when_done(futures)
         finished, progress = 0, time.monotonic()
+        next_check = time.monotonic() + _LIVENESS_PERIOD
         while True:
             ended.clear()
             now_done = sum(f.done() for f in futures)
             if now_done == len(futures):
                 return
+            if pinned is not None and time.monotonic() >= next_check:
+                self._raise_if_pinned_lost(futures, pinned, doing)
+                next_check = time.monotonic() + _LIVENESS_PERIOD
             if now_done > finished:
                 finished, progress = now_done, time.monotonic()
             elif time.monotonic() - progress > self.spec.timeout:
@@ -46,6 +61,30 @@ class Watching:
             # its done callback at once, so the wait is not woken when the key is computed
             # again; looking at the futures costs no message)
             ended.wait(_POLL)
+
+    def _raise_if_pinned_lost(self, futures, pinned: list, doing: str) -> None:
+        """WorkerLostError when a future not yet done (or whose result went with its worker)
+        can run only on workers that left the cluster."""
+        alive = self._workers()
+        for future, workers in zip(futures, pinned):
+            if workers and future.status != "finished" and not any(a in alive for a in workers):
+                raise WorkerLostError(f"worker(s) {sorted(workers)} left the cluster while "
+                                      f"{doing}")
+
+    def _results(self, futures, pinned: list, doing: str) -> list:
+        """The results of finished ``futures``, each pinned to the workers in ``pinned``.
+        A result lost with its worker before it was fetched makes Dask run the task again
+        where it can never run: WorkerLostError then, not an endless wait."""
+        results = []
+        for future in futures:
+            while True:
+                try:
+                    results.append(future.result(timeout=_LIVENESS_PERIOD))
+                    break
+                except TimeoutError:  # (rare: only when a result was lost)
+                    pass
+                self._raise_if_pinned_lost(futures, pinned, doing)
+        return results
 
     def _watch(self, tasks, addresses) -> None:
         """Wait for the tasks; stop at the first failed task or lost worker. Wakes when a task
@@ -80,10 +119,11 @@ class Watching:
                     raise lost_error(_gone(addresses, alive), addresses)
                 waiting = [a for r, a in enumerate(addresses) if r not in self.started]
                 if waiting and now - submitted > self.spec.timeout:
+                    paused = any(alive.get(a, {}).get("status") == "paused" for a in waiting)
                     raise CollectiveTimeout(
                         f"the training task did not start on worker(s) "
                         f"{worker_statuses(waiting, alive)} within {self.spec.timeout:g} s "
-                        f"(gbflow.collective-timeout): {_PAUSED}")
+                        f"(gbflow.collective-timeout): {_PAUSED if paused else _BUSY}")
                 next_check = now + _LIVENESS_PERIOD
             ended.wait(_POLL)
 
