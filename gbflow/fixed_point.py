@@ -35,7 +35,10 @@ def fixed_point_scale(max_abs: float, n_rows: int, limit: float = _dtypes.FIXED_
     (2**62 for gradients; the sketch passes 2**52 for weights summed in float64)."""
     if not (max_abs > 0) or n_rows == 0:
         return 1.0
-    exponent = math.floor(math.log2(limit / (n_rows * max_abs)))
+    ratio = limit / (n_rows * max_abs)
+    if ratio >= 2.0 ** 1001:  # (also infinite: values below about 1e-290) the cap below
+        return 2.0 ** 1000
+    exponent = math.floor(math.log2(ratio))
     return 2.0 ** min(exponent, 1000)
 
 

@@ -277,6 +277,16 @@ def test_labels_and_weights_at_the_limit_train(df, device, objective):
     assert all(np.isfinite(v).all() for v in b.evals_result["train"].values())
 
 
+@pytest.mark.parametrize("role", ["y", "w"])
+def test_labels_and_weights_near_zero_train(df, device, role):
+    """Values below about 1e-290 made the fixed-point scale's ratio infinite (OverflowError
+    from math.floor); the scale is capped at 2**1000 instead. XGBoost trains on such labels."""
+    df[role] = 1e-300 if role == "w" else np.where(np.arange(len(df)) % 3, 0.0, 1e-300)
+    b = gbflow.train(df, "y", {**SMALL, "device": device}, num_boost_round=3, weight="w",
+                     verbose=False)
+    assert np.isfinite(b.predict(df)).all()
+
+
 @pytest.mark.gpu
 def test_bad_device_arrays_are_named(df, no_work):
     """CuPy labels, weights and features get the errors NumPy ones get (the positions are
