@@ -2,7 +2,8 @@
 reg:absoluteerror and reg:quantileerror (a line search after each tree) and their base scores.
 
 A group's ``alpha`` quantile is the smallest of its values v whose rows with values <= v weigh at
-least alpha times the group's weight (at least one row's). It is found digit by digit on the
+least alpha times the group's weight (at least one row's), alpha read as the decimal it is
+written as (0.9 is 9/10). It is found digit by digit on the
 values' ordered 64-bit keys: eight rounds, each one table of (group, next byte) weights summed
 over the shards and through the collective. Weights are integers, so every sum is exact and
 the quantile does not depend on how the rows are split into shards, partitions or workers.
@@ -65,7 +66,10 @@ def weighted_quantiles(backend, groups: list, values: list, weights: list | None
     xp, kernels = backend.xp, backend.kernels
     keys = [ordered_keys(xp, v) for v in values]
     weights = [None] * len(groups) if weights is None else weights
-    fraction = Fraction(alpha)
+    # alpha as the decimal it is written as: Fraction(0.9) is the double just above 9/10, whose
+    # rank ceil(alpha * total) was one row too far whenever 0.9 * total is a whole number
+    # (XGBoost's and NumPy's inverted-CDF quantile take the 9th of 10 values)
+    fraction = Fraction(repr(float(alpha)))
     prefix = xp.zeros(n_groups, dtype=np.uint64)
     # After the first round (which counts every row: its table's rows are the groups' weights)
     # the rounds stay on the device, no wait for it until the result: each picks per group the

@@ -17,10 +17,10 @@ from gbflow.params import make_params
 
 def _lower_quantile(values, weights, alpha):
     """The definition, by sorting: the smallest value whose rows at or below it weigh at least
-    alpha times the total (at least one row's weight)."""
+    alpha (the decimal written: 0.9 is 9/10) times the total (at least one row's weight)."""
     order = np.argsort(values, kind="stable")
     cumulative = np.cumsum(weights[order]).astype(np.int64)
-    target = max(1, math.ceil(Fraction(alpha) * int(cumulative[-1])))
+    target = max(1, math.ceil(Fraction(repr(float(alpha))) * int(cumulative[-1])))
     return values[order][np.searchsorted(cumulative, target)]
 
 
@@ -52,6 +52,17 @@ def test_weighted_quantiles_are_exact_and_do_not_depend_on_the_shards(alpha, wei
     if not weighted:  # None means weights of one
         assert np.array_equal(whole, leaf_quantiles.weighted_quantiles(
             backend, [groups], [values], None, n_groups, alpha), equal_nan=True)
+
+
+@pytest.mark.parametrize("n", [10, 20, 100, 7])
+def test_unweighted_quantiles_are_numpys_inverted_cdf(n):
+    """Against NumPy's inverted-CDF quantile (XGBoost's for weighted rows): 0.9 of ten values is
+    the 9th (alpha read as the binary double above 9/10 once gave the 10th)."""
+    values = np.random.default_rng(n).permutation(np.arange(1.0, n + 1))
+    alphas = [0.1, 0.2, 0.25, 0.3, 0.5, 0.7, 0.75, 0.8, 0.9, 0.95]
+    found = [leaf_quantiles.weighted_quantiles(get_backend("cpu"), [np.zeros(n, np.int64)],
+                                               [values], None, 1, alpha)[0] for alpha in alphas]
+    assert found == [np.quantile(values, alpha, method="inverted_cdf") for alpha in alphas]
 
 
 @pytest.mark.parametrize("n,n_groups,weighted", [(0, 3, False), (1, 1, True), (5000, 7, True),
