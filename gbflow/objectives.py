@@ -45,7 +45,9 @@ class SquaredError(Objective):
     newton_start = False
 
     def estimate_margin(self, xp, labels, weights, collective=LOCAL):
-        if self.newton_start:
+        # (with scale_pos_weight the Newton step is the mean with positive rows scaled, as
+        # XGBoost 3.2 estimates it)
+        if self.newton_start or self.scale_pos_weight != 1.0:
             return np.array([newton_step_from_zero(self, xp, labels, weights, collective)])
         return np.array([weighted_mean(xp, labels, weights, collective)])
 
@@ -92,9 +94,14 @@ class Logistic(ElementwiseLoss, SquaredError):
         return math.log(p / (1 - p))
 
     def estimate_margin(self, xp, labels, weights, collective=LOCAL):
-        if self.name == "binary:logitraw":  # XGBoost (3.2) estimates none: base score 0.5
-            return np.array([0.5])
+        # XGBoost 3.2's: with scale_pos_weight one Newton step from margin 0 (its positive rows
+        # scaled); else the weighted mean label, a margin for binary:logitraw (whose base score
+        # is one) and a probability for the others
+        if self.scale_pos_weight != 1.0:
+            return np.array([newton_step_from_zero(self, xp, labels, weights, collective)])
         p = weighted_mean(xp, labels, weights, collective)
+        if self.name == "binary:logitraw":
+            return np.array([p])
         if not 0 < p < 1:
             p = min(max(p, 1e-7), 1 - 1e-7)  # a single-class label: a finite, very sure start
         return np.array([math.log(p / (1 - p))])
@@ -351,6 +358,12 @@ class Hinge(Objective):
 
     def transform(self, xp, margin):
         return (margin[:, 0] > 0).astype(xp.float64)
+
+    def estimate_margin(self, xp, labels, weights, collective=LOCAL):
+        # XGBoost 3.2's: one Newton step from margin 0, stored through the prediction's
+        # transform (1 when the step is positive, else 0), which is the starting margin
+        step = newton_step_from_zero(self, xp, labels, weights, collective)
+        return np.array([1.0 if step > 0 else 0.0])
 
     def gradient_bounds(self, max_weight):
         return np.array([[max_weight, max(1.0, _dtypes.MIN_HESSIAN) * max_weight]])

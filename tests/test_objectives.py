@@ -277,6 +277,36 @@ def test_xgboost_parameter_dicts_run():
     assert make_params({"objective": "multi:softmax", "num_class": 4}).n_groups == 4
 
 
+@pytest.mark.parametrize("params", [
+    {"objective": "binary:logistic", "scale_pos_weight": 3.0},
+    {"objective": "reg:logistic", "scale_pos_weight": 0.5},
+    {"objective": "binary:logitraw"},
+    {"objective": "binary:logitraw", "scale_pos_weight": 3.0},
+    {"objective": "reg:squarederror", "scale_pos_weight": 3.0},
+    {"objective": "binary:hinge"},
+])
+@pytest.mark.parametrize("positive", [0.3, 0.7])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_default_base_margin_of_binary_labels_is_xgboosts(params, positive, weighted):
+    """The margin every row starts from: XGBoost 3.2's first tree's leaf subtracted from its
+    margin (its stored base_score goes through each loss's link; binary:hinge stores the
+    transform of one Newton step, 0 or 1). scale_pos_weight counts once gbflow ignored it;
+    binary:logitraw started at 0.5 and binary:hinge at 0."""
+    import json
+    rng = np.random.default_rng(int(positive * 10) + weighted)
+    X = rng.standard_normal((500, 3)).astype(np.float32)
+    y = (rng.random(500) < positive).astype(np.float64)
+    w = rng.uniform(0.5, 2.0, 500) if weighted else None
+    data = xgb.DMatrix(X, y, weight=w)
+    theirs = xgb.train({**params, "tree_method": "hist"}, data, 1)
+    leaves = np.asarray(json.loads(theirs.save_raw("json"))["learner"]["gradient_booster"][
+        "model"]["trees"][0]["split_conditions"])
+    start = theirs.predict(data, output_margin=True) - \
+        leaves[theirs.predict(data, pred_leaf=True).astype(int).ravel()]
+    ours = make_params(params).loss.base_margin(np, [y], None if w is None else [w], None)
+    assert ours[0] == pytest.approx(float(np.median(start)), abs=2e-6)
+
+
 @pytest.mark.parametrize("objective", ["count:poisson", "reg:gamma", "reg:tweedie",
                                        "reg:squaredlogerror", "reg:pseudohubererror"])
 def test_default_base_margin_is_xgboosts(objective):
@@ -448,10 +478,11 @@ def test_xgboost_habits_on_the_booster():
         booster.feature_importances("wieght")
 
 
-@pytest.mark.parametrize("base_score", [None, 0.3, 2.0, -1.5])
+@pytest.mark.parametrize("base_score", [0.3, 2.0, -1.5])
 def test_logitraw_base_score_is_a_margin_as_in_xgboost(base_score):
-    """binary:logitraw predicts margins, and XGBoost takes its base_score as one (any number;
-    0.5 when not given, not estimated from the labels): the same start as XGBoost's."""
+    """binary:logitraw predicts margins, and XGBoost takes its base_score as one (any number):
+    the same start as XGBoost's. (Not given, XGBoost estimates it at the first round, the mean
+    label, and keeps 0.5 with no round: test_default_base_margin_of_binary_labels_is_xgboosts.)"""
     xgboost = pytest.importorskip("xgboost")
     rng = np.random.default_rng(5)
     X = rng.standard_normal((400, 3)).astype(np.float32)
@@ -461,4 +492,4 @@ def test_logitraw_base_score_is_a_margin_as_in_xgboost(base_score):
     ours = gbflow.train(X, y, params, num_boost_round=0, verbose=False).predict(X)
     theirs = xgboost.train(params, xgboost.DMatrix(X, y), 0).predict(xgboost.DMatrix(X))
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-7)
-    assert ours[0] == (0.5 if base_score is None else base_score)
+    assert ours[0] == base_score
