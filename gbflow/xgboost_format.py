@@ -171,4 +171,5 @@ def to_xgboost_dict(booster) -> dict:
 
 def to_xgboost_json(booster) -> str:
     """``to_xgboost_dict`` as compact JSON text (what XGBoost's ``load_model`` reads)."""
-    return json.dumps(to_xgboost_dict(booster), allow_nan=False, separators=(",", ":"))
+    return json.dumps(to_xgboost_dict(booster), allow_nan=False, separators=(",", ":"),
+                      ensure_ascii=False)  # feature names as written: XGBoost keeps "\\u00e9"

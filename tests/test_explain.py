@@ -256,6 +256,22 @@ def test_xgboost_export_with_categorical_splits_and_best_iteration():
     assert booster.to_xgboost().best_iteration == 5
 
 
+def test_non_ascii_feature_names_reach_xgboost_as_written(tmp_path):
+    """XGBoost keeps an escaped name ("\\u00e9") as those six characters: the frame's own
+    column then failed its feature-name check."""
+    xgb = pytest.importorskip("xgboost")
+    rng = np.random.default_rng(3)
+    df = pd.DataFrame(rng.standard_normal((300, 2)), columns=["é", "日本"])
+    booster = gbflow.train(df, rng.standard_normal(300), {"max_depth": 3}, num_boost_round=3,
+                           verbose=False)
+    for name in ("n.json", "n.ubj"):
+        booster.save_model(tmp_path / name, format="xgboost")
+        loaded = xgb.Booster(model_file=str(tmp_path / name))
+        assert loaded.feature_names == ["é", "日本"]
+        np.testing.assert_allclose(loaded.predict(xgb.DMatrix(df)), booster.predict(df),
+                                   atol=1e-6)
+
+
 def test_save_model_in_xgboost_formats(tmp_path):
     xgb = pytest.importorskip("xgboost")
     booster, df = _train("multi:softprob", rounds=5)
