@@ -19,6 +19,7 @@ import pandas as pd
 from . import _dtypes
 from .backend import backend_for
 from .backend.arrays import to_host
+from .backend.frames import check_category_kind
 
 # Bins are uint16 at most (``_dtypes.bin_dtype``): the missing bin and one bin per category.
 MAX_CATEGORIES = 2**16 - 1
@@ -232,10 +233,13 @@ def recode_part(part, target: dict) -> None:
 
 def recode_columns(X, feature_names: list, own: dict, target: dict) -> None:
     """X's (n, F) categorical columns, coded in the lists ``own``, moved onto ``target``'s
-    ({name: sorted values} both), in place."""
+    ({name: sorted values} both), in place. TypeError naming a feature whose categories are of
+    another kind than the target's (numbers against strings: no value would match, and every
+    row would silently become missing)."""
     xp = backend_for(X).xp
     for name, values in target.items():
         if name in own:
+            check_category_kind(name, own[name], values)
             recode(xp, X, feature_names.index(name), own[name], values)
 
 

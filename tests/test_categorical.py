@@ -556,6 +556,27 @@ def test_prediction_needs_the_training_dtypes():
         numeric.predict(df)
 
 
+def test_categories_of_another_kind_than_trainings_are_refused():
+    """Number categories in training, the same as strings at prediction (or in an evaluation
+    set): no value matches, so every row silently took the missing branch. Now a TypeError
+    naming the column; number categories of another dtype (float for int) still match."""
+    rng = np.random.default_rng(2)
+    df = pd.DataFrame({"a": rng.standard_normal(300),
+                       "d": pd.Categorical(rng.choice([1, 2, 3], 300))})
+    df["y"] = df["a"] + df["d"].astype(int)
+    model = gbflow.train(df, label="y", params=PARAMS, num_boost_round=3, verbose=False)
+    as_floats = df.assign(d=pd.Categorical(df["d"].astype(float)))
+    assert np.array_equal(model.predict(as_floats), model.predict(df))
+    as_strings = df.assign(d=pd.Categorical(df["d"].astype(str)))
+    match = r"categorical feature 'd' has categories of strings here \(e\.g\. '1'\) where " \
+            r"the model's are numbers \(e\.g\. 1\)"
+    with pytest.raises(TypeError, match=match):
+        model.predict(as_strings)
+    with pytest.raises(TypeError, match=match):
+        gbflow.train(df, label="y", params=PARAMS, num_boost_round=1, verbose=False,
+                     evals=[(as_strings, "v")])
+
+
 def test_a_categorical_feature_also_splits_by_value_order():
     """Categories whose effect follows their value order: the value-order split (plain
     reg_lambda) beats the category set, which pays cat_l2, and is written as a threshold."""

@@ -136,11 +136,40 @@ def observed_categories(data, columns: Sequence[str]) -> dict[str, np.ndarray]:
     return found
 
 
+# what dask.dataframe puts in a meta's category column whose categories are unknown
+_UNKNOWN_CATEGORIES = "__UNKNOWN_CATEGORIES__"
+
+
+def _kind(values) -> str:
+    """"numbers", "strings" or another pandas-inferred kind of a category list's values."""
+    inferred = pd.api.types.infer_dtype(values, skipna=True)
+    return "numbers" if inferred in ("integer", "floating", "mixed-integer-float", "decimal") \
+        else "strings" if inferred == "string" else inferred
+
+
+def check_category_kind(name: str, own, target) -> None:
+    """TypeError naming categorical feature ``name`` when its categories ``own`` are of another
+    kind than ``target`` (numbers against strings: no value would match, and every row would
+    silently be missing)."""
+    if len(own) == 1 and own[0] == _UNKNOWN_CATEGORIES:
+        return  # a Dask frame's meta, whose categories are not known yet
+    if len(own) and len(target) and _kind(own) != _kind(target):
+        def example(values):
+            first = values[0]
+            return repr(first.item() if hasattr(first, "item") else first)
+        raise TypeError(f"categorical feature {name!r} has categories of {_kind(own)} here "
+                        f"(e.g. {example(own)}) where the model's are {_kind(target)} (e.g. "
+                        f"{example(target)}): no value would match and every row would be "
+                        f"missing; give the column the training data's category type")
+
+
 def encode_categories(data, name: str, categories: np.ndarray):
     """A category column as (n,) float32 positions of its values in ``categories`` (a sorted
     host array of values); NaN for nulls and for values not among ``categories``. NumPy, or
-    CuPy for cuDF."""
+    CuPy for cuDF. TypeError when the column's categories are of another kind
+    (``check_category_kind``)."""
     own, codes = _categories_and_codes(data, name)
+    check_category_kind(name, own, categories)
     lookup = pd.Index(categories).get_indexer(own).astype(np.float32)  # -1: not in categories
     lookup[lookup < 0] = np.nan
     lookup = np.concatenate([lookup, [np.float32(np.nan)]])  # code -1 (null) reads the NaN
