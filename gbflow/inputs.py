@@ -71,15 +71,17 @@ def eval_pair(entry, index: int) -> tuple[object, str, str]:
     return data, name, f"evals[{index}] ({name!r})"
 
 
-def check_container(data, what: str) -> None:
-    """Refuse anything that is not a pandas DataFrame or a 2-D numeric array, before any work."""
+def check_container(data, what: str, features: list | None = None) -> None:
+    """Refuse anything that is not a pandas DataFrame or a 2-D numeric array, before any work.
+    features: the model's feature names, when other columns may ride along (only these may
+    not appear twice)."""
     module = type(data).__module__.split(".")[0]
     if is_dask_collection(data):
         raise TypeError(f"{what} is a Dask collection, but the training data is not: give Dask "
                         f"DataFrames for both (gbflow.train then trains on the partitions), or "
                         f"compute() this one to pandas")
     if frames.is_frame(data):
-        frames.check_unique_columns(data)
+        frames.check_unique_columns(data, among=features)
         return
     if frames.is_sparse_matrix(data):
         if len(data.shape) != 2:

@@ -614,6 +614,20 @@ def test_transform_keeps_passenger_columns(booster, df):
     np.testing.assert_array_equal(out["prediction"], booster.predict(df))
 
 
+def test_transform_keeps_passengers_of_one_name_but_not_a_repeated_feature(booster, df):
+    """Passengers are never read, so two may share a name (or 0 and "0"); a feature twice is
+    still ambiguous."""
+    ids = pd.DataFrame({"i": np.arange(N), "j": -np.arange(N)}).set_axis(["id", "id"], axis=1)
+    with_ids = pd.concat([df, ids], axis=1)
+    with_ids[0], with_ids["0"] = 1, 2
+    out = booster.transform(with_ids)
+    assert list(out.columns) == ["a", "b", "y", "w", "id", "id", 0, "0", "prediction"]
+    np.testing.assert_array_equal(out.iloc[:, 4:8].to_numpy(), with_ids.iloc[:, 4:].to_numpy())
+    np.testing.assert_array_equal(out["prediction"], booster.predict(df))
+    with pytest.raises(ValueError, match=r"columns appear more than once: \['a'\]"):
+        booster.transform(pd.concat([with_ids, df[["a"]]], axis=1))
+
+
 def test_transform_still_needs_features(booster, df, no_predict_work):
     with pytest.raises(ValueError, match=r"lacks training feature column\(s\) 'a'"):
         booster.transform(df.drop(columns="a").assign(id=1))

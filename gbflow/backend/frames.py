@@ -6,6 +6,7 @@ predictions for them go back as cuDF/CuPy. cuDF and CuPy are imported only when 
 """
 from __future__ import annotations
 
+import collections
 from collections.abc import Sequence
 
 import numpy as np
@@ -82,10 +83,12 @@ def n_rows(data) -> int:
     return int(data.shape[0]) if is_sparse_matrix(data) else len(data)
 
 
-def check_unique_columns(data) -> None:
-    """Refuse frames with repeated column names (a feature would be ambiguous)."""
+def check_unique_columns(data, among: Sequence[str] | None = None) -> None:
+    """Refuse frames with repeated column names (a feature would be ambiguous); with ``among``,
+    only those names repeated (columns that ride along may share a name)."""
     names = column_names(data)
-    repeated = sorted({n for n in names if names.count(n) > 1})
+    counts = collections.Counter(names)
+    repeated = sorted(n for n, k in counts.items() if k > 1 and (among is None or n in among))
     if repeated:
         raise ValueError(f"columns appear more than once: {repeated}")
 
