@@ -145,7 +145,10 @@ class Booster:
             first, end = self._tree_range(iteration_range)
             return [f"tree_{t}" for t in range(first, end)]
         if kind in ("contribs", "approx_contribs"):
-            names = [*self.feature_names, "bias"]
+            bias = "bias"
+            while bias in self.feature_names:  # a feature named "bias": the column stays apart
+                bias = f"_{bias}_"
+            names = [*self.feature_names, bias]
             return names if self.n_groups == 1 else \
                 [f"{c}_{k}" for k in range(self.n_groups) for c in names]
         width = self.output_width(output_margin)

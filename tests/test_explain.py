@@ -256,6 +256,17 @@ def test_xgboost_export_with_categorical_splits_and_best_iteration():
     assert booster.to_xgboost().best_iteration == 5
 
 
+def test_a_feature_named_bias_keeps_its_own_contribution_column():
+    rng = np.random.default_rng(4)
+    df = pd.DataFrame(rng.standard_normal((200, 2)), columns=["bias", "b"])
+    booster = gbflow.train(df, rng.standard_normal(200), {"max_depth": 2}, num_boost_round=2,
+                           verbose=False)
+    contribs = booster.predict(df, pred_contribs=True)
+    assert list(contribs.columns) == ["bias", "b", "_bias_"]
+    np.testing.assert_allclose(contribs.sum(axis=1), booster.predict(df, output_margin=True),
+                               rtol=1e-6, atol=1e-6)
+
+
 def test_non_ascii_feature_names_reach_xgboost_as_written(tmp_path):
     """XGBoost keeps an escaped name ("\\u00e9") as those six characters: the frame's own
     column then failed its feature-name check."""
