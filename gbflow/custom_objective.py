@@ -76,7 +76,12 @@ class Custom(Objective):
             values = values.reshape(margin.shape)
             if not bool(xp.isfinite(values).all()):
                 raise ValueError(f"obj returned non-finite {name} values")
-            out.append(values.astype(_dtypes.GRADIENT))
+            narrow = values.astype(_dtypes.GRADIENT)
+            if not bool(xp.isfinite(narrow).all()):
+                raise ValueError(f"obj returned {name} values beyond float32's range (e.g. "
+                                 f"{float(values[~xp.isfinite(narrow)][0]):g}): gradients are "
+                                 f"float32, as XGBoost's")
+            out.append(narrow)
         return tuple(out)
 
     def transform(self, xp, margin):

@@ -11,6 +11,8 @@ from .backend import DEVICES
 from .categories import parse_feature_types
 from .param_values import as_number, flag_value, parse_bytes, quantile_alphas
 
+_FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32 (features are float32)
+
 ALIASES = {
     "eta": "learning_rate",
     "lambda": "reg_lambda",
@@ -389,6 +391,9 @@ def make_params(user: dict | None = None, **overrides) -> Params:
     is_nan = isinstance(missing, float) and math.isnan(missing)  # always missing: nothing to add
     if missing is not None and not is_nan:
         p["missing"] = as_number("missing", missing, float)
+        if abs(p["missing"]) > _FLOAT32_MAX:
+            raise ValueError(f"parameter missing={missing!r} is beyond float32's range: features "
+                             f"are float32 (as XGBoost's), so it would stand for infinity")
     for name in ("disable_default_eval_metric", "enable_categorical"):
         flag = flag_value(merged, name)
         if flag is not None:

@@ -97,6 +97,7 @@ def test_dask_workers_read_the_sentinel():
 @pytest.mark.parametrize("value, error, match", [
     ("x", TypeError, "parameter missing must be a number"),
     (float("inf"), ValueError, "parameter missing must be finite"),
+    (1e40, ValueError, r"parameter missing=1e\+40 is beyond float32's range"),
 ])
 def test_bad_missing_values_are_refused(value, error, match):
     with pytest.raises(error, match=match):

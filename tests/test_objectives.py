@@ -420,6 +420,8 @@ def test_custom_objective_on_workers_equals_in_process(tmp_path):
     (lambda m, d: m, TypeError, r"obj must return \(grad, hess\)"),
     (lambda m, d: (m[:10], m[:10]), ValueError, "obj returned grad of shape"),
     (lambda m, d: (m * np.nan, m), ValueError, "non-finite grad"),
+    (lambda m, d: (np.full(len(m), 1e300), np.ones(len(m))), ValueError,
+     r"obj returned grad values beyond float32's range \(e\.g\. 1e\+300\)"),
 ])
 def test_bad_custom_objectives_are_refused(obj, error, match):
     X = np.random.default_rng(0).standard_normal((100, 2)).astype(np.float32)
