@@ -267,11 +267,32 @@ def _unknown(name) -> ValueError:
     return ValueError(f"unknown parameter {name!r}{hint}")
 
 
+def _from_pairs(pairs) -> dict:
+    """XGBoost's other form of params, a list of (name, value) pairs: a name given again
+    replaces its value, except eval_metric, whose values are collected (XGBoost's way to ask
+    for several metrics)."""
+    out: dict = {}
+    for pair in pairs:
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
+            raise TypeError(f"params given as a list must hold (name, value) pairs, got "
+                            f"{pair!r}")
+        name, value = pair
+        if name == "eval_metric" and name in out:
+            before = out[name]
+            out[name] = [*(before if isinstance(before, (list, tuple)) else [before]),
+                         *(value if isinstance(value, (list, tuple)) else [value])]
+        else:
+            out[name] = value
+    return out
+
+
 def make_params(user: dict | None = None, **overrides) -> Params:
     """Validate a user's parameter dict (aliases allowed) into ``Params``; errors name the
     parameter."""
     if isinstance(user, Params):
         user = {k: v for k, v in dataclasses.asdict(user).items() if v is not None}
+    if isinstance(user, (list, tuple)):
+        user = _from_pairs(user)
     if user is not None and not isinstance(user, dict):
         raise TypeError(f"params must be a dict of parameter names to values, got "
                         f"{type(user).__name__}")

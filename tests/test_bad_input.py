@@ -435,7 +435,9 @@ def test_wrong_parameter_types(df, no_work, params, match):
 
 
 def test_params_not_a_dict(df, no_work):
-    refused(TypeError, r"params must be a dict .*got list", df, "y", params=[("max_depth", 2)])
+    refused(TypeError, r"params must be a dict .*got str", df, "y", params="max_depth=2")
+    refused(TypeError, r"params given as a list must hold \(name, value\) pairs, got 'max_depth'",
+            df, "y", params=["max_depth", 2])
 
 
 def test_numpy_scalars_and_params_objects_are_accepted():

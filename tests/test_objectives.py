@@ -265,6 +265,15 @@ def test_bad_objective_parameters_are_refused_before_training(params, match):
         make_params(params)
 
 
+def test_params_as_a_list_of_pairs_as_xgboost_takes_them():
+    """XGBoost's list form: a repeated eval_metric asks for each; another name given again
+    takes its last value."""
+    pairs = [("objective", "binary:logistic"), ("eval_metric", "auc"), ("max_depth", 2),
+             ("eval_metric", "logloss"), ("max_depth", 3)]
+    assert make_params(pairs) == make_params({"objective": "binary:logistic", "max_depth": 3,
+                                              "eval_metric": ["auc", "logloss"]})
+
+
 def test_xgboost_parameter_dicts_run():
     """What ported scripts carry: tree_method "hist", booster "gbtree", the new objectives'
     parameters, with XGBoost's defaults."""
