@@ -3,6 +3,7 @@ files): each batch checked on its own and its values copied into one host part."
 from __future__ import annotations
 
 import collections.abc
+import contextlib
 import glob
 import os
 
@@ -84,15 +85,32 @@ def _named_batches(source):
     if fmt == "parquet":
         import pyarrow.parquet as pq
         for path in files:
-            with pq.ParquetFile(path) as file:
+            with _naming(path, fmt):
+                file = pq.ParquetFile(path)
+            with file:
                 for g in range(file.num_row_groups):
-                    yield f"file {path!r} row group {g}", file.read_row_group(g).to_pandas()
+                    with _naming(path, fmt):
+                        group = file.read_row_group(g).to_pandas()
+                    yield f"file {path!r} row group {g}", group
         return
     import pandas as pd
     for path in files:
-        with pd.read_csv(path, chunksize=CSV_BATCH_ROWS) as reader:
+        with _naming(path, fmt):
+            reader = pd.read_csv(path, chunksize=CSV_BATCH_ROWS)
+        with reader:
             for k, chunk in enumerate(reader):
-                yield f"file {path!r} rows from {k * CSV_BATCH_ROWS}", chunk
+                if len(chunk):  # (a file of a header alone reads as one chunk of no rows)
+                    yield f"file {path!r} rows from {k * CSV_BATCH_ROWS}", chunk
+
+
+@contextlib.contextmanager
+def _naming(path: str, fmt: str):
+    """A file that cannot be read (empty, corrupt, not the format its name says) raises a
+    ValueError naming it, from the reader's own error."""
+    try:
+        yield
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid and pandas' errors are these
+        raise ValueError(f"cannot read {fmt} file {path!r}: {type(e).__name__}: {e}") from e
 
 
 def _rows_hint(source) -> int | None:
@@ -105,7 +123,11 @@ def _rows_hint(source) -> int | None:
             return None  # the batch checks say what is wrong
     if isinstance(source, tuple) and source[1] == "parquet":
         import pyarrow.parquet as pq
-        return sum(pq.ParquetFile(f).metadata.num_rows for f in source[0])
+        total = 0
+        for path in source[0]:
+            with _naming(path, "parquet"):
+                total += pq.ParquetFile(path).metadata.num_rows
+        return total
     return None
 
 
@@ -230,7 +252,7 @@ def load(data, label=None, weight=None, what: str = "training data", *, feature_
         pieces.append((slice(at, X.n), part.categories))
         del part, present
     if first is None:
-        why = "" if isinstance(data, list) else " (its files hold no row groups)" \
+        why = "" if isinstance(data, list) else " (its files hold no rows)" \
             if isinstance(data, (str, os.PathLike)) else " (the iterator was empty or already used)"
         raise ValueError(f"{what} holds no batches{why}")
     if X.n == 0:

@@ -208,6 +208,21 @@ def test_bad_paths_and_sparse_batches(tmp_path):
         gbflow.train([(X, np.zeros(20))], verbose=False)
 
 
+def test_unreadable_and_empty_files_are_named(tmp_path):
+    """An empty CSV, a corrupt Parquet file: the reader's error with the file's name (it was
+    pandas' or pyarrow's alone); a CSV of a header alone has no rows (it read as columns of
+    text)."""
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "header.csv").write_text("a,b,y\n")
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet at all")
+    for name, match in [("empty.csv", r"cannot read csv file '.*empty\.csv': EmptyDataError"),
+                        ("bad.parquet", r"cannot read parquet file '.*bad\.parquet': "),
+                        ("header.csv", r"training data holds no batches \(its files hold no "
+                                       r"rows\)")]:
+        with pytest.raises(ValueError, match=match):
+            gbflow.train(str(tmp_path / name), "y", verbose=False)
+
+
 def test_frames_are_copied_a_block_of_rows_at_a_time_with_every_dtype(monkeypatch):
     """pandas frames become the float32 matrix a block of rows at a time: the values of every
     column kind (floats with NaN, ints, bools, nullable Int64/Float64 with NA, categories)
