@@ -97,6 +97,15 @@ def test_three_classes_with_string_labels():
     np.testing.assert_array_equal(labels, model.classes_[proba.argmax(axis=1)])
 
 
+def test_a_missing_string_label_is_named():
+    X, y = three_class_data()
+    y = y[:60].astype(object)
+    y[7] = None
+    with pytest.raises(ValueError, match=r"y has 1 missing label\(s\) \(None or NaN\), e\.g\. "
+                                         r"at row position 7"):
+        GBFlowClassifier(**FAST).fit(X[:60], y)
+
+
 def test_classifier_keeps_integer_and_bool_labels_and_their_dtype():
     X, y = three_class_data(n=150)
     y_int = np.select([y == "low", y == "mid"], [10, 20], 30)
