@@ -130,7 +130,8 @@ def _target(data, value, role: str, what: str, n_rows: int):
                 raise TypeError(dtype)
             return frames.column_values(data, value), value
         except (TypeError, ValueError) as e:
-            raise TypeError(f"{role} column {value!r} of {what} is not numeric ({dtype}); "
+            shown = dtype or data[{str(c): c for c in data.columns}[value]].dtype
+            raise TypeError(f"{role} column {value!r} of {what} is not numeric ({shown}); "
                             f"encode it as numbers first") from e
     if np.ndim(value) == 0:  # a scalar: perhaps a non-string column name
         hint = ""

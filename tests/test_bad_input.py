@@ -157,7 +157,8 @@ def test_label_and_weight_same_column(df, no_work):
                                            (["u", "v"] * 10, "category")])
 def test_non_numeric_label_column(df, no_work, values, dtype):
     df["y"] = pd.Series(values, dtype=dtype)
-    refused(TypeError, r"label column 'y' of training data is not numeric", df, "y")
+    shown = dtype or "object"
+    refused(TypeError, rf"label column 'y' of training data is not numeric \({shown}\)", df, "y")
 
 
 def test_non_numeric_label_array(df, no_work):
