@@ -1,4 +1,5 @@
-"""Parsing and checking one parameter value: numbers, byte counts, flags, quantile lists."""
+"""Parsing and checking parameter values: numbers, byte counts, flags, quantile lists, and XGBoost's
+list of (name, value) pairs."""
 from __future__ import annotations
 
 import math
@@ -79,3 +80,22 @@ def flag_value(merged: dict, name: str):
     if flag not in (True, False, 0, 1) or isinstance(flag, float):
         raise TypeError(f"parameter {name} must be True or False, got {flag!r}")
     return bool(flag)
+
+
+def params_from_pairs(pairs) -> dict:
+    """XGBoost's other form of params, a list of (name, value) pairs: a name given again
+    replaces its value, except eval_metric, whose values are collected (XGBoost's way to ask
+    for several metrics)."""
+    out: dict = {}
+    for pair in pairs:
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
+            raise TypeError(f"params given as a list must hold (name, value) pairs, got "
+                            f"{pair!r}")
+        name, value = pair
+        if name == "eval_metric" and name in out:
+            before = out[name]
+            out[name] = [*(before if isinstance(before, (list, tuple)) else [before]),
+                         *(value if isinstance(value, (list, tuple)) else [value])]
+        else:
+            out[name] = value
+    return out

@@ -9,7 +9,13 @@ import math
 from . import _dtypes, interactions, metrics, objectives, ranking, weight_bounds
 from .backend import DEVICES
 from .categories import parse_feature_types
-from .param_values import as_number, flag_value, parse_bytes, quantile_alphas
+from .param_values import (
+    as_number,
+    flag_value,
+    params_from_pairs,
+    parse_bytes,
+    quantile_alphas,
+)
 
 _FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32 (features are float32)
 
@@ -267,32 +273,13 @@ def _unknown(name) -> ValueError:
     return ValueError(f"unknown parameter {name!r}{hint}")
 
 
-def _from_pairs(pairs) -> dict:
-    """XGBoost's other form of params, a list of (name, value) pairs: a name given again
-    replaces its value, except eval_metric, whose values are collected (XGBoost's way to ask
-    for several metrics)."""
-    out: dict = {}
-    for pair in pairs:
-        if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
-            raise TypeError(f"params given as a list must hold (name, value) pairs, got "
-                            f"{pair!r}")
-        name, value = pair
-        if name == "eval_metric" and name in out:
-            before = out[name]
-            out[name] = [*(before if isinstance(before, (list, tuple)) else [before]),
-                         *(value if isinstance(value, (list, tuple)) else [value])]
-        else:
-            out[name] = value
-    return out
-
-
 def make_params(user: dict | None = None, **overrides) -> Params:
     """Validate a user's parameter dict (aliases allowed) into ``Params``; errors name the
     parameter."""
     if isinstance(user, Params):
         user = {k: v for k, v in dataclasses.asdict(user).items() if v is not None}
     if isinstance(user, (list, tuple)):
-        user = _from_pairs(user)
+        user = params_from_pairs(user)
     if user is not None and not isinstance(user, dict):
         raise TypeError(f"params must be a dict of parameter names to values, got "
                         f"{type(user).__name__}")
