@@ -1,5 +1,4 @@
-"""Parsing and checking parameter values: numbers, byte counts, flags, quantile lists, and XGBoost's
-list of (name, value) pairs."""
+"""Parsing and checking parameter values: numbers, byte counts, flags, quantiles, lists of pairs."""
 from __future__ import annotations
 
 import math
