@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections.abc
 import contextlib
 import glob
+import itertools
 import os
 
 import numpy as np
@@ -98,7 +99,11 @@ def _named_batches(source):
         with _naming(path, fmt):
             reader = pd.read_csv(path, chunksize=CSV_BATCH_ROWS)
         with reader:
-            for k, chunk in enumerate(reader):
+            for k in itertools.count():
+                with _naming(path, fmt):
+                    chunk = next(reader, None)
+                if chunk is None:
+                    break
                 if len(chunk):  # (a file of a header alone reads as one chunk of no rows)
                     yield f"file {path!r} rows from {k * CSV_BATCH_ROWS}", chunk
 

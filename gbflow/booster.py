@@ -214,8 +214,9 @@ class Booster:
 
         - ``pred_contribs``: exact TreeSHAP values: an array (n, F + 1) ((n, n_groups, F + 1)
           for several classes), the last column the bias (base margin plus the trees' expected
-          value), summing to the margin; a frame of columns ``<feature>``/``bias`` (with
-          ``_<class>`` appended for several classes) for frame input. With ``approx_contribs``,
+          value), summing to the margin; a frame of columns ``<feature>``/``bias`` (``_bias_``
+          when a feature is named "bias"; ``_<class>`` appended for several classes) for frame
+          input. With ``approx_contribs``,
           Saabas's path attribution instead (faster, not consistent).
         - ``pred_interactions``: SHAP interaction values, an array (n, [n_groups,] F + 1, F + 1)
           on the data's device for any input (symmetric; [i, i] is feature i's value less its

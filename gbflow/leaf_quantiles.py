@@ -14,11 +14,11 @@ heaviest row times the row count weighs 0 there.
 from __future__ import annotations
 
 import dataclasses
-import math
 from fractions import Fraction
 
 import numpy as np
 
+from . import fixed_point
 from .backend.arrays import to_host
 from .collective import LOCAL
 
@@ -49,7 +49,8 @@ def integer_weights(xp, weights, max_weight: float, n_total: int):
     if not n_total * max_weight > 0:
         raise ValueError("integer_weights: the rows weigh nothing (max_weight * n_total is not "
                          "positive)")
-    scale = 2.0 ** math.floor(math.log2(_WEIGHT_SUM_LIMIT / (n_total * max_weight)))
+    # (fixed_point_scale: the same power of two, capped where the ratio overflows a float)
+    scale = fixed_point.fixed_point_scale(max_weight, n_total, _WEIGHT_SUM_LIMIT)
     return xp.rint(xp.asarray(weights, dtype=np.float64) * scale).astype(np.int64)
 
 

@@ -56,8 +56,12 @@ def quantile_alphas(value) -> tuple[float, ...]:
     if isinstance(value, np.ndarray) and value.ndim > 1:
         raise ValueError(f"parameter quantile_alpha must be a number or a flat list of them, got "
                          f"an array of shape {value.shape}")
-    entries = (value.tolist() if isinstance(value, np.ndarray) else list(value)) if several \
+    entries = (list(value) if isinstance(value, np.ndarray) else list(value)) if several \
         else [value]
+    # a float32 as the decimal it prints as (XGBoost reads its parameters as text: 0.3, not
+    # the float32's 0.30000001192...)
+    entries = [float(str(e)) if isinstance(e, np.floating) and e.itemsize < 8 else
+               e.item() if isinstance(e, np.generic) else e for e in entries]
     if not entries:
         raise ValueError("parameter quantile_alpha is an empty list; give at least one quantile "
                          "in (0, 1], e.g. 0.5 or [0.1, 0.5, 0.9]")

@@ -17,7 +17,9 @@ from .param_values import (
     quantile_alphas,
 )
 
-_FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32 (features are float32)
+# the smallest magnitude that float32 (the features' type) rounds to infinity: its largest
+# finite value plus half a unit in the last place
+_FLOAT32_INFINITE = 3.4028235677973366e38
 
 ALIASES = {
     "eta": "learning_rate",
@@ -399,7 +401,7 @@ def make_params(user: dict | None = None, **overrides) -> Params:
     is_nan = isinstance(missing, float) and math.isnan(missing)  # always missing: nothing to add
     if missing is not None and not is_nan:
         p["missing"] = as_number("missing", missing, float)
-        if abs(p["missing"]) > _FLOAT32_MAX:
+        if abs(p["missing"]) >= _FLOAT32_INFINITE:
             raise ValueError(f"parameter missing={missing!r} is beyond float32's range: features "
                              f"are float32 (as XGBoost's), so it would stand for infinity")
     for name in ("disable_default_eval_metric", "enable_categorical"):

@@ -278,13 +278,16 @@ def test_labels_and_weights_at_the_limit_train(df, device, objective):
     assert all(np.isfinite(v).all() for v in b.evals_result["train"].values())
 
 
-@pytest.mark.parametrize("role", ["y", "w"])
-def test_labels_and_weights_near_zero_train(df, device, role):
+@pytest.mark.parametrize("role, objective", [("y", "reg:squarederror"),
+                                             ("w", "reg:squarederror"),
+                                             ("w", "reg:absoluteerror")])
+def test_labels_and_weights_near_zero_train(df, device, role, objective):
     """Values below about 1e-290 made the fixed-point scale's ratio infinite (OverflowError
-    from math.floor); the scale is capped at 2**1000 instead. XGBoost trains on such labels."""
+    from math.floor), and the line search's integer weights too; both scales are capped at
+    2**1000 instead. XGBoost trains on such labels."""
     df[role] = 1e-300 if role == "w" else np.where(np.arange(len(df)) % 3, 0.0, 1e-300)
-    b = gbflow.train(df, "y", {**SMALL, "device": device}, num_boost_round=3, weight="w",
-                     verbose=False)
+    b = gbflow.train(df, "y", {**SMALL, "device": device, "objective": objective},
+                     num_boost_round=3, weight="w", verbose=False)
     assert np.isfinite(b.predict(df)).all()
 
 

@@ -215,7 +215,9 @@ def test_unreadable_and_empty_files_are_named(tmp_path):
     (tmp_path / "empty.csv").write_text("")
     (tmp_path / "header.csv").write_text("a,b,y\n")
     (tmp_path / "bad.parquet").write_bytes(b"not parquet at all")
+    (tmp_path / "ragged.csv").write_text("a,b,y\n1,2,3\n4,5,6,7,8\n")
     for name, match in [("empty.csv", r"cannot read csv file '.*empty\.csv': EmptyDataError"),
+                        ("ragged.csv", r"cannot read csv file '.*ragged\.csv': ParserError"),
                         ("bad.parquet", r"cannot read parquet file '.*bad\.parquet': "),
                         ("header.csv", r"training data holds no batches \(its files hold no "
                                        r"rows\)")]:

@@ -146,6 +146,10 @@ def test_a_task_pinned_to_a_lost_worker_ends_the_drivers_wait(client3):
     future = client3.submit(len, [1, 2], workers=[here], allow_other_workers=False, pure=False)
     watcher._wait_all([future], "counting rows", pinned=[[here]])
     assert watcher._results([future], [[here]], "fetching") == [2]
+    # a task's own error stays its error (not a lost worker), even pinned to one that left
+    failing = client3.submit(len, 5, workers=[here], allow_other_workers=False, pure=False)
+    with pytest.raises(TypeError, match="has no len"):
+        watcher._results([failing], [[gone]], "counting rows")
 
 
 def test_a_task_that_cannot_start_on_a_busy_worker_is_named_busy_not_paused(client3):

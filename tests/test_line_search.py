@@ -65,6 +65,15 @@ def test_unweighted_quantiles_are_numpys_inverted_cdf(n):
     assert found == [np.quantile(values, alpha, method="inverted_cdf") for alpha in alphas]
 
 
+def test_float32_alphas_are_the_decimals_they_print_as():
+    """np.float32(0.3) is 0.30000001192... as a float64: XGBoost reads its parameters as text
+    (0.3), and so does quantile_alpha now (10 weighted values: the 3rd, not the 4th)."""
+    assert make_params({"objective": "reg:quantileerror",
+                        "quantile_alpha": np.float32(0.3)}).loss.leaf_alphas == (0.3,)
+    assert make_params({"objective": "reg:quantileerror", "quantile_alpha": np.array(
+        [0.1, 0.9], dtype=np.float32)}).loss.leaf_alphas == (0.1, 0.9)
+
+
 @pytest.mark.parametrize("n,n_groups,weighted", [(0, 3, False), (1, 1, True), (5000, 7, True),
                                                  (100_003, 300, False), (20_000, 1, True)])
 def test_quantile_tally_against_its_twin(kernels, n, n_groups, weighted):

@@ -10,6 +10,7 @@ import pytest
 from conftest import make_table
 
 import gbflow
+from gbflow.params import make_params
 
 SENTINEL = -999.0
 
@@ -98,7 +99,12 @@ def test_dask_workers_read_the_sentinel():
     ("x", TypeError, "parameter missing must be a number"),
     (float("inf"), ValueError, "parameter missing must be finite"),
     (1e40, ValueError, r"parameter missing=1e\+40 is beyond float32's range"),
+    (3.4028236e38, ValueError, r"beyond float32's range"),
 ])
 def test_bad_missing_values_are_refused(value, error, match):
     with pytest.raises(error, match=match):
         gbflow.train(make_table(n_rows=100), "y", {"missing": value}, 1, verbose=False)
+
+
+def test_float32s_largest_value_may_be_missing():
+    assert make_params({"missing": 3.4028235e38}).missing == 3.4028235e38

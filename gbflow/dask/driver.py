@@ -303,7 +303,6 @@ class _Cluster(Watching):
                   for f, workers in zip(partitions, holders)]
         self._futures.extend(counts)
         doing = "counting the partitions' rows"
-        self._wait_all(counts, doing, pinned=holders)
         rows = self._results(counts, holders, doing)
         for f in counts:
             f.release()

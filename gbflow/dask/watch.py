@@ -63,28 +63,48 @@ class Watching:
             ended.wait(_POLL)
 
     def _raise_if_pinned_lost(self, futures, pinned: list, doing: str) -> None:
-        """WorkerLostError when a future not yet done (or whose result went with its worker)
-        can run only on workers that left the cluster."""
+        """WorkerLostError when a future waiting to run (or whose result went with its worker:
+        Dask then runs it again where it was pinned) can run only on workers that left the
+        cluster. Finished, failed and cancelled futures are not looked at."""
+        waiting = [(f, w) for f, w in zip(futures, pinned) if w and f.status in ("pending", "lost")]
+        if not waiting:
+            return
         alive = self._workers()
-        for future, workers in zip(futures, pinned):
-            if workers and future.status != "finished" and not any(a in alive for a in workers):
+        for future, workers in waiting:
+            if not any(a in alive for a in workers):
                 raise WorkerLostError(f"worker(s) {sorted(workers)} left the cluster while "
                                       f"{doing}")
 
     def _results(self, futures, pinned: list, doing: str) -> list:
-        """The results of finished ``futures``, each pinned to the workers in ``pinned``.
-        A result lost with its worker before it was fetched makes Dask run the task again
-        where it can never run: WorkerLostError then, not an endless wait."""
-        results = []
-        for future in futures:
-            while True:
-                try:
-                    results.append(future.result(timeout=_LIVENESS_PERIOD))
-                    break
-                except TimeoutError:  # (rare: only when a result was lost)
-                    pass
+        """The results of ``futures`` (each pinned to the workers in ``pinned``), fetched in one
+        gather once all are done. The gather runs on a thread while this one looks for lost
+        workers: a result lost with its worker before it arrived makes Dask run the task again
+        where it can never run, so the futures are cancelled (ending the gather) and
+        WorkerLostError raised, not an endless wait. (Not ``result(timeout=...)`` in a loop:
+        a timeout cancels the transfer, and a result slower to arrive than it never came.)"""
+        self._wait_all(futures, doing, pinned)
+        outcome: dict = {}
+
+        def fetch():
+            try:
+                outcome["results"] = self.client.gather(futures)
+            except BaseException as e:  # handed to the waiting thread
+                outcome["error"] = e
+
+        fetching = threading.Thread(target=fetch, name="gbflow-fetch", daemon=True)
+        fetching.start()
+        while True:
+            fetching.join(_LIVENESS_PERIOD)
+            if not fetching.is_alive():
+                break
+            try:
                 self._raise_if_pinned_lost(futures, pinned, doing)
-        return results
+            except WorkerLostError:
+                self.client.cancel(futures)
+                raise
+        if "error" in outcome:
+            raise outcome.pop("error")
+        return outcome["results"]
 
     def _watch(self, tasks, addresses) -> None:
         """Wait for the tasks; stop at the first failed task or lost worker. Wakes when a task
