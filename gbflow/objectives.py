@@ -391,10 +391,12 @@ def get_objective(name: str, num_class: int | None = None, *, scale_pos_weight: 
         return ranking.LambdaRank(name, lambda_params)
     if name == "reg:squarederror":
         return SquaredError(scale_pos_weight)
+    # (XGBoost 3.2 takes scale_pos_weight for the squared and logistic losses only: these two
+    # leave it unused, as it says in a warning)
     if name == "reg:squaredlogerror":
-        return SquaredLogError(scale_pos_weight)
+        return SquaredLogError()
     if name == "reg:pseudohubererror":
-        return PseudoHuber(huber_slope, scale_pos_weight)
+        return PseudoHuber(huber_slope)
     if name in ("binary:logistic", "reg:logistic", "binary:logitraw"):
         return Logistic(name, scale_pos_weight)
     if name in ("reg:absoluteerror", "reg:quantileerror"):

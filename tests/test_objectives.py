@@ -186,8 +186,7 @@ def test_hinge_gradients_and_predictions():
 
 
 @pytest.mark.parametrize("objective", ["binary:logistic", "reg:logistic", "binary:logitraw",
-                                       "reg:squarederror", "reg:squaredlogerror",
-                                       "reg:pseudohubererror"])
+                                       "reg:squarederror"])
 def test_scale_pos_weight_is_a_weight_on_the_positive_rows(objective):
     """XGBoost's rule: the gradients of rows labelled 1 times scale_pos_weight (with row weights
     too); training gets there, and predicts more positives."""
@@ -263,6 +262,22 @@ def test_labels_outside_the_objectives_domain_are_refused_by_column(objective, l
 def test_bad_objective_parameters_are_refused_before_training(params, match):
     with pytest.raises(ValueError, match=match):
         make_params(params)
+
+
+@pytest.mark.parametrize("objective", ["reg:squaredlogerror", "reg:pseudohubererror",
+                                       "count:poisson"])
+def test_scale_pos_weight_is_unused_where_xgboost_leaves_it_unused(objective):
+    """XGBoost 3.2 applies scale_pos_weight to squared error and the logistic losses only."""
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((300, 3)).astype(np.float32)
+    y = (rng.random(300) < 0.3).astype(np.float64)
+    plain, scaled = (gbflow.train(X, y, {"objective": objective, "max_depth": 3, **extra},
+                                  num_boost_round=3, verbose=False).predict(X)
+                     for extra in ({}, {"scale_pos_weight": 3.0}))
+    assert np.array_equal(plain, scaled)
+    theirs = [xgb.train({"objective": objective, **extra}, xgb.DMatrix(X, y), 3).predict(
+        xgb.DMatrix(X)) for extra in ({}, {"scale_pos_weight": 3.0})]
+    assert np.array_equal(*theirs)
 
 
 def test_params_as_a_list_of_pairs_as_xgboost_takes_them():
