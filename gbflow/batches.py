@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections.abc
 import contextlib
 import glob
-import itertools
 import os
 
 import numpy as np
@@ -85,25 +84,17 @@ def _named_batches(source):
     files, fmt = source
     if fmt == "parquet":
         import pyarrow.parquet as pq
+        # (an error the consumer raises while a batch is out does not enter this generator:
+        # _naming wraps the reading alone)
         for path in files:
-            with _naming(path, fmt):
-                file = pq.ParquetFile(path)
-            with file:
+            with _naming(path, fmt), pq.ParquetFile(path) as file:
                 for g in range(file.num_row_groups):
-                    with _naming(path, fmt):
-                        group = file.read_row_group(g).to_pandas()
-                    yield f"file {path!r} row group {g}", group
+                    yield f"file {path!r} row group {g}", file.read_row_group(g).to_pandas()
         return
     import pandas as pd
     for path in files:
-        with _naming(path, fmt):
-            reader = pd.read_csv(path, chunksize=CSV_BATCH_ROWS)
-        with reader:
-            for k in itertools.count():
-                with _naming(path, fmt):
-                    chunk = next(reader, None)
-                if chunk is None:
-                    break
+        with _naming(path, fmt), pd.read_csv(path, chunksize=CSV_BATCH_ROWS) as reader:
+            for k, chunk in enumerate(reader):
                 if len(chunk):  # (a file of a header alone reads as one chunk of no rows)
                     yield f"file {path!r} rows from {k * CSV_BATCH_ROWS}", chunk
 

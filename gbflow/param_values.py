@@ -56,8 +56,7 @@ def quantile_alphas(value) -> tuple[float, ...]:
     if isinstance(value, np.ndarray) and value.ndim > 1:
         raise ValueError(f"parameter quantile_alpha must be a number or a flat list of them, got "
                          f"an array of shape {value.shape}")
-    entries = (list(value) if isinstance(value, np.ndarray) else list(value)) if several \
-        else [value]
+    entries = list(value) if several else [value]
     # a float32 as the decimal it prints as (XGBoost reads its parameters as text: 0.3, not
     # the float32's 0.30000001192...)
     entries = [float(str(e)) if isinstance(e, np.floating) and e.itemsize < 8 else

@@ -119,7 +119,7 @@ class _InMemoryAdapter:
 
     def classes(self, y) -> np.ndarray:
         """The sorted distinct labels of a classification target."""
-        missing = pd.isna(np.asarray(y, dtype=object).ravel())
+        missing = pd.isna(np.asarray(y).ravel())  # (no object copy of a numeric y)
         if missing.any():  # (sorting strings and None raised a TypeError deep in scikit-learn)
             raise ValueError(f"y has {int(missing.sum())} missing label(s) (None or NaN), e.g. at "
                              f"row position {int(np.flatnonzero(missing)[0])}: give every row a "

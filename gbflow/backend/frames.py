@@ -144,7 +144,10 @@ _UNKNOWN_CATEGORIES = "__UNKNOWN_CATEGORIES__"
 
 
 def _kind(values) -> str:
-    """"numbers", "strings" or another pandas-inferred kind of a category list's values."""
+    """"numbers", "strings" or another pandas-inferred kind of a category list's values (a
+    numeric dtype is numbers without looking at each value: prediction checks every call)."""
+    if np.asarray(values).dtype.kind in "iuf":
+        return "numbers"
     inferred = pd.api.types.infer_dtype(values, skipna=True)
     return "numbers" if inferred in ("integer", "floating", "mixed-integer-float", "decimal") \
         else "strings" if inferred == "string" else inferred
@@ -156,12 +159,15 @@ def check_category_kind(name: str, own, target) -> None:
     silently be missing)."""
     if len(own) == 1 and own[0] == _UNKNOWN_CATEGORIES:
         return  # a Dask frame's meta, whose categories are not known yet
-    if len(own) and len(target) and _kind(own) != _kind(target):
+    if not (len(own) and len(target)):
+        return
+    kinds = _kind(own), _kind(target)
+    if kinds[0] != kinds[1]:
         def example(values):
             first = values[0]
             return repr(first.item() if hasattr(first, "item") else first)
-        raise TypeError(f"categorical feature {name!r} has categories of {_kind(own)} here "
-                        f"(e.g. {example(own)}) where the model's are {_kind(target)} (e.g. "
+        raise TypeError(f"categorical feature {name!r} has categories of {kinds[0]} here "
+                        f"(e.g. {example(own)}) where the model's are {kinds[1]} (e.g. "
                         f"{example(target)}): no value would match and every row would be "
                         f"missing; give the column the training data's category type")
 

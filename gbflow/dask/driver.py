@@ -302,8 +302,7 @@ class _Cluster(Watching):
         counts = [self.client.submit(len, f, workers=workers, allow_other_workers=False)
                   for f, workers in zip(partitions, holders)]
         self._futures.extend(counts)
-        doing = "counting the partitions' rows"
-        rows = self._results(counts, holders, doing)
+        rows = self._results(counts, holders, "counting the partitions' rows")
         for f in counts:
             f.release()
         if reused:
