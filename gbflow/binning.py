@@ -94,7 +94,7 @@ def bin_counts(backend, part: BinnedPart, cuts: Cuts) -> np.ndarray:
         ones[:, 0] = 1
         hist = backend.kernels.build_histograms(
             bins, ones, xp.arange(n, dtype=_dtypes.ROW_INDEX), np.zeros(1, np.int64),
-            np.array([n], np.int64), cuts.n_bins)
+            np.array([n], np.int64), cuts.n_bins, cuts.n_value_bins)
         table = backend.to_host(hist[0, :, :, 0])  # (F, n_bins)
         widths = np.diff(offsets)
         mask = np.arange(table.shape[1])[None, :] < widths[:, None]

@@ -252,15 +252,16 @@ class ShardSet:
         dense, others = self.dense, list(zip(self.stores[1:], out.arrays[1:]))
         left_counts = []
         for s in range(len(self.shards)):
-            by_feature, store_feature = self.split_source(s, seg_start[s], seg_count[s], feature,
-                                                          side_map)
+            # the partition reads its rows' sides through side_map itself (no mapped column)
+            by_feature, store_feature = self.split_source(s, seg_start[s], seg_count[s], feature)
             moved = self._spare_index[s]
             if whole:
                 moved[...] = self.row_index[s]
             left, _ = kernels.partition_and_histogram(
                 dense.rows(s), by_feature, gh[s], self.row_index[s], seg_start[s],
                 seg_count[s], store_feature, bin_threshold, default_left, small_is_left, n_bins,
-                out=out.arrays[0], dest=moved)
+                out=out.arrays[0], dest=moved, n_value_bins=dense.n_value_bins_host,
+                side_map=side_map)
             for store, array in others:  # the built children, their left counts where they are
                 store.add_histograms(s, gh[s], moved, seg_start[s], seg_count[s], array,
                                      children=(left, small_is_left))

@@ -226,7 +226,7 @@ class DenseStore(_Store):
     def build_histograms(self, s, gh, row_index, seg_start, seg_count, n_bins: int):
         """(n_nodes, D, n_bins, 2) int64 device histograms of shard s's listed segments."""
         return self.backend.kernels.build_histograms(self.rows(s), gh, row_index, seg_start,
-                                                     seg_count, n_bins)
+                                                     seg_count, n_bins, self.n_value_bins_host)
 
     def fill_common_bins(self, hist, totals) -> None:
         """Nothing to fill: every bin is stored."""

@@ -80,6 +80,107 @@ def test_partition_and_histogram(kernels, n_rows, n_features, n_bins, n_nodes):
         assert np.all(np.diff(rows[s:s + lc]) > 0) and np.all(np.diff(rows[s + lc:s + c]) > 0)
 
 
+def random_widths_level(rng, n_rows, widths, n_nodes):
+    """random_level with feature f's bins in 0..widths[f] - 1 (n_value_bins = widths - 1),
+    every bin of every feature present where the rows allow."""
+    widths = np.asarray(widths)
+    n_bins = int(widths.max())
+    bins, gh, row_index, start, count = random_level(rng, n_rows, len(widths), n_bins, n_nodes)
+    bins = (rng.integers(0, 2**31, size=bins.shape) % widths[None, :]).astype(bins.dtype)
+    return bins, gh, row_index, start, count, widths - 1, n_bins
+
+
+WIDTH_CASES = [  # n_rows, widths, n_nodes
+    (5000, [3, 257, 5002, 12, 1, 257, 257, 1001], 3),  # mixed: categorical beside numeric
+    (40000, [257] * 20 + [11, 101, 501, 1001, 5001], 4),  # F9's benchmark's columns
+    (3000, [2] * 300 + [9000, 17], 2),  # one feature too wide for shared memory
+    (20000, [257] * 150 + [5000, 3], 5),  # many groups: a second pass after the partition
+    (100, [1, 1, 2], 1),  # all-missing columns
+]
+
+
+@pytest.mark.parametrize("n_rows,widths,n_nodes", WIDTH_CASES)
+def test_histograms_with_per_feature_bin_counts(kernels, n_rows, widths, n_nodes):
+    """The histogram kernels given each feature's bin count (the CUDA ones pack their shared
+    memory by it) give the NumPy twin's sums, which do not depend on it."""
+    rng = np.random.default_rng(n_rows + len(widths))
+    bins, gh, row_index, start, count, n_value_bins, n_bins = random_widths_level(
+        rng, n_rows, widths, n_nodes)
+    expected = numpy_kernels.build_histograms(bins, gh, row_index, start, count, n_bins)
+    assert np.array_equal(numpy_kernels.build_histograms(
+        bins, gh, row_index, start, count, n_bins, n_value_bins), expected)
+    got = kernels.build_histograms(bins, gh, row_index, start, count, n_bins, n_value_bins)
+    assert np.array_equal(got, expected)
+    by_feature = np.ascontiguousarray(bins.T)
+    split = random_partition_split(rng, len(widths), n_bins, n_nodes)
+    ref_rows = row_index.copy()
+    ref_left, ref_hist = numpy_kernels.partition_and_histogram(
+        bins, by_feature, gh, ref_rows, start, count, *split, n_bins)
+    rows = row_index.copy()
+    left, hist = kernels.partition_and_histogram(bins, by_feature, gh, rows, start, count, *split,
+                                                 n_bins, n_value_bins=n_value_bins)
+    assert np.array_equal(left, ref_left) and np.array_equal(rows, ref_rows)
+    assert np.array_equal(hist, ref_hist)
+    work = common.work_list_rows(start, count, 700)
+    out = np.zeros_like(ref_hist)
+    dest = np.full_like(row_index, -1)
+    left = kernels.partition_planned(bins, by_feature, gh, row_index, work,
+                                     np.array([len(work)], dtype=np.int64), *split, n_bins, out,
+                                     dest, n_value_bins)
+    assert np.array_equal(left, ref_left) and np.array_equal(out, ref_hist)
+
+
+@pytest.mark.parametrize("n_rows,n_features,n_bins,n_nodes",
+                         [(1000, 4, 256, 7), (30011, 40, 300, 3), (3001, 3, 16, 300),
+                          (20000, 200, 256, 6), (0, 3, 16, 1)])
+def test_partition_through_a_side_map(kernels, n_rows, n_features, n_bins, n_nodes):
+    """A partition given a side map sends each row by its bin's side (0 missing, 1 left,
+    2 right) at threshold 1: what the two passes it replaces did (map_sides into a column, then
+    the partition of that column), on every version."""
+    rng = np.random.default_rng(5 + n_rows)
+    bins, gh, row_index, start, count = random_level(rng, n_rows, n_features, n_bins, n_nodes)
+    by_feature = np.ascontiguousarray(bins.T)
+    feature, _, default_left, small_is_left = random_partition_split(rng, n_features, n_bins,
+                                                                     n_nodes)
+    side_map = rng.integers(1, 3, size=(n_nodes, n_bins)).astype(np.uint8)
+    side_map[:, 0] = 0
+    ones = np.ones(n_nodes, dtype=np.int32)
+    column = np.zeros((1, n_rows), dtype=bins.dtype)
+    numpy_kernels.map_sides(by_feature, row_index, start, count, feature, side_map, column[0])
+    two_pass_rows = row_index.copy()
+    two_pass = numpy_kernels.partition_and_histogram(
+        bins, column, gh, two_pass_rows, start, count, np.zeros(n_nodes, dtype=np.int64), ones,
+        default_left, small_is_left, n_bins)
+    ref_rows = row_index.copy()
+    ref_left, ref_hist = numpy_kernels.partition_and_histogram(
+        bins, by_feature, gh, ref_rows, start, count, feature, ones, default_left, small_is_left,
+        n_bins, side_map=side_map)
+    assert np.array_equal(ref_left, two_pass[0]) and np.array_equal(ref_hist, two_pass[1])
+    assert np.array_equal(ref_rows, two_pass_rows)
+    dest = np.full_like(row_index, -1)
+    left, hist = kernels.partition_and_histogram(
+        bins, by_feature, gh, row_index.copy(), start, count, feature, ones, default_left,
+        small_is_left, n_bins, dest=dest, side_map=side_map)
+    assert np.array_equal(left, ref_left) and np.array_equal(hist, ref_hist)
+    listed = np.concatenate([np.arange(a, a + c) for a, c in zip(start, count)] + [[]]).astype(int)
+    assert np.array_equal(dest[listed], ref_rows[listed])
+    with pytest.raises(ValueError, match="side_map must have shape"):
+        kernels.partition_and_histogram(
+            bins, by_feature, gh, row_index.copy(), start, count, feature, ones, default_left,
+            small_is_left, n_bins, side_map=side_map[:, :-1])
+
+
+def test_the_numpy_histograms_refuse_a_bin_above_its_features_count():
+    rng = np.random.default_rng(3)
+    bins, gh, row_index, start, count = random_level(rng, 50, 3, 16, 2)
+    bins[:, 1] %= 9
+    bins[7, 1] = 9
+    with pytest.raises(ValueError, match="feature 1 has bin 9 above its n_value_bins 8"):
+        numpy_kernels.build_histograms(bins, gh, row_index, start, count, 16, [15, 8, 15])
+    with pytest.raises(ValueError, match="n_value_bins must hold 3 counts in 0..15"):
+        numpy_kernels.build_histograms(bins, gh, row_index, start, count, 16, [15, 16, 15])
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("n_rows", [0, 1, 1000, 70001])
 def test_quantise_gradients(kernels, n_rows, dtype):

@@ -90,6 +90,41 @@ def check_dest(dest, row_index):
     return dest
 
 
+def feature_widths(n_value_bins, n_features: int, n_bins: int) -> np.ndarray:
+    """The histogram kernels' optional ``n_value_bins`` (host (F,) ints: feature f's bins are
+    0..n_value_bins[f]) as (F,) int64 bin counts, checked against the (F, n_bins) histograms."""
+    widths = np.asarray(n_value_bins, dtype=np.int64).reshape(-1) + 1
+    if widths.shape != (n_features,) or (n_features and (widths.min() < 1 or
+                                                         widths.max() > n_bins)):
+        raise ValueError(f"n_value_bins must hold {n_features} counts in 0..{n_bins - 1} "
+                         f"(one per feature, below n_bins), got {np.asarray(n_value_bins)!r}")
+    return widths
+
+
+def check_value_bins(bins, n_value_bins, n_bins: int) -> None:
+    """ValueError unless every bin of feature f (column f of the (n, F) ``bins``) is at most
+    n_value_bins[f] (None: nothing to check). The NumPy twins check what the fast kernels rely
+    on: their histograms of a feature are only as wide as its bins."""
+    if n_value_bins is None:
+        return
+    widths = feature_widths(n_value_bins, bins.shape[1], n_bins)
+    if len(bins) and bins.shape[1]:
+        over = np.flatnonzero(bins.max(axis=0) >= widths)
+        if len(over):
+            raise ValueError(f"feature {over[0]} has bin {int(bins[:, over[0]].max())} above "
+                             f"its n_value_bins {widths[over[0]] - 1}")
+
+
+def check_side_map(side_map, n_nodes: int, n_bins: int) -> np.ndarray:
+    """A partition's host side map (``map_sides``: (n_nodes, n_bins) uint8, 0 missing, 1 left,
+    2 right per bin) checked and made C-contiguous uint8. Returns it."""
+    side_map = np.ascontiguousarray(side_map, dtype=np.uint8)
+    if side_map.shape != (n_nodes, n_bins):
+        raise ValueError(f"side_map must have shape ({n_nodes}, {n_bins}), got "
+                         f"{side_map.shape}")
+    return side_map
+
+
 def gradient_out(xp, out, n_rows: int):
     """``quantise_gradients``'s output: a new (n_rows, 2) int64 array of ``xp``, or the caller's
     ``out`` once checked (an array of that shape and dtype, C-contiguous, of ``xp``)."""

@@ -22,6 +22,7 @@ from .common import (
     check_bounds,
     check_dest,
     check_feature_mask,
+    check_side_map,
     check_sibling_shapes,
     gradient_out,
     padded_width,
@@ -186,8 +187,9 @@ def _build_histograms(bins, gh, row_index, seg_start, seg_count, hist, n_threads
         _add_thread_histograms(hist[k], local)
 
 
-def build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins):
-    """See numpy_kernels.build_histograms."""
+def build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins, n_value_bins=None):
+    """See numpy_kernels.build_histograms (n_value_bins is not read: the threads' histograms
+    are as wide as the result's)."""
     hist = np.zeros((len(seg_start), bins.shape[1], n_bins, 2), dtype=_dtypes.FIXED)
     _build_histograms(bins, gh, row_index, np.asarray(seg_start, dtype=np.int64),
                       np.asarray(seg_count, dtype=np.int64), hist, numba.get_num_threads())
@@ -428,10 +430,16 @@ def _hist_out(out, shape, name):
 
 def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg_count, feature,
                             bin_threshold, default_left, small_is_left, n_bins, out=None,
-                            dest=None):
+                            dest=None, n_value_bins=None, side_map=None):
     """See numpy_kernels.partition_and_histogram (``out``: histograms added into it; ``dest``:
-    where the segments' new order goes, row_index itself when None)."""
+    where the segments' new order goes, row_index itself when None; n_value_bins is not
+    read; a side map is applied by ``map_sides`` into a column the partition then reads)."""
     k = len(seg_start)
+    if side_map is not None:
+        side_map = check_side_map(side_map, k, n_bins)
+        mapped = np.empty((1, len(row_index)), dtype=bins_by_feature.dtype)
+        map_sides(bins_by_feature, row_index, seg_start, seg_count, feature, side_map, mapped[0])
+        bins_by_feature, feature = mapped, np.zeros(k, dtype=np.int64)
     hist = _hist_out(out, (k, bins.shape[1], n_bins, 2), "partition_and_histogram")
     left_count = np.zeros(k, dtype=np.int64)
     n_threads = numba.get_num_threads()
@@ -498,8 +506,8 @@ quantile_select = numpy_kernels.quantile_select  # (groups, 256) values: no rows
 
 
 def partition_planned(bins, bins_by_feature, gh, row_index, work, n_work, feature, bin_threshold,
-                      default_left, small_is_left, n_bins, out, dest):
-    """See numpy_kernels.partition_planned."""
+                      default_left, small_is_left, n_bins, out, dest, n_value_bins=None):
+    """See numpy_kernels.partition_planned (n_value_bins is not read)."""
     seg_start, seg_count = segments_of_work(work, n_work, len(feature))
     left_count, _ = partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start,
                                             seg_count, feature, bin_threshold, default_left,

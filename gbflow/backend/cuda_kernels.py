@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import functools
 import os
 import pathlib
@@ -30,7 +31,9 @@ from .common import (
     categorical_width,
     check_bounds,
     check_feature_mask,
+    check_side_map,
     check_sibling_shapes,
+    feature_widths,
     gradient_out,
     occupied_keys_with,
     packed_empty,
@@ -122,20 +125,56 @@ def work_list(seg_start, seg_count, rows_per_block: int | None = None) -> np.nda
     return work
 
 
-def _shared_feature_bytes(n_bins: int) -> int:
-    return 4 * (4 * n_bins + 1)  # see feature_words() in kernels.cu
+@dataclasses.dataclass(frozen=True)
+class _SharedGroups:
+    """Feature groups of the shared-memory histogram kernels (see ``group_words`` in
+    kernels.cu): group g holds features group_first[g] .. group_first[g + 1], each as wide as its
+    own bins; ``counter_start`` numbers every feature's (bin, component) counters one feature
+    after the other. Host arrays; ``args()`` gives them on the device."""
+
+    n_groups: int
+    most_bytes: int  # the shared memory of the largest group
+    group_first: np.ndarray  # (n_groups + 1,) int32
+    counter_start: np.ndarray  # (F + 1,) int64
+
+    def args(self) -> tuple:
+        return _device_constant(self.group_first), _device_constant(self.counter_start)
 
 
-def _feature_groups(n_features: int, n_bins: int, reserved_bytes: int) -> tuple[int, int, int]:
-    """(use_shared, group_size, n_groups): features per shared-memory histogram block."""
-    _, budget = _limits()
-    per_feature = _shared_feature_bytes(n_bins)
-    most = (budget - reserved_bytes) // per_feature
-    if most < 1:
-        return 0, n_features, 1
-    n_groups = -(-n_features // most)
-    group = -(-n_features // n_groups)
-    return 1, group, n_groups
+def _feature_widths(n_features: int, n_bins: int, n_value_bins) -> np.ndarray:
+    """(F,) int64 bins of each feature: n_value_bins + 1 (the missing bin), else n_bins each."""
+    if n_value_bins is None:
+        return np.full(n_features, n_bins, dtype=np.int64)
+    return feature_widths(to_host(n_value_bins), n_features, n_bins)
+
+
+def _shared_groups(n_features: int, n_bins: int, n_value_bins,
+                   reserved_bytes: int) -> _SharedGroups | None:
+    """The histograms' feature groups for a block's shared memory less ``reserved_bytes``:
+    consecutive features while their counters fit; None where one feature's do not (the
+    kernels then add into global memory)."""
+    widths = _feature_widths(n_features, n_bins, n_value_bins)
+    return _packed_groups(widths.tobytes(), _limits()[1] - reserved_bytes)
+
+
+@functools.lru_cache(maxsize=64)
+def _packed_groups(widths_bytes: bytes, room: int) -> _SharedGroups | None:
+    widths = np.frombuffer(widths_bytes, dtype=np.int64)
+    nbytes = 4 * (4 * widths + 1)  # a feature's words: 4 a bin and one of padding
+    if len(widths) == 0 or nbytes.max() > room:
+        return None
+    first, used = [0], 0
+    for f, size in enumerate(nbytes.tolist()):
+        if used + size > room:
+            first.append(f)
+            used = 0
+        used += size
+    first.append(len(widths))
+    group_first = np.array(first, dtype=np.int32)
+    ends = np.concatenate([[0], np.cumsum(nbytes)])
+    counter_start = np.concatenate([[0], np.cumsum(2 * widths)]).astype(np.int64)
+    return _SharedGroups(len(first) - 1, int(np.diff(ends[group_first]).max()), group_first,
+                         counter_start)
 
 
 def _launch_shared(kernel, grid, threads, shared_bytes, args):
@@ -195,25 +234,29 @@ def bin_features(X, cut_values, cut_offsets, out):
     return out
 
 
-def build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins):
-    """See ``numpy_kernels.build_histograms``. Returns (n_nodes, F, n_bins, 2) int64 CuPy."""
+def build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins, n_value_bins=None):
+    """See ``numpy_kernels.build_histograms``. Returns (n_nodes, F, n_bins, 2) int64 CuPy.
+    n_value_bins: the shared-memory histograms are packed by it (more features a block)."""
     n_features = bins.shape[1]
     n_nodes = len(seg_start)
     hist = cp.zeros((n_nodes, n_features, n_bins, 2), dtype=_dtypes.FIXED)
     work = work_list(seg_start, seg_count)
     if len(work) == 0 or n_features == 0:
         return hist
-    use_shared, group, n_groups = _feature_groups(n_features, n_bins, 0)
-    name = "build_histograms_shared" if use_shared else "build_histograms_global"
-    kernel = _kernel(name, bins.itemsize)
-    shared = group * _shared_feature_bytes(n_bins) if use_shared else 0
-    _launch_shared(kernel, (len(work), n_groups), _HIST_THREADS, shared,
+    groups = _shared_groups(n_features, n_bins, n_value_bins, 0)
+    if groups is None:
+        kernel, grid, shared, group_args = _kernel("build_histograms_global", bins.itemsize), \
+            (len(work), 1), 0, (_unread(), _unread())
+    else:
+        kernel, grid, shared, group_args = _kernel("build_histograms_shared", bins.itemsize), \
+            (len(work), groups.n_groups), groups.most_bytes, groups.args()
+    _launch_shared(kernel, grid, _HIST_THREADS, shared,
                    (bins, _i64(bins.strides[0] // bins.itemsize), _i32(n_features), _i32(n_bins),
-                    cp.ascontiguousarray(gh), row_index, _device_work(work), _i32(group), hist))
+                    cp.ascontiguousarray(gh), row_index, _device_work(work), *group_args, hist))
     return hist
 
 
-_WORK_LISTS: collections.OrderedDict = collections.OrderedDict()
+_CONSTANTS: collections.OrderedDict = collections.OrderedDict()
 _RECORDING = threading.local()  # .held: the list a recording keeps its cached arrays in
 
 
@@ -233,15 +276,21 @@ def holding(held: list):
 def _device_work(work: np.ndarray):
     """The host work list on the device, uploaded once for the same list on the same device (a
     tree's root histogram lists the same blocks every tree: no copy from the host per tree,
-    which a recorded tree could not hold). Keeps the last 16."""
-    key = (cp.cuda.Device().id, work.shape, work.tobytes())
-    device = _WORK_LISTS.get(key)
+    which a recorded tree could not hold)."""
+    return _device_constant(work)
+
+
+def _device_constant(array: np.ndarray):
+    """A small host array the kernels only read, on the device: uploaded once for the same
+    contents on the same device (the last 32 are kept), and held by a recording."""
+    key = (cp.cuda.Device().id, array.dtype.str, array.shape, array.tobytes())
+    device = _CONSTANTS.get(key)
     if device is None:
-        device = _WORK_LISTS[key] = cp.asarray(work)
-        while len(_WORK_LISTS) > 16:
-            _WORK_LISTS.popitem(last=False)
+        device = _CONSTANTS[key] = cp.asarray(array)
+        while len(_CONSTANTS) > 32:
+            _CONSTANTS.popitem(last=False)
     else:
-        _WORK_LISTS.move_to_end(key)
+        _CONSTANTS.move_to_end(key)
     held = getattr(_RECORDING, "held", None)
     if held is not None:
         held.append(device)
@@ -319,27 +368,33 @@ def _split_results(n_nodes: int) -> tuple:
 
 def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg_count, feature,
                             bin_threshold, default_left, small_is_left, n_bins, out=None,
-                            dest=None):
+                            dest=None, n_value_bins=None, side_map=None):
     """See ``numpy_kernels.partition_and_histogram``. row_index (CuPy int32) is partitioned in
     place when ``dest`` is None (through a scratch array and a copy back); otherwise the rows are
     scattered straight into ``dest`` (CuPy int32 like row_index, not sharing its memory) and the
     copy back is saved. Returns left_count (n_nodes,) int64 and hist (n_nodes, F, n_bins, 2)
     int64, CuPy: new, or ``out`` (C-contiguous CuPy) with the histograms added to it (the kernel
-    adds every block's histogram into global memory with atomics, whatever it held)."""
+    adds every block's histogram into global memory with atomics, whatever it held).
+    n_value_bins: the shared-memory histograms are packed by it (more features a block).
+    side_map: (n_nodes, n_bins) uint8, host (device ones are copied to the host first), read
+    by the partition's kernels (no pass of its own)."""
     n_features = bins.shape[1]
     n_nodes = len(seg_start)
     hist = _hist_out(out, (n_nodes, n_features, n_bins, 2), "partition_and_histogram")
     if dest is not None:
         _check_dest(dest, row_index)
+    sides = () if side_map is None else \
+        ((check_side_map(to_host(side_map), n_nodes, n_bins).reshape(-1), np.uint8),)
     work = work_list(seg_start, seg_count)
     if len(work) == 0:
         return cp.zeros(n_nodes, dtype=np.int64), hist
     n_blocks = len(work)
     work, n_work, *split = _upload(
         work, (np.array([n_blocks]), np.int64), (feature, np.int32), (bin_threshold, np.int32),
-        (default_left, bool), (small_is_left, bool))
+        (default_left, bool), (small_is_left, bool), *sides)
+    map_args = (split.pop(), _i32(n_bins)) if sides else None
     left_count = _partition(bins, bins_by_feature, gh, row_index, work, n_work, n_blocks, split,
-                            n_nodes, n_bins, hist, dest)
+                            n_nodes, n_bins, hist, dest, n_value_bins, map_args)
     return left_count, hist
 
 
@@ -351,12 +406,15 @@ def _check_dest(dest, row_index):
 
 
 def _partition(bins, bins_by_feature, gh, row_index, work, n_work, n_blocks: int, split: list,
-               n_nodes: int, n_bins: int, hist, dest):
+               n_nodes: int, n_bins: int, hist, dest, n_value_bins,
+               map_args: tuple | None = None):
     """The partition's launches over a device work list whose length is ``n_work`` (device
     (1,) int64), on a grid of n_blocks blocks (n_blocks >= that length: the others return).
     split: device (feature int32, bin_threshold int32, default_left bool, small_is_left bool).
+    map_args: (device side map uint8, its width) or None (no side map).
     Returns left_count (n_nodes,) int64 CuPy; hist is added into."""
     *split, small_is_left = split
+    split += list(map_args or (_unread(), _i32(0)))
     n_features = bins.shape[1]
     columns = _columns(bins_by_feature)
     block_left = cp.empty(n_blocks, dtype=np.int64)
@@ -364,34 +422,36 @@ def _partition(bins, bins_by_feature, gh, row_index, work, n_work, n_blocks: int
     _kernel("count_left", itemsize)((n_blocks,), (_THREADS,),
                                     (*columns, row_index, work, n_work, *split, block_left))
     left_count = cp.zeros(n_nodes, dtype=np.int64)  # nodes without rows have no block to set it
-    use_shared, group, n_groups = _feature_groups(max(n_features, 1), n_bins, _HIST_THREADS * 4)
+    tile_bytes = _HIST_THREADS * 4  # the scatter's tile of the built child's rows
+    groups = _shared_groups(n_features, n_bins, n_value_bins, tile_bytes) \
+        if n_features else None
     # Wide data: partition alone, then the children's histograms from their new segments (each
     # of many feature groups would otherwise rank every row of the parents again).
-    separate = use_shared and n_groups > _FUSED_MAX_GROUPS
-    fused_features = 0 if separate else n_features
-    shared = (group * _shared_feature_bytes(n_bins) if use_shared and not separate else 0) \
-        + _HIST_THREADS * 4
+    separate = groups is not None and groups.n_groups > _FUSED_MAX_GROUPS
+    fused = groups is not None and not separate
+    group_args = groups.args() if fused else (_unread(), _unread())
     target = cp.empty_like(row_index) if dest is None else dest
     gh = cp.ascontiguousarray(gh)
     bin_stride = _i64(bins.strides[0] // itemsize)
     _launch_shared(_kernel("scatter_and_histogram", itemsize),
-                   (n_blocks, 1 if separate else n_groups), _HIST_THREADS, shared,
-                   (bins, bin_stride, *columns, _i32(fused_features),
+                   (n_blocks, groups.n_groups if fused else 1), _HIST_THREADS,
+                   (groups.most_bytes if fused else 0) + tile_bytes,
+                   (bins, bin_stride, *columns, _i32(0 if separate else n_features),
                     _i32(n_bins), gh, row_index, target, work, n_work, block_left, *split,
-                    small_is_left, _i32(group), _i32(use_shared), hist, left_count))
+                    small_is_left, *group_args, _i32(fused), hist, left_count))
     if dest is None:
         _kernel("copy_back", 1)((n_blocks,), (_THREADS,), (target, row_index, work, n_work))
         target = row_index
     if separate:
-        _launch_shared(_kernel("build_child_histograms_shared", itemsize), (n_blocks, n_groups),
-                       _HIST_THREADS, group * _shared_feature_bytes(n_bins),
+        _launch_shared(_kernel("build_child_histograms_shared", itemsize),
+                       (n_blocks, groups.n_groups), _HIST_THREADS, groups.most_bytes,
                        (bins, bin_stride, _i32(n_features), _i32(n_bins), gh, target, work,
-                        n_work, left_count, small_is_left, _i32(group), hist))
+                        n_work, left_count, small_is_left, *groups.args(), hist))
     return left_count
 
 
 def partition_planned(bins, bins_by_feature, gh, row_index, work, n_work, feature, bin_threshold,
-                      default_left, small_is_left, n_bins, out, dest):
+                      default_left, small_is_left, n_bins, out, dest, n_value_bins=None):
     """See ``numpy_kernels.partition_planned``. work (max_blocks, 5) and n_work (1,) int64
     CuPy, from ``level_segments``; the split arrays CuPy (the level plan's). The grid is sized
     for max_blocks: nothing waits for the device."""
@@ -403,7 +463,8 @@ def partition_planned(bins, bins_by_feature, gh, row_index, work, n_work, featur
     split = [_dev(feature, np.int32), _dev(bin_threshold, np.int32), _dev(default_left, bool),
              _dev(small_is_left, bool)]
     return _partition(bins, bins_by_feature, gh, row_index, _dev(work, np.int64),
-                      _dev(n_work, np.int64), len(work), split, n_nodes, n_bins, hist, dest)
+                      _dev(n_work, np.int64), len(work), split, n_nodes, n_bins, hist, dest,
+                      n_value_bins)
 
 
 def _slot_grid(cap: int) -> tuple[int, int]:

@@ -27,7 +27,9 @@ from .common import (
     check_bounds,
     check_dest,
     check_feature_mask,
+    check_side_map,
     check_sibling_shapes,
+    check_value_bins,
     gradient_out,
     occupied_keys_with,
     padded_width,
@@ -65,12 +67,15 @@ def quantise_gradients(grad, hess, scale_g, scale_h, out=None):
     return gh
 
 
-def build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins):
+def build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins, n_value_bins=None):
     """Histogram of the fixed-point gradients of each listed node.
 
     seg_start, seg_count: (n_nodes,) int64 segments of ``row_index`` (one per node; may be empty).
-    Returns (n_nodes, n_features, n_bins, 2) int64, newly allocated.
+    n_value_bins: None, or (F,) host ints, feature f's bins being 0..n_value_bins[f] (checked
+    here: the CUDA kernels size their shared-memory histograms by it; the sums do not depend
+    on it). Returns (n_nodes, n_features, n_bins, 2) int64, newly allocated.
     """
+    check_value_bins(bins, n_value_bins, n_bins)
     n_features = bins.shape[1]
     hist = np.zeros((len(seg_start), n_features, n_bins, 2), dtype=_dtypes.FIXED)
     feature_ids = np.arange(n_features)
@@ -190,17 +195,22 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
     )
 
 
-def partition_rows(bins, row_index, seg_start, seg_count, feature, bin_threshold, default_left):
+def partition_rows(bins, row_index, seg_start, seg_count, feature, bin_threshold, default_left,
+                   side_map=None):
     """Stable in-place partition of each listed node's segment into (left rows, right rows).
 
     A row goes left when its bin of ``feature[k]`` is in 1..bin_threshold[k], or is the missing bin
-    and ``default_left[k]``. row_index is modified in place. Returns left_count (n_nodes,) int64.
+    and ``default_left[k]``; with a ``side_map`` ((n_nodes, n_bins) uint8, ``map_sides``) the bin
+    is first replaced by side_map[k, bin]. row_index is modified in place. Returns left_count
+    (n_nodes,) int64.
     """
     left_count = np.zeros(len(seg_start), dtype=np.int64)
     for k in range(len(seg_start)):
         lo, hi = seg_start[k], seg_start[k] + seg_count[k]
         rows = row_index[lo:hi].copy()
         b = bins[rows, feature[k]]
+        if side_map is not None:
+            b = side_map[k, b.astype(np.int64)]
         go_left = np.where(b == _dtypes.MISSING_BIN, bool(default_left[k]), b <= bin_threshold[k])
         row_index[lo:hi] = np.concatenate([rows[go_left], rows[~go_left]])
         left_count[k] = int(go_left.sum())
@@ -209,7 +219,7 @@ def partition_rows(bins, row_index, seg_start, seg_count, feature, bin_threshold
 
 def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg_count, feature,
                             bin_threshold, default_left, small_is_left, n_bins, out=None,
-                            dest=None):
+                            dest=None, n_value_bins=None, side_map=None):
     """``partition_rows``, then the histograms of one child per node, in one call.
 
     bins_by_feature: (n_features, n_rows), the same bins stored column by column; the side of a
@@ -223,7 +233,12 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
     hist (n_nodes, n_features, n_bins, 2) int64 of the chosen children: newly allocated, or
     ``out`` (that shape, int64, C-contiguous, e.g. a view into a level's histograms) with the
     histograms added to what it holds, so several shards can accumulate into one array.
+    n_value_bins: as ``build_histograms``'. side_map: None, or (n_nodes, n_bins) uint8: each
+    node's rows go by their bins mapped through it (``partition_rows``), as ``map_sides`` would
+    write them, without that pass.
     """
+    if side_map is not None:
+        side_map = check_side_map(side_map, len(seg_start), n_bins)
     seg_start = np.asarray(seg_start, dtype=np.int64)
     seg_count = np.asarray(seg_count, dtype=np.int64)
     if dest is None:
@@ -233,10 +248,10 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
         for lo, count in zip(seg_start, seg_count):
             dest[lo : lo + count] = row_index[lo : lo + count]
     left_count = partition_rows(bins_by_feature.T, dest, seg_start, seg_count, feature,
-                                bin_threshold, default_left)
+                                bin_threshold, default_left, side_map)
     start = np.where(small_is_left, seg_start, seg_start + left_count)
     count = np.where(small_is_left, left_count, seg_count - left_count)
-    hist = build_histograms(bins, gh, dest, start, count, n_bins)
+    hist = build_histograms(bins, gh, dest, start, count, n_bins, n_value_bins)
     return left_count, _add_into(out, hist)
 
 
@@ -1041,7 +1056,7 @@ def level_segments(n_rows, half, n_parent_split, parent_split_start, parent_spli
 
 
 def partition_planned(bins, bins_by_feature, gh, row_index, work, n_work, feature, bin_threshold,
-                      default_left, small_is_left, n_bins, out, dest):
+                      default_left, small_is_left, n_bins, out, dest, n_value_bins=None):
     """``partition_and_histogram`` of the nodes of a planned work list (``level_segments``),
     into ``dest`` (required: the grower ping-pongs between two row arrays) and adding into
     ``out`` (required, (n_nodes, F, n_bins, 2)). n_nodes = len(feature); the work list's nodes
@@ -1049,7 +1064,8 @@ def partition_planned(bins, bins_by_feature, gh, row_index, work, n_work, featur
     seg_start, seg_count = segments_of_work(work, n_work, len(feature))
     left_count, _ = partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start,
                                             seg_count, feature, bin_threshold, default_left,
-                                            small_is_left, n_bins, out=out, dest=dest)
+                                            small_is_left, n_bins, out=out, dest=dest,
+                                            n_value_bins=n_value_bins)
     return left_count
 
 

@@ -263,7 +263,8 @@ def _queue_levels(shardset, layout, gh, allowed, search, n_bins: int, rules) -> 
                              "built_left")]
             level.left = [kernels.partition_planned(
                 dense.rows(s), dense.columns(s), gh[s], rows[depth % 2][s], level.work[s],
-                level.n_work[s], *split_arrays, n_bins, built.arrays[0], rows[(depth + 1) % 2][s])
+                level.n_work[s], *split_arrays, n_bins, built.arrays[0], rows[(depth + 1) % 2][s],
+                dense.n_value_bins_host)
                 for s in range(len(shards))]
             shardset.allreduce_histograms(built)
             kernels.sibling_histograms(hist.arrays[0], plan["split_node"][:half],

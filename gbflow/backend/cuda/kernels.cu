@@ -27,12 +27,19 @@
 
 #define WORK_WIDTH 5
 
-// Shared-memory histograms (see shared_add64 in common.cuh): word layout of a feature group:
-// feature fl's counters start at word fl * feature_words(n_bins), where counter (bin b,
-// component c) is words 4b + 2c (low) and 4b + 2c + 1 (high). The one word of padding per
-// feature puts the same bin of neighbouring features in different banks: the lanes of a warp
-// update neighbouring features of one row at once.
-__device__ __forceinline__ int feature_words(int n_bins) { return 4 * n_bins + 1; }
+// Shared-memory histograms (see shared_add64 in common.cuh). Features may have different bin
+// counts (a categorical feature of 5,000 categories beside numeric ones of 257 bins): the
+// (bin, component) counters of all features are numbered one feature after the other, feature
+// f's 2 * width_f of them from counter_start[f] (int64, F + 1 entries, counter_start[F] the
+// total). A block's feature group f0 .. f0 + group lays its features' counters out in shared
+// memory in the same order, counter i of the group (i counted from counter_start[f0]) in words
+// 2i (low) and 2i + 1 (high), each feature followed by one word of padding: the words of
+// counter i of group feature fl start at 2i + fl. The padding puts the same bin of neighbouring
+// features of equal widths in different banks: the lanes of a warp update neighbouring features
+// of one row at once.
+__device__ __forceinline__ int group_words(const i64* counter_start, int f0, int group) {
+    return (int)(2 * (counter_start[f0 + group] - counter_start[f0])) + group;
+}
 
 // ---------------------------------------------------------------------------------------------
 // bin_features: one thread per (row, feature) value. Threads of a warp take consecutive rows of
@@ -66,8 +73,8 @@ extern "C" __global__ void bin_features(const float* X, i64 n_rows, int n_featur
 
 // ---------------------------------------------------------------------------------------------
 // Histograms in shared memory. Block (b, g) adds the rows of work item b for the features of
-// group g (features g*group_size .. +group_size) into a shared (group_size, n_bins, 2) int64
-// histogram, then adds its non-zero entries into hist[node] in global memory with atomics: hist
+// group g (features group_first[g] .. group_first[g + 1], packed by their own bin counts: see
+// group_words) into a shared histogram, then adds its non-zero entries into hist[node] in global memory with atomics: hist
 // is accumulated into, never overwritten (zeroed by the caller, or holding other shards' sums).
 // Thread mapping: the block's (row, feature) pairs are numbered row-major, so the lanes of a warp
 // update different features of one or two rows (no two lanes of a step hit the same counter
@@ -77,16 +84,24 @@ __device__ __forceinline__ void zero_shared(unsigned int* words, int n) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) words[i] = 0;
 }
 
-// Adds the group's counters (group features x n_bins x 2) into hist_node, skipping zeros.
-__device__ __forceinline__ void flush_shared(const unsigned int* words, int group, int n_bins,
-                                             i64* hist_node, int f0) {
-    int per_feature = 2 * n_bins;
-    for (int i = threadIdx.x; i < group * per_feature; i += blockDim.x) {
-        int fl = i / per_feature;
-        int rest = i - fl * per_feature;
-        const unsigned int* w = words + fl * feature_words(n_bins) + 2 * rest;
+// Adds the group's counters into hist_node (the node's (F, n_bins, 2) histograms), skipping
+// zeros. Each thread finds its counter's feature by a binary search of counter_start.
+__device__ __forceinline__ void flush_shared(const unsigned int* words, int f0, int group,
+                                             const i64* counter_start, int n_bins,
+                                             i64* hist_node) {
+    i64 first = counter_start[f0];
+    int n_counters = (int)(counter_start[f0 + group] - first);
+    for (int i = threadIdx.x; i < n_counters; i += blockDim.x) {
+        int lo = 0, hi = group - 1;  // the last group feature whose counters start at or before i
+        while (lo < hi) {
+            int mid = (lo + hi + 1) >> 1;
+            if (counter_start[f0 + mid] - first <= i) lo = mid; else hi = mid - 1;
+        }
+        int rest = i - (int)(counter_start[f0 + lo] - first);  // 2 * bin + component
+        const unsigned int* w = words + 2 * i + lo;
         u64 v = static_cast<u64>(w[0]) | (static_cast<u64>(w[1]) << 32);
-        if (v != 0) atomicAdd(reinterpret_cast<u64*>(hist_node + (i64)f0 * per_feature + i), v);
+        if (v != 0)
+            atomicAdd(reinterpret_cast<u64*>(hist_node + 2 * (i64)(f0 + lo) * n_bins + rest), v);
     }
 }
 
@@ -95,43 +110,46 @@ __device__ __forceinline__ void flush_shared(const unsigned int* words, int grou
 // features of one or two rows and read consecutive bytes of a row.
 __device__ __forceinline__ void add_rows_shared(const BIN_T* bins, i64 bin_stride, const i64* gh,
                                                 const int* rows, int n_rows, int f0, int group,
-                                                int n_bins, unsigned int* words) {
+                                                const i64* counter_start, unsigned int* words) {
     int n_pairs = n_rows * group;
-    int stride = feature_words(n_bins);
+    i64 first = counter_start[f0];
     for (int i = threadIdx.x; i < n_pairs; i += blockDim.x) {
         int r = i / group;
         int fl = i - r * group;
         i64 row = rows[r];
         int b = bins[row * bin_stride + f0 + fl];
-        unsigned int* cell = words + fl * stride + 4 * b;
+        unsigned int* cell = words + 2 * (int)(__ldg(counter_start + f0 + fl) - first) + fl + 4 * b;
         shared_add64(cell, gh[2 * row]);
         shared_add64(cell + 2, gh[2 * row + 1]);
     }
 }
 
 // One block's rows [begin, end) of row_index into node's histogram, for the feature group
-// blockIdx.y: zeroed shared counters, the rows added, the non-zero counters flushed.
+// blockIdx.y (features group_first[g] .. group_first[g + 1]): zeroed shared counters, the rows
+// added, the non-zero counters flushed.
 __device__ __forceinline__ void block_histogram_shared(
         const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,
-        const int* row_index, i64 node, i64 begin, i64 end, int group_size, i64* hist,
-        unsigned int* words) {
-    int f0 = blockIdx.y * group_size;
-    int group = min(group_size, n_features - f0);
-    zero_shared(words, group * feature_words(n_bins));
+        const int* row_index, i64 node, i64 begin, i64 end, const int* group_first,
+        const i64* counter_start, i64* hist, unsigned int* words) {
+    int f0 = group_first[blockIdx.y];
+    int group = group_first[blockIdx.y + 1] - f0;
+    zero_shared(words, group_words(counter_start, f0, group));
     __syncthreads();
-    add_rows_shared(bins, bin_stride, gh, row_index + begin, (int)(end - begin), f0, group, n_bins,
-                    words);
+    add_rows_shared(bins, bin_stride, gh, row_index + begin, (int)(end - begin), f0, group,
+                    counter_start, words);
     __syncthreads();
-    flush_shared(words, group, n_bins, hist + node * (i64)n_features * n_bins * 2, f0);
+    flush_shared(words, f0, group, counter_start, n_bins,
+                 hist + node * (i64)n_features * n_bins * 2);
 }
 
 extern "C" __global__ void build_histograms_shared(
         const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,
-        const int* row_index, const i64* work, int group_size, i64* hist) {
+        const int* row_index, const i64* work, const int* group_first, const i64* counter_start,
+        i64* hist) {
     extern __shared__ unsigned int words[];
     const i64* w = work + WORK_WIDTH * blockIdx.x;
     block_histogram_shared(bins, bin_stride, n_features, n_bins, gh, row_index, w[0], w[1], w[2],
-                           group_size, hist, words);
+                           group_first, counter_start, hist, words);
 }
 
 // The histograms of the built children after a partition-only scatter_and_histogram (wide data:
@@ -142,7 +160,8 @@ extern "C" __global__ void build_histograms_shared(
 extern "C" __global__ void build_child_histograms_shared(
         const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,
         const int* row_index, const i64* work, const i64* n_work, const i64* node_left,
-        const bool* small_is_left, int group_size, i64* hist) {
+        const bool* small_is_left, const int* group_first, const i64* counter_start,
+        i64* hist) {
     extern __shared__ unsigned int words[];
     if ((i64)blockIdx.x >= *n_work) return;  // the whole block
     const i64* w = work + WORK_WIDTH * blockIdx.x;
@@ -151,7 +170,7 @@ extern "C" __global__ void build_child_histograms_shared(
     if (small_is_left[node]) end = min(end, split); else begin = max(begin, split);
     if (begin >= end) return;  // the whole block: no barrier is skipped by some threads only
     block_histogram_shared(bins, bin_stride, n_features, n_bins, gh, row_index, node, begin, end,
-                           group_size, hist, words);
+                           group_first, counter_start, hist, words);
 }
 
 // Adds rows[0..n_rows) straight into the global histogram of one node (all features), for bin
@@ -174,7 +193,8 @@ __device__ __forceinline__ void add_rows_global(const BIN_T* bins, i64 bin_strid
 
 extern "C" __global__ void build_histograms_global(
         const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,
-        const int* row_index, const i64* work, int unused_group_size, i64* hist) {
+        const int* row_index, const i64* work, const int* unused_group_first,
+        const i64* unused_counter_start, i64* hist) {
     const i64* w = work + WORK_WIDTH * blockIdx.x;
     i64 node = w[0], begin = w[1], end = w[2];
     add_rows_global(bins, bin_stride, gh, row_index + begin, end - begin, n_features, n_bins,
@@ -197,27 +217,38 @@ extern "C" __global__ void build_histograms_global(
 // same positions. A grower that ping-pongs between two row arrays passes the other one as
 // `moved` and needs no pass 3.
 
+// node_sides: null, or the node's row of a side map (map_sides): the bin read is replaced by its
+// side (0 missing, 1 left, 2 right) before the comparison (a level with category-set splits).
 __device__ __forceinline__ bool goes_left(const BIN_T* bins_by_feature, i64 feature_stride,
                                           i64 row_stride, int row, int feature, int threshold,
-                                          bool default_left) {
+                                          bool default_left, const unsigned char* node_sides) {
     int b = bins_by_feature[(i64)feature * feature_stride + (i64)row * row_stride];
+    if (node_sides != nullptr) b = node_sides[b];
     return b == 0 ? default_left : b <= threshold;
+}
+
+__device__ __forceinline__ const unsigned char* sides_of(const unsigned char* side_map,
+                                                         int map_width, i64 node) {
+    return map_width ? side_map + node * map_width : nullptr;
 }
 
 extern "C" __global__ void count_left(const BIN_T* bins_by_feature, i64 feature_stride,
                                       i64 row_stride,
                                       const int* row_index, const i64* work, const i64* n_work,
                                       const int* feature, const int* bin_threshold,
-                                      const bool* default_left, i64* block_left) {
+                                      const bool* default_left, const unsigned char* side_map,
+                                      int map_width, i64* block_left) {
     __shared__ i64 warp_sums[32];
     if ((i64)blockIdx.x >= *n_work) return;
     const i64* w = work + WORK_WIDTH * blockIdx.x;
     i64 node = w[0], begin = w[1], end = w[2];
     int f = feature[node], t = bin_threshold[node];
     bool dl = default_left[node];
+    const unsigned char* sides = sides_of(side_map, map_width, node);
     i64 count = 0;
     for (i64 p = begin + threadIdx.x; p < end; p += blockDim.x)
-        count += goes_left(bins_by_feature, feature_stride, row_stride, row_index[p], f, t, dl);
+        count += goes_left(bins_by_feature, feature_stride, row_stride, row_index[p], f, t, dl,
+                           sides);
     for (int o = 16; o > 0; o >>= 1) count += __shfl_down_sync(0xffffffffu, count, o);
     if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = count;
     __syncthreads();
@@ -234,8 +265,9 @@ extern "C" __global__ void scatter_and_histogram(
         i64 row_stride,
         int n_features, int n_bins, const i64* gh, const int* row_index, int* moved,
         const i64* work, const i64* n_work, const i64* block_left, const int* feature,
-        const int* bin_threshold, const bool* default_left, const bool* small_is_left,
-        int group_size, int use_shared, i64* hist, i64* node_left) {
+        const int* bin_threshold, const bool* default_left, const unsigned char* side_map,
+        int map_width, const bool* small_is_left, const int* group_first,
+        const i64* counter_start, int use_shared, i64* hist, i64* node_left) {
     extern __shared__ unsigned int words[];
     __shared__ int warp_left[32];
     __shared__ int warp_small[32];
@@ -244,12 +276,16 @@ extern "C" __global__ void scatter_and_histogram(
     if ((i64)blockIdx.x >= n_blocks) return;  // the whole block, before any barrier
     const i64* w = work + WORK_WIDTH * blockIdx.x;
     i64 node = w[0], begin = w[1], end = w[2], first_block = w[3], seg_start = w[4];
-    int f0 = blockIdx.y * group_size;
-    int group = min(group_size, n_features - f0);
-    int n_words = use_shared ? group * feature_words(n_bins) : 0;
+    int f0 = 0, group = 0, n_words = 0;  // the feature group of the shared histogram
+    if (use_shared) {
+        f0 = group_first[blockIdx.y];
+        group = group_first[blockIdx.y + 1] - f0;
+        n_words = group_words(counter_start, f0, group);
+    }
     int* small_rows = reinterpret_cast<int*>(words + n_words);
     int f = feature[node], t = bin_threshold[node];
     bool dl = default_left[node], small_left = small_is_left[node];
+    const unsigned char* sides = sides_of(side_map, map_width, node);
     zero_shared(words, n_words);
     if (threadIdx.x == 0) {
         i64 left_before = 0, node_total_left = 0;
@@ -271,7 +307,7 @@ extern "C" __global__ void scatter_and_histogram(
         bool active = p < end;
         int row = active ? row_index[p] : 0;
         bool left = active &&
-                    goes_left(bins_by_feature, feature_stride, row_stride, row, f, t, dl);
+                    goes_left(bins_by_feature, feature_stride, row_stride, row, f, t, dl, sides);
         bool right = active && !left;
         bool small = small_left ? left : right;
         unsigned left_mask = __ballot_sync(0xffffffffu, left);
@@ -295,7 +331,8 @@ extern "C" __global__ void scatter_and_histogram(
         if (small) small_rows[small_rank] = row;
         __syncthreads();
         if (use_shared) {
-            add_rows_shared(bins, bin_stride, gh, small_rows, tile_small, f0, group, n_bins, words);
+            add_rows_shared(bins, bin_stride, gh, small_rows, tile_small, f0, group,
+                            counter_start, words);
         } else {
             add_rows_global(bins, bin_stride, gh, small_rows, tile_small, n_features, n_bins,
                             hist_node);
@@ -303,7 +340,7 @@ extern "C" __global__ void scatter_and_histogram(
         if (threadIdx.x == 0) { base[0] += tile_left; base[1] += (i64)(min((i64)blockDim.x, end - tile) - tile_left); }
         __syncthreads();
     }
-    if (use_shared) flush_shared(words, group, n_bins, hist_node, f0);
+    if (use_shared) flush_shared(words, f0, group, counter_start, n_bins, hist_node);
 }
 
 extern "C" __global__ void copy_back(const int* moved, int* row_index, const i64* work,
@@ -402,7 +439,8 @@ extern "C" __global__ void add_split_leaf_values(
     for (i64 p = w[1] + threadIdx.x; p < w[2]; p += blockDim.x) {
         int row = row_index[p];
         margin[(i64)row * margin_stride] +=
-            goes_left(bins_by_feature, feature_stride, row_stride, row, f, t, dl) ? lv : rv;
+            goes_left(bins_by_feature, feature_stride, row_stride, row, f, t, dl, nullptr) ? lv
+                                                                                         : rv;
     }
 }
 
@@ -783,7 +821,8 @@ extern "C" __global__ void add_planned_split_values(
          p += (i64)gridDim.y * blockDim.x) {
         int row = row_index[p];
         margin[(i64)row * margin_stride] +=
-            goes_left(bins_by_feature, feature_stride, row_stride, row, f, t, dl) ? left : right;
+            goes_left(bins_by_feature, feature_stride, row_stride, row, f, t, dl, nullptr) ? left
+                                                                                       : right;
     }
 }
 
