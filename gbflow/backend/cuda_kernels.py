@@ -129,16 +129,19 @@ def work_list(seg_start, seg_count, rows_per_block: int | None = None) -> np.nda
 class _SharedGroups:
     """Feature groups of the shared-memory histogram kernels (see ``group_words`` in
     kernels.cu): group g holds features group_first[g] .. group_first[g + 1], each as wide as its
-    own bins; ``counter_start`` numbers every feature's (bin, component) counters one feature
-    after the other. Host arrays; ``args()`` gives them on the device."""
+    own bins; ``group_width`` the bins of a group's features where all are equal (else 0);
+    ``counter_start`` numbers every feature's (bin, component) counters one feature after the
+    other. Host arrays; ``args()`` gives them on the device."""
 
     n_groups: int
     most_bytes: int  # the shared memory of the largest group
     group_first: np.ndarray  # (n_groups + 1,) int32
+    group_width: np.ndarray  # (n_groups,) int32
     counter_start: np.ndarray  # (F + 1,) int64
 
     def args(self) -> tuple:
-        return _device_constant(self.group_first), _device_constant(self.counter_start)
+        return (_device_constant(self.group_first), _device_constant(self.group_width),
+                _device_constant(self.counter_start))
 
 
 def _feature_widths(n_features: int, n_bins: int, n_value_bins) -> np.ndarray:
@@ -159,22 +162,35 @@ def _shared_groups(n_features: int, n_bins: int, n_value_bins,
 
 @functools.lru_cache(maxsize=64)
 def _packed_groups(widths_bytes: bytes, room: int) -> _SharedGroups | None:
+    """Consecutive features in the fewest groups whose counters fit in ``room`` bytes, the
+    largest group as few features as can be (a block's time goes with its features: each of
+    its rows adds one pair a feature; equal widths give groups of equal sizes)."""
     widths = np.frombuffer(widths_bytes, dtype=np.int64)
     nbytes = 4 * (4 * widths + 1)  # a feature's words: 4 a bin and one of padding
     if len(widths) == 0 or nbytes.max() > room:
         return None
-    first, used = [0], 0
-    for f, size in enumerate(nbytes.tolist()):
-        if used + size > room:
-            first.append(f)
-            used = 0
-        used += size
-    first.append(len(widths))
-    group_first = np.array(first, dtype=np.int32)
     ends = np.concatenate([[0], np.cumsum(nbytes)])
+
+    def firsts(most_features: int) -> list:
+        first = [0]
+        while first[-1] < len(widths):
+            fits = int(np.searchsorted(ends, ends[first[-1]] + room, side="right")) - 1
+            first.append(min(fits, first[-1] + most_features))
+        return first
+    n_groups = len(firsts(len(widths))) - 1
+    low, high = -(-len(widths) // n_groups), len(widths)  # the fewest features a group can hold
+    while low < high:
+        middle = (low + high) // 2
+        if len(firsts(middle)) - 1 <= n_groups:
+            high = middle
+        else:
+            low = middle + 1
+    group_first = np.array(firsts(low), dtype=np.int32)
+    group_width = np.array([widths[a] if (widths[a:b] == widths[a]).all() else 0
+                            for a, b in zip(group_first[:-1], group_first[1:])], dtype=np.int32)
     counter_start = np.concatenate([[0], np.cumsum(2 * widths)]).astype(np.int64)
-    return _SharedGroups(len(first) - 1, int(np.diff(ends[group_first]).max()), group_first,
-                         counter_start)
+    return _SharedGroups(len(group_first) - 1, int(np.diff(ends[group_first]).max()),
+                         group_first, group_width, counter_start)
 
 
 def _launch_shared(kernel, grid, threads, shared_bytes, args):
@@ -246,7 +262,7 @@ def build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins, n_value_
     groups = _shared_groups(n_features, n_bins, n_value_bins, 0)
     if groups is None:
         kernel, grid, shared, group_args = _kernel("build_histograms_global", bins.itemsize), \
-            (len(work), 1), 0, (_unread(), _unread())
+            (len(work), 1), 0, (_unread(),) * 3
     else:
         kernel, grid, shared, group_args = _kernel("build_histograms_shared", bins.itemsize), \
             (len(work), groups.n_groups), groups.most_bytes, groups.args()
@@ -429,7 +445,7 @@ def _partition(bins, bins_by_feature, gh, row_index, work, n_work, n_blocks: int
     # of many feature groups would otherwise rank every row of the parents again).
     separate = groups is not None and groups.n_groups > _FUSED_MAX_GROUPS
     fused = groups is not None and not separate
-    group_args = groups.args() if fused else (_unread(), _unread())
+    group_args = groups.args() if fused else (_unread(),) * 3
     target = cp.empty_like(row_index) if dest is None else dest
     gh = cp.ascontiguousarray(gh)
     bin_stride = _i64(bins.strides[0] // itemsize)

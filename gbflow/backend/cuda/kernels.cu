@@ -36,7 +36,14 @@
 // 2i (low) and 2i + 1 (high), each feature followed by one word of padding: the words of
 // counter i of group feature fl start at 2i + fl. The padding puts the same bin of neighbouring
 // features of equal widths in different banks: the lanes of a warp update neighbouring features
-// of one row at once.
+// of one row at once. group_width[g]: the bins of every feature of group g where they are all
+// equal (numeric data: feature fl's words then start at fl * (4 * width + 1), no table read in
+// the kernels' inner loops), else 0.
+// The histogram kernels run 1024 threads a block (_HIST_THREADS) and must fit two blocks on a
+// multiprocessor: at most 32 registers a thread (with 40, one block fit and a level's
+// partition took 40% longer).
+#define HIST_BOUNDS __launch_bounds__(1024, 2)
+
 __device__ __forceinline__ int group_words(const i64* counter_start, int f0, int group) {
     return (int)(2 * (counter_start[f0 + group] - counter_start[f0])) + group;
 }
@@ -85,19 +92,27 @@ __device__ __forceinline__ void zero_shared(unsigned int* words, int n) {
 }
 
 // Adds the group's counters into hist_node (the node's (F, n_bins, 2) histograms), skipping
-// zeros. Each thread finds its counter's feature by a binary search of counter_start.
+// zeros. A thread finds its counter's feature by a division (equal widths) or a binary search of
+// counter_start.
 __device__ __forceinline__ void flush_shared(const unsigned int* words, int f0, int group,
-                                             const i64* counter_start, int n_bins,
+                                             int width, const i64* counter_start, int n_bins,
                                              i64* hist_node) {
     i64 first = counter_start[f0];
     int n_counters = (int)(counter_start[f0 + group] - first);
     for (int i = threadIdx.x; i < n_counters; i += blockDim.x) {
-        int lo = 0, hi = group - 1;  // the last group feature whose counters start at or before i
-        while (lo < hi) {
-            int mid = (lo + hi + 1) >> 1;
-            if (counter_start[f0 + mid] - first <= i) lo = mid; else hi = mid - 1;
+        int lo, rest;  // the counter's group feature, and its 2 * bin + component
+        if (width) {
+            lo = i / (2 * width);
+            rest = i - lo * 2 * width;
+        } else {
+            lo = 0;  // the last group feature whose counters start at or before i
+            int hi = group - 1;
+            while (lo < hi) {
+                int mid = (lo + hi + 1) >> 1;
+                if (counter_start[f0 + mid] - first <= i) lo = mid; else hi = mid - 1;
+            }
+            rest = i - (int)(counter_start[f0 + lo] - first);
         }
-        int rest = i - (int)(counter_start[f0 + lo] - first);  // 2 * bin + component
         const unsigned int* w = words + 2 * i + lo;
         u64 v = static_cast<u64>(w[0]) | (static_cast<u64>(w[1]) << 32);
         if (v != 0)
@@ -110,15 +125,18 @@ __device__ __forceinline__ void flush_shared(const unsigned int* words, int f0, 
 // features of one or two rows and read consecutive bytes of a row.
 __device__ __forceinline__ void add_rows_shared(const BIN_T* bins, i64 bin_stride, const i64* gh,
                                                 const int* rows, int n_rows, int f0, int group,
-                                                const i64* counter_start, unsigned int* words) {
+                                                int width, const i64* counter_start,
+                                                unsigned int* words) {
     int n_pairs = n_rows * group;
     i64 first = counter_start[f0];
+    int stride = 4 * width + 1;
     for (int i = threadIdx.x; i < n_pairs; i += blockDim.x) {
         int r = i / group;
         int fl = i - r * group;
         i64 row = rows[r];
         int b = bins[row * bin_stride + f0 + fl];
-        unsigned int* cell = words + 2 * (int)(__ldg(counter_start + f0 + fl) - first) + fl + 4 * b;
+        int start = width ? fl * stride : 2 * (int)(__ldg(counter_start + f0 + fl) - first) + fl;
+        unsigned int* cell = words + start + 4 * b;
         shared_add64(cell, gh[2 * row]);
         shared_add64(cell + 2, gh[2 * row + 1]);
     }
@@ -130,26 +148,27 @@ __device__ __forceinline__ void add_rows_shared(const BIN_T* bins, i64 bin_strid
 __device__ __forceinline__ void block_histogram_shared(
         const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,
         const int* row_index, i64 node, i64 begin, i64 end, const int* group_first,
-        const i64* counter_start, i64* hist, unsigned int* words) {
+        const int* group_width, const i64* counter_start, i64* hist, unsigned int* words) {
     int f0 = group_first[blockIdx.y];
     int group = group_first[blockIdx.y + 1] - f0;
+    int width = group_width[blockIdx.y];
     zero_shared(words, group_words(counter_start, f0, group));
     __syncthreads();
     add_rows_shared(bins, bin_stride, gh, row_index + begin, (int)(end - begin), f0, group,
-                    counter_start, words);
+                    width, counter_start, words);
     __syncthreads();
-    flush_shared(words, f0, group, counter_start, n_bins,
+    flush_shared(words, f0, group, width, counter_start, n_bins,
                  hist + node * (i64)n_features * n_bins * 2);
 }
 
-extern "C" __global__ void build_histograms_shared(
+extern "C" __global__ void HIST_BOUNDS build_histograms_shared(
         const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,
-        const int* row_index, const i64* work, const int* group_first, const i64* counter_start,
-        i64* hist) {
+        const int* row_index, const i64* work, const int* group_first, const int* group_width,
+        const i64* counter_start, i64* hist) {
     extern __shared__ unsigned int words[];
     const i64* w = work + WORK_WIDTH * blockIdx.x;
     block_histogram_shared(bins, bin_stride, n_features, n_bins, gh, row_index, w[0], w[1], w[2],
-                           group_first, counter_start, hist, words);
+                           group_first, group_width, counter_start, hist, words);
 }
 
 // The histograms of the built children after a partition-only scatter_and_histogram (wide data:
@@ -157,11 +176,11 @@ extern "C" __global__ void build_histograms_shared(
 // parents' (as for the partition); each block keeps the part of its rows that now holds the built
 // child: [seg_start, seg_start + left) when small_is_left, else [seg_start + left, end of the
 // parent), with left = node_left[node] from the partition (no trip to the host).
-extern "C" __global__ void build_child_histograms_shared(
+extern "C" __global__ void HIST_BOUNDS build_child_histograms_shared(
         const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,
         const int* row_index, const i64* work, const i64* n_work, const i64* node_left,
-        const bool* small_is_left, const int* group_first, const i64* counter_start,
-        i64* hist) {
+        const bool* small_is_left, const int* group_first, const int* group_width,
+        const i64* counter_start, i64* hist) {
     extern __shared__ unsigned int words[];
     if ((i64)blockIdx.x >= *n_work) return;  // the whole block
     const i64* w = work + WORK_WIDTH * blockIdx.x;
@@ -170,7 +189,7 @@ extern "C" __global__ void build_child_histograms_shared(
     if (small_is_left[node]) end = min(end, split); else begin = max(begin, split);
     if (begin >= end) return;  // the whole block: no barrier is skipped by some threads only
     block_histogram_shared(bins, bin_stride, n_features, n_bins, gh, row_index, node, begin, end,
-                           group_first, counter_start, hist, words);
+                           group_first, group_width, counter_start, hist, words);
 }
 
 // Adds rows[0..n_rows) straight into the global histogram of one node (all features), for bin
@@ -194,7 +213,7 @@ __device__ __forceinline__ void add_rows_global(const BIN_T* bins, i64 bin_strid
 extern "C" __global__ void build_histograms_global(
         const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,
         const int* row_index, const i64* work, const int* unused_group_first,
-        const i64* unused_counter_start, i64* hist) {
+        const int* unused_group_width, const i64* unused_counter_start, i64* hist) {
     const i64* w = work + WORK_WIDTH * blockIdx.x;
     i64 node = w[0], begin = w[1], end = w[2];
     add_rows_global(bins, bin_stride, gh, row_index + begin, end - begin, n_features, n_bins,
@@ -260,14 +279,15 @@ extern "C" __global__ void count_left(const BIN_T* bins_by_feature, i64 feature_
 }
 
 // Dynamic shared memory: [histogram words of the group] [tile rows of the small side (int)].
-extern "C" __global__ void scatter_and_histogram(
+extern "C" __global__ void HIST_BOUNDS scatter_and_histogram(
         const BIN_T* bins, i64 bin_stride, const BIN_T* bins_by_feature, i64 feature_stride,
         i64 row_stride,
         int n_features, int n_bins, const i64* gh, const int* row_index, int* moved,
         const i64* work, const i64* n_work, const i64* block_left, const int* feature,
         const int* bin_threshold, const bool* default_left, const unsigned char* side_map,
         int map_width, const bool* small_is_left, const int* group_first,
-        const i64* counter_start, int use_shared, i64* hist, i64* node_left) {
+        const int* group_width, const i64* counter_start, int use_shared, i64* hist,
+        i64* node_left) {
     extern __shared__ unsigned int words[];
     __shared__ int warp_left[32];
     __shared__ int warp_small[32];
@@ -276,10 +296,11 @@ extern "C" __global__ void scatter_and_histogram(
     if ((i64)blockIdx.x >= n_blocks) return;  // the whole block, before any barrier
     const i64* w = work + WORK_WIDTH * blockIdx.x;
     i64 node = w[0], begin = w[1], end = w[2], first_block = w[3], seg_start = w[4];
-    int f0 = 0, group = 0, n_words = 0;  // the feature group of the shared histogram
+    int f0 = 0, group = 0, width = 0, n_words = 0;  // the feature group of the shared histogram
     if (use_shared) {
         f0 = group_first[blockIdx.y];
         group = group_first[blockIdx.y + 1] - f0;
+        width = group_width[blockIdx.y];
         n_words = group_words(counter_start, f0, group);
     }
     int* small_rows = reinterpret_cast<int*>(words + n_words);
@@ -331,7 +352,7 @@ extern "C" __global__ void scatter_and_histogram(
         if (small) small_rows[small_rank] = row;
         __syncthreads();
         if (use_shared) {
-            add_rows_shared(bins, bin_stride, gh, small_rows, tile_small, f0, group,
+            add_rows_shared(bins, bin_stride, gh, small_rows, tile_small, f0, group, width,
                             counter_start, words);
         } else {
             add_rows_global(bins, bin_stride, gh, small_rows, tile_small, n_features, n_bins,
@@ -340,7 +361,7 @@ extern "C" __global__ void scatter_and_histogram(
         if (threadIdx.x == 0) { base[0] += tile_left; base[1] += (i64)(min((i64)blockDim.x, end - tile) - tile_left); }
         __syncthreads();
     }
-    if (use_shared) flush_shared(words, f0, group, counter_start, n_bins, hist_node);
+    if (use_shared) flush_shared(words, f0, group, width, counter_start, n_bins, hist_node);
 }
 
 extern "C" __global__ void copy_back(const int* moved, int* row_index, const i64* work,
