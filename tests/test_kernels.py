@@ -81,8 +81,9 @@ def test_partition_and_histogram(kernels, n_rows, n_features, n_bins, n_nodes):
 
 
 def random_widths_level(rng, n_rows, widths, n_nodes):
-    """random_level with feature f's bins in 0..widths[f] - 1 (n_value_bins = widths - 1),
-    every bin of every feature present where the rows allow."""
+    """random_level's rows and gradients with feature f's bins drawn uniformly from
+    0..widths[f] - 1 (bin 0: missing). Returns (bins, gh, row_index, start, count,
+    n_value_bins = widths - 1, n_bins = the widest)."""
     widths = np.asarray(widths)
     n_bins = int(widths.max())
     bins, gh, row_index, start, count = random_level(rng, n_rows, len(widths), n_bins, n_nodes)
@@ -128,6 +129,7 @@ def test_histograms_with_per_feature_bin_counts(kernels, n_rows, widths, n_nodes
                                      np.array([len(work)], dtype=np.int64), *split, n_bins, out,
                                      dest, n_value_bins)
     assert np.array_equal(left, ref_left) and np.array_equal(out, ref_hist)
+    assert np.array_equal(dest, ref_rows)  # every row is in a listed segment
 
 
 @pytest.mark.parametrize("n_rows,n_features,n_bins,n_nodes",

@@ -437,7 +437,7 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
     k = len(seg_start)
     if side_map is not None:
         side_map = check_side_map(side_map, k, n_bins)
-        mapped = np.empty((1, len(row_index)), dtype=bins_by_feature.dtype)
+        mapped = np.empty((1, bins_by_feature.shape[1]), dtype=bins_by_feature.dtype)
         map_sides(bins_by_feature, row_index, seg_start, seg_count, feature, side_map, mapped[0])
         bins_by_feature, feature = mapped, np.zeros(k, dtype=np.int64)
     hist = _hist_out(out, (k, bins.shape[1], n_bins, 2), "partition_and_histogram")

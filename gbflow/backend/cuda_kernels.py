@@ -252,7 +252,9 @@ def bin_features(X, cut_values, cut_offsets, out):
 
 def build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins, n_value_bins=None):
     """See ``numpy_kernels.build_histograms``. Returns (n_nodes, F, n_bins, 2) int64 CuPy.
-    n_value_bins: the shared-memory histograms are packed by it (more features a block)."""
+    n_value_bins: the shared-memory histograms are packed by it (more features a block); every
+    bin of feature f must be at most n_value_bins[f] (not checked here: a larger one would add
+    into another feature's counters)."""
     n_features = bins.shape[1]
     n_nodes = len(seg_start)
     hist = cp.zeros((n_nodes, n_features, n_bins, 2), dtype=_dtypes.FIXED)

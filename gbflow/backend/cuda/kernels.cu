@@ -40,8 +40,10 @@
 // equal (numeric data: feature fl's words then start at fl * (4 * width + 1), no table read in
 // the kernels' inner loops), else 0.
 // The histogram kernels run 1024 threads a block (_HIST_THREADS) and must fit two blocks on a
-// multiprocessor: at most 32 registers a thread (with 40, one block fit and a level's
-// partition took 40% longer).
+// multiprocessor: at most 32 registers a thread (at 40, one block fit: the trees of the 10M x 28
+// numeric benchmark took 40% longer). A bin above its feature's width (n_value_bins) would add
+// into another feature's counters or past the group: the callers' bins never are (the cuts
+// bound them; the NumPy twins check).
 #define HIST_BOUNDS __launch_bounds__(1024, 2)
 
 __device__ __forceinline__ int group_words(const i64* counter_start, int f0, int group) {
@@ -81,7 +83,8 @@ extern "C" __global__ void bin_features(const float* X, i64 n_rows, int n_featur
 // ---------------------------------------------------------------------------------------------
 // Histograms in shared memory. Block (b, g) adds the rows of work item b for the features of
 // group g (features group_first[g] .. group_first[g + 1], packed by their own bin counts: see
-// group_words) into a shared histogram, then adds its non-zero entries into hist[node] in global memory with atomics: hist
+// group_words) into a shared histogram, then adds its non-zero entries into hist[node] in global
+// memory with atomics: hist
 // is accumulated into, never overwritten (zeroed by the caller, or holding other shards' sums).
 // Thread mapping: the block's (row, feature) pairs are numbered row-major, so the lanes of a warp
 // update different features of one or two rows (no two lanes of a step hit the same counter
