@@ -24,6 +24,7 @@ from .common import (
     check_feature_mask,
     check_sibling_shapes,
     check_side_map,
+    feature_widths,
     gradient_out,
     padded_width,
     segments_of_work,
@@ -156,23 +157,36 @@ def _add_rows(acc, bins, gh, rows, lo, hi):
 
 
 @njit(inline="always", **_JIT)
-def _add_thread_histograms(into, local):
-    # into += every thread's local histogram, the features spread over the threads (serially,
-    # 16 threads' 114 KB histograms cost 0.2 ms a node); element by element (an array
-    # expression would also compile numba's shape mismatch message: seconds of the first
+def _clear_thread_histogram(acc, widths):
+    # Zeroes feature f's first widths[f] bins, the only ones its rows reach: a feature of 5,000
+    # categories makes every feature's histograms that wide, and clearing (then adding) all of
+    # it for every node cost more than the rows (see _add_thread_histograms).
+    for f in range(acc.shape[0]):
+        for b in range(widths[f]):
+            acc[f, b, 0] = 0
+            acc[f, b, 1] = 0
+
+
+@njit(inline="always", **_JIT)
+def _add_thread_histograms(into, local, widths):
+    # into += every thread's local histogram over feature f's first widths[f] bins (the rest of
+    # a thread's histogram is neither cleared nor reached), the features spread over the threads
+    # (serially, 16 threads' 114 KB histograms cost 0.2 ms a node); element by element (an
+    # array expression would also compile numba's shape mismatch message: seconds of the first
     # call's compile for a check that cannot fail here).
     for f in prange(local.shape[1]):
         for t in range(local.shape[0]):
-            for b in range(local.shape[2]):
+            for b in range(widths[f]):
                 into[f, b, 0] += local[t, f, b, 0]
                 into[f, b, 1] += local[t, f, b, 1]
 
 
 @njit(parallel=True, **_JIT)
-def _build_histograms(bins, gh, row_index, seg_start, seg_count, hist, n_threads):
+def _build_histograms(bins, gh, row_index, seg_start, seg_count, hist, n_threads, widths):
+    # widths: (F,) int64, feature f's bins are below widths[f] (_feature_widths)
     n_features = bins.shape[1]
     n_bins = hist.shape[2]
-    local = np.zeros((n_threads, n_features, n_bins, 2), dtype=np.int64)
+    local = np.empty((n_threads, n_features, n_bins, 2), dtype=np.int64)
     for k in range(seg_start.shape[0]):
         count = seg_count[k]
         if count == 0:
@@ -182,17 +196,27 @@ def _build_histograms(bins, gh, row_index, seg_start, seg_count, hist, n_threads
             lo = seg_start[k] + t * chunk
             hi = min(seg_start[k] + count, lo + chunk)
             acc = local[t]
-            acc[:] = 0
+            _clear_thread_histogram(acc, widths)
             _add_rows(acc, bins, gh, row_index, lo, hi)
-        _add_thread_histograms(hist[k], local)
+        _add_thread_histograms(hist[k], local, widths)
+
+
+def _feature_widths(n_features: int, n_bins: int, n_value_bins) -> np.ndarray:
+    """(F,) int64 bins of each feature the threads' histograms clear and add: n_value_bins + 1,
+    or n_bins each. A bin at or above its feature's width would be left out of the sums: the
+    callers' bins never are (the cuts bound them; the NumPy twin checks)."""
+    if n_value_bins is None:
+        return np.full(n_features, n_bins, dtype=np.int64)
+    return feature_widths(n_value_bins, n_features, n_bins)
 
 
 def build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins, n_value_bins=None):
-    """See numpy_kernels.build_histograms (n_value_bins is not read: the threads' histograms
-    are as wide as the result's)."""
+    """See numpy_kernels.build_histograms (n_value_bins: the threads' histograms are cleared
+    and added over each feature's own bins)."""
     hist = np.zeros((len(seg_start), bins.shape[1], n_bins, 2), dtype=_dtypes.FIXED)
     _build_histograms(bins, gh, row_index, np.asarray(seg_start, dtype=np.int64),
-                      np.asarray(seg_count, dtype=np.int64), hist, numba.get_num_threads())
+                      np.asarray(seg_count, dtype=np.int64), hist, numba.get_num_threads(),
+                      _feature_widths(bins.shape[1], n_bins, n_value_bins))
     return hist
 
 
@@ -310,10 +334,10 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
 @njit(parallel=True, **_JIT)
 def _partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg_count, feature,
                              bin_threshold, default_left, small_is_left, hist, left_count,
-                             dest, in_place, n_threads):
+                             dest, in_place, n_threads, widths):
     n_features = bins.shape[1]
     n_bins = hist.shape[2]
-    local = np.zeros((n_threads, n_features, n_bins, 2), dtype=np.int64)
+    local = np.empty((n_threads, n_features, n_bins, 2), dtype=np.int64)
     n_left_of = np.zeros(n_threads, dtype=np.int64)
     for k in range(seg_start.shape[0]):
         lo = seg_start[k]
@@ -332,7 +356,7 @@ def _partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, se
             a = lo + t * chunk
             b = min(lo + count, a + chunk)
             acc = local[t]
-            acc[:] = 0
+            _clear_thread_histogram(acc, widths)
             block = np.empty(_BLOCK, dtype=row_index.dtype)
             n_left = 0
             for block_start in range(a, b, _BLOCK):
@@ -373,7 +397,7 @@ def _partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, se
             for t in prange(n_threads):
                 for j in range(t * chunk, min(count, (t + 1) * chunk)):
                     dest[lo + j] = moved[j]
-        _add_thread_histograms(hist[k], local)
+        _add_thread_histograms(hist[k], local, widths)
         left_count[k] = total_left
 
 
@@ -432,8 +456,9 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
                             bin_threshold, default_left, small_is_left, n_bins, out=None,
                             dest=None, n_value_bins=None, side_map=None):
     """See numpy_kernels.partition_and_histogram (``out``: histograms added into it; ``dest``:
-    where the segments' new order goes, row_index itself when None; n_value_bins is not
-    read; a side map is applied by ``map_sides`` into a column the partition then reads)."""
+    where the segments' new order goes, row_index itself when None; n_value_bins: as
+    ``build_histograms``'; a side map is applied by ``map_sides`` into a column the partition
+    then reads)."""
     k = len(seg_start)
     if side_map is not None:
         side_map = check_side_map(side_map, k, n_bins)
@@ -453,7 +478,8 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
     else:
         _partition_and_histogram(bins, bins_by_feature, gh, row_index, *nodes, hist,
                                  left_count, row_index if dest is None else
-                                 check_dest(dest, row_index), dest is None, n_threads)
+                                 check_dest(dest, row_index), dest is None, n_threads,
+                                 _feature_widths(bins.shape[1], n_bins, n_value_bins))
     return left_count, hist
 
 
@@ -507,11 +533,12 @@ quantile_select = numpy_kernels.quantile_select  # (groups, 256) values: no rows
 
 def partition_planned(bins, bins_by_feature, gh, row_index, work, n_work, feature, bin_threshold,
                       default_left, small_is_left, n_bins, out, dest, n_value_bins=None):
-    """See numpy_kernels.partition_planned (n_value_bins is not read)."""
+    """See numpy_kernels.partition_planned."""
     seg_start, seg_count = segments_of_work(work, n_work, len(feature))
     left_count, _ = partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start,
                                             seg_count, feature, bin_threshold, default_left,
-                                            small_is_left, n_bins, out=out, dest=dest)
+                                            small_is_left, n_bins, out=out, dest=dest,
+                                            n_value_bins=n_value_bins)
     return left_count
 
 

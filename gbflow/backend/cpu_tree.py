@@ -110,12 +110,15 @@ def _grow_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bins, n_b
     out_count = np.empty(capacity, dtype=np.int64)
     width = n_features * n_bins
     offsets = np.arange(n_features + 1) * n_bins  # the dense layout as the compact one
+    widths = np.empty(n_features, dtype=np.int64)  # each feature's bins (_feature_widths)
+    for f in range(n_features):
+        widths[f] = n_value_bins[f] + 1
     padded_bins = max(n_bins, 2)
     seg_start = np.zeros(1, dtype=np.int64)
     seg_count = np.full(1, n_rows, dtype=np.int64)
     hist = np.zeros((1, n_features, n_bins, 2), dtype=np.int64)
     if n_features:
-        _build_histograms(bins, gh, rows_even, seg_start, seg_count, hist, n_threads)
+        _build_histograms(bins, gh, rows_even, seg_start, seg_count, hist, n_threads, widths)
     totals = np.zeros((1, 2), dtype=np.int64)
     for p in range(n_rows):
         totals[0, 0] += gh[rows_even[p], 0]
@@ -286,7 +289,7 @@ def _grow_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bins, n_b
                 _partition_and_histogram(bins, source, gh, rows, split_start, split_count,
                                          source_feature, split_threshold, split_default_left,
                                          built_left, built_hist, left_count, dest, not_in_place,
-                                         n_threads)
+                                         n_threads, widths)
             _sibling_histograms(hist.reshape((n, width * 2)), split_node,
                                 children.reshape((2 * n_split, width * 2)), np.int64(n_split))
             hist = children
