@@ -149,6 +149,15 @@ def _check_cuts(cuts: dict, n_features: int) -> np.ndarray:
     return (widths + 1).astype(np.int64)
 
 
+def _category_kind(value) -> str | None:
+    """"string", "boolean" or "number" for a category value read from JSON; None otherwise."""
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    return "number" if isinstance(value, numbers.Real) else None
+
+
 def _check_categories(categories, names: list, n_value_bins: np.ndarray) -> dict:
     """{feature index: number of categories} of the ``categories`` entry, after checking it."""
     if not isinstance(categories, dict):
@@ -159,11 +168,12 @@ def _check_categories(categories, names: list, n_value_bins: np.ndarray) -> dict
             raise ModelFileError(f"categories names {name!r}, which is not in feature_names")
         if not isinstance(values, list):
             raise ModelFileError(f"categories[{name!r}] is not a list")
-        kinds = {isinstance(v, str) for v in values}  # none: a column that held no category
-        if len(kinds) > 1 or any(not isinstance(v, (str, numbers.Real)) or isinstance(v, bool)
-                                  for v in values):
+        # one kind a feature (none: a column that held no category); a bool column's categories
+        # are written as JSON's true and false
+        kinds = {_category_kind(v) for v in values}
+        if len(kinds) > 1 or None in kinds:
             raise ModelFileError(f"categories[{name!r}] mixes kinds or holds values that are "
-                                 f"neither numbers nor strings")
+                                 f"neither numbers, strings nor booleans")
         if any(isinstance(v, float) and not math.isfinite(v) for v in values) or \
                 any(b <= a for a, b in zip(values, values[1:])):
             raise ModelFileError(f"categories[{name!r}] is not sorted and distinct")

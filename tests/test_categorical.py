@@ -840,6 +840,35 @@ def test_a_feature_without_any_category_round_trips():
         assert np.array_equal(np.asarray(loaded.predict(data)), np.asarray(model.predict(data)))
 
 
+def test_a_bool_category_column_round_trips_through_the_model_file(tmp_path):
+    """A bool column made categorical (categories False, True) is written as JSON's false and
+    true; the file loads (it was refused as "neither numbers nor strings") and predicts as the
+    trained model, also for a frame whose column knows only one of the values. Mixed kinds are
+    still refused."""
+    rng = np.random.default_rng(8)
+    n = 2000
+    frame = pd.DataFrame({"a": rng.normal(size=n),
+                          "flag": pd.Categorical(rng.random(n) < 0.4)})
+    y = (frame["a"] + 1.5 * frame["flag"].astype(bool) + 0.3 * rng.normal(size=n) > 0.7)
+    model = gbflow.train(frame, y.astype(float), params=PARAMS, num_boost_round=4,
+                         verbose=False)
+    assert model.categories["flag"].tolist() == [False, True]
+    assert any(t.categories for t in model.trees) or \
+        any(f == 1 for t in model.trees for f in t.feature)
+    model.save_model(tmp_path / "m.json")
+    loaded = gbflow.load_model(tmp_path / "m.json")
+    assert loaded.to_json() == model.to_json()
+    assert np.array_equal(loaded.predict(frame).to_numpy(), model.predict(frame).to_numpy())
+    true_only = frame[frame["flag"].astype(bool)].copy()
+    true_only["flag"] = pd.Categorical([True] * len(true_only))
+    assert np.array_equal(loaded.predict(true_only).to_numpy(),
+                          model.predict(frame[frame["flag"].astype(bool)]).to_numpy())
+    d = json.loads(model.to_json())
+    d["categories"]["flag"] = [False, 1]
+    with pytest.raises(ValueError, match="mixes kinds"):
+        gbflow.Booster.from_dict(d)
+
+
 def test_a_categorical_model_file_from_before_the_noise_penalty_keeps_it_off():
     """A file without cat_noise_penalty was trained without it: it loads with 0, so continued
     training grows the trees it would have."""
