@@ -15,7 +15,7 @@ from numba import njit
 
 from .. import _dtypes
 from . import cpu_kernels
-from .common import GrownTree, padded_width
+from .common import GrownTree, feature_widths, padded_width
 from .cpu_kernels import (
     _JIT,
     _NODE_ROWS_APART,
@@ -43,6 +43,9 @@ def grow_whole_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_b
                          f"bool, got shape {feature_allowed.shape}")
     features = np.arange(n_features, dtype=np.int64) if features is None else \
         np.asarray(features, dtype=np.int64)
+    # the compiled tree clears its threads' histograms over n_value_bins + 1 bins a feature,
+    # with no bounds check: the counts must fit the histograms
+    feature_widths(n_value_bins, n_features, n_bins)
     return GrownTree(*_grow_tree(
         bins, bins_by_feature, gh, row_index, spare_index,
         np.asarray(n_value_bins, dtype=np.int32), int(n_bins), feature_allowed, features,

@@ -120,7 +120,8 @@ def observed_categories(data, columns: Sequence[str]) -> dict[str, np.ndarray]:
     """{name: the categories that occur in the column, sorted by value (a host array)} for the
     listed ``category`` columns: categories are identified by value, so two frames that order
     them differently, or declare unused ones, give the same list. Raises TypeError naming the
-    column when its categories are neither numbers nor strings (or cannot be ordered)."""
+    column when its categories are neither numbers, strings nor booleans (or cannot be
+    ordered)."""
     found = {}
     for name in columns:
         categories, codes = _categories_and_codes(data, name)
@@ -135,7 +136,7 @@ def observed_categories(data, columns: Sequence[str]) -> dict[str, np.ndarray]:
         except TypeError:
             raise TypeError(f"category column {name!r} has categories of dtype "
                             f"{categories.dtype} (for example {values[:1].tolist()}); gbflow "
-                            f"takes categories that are numbers or strings") from None
+                            f"takes categories that are numbers, strings or booleans") from None
     return found
 
 
