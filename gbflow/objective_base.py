@@ -113,6 +113,35 @@ def weighted_mean(xp, values: list, weights: list | None, collective) -> float:
                                collective=collective) / total_weight
 
 
+def class_weights(xp, labels: list, weights: list | None, n_classes: int,
+                  collective) -> np.ndarray:
+    """(n_classes,) float64 total weight (or count) of each class 0..n_classes - 1 over every
+    process's integer ``labels`` (lists of per-shard arrays): integer counts, or weights on one
+    fixed-point grid summed as integers, so the totals do not depend on how rows are split."""
+    if weights is None:
+        counts = np.zeros(n_classes, dtype=np.int64)
+        for y in labels:
+            counts += _host(xp.bincount(y.astype(xp.int64), minlength=n_classes))
+        return collective.allreduce_sum(counts).astype(np.float64)
+    scale = fixed_point.fixed_point_scale(
+        float(collective.allreduce_max(fixed_point.local_max_abs(xp, weights))),
+        fixed_point.global_count(weights, collective))
+    totals = np.zeros(n_classes, dtype=np.int64)
+    for y, w in zip(labels, weights):
+        cls = y.astype(xp.int64)
+        order = xp.argsort(cls)  # any order: the sums are of integers
+        running = xp.concatenate([xp.zeros(1, dtype=xp.int64),
+                                  xp.cumsum(fixed_point.to_fixed(xp, w[order], scale))])
+        edges = xp.searchsorted(cls[order], xp.arange(n_classes + 1))
+        totals += _host(running[edges[1:]] - running[edges[:-1]])
+    return collective.allreduce_sum(totals) / scale
+
+
+def _host(array) -> np.ndarray:
+    """A small result of ``xp`` as a NumPy int64 array (a device array is copied)."""
+    return np.asarray(array.get() if hasattr(array, "get") else array, dtype=np.int64)
+
+
 def newton_step_from_zero(objective, xp, labels: list, weights: list | None,
                            collective) -> float:
     """XGBoost's default intercept for the losses without a closed-form one: a single Newton

@@ -10,6 +10,7 @@ from .collective import LOCAL
 from .objective_base import (
     ElementwiseLoss,
     Objective,
+    class_weights,
     log_base_score,
     newton_step_from_zero,
     weighted,
@@ -19,6 +20,8 @@ from .objective_base import (
 
 # count:poisson's own max_delta_step default (XGBoost's): its hessian's factor is exp(0.7)
 POISSON_MAX_DELTA_STEP = 0.7
+# added to each class's share before the log of the multiclass intercepts (XGBoost's kRtEps)
+MULTICLASS_SHARE_EPS = 1e-6
 
 
 class SquaredError(Objective):
@@ -139,8 +142,17 @@ class Softprob(Objective):
                              f"0..{self.n_groups - 1}; {where} has {int(bad.sum())} others, "
                              f"e.g. {float(label[bad][0]):g}")
 
-    # A common margin for every class leaves softmax unchanged: the default start, margin 0,
-    # is uniform probabilities; a base_score is that common margin.
+    # A common margin for every class leaves softmax unchanged: a base_score is that common
+    # margin. The default start is XGBoost 3.2's intercepts (below).
+
+    def estimate_margin(self, xp, labels, weights, collective=LOCAL):
+        # XGBoost 3.2's: each class's log weighted share, plus 1e-6 (its kRtEps: a class
+        # without rows starts at log 1e-6, not -inf), less their mean
+        totals = class_weights(xp, labels, weights, self.n_groups, collective)
+        if not totals.sum() > 0:
+            raise ValueError("the weights sum to zero: nothing to train on")
+        log_share = np.log(totals / totals.sum() + MULTICLASS_SHARE_EPS)
+        return log_share - log_share.mean()
 
     def _softmax(self, xp, margin):
         shifted = margin - margin.max(axis=1, keepdims=True)
