@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from . import _dtypes, fixed_point
+from .backend.tables import table_counts
 from .collective import LOCAL
 
 
@@ -116,30 +117,28 @@ def weighted_mean(xp, values: list, weights: list | None, collective) -> float:
 def class_weights(xp, labels: list, weights: list | None, n_classes: int,
                   collective) -> np.ndarray:
     """(n_classes,) float64 total weight (or count) of each class 0..n_classes - 1 over every
-    process's integer ``labels`` (lists of per-shard arrays): integer counts, or weights on one
-    fixed-point grid summed as integers, so the totals do not depend on how rows are split."""
+    process's integer ``labels`` (lists of per-shard arrays, any of them empty): integer counts,
+    or weights on one fixed-point grid whose totals stay below 2**53, summed per class as
+    integer-valued float64 (exact in any order), so the totals do not depend on how rows are
+    split. ``table_counts`` makes the tables (not CuPy's bincount: see there)."""
+    totals = np.zeros(n_classes, dtype=np.int64)
     if weights is None:
-        counts = np.zeros(n_classes, dtype=np.int64)
         for y in labels:
-            counts += _host(xp.bincount(y.astype(xp.int64), minlength=n_classes))
-        return collective.allreduce_sum(counts).astype(np.float64)
+            totals += _host(table_counts(xp, y.astype(xp.int64), n_classes))
+        return collective.allreduce_sum(totals).astype(np.float64)
     scale = fixed_point.fixed_point_scale(
         float(collective.allreduce_max(fixed_point.local_max_abs(xp, weights))),
-        fixed_point.global_count(weights, collective))
-    totals = np.zeros(n_classes, dtype=np.int64)
+        fixed_point.global_count(weights, collective), limit=2.0 ** 52)
     for y, w in zip(labels, weights):
-        cls = y.astype(xp.int64)
-        order = xp.argsort(cls)  # any order: the sums are of integers
-        running = xp.concatenate([xp.zeros(1, dtype=xp.int64),
-                                  xp.cumsum(fixed_point.to_fixed(xp, w[order], scale))])
-        edges = xp.searchsorted(cls[order], xp.arange(n_classes + 1))
-        totals += _host(running[edges[1:]] - running[edges[:-1]])
+        fixed = fixed_point.to_fixed(xp, w, scale).astype(xp.float64)
+        totals += _host(table_counts(xp, y.astype(xp.int64), n_classes, fixed))
     return collective.allreduce_sum(totals) / scale
 
 
 def _host(array) -> np.ndarray:
-    """A small result of ``xp`` as a NumPy int64 array (a device array is copied)."""
-    return np.asarray(array.get() if hasattr(array, "get") else array, dtype=np.int64)
+    """A small integer-valued result of ``xp`` as a NumPy int64 array (a device array is
+    copied)."""
+    return np.asarray(array.get() if hasattr(array, "get") else array).astype(np.int64)
 
 
 def newton_step_from_zero(objective, xp, labels: list, weights: list | None,
