@@ -336,7 +336,7 @@ def test_default_base_margin_of_binary_labels_is_xgboosts(params, positive, weig
 
 @pytest.mark.parametrize("objective", ["multi:softprob", "multi:softmax"])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_multiclass_default_base_margins_are_xgboosts_intercepts(objective, weighted):
+def test_multiclass_default_base_margins_are_xgboosts_intercepts(device, objective, weighted):
     """One intercept per class, as XGBoost 3.2 fits them (they were all 0 before): the log of
     each class's weighted share plus 1e-6, less their mean; a class without rows too. XGBoost
     stores them in float32; the same on several parts (exact sums)."""
@@ -356,9 +356,9 @@ def test_multiclass_default_base_margins_are_xgboosts_intercepts(objective, weig
     cut = [0, 7, 1000]  # an empty part too (a Dask worker or batch without rows)
     assert np.array_equal(loss.base_margin(np, np.split(y, cut), None if w is None else
                                            np.split(w, cut), None), ours)
-    model = gbflow.train(X, y, params=params, num_boost_round=1, verbose=False,
-                         **({} if w is None else {"weight": w}))
-    assert np.array_equal(model.base_margin, ours)
+    model = gbflow.train(X, y, params={**params, "device": device}, num_boost_round=1,
+                         verbose=False, **({} if w is None else {"weight": w}))
+    assert np.array_equal(model.base_margin, ours)  # on the GPU: the same totals from CuPy
 
 
 @pytest.mark.parametrize("objective", ["count:poisson", "reg:gamma", "reg:tweedie",
