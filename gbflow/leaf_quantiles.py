@@ -14,6 +14,7 @@ heaviest row times the row count weighs 0 there.
 from __future__ import annotations
 
 import dataclasses
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -55,14 +56,16 @@ def integer_weights(xp, weights, max_weight: float, n_total: int):
 
 
 def weighted_quantiles(backend, groups: list, values: list, weights: list | None,
-                       n_groups: int, alpha: float, collective=LOCAL) -> np.ndarray:
+                       n_groups: int, alpha: float, collective=LOCAL,
+                       rank: int | None = None) -> np.ndarray:
     """(n_groups,) float64 host: each group's ``alpha`` quantile (module docstring), NaN for a
     group of no weight.
 
     groups: per shard (n_i,) int64 group ids in [0, n_groups); values: per shard (n_i,) float64
     finite, on ``backend``'s device; weights: per shard (n_i,) int64 >= 0
-    (``integer_weights``), or None for ones. Every process calls it with the same n_groups and
-    alpha. No side effects.
+    (``integer_weights``), or None for ones. rank: None, or the weight rank to select in every
+    group instead of alpha's (the rank-th smallest value without weights; alpha is then not
+    read). Every process calls it with the same n_groups, alpha and rank. No side effects.
     """
     xp, kernels = backend.xp, backend.kernels
     keys = [ordered_keys(xp, v) for v in values]
@@ -86,10 +89,33 @@ def weighted_quantiles(backend, groups: list, values: list, weights: list | None
             total = to_host(summed.sum(axis=1))
             # rank (in weight) of the quantile: ceil(alpha * total), at least 1, exactly
             remaining = xp.asarray(np.array(
-                [max(1, -((-int(t) * fraction.numerator) // fraction.denominator))
+                [max(1, rank if rank is not None else
+                     -((-int(t) * fraction.numerator) // fraction.denominator))
                  for t in total], dtype=np.int64))
         kernels.quantile_select(summed, remaining, prefix)
     return np.where(total > 0, key_values(to_host(prefix)), np.nan)
+
+
+def interpolated_quantile(backend, values: list, alpha: float, collective=LOCAL) -> float:
+    """XGBoost 3.2's unweighted quantile of every process's ``values`` (per shard (n_i,)
+    float64 on ``backend``'s device): the value at position alpha * (n + 1) of the n sorted
+    values, counted from 1, clipped to 1..n and interpolated linearly between its neighbours
+    (type 6 of Hyndman and Fan); NaN for no values. Two exact order statistics
+    (``weighted_quantiles`` at a rank), so it does not depend on how rows are split."""
+    n = int(collective.allreduce_sum(np.array([sum(len(v) for v in values)],
+                                              dtype=np.int64))[0])
+    groups = [backend.xp.zeros(len(v), dtype=np.int64) for v in values]
+    if n == 0:
+        return float(weighted_quantiles(backend, groups, values, None, 1, alpha, collective)[0])
+    position = min(max(alpha * (n + 1), 1.0), float(n))
+    low, high = math.floor(position), math.ceil(position)
+    below = float(weighted_quantiles(backend, groups, values, None, 1, alpha, collective,
+                                     rank=low)[0])
+    if high == low:
+        return below
+    above = float(weighted_quantiles(backend, groups, values, None, 1, alpha, collective,
+                                     rank=high)[0])
+    return below + (position - low) * (above - below)
 
 
 def line_search(backend, collective, tree, leaf_rows: list, shards: list, group: int,

@@ -320,14 +320,17 @@ class QuantileError(Objective):
 
     def estimate_margin(self, xp, labels, weights, collective=LOCAL):
         from .backend import backend_for, get_backend
-        from .leaf_quantiles import integer_weights, weighted_quantiles
-        if weights is not None:
-            largest = float(collective.allreduce_max(
-                max([float(xp.max(w)) if len(w) else 0.0 for w in weights] + [0.0])))
-            n_total = int(collective.allreduce_sum(np.array([sum(len(y) for y in labels)]))[0])
-            weights = [integer_weights(xp, w, largest, n_total) for w in weights]
-        groups = [xp.zeros(len(y), dtype=np.int64) for y in labels]
+        from .leaf_quantiles import integer_weights, interpolated_quantile, weighted_quantiles
         backend = backend_for(labels[0]) if labels else get_backend("cpu")
+        if weights is None:  # XGBoost 3.2 interpolates between the labels without weights
+            start = [interpolated_quantile(backend, list(labels), alpha, collective)
+                     for alpha in self.leaf_alphas]
+            return np.nan_to_num(np.array(start, dtype=np.float64), nan=0.0)
+        largest = float(collective.allreduce_max(
+            max([float(xp.max(w)) if len(w) else 0.0 for w in weights] + [0.0])))
+        n_total = int(collective.allreduce_sum(np.array([sum(len(y) for y in labels)]))[0])
+        weights = [integer_weights(xp, w, largest, n_total) for w in weights]
+        groups = [xp.zeros(len(y), dtype=np.int64) for y in labels]
         start = [weighted_quantiles(backend, groups, list(labels), weights, 1, alpha,
                                     collective)[0] for alpha in self.leaf_alphas]
         return np.nan_to_num(np.array(start, dtype=np.float64), nan=0.0)

@@ -143,7 +143,13 @@ def test_leaves_are_the_learning_rate_times_their_rows_residual_quantile(device,
     base = float(np.asarray(booster.predict(X.iloc[:1], output_margin=True))[0]
                  - booster.trees[0].value[np.asarray(booster.predict(
                      X.iloc[:1], pred_leaf=True)).reshape(-1)[0]])
-    assert base == _lower_quantile(y, np.ones(len(y)), alpha)  # the labels' quantile
+    # the labels' quantile, as XGBoost 3.2 takes it without weights: position alpha (n + 1) of
+    # the sorted labels, interpolated (the leaves below take the lower quantile, as XGBoost)
+    ordered = np.sort(y)
+    position = min(max(alpha * (len(y) + 1), 1.0), float(len(y)))
+    low = int(np.floor(position))
+    above = ordered[min(low, len(y) - 1)]
+    assert base == ordered[low - 1] + (position - low) * (above - ordered[low - 1])
     leaf = np.asarray(booster.predict(X, pred_leaf=True)).reshape(-1)
     tree = booster.trees[0]
     for node in np.unique(leaf):

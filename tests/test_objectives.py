@@ -334,6 +334,32 @@ def test_default_base_margin_of_binary_labels_is_xgboosts(params, positive, weig
     assert ours[0] == pytest.approx(float(np.median(start)), abs=2e-6)
 
 
+@pytest.mark.parametrize("params", [{"objective": "reg:absoluteerror"},
+                                    {"objective": "reg:quantileerror", "quantile_alpha": 0.1},
+                                    {"objective": "reg:quantileerror", "quantile_alpha": 0.95},
+                                    {"objective": "reg:quantileerror",
+                                     "quantile_alpha": [0.3, 0.7]}])
+@pytest.mark.parametrize("n", [1, 10, 101, 1000])
+def test_unweighted_base_quantiles_are_xgboosts(params, n):
+    """Without weights XGBoost 3.2 starts from the labels' quantile at position alpha (n + 1),
+    interpolated (labels 1..10: the median 5.5, alpha 0.1 1.1, 0.95 10; gbflow took the lower
+    quantile, 5 for the median); the same on several parts, an empty one among them."""
+    import json
+    rng = np.random.default_rng(n)
+    y = np.arange(1.0, 11.0) if n == 10 else \
+        rng.standard_normal(n).astype(np.float32).astype(np.float64)
+    if n == 1000:
+        y = np.round(y, 1)  # ties
+    theirs = xgb.train({**params, "tree_method": "hist"},
+                       xgb.DMatrix(np.zeros((n, 1), np.float32), y), 1)
+    expected = np.array(json.loads(theirs.save_config())["learner"]["learner_model_param"][
+        "base_score"].strip("[]").split(","), dtype=np.float64)
+    loss = make_params(params).loss
+    ours = loss.base_margin(np, [y], None, None)
+    np.testing.assert_allclose(ours, expected, rtol=1e-6, atol=1e-6)
+    assert np.array_equal(loss.base_margin(np, np.split(y, [0, min(3, n)]), None, None), ours)
+
+
 @pytest.mark.parametrize("objective", ["multi:softprob", "multi:softmax"])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_multiclass_default_base_margins_are_xgboosts_intercepts(device, objective, weighted):
