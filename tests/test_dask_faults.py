@@ -302,7 +302,7 @@ def test_a_killed_worker_is_survived_with_the_same_model(evals, tmp_path, caplog
     computed = tmp_path / "computed"
     computed.mkdir()
 
-    def marked(frame, partition_info=None):
+    def marked(frame, run, partition_info=None):
         if partition_info is not None:  # (None: Dask's look at the meta)
             name = f"{len(frame)}-{partition_info['number']}-{uuid.uuid4().hex}"
             (computed / name).write_text(distributed.get_worker().address)
@@ -315,10 +315,15 @@ def test_a_killed_worker_is_survived_with_the_same_model(evals, tmp_path, caplog
 
     with _processes_cluster(3) as cluster, distributed.Client(cluster,
                                                               set_as_default=False) as client:
-        ddf = dd.from_pandas(df, npartitions=6).map_partitions(marked, meta=df.iloc[:0])
-        whole = gbflow.train(ddf, client=client, **kwargs)
+        def frame(run: int):
+            # a run's own graph keys: the second run's partitions are computed again, never
+            # taken from the first run's results while the workers release them (seen once)
+            return dd.from_pandas(df, npartitions=6).map_partitions(marked, run,
+                                                                    meta=df.iloc[:0])
+        whole = gbflow.train(frame(1), client=client, **kwargs)
         for p in computed.iterdir():
             p.unlink()
+        ddf = frame(2)
         seen = {}
         from gbflow.dask import rounds as rounds_module
         put = rounds_module.KnownRounds.put
