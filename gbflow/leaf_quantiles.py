@@ -104,9 +104,9 @@ def interpolated_quantile(backend, values: list, alpha: float, collective=LOCAL)
     (``weighted_quantiles`` at a rank), so it does not depend on how rows are split."""
     n = int(collective.allreduce_sum(np.array([sum(len(v) for v in values)],
                                               dtype=np.int64))[0])
+    if n == 0:  # (on every process: n is global)
+        return math.nan
     groups = [backend.xp.zeros(len(v), dtype=np.int64) for v in values]
-    if n == 0:
-        return float(weighted_quantiles(backend, groups, values, None, 1, alpha, collective)[0])
     position = min(max(alpha * (n + 1), 1.0), float(n))
     low, high = math.floor(position), math.ceil(position)
     below = float(weighted_quantiles(backend, groups, values, None, 1, alpha, collective,

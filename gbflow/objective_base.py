@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from . import _dtypes, fixed_point
+from .backend.arrays import to_host
 from .backend.tables import table_counts
 from .collective import LOCAL
 
@@ -124,21 +125,17 @@ def class_weights(xp, labels: list, weights: list | None, n_classes: int,
     totals = np.zeros(n_classes, dtype=np.int64)
     if weights is None:
         for y in labels:
-            totals += _host(table_counts(xp, y.astype(xp.int64), n_classes))
+            totals += to_host(table_counts(xp, y.astype(xp.int64), n_classes))
         return collective.allreduce_sum(totals).astype(np.float64)
     scale = fixed_point.fixed_point_scale(
         float(collective.allreduce_max(fixed_point.local_max_abs(xp, weights))),
         fixed_point.global_count(weights, collective), limit=2.0 ** 52)
     for y, w in zip(labels, weights):
         fixed = fixed_point.to_fixed(xp, w, scale).astype(xp.float64)
-        totals += _host(table_counts(xp, y.astype(xp.int64), n_classes, fixed))
+        # integer-valued float64 sums below 2**53: exact as int64
+        totals += to_host(table_counts(xp, y.astype(xp.int64), n_classes, fixed)).astype(
+            np.int64)
     return collective.allreduce_sum(totals) / scale
-
-
-def _host(array) -> np.ndarray:
-    """A small integer-valued result of ``xp`` as a NumPy int64 array (a device array is
-    copied)."""
-    return np.asarray(array.get() if hasattr(array, "get") else array).astype(np.int64)
 
 
 def newton_step_from_zero(objective, xp, labels: list, weights: list | None,

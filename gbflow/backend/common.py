@@ -92,7 +92,10 @@ def check_dest(dest, row_index):
 
 def feature_widths(n_value_bins, n_features: int, n_bins: int) -> np.ndarray:
     """The histogram kernels' optional ``n_value_bins`` (host (F,) ints: feature f's bins are
-    0..n_value_bins[f]) as (F,) int64 bin counts, checked against the (F, n_bins) histograms."""
+    0..n_value_bins[f]) as (F,) int64 bin counts, checked against the (F, n_bins) histograms;
+    None: n_bins each."""
+    if n_value_bins is None:
+        return np.full(n_features, n_bins, dtype=np.int64)
     widths = np.asarray(n_value_bins, dtype=np.int64).reshape(-1) + 1
     if widths.shape != (n_features,) or (n_features and (widths.min() < 1 or
                                                          widths.max() > n_bins)):

@@ -183,7 +183,8 @@ def _add_thread_histograms(into, local, widths):
 
 @njit(parallel=True, **_JIT)
 def _build_histograms(bins, gh, row_index, seg_start, seg_count, hist, n_threads, widths):
-    # widths: (F,) int64, feature f's bins are below widths[f] (_feature_widths)
+    # widths: (F,) int64, feature f's bins are below widths[f] (common.feature_widths: a bin
+    # at or above its feature's width would be left out of the sums; the cuts bound them)
     n_features = bins.shape[1]
     n_bins = hist.shape[2]
     local = np.empty((n_threads, n_features, n_bins, 2), dtype=np.int64)
@@ -201,22 +202,13 @@ def _build_histograms(bins, gh, row_index, seg_start, seg_count, hist, n_threads
         _add_thread_histograms(hist[k], local, widths)
 
 
-def _feature_widths(n_features: int, n_bins: int, n_value_bins) -> np.ndarray:
-    """(F,) int64 bins of each feature the threads' histograms clear and add: n_value_bins + 1,
-    or n_bins each. A bin at or above its feature's width would be left out of the sums: the
-    callers' bins never are (the cuts bound them; the NumPy twin checks)."""
-    if n_value_bins is None:
-        return np.full(n_features, n_bins, dtype=np.int64)
-    return feature_widths(n_value_bins, n_features, n_bins)
-
-
 def build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins, n_value_bins=None):
     """See numpy_kernels.build_histograms (n_value_bins: the threads' histograms are cleared
     and added over each feature's own bins)."""
     hist = np.zeros((len(seg_start), bins.shape[1], n_bins, 2), dtype=_dtypes.FIXED)
     _build_histograms(bins, gh, row_index, np.asarray(seg_start, dtype=np.int64),
                       np.asarray(seg_count, dtype=np.int64), hist, numba.get_num_threads(),
-                      _feature_widths(bins.shape[1], n_bins, n_value_bins))
+                      feature_widths(n_value_bins, bins.shape[1], n_bins))
     return hist
 
 
@@ -479,7 +471,7 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
         _partition_and_histogram(bins, bins_by_feature, gh, row_index, *nodes, hist,
                                  left_count, row_index if dest is None else
                                  check_dest(dest, row_index), dest is None, n_threads,
-                                 _feature_widths(bins.shape[1], n_bins, n_value_bins))
+                                 feature_widths(n_value_bins, bins.shape[1], n_bins))
     return left_count, hist
 
 

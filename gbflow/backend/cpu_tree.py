@@ -43,12 +43,11 @@ def grow_whole_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_b
                          f"bool, got shape {feature_allowed.shape}")
     features = np.arange(n_features, dtype=np.int64) if features is None else \
         np.asarray(features, dtype=np.int64)
-    # the compiled tree clears its threads' histograms over n_value_bins + 1 bins a feature,
-    # with no bounds check: the counts must fit the histograms
-    feature_widths(n_value_bins, n_features, n_bins)
     return GrownTree(*_grow_tree(
         bins, bins_by_feature, gh, row_index, spare_index,
-        np.asarray(n_value_bins, dtype=np.int32), int(n_bins), feature_allowed, features,
+        np.asarray(n_value_bins, dtype=np.int32), int(n_bins),
+        # checked here: the compiled tree clears its threads' histograms by them, unchecked
+        feature_widths(n_value_bins, n_features, n_bins), feature_allowed, features,
         None if sparse is None else _sparse_arguments(sparse, feature_allowed.shape[0]),
         float(inv_scale_g), float(inv_scale_h), float(reg_lambda), float(reg_alpha),
         float(min_child_weight), float(min_gain), max_delta_step is not None,
@@ -85,7 +84,7 @@ def _sparse_arguments(sparse, max_depth: int) -> tuple:
 
 
 @njit(**_JIT)
-def _grow_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bins, n_bins,
+def _grow_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bins, n_bins, widths,
                feature_allowed, dense_ids, sparse, inv_scale_g, inv_scale_h, reg_lambda,
                reg_alpha, min_child_weight, min_gain, bounded, max_delta_step, no_signs,
                n_threads):
@@ -113,9 +112,6 @@ def _grow_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bins, n_b
     out_count = np.empty(capacity, dtype=np.int64)
     width = n_features * n_bins
     offsets = np.arange(n_features + 1) * n_bins  # the dense layout as the compact one
-    widths = np.empty(n_features, dtype=np.int64)  # each feature's bins (_feature_widths)
-    for f in range(n_features):
-        widths[f] = n_value_bins[f] + 1
     padded_bins = max(n_bins, 2)
     seg_start = np.zeros(1, dtype=np.int64)
     seg_count = np.full(1, n_rows, dtype=np.int64)

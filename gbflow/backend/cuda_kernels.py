@@ -144,19 +144,13 @@ class _SharedGroups:
                 _device_constant(self.counter_start))
 
 
-def _feature_widths(n_features: int, n_bins: int, n_value_bins) -> np.ndarray:
-    """(F,) int64 bins of each feature: n_value_bins + 1 (the missing bin), else n_bins each."""
-    if n_value_bins is None:
-        return np.full(n_features, n_bins, dtype=np.int64)
-    return feature_widths(to_host(n_value_bins), n_features, n_bins)
-
-
 def _shared_groups(n_features: int, n_bins: int, n_value_bins,
                    reserved_bytes: int) -> _SharedGroups | None:
     """The histograms' feature groups for a block's shared memory less ``reserved_bytes``:
     consecutive features while their counters fit; None where one feature's do not (the
     kernels then add into global memory)."""
-    widths = _feature_widths(n_features, n_bins, n_value_bins)
+    widths = feature_widths(None if n_value_bins is None else to_host(n_value_bins),
+                            n_features, n_bins)
     return _packed_groups(widths.tobytes(), _limits()[1] - reserved_bytes)
 
 

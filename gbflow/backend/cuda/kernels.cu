@@ -84,8 +84,8 @@ extern "C" __global__ void bin_features(const float* X, i64 n_rows, int n_featur
 // Histograms in shared memory. Block (b, g) adds the rows of work item b for the features of
 // group g (features group_first[g] .. group_first[g + 1], packed by their own bin counts: see
 // group_words) into a shared histogram, then adds its non-zero entries into hist[node] in global
-// memory with atomics: hist
-// is accumulated into, never overwritten (zeroed by the caller, or holding other shards' sums).
+// memory with atomics: hist is accumulated into, never overwritten (zeroed by the caller, or
+// holding other shards' sums).
 // Thread mapping: the block's (row, feature) pairs are numbered row-major, so the lanes of a warp
 // update different features of one or two rows (no two lanes of a step hit the same counter
 // unless a feature repeats) and read consecutive bytes of a row.
