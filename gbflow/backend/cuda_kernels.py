@@ -143,6 +143,11 @@ class _SharedGroups:
         return (_device_constant(self.group_first), _device_constant(self.group_width),
                 _device_constant(self.counter_start))
 
+    def kernel(self, name: str, bin_itemsize: int):
+        """The shared-memory kernel ``name`` compiled for these groups: its ``_equal`` version
+        where every group's features are equally wide (no table read in its inner loops)."""
+        return _kernel(name + "_equal" if self.group_width.all() else name, bin_itemsize)
+
 
 def _shared_groups(n_features: int, n_bins: int, n_value_bins,
                    reserved_bytes: int) -> _SharedGroups | None:
@@ -260,8 +265,8 @@ def build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins, n_value_
         kernel, grid, shared, group_args = _kernel("build_histograms_global", bins.itemsize), \
             (len(work), 1), 0, (_unread(),) * 3
     else:
-        kernel, grid, shared, group_args = _kernel("build_histograms_shared", bins.itemsize), \
-            (len(work), groups.n_groups), groups.most_bytes, groups.args()
+        kernel = groups.kernel("build_histograms_shared", bins.itemsize)
+        grid, shared, group_args = (len(work), groups.n_groups), groups.most_bytes, groups.args()
     _launch_shared(kernel, grid, _HIST_THREADS, shared,
                    (bins, _i64(bins.strides[0] // bins.itemsize), _i32(n_features), _i32(n_bins),
                     cp.ascontiguousarray(gh), row_index, _device_work(work), *group_args, hist))
@@ -445,7 +450,11 @@ def _partition(bins, bins_by_feature, gh, row_index, work, n_work, n_blocks: int
     target = cp.empty_like(row_index) if dest is None else dest
     gh = cp.ascontiguousarray(gh)
     bin_stride = _i64(bins.strides[0] // itemsize)
-    _launch_shared(_kernel("scatter_and_histogram", itemsize),
+    # the _equal scatter reads no side map and adds no shared histogram of mixed widths
+    equal = map_args is None and (not fused or groups.group_width.all())
+    scatter = _kernel("scatter_and_histogram_equal" if equal else "scatter_and_histogram",
+                      itemsize)
+    _launch_shared(scatter,
                    (n_blocks, groups.n_groups if fused else 1), _HIST_THREADS,
                    (groups.most_bytes if fused else 0) + tile_bytes,
                    (bins, bin_stride, *columns, _i32(0 if separate else n_features),
@@ -455,7 +464,7 @@ def _partition(bins, bins_by_feature, gh, row_index, work, n_work, n_blocks: int
         _kernel("copy_back", 1)((n_blocks,), (_THREADS,), (target, row_index, work, n_work))
         target = row_index
     if separate:
-        _launch_shared(_kernel("build_child_histograms_shared", itemsize),
+        _launch_shared(groups.kernel("build_child_histograms_shared", itemsize),
                        (n_blocks, groups.n_groups), _HIST_THREADS, groups.most_bytes,
                        (bins, bin_stride, _i32(n_features), _i32(n_bins), gh, target, work,
                         n_work, left_count, small_is_left, *groups.args(), hist))

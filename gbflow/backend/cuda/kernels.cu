@@ -41,7 +41,10 @@
 // the kernels' inner loops), else 0.
 // The histogram kernels run 1024 threads a block (_HIST_THREADS) and must fit two blocks on a
 // multiprocessor: at most 32 registers a thread (at 40, one block fit: the trees of the 10M x 28
-// numeric benchmark took 40% longer). A bin above its feature's width (n_value_bins) would add
+// numeric benchmark took 40% longer). HIST_BOUNDS holds the kernels that need more to 32, but
+// the bounds cost themselves: scatter_and_histogram ran 13% longer with them at the same 32
+// registers (ncu, the 10M x 28 numeric benchmark, twenty-sixth session). Its _equal version
+// (equal widths, no side map) fits in 32 without them and carries none. A bin above its feature's width (n_value_bins) would add
 // into another feature's counters or past the group: the callers' bins never are (the cuts
 // bound them; the NumPy twins check).
 #define HIST_BOUNDS __launch_bounds__(1024, 2)
@@ -95,8 +98,9 @@ __device__ __forceinline__ void zero_shared(unsigned int* words, int n) {
 }
 
 // Adds the group's counters into hist_node (the node's (F, n_bins, 2) histograms), skipping
-// zeros. A thread finds its counter's feature by a division (equal widths) or a binary search of
-// counter_start.
+// zeros. A thread finds its counter's feature by a division (EQUAL: every feature of the group
+// is ``width`` bins wide) or a binary search of counter_start.
+template <bool EQUAL>
 __device__ __forceinline__ void flush_shared(const unsigned int* words, int f0, int group,
                                              int width, const i64* counter_start, int n_bins,
                                              i64* hist_node) {
@@ -104,7 +108,7 @@ __device__ __forceinline__ void flush_shared(const unsigned int* words, int f0, 
     int n_counters = (int)(counter_start[f0 + group] - first);
     for (int i = threadIdx.x; i < n_counters; i += blockDim.x) {
         int lo, rest;  // the counter's group feature, and its 2 * bin + component
-        if (width) {
+        if (EQUAL) {
             lo = i / (2 * width);
             rest = i - lo * 2 * width;
         } else {
@@ -125,7 +129,9 @@ __device__ __forceinline__ void flush_shared(const unsigned int* words, int f0, 
 
 // Adds rows[0..n_rows) (row ids) to the shared histogram of features f0..f0+group.
 // One thread per (row, feature) pair, numbered row-major: the lanes of a warp update neighbouring
-// features of one or two rows and read consecutive bytes of a row.
+// features of one or two rows and read consecutive bytes of a row. EQUAL: every feature of the
+// group is ``width`` bins wide (no table read in the loop).
+template <bool EQUAL>
 __device__ __forceinline__ void add_rows_shared(const BIN_T* bins, i64 bin_stride, const i64* gh,
                                                 const int* rows, int n_rows, int f0, int group,
                                                 int width, const i64* counter_start,
@@ -138,7 +144,7 @@ __device__ __forceinline__ void add_rows_shared(const BIN_T* bins, i64 bin_strid
         int fl = i - r * group;
         i64 row = rows[r];
         int b = bins[row * bin_stride + f0 + fl];
-        int start = width ? fl * stride : 2 * (int)(__ldg(counter_start + f0 + fl) - first) + fl;
+        int start = EQUAL ? fl * stride : 2 * (int)(__ldg(counter_start + f0 + fl) - first) + fl;
         unsigned int* cell = words + start + 4 * b;
         shared_add64(cell, gh[2 * row]);
         shared_add64(cell + 2, gh[2 * row + 1]);
@@ -148,6 +154,7 @@ __device__ __forceinline__ void add_rows_shared(const BIN_T* bins, i64 bin_strid
 // One block's rows [begin, end) of row_index into node's histogram, for the feature group
 // blockIdx.y (features group_first[g] .. group_first[g + 1]): zeroed shared counters, the rows
 // added, the non-zero counters flushed.
+template <bool EQUAL>
 __device__ __forceinline__ void block_histogram_shared(
         const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,
         const int* row_index, i64 node, i64 begin, i64 end, const int* group_first,
@@ -157,43 +164,64 @@ __device__ __forceinline__ void block_histogram_shared(
     int width = group_width[blockIdx.y];
     zero_shared(words, group_words(counter_start, f0, group));
     __syncthreads();
-    add_rows_shared(bins, bin_stride, gh, row_index + begin, (int)(end - begin), f0, group,
-                    width, counter_start, words);
+    add_rows_shared<EQUAL>(bins, bin_stride, gh, row_index + begin, (int)(end - begin), f0,
+                           group, width, counter_start, words);
     __syncthreads();
-    flush_shared(words, f0, group, width, counter_start, n_bins,
+    flush_shared<EQUAL>(words, f0, group, width, counter_start, n_bins,
                  hist + node * (i64)n_features * n_bins * 2);
 }
 
-extern "C" __global__ void HIST_BOUNDS build_histograms_shared(
-        const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,
-        const int* row_index, const i64* work, const int* group_first, const int* group_width,
-        const i64* counter_start, i64* hist) {
-    extern __shared__ unsigned int words[];
-    const i64* w = work + WORK_WIDTH * blockIdx.x;
-    block_histogram_shared(bins, bin_stride, n_features, n_bins, gh, row_index, w[0], w[1], w[2],
-                           group_first, group_width, counter_start, hist, words);
-}
+// Each shared-memory kernel is compiled twice: NAME for groups of mixed widths, NAME_equal
+// where every group's features are equally wide (cuda_kernels picks by group_width).
+#define BUILD_HISTOGRAMS_SHARED(NAME, EQUAL)                                                     \
+    extern "C" __global__ void HIST_BOUNDS NAME(                                                  \
+            const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,        \
+            const int* row_index, const i64* work, const int* group_first,                       \
+            const int* group_width, const i64* counter_start, i64* hist) {                       \
+        extern __shared__ unsigned int words[];                                                  \
+        const i64* w = work + WORK_WIDTH * blockIdx.x;                                           \
+        block_histogram_shared<EQUAL>(bins, bin_stride, n_features, n_bins, gh, row_index, w[0], \
+                                      w[1], w[2], group_first, group_width, counter_start, hist, \
+                                      words);                                                    \
+    }
+BUILD_HISTOGRAMS_SHARED(build_histograms_shared, false)
+BUILD_HISTOGRAMS_SHARED(build_histograms_shared_equal, true)
 
 // The histograms of the built children after a partition-only scatter_and_histogram (wide data:
 // there every feature group's blocks would redo the partition's ranking). Work items are the
 // parents' (as for the partition); each block keeps the part of its rows that now holds the built
 // child: [seg_start, seg_start + left) when small_is_left, else [seg_start + left, end of the
 // parent), with left = node_left[node] from the partition (no trip to the host).
-extern "C" __global__ void HIST_BOUNDS build_child_histograms_shared(
+template <bool EQUAL>
+__device__ __forceinline__ void child_histograms(
         const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,
         const int* row_index, const i64* work, const i64* n_work, const i64* node_left,
         const bool* small_is_left, const int* group_first, const int* group_width,
-        const i64* counter_start, i64* hist) {
-    extern __shared__ unsigned int words[];
+        const i64* counter_start, i64* hist, unsigned int* words) {
     if ((i64)blockIdx.x >= *n_work) return;  // the whole block
     const i64* w = work + WORK_WIDTH * blockIdx.x;
     i64 node = w[0], begin = w[1], end = w[2], seg_start = w[4];
     i64 split = seg_start + node_left[node];
     if (small_is_left[node]) end = min(end, split); else begin = max(begin, split);
     if (begin >= end) return;  // the whole block: no barrier is skipped by some threads only
-    block_histogram_shared(bins, bin_stride, n_features, n_bins, gh, row_index, node, begin, end,
-                           group_first, group_width, counter_start, hist, words);
+    block_histogram_shared<EQUAL>(bins, bin_stride, n_features, n_bins, gh, row_index, node,
+                                  begin, end, group_first, group_width, counter_start, hist,
+                                  words);
 }
+
+#define BUILD_CHILD_HISTOGRAMS_SHARED(NAME, EQUAL)                                               \
+    extern "C" __global__ void HIST_BOUNDS NAME(                                                  \
+            const BIN_T* bins, i64 bin_stride, int n_features, int n_bins, const i64* gh,        \
+            const int* row_index, const i64* work, const i64* n_work, const i64* node_left,      \
+            const bool* small_is_left, const int* group_first, const int* group_width,           \
+            const i64* counter_start, i64* hist) {                                               \
+        extern __shared__ unsigned int words[];                                                  \
+        child_histograms<EQUAL>(bins, bin_stride, n_features, n_bins, gh, row_index, work,       \
+                                n_work, node_left, small_is_left, group_first, group_width,      \
+                                counter_start, hist, words);                                     \
+    }
+BUILD_CHILD_HISTOGRAMS_SHARED(build_child_histograms_shared, false)
+BUILD_CHILD_HISTOGRAMS_SHARED(build_child_histograms_shared_equal, true)
 
 // Adds rows[0..n_rows) straight into the global histogram of one node (all features), for bin
 // counts whose histogram of one feature does not fit in shared memory (atomics: accumulates into
@@ -282,16 +310,18 @@ extern "C" __global__ void count_left(const BIN_T* bins_by_feature, i64 feature_
 }
 
 // Dynamic shared memory: [histogram words of the group] [tile rows of the small side (int)].
-extern "C" __global__ void HIST_BOUNDS scatter_and_histogram(
-        const BIN_T* bins, i64 bin_stride, const BIN_T* bins_by_feature, i64 feature_stride,
-        i64 row_stride,
-        int n_features, int n_bins, const i64* gh, const int* row_index, int* moved,
-        const i64* work, const i64* n_work, const i64* block_left, const int* feature,
-        const int* bin_threshold, const bool* default_left, const unsigned char* side_map,
-        int map_width, const bool* small_is_left, const int* group_first,
-        const int* group_width, const i64* counter_start, int use_shared, i64* hist,
-        i64* node_left) {
-    extern __shared__ unsigned int words[];
+#define SCATTER_ARGS                                                                             \
+        const BIN_T* bins, i64 bin_stride, const BIN_T* bins_by_feature, i64 feature_stride,     \
+        i64 row_stride, int n_features, int n_bins, const i64* gh, const int* row_index,         \
+        int* moved, const i64* work, const i64* n_work, const i64* block_left,                   \
+        const int* feature, const int* bin_threshold, const bool* default_left,                  \
+        const unsigned char* side_map, int map_width, const bool* small_is_left,                 \
+        const int* group_first, const int* group_width, const i64* counter_start,               \
+        int use_shared, i64* hist, i64* node_left
+// EQUAL: every group's features equally wide (or no shared histogram, use_shared 0) and no side
+// map (side_map is not read).
+template <bool EQUAL>
+__device__ __forceinline__ void scatter_rows(SCATTER_ARGS, unsigned int* words) {
     __shared__ int warp_left[32];
     __shared__ int warp_small[32];
     __shared__ i64 base[2];  // left rows and right rows of this node written before this block
@@ -309,7 +339,9 @@ extern "C" __global__ void HIST_BOUNDS scatter_and_histogram(
     int* small_rows = reinterpret_cast<int*>(words + n_words);
     int f = feature[node], t = bin_threshold[node];
     bool dl = default_left[node], small_left = small_is_left[node];
-    const unsigned char* sides = sides_of(side_map, map_width, node);
+    // without a side map goes_left's check folds away (and with it the registers that keep the
+    // _equal version within 32 without launch bounds)
+    const unsigned char* sides = EQUAL ? nullptr : sides_of(side_map, map_width, node);
     zero_shared(words, n_words);
     if (threadIdx.x == 0) {
         i64 left_before = 0, node_total_left = 0;
@@ -355,8 +387,8 @@ extern "C" __global__ void HIST_BOUNDS scatter_and_histogram(
         if (small) small_rows[small_rank] = row;
         __syncthreads();
         if (use_shared) {
-            add_rows_shared(bins, bin_stride, gh, small_rows, tile_small, f0, group, width,
-                            counter_start, words);
+            add_rows_shared<EQUAL>(bins, bin_stride, gh, small_rows, tile_small, f0, group, width,
+                                   counter_start, words);
         } else {
             add_rows_global(bins, bin_stride, gh, small_rows, tile_small, n_features, n_bins,
                             hist_node);
@@ -364,8 +396,20 @@ extern "C" __global__ void HIST_BOUNDS scatter_and_histogram(
         if (threadIdx.x == 0) { base[0] += tile_left; base[1] += (i64)(min((i64)blockDim.x, end - tile) - tile_left); }
         __syncthreads();
     }
-    if (use_shared) flush_shared(words, f0, group, width, counter_start, n_bins, hist_node);
+    if (use_shared) flush_shared<EQUAL>(words, f0, group, width, counter_start, n_bins, hist_node);
 }
+
+#define SCATTER_AND_HISTOGRAM(NAME, EQUAL, BOUNDS)                                               \
+    extern "C" __global__ void BOUNDS NAME(SCATTER_ARGS) {                                       \
+        extern __shared__ unsigned int words[];                                                  \
+        scatter_rows<EQUAL>(bins, bin_stride, bins_by_feature, feature_stride, row_stride,       \
+                            n_features, n_bins, gh, row_index, moved, work, n_work, block_left,  \
+                            feature, bin_threshold, default_left, side_map, map_width,           \
+                            small_is_left, group_first, group_width, counter_start, use_shared,  \
+                            hist, node_left, words);                                             \
+    }
+SCATTER_AND_HISTOGRAM(scatter_and_histogram, false, HIST_BOUNDS)
+SCATTER_AND_HISTOGRAM(scatter_and_histogram_equal, true, /* none: see HIST_BOUNDS */)
 
 extern "C" __global__ void copy_back(const int* moved, int* row_index, const i64* work,
                                      const i64* n_work) {
