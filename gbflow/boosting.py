@@ -169,7 +169,7 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
     n_total = shardset.n_rows_total
     by_query = params.loss.by_query or any(m.kind == "query" for m in metric_list)
     if by_query:
-        _attach_queries(backend, shardset, parts)
+        _attach_queries(backend, shardset, parts, one_query=not params.loss.by_query)
     risk_sets = objective.risk_sets(backend, [s.label for s in shards], collective) \
         if objective.whole_set else None
     eval_sets = [EvalSet(backend, name, base_margin, w, shards=shards) if d is TRAINING else
@@ -182,7 +182,8 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
         if by_query and s.X is not None:
             s.queries = ranking.part_queries(
                 xp, [None if p.qid is None else backend.asarray(p.qid) for p in e],
-                s.weights, collective, f"evaluation set {name!r}", normalize=False)
+                s.weights, collective, f"evaluation set {name!r}", normalize=False,
+                n_rows=None if params.loss.by_query else [p.n_rows for p in e])
     if drop_features:  # the held-out sets hold their rows binned now: the raw matrices may go
         for e, _, _ in eval_parts:
             for part in e:
@@ -401,10 +402,11 @@ def check_base_margins(parts: list, eval_parts: list, n_groups: int) -> None:
             predictor.check_margin_width(part.base_margin, n_groups, "this training")
 
 
-def _attach_queries(backend, shardset: ShardSet, parts: list) -> None:
+def _attach_queries(backend, shardset: ShardSet, parts: list, one_query: bool) -> None:
     """Give every shard its rows' ``ranking.QueryGroups`` (query weights normalised over every
     process). A part split into pages (``device_memory_limit``) is refused: a query's
-    gradients need all its rows at once."""
+    gradients need all its rows at once. one_query: data without ids is one query (the
+    metrics' meaning, XGBoost's), else refused (a ranking objective needs the ids)."""
     if len(shardset.part_rows) != len(parts):
         raise ValueError("ranking trains in device memory only: the training data is larger "
                          "than device_memory_limit (or the device's free memory), and paged "
@@ -415,7 +417,8 @@ def _attach_queries(backend, shardset: ShardSet, parts: list) -> None:
             for i, r0, r1 in shardset.part_rows]
     weights = None if shards[0].weight is None else [s.weight for s in shards]
     for shard, queries in zip(shards, ranking.part_queries(
-            backend.xp, qids, weights, shardset.collective, "the training data")):
+            backend.xp, qids, weights, shardset.collective, "the training data",
+            n_rows=[r1 - r0 for _, r0, r1 in shardset.part_rows] if one_query else None)):
         shard.queries = queries
 
 

@@ -280,13 +280,25 @@ class LambdaRank(Objective):
 
 
 def part_queries(xp, qids: list, weights: list | None, collective, what: str,
-                 normalize: bool = True) -> list[QueryGroups]:
+                 normalize: bool = True, n_rows: list | None = None) -> list[QueryGroups]:
     """Each part's ``QueryGroups`` from its (n_i,) query ids and row weights (or None), checked
     across every process: every part has ids, and no query spans parts (``check_apart``). With
     ``normalize``, the query weights are scaled by XGBoost's factor, the number of queries over
-    the sum of their weights (both over every process: exact). Every process calls it."""
-    lacking = int(collective.allreduce_max(float(any(q is None for q in qids))))
-    if lacking:
+    the sum of their weights (both over every process: exact). Every process calls it.
+
+    Without ids anywhere, where the data is one part in all (``n_rows``: each part's rows;
+    None: ids are required), its rows are one query, as XGBoost ranks data without ids; over
+    several parts that query would span them, and a ValueError says so."""
+    lacking, n_parts = (int(v) for v in collective.allreduce_sum(np.array(
+        [sum(q is None for q in qids), len(qids)], dtype=np.int64)))
+    if lacking == n_parts == 1 and n_rows is not None:
+        qids = [xp.zeros(int(n), dtype=xp.int64) for n in n_rows]  # the one part's
+    elif lacking == n_parts and n_rows is not None:
+        raise ValueError(f"{what} has no query ids (qid) and lies in {n_parts} parts (Dask "
+                         f"partitions or batches): XGBoost then ranks all its rows as one "
+                         f"query, which gbflow ranks only within one part; give each row's "
+                         f"query id (qid), or the data in one partition")
+    elif lacking:
         raise ValueError(f"{what} has no query ids (qid): ranking needs each row's query; give "
                          f"the qid column (or array) for it too")
     groups = [QueryGroups(xp, q, None if weights is None else w, what)

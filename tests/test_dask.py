@@ -163,6 +163,16 @@ def test_ranking_on_workers_equals_in_process(clients, tmp_path):
         gbflow.train(split, client=clients(2), **kwargs)
 
 
+def test_ranking_metrics_without_query_ids_on_workers_are_refused(clients):
+    """Without qid a set's rows are one query (XGBoost's meaning); on two workers that query
+    would span their partitions, which gbflow does not rank: a clear error before training."""
+    df = make_table(n_rows=400, task="binary", seed=3)
+    frame = _dask_frame(_partitions(df, [0, 200, 400]))
+    with pytest.raises(ValueError, match="no query ids .* lies in 2 parts"):
+        gbflow.train(frame, "y", {"objective": "binary:logistic", "eval_metric": "pre@10"}, 2,
+                     evals=[(frame, "t")], client=clients(2), verbose=False)
+
+
 @pytest.mark.parametrize("n_valid", [600, 70_000])  # auc by value, and in dense buckets
 def test_metrics_and_early_stopping_on_workers_equal_in_process(n_valid, clients):
     """Every metric, the training frame as an evaluation set, a custom metric and early

@@ -137,13 +137,16 @@ def test_query_weights_scale_each_querys_gradients():
 
 
 @pytest.mark.parametrize("name", ["ndcg", "ndcg@5", "ndcg@5-", "ndcg-", "map", "map@3",
-                                  "map@3-", "pre@3", "pre"])
+                                  "map@3-", "pre@3", "pre", "ndcg@100", "map@50"])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_metrics_are_xgboosts(name, weighted):
-    """The value XGBoost's metric gives the same scores (given as its base margins)."""
+@pytest.mark.parametrize("n_queries", [40, 4])
+def test_metrics_are_xgboosts(name, weighted, n_queries):
+    """The value XGBoost's metric gives the same scores (given as its base margins), on
+    queries of about 15 rows and of about 150 (past the 32 places a name without '@'
+    counts)."""
     rng = np.random.default_rng(0)
     n = 600
-    qid = np.sort(rng.integers(0, 40, n))
+    qid = np.sort(rng.integers(0, n_queries, n))
     y = rng.integers(0, 4, n).astype(np.float64)
     if not (weighted and name.startswith("ndcg")):  # (see the next test)
         y[qid == 3] = 0  # a query without a relevant document
@@ -340,3 +343,32 @@ def test_the_objective_made_without_parameters_takes_the_defaults():
     objective = LambdaRank("rank:map")
     assert objective.default_metric == f"map@{DEFAULT_TOP_K}"
     assert objective.lambda_params.kind == "map"
+
+
+@pytest.mark.parametrize("name", ["ndcg", "map@10", "pre@20", "ndcg@5-"])
+def test_ranking_metrics_without_query_ids_rank_all_rows_as_one_query(name):
+    """Without qid XGBoost ranks all of a set's rows as one query (precision at the top of a
+    classifier's scores, say): so do gbflow's metrics, in process and in training where the
+    set is one part (test_dask: over several workers' partitions it is refused). A ranking
+    objective's evaluation set still needs its ids: there their absence is a slip."""
+    rng = np.random.default_rng(5)
+    n = 400
+    y = (rng.random(n) < 0.3).astype(np.float64)
+    score = np.round(rng.normal(size=n) + y, 1)  # ties too
+    data = xgb.DMatrix(np.zeros((n, 1)), y, base_margin=score)
+    booster = xgb.train({"objective": "rank:pairwise", "eval_metric": name, "base_score": 0},
+                        data, 0)
+    theirs = float(booster.eval(data).split(":")[1])
+    assert metrics.evaluate(name, y, score) == pytest.approx(theirs, rel=1e-12, abs=1e-15)
+    assert metrics.evaluate(name, y, score) == metrics.evaluate(name, y, score,
+                                                                qid=np.zeros(n))
+    X = rng.normal(size=(n, 3)) + y[:, None]
+    params = {"objective": "binary:logistic", "eval_metric": name, "max_depth": 3}
+    trained = gbflow.train(X[:300], y[:300], params, 4, verbose=False,
+                           evals=[((X[300:], y[300:]), "valid"), ((X[:300], y[:300]), "train")])
+    for part, rows in [("valid", slice(300, None)), ("train", slice(None, 300))]:
+        assert trained.evals_result[part][name][-1] == metrics.evaluate(
+            name, y[rows], np.asarray(trained.predict(X[rows])))
+    with pytest.raises(ValueError, match="evaluation set 'valid' has no query ids"):
+        gbflow.train(X[:300], y[:300], {"objective": "rank:ndcg"}, 2, qid=np.zeros(300),
+                     evals=[((X[300:], y[300:]), "valid")], verbose=False)  # ranking: a slip

@@ -26,14 +26,16 @@ __all__ = ["METRICS", "EvalData", "Evaluator", "Metric", "auc", "evaluate",
 
 def evaluate(name: str, label, prediction, weight=None, params=None, qid=None) -> float:
     """Metric ``name`` of host predictions against labels, in this process; qid: (n,) query
-    ids, which the ranking metrics need (weights are then per query, constant within one)."""
+    ids for the ranking metrics (weights are then per query, constant within one; None: all
+    rows are one query, as in XGBoost)."""
     label = np.asarray(label, dtype=np.float64)
     prediction = np.asarray(prediction, dtype=np.float64)
     weights = None if weight is None else [np.asarray(weight, dtype=np.float64)]
     max_weight = 1.0 if weight is None or not len(label) else float(np.max(weights[0]))
     n_classes = prediction.shape[1] if prediction.ndim == 2 else 1
-    queries = None if qid is None else \
-        [QueryGroups(np, np.asarray(qid), None if weights is None else weights[0])]
+    queries = [QueryGroups(np, np.zeros(len(label), np.int64) if qid is None else
+                           np.asarray(qid), None if weights is None else weights[0])] \
+        if metric(name, params).kind == "query" else None
     data = EvalData("", [label], weights, len(label), max_weight, n_classes, queries)
     evaluator = Evaluator(get_backend("cpu"), [metric(name, params)], [data], LOCAL)
     return evaluator.values([[prediction]])[0][0]

@@ -206,7 +206,9 @@ _RANKING = re.compile(r"(ndcg|map|pre)(?:@([^-]*))?(-?)")
 
 def _ranking_metric(name: str, params) -> Metric | None:
     """XGBoost's ranking metric called ``name`` ("ndcg", "map@10", "ndcg@5-", "pre@3"), or
-    None for another name. "ndcg" takes the gain of the parameter ndcg_exp_gain."""
+    None for another name. "ndcg" takes the gain of the parameter ndcg_exp_gain. Without '@'
+    the first 32 places count, as in XGBoost (1.7 to 3.2 at least): "ndcg" is "ndcg@32", "map"
+    "map@32", "pre" "pre@32"."""
     match = _RANKING.fullmatch(name)
     if match is None:
         return None
@@ -216,6 +218,8 @@ def _ranking_metric(name: str, params) -> Metric | None:
             raise ValueError(f"eval_metric {name!r}: the argument after '@' must be a positive "
                              f"whole number of places, e.g. {kind}@10")
         k = int(k)
+    else:  # XGBoost's: a metric without '@' takes the top-k pair method's default k
+        k = ranking.DEFAULT_TOP_K
     exp_gain = bool(getattr(params, "ndcg_exp_gain", True))
 
     def values(xp, queries, y, p, extra):
