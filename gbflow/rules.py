@@ -43,21 +43,19 @@ class SplitRule:
 @dataclasses.dataclass(frozen=True)
 class LeafRule:
     """A leaf's value: -T_alpha(G) / (H + lambda), capped at max_delta_step in size,
-    * learning_rate, of its integer sums; 0 where H < min_child_weight (as XGBoost: only a
-    root can be such a leaf, a split's children have at least that much)."""
+    * learning_rate, of its integer sums."""
 
     reg_lambda: float
     reg_alpha: float
     learning_rate: float
     max_delta_step: float = 0.0  # the cap on a weight's size before the learning rate (0: none)
-    min_child_weight: float = 0.0
 
     def constants(self, scales: Scales) -> tuple:
-        """(inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate, max_delta_step,
-        min_child_weight): the arguments of ``leaf_weights`` after the totals, which the GPU's
-        margin kernels take too."""
+        """(inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate, max_delta_step):
+        the arguments of ``leaf_weights`` after the totals, which the GPU's margin kernels take
+        too."""
         return (1.0 / scales.g, 1.0 / scales.h, self.reg_lambda, self.reg_alpha,
-                self.learning_rate, self.max_delta_step, self.min_child_weight)
+                self.learning_rate, self.max_delta_step)
 
     def values(self, totals: np.ndarray, scales: Scales, node_bounds=None) -> np.ndarray:
         """(n,) float64 leaf values of (n, 2) int64 host sums (``numpy_kernels.leaf_weights``, the
@@ -107,7 +105,7 @@ class TreeRules:
                    split=SplitRule(params.reg_lambda, params.reg_alpha, params.min_child_weight,
                                    max(params.gamma, _dtypes.MIN_SPLIT_IMPROVEMENT)),
                    leaf=LeafRule(params.reg_lambda, params.reg_alpha, params.learning_rate,
-                                 params.delta_step_cap, params.min_child_weight),
+                                 params.delta_step_cap),
                    category=CategoryRule(params.max_cat_to_onehot, params.max_cat_threshold,
                                          params.cat_smooth, params.cat_l2,
                                          params.cat_noise_penalty),

@@ -390,8 +390,7 @@ def test_plan_level(kernels, cap, half, n_parent):
 
 
 LEAF_CONSTANTS = [(2.0**-30, 2.0**-31, 1.0, 0.0, 0.3), (2.0**-20, 2.0**-40, 0.0, 0.5, 1.0),
-                  (2.0**-30, 2.0**-31, 1.0, 0.5, 0.3, 2e-4),  # max_delta_step: capped
-                  (2.0**-30, 2.0**-31, 1.0, 0.0, 0.3, 0.0, 200.0)]  # H < 200 (~40%): 0
+                  (2.0**-30, 2.0**-31, 1.0, 0.5, 0.3, 2e-4)]  # max_delta_step: capped
 
 
 @pytest.mark.parametrize("constants", LEAF_CONSTANTS)
@@ -1108,24 +1107,11 @@ def test_leaf_weights_with_bounds(max_delta_step):
     node_bounds = np.stack([np.full(50, -0.1), np.full(50, np.inf)], 1)
     plain = numpy_kernels.leaf_weights(totals, 2.0**-30, 2.0**-20, 1.0, 0.0, 0.5)
     bounded = numpy_kernels.leaf_weights(totals, 2.0**-30, 2.0**-20, 1.0, 0.0, 0.5,
-                                         max_delta_step, node_bounds=node_bounds)
+                                         max_delta_step, node_bounds)
     raw = plain / 0.5
     if max_delta_step:
         raw = np.clip(raw, -max_delta_step, max_delta_step)
     assert np.array_equal(bounded, np.maximum(raw, -0.1) * 0.5)
-
-
-def test_leaf_weights_below_min_child_weight_are_zero():
-    """A node whose hessian is below min_child_weight weighs 0 (XGBoost's CalcWeight), one at
-    or above it the Newton step; with bounds too."""
-    totals = np.array([[-300, 199], [-300, 200], [-300, 201], [600, 0]], dtype=np.int64)
-    plain = numpy_kernels.leaf_weights(totals, 1.0, 1.0, 1.0, 0.0, 1.0)
-    assert np.array_equal(plain, [300 / 200, 300 / 201, 300 / 202, -600.0])
-    for cap, bounds in [(0.0, None), (1.0, np.array([[-5.0, 5.0]] * 4))]:
-        light = numpy_kernels.leaf_weights(totals, 1.0, 1.0, 1.0, 0.0, 1.0, cap, 200.0,
-                                           node_bounds=bounds)
-        expected = np.minimum(plain, cap) if cap else plain
-        assert np.array_equal(light, [0.0, expected[1], expected[2], 0.0])
 
 
 GROW_CASES = [  # n_rows, n_features, n_bins, max_depth, extra keyword arguments
@@ -1145,8 +1131,7 @@ GROW_CASES = [  # n_rows, n_features, n_bins, max_depth, extra keyword arguments
 @pytest.mark.parametrize("leaf", [
     dict(reg_lambda=1.0, reg_alpha=0.0, max_delta_step=0.0),
     dict(reg_lambda=0.0, reg_alpha=0.7, max_delta_step=0.0),  # nodes of no hessian: value 0
-    dict(reg_lambda=1.0, reg_alpha=0.2, max_delta_step=0.3),
-    dict(reg_lambda=1.0, reg_alpha=0.0, max_delta_step=0.0, min_child_weight=200.0)])
+    dict(reg_lambda=1.0, reg_alpha=0.2, max_delta_step=0.3)])
 @pytest.mark.parametrize("n_cuts", [40, 0])
 def test_finish_whole_tree(leaf, n_cuts):
     """A grown tree's node arrays, compiled against the twin, bit for bit and dtype for dtype:
@@ -1165,8 +1150,7 @@ def test_finish_whole_tree(leaf, n_cuts):
     offsets[0] = 0
     cut_values = np.sort(rng.normal(size=n_cuts)).astype(np.float32)
     args = (feature, bin_threshold, totals, features, cut_values, offsets, 2.0**-30, 2.0**-31,
-            leaf["reg_lambda"], leaf["reg_alpha"], 0.3, leaf["max_delta_step"],
-            leaf.get("min_child_weight", 0.0))
+            leaf["reg_lambda"], leaf["reg_alpha"], 0.3, leaf["max_delta_step"])
     expected = numpy_kernels.finish_whole_tree(*args)
     got = cpu_tree.finish_whole_tree(*args)
     assert len(expected) == len(got) == 4

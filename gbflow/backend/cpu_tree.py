@@ -329,7 +329,7 @@ _BELOW_EVERY_VALUE = _dtypes.BELOW_EVERY_VALUE
 
 def finish_whole_tree(feature, bin_threshold, totals, features, cut_values, cut_offsets,
                       inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate,
-                      max_delta_step=0.0, min_child_weight=0.0):
+                      max_delta_step=0.0):
     """See numpy_kernels.finish_whole_tree (the same four arrays, bit for bit), in one
     compiled pass over the nodes: a small tree's node arrays were some thirty NumPy calls."""
     n = len(feature)
@@ -343,15 +343,15 @@ def finish_whole_tree(feature, bin_threshold, totals, features, cut_values, cut_
                        np.asarray(cut_values, dtype=_dtypes.CUT),
                        np.asarray(cut_offsets, dtype=np.int64), float(inv_scale_g),
                        float(inv_scale_h), float(reg_lambda), float(reg_alpha),
-                       float(learning_rate), float(max_delta_step), float(min_child_weight),
-                       out_feature, threshold, value, cover)
+                       float(learning_rate), float(max_delta_step), out_feature, threshold,
+                       value, cover)
     return out_feature, threshold, value, cover
 
 
 @njit(**_JIT)
 def _finish_whole_tree(feature, bin_threshold, totals, features, cut_values, cut_offsets,
                        inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate,
-                       max_delta_step, min_child_weight, out_feature, threshold, value, cover):
+                       max_delta_step, out_feature, threshold, value, cover):
     last_cut = cut_values.shape[0] - 1
     for k in range(feature.shape[0]):
         G = np.float64(totals[k, 0]) * inv_scale_g
@@ -359,7 +359,7 @@ def _finish_whole_tree(feature, bin_threshold, totals, features, cut_values, cut
         denominator = H + reg_lambda
         # leaf_weights' operations: the unbounded weight is _bounded_weight's first step
         w = _bounded_weight(G, H, reg_lambda, reg_alpha, max_delta_step, -np.inf, np.inf) \
-            if denominator > 0 and H >= min_child_weight else 0.0
+            if denominator > 0 else 0.0
         value[k] = w * learning_rate
         cover[k] = H
         f = feature[k]

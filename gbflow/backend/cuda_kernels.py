@@ -497,7 +497,7 @@ def _slot_grid(cap: int) -> tuple[int, int]:
 
 def add_planned_leaf_values(margin, row_index, seg_start, seg_count, is_leaf, totals,
                             inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate,
-                            max_delta_step=0.0, min_child_weight=0.0):
+                            max_delta_step=0.0):
     """See ``numpy_kernels.add_planned_leaf_values``; CuPy arrays, margin may be a column
     view. Nothing is read back."""
     cap = len(seg_start)
@@ -509,14 +509,13 @@ def add_planned_leaf_values(margin, row_index, seg_start, seg_count, is_leaf, to
          _dev(seg_start, np.int64), _dev(seg_count, np.int64), _dev(is_leaf, bool),
          _dev(totals, np.int64), np.float64(inv_scale_g), np.float64(inv_scale_h),
          np.float64(reg_lambda), np.float64(reg_alpha), np.float64(learning_rate),
-         np.float64(max_delta_step), np.float64(min_child_weight)))
+         np.float64(max_delta_step)))
 
 
 def add_planned_split_values(margin, bins_by_feature, row_index, split_start, split_count,
                              n_split, split_feature, split_threshold, split_default_left,
                              built_left, child_totals, child_half, inv_scale_g, inv_scale_h,
-                             reg_lambda, reg_alpha, learning_rate, max_delta_step=0.0,
-                             min_child_weight=0.0):
+                             reg_lambda, reg_alpha, learning_rate, max_delta_step=0.0):
     """See ``numpy_kernels.add_planned_split_values``; CuPy arrays (bins_by_feature (D, n),
     any strides), margin may be a column view. Nothing is read back."""
     cap = len(split_start)
@@ -530,8 +529,7 @@ def add_planned_split_values(margin, bins_by_feature, row_index, split_start, sp
          _dev(split_threshold, np.int32), _dev(split_default_left, bool),
          _dev(built_left, bool), _dev(child_totals, np.int64), _i64(child_half),
          np.float64(inv_scale_g), np.float64(inv_scale_h), np.float64(reg_lambda),
-         np.float64(reg_alpha), np.float64(learning_rate), np.float64(max_delta_step),
-         np.float64(min_child_weight)))
+         np.float64(reg_alpha), np.float64(learning_rate), np.float64(max_delta_step)))
 
 
 def rows_per_block(n_rows: int) -> int:

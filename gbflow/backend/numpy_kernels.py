@@ -1218,7 +1218,7 @@ def cut_thresholds(cut_values, cut_offsets, feature, bin_threshold):
 
 def finish_whole_tree(feature, bin_threshold, totals, features, cut_values, cut_offsets,
                       inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate,
-                      max_delta_step=0.0, min_child_weight=0.0):
+                      max_delta_step=0.0):
     """The node arrays a whole grown tree (``grow_whole_tree``'s ``GrownTree``) needs beyond
     its own, in the model file's dtypes: (feature (n,) int32 global ids, ``_dtypes.LEAF`` on
     leaves; threshold (n,) float32, ``cut_thresholds`` of the splits, 0 on leaves; value (n,)
@@ -1235,17 +1235,15 @@ def finish_whole_tree(feature, bin_threshold, totals, features, cut_values, cut_
     threshold[split] = cut_thresholds(cut_values, cut_offsets, glob[split],
                                       np.asarray(bin_threshold)[split])
     value = leaf_weights(totals, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
-                         learning_rate, max_delta_step,
-                         min_child_weight).astype(_dtypes.MARGIN, copy=False)
+                         learning_rate, max_delta_step).astype(_dtypes.MARGIN, copy=False)
     return (glob.astype(_dtypes.NODE, copy=False), threshold, value,
             totals[:, 1] * inv_scale_h)
 
 
 def leaf_weights(totals, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate,
-                 max_delta_step=0.0, min_child_weight=0.0, node_bounds=None):
+                 max_delta_step=0.0, node_bounds=None):
     """(n,) float64 leaf weights -T_alpha(G) / (H + lambda) * learning_rate of (n, 2) int64
-    fixed-point sums (G = g * inv_scale_g, H = h * inv_scale_h; 0 where H + lambda <= 0 or
-    H < min_child_weight, as XGBoost's weight of a node too light to be a child).
+    fixed-point sums (G = g * inv_scale_g, H = h * inv_scale_h; 0 where H + lambda <= 0).
     max_delta_step (0: none) and node_bounds (None, or (n, 2) float64 [lower, upper]): the
     weights bounded as the split searches bound them (``_bounded_weight``) before the learning
     rate."""
@@ -1259,13 +1257,13 @@ def leaf_weights(totals, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learni
         else:
             lower, upper = (-np.inf, np.inf) if node_bounds is None else node_bounds.T
             w = _bounded_weight(G, H, reg_lambda, reg_alpha, max_delta_step, lower, upper)
-        w = np.where((denominator > 0) & (H >= min_child_weight), w, 0.0)
+        w = np.where(denominator > 0, w, 0.0)
     return w * learning_rate
 
 
 def add_planned_leaf_values(margin, row_index, seg_start, seg_count, is_leaf, totals,
                             inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate,
-                            max_delta_step=0.0, min_child_weight=0.0):
+                            max_delta_step=0.0):
     """A planned level's leaves into the margins: margin[row] += the leaf weight of its slot's
     totals (``leaf_weights``) for every row of every slot k with is_leaf[k].
 
@@ -1273,7 +1271,7 @@ def add_planned_leaf_values(margin, row_index, seg_start, seg_count, is_leaf, to
     level's row array; seg_start, seg_count (cap,) int64, is_leaf (cap,) bool, totals (cap, 2)
     int64: the level's (``level_segments``, ``plan_level``)."""
     values = leaf_weights(np.asarray(totals), inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
-                          learning_rate, max_delta_step, min_child_weight)
+                          learning_rate, max_delta_step)
     for k in np.flatnonzero(np.asarray(is_leaf)):
         rows = row_index[seg_start[k]: seg_start[k] + seg_count[k]]
         margin[rows] += values[k]
@@ -1282,8 +1280,7 @@ def add_planned_leaf_values(margin, row_index, seg_start, seg_count, is_leaf, to
 def add_planned_split_values(margin, bins_by_feature, row_index, split_start, split_count,
                              n_split, split_feature, split_threshold, split_default_left,
                              built_left, child_totals, child_half, inv_scale_g, inv_scale_h,
-                             reg_lambda, reg_alpha, learning_rate, max_delta_step=0.0,
-                             min_child_weight=0.0):
+                             reg_lambda, reg_alpha, learning_rate, max_delta_step=0.0):
     """The last level's leaves into the margins, without moving rows: for every row of split
     j < n_split[0] (its segment split_start[j], split_count[j] of row_index), margin[row] +=
     the weight of the child the row goes to (``partition_rows``' rule on bins_by_feature
@@ -1292,7 +1289,7 @@ def add_planned_split_values(margin, bins_by_feature, row_index, split_start, sp
     The other arrays: the level's plan (``plan_level``) and split segments
     (``level_segments``)."""
     values = leaf_weights(np.asarray(child_totals), inv_scale_g, inv_scale_h, reg_lambda,
-                          reg_alpha, learning_rate, max_delta_step, min_child_weight)
+                          reg_alpha, learning_rate, max_delta_step)
     for j in range(int(n_split[0])):
         rows = row_index[split_start[j]: split_start[j] + split_count[j]]
         b = bins_by_feature[split_feature[j], rows]

@@ -843,12 +843,11 @@ extern "C" __global__ void level_segments(
 
 __device__ __forceinline__ double leaf_weight(const i64* sums, double inv_scale_g,
                                               double inv_scale_h, double lambda_, double alpha,
-                                              double learning_rate, double max_delta_step,
-                                              double min_child_weight) {
+                                              double learning_rate, double max_delta_step) {
     double G = (double)sums[0] * inv_scale_g, H = (double)sums[1] * inv_scale_h;
     double t = l1_threshold(G, alpha);
     double denominator = H + lambda_;
-    double w = denominator > 0 && H >= min_child_weight ? -t / denominator : 0.0;
+    double w = denominator > 0 ? -t / denominator : 0.0;
     if (max_delta_step != 0.0 && fabs(w) > max_delta_step) w = copysign(max_delta_step, w);
     return w * learning_rate;
 }
@@ -857,11 +856,11 @@ extern "C" __global__ void add_planned_leaf_values(
         double* margin, i64 margin_stride, const int* row_index, const i64* seg_start,
         const i64* seg_count, const bool* is_leaf, const i64* totals, double inv_scale_g,
         double inv_scale_h, double lambda_, double alpha, double learning_rate,
-        double max_delta_step, double min_child_weight) {
+        double max_delta_step) {
     i64 k = blockIdx.x;
     if (!is_leaf[k]) return;
     double v = leaf_weight(totals + 2 * k, inv_scale_g, inv_scale_h, lambda_, alpha,
-                           learning_rate, max_delta_step, min_child_weight);
+                           learning_rate, max_delta_step);
     i64 end = seg_start[k] + seg_count[k];
     for (i64 p = seg_start[k] + (i64)blockIdx.y * blockDim.x + threadIdx.x; p < end;
          p += (i64)gridDim.y * blockDim.x)
@@ -875,13 +874,13 @@ extern "C" __global__ void add_planned_split_values(
         const i64* n_split, const int* split_feature, const int* split_threshold,
         const bool* split_default_left, const bool* built_left, const i64* child_totals,
         i64 child_half, double inv_scale_g, double inv_scale_h, double lambda_, double alpha,
-        double learning_rate, double max_delta_step, double min_child_weight) {
+        double learning_rate, double max_delta_step) {
     i64 j = blockIdx.x;
     if (j >= *n_split) return;
     double built = leaf_weight(child_totals + 2 * (child_half + j), inv_scale_g, inv_scale_h,
-                               lambda_, alpha, learning_rate, max_delta_step, min_child_weight);
+                               lambda_, alpha, learning_rate, max_delta_step);
     double sibling = leaf_weight(child_totals + 2 * j, inv_scale_g, inv_scale_h, lambda_,
-                                 alpha, learning_rate, max_delta_step, min_child_weight);
+                                 alpha, learning_rate, max_delta_step);
     double left = built_left[j] ? built : sibling, right = built_left[j] ? sibling : built;
     int f = split_feature[j], t = split_threshold[j];
     bool dl = split_default_left[j];
