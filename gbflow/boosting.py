@@ -168,7 +168,10 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
         shard.margin = margin  # a view: the part's margins are the pages' together
     n_total = shardset.n_rows_total
     by_query = params.loss.by_query or any(m.kind == "query" for m in metric_list)
-    if by_query:
+    # the training data's queries: for a ranking objective, or a ranking metric of it
+    train_queries = params.loss.by_query or \
+        (by_query and any(d is TRAINING for d, _ in evals))
+    if train_queries:
         _attach_queries(backend, shardset, parts, one_query=not params.loss.by_query)
     risk_sets = objective.risk_sets(backend, [s.label for s in shards], collective) \
         if objective.whole_set else None
@@ -250,7 +253,7 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
     # The per-row work of a round (gradients, sampling, fixed point) runs on whole parts when
     # a part is several shards (pages; their rows' arrays are views of the part's): a kernel
     # call per part instead of one per page. Ranking's queries and whole-set losses keep shards.
-    by_part = len(shards) > len(shardset.part_shards) and not by_query and \
+    by_part = len(shards) > len(shardset.part_shards) and not train_queries and \
         not objective.whole_set
     row_sets = shardset.part_shards if by_part else shards
 

@@ -295,7 +295,7 @@ def part_queries(xp, qids: list, weights: list | None, collective, what: str,
         qids = [xp.zeros(int(n), dtype=xp.int64) for n in n_rows]  # the one part's
     elif lacking == n_parts and n_rows is not None:
         raise ValueError(f"{what} has no query ids (qid) and lies in {n_parts} parts (Dask "
-                         f"partitions or batches): XGBoost then ranks all its rows as one "
+                         f"partitions on workers): XGBoost then ranks all its rows as one "
                          f"query, which gbflow ranks only within one part; give each row's "
                          f"query id (qid), or the data in one partition")
     elif lacking:

@@ -165,12 +165,20 @@ def test_ranking_on_workers_equals_in_process(clients, tmp_path):
 
 def test_ranking_metrics_without_query_ids_on_workers_are_refused(clients):
     """Without qid a set's rows are one query (XGBoost's meaning); on two workers that query
-    would span their partitions, which gbflow does not rank: a clear error before training."""
+    would span their partitions, which gbflow does not rank: a clear error before training.
+    A held-out set in one partition is one query there too, with the in-process value, the
+    training data in two partitions (not evaluated: it needs no queries)."""
     df = make_table(n_rows=400, task="binary", seed=3)
     frame = _dask_frame(_partitions(df, [0, 200, 400]))
+    params = {"objective": "binary:logistic", "eval_metric": "pre@10"}
     with pytest.raises(ValueError, match="no query ids .* lies in 2 parts"):
-        gbflow.train(frame, "y", {"objective": "binary:logistic", "eval_metric": "pre@10"}, 2,
-                     evals=[(frame, "t")], client=clients(2), verbose=False)
+        gbflow.train(frame, "y", params, 2, evals=[(frame, "t")], client=clients(2),
+                     verbose=False)
+    valid = make_table(n_rows=300, task="binary", seed=4)
+    expected = gbflow.train(df, "y", params, 3, evals=[(valid, "v")], verbose=False)
+    booster = gbflow.train(frame, "y", params, 3, evals=[(_dask_frame([valid]), "v")],
+                           client=clients(2), verbose=False)
+    assert booster.evals_result == expected.evals_result
 
 
 @pytest.mark.parametrize("n_valid", [600, 70_000])  # auc by value, and in dense buckets

@@ -369,6 +369,12 @@ def test_ranking_metrics_without_query_ids_rank_all_rows_as_one_query(name):
     for part, rows in [("valid", slice(300, None)), ("train", slice(None, 300))]:
         assert trained.evals_result[part][name][-1] == metrics.evaluate(
             name, y[rows], np.asarray(trained.predict(X[rows])))
+    # the training data's own queries are not needed when it is not evaluated: its row
+    # weights, which queries could not take (a query's rows share one weight), are fine
+    weighted = gbflow.train(X[:300], y[:300], params, 2, weight=rng.uniform(0.5, 2.0, 300),
+                            evals=[((X[300:], y[300:]), "valid")], verbose=False)
+    assert weighted.evals_result["valid"][name][-1] == metrics.evaluate(
+        name, y[300:], np.asarray(weighted.predict(X[300:])))
     with pytest.raises(ValueError, match="evaluation set 'valid' has no query ids"):
         gbflow.train(X[:300], y[:300], {"objective": "rank:ndcg"}, 2, qid=np.zeros(300),
                      evals=[((X[300:], y[300:]), "valid")], verbose=False)  # ranking: a slip

@@ -34,7 +34,8 @@ def evaluate(name: str, label, prediction, weight=None, params=None, qid=None) -
     max_weight = 1.0 if weight is None or not len(label) else float(np.max(weights[0]))
     n_classes = prediction.shape[1] if prediction.ndim == 2 else 1
     queries = [QueryGroups(np, np.zeros(len(label), np.int64) if qid is None else
-                           np.asarray(qid), None if weights is None else weights[0])] \
+                           np.asarray(qid), None if weights is None else weights[0],
+                           "the metric's rows")] \
         if metric(name, params).kind == "query" else None
     data = EvalData("", [label], weights, len(label), max_weight, n_classes, queries)
     evaluator = Evaluator(get_backend("cpu"), [metric(name, params)], [data], LOCAL)

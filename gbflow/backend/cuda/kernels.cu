@@ -37,8 +37,8 @@
 // counter i of group feature fl start at 2i + fl. The padding puts the same bin of neighbouring
 // features of equal widths in different banks: the lanes of a warp update neighbouring features
 // of one row at once. group_width[g]: the bins of every feature of group g where they are all
-// equal (numeric data: feature fl's words then start at fl * (4 * width + 1), no table read in
-// the kernels' inner loops), else 0.
+// equal (numeric data: feature fl's words then start at fl * (4 * width + 1); the _equal kernels,
+// used where every group is so, read no table in their inner loops), else 0.
 // The histogram kernels run 1024 threads a block (_HIST_THREADS) and must fit two blocks on a
 // multiprocessor: at most 32 registers a thread (at 40, one block fit: the trees of the 10M x 28
 // numeric benchmark took 40% longer). HIST_BOUNDS holds the kernels that need more to 32, but
