@@ -411,10 +411,13 @@ def _attach_queries(backend, shardset: ShardSet, parts: list, one_query: bool) -
     gradients need all its rows at once. one_query: data without ids is one query (the
     metrics' meaning, XGBoost's), else refused (a ranking objective needs the ids)."""
     if len(shardset.part_rows) != len(parts):
-        raise ValueError("ranking trains in device memory only: the training data is larger "
+        what = "a ranking metric of the training data needs it" if one_query else \
+            "ranking trains"
+        raise ValueError(f"{what} in device memory only: the training data is larger "
                          "than device_memory_limit (or the device's free memory), and paged "
                          "training cannot rank a query split between pages; raise the limit, "
-                         "or use more workers")
+                         "or use more workers" + (", or evaluate a held-out set" if one_query
+                                                  else ""))
     shards = shardset.shards
     qids = [None if parts[i].qid is None else backend.asarray(parts[i].qid[r0:r1])
             for i, r0, r1 in shardset.part_rows]

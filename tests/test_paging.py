@@ -374,3 +374,17 @@ def test_the_default_limit_is_the_devices_free_memory_less_the_rows_state():
     # nearly full: the state alone is more than is free; pages of a quarter of it, not of a row
     assert prepare.page_rows(Device(100_000), params, [part], 200, np.uint8) == \
         100_000 // 4 // 2 // row_bytes
+
+
+def test_a_ranking_metric_of_paged_training_data_is_refused_by_name():
+    """Paged training data cannot be one query (its rows are split between pages): a ranking
+    metric of it is refused naming the metric's need; a held-out set is evaluated as usual."""
+    X, y, _ = _data()
+    params = {"objective": "binary:logistic", "eval_metric": "pre@10",
+              "device_memory_limit": TINY, "device": "cpu"}
+    with pytest.raises(ValueError, match="a ranking metric of the training data needs it in "
+                                         "device memory"):
+        gbflow.train(X, y, params, 2, evals=[((X, y), "train")], verbose=False)
+    booster = gbflow.train(X[:4000], y[:4000], params, 2, evals=[((X[4000:], y[4000:]), "v")],
+                           verbose=False)
+    assert len(booster.evals_result["v"]["pre@10"]) == 2
