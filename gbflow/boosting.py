@@ -411,13 +411,17 @@ def _attach_queries(backend, shardset: ShardSet, parts: list, one_query: bool) -
     gradients need all its rows at once. one_query: data without ids is one query (the
     metrics' meaning, XGBoost's), else refused (a ranking objective needs the ids)."""
     if len(shardset.part_rows) != len(parts):
-        what = "a ranking metric of the training data needs it" if one_query else \
-            "ranking trains"
-        raise ValueError(f"{what} in device memory only: the training data is larger "
+        if one_query:
+            raise ValueError("a ranking metric of the training data needs it in device memory: "
+                             "the training data is larger than device_memory_limit (or the "
+                             "device's free memory), and paged training cannot rank a query "
+                             "split between pages; raise the limit, or evaluate a copy of the "
+                             "training data (a held-out set: (X.copy(), y)), which is ranked "
+                             "as it is predicted")
+        raise ValueError("ranking trains in device memory only: the training data is larger "
                          "than device_memory_limit (or the device's free memory), and paged "
                          "training cannot rank a query split between pages; raise the limit, "
-                         "or use more workers" + (", or evaluate a held-out set" if one_query
-                                                  else ""))
+                         "or use more workers")
     shards = shardset.shards
     qids = [None if parts[i].qid is None else backend.asarray(parts[i].qid[r0:r1])
             for i, r0, r1 in shardset.part_rows]

@@ -293,9 +293,10 @@ def part_queries(xp, qids: list, weights: list | None, collective, what: str,
         [sum(q is None for q in qids), len(qids)], dtype=np.int64)))
     if lacking == n_parts == 1 and n_rows is not None:
         qids = [xp.zeros(int(n), dtype=xp.int64) for n in n_rows]  # the one part's
+        what += " (no qid: its rows are one query, which takes one weight)"
     elif lacking == n_parts and n_rows is not None:
-        raise ValueError(f"{what} has no query ids (qid) and lies in {n_parts} parts (Dask "
-                         f"partitions on workers): XGBoost then ranks all its rows as one "
+        raise ValueError(f"{what} has no query ids (qid) and lies in {n_parts} parts (its "
+                         f"rows on several Dask workers): XGBoost then ranks all its rows as one "
                          f"query, which gbflow ranks only within one part; give each row's "
                          f"query id (qid), or the data in one partition")
     elif lacking:

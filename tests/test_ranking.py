@@ -375,6 +375,12 @@ def test_ranking_metrics_without_query_ids_rank_all_rows_as_one_query(name):
                             evals=[((X[300:], y[300:]), "valid")], verbose=False)
     assert weighted.evals_result["valid"][name][-1] == metrics.evaluate(
         name, y[300:], np.asarray(weighted.predict(X[300:])))
+    with pytest.raises(ValueError, match="no qid: its rows are one query, which takes one "
+                                         "weight"):  # XGBoost refuses row weights there too
+        gbflow.train(X[:300], y[:300], params, 2, verbose=False,
+                     evals=[((X[300:], y[300:], rng.uniform(0.5, 2.0, 100)), "valid")])
+    with pytest.raises(ValueError, match="needs labels in"):  # map and pre: binary labels
+        metrics.evaluate("pre@5" if name.startswith("ndcg") else name, 2 * y, score)
     with pytest.raises(ValueError, match="evaluation set 'valid' has no query ids"):
         gbflow.train(X[:300], y[:300], {"objective": "rank:ndcg"}, 2, qid=np.zeros(300),
                      evals=[((X[300:], y[300:]), "valid")], verbose=False)  # ranking: a slip

@@ -30,15 +30,20 @@ def evaluate(name: str, label, prediction, weight=None, params=None, qid=None) -
     rows are one query, as in XGBoost)."""
     label = np.asarray(label, dtype=np.float64)
     prediction = np.asarray(prediction, dtype=np.float64)
+    chosen = metric(name, params)
+    problem = chosen.label_problem(float(label.min()), float(label.max())) \
+        if len(label) and prediction.ndim == 1 else None
+    if problem is not None:
+        raise ValueError(f"{problem}; the labels range from {label.min():g} to {label.max():g}")
     weights = None if weight is None else [np.asarray(weight, dtype=np.float64)]
     max_weight = 1.0 if weight is None or not len(label) else float(np.max(weights[0]))
     n_classes = prediction.shape[1] if prediction.ndim == 2 else 1
     queries = [QueryGroups(np, np.zeros(len(label), np.int64) if qid is None else
                            np.asarray(qid), None if weights is None else weights[0],
                            "the metric's rows")] \
-        if metric(name, params).kind == "query" else None
+        if chosen.kind == "query" else None
     data = EvalData("", [label], weights, len(label), max_weight, n_classes, queries)
-    evaluator = Evaluator(get_backend("cpu"), [metric(name, params)], [data], LOCAL)
+    evaluator = Evaluator(get_backend("cpu"), [chosen], [data], LOCAL)
     return evaluator.values([[prediction]])[0][0]
 
 
