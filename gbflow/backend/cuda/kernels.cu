@@ -44,9 +44,9 @@
 // numeric benchmark took 40% longer). HIST_BOUNDS holds the kernels that need more to 32, but
 // the bounds cost themselves: scatter_and_histogram ran 13% longer with them at the same 32
 // registers (ncu, the 10M x 28 numeric benchmark, twenty-sixth session). Its _equal version
-// (equal widths, no side map) fits in 32 without them and carries none. A bin above its feature's width (n_value_bins) would add
-// into another feature's counters or past the group: the callers' bins never are (the cuts
-// bound them; the NumPy twins check).
+// (equal widths, no side map) fits in 32 without them and carries none. A bin above its
+// feature's width (n_value_bins) would add into another feature's counters or past the group:
+// the callers' bins never are (the cuts bound them; the NumPy twins check).
 #define HIST_BOUNDS __launch_bounds__(1024, 2)
 
 __device__ __forceinline__ int group_words(const i64* counter_start, int f0, int group) {
