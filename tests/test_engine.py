@@ -319,6 +319,10 @@ PLANNED_CASES = [
     ("regression", {"max_depth": 7, "gamma": 1.0}, 0),  # every level sized by its parent's splits
     ("binary", {"max_depth": 7}, 4 * 6 * 256 * 16),  # fixed levels, then sized ones
     ("regression", {"max_depth": 6, "max_delta_step": 0.05}, None),  # capped weights
+    # line-searched leaves: the planned tree's margins walk it with the searched values
+    ("regression", {"max_depth": 6, "objective": "reg:absoluteerror"}, None),
+    ("regression", {"max_depth": 5, "objective": "reg:quantileerror", "subsample": 0.7,
+                    "quantile_alpha": [0.2, 0.9]}, None),
 ]
 
 

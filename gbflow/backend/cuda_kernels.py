@@ -143,10 +143,15 @@ class _SharedGroups:
         return (_device_constant(self.group_first), _device_constant(self.group_width),
                 _device_constant(self.counter_start))
 
+    @property
+    def equal_widths(self) -> bool:
+        """Whether every group's features are equally wide: the kernels' ``_equal`` versions
+        (no table read in their inner loops) serve them."""
+        return bool(self.group_width.all())
+
     def kernel(self, name: str, bin_itemsize: int):
-        """The shared-memory kernel ``name`` compiled for these groups: its ``_equal`` version
-        where every group's features are equally wide (no table read in its inner loops)."""
-        return _kernel(name + "_equal" if self.group_width.all() else name, bin_itemsize)
+        """The shared-memory kernel ``name`` compiled for these groups (``equal_widths``)."""
+        return _kernel(name + "_equal" if self.equal_widths else name, bin_itemsize)
 
 
 def _shared_groups(n_features: int, n_bins: int, n_value_bins,
@@ -451,7 +456,7 @@ def _partition(bins, bins_by_feature, gh, row_index, work, n_work, n_blocks: int
     gh = cp.ascontiguousarray(gh)
     bin_stride = _i64(bins.strides[0] // itemsize)
     # the _equal scatter reads no side map and adds no shared histogram of mixed widths
-    equal = map_args is None and (not fused or groups.group_width.all())
+    equal = map_args is None and (not fused or groups.equal_widths)
     scatter = _kernel("scatter_and_histogram_equal" if equal else "scatter_and_histogram",
                       itemsize)
     _launch_shared(scatter,

@@ -12,13 +12,16 @@ on its sampled rows gathered onto the device (``gathered``).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..predictor import FlatForest
 from ..sampling import FeatureSample
 from .best_first import grow_tree_best_first
-from .gathered import WalkedMargins, can_gather, device_forest, gather_sample
+from .gathered import can_gather, gather_sample
 from .levels import grow_tree_levels
+from .margins import WalkedMargins, device_forest
 from .pending import PendingTree, finished_tree
 from .planned import grow_tree_planned
 from .whole import grow_tree_whole
@@ -56,8 +59,9 @@ def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed, group: i
             tree = finished_tree(_grow(sample, [pairs], scales, cuts, rules, feature_allowed,
                                        group)[0])
             if fits or int(kept.wait()[0][0]) <= shardset.sample_rows:
-                forest = device_forest(shardset.backend, FlatForest.from_trees([tree]))
-                return tree, [WalkedMargins(shardset, s, forest)
+                forest = device_forest(shardset.backend, FlatForest.from_trees(
+                    [dataclasses.replace(tree, group=0)]))  # one upload for every page
+                return tree, [WalkedMargins(shardset, s, tree, forest)
                               for s in range(len(shardset.shards))]
         # the sample outgrew its room (rows were lost): this tree is grown on the pages
     return _grow(shardset, gh, scales, cuts, rules, feature_allowed, group)

@@ -15,11 +15,9 @@ default directions), adding the same float64 leaf value.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
-from .. import binning, predictor
+from .. import binning
 from ..shards import Shard, ShardSet
 from ..stores import DenseStore
 
@@ -85,33 +83,3 @@ def gather_sample(shardset, gh: list, part_gh: list | None = None):
     store.add_shard(storage[:room, :dense.n_features])
     sample.set_stores([store])
     return sample, pairs[:room], backend.to_host_later([count])
-
-
-def device_forest(backend, forest):
-    """``forest`` (a ``predictor.FlatForest``) with its node arrays on the backend's device in
-    the kernels' dtypes: uploaded once for the walks of every page, not once a page."""
-    dtypes = {"feature": np.int32, "bin_threshold": np.int32, "default_left": np.bool_,
-              "left": np.int32, "right": np.int32, "value": np.float64, "tree_root": np.int64,
-              "tree_group": np.int32, "cat_start": np.int32, "cat_bits": np.uint32}
-    xp = backend.xp
-    return dataclasses.replace(forest, **{
-        name: xp.asarray(np.ascontiguousarray(getattr(forest, name), dtype=dtype))
-        for name, dtype in dtypes.items() if getattr(forest, name) is not None})
-
-
-@dataclasses.dataclass
-class WalkedMargins:
-    """A page's margin update for a tree grown on a gathered sample: the tree walked on the
-    page's bins (read when ``add_to`` runs: pages are read in order)."""
-
-    shardset: object
-    shard: int
-    forest: object  # a one-tree ``predictor.FlatForest`` of the tree's output group
-
-    def add_to(self, kernels, margin) -> None:
-        """margin (the shard's margin column of the tree's group) += each row's leaf value.
-        The kernels take the shard's whole (n, n_groups) margin, the column being its view."""
-        whole = self.shardset.shards[self.shard].margin
-        predictor.add_trees(self.shardset.backend,
-                            predictor.BinnedRows(self.shardset.dense.rows(self.shard)),
-                            self.forest, whole)

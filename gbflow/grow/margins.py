@@ -1,9 +1,13 @@
-"""Training margins after a tree, from where its rows ended up (no second walk of the tree)."""
+"""Training margins after a tree: from where its rows ended up in the level loops, or by walking
+the finished tree on the rows' bins where that is not known on the host."""
 from __future__ import annotations
 
 import dataclasses
 
 import numpy as np
+
+from .. import predictor
+from .pending import finished_tree
 
 
 @dataclasses.dataclass
@@ -56,7 +60,9 @@ class PlannedMargins:
     """A shard's margin update for a planned tree, queued on the device from the levels' arrays
     (nothing read back): each level's leaves (``kernels.add_planned_leaf_values``), then the
     last level's through its parents' splits (``add_planned_split_values``). ``add_to`` as
-    ``LeafRows.add_to``; it must run before the next tree reuses the level arrays."""
+    ``LeafRows.add_to``; it must run before the next tree reuses the level arrays. The queued
+    update adds the values the leaf rule gives; ``with_values`` (a line search's) walks the
+    finished tree instead, the rows' leaves being known only on the device, level by level."""
 
     levels: list
     rows: tuple  # the shard's two row arrays: level d's rows are in rows[d % 2]
@@ -67,6 +73,14 @@ class PlannedMargins:
     # shard set's ``margin_recorder`` records the update per margin column and replays it
     layout: object = None
     recorder: object = None
+    shardset: object = None
+    tree: object = None  # the ``PendingTree`` these rows grew
+
+    def with_values(self, node_value: np.ndarray) -> WalkedMargins:
+        """The same rows, adding ``node_value`` ((n_nodes,) float64 host, by node id): the
+        finished tree (waited for) walked on the shard's bins."""
+        return WalkedMargins(self.shardset, self.shard, dataclasses.replace(
+            finished_tree(self.tree), value=np.asarray(node_value, dtype=np.float64)))
 
     def add_to(self, kernels, margin) -> None:
         key = None
@@ -95,3 +109,48 @@ class PlannedMargins:
                 plan["n_split"], plan["split_feature"][: child.half],
                 plan["split_threshold"][: child.half], plan["split_default_left"][: child.half],
                 plan["built_left"][: child.half], child.totals, child.half, *self.constants)
+
+
+def device_forest(backend, forest):
+    """``forest`` (a ``predictor.FlatForest``) with its node arrays on the backend's device in
+    the kernels' dtypes: uploaded once for the walks of every page, not once a page."""
+    dtypes = {"feature": np.int32, "bin_threshold": np.int32, "default_left": np.bool_,
+              "left": np.int32, "right": np.int32, "value": np.float64, "tree_root": np.int64,
+              "tree_group": np.int32, "cat_start": np.int32, "cat_bits": np.uint32}
+    xp = backend.xp
+    return dataclasses.replace(forest, **{
+        name: xp.asarray(np.ascontiguousarray(getattr(forest, name), dtype=dtype))
+        for name, dtype in dtypes.items() if getattr(forest, name) is not None})
+
+
+@dataclasses.dataclass
+class WalkedMargins:
+    """A shard's margin update for a finished tree: the tree walked on the shard's bins (read
+    when ``add_to`` runs: pages are read in order). For a tree grown on a gathered sample, and
+    for a planned tree whose leaf values a line search sets (``PlannedMargins.with_values``).
+    The walk sends every row to the leaf the partition did (the same bins, thresholds and
+    default directions) and adds the same float64 value. ``add_to`` and ``with_values`` as
+    ``LeafRows``'."""
+
+    shardset: object
+    shard: int
+    tree: object  # the host ``Tree``
+    forest: object = None  # its one-tree device ``FlatForest`` (output 0); made at first use
+
+    def add_to(self, kernels, margin) -> None:
+        """margin ((n,) float64, device, may be a strided column view) += each row's leaf
+        value. Side effect: a transient (n, 1) float64 device array (the walk's kernels write
+        a whole margin matrix)."""
+        backend = self.shardset.backend
+        if self.forest is None:
+            self.forest = device_forest(backend, predictor.FlatForest.from_trees(
+                [dataclasses.replace(self.tree, group=0)]))
+        values = backend.xp.zeros((margin.shape[0], 1), dtype=np.float64)
+        predictor.add_trees(backend, predictor.BinnedRows(self.shardset.dense.rows(self.shard)),
+                            self.forest, values)
+        margin += values[:, 0]
+
+    def with_values(self, node_value: np.ndarray) -> "WalkedMargins":
+        """The same rows, adding ``node_value`` ((n_nodes,) float64 host, by node id)."""
+        return WalkedMargins(self.shardset, self.shard, dataclasses.replace(
+            self.tree, value=np.asarray(node_value, dtype=np.float64)))

@@ -166,7 +166,7 @@ def grow_tree_planned(shardset, gh: list, scales, cuts, rules, feature_allowed,
     return pending, [PlannedMargins(levels, [r[s] for r in rows], constants, s,
                                     functools.partial(dense.columns, s),
                                     layout if key is not None else None,
-                                    shardset.margin_recorder)
+                                    shardset.margin_recorder, shardset, pending)
                      for s in range(len(shardset.shards))]
 
 
