@@ -146,8 +146,6 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
                                 drop_features,
                                 cuts=None if init_model is None else init_model.cuts)
     shards = shardset.shards
-    if objective.leaf_alphas is not None:  # the line search reads where each row's leaf is
-        shardset.sample_rows = None
     weights = None if shards[0].weight is None else [s.weight for s in shards]
     base_margin = init_model.base_margin if init_model is not None else \
         objective.base_margin(xp, [s.label for s in shards], weights, params.base_score,
@@ -323,10 +321,11 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
                                         part_gh=gh_rows if by_part else None)
             gh_rows = None
             if objective.leaf_alphas is not None:
+                tree = finished_tree(tree)  # (a planned tree: the wait timed as "tree")
                 with timers("line search"):
                     tree, leaf_rows = leaf_quantiles.line_search(
-                        backend, collective, finished_tree(tree), leaf_rows, shards, k,
-                        search_weights, objective.leaf_alphas[k], params.learning_rate)
+                        backend, collective, tree, leaf_rows, shards, k, search_weights,
+                        objective.leaf_alphas[k], params.learning_rate)
             with timers("margins"):
                 for shard, rows in zip(shards, leaf_rows):
                     rows.add_to(backend.kernels, shard.margin[:, k])

@@ -123,9 +123,11 @@ def line_search(backend, collective, tree, leaf_rows: list, shards: list, group:
     """A grown tree's leaves set to ``learning_rate`` times the ``alpha`` quantile of their
     rows' residuals (label - margin[:, group], the margins before this tree), over every shard
     and process; a leaf of no weight gets 0. tree: a host ``Tree``; leaf_rows: per shard its
-    ``LeafRows``; weights: per shard (n_i,) int64 (``integer_weights``; 0 for rows sampled
-    out), or None. Returns (the new tree, per shard ``LeafRows`` adding its
-    values). Reads the shards' labels and margins; changes nothing."""
+    margin update from ``grow.grow_tree`` (``LeafRows``, ``PlannedMargins`` or
+    ``WalkedMargins``: each has ``with_values`` and ``add_to``); weights: per shard (n_i,)
+    int64 (``integer_weights``; 0 for rows sampled out), or None. Returns (the new tree, per
+    shard the margin update adding its values). Reads the shards' labels and margins (and
+    their bins, where the updates walk the tree); changes nothing."""
     xp, kernels = backend.xp, backend.kernels
     leaves = np.flatnonzero(tree.is_leaf)
     leaf_number = np.zeros(tree.n_nodes, dtype=np.float64)  # 0.. over the leaves, by node id

@@ -142,8 +142,7 @@ def page_plan(backend, params, parts: list, n_features: int, bin_dtype) -> tuple
     padded binned rows), when that room is at most ``_SAMPLE_SHARE`` of it, and the pages
     share the rest (a sample row takes its padded bins, and their column-major copy where room
     is left for it); the second answer is then how many rows a gathered sample may hold
-    (a tree whose sample holds more is grown on the pages). Not for objectives with a leaf line
-    search. The CPU's default pages nothing."""
+    (a tree whose sample holds more is grown on the pages). The CPU's default pages nothing."""
     n_rows = sum(p.n_rows for p in parts)
     limit = device_budget(backend, params, n_rows)
     if limit is None:
@@ -153,8 +152,7 @@ def page_plan(backend, params, parts: list, n_features: int, bin_dtype) -> tuple
         return None, None, False
     limit = max(limit, 0)
     sample_rows, sample_copy = None, False
-    # (objectives with a leaf line search never gather: they read every row's leaf)
-    if params.subsample < 1.0 and params.loss.leaf_alphas is None:
+    if params.subsample < 1.0:
         expected = params.subsample * n_rows
         rows = int(np.ceil(expected * (1 + _SAMPLE_SLACK) + _SAMPLE_SPREAD * np.sqrt(n_rows)
                            + _SAMPLE_ROWS))

@@ -77,7 +77,10 @@ ROOMY = 40_000
     {"subsample": 0.5, "objective": "multi:softprob", "num_class": 3, "colsample_bynode": 0.6},
     {"subsample": 0.3, "max_leaves": 6, "grow_policy": "lossguide", "max_depth": 0},
     {"subsample": 0.3, "monotone_constraints": "(1,0,0,0,0,0,0)"},
-    {"subsample": 0.3, "objective": "reg:absoluteerror"},  # its line search: not gathered
+    # line-searched leaves: each page walked for its rows' leaves, then for the margins
+    {"subsample": 0.3, "objective": "reg:absoluteerror"},
+    {"subsample": 0.3, "sampling_method": "gradient_based", "objective": "reg:quantileerror",
+     "quantile_alpha": [0.2, 0.8]},
     {"subsample": 0.4, "objective": "survival:cox"},  # a whole-set loss: shard by shard
 ])
 def test_sampled_paged_trees_grow_on_their_rows_gathered(extra, device, monkeypatch):
@@ -104,14 +107,41 @@ def test_sampled_paged_trees_grow_on_their_rows_gathered(extra, device, monkeypa
                          **kwargs)
     assert paged.to_json() == resident.to_json()
     assert paged.evals_result == resident.evals_result
-    if extra.get("objective") == "reg:absoluteerror":  # no room kept, no gathering
-        assert sizes == []
-        return
-    n_groups = extra.get("num_class", 1)
+    n_groups = extra.get("num_class", len(extra.get("quantile_alpha", [0])))
     assert len(sizes) == 6 * n_groups
     budget, pages = sizes[0]
     assert budget == int(np.ceil(extra["subsample"] * 6000 * 1.01 + 4 * np.sqrt(6000) + 64))
     assert pages > 2  # pages beside the sample's room
+
+
+@pytest.mark.parametrize("objective", ["reg:squarederror", "reg:absoluteerror"])
+def test_walked_margins_keep_the_sign_of_a_zero(objective, device, monkeypatch):
+    """Labels of -0.0 make leaves of -0.0 (a zero gradient sum; a residual quantile of -0.0);
+    rows starting at -0.0 (a base_margin) keep it when the tree is walked on the pages, as the
+    resident loop's direct addition does: the training margins are the same bits."""
+    from gbflow import boosting, grow, inputs, shards
+    rng = np.random.default_rng(0)
+    X, _, _ = _data()
+    df = pd.DataFrame(X, columns=list("abcdefg")).assign(y=-0.0)
+    # most rows' residual -0.0 - 0.0 = -0.0: the absolute error's leaf quantiles are -0.0
+    base_margin = np.where(rng.random(len(df)) < 0.8, 0.0, -0.0)
+    calls = []
+    gather = grow.gather_sample
+    monkeypatch.setattr(grow, "gather_sample", lambda *a: calls.append(1) or gather(*a))
+    backend = get_backend(device)
+
+    def fit(extra):
+        params = make_params({"max_depth": 3, "subsample": 0.5, "objective": objective,
+                              "device": device, **extra})
+        return boosting.fit(backend, [inputs.load(df, "y", base_margin=base_margin)], params,
+                            3, verbose=False, keep_training_margins=True,
+                            shardset=shards.ShardSet(backend))
+    resident, paged = fit({}), fit({"device_memory_limit": ROOMY})
+    assert calls and resident.to_json() == paged.to_json()
+    a, b = (np.asarray(backend.to_host(m.training_margins[0]), dtype=np.float64)
+            for m in (resident, paged))
+    assert np.signbit(a).any()  # the case this checks: -0.0 margins after training
+    assert np.array_equal(a.view(np.uint64), b.view(np.uint64))
 
 
 def test_gathered_samples_with_categorical_features(device, monkeypatch):
@@ -155,8 +185,8 @@ def test_a_sample_larger_than_its_room_grows_on_the_pages(device, monkeypatch):
     assert prepare.page_plan(backend, unsampled, [part], 7, np.uint8) == \
         (ROOMY // 2 // 8, None, False)
     line_search = make_params({"subsample": 0.4, "device_memory_limit": ROOMY,
-                               "objective": "reg:absoluteerror"})
-    assert prepare.page_plan(backend, line_search, [part], 7, np.uint8)[1] is None
+                               "objective": "reg:absoluteerror"})  # gathers as the others do
+    assert prepare.page_plan(backend, line_search, [part], 7, np.uint8) == (rows, room, copy)
 
 
 def test_paged_training_with_weights_and_an_early_stopped_evaluation_set(device):

@@ -23,7 +23,7 @@ class LeafRows:
     left_node + 1, the row's split bin read from the matrix ``by_feature()`` gives when the
     update runs (the dense store's (D, n) columns, or a (1, n) gathered split column with
     ``feature`` 0). node_value: (n_nodes,) float64 the tree's values by node id (``with_values``
-    swaps them: a line search's leaf values, or node ids to find each row's leaf). Host
+    swaps them: a line search's leaf values, or leaf numbers to find each row's leaf). Host
     arrays, except the row arrays (device).
     """
 
@@ -135,19 +135,22 @@ class WalkedMargins:
     shardset: object
     shard: int
     tree: object  # the host ``Tree``
-    forest: object = None  # its one-tree device ``FlatForest`` (output 0); made at first use
+    # its one-tree ``FlatForest`` (output 0): uploaded once for every page where given (the
+    # gathered samples'); else made on the host at each walk, the kernels copying it in one go
+    forest: object = None
 
     def add_to(self, kernels, margin) -> None:
         """margin ((n,) float64, device, may be a strided column view) += each row's leaf
         value. Side effect: a transient (n, 1) float64 device array (the walk's kernels write
         a whole margin matrix)."""
         backend = self.shardset.backend
-        if self.forest is None:
-            self.forest = device_forest(backend, predictor.FlatForest.from_trees(
-                [dataclasses.replace(self.tree, group=0)]))
-        values = backend.xp.zeros((margin.shape[0], 1), dtype=np.float64)
+        forest = self.forest if self.forest is not None else \
+            predictor.FlatForest.from_trees([dataclasses.replace(self.tree, group=0)])
+        # -0.0 + v is v bit for bit (0.0 + -0.0 is +0.0), so the margin gets exactly what
+        # the level loop's direct addition gives it, a leaf of -0.0 included
+        values = backend.xp.full((margin.shape[0], 1), -0.0, dtype=np.float64)
         predictor.add_trees(backend, predictor.BinnedRows(self.shardset.dense.rows(self.shard)),
-                            self.forest, values)
+                            forest, values)
         margin += values[:, 0]
 
     def with_values(self, node_value: np.ndarray) -> "WalkedMargins":
