@@ -22,9 +22,7 @@ import sys
 import time
 
 import numpy as np
-from gpu_binary import make_data  # the same HIGGS-like problem (NumPy or CuPy)
-
-from gbflow.sketch.direct import DIRECT_VALUES
+from gpu_binary import make_data, warm_rows  # the same HIGGS-like problem (NumPy or CuPy)
 
 
 class PeakMemory:
@@ -56,7 +54,7 @@ def run_gbflow(xp, sync, data, params, rounds, metrics, stop, gpu):
     params = {**params, "eval_metric": metrics, "device": "cuda" if gpu else "cpu"}
     # warm-up (compilation, CUDA modules) on enough rows for the sketch's passes where the
     # data takes them: the first run timed otherwise pays their kernels' compilation
-    warm = min(len(X), max(5000, DIRECT_VALUES // X.shape[1] + 1))
+    warm = warm_rows(X)
     gbflow.train(X[:warm], y[:warm], params, 2, evals=[((Xv[:5000], yv[:5000]), "valid")],
                  verbose=False)
     results = {}

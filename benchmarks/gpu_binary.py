@@ -10,8 +10,9 @@ Same data, same run, same GPU: the ratios are what count (shared machines are no
 The data is generated on the GPU (CuPy) and handed to both libraries as CuPy arrays. Train time
 includes each library's own quantization (gbflow's sketch + binning, XGBoost's QuantileDMatrix)
 and excludes data generation. Both are warmed up first (CUDA module load, kernel compilation) on
-a small slice, untimed. Peak GPU memory is the device's used memory sampled every 2 ms by NVML
-during training, minus what was in use before (the data itself), so the two are comparable.
+a slice, untimed (gbflow's large enough for its sketch's kernels). Peak GPU memory is the
+device's used memory sampled every 2 ms by NVML during training, minus what was in use before
+(the data itself), so the two are comparable.
 """
 from __future__ import annotations
 
@@ -81,11 +82,20 @@ def free_gpu_memory(cp):
     cp.get_default_memory_pool().free_all_blocks()
 
 
+def warm_rows(X, least: int = 5000) -> int:
+    """Rows of X for gbflow's untimed warm-up: enough for the sketch's passes where the data
+    takes them (its kernels compile at first use, seconds on a fresh machine, which the first
+    timed run would pay otherwise), at least ``least``, at most all of X."""
+    from gbflow.sketch.direct import DIRECT_VALUES
+    return min(len(X), max(least, DIRECT_VALUES // X.shape[1] + 1))
+
+
 def run_gbflow(cp, X, y, Xt, yt, depth, rounds, max_bin):
     import gbflow
     params = {"objective": "binary:logistic", "max_depth": depth, "learning_rate": 0.1,
               "max_bin": max_bin, "device": "cuda"}
-    gbflow.train(X[:5000], y[:5000], params=params, num_boost_round=2, verbose=False)  # warm-up
+    warm = warm_rows(X)
+    gbflow.train(X[:warm], y[:warm], params=params, num_boost_round=2, verbose=False)  # warm-up
     free_gpu_memory(cp)
     with PeakMemory() as memory:
         cp.cuda.Device().synchronize()

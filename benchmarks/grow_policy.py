@@ -20,7 +20,7 @@ import os
 import time
 
 import numpy as np
-from gpu_binary import PeakMemory, auc, free_gpu_memory, make_data
+from gpu_binary import PeakMemory, auc, free_gpu_memory, make_data, warm_rows
 
 SETTINGS = ["lossguide:255:0", "lossguide:63:0", "depthwise:127:8", "depthwise:0:8"]
 
@@ -34,7 +34,8 @@ def _params(setting: str) -> dict:
 def run_gbflow(params, X, y, Xt, yt, args, sync):
     import gbflow
     params = dict(params, device=args.device)
-    gbflow.train(X[:5000], y[:5000], params, 2, verbose=False)  # warm-up
+    warm = warm_rows(X)
+    gbflow.train(X[:warm], y[:warm], params, 2, verbose=False)  # warm-up
     sync()
     start = time.perf_counter()
     booster = gbflow.train(X, y, params, args.rounds, verbose=False)

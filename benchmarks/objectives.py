@@ -27,9 +27,7 @@ import json
 import time
 
 import numpy as np
-from gpu_binary import PeakMemory, free_gpu_memory, make_data
-
-from gbflow.sketch.direct import DIRECT_VALUES
+from gpu_binary import PeakMemory, free_gpu_memory, make_data, warm_rows
 
 OBJECTIVES = ["reg:squarederror", "reg:squaredlogerror", "reg:pseudohubererror",
               "reg:absoluteerror", "reg:quantileerror", "binary:logistic", "binary:hinge",
@@ -83,7 +81,7 @@ def run(library: str, objective: str, X, y, Xt, yt, args, sync, qid=None, qid_te
             (Xt[:1000], yt[:1000], None, qid_test[:1000])
         # warm-up, evaluation too; on enough rows for the sketch's passes when the data takes
         # them (their kernels compile at first use: seconds)
-        warm = min(len(X), max(5000, DIRECT_VALUES // X.shape[1] + 1))
+        warm = warm_rows(X)
         gbflow.train(X[:warm], y[:warm], params, 2, verbose=False,
                      qid=None if qid is None else qid[:warm], evals=[(warm_test, "test")])
         sync()
