@@ -48,23 +48,30 @@ def check_global_inputs(collective, parts, eval_sets, metric_list,
             raise ValueError("weight: all training weights are zero")
     if not eval_sets:
         return GlobalSizes(int(n_rows), float(largest), [], [])
-    # Per evaluation set: row count, then the label range and the largest weight in one max.
+    # Per evaluation set: row count, then the label range, the largest weight and whether a
+    # label is not a whole number (read only where a metric needs whole ones) in one max.
     counts = collective.allreduce_sum(np.array([sum(p.n_rows for p in e) for e, _, _ in eval_sets],
                                                dtype=np.int64))
+    whole_needed = any(m.whole_labels for m in metric_list)
     ranges = collective.allreduce_max(np.array(
         [[max((float(p.label.max()) for p in e if p.n_rows), default=-np.inf),
           max((-float(p.label.min()) for p in e if p.n_rows), default=-np.inf),
-          max((float(p.weight.max()) for p in e if p.n_rows and weighted), default=0.0)]
-         for e, _, weighted in eval_sets], dtype=np.float64).reshape(-1, 3))
+          max((float(p.weight.max()) for p in e if p.n_rows and weighted), default=0.0),
+          max((float((p.label != p.label.round()).any()) for p in e
+               if p.n_rows and whole_needed), default=0.0)]
+         for e, _, weighted in eval_sets], dtype=np.float64).reshape(-1, 4))
     max_weights = []
-    for (_, name, weighted), count, (high, minus_low, heaviest) in zip(eval_sets, counts, ranges):
+    for (_, name, weighted), count, (high, minus_low, heaviest, fractional) in \
+            zip(eval_sets, counts, ranges):
         if count == 0:
             raise ValueError(f"evaluation set {name!r} has no rows")
         for m in metric_list:
-            problem = None if multiclass else m.label_problem(-minus_low, high)
+            problem = None if multiclass else \
+                m.label_problem(-minus_low, high, all_whole=not fractional)
             if problem:
                 raise ValueError(f"{problem}; evaluation set {name!r} has labels from "
-                                 f"{-minus_low:g} to {high:g}")
+                                 f"{-minus_low:g} to {high:g}"
+                                 f"{', not all whole numbers' if fractional else ''}")
             if m.kind in ("auc", "aucpr") and high == -minus_low:
                 raise ValueError(f"evaluation set {name!r} holds only one class: {m.name} is "
                                  f"undefined there (early stopping could never see it improve)")

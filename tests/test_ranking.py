@@ -379,8 +379,42 @@ def test_ranking_metrics_without_query_ids_rank_all_rows_as_one_query(name):
                                          "weight"):  # XGBoost refuses row weights there too
         gbflow.train(X[:300], y[:300], params, 2, verbose=False,
                      evals=[((X[300:], y[300:], rng.uniform(0.5, 2.0, 100)), "valid")])
-    with pytest.raises(ValueError, match="needs labels in"):  # map and pre: binary labels
+    with pytest.raises(ValueError, match="needs binary relevance labels, 0 or 1"):
         metrics.evaluate("pre@5" if name.startswith("ndcg") else name, 2 * y, score)
     with pytest.raises(ValueError, match="evaluation set 'valid' has no query ids"):
         gbflow.train(X[:300], y[:300], {"objective": "rank:ndcg"}, 2, qid=np.zeros(300),
                      evals=[((X[300:], y[300:]), "valid")], verbose=False)  # ranking: a slip
+
+
+@pytest.mark.parametrize("name,labels", [
+    ("ndcg", [0, 1.5, 2]),  # a relevance degree that is not whole, under the exponential gain
+    ("ndcg@5", [0, 1, 32]),  # 2**32 - 1 overflows the gain XGBoost keeps
+    ("pre@3", [0, 0.5, 1]),  # pre and map: binary relevance
+    ("map", [0, 0.5, 1]),
+])
+def test_ranking_metrics_refuse_the_labels_xgboost_refuses(name, labels):
+    """A classifier's or regressor's evaluation set with a ranking metric: labels that
+    XGBoost's metric refuses are refused before training, naming the metric, the rule and the
+    set (a set of whole degrees, and ndcg_exp_gain=False for any degree, are fine)."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(60, 3))
+    y = np.resize(np.asarray(labels, dtype=np.float64), 60)
+    qid = np.repeat(np.arange(6), 10)
+    with pytest.raises(xgb.core.XGBoostError):
+        xgb.train({"objective": "reg:squarederror", "eval_metric": name},
+                  xgb.DMatrix(X, y, qid=qid), 1,
+                  evals=[(xgb.DMatrix(X, y, qid=qid), "valid")], verbose_eval=False)
+    params = {"objective": "reg:squarederror", "eval_metric": name, "max_depth": 2}
+    rule = "whole relevance degrees 0..31" if name.startswith("ndcg") else \
+        "binary relevance labels, 0 or 1"
+    with pytest.raises(ValueError, match=rf"eval_metric '{name}' needs {rule}.*evaluation "
+                                         rf"set 'valid'"):
+        gbflow.train(X, y, params, 1, evals=[((X, y, None, qid), "valid")], verbose=False)
+    with pytest.raises(ValueError, match=rf"eval_metric '{name}' needs {rule}"):
+        metrics.evaluate(name, y, rng.normal(size=60), qid=qid)
+    whole = np.floor(y) if name.startswith("ndcg") else np.round(y)
+    whole = np.minimum(whole, 31)
+    gbflow.train(X, whole, params, 1, evals=[((X, whole, None, qid), "valid")], verbose=False)
+    if name.startswith("ndcg"):  # the gain is the label itself: any degree
+        gbflow.train(X, y, dict(params, ndcg_exp_gain=False), 1,
+                     evals=[((X, y, None, qid), "valid")], verbose=False)

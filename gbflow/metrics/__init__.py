@@ -31,10 +31,12 @@ def evaluate(name: str, label, prediction, weight=None, params=None, qid=None) -
     label = np.asarray(label, dtype=np.float64)
     prediction = np.asarray(prediction, dtype=np.float64)
     chosen = metric(name, params)
-    problem = chosen.label_problem(float(label.min()), float(label.max())) \
+    whole = bool((label == np.floor(label)).all())
+    problem = chosen.label_problem(float(label.min()), float(label.max()), whole) \
         if len(label) and prediction.ndim == 1 else None
     if problem is not None:
-        raise ValueError(f"{problem}; the labels range from {label.min():g} to {label.max():g}")
+        raise ValueError(f"{problem}; the labels range from {label.min():g} to {label.max():g}"
+                         f"{'' if whole else ', not all whole numbers'}")
     weights = None if weight is None else [np.asarray(weight, dtype=np.float64)]
     max_weight = 1.0 if weight is None or not len(label) else float(np.max(weights[0]))
     n_classes = prediction.shape[1] if prediction.ndim == 2 else 1

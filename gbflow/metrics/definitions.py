@@ -51,18 +51,23 @@ class Metric:
     bound: float | None = None
     precompute: object = None  # (backend, label) -> extra, once per evaluation set part
     # The labels it is defined for: (low, high, low_included), checked on every evaluation set
-    # before training starts; None for any label.
+    # before training starts; None for any label. whole_labels: where they must be whole
+    # numbers too (as XGBoost checks ndcg's relevance degrees under its exponential gain, and
+    # pre's and map's binary relevance), the rule in words for the error.
     labels: tuple | None = None
+    whole_labels: str | None = None
 
-    def label_problem(self, low: float, high: float) -> str | None:
-        """Why labels ranging from ``low`` to ``high`` do not fit this metric, or None."""
+    def label_problem(self, low: float, high: float, all_whole: bool = True) -> str | None:
+        """Why labels ranging from ``low`` to ``high`` (``all_whole``: every one a whole
+        number) do not fit this metric, or None."""
         if self.labels is None:
             return None
         lo, hi, lo_included = self.labels
-        if (low >= lo if lo_included else low > lo) and high <= hi:
+        if (low >= lo if lo_included else low > lo) and high <= hi and \
+                (all_whole or not self.whole_labels):
             return None
         span = f"{'[' if lo_included else '('}{lo:g}, {hi:g}]".replace("inf]", "inf)")
-        return f"eval_metric {self.name!r} needs labels in {span}"
+        return f"eval_metric {self.name!r} needs {self.whole_labels or f'labels in {span}'}"
 
 
 def _mean(total: float, weight: float) -> float:
@@ -225,9 +230,16 @@ def _ranking_metric(name: str, params) -> Metric | None:
     def values(xp, queries, y, p, extra):
         return ranking.query_scores(xp, kind, k, minus, exp_gain, p, y, queries)
 
-    labels = (0.0, math.inf, True) if kind == "ndcg" else _PROBABILITY
+    if kind != "ndcg":
+        labels, whole = _PROBABILITY, "binary relevance labels, 0 or 1"
+    elif exp_gain:
+        labels = (0.0, float(ranking.EXP_GAIN_LIMIT), True)
+        whole = (f"whole relevance degrees 0..{ranking.EXP_GAIN_LIMIT} (its gain is "
+                 f"2**label - 1; set ndcg_exp_gain=False for the label itself)")
+    else:
+        labels, whole = (0.0, math.inf, True), None
     return Metric(name=name, kind="query", maximize=True, loss=values, finish=_mean, bound=1.0,
-                  labels=labels)
+                  labels=labels, whole_labels=whole)
 
 
 def metric(name: str, params=None) -> Metric:
