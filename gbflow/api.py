@@ -47,7 +47,8 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
           verbose=True, client=None, *, obj=None, custom_metric=None,
           maximize: bool | None = None, early_stopping_metric: str | None = None,
           metric_period: int = 1, xgb_model=None, callbacks=None, checkpoint=None,
-          on_worker_lost: str = "restart", base_margin=None, qid=None) -> Booster:
+          on_worker_lost: str = "restart", base_margin=None, qid=None,
+          verbose_eval=None) -> Booster:
     """Train a gradient-boosted tree model.
 
     data: pandas DataFrame or 2-D NumPy array (features; float32 is used internally, NaN and
@@ -139,9 +140,15 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
 
     verbose: True for about 20 progress lines (the "gbflow" logger; stderr unless logging is
     configured), an int for a line every that many rounds, "bar" for a tqdm progress bar (a
-    notebook widget in Jupyter; on Dask drawn on the client), False for none. Returns a
-    ``Booster``; nothing is computed before every input has been checked.
+    notebook widget in Jupyter; on Dask drawn on the client), False for none. verbose_eval:
+    XGBoost's name for it, taken in its place (XGBoost's True logs every round; gbflow's about
+    20 lines). Returns a ``Booster``; nothing is computed before every input has been checked.
     """
+    if verbose_eval is not None:
+        if verbose is not True:
+            raise TypeError("train() takes verbose or verbose_eval (XGBoost's name for it), "
+                            "not both")
+        verbose = verbose_eval
     params = make_params(params)
     with verbosity(params.verbosity):
         return _train(data, label, params, num_boost_round, evals, early_stopping_rounds,

@@ -101,3 +101,19 @@ def params_from_pairs(pairs) -> dict:
         else:
             out[name] = value
     return out
+
+
+def device_name(value, devices: tuple) -> str:
+    """The device parameter's value as one of ``devices`` ("auto", "cpu", "cuda"), taking
+    XGBoost's "gpu" for "cuda"; an ordinal ("cuda:1") is refused, naming the way to pick a GPU."""
+    if value == "gpu":
+        return "cuda"
+    if isinstance(value, str) and value.startswith(("cuda:", "gpu:")):
+        raise ValueError(f"parameter device={value!r}: gbflow trains on the current CUDA device "
+                         f"and takes no ordinal; give device='cuda' and pick the GPU with "
+                         f"cupy.cuda.Device(i).use() or CUDA_VISIBLE_DEVICES (on Dask, each "
+                         f"worker uses its own)")
+    if not isinstance(value, str) or value not in devices:
+        raise ValueError(f"parameter device must be one of {', '.join(map(repr, devices))} "
+                         f"(or XGBoost's 'gpu'), got {value!r}")
+    return value

@@ -11,11 +11,13 @@ from .backend import DEVICES
 from .categories import parse_feature_types
 from .param_values import (
     as_number,
+    device_name,
     flag_value,
     params_from_pairs,
     parse_bytes,
     quantile_alphas,
 )
+from .ported_names import ELSEWHERE, FIXED
 
 # the smallest magnitude that float32 (the features' type) rounds to infinity: its largest
 # finite value plus half a unit in the last place
@@ -237,37 +239,9 @@ CATEGORICAL = ("enable_categorical", "max_cat_to_onehot", "max_cat_threshold", "
                "cat_l2", "cat_noise_penalty")
 
 
-# Names users bring from XGBoost/LightGBM that are not parameters here: say where they belong.
-_ELSEWHERE = {
-    **dict.fromkeys(("n_estimators", "num_boost_round", "num_round", "num_rounds", "nrounds",
-                     "num_iterations", "num_iteration", "n_iter"),
-                    "the number of rounds is train()'s num_boost_round argument "
-                    "(n_estimators in the scikit-learn estimators)"),
-    "early_stopping_rounds": "it is an argument of train(), not a parameter",
-    **dict.fromkeys(("verbose", "silent"),
-                    "progress output is train()'s verbose argument (warnings: verbosity=0 "
-                    "silences them)"),
-    "num_threads": "gbflow's thread count is XGBoost's nthread (alias n_jobs)",
-    "num_leaves": "LightGBM's num_leaves is max_leaves here, with grow_policy='lossguide' for "
-                  "LightGBM's leaf-wise growth",
-}
-
-
-# XGBoost parameters whose only values gbflow honours are how it always trains: accepted with
-# those values (so that ported parameter dicts run), refused with any other, saying why.
-_FIXED = {
-    "tree_method": (("hist", "auto"), "gbflow grows histogram trees"),
-    "booster": (("gbtree",), "gbflow grows histogram trees"),
-    "lambdarank_pair_method": (("topk",), "gbflow's ranking pairs each of a query's first "
-                               "lambdarank_num_pair_per_sample documents with every one below "
-                               "it; sampled pairs are not there yet"),
-    "lambdarank_unbiased": ((False,), "position debiasing of click data is not there yet"),
-}
-
-
 def _unknown(name) -> ValueError:
-    if name in _ELSEWHERE:
-        return ValueError(f"unknown parameter {name!r}: {_ELSEWHERE[name]}")
+    if name in ELSEWHERE:
+        return ValueError(f"unknown parameter {name!r}: {ELSEWHERE[name]}")
     choices = list(KNOWN) + list(ALIASES)
     close = difflib.get_close_matches(str(name), choices, n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]!r}?" if close else \
@@ -292,8 +266,8 @@ def make_params(user: dict | None = None, **overrides) -> Params:
             if not isinstance(name, str):
                 raise TypeError(f"parameter names must be strings, got {name!r}")
             canonical = ALIASES.get(name, name)
-            if canonical in _FIXED:
-                accepted, why = _FIXED[canonical]
+            if canonical in FIXED:
+                accepted, why = FIXED[canonical]
                 if value not in accepted or isinstance(value, float):
                     raise ValueError(f"parameter {canonical}={value!r} is not supported: {why} "
                                      f"({canonical} may be {' or '.join(map(repr, accepted))})")
@@ -392,11 +366,7 @@ def make_params(user: dict | None = None, **overrides) -> Params:
         if objective not in objectives.MULTICLASS:
             objectives.get_objective(objective).base_score_margin(base_score)  # its link's range
         p["base_score"] = base_score
-    device = merged.get("device", Params.device)
-    if not isinstance(device, str) or device not in DEVICES:
-        raise ValueError(f"parameter device must be one of {', '.join(map(repr, DEVICES))}, "
-                         f"got {device!r}")
-    p["device"] = device
+    p["device"] = device_name(merged.get("device", Params.device), DEVICES)
     missing = merged.get("missing")
     is_nan = isinstance(missing, float) and math.isnan(missing)  # always missing: nothing to add
     if missing is not None and not is_nan:
@@ -470,7 +440,7 @@ def _growth_params(merged: dict, checked: dict) -> dict:
 
 def _ranking_params(merged: dict, objective: str) -> dict:
     """The learning-to-rank parameters given, checked (XGBoost's names); the pair method and
-    debiasing are ``_FIXED``."""
+    debiasing are ``FIXED``."""
     p = {}
     if merged.get("lambdarank_num_pair_per_sample") is not None:
         k = as_number("lambdarank_num_pair_per_sample", merged["lambdarank_num_pair_per_sample"],

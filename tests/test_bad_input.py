@@ -370,9 +370,33 @@ def test_unknown_parameter_without_close_name_lists_known(df, no_work):
     ("early_stopping_rounds", r"argument of train\(\)"),
     ("verbose", r"verbose argument"),
     ("num_leaves", r"max_leaves here, with grow_policy='lossguide'"),
+    ("verbose_eval", r"argument of train\(\) \(XGBoost's name for its verbose argument\)"),
+    ("gpu_id", r"device='cuda' here"),
+    ("predictor", r"XGBoost 2.0 removed it"),
 ])
 def test_parameters_that_belong_elsewhere(df, no_work, name, match):
     refused(ValueError, rf"unknown parameter '{name}': .*{match}", df, "y", params={name: 1})
+
+
+def test_xgboost_spellings_are_taken(df, caplog):
+    """What a ported XGBoost script passes: device='gpu' (XGBoost's alias of 'cuda'),
+    num_parallel_tree=1 and validate_parameters (how gbflow always trains), and train()'s
+    verbose_eval in place of verbose; verbose and verbose_eval together are refused."""
+    from gbflow.params import make_params
+    assert make_params({"device": "gpu"}).device == "cuda"
+    plain = gbflow.train(df, "y", {"max_depth": 2}, 2, verbose=False)
+    ported = gbflow.train(df, "y", {"max_depth": 2, "num_parallel_tree": 1,
+                                    "validate_parameters": False}, 2, verbose=False)
+    assert ported.to_json() == plain.to_json()
+    with caplog.at_level("INFO", logger="gbflow"):
+        gbflow.train(df, "y", {"max_depth": 2}, 3, verbose_eval=1, evals=[(df, "t")])
+    assert sum("t-rmse" in r.getMessage() for r in caplog.records) == 3
+    caplog.clear()
+    with caplog.at_level("INFO", logger="gbflow"):
+        gbflow.train(df, "y", {"max_depth": 2}, 3, verbose_eval=False, evals=[(df, "t")])
+    assert not any("t-rmse" in r.getMessage() for r in caplog.records)
+    with pytest.raises(TypeError, match="verbose or verbose_eval"):
+        gbflow.train(df, "y", {}, 1, verbose=False, verbose_eval=True)
 
 
 @pytest.mark.parametrize("params, match", [
@@ -413,7 +437,11 @@ def test_parameters_that_belong_elsewhere(df, no_work, name, match):
     ({"huber_slope": 0}, r"parameter huber_slope must be > 0"),
     ({"quantile_alpha": 1.5}, r"parameter quantile_alpha must lie in \(0, 1\]"),
     ({"eval_metric": []}, r"eval_metric is an empty list"),
-    ({"device": "gpu"}, r"parameter device must be one of 'auto', 'cpu', 'cuda', got 'gpu'"),
+    ({"device": "GPU"}, r"parameter device must be one of 'auto', 'cpu', 'cuda' \(or XGBoost's "
+                        r"'gpu'\), got 'GPU'"),
+    ({"device": "cuda:1"}, r"device='cuda:1': gbflow trains on the current CUDA device and "
+                           r"takes no ordinal"),
+    ({"num_parallel_tree": 4}, r"num_parallel_tree=4 is not supported: .*random forests"),
     ({"sampling_method": "goss"}, r"parameter sampling_method must be 'uniform' or "
                                   r"'gradient_based', got 'goss'"),
     ({"eta": 0.1, "learning_rate": 0.2}, r"learning_rate given twice \(as 'eta' and as "
