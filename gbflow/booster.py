@@ -11,6 +11,7 @@ import numpy as np
 from . import categories as categories_module
 from . import explain, inputs, model_check, model_tables, predictor, xgboost_format
 from .backend import backend_for, frames
+from .booster_compat import XGBoostBoosterMethods
 from .cuts import Cuts
 from .params import Params, make_params
 from .tree import Tree
@@ -20,7 +21,7 @@ FORMAT_VERSION = 1
 IMPORTANCE_TYPES = ("gain", "total_gain", "split", "cover", "total_cover")  # and "weight"
 
 
-class Booster:
+class Booster(XGBoostBoosterMethods):
     """A trained gradient-boosted tree ensemble.
 
     trees: in training order, ``n_groups`` trees per round (one per class for multi:softprob,

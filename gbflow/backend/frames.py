@@ -355,6 +355,16 @@ def wrap_columns(values, like, columns: Sequence[str]):
     return pd.DataFrame(values, index=like.index, columns=list(columns))
 
 
+def bare_values(prediction):
+    """A prediction as its bare array on its device: a pandas Series' or frame's values
+    (NumPy), a cuDF one's (CuPy), an array as it is."""
+    if is_cudf(prediction):
+        return prediction.values
+    if isinstance(prediction, (pd.Series, pd.DataFrame)):
+        return prediction.to_numpy()
+    return prediction
+
+
 def dense_rows(X):
     """X as a dense (n_rows, n_cols) float32 matrix in its namespace: a ``CSR``'s absent entries
     become NaN (missing); a dense matrix is returned as it is."""

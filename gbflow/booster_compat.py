@@ -1,0 +1,98 @@
+"""XGBoost's ``Booster`` methods that ported scripts call: inplace_predict, slicing, copy."""
+from __future__ import annotations
+
+import math
+import operator
+
+from . import inputs
+from .backend import frames
+
+PREDICT_TYPES = ("value", "margin")
+
+
+class XGBoostBoosterMethods:
+    """Mixed into ``gbflow.Booster``: XGBoost's names over gbflow's prediction and model."""
+
+    def inplace_predict(self, data, iteration_range=None, predict_type: str = "value",
+                        missing: float = math.nan, validate_features: bool = True,
+                        base_margin=None, strict_shape: bool = False):
+        """XGBoost's ``Booster.inplace_predict``: ``predict`` returning the bare array on the
+        data's device (NumPy for NumPy, pandas and scipy input; CuPy for CuPy and cuDF), never
+        a Series or frame. Shape (n,), or (n, n_outputs) for several outputs; (n, 1) too with
+        ``strict_shape``. predict_type: "value" (transformed) or "margin" (raw margins).
+        missing: the value read as missing, which must be the model's own (NaN, or the
+        training's ``missing`` parameter): gbflow bins with the training's rule. iteration_range
+        and base_margin as ``predict``'s (the default, None, stops at ``best_iteration`` when
+        training stopped early; XGBoost's default (0, 0) is every round, given explicitly).
+        validate_features: accepted; gbflow always matches a frame's columns to the training
+        features by name. Nothing on the device is copied to the host."""
+        if inputs.is_dask_collection(data):
+            raise TypeError("inplace_predict takes in-memory data; a Dask collection's "
+                            "predictions are predict()'s (a lazy Dask Series or frame)")
+        if predict_type not in PREDICT_TYPES:
+            raise ValueError(f"inplace_predict: predict_type must be 'value' or 'margin', got "
+                             f"{predict_type!r}")
+        own = self.params.missing
+        if not (_is_nan(missing) or (own is not None and missing == own)):
+            own_text = "NaN" if own is None else repr(own)
+            raise ValueError(f"inplace_predict: missing={missing!r} is not this model's missing "
+                             f"value ({own_text}, the training's): gbflow bins prediction data "
+                             f"with the training's rule")
+        values = frames.bare_values(self._predict(
+            data, predict_type == "margin", "prediction", passengers_allowed=False,
+            iteration_range=iteration_range, base_margin=base_margin))
+        return values[:, None] if strict_shape and values.ndim == 1 else values
+
+    def get_fscore(self, fmap: str = "") -> dict[str, float]:
+        """XGBoost's ``Booster.get_fscore``: the number of splits on each feature used
+        (``get_score("weight")``). fmap (a feature map file) is not taken: gbflow's models carry
+        their feature names."""
+        if fmap:
+            raise ValueError("get_fscore: feature map files (fmap) are not taken; the model "
+                             "holds its feature names")
+        return self.get_score("weight")
+
+    def copy(self):
+        """A new Booster of the same model (its model file read back: no array shared),
+        ``best_iteration`` and ``best_score`` included; ``evals_result`` and timings are a
+        training's record, not copied."""
+        return type(self).from_dict(self.to_dict())
+
+    def __copy__(self):
+        return self.copy()
+
+    def __deepcopy__(self, memo):
+        return self.copy()
+
+    def __getitem__(self, rounds):
+        """XGBoost's slicing: ``booster[a:b]`` (or ``[a:b:step]``, or one round ``[i]``) is a
+        Booster of those boosting rounds (all of a round's trees: one per class or quantile), in
+        order, with the same cuts, features and base margin; its ``best_iteration`` is None
+        (the rounds it counted no longer line up). Python's rules for the bounds (XGBoost
+        refuses negative ones and ones past the end); a step must be positive."""
+        n_rounds = self.num_boosted_rounds()
+        if isinstance(rounds, slice):
+            if rounds.step is not None and operator.index(rounds.step) <= 0:
+                raise ValueError(f"Booster slice: the step must be positive, got {rounds.step}")
+            picked = range(n_rounds)[rounds]
+        else:
+            try:
+                index = operator.index(rounds)
+            except TypeError:
+                raise TypeError(f"a Booster is sliced by rounds (an int or a slice), got "
+                                f"{type(rounds).__name__}") from None
+            if not -n_rounds <= index < n_rounds:
+                raise IndexError(f"round {index} is out of range: the model has {n_rounds}")
+            picked = [index % n_rounds]
+        groups = self.n_groups
+        trees = [t for r in picked for t in self.trees[r * groups:(r + 1) * groups]]
+        return type(self)(trees, self.cuts, self.feature_names, self.params, self.base_margin,
+                          label_name=self.label_name, weight_name=self.weight_name,
+                          categories=self.categories, by_value=self.by_value)
+
+
+def _is_nan(value) -> bool:
+    try:
+        return math.isnan(value)
+    except TypeError:
+        return False
