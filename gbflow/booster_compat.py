@@ -58,9 +58,8 @@ class XGBoostBoosterMethods:
         training's record, not copied."""
         return type(self).from_dict(self.to_dict())
 
-    def __copy__(self):
-        return self.copy()
-
+    # (copy.copy stays Python's shallow copy: the Dask task copies a model that way to send
+    # its entries without the trees)
     def __deepcopy__(self, memo):
         return self.copy()
 

@@ -7,8 +7,9 @@ import os
 import numpy as np
 
 from . import _dtypes, binning, categories, routing, sketch
-from .backend import on_gpu
+from .backend import backend_for, on_gpu
 from .csr import CSR
+from .metrics.definitions import whole_numbers
 from .shards import Shard
 from .stores import DenseStore, SparseStore
 
@@ -57,7 +58,7 @@ def check_global_inputs(collective, parts, eval_sets, metric_list,
         [[max((float(p.label.max()) for p in e if p.n_rows), default=-np.inf),
           max((-float(p.label.min()) for p in e if p.n_rows), default=-np.inf),
           max((float(p.weight.max()) for p in e if p.n_rows and weighted), default=0.0),
-          max((float((p.label != p.label.round()).any()) for p in e
+          max((float(not whole_numbers(backend_for(p.label).xp, p.label)) for p in e
                if p.n_rows and whole_needed), default=0.0)]
          for e, _, weighted in eval_sets], dtype=np.float64).reshape(-1, 4))
     max_weights = []

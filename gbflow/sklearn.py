@@ -326,7 +326,7 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
         which keeps the trees up to the best round. A callable f(y_true, y_pred) (as XGBoost's
         wrapper: a cost, on the host, after the default metric; y_true encoded labels).
     early_stopping_rounds : int or None, default None: rounds without improvement to stop at
-    device : {"auto", "cpu", "cuda"}, default "auto"
+    device : {"auto", "cpu", "cuda"} (or XGBoost's "gpu"), default "auto"
     sparse_threshold : float or None, default None
         Storage routing only; never changes the model (None: sparse where that saves memory).
     verbose : bool or int, default False

@@ -117,7 +117,7 @@ def test_copy_and_get_fscore(data):
     stopped = gbflow.train(X.iloc[:400], y[:400], {"objective": "binary:logistic"}, 50,
                            evals=[((X.iloc[400:], y[400:]), "v")], early_stopping_rounds=3,
                            verbose=False)
-    for copied in (stopped.copy(), copy.copy(stopped), copy.deepcopy(stopped)):
+    for copied in (stopped.copy(), copy.deepcopy(stopped)):
         assert copied is not stopped and copied.to_json() == stopped.to_json()
         assert copied.best_iteration == stopped.best_iteration
         assert np.array_equal(copied.predict(X).to_numpy(), stopped.predict(X).to_numpy())

@@ -415,6 +415,11 @@ def test_ranking_metrics_refuse_the_labels_xgboost_refuses(name, labels):
     whole = np.floor(y) if name.startswith("ndcg") else np.round(y)
     whole = np.minimum(whole, 31)
     gbflow.train(X, whole, params, 1, evals=[((X, whole, None, qid), "valid")], verbose=False)
+    # whole to XGBoost's tolerance (its float32 labels): float64 rounding noise is taken
+    noisy = whole * (1 + 2.0**-52) if name.startswith("ndcg") else np.where(whole > 0,
+                                                                        1 + 2.0**-52, 0.0)
+    gbflow.train(X, noisy, params, 1, evals=[((X, noisy, None, qid), "valid")], verbose=False)
+    metrics.evaluate(name, noisy, rng.normal(size=60), qid=qid)
     if name.startswith("ndcg"):  # the gain is the label itself: any degree
         gbflow.train(X, y, dict(params, ndcg_exp_gain=False), 1,
                      evals=[((X, y, None, qid), "valid")], verbose=False)

@@ -18,7 +18,7 @@ from ..backend import get_backend
 from ..collective import LOCAL
 from ..ranking import QueryGroups
 from .compute import EvalData, Evaluator
-from .definitions import METRICS, Metric, fits_objective, metric
+from .definitions import METRICS, Metric, fits_objective, metric, whole_numbers
 
 __all__ = ["METRICS", "EvalData", "Evaluator", "Metric", "auc", "evaluate",
            "fits_objective", "logloss", "metric", "mlogloss", "rmse"]
@@ -31,7 +31,7 @@ def evaluate(name: str, label, prediction, weight=None, params=None, qid=None) -
     label = np.asarray(label, dtype=np.float64)
     prediction = np.asarray(prediction, dtype=np.float64)
     chosen = metric(name, params)
-    whole = bool((label == np.floor(label)).all())
+    whole = whole_numbers(np, label)
     problem = chosen.label_problem(float(label.min()), float(label.max()), whole) \
         if len(label) and prediction.ndim == 1 else None
     if problem is not None:
