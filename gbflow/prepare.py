@@ -9,7 +9,7 @@ import numpy as np
 from . import _dtypes, binning, categories, routing, sketch
 from .backend import backend_for, on_gpu
 from .csr import CSR
-from .metrics.definitions import whole_numbers
+from .ranking import whole_numbers
 from .shards import Shard
 from .stores import DenseStore, SparseStore
 

@@ -30,6 +30,19 @@ from .sketch.keys import ordered_keys
 OBJECTIVES = {"rank:ndcg": "ndcg", "rank:map": "map", "rank:pairwise": "pairwise"}
 _KERNEL_KIND = {"ndcg": RANK_NDCG, "map": RANK_MAP, "pairwise": RANK_PAIRWISE}
 EXP_GAIN_LIMIT = 31  # XGBoost's: with the gain 2**label - 1, labels are at most 31
+# XGBoost's kRtEps: a relevance label within it of a whole number counts as that number (its
+# labels are float32: float64 noise such as 3.0000000000000004 is a degree of 3)
+WHOLE_TOLERANCE = 1e-6
+
+
+def not_whole(xp, label):
+    """(n,) bool: the labels farther than ``WHOLE_TOLERANCE`` from a whole number."""
+    return xp.abs(label - xp.round(label)) > WHOLE_TOLERANCE
+
+
+def whole_numbers(xp, label) -> bool:
+    """Whether every label is a whole number to ``WHOLE_TOLERANCE`` (one device reduction)."""
+    return not bool(not_whole(xp, label).any())
 DEFAULT_TOP_K = 32  # XGBoost's lambdarank_num_pair_per_sample for the top-k pair method
 _MAP_SCALE = 2.0 ** 32  # fixed point of MAP's prefix sums (terms <= 1; parts < 2**30 rows)
 
@@ -257,10 +270,11 @@ class LambdaRank(Objective):
 
     def check_label(self, label, where):
         if self.lambda_params.kind == "map":
-            bad = (label != 0) & (label != 1)
+            bad = (np.abs(label) > WHOLE_TOLERANCE) & (np.abs(label - 1) > WHOLE_TOLERANCE)
             rule = "binary relevance labels, 0 or 1"
         elif self.lambda_params.kind == "ndcg" and self.lambda_params.exp_gain:
-            bad = (label < 0) | (label > EXP_GAIN_LIMIT) | (label != np.floor(label))
+            bad = (label < -WHOLE_TOLERANCE) | (label > EXP_GAIN_LIMIT + WHOLE_TOLERANCE) | \
+                not_whole(np, label)
             rule = (f"whole relevance degrees 0..{EXP_GAIN_LIMIT} (its gain is 2**label - 1; "
                     f"set ndcg_exp_gain=False for the label itself)")
         else:

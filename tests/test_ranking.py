@@ -420,6 +420,8 @@ def test_ranking_metrics_refuse_the_labels_xgboost_refuses(name, labels):
                                                                         1 + 2.0**-52, 0.0)
     gbflow.train(X, noisy, params, 1, evals=[((X, noisy, None, qid), "valid")], verbose=False)
     metrics.evaluate(name, noisy, rng.normal(size=60), qid=qid)
+    objective = "rank:ndcg" if name.startswith("ndcg") else "rank:map"  # the objectives' check
+    gbflow.train(X, noisy, {"objective": objective, "max_depth": 2}, 1, qid=qid, verbose=False)
     if name.startswith("ndcg"):  # the gain is the label itself: any degree
         gbflow.train(X, y, dict(params, ndcg_exp_gain=False), 1,
                      evals=[((X, y, None, qid), "valid")], verbose=False)

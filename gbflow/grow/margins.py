@@ -79,8 +79,8 @@ class PlannedMargins:
     def with_values(self, node_value: np.ndarray) -> WalkedMargins:
         """The same rows, adding ``node_value`` ((n_nodes,) float64 host, by node id): the
         finished tree (waited for) walked on the shard's bins."""
-        return WalkedMargins(self.shardset, self.shard, dataclasses.replace(
-            finished_tree(self.tree), value=np.asarray(node_value, dtype=np.float64)))
+        return WalkedMargins(self.shardset, self.shard,
+                             finished_tree(self.tree)).with_values(node_value)
 
     def add_to(self, kernels, margin) -> None:
         key = None

@@ -16,9 +16,9 @@ import numpy as np
 
 from ..backend import get_backend
 from ..collective import LOCAL
-from ..ranking import QueryGroups
+from ..ranking import QueryGroups, whole_numbers
 from .compute import EvalData, Evaluator
-from .definitions import METRICS, Metric, fits_objective, metric, whole_numbers
+from .definitions import METRICS, Metric, fits_objective, metric
 
 __all__ = ["METRICS", "EvalData", "Evaluator", "Metric", "auc", "evaluate",
            "fits_objective", "logloss", "metric", "mlogloss", "rmse"]

@@ -64,21 +64,12 @@ class Metric:
             return None
         lo, hi, lo_included = self.labels
         if self.whole_labels:  # whole numbers to XGBoost's tolerance (its labels are float32)
-            lo, hi = lo - WHOLE_TOLERANCE, hi + WHOLE_TOLERANCE
+            lo, hi = lo - ranking.WHOLE_TOLERANCE, hi + ranking.WHOLE_TOLERANCE
         if (low >= lo if lo_included else low > lo) and high <= hi and \
                 (all_whole or not self.whole_labels):
             return None
         span = f"{'[' if lo_included else '('}{lo:g}, {hi:g}]".replace("inf]", "inf)")
         return f"eval_metric {self.name!r} needs {self.whole_labels or f'labels in {span}'}"
-
-
-# XGBoost's kRtEps: a relevance label within it of a whole number counts as that number
-WHOLE_TOLERANCE = 1e-6
-
-
-def whole_numbers(xp, label) -> bool:
-    """Whether every label is a whole number to ``WHOLE_TOLERANCE`` (one device reduction)."""
-    return not bool((xp.abs(label - xp.round(label)) > WHOLE_TOLERANCE).any())
 
 
 def _mean(total: float, weight: float) -> float:
