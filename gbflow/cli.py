@@ -22,6 +22,7 @@ EXAMPLES = """examples:
   gbflow predict model.json data/new/ --output scored.parquet
   gbflow info model.json
   gbflow compile    # once after installing (a Docker build): the first training starts at once
+  gbflow compile --device cuda    # the same for the CUDA kernels (CuPy's kernel cache)
 """
 
 BAD_INPUT, FAILURE = 2, 1
@@ -199,10 +200,11 @@ def cmd_info(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    from .warmup import compile_cpu_kernels
-    seconds = compile_cpu_kernels()
-    logging.getLogger("gbflow").info("the CPU kernels are in numba's disk cache (%.1f s)",
-                                     seconds)
+    from .warmup import compile_kernels
+    seconds = compile_kernels(args.device)
+    where = "numba's disk cache" if args.device == "cpu" else "CuPy's kernel cache"
+    logging.getLogger("gbflow").info("the %s kernels are in %s (%.1f s)",
+                                     args.device.upper(), where, seconds)
     return 0
 
 
@@ -257,6 +259,9 @@ def parser() -> argparse.ArgumentParser:
     compile_ = sub.add_parser(
         "compile", help="compile the CPU kernels into numba's disk cache now (once after "
         "installing: otherwise the first training in an environment compiles them, 10-30 s)")
+    compile_.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                          help="cuda: gbflow's CUDA kernels into CuPy's kernel cache (once per "
+                          "GPU architecture, about 5-20 s otherwise)")
     compile_.set_defaults(run=cmd_compile, scheduler=None, local_cluster=None, gpu=False)
     return top
 

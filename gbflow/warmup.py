@@ -1,11 +1,13 @@
-"""Compiling the CPU kernels ahead of the first training: small trainings that fill numba's cache.
+"""Compiling the kernels ahead of the first training: small trainings that fill the disk caches.
 
 numba compiles gbflow's CPU kernels at their first use and keeps them in its disk cache
 (``__pycache__`` beside the modules, or numba's per-user cache where that is read-only), so only
-the first training in an environment pays the 10-30 s. ``compile_cpu_kernels`` (the command
-``gbflow compile``) pays it ahead, where a Docker build or an install script can: it trains a
-few tiny models that take the common paths (whole trees and the level loop, dense, sparse and
-categorical columns, multiclass, a line-searched objective, evaluation metrics, prediction).
+the first training in an environment pays the 10-30 s; CuPy does the same for the CUDA kernels
+(NVRTC, its kernel cache in ``~/.cupy/kernel_cache`` or ``CUPY_CACHE_DIR``; about 5-20 s once per
+GPU architecture). ``compile_kernels`` (the command ``gbflow compile [--device cuda]``) pays it
+ahead, where a Docker build or an install script can: it trains a few tiny models that take the
+common paths (whole trees and the level loop, dense, sparse and categorical columns,
+multiclass, a line-searched objective, evaluation metrics, prediction).
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import time
 import numpy as np
 
 from . import api
+from .backend import get_backend
 
 
 def _tables(rng) -> list:
@@ -53,17 +56,37 @@ def _tables(rng) -> list:
     ]
 
 
-def compile_cpu_kernels() -> float:
-    """Train and predict with a few tiny models on the CPU so that numba compiles (or loads)
-    the kernels they use; each step logged on the "gbflow" logger at INFO. Side effect: numba's
-    disk cache holds the kernels afterwards. Returns the seconds taken (about 30 s on two cores
-    the first time in an environment, 1-2 s once cached)."""
+def _gpu_tables(rng) -> list:
+    """The GPU's extra warm-up trainings: rows enough for the quantile sketch's passes (fewer
+    values take the direct path), and 16-bit bins (``max_bin`` above 256)."""
+    from .sketch.direct import DIRECT_VALUES
+
+    X = rng.standard_normal((DIRECT_VALUES // 4 + 1, 4)).astype(np.float32)
+    y = (X[:, 0] + rng.standard_normal(len(X)) > 0).astype(np.float32)
+    params = {"max_depth": 3, "objective": "binary:logistic"}
+    return [("dense binary, sketched", X, y, params, {}),
+            ("dense binary, 16-bit bins", X[:600], y[:600], {**params, "max_bin": 1024}, {})]
+
+
+def compile_kernels(device: str = "cpu") -> float:
+    """Train and predict with a few tiny models on ``device`` ("cpu" or "cuda") so that numba
+    or CuPy compiles (or loads) the kernels they use; each step logged on the "gbflow" logger
+    at INFO. Side effect: numba's (CPU) or CuPy's (CUDA) disk cache holds the kernels
+    afterwards. Returns the seconds taken (on the CPU about 30 s on two cores the first time in
+    an environment, 1-2 s once cached)."""
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"compile: device must be 'cpu' or 'cuda', got {device!r}")
     log = logging.getLogger("gbflow")
     start = time.perf_counter()
-    for name, X, y, params, extra in _tables(np.random.default_rng(0)):
+    rng = np.random.default_rng(0)
+    tables = _tables(rng) + (_gpu_tables(rng) if device == "cuda" else [])
+    for name, X, y, params, extra in tables:
         step = time.perf_counter()
-        booster = api.train(X, y, {**params, "device": "cpu"}, num_boost_round=3,
+        booster = api.train(X, y, {**params, "device": device}, num_boost_round=3,
                             verbose=False, **extra)
-        booster.predict(X)
+        if device == "cpu":
+            booster.predict(X)
+        elif isinstance(X, np.ndarray):  # predicted on the data's device: put it on the GPU
+            booster.predict(get_backend("cuda").xp.asarray(X))
         log.info("compiled: %s (%.1f s)", name, time.perf_counter() - step)
     return time.perf_counter() - start

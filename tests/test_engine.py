@@ -456,27 +456,6 @@ def test_a_progress_bar_on_request(monkeypatch):
     assert bar.written and bar.written[0].startswith("early stopping at round")
 
 
-def test_the_first_compile_is_announced_once(monkeypatch, caplog):
-    """With none of the core CPU kernels in numba's disk cache (a fresh install), the backend
-    says it is compiling, once per process; with them cached it says nothing."""
-    import logging
-
-    from gbflow.backend import cpu
-    monkeypatch.setattr(cpu, "_announced", False)
-    monkeypatch.setattr(cpu, "_cached_on_disk", lambda dispatcher: True)
-    with caplog.at_level(logging.WARNING, logger="gbflow"):
-        cpu.CpuBackend()
-    assert caplog.records == []
-    monkeypatch.setattr(cpu, "_announced", False)
-    monkeypatch.setattr(cpu, "_cached_on_disk", lambda dispatcher: False)
-    with caplog.at_level(logging.WARNING, logger="gbflow"):
-        cpu.CpuBackend()
-        cpu.CpuBackend()
-    [record] = caplog.records
-    assert "compiling the CPU kernels" in record.getMessage()
-    assert cpu._cached_on_disk(cpu.cpu_kernels._bin_features) in (True, False, None)
-
-
 def test_a_bar_without_tqdm_relays_trues_lines(monkeypatch, caplog):
     """verbose="bar" on a Dask client without tqdm: a warning, then the worker's per-round
     lines thinned to verbose=True's (about 20), not all of them."""

@@ -240,3 +240,58 @@ def test_histogram_kernels_fit_two_blocks_a_multiprocessor(name, bin_itemsize):
     HIST_BOUNDS), which a change of compiler or code could undo silently."""
     from gbflow.backend import cuda_kernels
     assert cuda_kernels._kernel(name, bin_itemsize).num_regs <= 32
+
+
+def test_cuda_kernels_compile_at_creation_counted_as_compilation():
+    """A kernel is compiled when created (NVRTC here: a source new to CuPy's cache), in this
+    thread's compile seconds, so that no stage timer counts it; it then runs."""
+    import time
+
+    import cupy as cp
+
+    from gbflow.backend import compiling, cuda_kernels
+    source = (f"// {time.time_ns()}\n"
+              'extern "C" __global__ void add_one(float* x) { x[threadIdx.x] += 1.0f; }')
+    before = compiling.compile_seconds()
+    kernel = cuda_kernels._raw_kernel(source, "add_one", ("--fmad=false",))
+    assert compiling.compile_seconds() > before
+    x = cp.zeros(4, dtype=cp.float32)
+    kernel((1,), (4,), (x,))
+    assert x.get().tolist() == [1.0] * 4
+
+
+_TRAIN_ON_THE_GPU = """
+import numpy as np
+import gbflow
+from gbflow.backend import compiling
+rng = np.random.default_rng(1)
+X = rng.standard_normal((3000, 6)).astype(np.float32)
+y = (X[:, 0] + rng.standard_normal(3000) > 0).astype(np.float32)
+booster = gbflow.train(X, y, {"objective": "binary:logistic", "max_depth": 3, "device": "cuda",
+                              "eval_metric": ["auc", "logloss"]}, 5, evals=[((X, y), "v")],
+                       verbose=False)
+gbflow.train(X, y % 3, {"objective": "multi:softprob", "num_class": 3, "max_depth": 3,
+                        "device": "cuda"}, 3, verbose=False)
+print(compiling.compile_seconds(), dict(booster.timings).get("compile", 0.0))
+"""
+
+
+def test_compile_on_the_gpu_fills_cupys_cache_so_that_a_new_process_compiles_nothing(tmp_path):
+    """``gbflow compile --device cuda`` with empty kernel caches compiles gbflow's CUDA kernels
+    (announced); a new process then trains on the GPU and spends (almost) no time compiling."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "CUPY_CACHE_DIR": str(tmp_path / "cupy"),
+           "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    done = subprocess.run([sys.executable, "-m", "gbflow", "compile", "--device", "cuda"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "compiling the CUDA kernels" in done.stderr and "CuPy's kernel cache" in done.stderr
+    assert "compiled: dense binary, sketched" in done.stderr
+    after = subprocess.run([sys.executable, "-c", _TRAIN_ON_THE_GPU], capture_output=True,
+                           text=True, env=env, timeout=300)
+    assert after.returncode == 0, after.stderr
+    assert "compiling the CUDA kernels" not in after.stderr
+    seconds, in_timings = map(float, after.stdout.split()[-2:])
+    assert seconds < 0.5 and in_timings < 0.5, after.stdout

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import contextlib
-import logging
-import os
 
 import numba
 import numpy as np
 
 from . import cpu_kernels, cpu_tree
 from .base import Backend
+from .compiling import watch_numba
 
 # Small trees do not keep many threads busy: each level's parallel regions cost more than the
 # rows they share. On 16 cores (the GPU machine's Xeon host, 100 rounds of depth 6), the best
@@ -35,7 +34,7 @@ class CpuBackend(Backend):
         self.finish_whole_tree = cpu_tree.finish_whole_tree if kernels is cpu_kernels else \
             kernels.finish_whole_tree
         if kernels is cpu_kernels:
-            announce_first_compile()
+            watch_numba()  # numba's compiles timed apart from the stages, and announced
 
     @contextlib.contextmanager
     def limited_threads(self, n: int | None, cells: int | None = None):
@@ -49,34 +48,3 @@ class CpuBackend(Backend):
             n = min(max(1, -(-int(cells) // CELLS_PER_THREAD)), numba.get_num_threads())
         with cpu_kernels.limited_threads(n) as used:
             yield used
-
-
-# Kernels every dense training calls: when numba's disk cache holds none of them, this is the
-# first use in this environment (or after an upgrade), and compiling takes 10-45 s.
-_CORE_KERNELS = ("_bin_by_table", "_quantise_gradients", "_build_histograms",
-                 "_partition_and_histogram")
-_announced = False
-
-
-def _cached_on_disk(dispatcher) -> bool | None:
-    """Whether numba's cache index of ``dispatcher`` exists (None: cannot tell; numba's cache
-    attributes are internal, so any surprise means "do not know")."""
-    try:
-        return os.path.exists(dispatcher._cache._cache_file._index_path)
-    except AttributeError:
-        return None
-
-
-def announce_first_compile() -> None:
-    """Log once per process, at WARNING on the "gbflow" logger (seen without any logging set
-    up), that the CPU kernels are about to be compiled, when none of the core ones is in
-    numba's disk cache: otherwise the first training is silent for 10-45 s."""
-    global _announced
-    if _announced:
-        return
-    _announced = True
-    cached = [_cached_on_disk(getattr(cpu_kernels, name)) for name in _CORE_KERNELS]
-    if not any(c is None or c for c in cached):
-        logging.getLogger("gbflow").warning(
-            "gbflow: compiling the CPU kernels for this machine (first use after installing; "
-            "about 10-45 s, cached on disk for later runs)")

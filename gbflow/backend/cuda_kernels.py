@@ -40,6 +40,7 @@ from .common import (
     padded_width,
     work_list_rows,
 )
+from .compiling import compiling
 
 _CUDA_DIR = pathlib.Path(__file__).with_name("cuda")
 _THREADS = 256
@@ -66,7 +67,23 @@ def _compile(file_name: str, name: str, bin_itemsize: int, feature_itemsize: int
                f"-DBIN_T={'unsigned char' if bin_itemsize == 1 else 'unsigned short'}")
     if feature_itemsize is not None:
         options += (f"-DFEATURE_T={'short' if feature_itemsize == 2 else 'int'}",)
-    return cp.RawKernel(_source(file_name), name, options=options)
+    return _raw_kernel(_source(file_name), name, options)
+
+
+_COMPILE_NOTE = ("gbflow: compiling the CUDA kernels for this GPU (first use after installing or "
+                 "upgrading; about 5-20 s, cached on disk by CuPy for later runs; `gbflow compile "
+                 "--device cuda` does it ahead)")
+
+
+def _raw_kernel(code: str, name: str, options: tuple):
+    """``cp.RawKernel`` compiled for the current device now, not at its first launch, and timed
+    as compilation (``compiling``: outside the stage timers; announced once when it takes more
+    than a second, that is, when CuPy's disk cache did not hold the module). Kernels sharing a
+    source and options share one NVRTC compile."""
+    kernel = cp.RawKernel(code, name, options=options)
+    with compiling(_COMPILE_NOTE):
+        kernel.compile()
+    return kernel
 
 
 @functools.lru_cache(maxsize=None)
@@ -718,7 +735,7 @@ def _explain_kernel(name: str, max_path: int = 8, tree_words: int = 0):
     row's directions in trees of at most ``tree_words`` * 32 nodes (0: no cache)."""
     options = ("--std=c++17", "--fmad=false", "-DBIN_T=unsigned char",
                f"-DMAX_PATH={max_path}", f"-DTREE_WORDS={tree_words}")
-    return cp.RawKernel(_source("kernels.cu"), name, options=options)
+    return _raw_kernel(_source("kernels.cu"), name, options)
 
 
 # Trees of up to this many nodes have a row's directions cached per tree in the SHAP kernels
@@ -1181,8 +1198,8 @@ def fixed_point_words(values, scale, low_scale):
 
 @functools.lru_cache(maxsize=None)
 def _metrics_kernel(name: str):
-    return cp.RawKernel((_CUDA_DIR / "metrics.cu").read_text(), name,
-                        options=("--std=c++17", "--fmad=false"))
+    return _raw_kernel((_CUDA_DIR / "metrics.cu").read_text(), name,
+                       ("--std=c++17", "--fmad=false"))
 
 
 def quantile_tally(keys, groups, weights, prefix, shift, table):
@@ -1328,7 +1345,7 @@ extern "C" __global__ void segment_sums(const double* values, const long long* s
 
 @functools.lru_cache(maxsize=None)
 def _segment_sums_kernel():
-    return cp.RawKernel(_SEGMENT_SUMS, "segment_sums", options=("--fmad=false",))
+    return _raw_kernel(_SEGMENT_SUMS, "segment_sums", ("--fmad=false",))
 
 
 def segment_sums(values, starts, out):
@@ -1347,8 +1364,8 @@ def segment_sums(values, starts, out):
 
 @functools.lru_cache(maxsize=None)
 def _ranking_kernel(name: str):
-    return cp.RawKernel((_CUDA_DIR / "ranking.cu").read_text(), name,
-                        options=("--std=c++17", "--fmad=false"))
+    return _raw_kernel((_CUDA_DIR / "ranking.cu").read_text(), name,
+                       ("--std=c++17", "--fmad=false"))
 
 
 def lambda_pairs(y, s, e, gain, discount, inv_ideal, relevant, acc, starts, query_of, kind,
