@@ -295,3 +295,19 @@ def test_compile_on_the_gpu_fills_cupys_cache_so_that_a_new_process_compiles_not
     assert "compiling the CUDA kernels" not in after.stderr
     seconds, in_timings = map(float, after.stdout.split()[-2:])
     assert seconds < 0.5 and in_timings < 0.5, after.stdout
+
+
+def test_cupys_own_compiles_count_as_compilation():
+    """An element-wise kernel new to CuPy (a new expression) compiles at its first call; with
+    the CUDA backend in use that time is compilation, not the caller's stage."""
+    import time
+
+    import cupy as cp
+
+    from gbflow.backend import compiling
+    get_backend("cuda")
+    kernel = cp.ElementwiseKernel("float32 x", "float32 y", f"y = x + {time.time_ns() % 1000}.0f",
+                                  f"gbflow_test_add_{time.time_ns()}")
+    before = compiling.compile_seconds()
+    kernel(cp.zeros(4, dtype=cp.float32))
+    assert compiling.compile_seconds() > before

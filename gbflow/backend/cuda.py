@@ -33,6 +33,7 @@ class CudaBackend(Backend):
 
         from . import cuda_kernels
         super().__init__(cupy, cuda_kernels)
+        cuda_kernels.watch_cupy()  # CuPy's own compiles timed apart from the stages too
 
     @property
     def supports_nccl(self) -> bool:

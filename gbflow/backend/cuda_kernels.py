@@ -86,6 +86,26 @@ def _raw_kernel(code: str, name: str, options: tuple):
     return kernel
 
 
+def watch_cupy() -> None:
+    """Count CuPy's own compiles (its element-wise and reduction kernels, compiled at their
+    first use per dtype: seconds on a fresh machine) as compilation too, under the same
+    announcement, by wrapping ``cupy.cuda.compiler._compile_module_with_cache``, through which
+    CuPy compiles or loads every module. That function is CuPy's internal: where it is absent,
+    CuPy's compiles stay in the stages' time. Side effect: the wrapper, once per process."""
+    from cupy.cuda import compiler
+    original = getattr(compiler, "_compile_module_with_cache", None)
+    if original is None or getattr(original, "gbflow_counted", False):
+        return
+
+    @functools.wraps(original)
+    def counted(*args, **kwargs):
+        with compiling(_COMPILE_NOTE):
+            return original(*args, **kwargs)
+
+    counted.gbflow_counted = True
+    compiler._compile_module_with_cache = counted
+
+
 @functools.lru_cache(maxsize=None)
 def _kernel(name: str, bin_itemsize: int):
     """A kernel of kernels.cu (dense columns) for one bin width."""
