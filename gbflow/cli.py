@@ -257,8 +257,9 @@ def parser() -> argparse.ArgumentParser:
     info.add_argument("model")
     info.set_defaults(run=cmd_info, scheduler=None, local_cluster=None, gpu=False)
     compile_ = sub.add_parser(
-        "compile", help="compile the CPU kernels into numba's disk cache now (once after "
-        "installing: otherwise the first training in an environment compiles them, 10-30 s)")
+        "compile", help="compile the kernels into numba's (CPU) or CuPy's (CUDA) disk cache now "
+        "(once after installing: otherwise the first training in an environment compiles them, "
+        "10-30 s)")
     compile_.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                           help="cuda: gbflow's CUDA kernels into CuPy's kernel cache (once per "
                           "GPU architecture, about 5-20 s otherwise)")

@@ -252,11 +252,24 @@ def test_cuda_kernels_compile_at_creation_counted_as_compilation():
     from gbflow.backend import compiling, cuda_kernels
     source = (f"// {time.time_ns()}\n"
               'extern "C" __global__ void add_one(float* x) { x[threadIdx.x] += 1.0f; }')
+    from cupy.cuda import compiler
+    compiles = []
+    original = compiler._compile_module_with_cache
+
+    def counted(*args, **kwargs):
+        compiles.append(args)
+        return original(*args, **kwargs)
+
     before = compiling.compile_seconds()
-    kernel = cuda_kernels._raw_kernel(source, "add_one", ("--fmad=false",))
-    assert compiling.compile_seconds() > before
-    x = cp.zeros(4, dtype=cp.float32)
-    kernel((1,), (4,), (x,))
+    compiler._compile_module_with_cache = counted
+    try:
+        kernel = cuda_kernels._raw_kernel(source, "add_one", ("--fmad=false",))
+        assert len(compiles) == 1 and compiling.compile_seconds() > before
+        x = cp.zeros(4, dtype=cp.float32)
+        kernel((1,), (4,), (x,))
+    finally:
+        compiler._compile_module_with_cache = original
+    assert len(compiles) == 1  # the launch compiled nothing more
     assert x.get().tolist() == [1.0] * 4
 
 
