@@ -267,13 +267,22 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+class _Prefixed(logging.Formatter):
+    """Each line "gbflow: <message>", once: the announcements of a compile (seen without any
+    logging set up, so they carry the prefix themselves) are not prefixed again."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = super().format(record)
+        return message if message.startswith("gbflow: ") else f"gbflow: {message}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit code (errors are one line on stderr)."""
     args = parser().parse_args(argv)
     log = logging.getLogger("gbflow")
     if not log.handlers:  # gbflow's own lines only: Dask's loggers keep their levels
         handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("gbflow: %(message)s"))
+        handler.setFormatter(_Prefixed())
         log.addHandler(handler)
         log.setLevel(logging.INFO)
     try:

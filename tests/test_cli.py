@@ -154,6 +154,8 @@ def test_compile_fills_numbas_cache_so_that_a_new_process_compiles_nothing(tmp_p
                           text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "compiled: dense binary" in done.stderr and "numba's disk cache" in done.stderr
+    assert "gbflow: compiling the CPU kernels" in done.stderr  # announced, prefixed once
+    assert "gbflow: gbflow:" not in done.stderr
     assert any((tmp_path / "numba").rglob("*.nbi"))
     after = subprocess.run([sys.executable, "-c", _TRAIN_AND_COUNT_COMPILES],
                            capture_output=True, text=True, env=env, timeout=300)
