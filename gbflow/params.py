@@ -268,7 +268,10 @@ def make_params(user: dict | None = None, **overrides) -> Params:
             canonical = ALIASES.get(name, name)
             if canonical in FIXED:
                 accepted, why = FIXED[canonical]
-                if value not in accepted or isinstance(value, float):
+                # True == 1 in Python: a flag where a count is meant is refused (XGBoost
+                # refuses "True" for an integer; 1 for a flag it reads as true, and so do we)
+                flag_for_count = isinstance(value, bool) and not isinstance(accepted[0], bool)
+                if value not in accepted or isinstance(value, float) or flag_for_count:
                     raise ValueError(f"parameter {canonical}={value!r} is not supported: {why} "
                                      f"({canonical} may be {' or '.join(map(repr, accepted))})")
                 continue

@@ -442,6 +442,7 @@ def test_xgboost_spellings_are_taken(df, caplog):
     ({"device": "cuda:1"}, r"device='cuda:1': gbflow trains on the current CUDA device and "
                            r"takes no ordinal"),
     ({"num_parallel_tree": 4}, r"num_parallel_tree=4 is not supported: .*random forests"),
+    ({"num_parallel_tree": True}, r"num_parallel_tree=True is not supported"),
     ({"sampling_method": "goss"}, r"parameter sampling_method must be 'uniform' or "
                                   r"'gradient_based', got 'goss'"),
     ({"eta": 0.1, "learning_rate": 0.2}, r"learning_rate given twice \(as 'eta' and as "
