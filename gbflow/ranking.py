@@ -30,6 +30,8 @@ from .sketch.keys import ordered_keys
 OBJECTIVES = {"rank:ndcg": "ndcg", "rank:map": "map", "rank:pairwise": "pairwise"}
 _KERNEL_KIND = {"ndcg": RANK_NDCG, "map": RANK_MAP, "pairwise": RANK_PAIRWISE}
 EXP_GAIN_LIMIT = 31  # XGBoost's: with the gain 2**label - 1, labels are at most 31
+DEFAULT_TOP_K = 32  # XGBoost's lambdarank_num_pair_per_sample for the top-k pair method
+_MAP_SCALE = 2.0 ** 32  # fixed point of MAP's prefix sums (terms <= 1; parts < 2**30 rows)
 # XGBoost's kRtEps: a relevance label within it of a whole number counts as that number (its
 # labels are float32: float64 noise such as 3.0000000000000004 is a degree of 3)
 WHOLE_TOLERANCE = 1e-6
@@ -43,8 +45,6 @@ def not_whole(xp, label):
 def whole_numbers(xp, label) -> bool:
     """Whether every label is a whole number to ``WHOLE_TOLERANCE`` (one device reduction)."""
     return not bool(not_whole(xp, label).any())
-DEFAULT_TOP_K = 32  # XGBoost's lambdarank_num_pair_per_sample for the top-k pair method
-_MAP_SCALE = 2.0 ** 32  # fixed point of MAP's prefix sums (terms <= 1; parts < 2**30 rows)
 
 
 @dataclasses.dataclass(frozen=True)

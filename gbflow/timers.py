@@ -9,10 +9,10 @@ from .backend.compiling import compile_seconds
 
 class Timers:
     """Seconds per stage, accumulated over a training run: ``with timers("splits"): ...``.
-    Kernels compiled during a stage (the first use of a kernel in an environment: numba's or
-    gbflow's CUDA kernels) are not the stage's time: their seconds go to the "compile" entry,
-    once however deeply the stages nest (compiles outside every stage count nowhere but in
-    the run's total)."""
+    Kernels compiled during a stage (the first use of a kernel in an environment: numba's,
+    gbflow's CUDA kernels or CuPy's; ``backend.compiling``) are not the stage's time: their
+    seconds go to the "compile" entry, once however deeply the stages nest (compiles outside
+    every stage count nowhere but in the run's total)."""
 
     def __init__(self):
         self.seconds = collections.defaultdict(float)

@@ -1,4 +1,4 @@
-"""Time spent compiling kernels (numba's and gbflow's CUDA kernels), kept out of stage timers."""
+"""Time spent compiling kernels (numba's, CUDA modules), kept out of the stage timers."""
 from __future__ import annotations
 
 import contextlib
@@ -23,8 +23,9 @@ CPU_NOTE = ("gbflow: compiling the CPU kernels for this machine (first use after
 
 def compile_seconds() -> float:
     """Seconds this thread has spent compiling kernels since the process started: numba's
-    compilations (not its disk-cache loads) and gbflow's CUDA kernels (NVRTC, or CuPy's disk
-    cache). ``Timers`` subtracts what a stage spent here from that stage."""
+    compilations and waits on its compiler lock (a disk-cache load holds it too: milliseconds),
+    and CUDA modules (gbflow's and CuPy's: NVRTC, or CuPy's disk cache). ``Timers`` subtracts
+    what a stage spent here from that stage."""
     return getattr(_local, "seconds", 0.0)
 
 

@@ -77,9 +77,9 @@ _COMPILE_NOTE = ("gbflow: compiling the CUDA kernels for this GPU (first use aft
 
 def _raw_kernel(code: str, name: str, options: tuple):
     """``cp.RawKernel`` compiled for the current device now, not at its first launch, and timed
-    as compilation (``compiling``: outside the stage timers; announced once when it takes more
-    than a second, that is, when CuPy's disk cache did not hold the module). Kernels sharing a
-    source and options share one NVRTC compile."""
+    as compilation (``compiling``: outside the stage timers, announced once compiles have taken
+    a second; ``watch_cupy``'s wrapper counts the same call, nested, where CuPy has it). Kernels
+    sharing a source and options share one NVRTC compile."""
     kernel = cp.RawKernel(code, name, options=options)
     with compiling(_COMPILE_NOTE):
         kernel.compile()
