@@ -882,6 +882,25 @@ def test_auc_bucket_words_refuses_buckets_out_of_range():
         cpu_kernels.auc_bucket_words(np.array([3, 64]), np.ones(2), None, 1.0, 64)
 
 
+def test_auc_bucket_words_at_the_tally_bound():
+    """The CPU's int32 tallies: a bucket holding every row's weight, 2**30 in all (the largest
+    total the auc's integer area allows), gives the twin's words; a scale past it is refused,
+    not wrapped."""
+    n = 1024
+    bucket = np.full(n, 5)
+    bucket[:3] = [0, 63, 5]
+    label = np.ones(n)
+    label[::7] = 0.0
+    expected = numpy_kernels.auc_bucket_words(bucket, label, None, 2.0**20, 64)
+    assert expected[1] + expected[2] == 2**30
+    assert np.array_equal(cpu_kernels.auc_bucket_words(bucket, label, None, 2.0**20, 64),
+                          expected)
+    with pytest.raises(ValueError, match=r"may tally above 2\*\*30"):
+        cpu_kernels.auc_bucket_words(bucket, label, None, 2.0**21, 64)
+    with pytest.raises(ValueError, match=r"may tally above 2\*\*30"):
+        cpu_kernels.auc_bucket_words(bucket, label, np.full(n, 2.0), 2.0**20, 64)
+
+
 def test_log_gamma(kernels):
     values = np.concatenate([np.arange(1, 50, dtype=np.float64), [0.5, 1.5, 1e6, 3.25]])
     expected = numpy_kernels.log_gamma(values)

@@ -65,8 +65,12 @@ def key_range(xp, keys: list):
 
 def buckets(xp, keys, low, span):
     """int64 bucket ids in [0, 2**DENSE_BITS) of keys in [low, low + span): (keys - low) *
-    2**DENSE_BITS // span, exact integers. low, span: ints, or int64 device scalars."""
-    return ((keys - low) << DENSE_BITS) // span
+    2**DENSE_BITS // span, exact integers (a new array). low, span: ints, or int64 device
+    scalars."""
+    ids = keys - low
+    ids <<= DENSE_BITS  # in place: a large set's temporaries each fault their pages in
+    ids //= span
+    return ids
 
 
 def merge(tables: list) -> np.ndarray:
