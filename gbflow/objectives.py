@@ -70,8 +70,8 @@ def _sigmoid(xp, x):
     is a fresh allocation whose pages fault in again (200,000 rows on two cores: 3.0 -> 1.2 ms),
     and the operations and their order are the expression's, so the values are too. A value
     traced by ``Backend.fused`` (CuPy's fusion: one kernel, no temporaries) takes the plain
-    expression, which the tracer reads."""
-    if not isinstance(x, xp.ndarray):
+    expression, which the tracer reads, and so do a 0-d or whole-number array."""
+    if not isinstance(x, xp.ndarray) or x.ndim == 0 or x.dtype.kind != "f":
         with np.errstate(over="ignore"):
             return 1.0 / (1.0 + xp.exp(-x))
     out = xp.negative(x)
@@ -124,7 +124,8 @@ class Logistic(ElementwiseLoss, SquaredError):
 
     def row_gradients(self, xp, margin, label, weight):
         p = _sigmoid(xp, margin)
-        if not isinstance(p, xp.ndarray):  # traced by Backend.fused: the plain expressions
+        if not isinstance(p, xp.ndarray) or p.ndim == 0:  # traced by Backend.fused: the
+            # plain expressions
             hess = xp.maximum(p * (1.0 - p), _dtypes.MIN_HESSIAN)
             return weighted_rows(xp, p - label, hess,
                                  self._positive_weight(xp, label, weight))

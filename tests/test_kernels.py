@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from gbflow import _dtypes, sketch
 from gbflow.backend import common, cpu_kernels, numpy_kernels
+from gbflow.metrics import tallies
 
 
 def random_level(rng, n_rows, n_features, n_bins, n_nodes, missing=0.1):
@@ -884,8 +885,9 @@ def test_auc_bucket_words_refuses_buckets_out_of_range():
 
 def test_auc_bucket_words_at_the_tally_bound():
     """The CPU's int32 tallies: a bucket holding every row's weight, 2**30 in all (the largest
-    total the auc's integer area allows), gives the twin's words; a scale past it is refused,
-    not wrapped."""
+    total the auc's integer area allows), gives the twin's words; the scales the metrics choose
+    (``tallies.weight_scale``, a rounding ulp above 2**30 in all at times) are taken; a scale
+    whose tally could reach 2**31 is refused, not wrapped."""
     n = 1024
     bucket = np.full(n, 5)
     bucket[:3] = [0, 63, 5]
@@ -895,9 +897,18 @@ def test_auc_bucket_words_at_the_tally_bound():
     assert expected[1] + expected[2] == 2**30
     assert np.array_equal(cpu_kernels.auc_bucket_words(bucket, label, None, 2.0**20, 64),
                           expected)
-    with pytest.raises(ValueError, match=r"may tally above 2\*\*30"):
+    rng = np.random.default_rng(9)
+    rows = 1 << 17
+    weight = np.ones(rows)
+    weight[0] = np.nextafter(1.0, 2.0)  # its scale puts rows * weight * scale past 2**30
+    scale = tallies.weight_scale(rows, float(weight.max()))
+    assert rows * weight.max() * scale > 2**30
+    spread, soft = rng.integers(0, 1 << 20, rows), rng.random(rows)
+    assert np.array_equal(cpu_kernels.auc_bucket_words(spread, soft, weight, scale, 1 << 20),
+                          numpy_kernels.auc_bucket_words(spread, soft, weight, scale, 1 << 20))
+    with pytest.raises(ValueError, match=r"may tally 2\*\*31 or more"):
         cpu_kernels.auc_bucket_words(bucket, label, None, 2.0**21, 64)
-    with pytest.raises(ValueError, match=r"may tally above 2\*\*30"):
+    with pytest.raises(ValueError, match=r"may tally 2\*\*31 or more"):
         cpu_kernels.auc_bucket_words(bucket, label, np.full(n, 2.0), 2.0**20, 64)
 
 

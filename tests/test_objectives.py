@@ -601,5 +601,13 @@ def test_logistic_in_place_steps_give_the_expressions_values(dtype):
         g0, h0 = p - label, np.maximum(p * (1.0 - p), 1e-16)
         if w is not None:
             g0, h0 = g0 * w, h0 * w
-        assert np.array_equal(g, g0.astype(np.float32)) and np.array_equal(h, h0.astype(np.float32))
+        assert np.array_equal(g, g0.astype(np.float32))
+        assert np.array_equal(h, h0.astype(np.float32))
         assert np.array_equal(x, kept)
+    # values that are not arrays (as a fusion traces them), a 0-d array, whole numbers
+    for margin, y in ((dtype(-0.3), 1.0), (np.array(0.3, dtype), np.array(1.0))):
+        g, h = loss.row_gradients(np, margin, y, None)
+        p = 1.0 / (1.0 + np.exp(-margin))
+        assert g == np.float32(p - y) and h == np.float32(max(p * (1.0 - p), 1e-16))
+    whole = np.arange(-3, 4)
+    assert np.array_equal(_sigmoid(np, whole), 1.0 / (1.0 + np.exp(-whole)))

@@ -1694,7 +1694,7 @@ def _popcount(x):
     return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
-_TALLY_LIMIT = 2.0**30  # auc_words' bound on a table's totals (metrics.tallies.WEIGHT_LIMIT)
+_TALLY_LIMIT = 2.0**31  # the occupied-bucket table's int32 tallies stay below it
 
 
 @njit(**_JIT)
@@ -1703,8 +1703,8 @@ def _auc_bucket_words(bucket, label, weight, has_weight, scale, n_buckets, out):
     # bucket's rank among them by a prefix count of the bitmap's words, the rows tallied into a
     # table of the occupied buckets alone, in bucket order: the dense table's nonzero columns,
     # so the same words, without filling and scanning 16 MB a round. The table holds int32
-    # tallies: a bucket's tally is at most its set's total, about 2**30 at most (the wrapper
-    # checks it), and half the bytes scattered into made 1M rows 2-3x faster.
+    # tallies: a bucket's tally is at most its set's total, below 2**31 (the wrapper checks
+    # it), and half the bytes scattered into made 1M rows 2-3x faster.
     n = bucket.shape[0]
     n_words = (n_buckets + 63) >> 6
     bits = np.zeros(n_words, dtype=np.uint64)
@@ -1748,12 +1748,13 @@ def auc_bucket_words(bucket, label, weight, scale, n_buckets: int):
     table of those alone)."""
     has_weight = weight is not None
     out = np.empty(3, dtype=np.int64)
-    # the int32 tallies' bound: the rows' scaled weights together at most 2**30, as
-    # auc_words needs (their rounding adds at most half a unit a row: still below 2**31)
+    # the int32 tallies' bound: a row adds rint(its scaled weight) < that weight + 1, so the
+    # table stays below 2**31 when largest * n + n does (tallies.weight_scale keeps
+    # largest * n about 2**30, a rounding ulp above it at times)
     largest = scale if weight is None else float(np.max(weight, initial=0.0)) * scale
-    if largest * len(bucket) > _TALLY_LIMIT:
+    if (largest + 1.0) * len(bucket) >= _TALLY_LIMIT:
         raise ValueError(f"auc_bucket_words: {len(bucket)} rows of scaled weight up to "
-                         f"{largest:g} may tally above 2**30; choose a smaller scale")
+                         f"{largest:g} may tally 2**31 or more; choose a smaller scale")
     # the ids are checked as the bitmap is made (a pass less than checking them first)
     if not _auc_bucket_words(np.asarray(bucket, dtype=np.int64),
                              np.asarray(label, dtype=np.float64),
