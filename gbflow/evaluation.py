@@ -219,9 +219,6 @@ class Evaluation:
         # walk reads them there)
         self._staged = predictor.StagedForest(backend) \
             if any(s.X is not None for s in sets) else None
-        # (n, n_groups) margins -> predictions, row by row: on blocks of rows in threads on
-        # the CPU (a large set's sigmoid is otherwise one thread's exp)
-        self._transform = backend.row_blocks(lambda m: objective.eval_transform(backend.xp, m))
 
     def __bool__(self) -> bool:
         return bool(self.sets)
@@ -267,6 +264,7 @@ class Evaluation:
         arrays every round), the transform and the metrics are recorded once and replayed
         (the same arrays, written again: the margins are updated in place, so their
         addresses and the staged arrays' name the work)."""
+        xp = self.backend.xp
         forest = self._staged.write(trees) if self._staged is not None and \
             self._staged.can_stage(trees) else None
         if forest is None:
@@ -277,7 +275,8 @@ class Evaluation:
             if forest is not None:
                 for s in self.sets:
                     s.add_forest(forest)
-            predictions = [[self._transform(m) for m in s.margin] for s in self.sets]
+            predictions = [[self.objective.eval_transform(xp, m) for m in s.margin]
+                           for s in self.sets]
             return predictions, self.evaluator.queue(predictions) if self.evaluator else None
         if self._recorder is None:
             return queue()

@@ -148,14 +148,7 @@ class Backend:
         """``function`` (elementwise arithmetic on this backend's arrays, array arguments only)
         made into one kernel called ``name`` (an identifier) where the backend can (the GPU: one
         launch instead of one per operation, which matters for what runs every round); else
-        as ``row_blocks`` runs it."""
-        return self.row_blocks(function)
-
-    def row_blocks(self, function):
-        """``function`` of arrays of rows (array arguments only, the same length; each output
-        row made from the same rows of the inputs alone, as a prediction transform or an
-        elementwise step) run on blocks of rows at once where the backend gains by it (the CPU:
-        threads); else ``function`` itself. The values are the same either way."""
+        ``function`` itself."""
         return function
 
     def free_cached_memory(self) -> None:

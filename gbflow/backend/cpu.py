@@ -1,11 +1,7 @@
 """The CPU backend: NumPy arrays and the numba kernels (or their NumPy twins, for tests)."""
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
-import contextvars
-import os
-import threading
 
 import numba
 import numpy as np
@@ -21,29 +17,6 @@ from .compiling import watch_numba
 # cells gives 5, 16 and 2. On two cores it changes nothing for these shapes. The thread count
 # does not change a model (the kernels' sums are integers).
 CELLS_PER_THREAD = 1 << 16
-
-# ``row_blocks``: a thread takes at least this many rows (fewer: one call, no hand-off), and the
-# blocks start at multiples of _BLOCK_ALIGN rows, so that every element sits at the same offset
-# from a 64-element boundary as in one call (a SIMD loop's peeled or tail elements are the same).
-ROWS_PER_BLOCK = 1 << 15
-_BLOCK_ALIGN = 64
-_pool_lock = threading.Lock()
-_pool: list = []  # the process's one thread pool for row blocks, made at first use
-
-
-def _block_pool() -> concurrent.futures.ThreadPoolExecutor:
-    with _pool_lock:
-        if not _pool:
-            _pool.append(concurrent.futures.ThreadPoolExecutor(
-                max_workers=os.cpu_count() or 1, thread_name_prefix="gbflow-rows"))
-        return _pool[0]
-
-
-def _joined(parts: list):
-    """The blocks' results as one result: an array, or a tuple of arrays, in row order."""
-    if isinstance(parts[0], tuple):
-        return tuple(np.concatenate(column) for column in zip(*parts))
-    return np.concatenate(parts)
 
 
 class CpuBackend(Backend):
@@ -62,30 +35,6 @@ class CpuBackend(Backend):
             kernels.finish_whole_tree
         if kernels is cpu_kernels:
             watch_numba()  # numba's compiles timed apart from the stages, and announced
-
-    def row_blocks(self, function):
-        """``function`` on blocks of at least ``ROWS_PER_BLOCK`` rows in as many threads as this
-        thread's kernels may use (``limited_threads``), its results joined in row order. NumPy
-        releases the GIL in its loops, so the blocks' arithmetic runs side by side: an
-        evaluation set's sigmoid, and the training's logistic gradients, are one-thread
-        ``np.exp`` calls otherwise (AVX2 machines have no SIMD float64 exp in NumPy: 10 ms for
-        1M rows). Every element goes through the same operations as in one call, so the values
-        are the same (tests/test_backend_rows.py). Side effect: a process-wide thread pool."""
-        def on_blocks(*arrays):
-            n = len(arrays[0])
-            threads = min(numba.get_num_threads(), n // ROWS_PER_BLOCK)
-            if threads < 2:
-                return function(*arrays)
-            bounds = [(n * k // threads) // _BLOCK_ALIGN * _BLOCK_ALIGN
-                      for k in range(threads)] + [n]
-            blocks = [tuple(a[lo:hi] for a in arrays) for lo, hi in zip(bounds, bounds[1:])]
-            # the first block in this thread: it would only wait otherwise; the others in this
-            # thread's context (NumPy's errstate lives there)
-            later = [_block_pool().submit(contextvars.copy_context().run, function, *block)
-                     for block in blocks[1:]]
-            parts = [function(*blocks[0])] + [f.result() for f in later]
-            return _joined(parts)
-        return on_blocks
 
     @contextlib.contextmanager
     def limited_threads(self, n: int | None, cells: int | None = None):
