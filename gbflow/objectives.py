@@ -124,8 +124,8 @@ class Logistic(ElementwiseLoss, SquaredError):
 
     def row_gradients(self, xp, margin, label, weight):
         p = _sigmoid(xp, margin)
-        # a value traced by Backend.fused, or a 0-d array: the plain expressions
-        if not isinstance(p, xp.ndarray) or p.ndim == 0:
+        # a value traced by Backend.fused (or a NumPy scalar): the plain expressions
+        if not isinstance(p, xp.ndarray):
             hess = xp.maximum(p * (1.0 - p), _dtypes.MIN_HESSIAN)
             return weighted_rows(xp, p - label, hess,
                                  self._positive_weight(xp, label, weight))

@@ -1694,7 +1694,8 @@ def _popcount(x):
     return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
-_TALLY_LIMIT = 2.0**31  # the occupied-bucket table's int32 tallies stay below it
+_TALLY_LIMIT = 1 << 31  # the occupied-bucket table's int32 tallies stay below it
+_BAD_BUCKET, _TOO_HEAVY = 1, 2  # _auc_bucket_words' refusals (0: done)
 
 
 @njit(**_JIT)
@@ -1703,8 +1704,9 @@ def _auc_bucket_words(bucket, label, weight, has_weight, scale, n_buckets, out):
     # bucket's rank among them by a prefix count of the bitmap's words, the rows tallied into a
     # table of the occupied buckets alone, in bucket order: the dense table's nonzero columns,
     # so the same words, without filling and scanning 16 MB a round. The table holds int32
-    # tallies: a bucket's tally is at most its set's total, below 2**31 (the wrapper checks
-    # it), and half the bytes scattered into made 1M rows 2-3x faster.
+    # tallies: a bucket's tally is at most the rows' total, counted in int64 on the way and
+    # refused from 2**31 (then a tally may have wrapped), and half the bytes scattered into
+    # made 1M rows 2-3x faster.
     n = bucket.shape[0]
     n_words = (n_buckets + 63) >> 6
     bits = np.zeros(n_words, dtype=np.uint64)
@@ -1712,7 +1714,7 @@ def _auc_bucket_words(bucket, label, weight, has_weight, scale, n_buckets, out):
     for i in range(n):
         b = bucket[i]
         if b < 0 or b >= n_buckets:
-            return False
+            return _BAD_BUCKET
         bits[b >> 6] |= one << np.uint64(b & 63)
     first = np.empty(n_words, dtype=np.int64)  # rank of each word's first occupied bucket
     occupied = 0
@@ -1720,14 +1722,19 @@ def _auc_bucket_words(bucket, label, weight, has_weight, scale, n_buckets, out):
         first[j] = occupied
         occupied += _popcount(bits[j])
     table = np.zeros((occupied, 2), dtype=np.int32)
+    total = np.int64(0)
     for i in range(n):
         b = bucket[i]
         below = (one << np.uint64(b & 63)) - one
         r = first[b >> 6] + _popcount(bits[b >> 6] & below)
         w = weight[i] * scale if has_weight else scale
+        whole = np.int64(np.rint(w))
         positive = np.int64(np.rint(w * label[i]))
+        total += whole
         table[r, 0] += np.int32(positive)
-        table[r, 1] += np.int32(np.int64(np.rint(w)) - positive)
+        table[r, 1] += np.int32(whole - positive)
+    if total >= _TALLY_LIMIT:
+        return _TOO_HEAVY
     below_total = np.int64(0)
     numerator = np.int64(0)
     positive_total = np.int64(0)
@@ -1740,7 +1747,7 @@ def _auc_bucket_words(bucket, label, weight, has_weight, scale, n_buckets, out):
     out[0] = numerator
     out[1] = positive_total
     out[2] = below_total
-    return True
+    return 0
 
 
 def auc_bucket_words(bucket, label, weight, scale, n_buckets: int):
@@ -1748,19 +1755,18 @@ def auc_bucket_words(bucket, label, weight, scale, n_buckets: int):
     table of those alone)."""
     has_weight = weight is not None
     out = np.empty(3, dtype=np.int64)
-    # the int32 tallies' bound: a row adds rint(its scaled weight) < that weight + 1, so the
-    # table stays below 2**31 when largest * n + n does (tallies.weight_scale keeps
-    # largest * n about 2**30, a rounding ulp above it at times)
-    largest = scale if weight is None else float(np.max(weight, initial=0.0)) * scale
-    if (largest + 1.0) * len(bucket) >= _TALLY_LIMIT:
-        raise ValueError(f"auc_bucket_words: {len(bucket)} rows of scaled weight up to "
-                         f"{largest:g} may tally 2**31 or more; choose a smaller scale")
-    # the ids are checked as the bitmap is made (a pass less than checking them first)
-    if not _auc_bucket_words(np.asarray(bucket, dtype=np.int64),
-                             np.asarray(label, dtype=np.float64),
-                             np.asarray(weight, dtype=np.float64) if has_weight else np.zeros(1),
-                             has_weight, np.float64(scale), int(n_buckets), out):
+    # the ids are checked as the bitmap is made, the total as the rows are tallied (no pass
+    # of their own)
+    refused = _auc_bucket_words(np.asarray(bucket, dtype=np.int64),
+                                np.asarray(label, dtype=np.float64),
+                                np.asarray(weight, dtype=np.float64) if has_weight
+                                else np.zeros(1), has_weight, np.float64(scale),
+                                int(n_buckets), out)
+    if refused == _BAD_BUCKET:
         raise ValueError(f"auc_bucket_words: bucket ids must lie in [0, {n_buckets})")
+    if refused == _TOO_HEAVY:
+        raise ValueError(f"auc_bucket_words: {len(bucket)} rows of scale {scale:g} may tally "
+                         f"2**31 or more (int32 tallies); choose a smaller scale")
     return out
 
 
