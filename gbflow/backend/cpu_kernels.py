@@ -167,7 +167,7 @@ def _clear_thread_histogram(acc, widths):
             acc[f, b, 1] = 0
 
 
-@njit(inline="always", **_JIT)
+@njit(parallel=True, **_JIT)
 def _add_thread_histograms(into, local, widths):
     # into += every thread's local histogram over feature f's first widths[f] bins (the rest of
     # a thread's histogram is neither cleared nor reached), the features spread over the threads
@@ -194,12 +194,17 @@ def _build_histograms(bins, gh, row_index, seg_start, seg_count, hist, n_threads
             continue
         chunk = (count + n_threads - 1) // n_threads
         for t in prange(n_threads):
-            lo = seg_start[k] + t * chunk
-            hi = min(seg_start[k] + count, lo + chunk)
-            acc = local[t]
-            _clear_thread_histogram(acc, widths)
-            _add_rows(acc, bins, gh, row_index, lo, hi)
+            lo = seg_start[k] + np.int64(t) * chunk
+            _thread_rows_histogram(local[t], bins, gh, row_index, lo,
+                                   min(seg_start[k] + count, lo + chunk), widths)
         _add_thread_histograms(hist[k], local, widths)
+
+
+@njit(forceinline=True, **_JIT)
+def _thread_rows_histogram(acc, bins, gh, row_index, lo, hi, widths):
+    """One thread's histogram ``acc`` (cleared over widths) of row_index[lo:hi]'s rows."""
+    _clear_thread_histogram(acc, widths)
+    _add_rows(acc, bins, gh, row_index, lo, hi)
 
 
 def build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins, n_value_bins=None):
@@ -327,6 +332,10 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
 def _partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg_count, feature,
                              bin_threshold, default_left, small_is_left, hist, left_count,
                              dest, in_place, n_threads, widths):
+    # Each parallel loop's body is a function of its own (as in every large parallel kernel
+    # here): numba's parallel passes over a large loop body (fusion, and lowering it again
+    # into the threads' function) cost about 2.5x a plain compile of the same code, seconds of
+    # every fresh machine's first call.
     n_features = bins.shape[1]
     n_bins = hist.shape[2]
     local = np.empty((n_threads, n_features, n_bins, 2), dtype=np.int64)
@@ -336,34 +345,16 @@ def _partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, se
         count = seg_count[k]
         if count == 0:
             continue
-        f = feature[k]
-        thr = bin_threshold[k]
-        dl = default_left[k]
-        build_left = small_is_left[k]
         goes_left = np.empty(count, dtype=np.bool_)
         chunk = (count + n_threads - 1) // n_threads
         # Pass 1, per block of rows: decide each row's side (branch-free), collect the rows of the
         # child being built, then add those rows to the histogram while they are still in cache.
         for t in prange(n_threads):
-            a = lo + t * chunk
-            b = min(lo + count, a + chunk)
-            acc = local[t]
-            _clear_thread_histogram(acc, widths)
-            block = np.empty(_BLOCK, dtype=row_index.dtype)
-            n_left = 0
-            for block_start in range(a, b, _BLOCK):
-                block_end = min(b, block_start + _BLOCK)
-                n_block = 0
-                for p in range(block_start, block_end):
-                    r = row_index[p]
-                    bb = bins_by_feature[f, r]
-                    go = (bb == 0 and dl) or (bb != 0 and bb <= thr)
-                    goes_left[p - lo] = go
-                    n_left += go
-                    block[n_block] = r
-                    n_block += go == build_left
-                _add_rows(acc, bins, gh, block, 0, n_block)
-            n_left_of[t] = n_left
+            a = lo + np.int64(t) * chunk
+            n_left_of[t] = _sides_and_histogram(
+                local[t], bins, bins_by_feature, gh, row_index, lo, a, min(lo + count, a + chunk),
+                feature[k], bin_threshold[k], default_left[k], small_is_left[k], goes_left,
+                widths)
         total_left = 0
         for t in range(n_threads):
             total_left += n_left_of[t]
@@ -372,25 +363,56 @@ def _partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, se
         moved = np.empty(count if in_place else 0, dtype=row_index.dtype)
         offset = 0 if in_place else lo
         for t in prange(n_threads):
-            a = lo + t * chunk
-            b = min(lo + count, a + chunk)
-            out = moved if in_place else dest
-            left_before = 0
-            for u in range(t):
-                left_before += n_left_of[u]
-            left_pos = offset + left_before
-            right_pos = offset + total_left + (a - lo) - left_before
-            for p in range(a, b):
-                go = goes_left[p - lo]
-                out[left_pos if go else right_pos] = row_index[p]
-                left_pos += go
-                right_pos += 1 - go
+            a = lo + np.int64(t) * chunk
+            _scatter_sides(moved if in_place else dest, row_index, goes_left, lo, a,
+                           min(lo + count, a + chunk), offset, n_left_of, np.int64(t),
+                           total_left)
         if in_place:
             for t in prange(n_threads):
                 for j in range(t * chunk, min(count, (t + 1) * chunk)):
                     dest[lo + j] = moved[j]
         _add_thread_histograms(hist[k], local, widths)
         left_count[k] = total_left
+
+
+@njit(forceinline=True, **_JIT)
+def _sides_and_histogram(acc, bins, bins_by_feature, gh, row_index, lo, a, b, f, thr, dl,
+                         build_left, goes_left, widths):
+    """Pass 1 of ``_partition_and_histogram`` for one thread's rows row_index[a:b] of the
+    segment starting at lo: goes_left[p - lo] set, the built child's rows added into the
+    thread's histogram ``acc`` (cleared first); returns how many rows go left."""
+    _clear_thread_histogram(acc, widths)
+    block = np.empty(_BLOCK, dtype=row_index.dtype)
+    n_left = 0
+    for block_start in range(a, b, _BLOCK):
+        block_end = min(b, block_start + _BLOCK)
+        n_block = 0
+        for p in range(block_start, block_end):
+            r = row_index[p]
+            bb = bins_by_feature[f, r]
+            go = (bb == 0 and dl) or (bb != 0 and bb <= thr)
+            goes_left[p - lo] = go
+            n_left += go
+            block[n_block] = r
+            n_block += go == build_left
+        _add_rows(acc, bins, gh, block, 0, n_block)
+    return n_left
+
+
+@njit(forceinline=True, **_JIT)
+def _scatter_sides(out, row_index, goes_left, lo, a, b, offset, n_left_of, t, total_left):
+    """Pass 2 of ``_partition_and_histogram`` for thread t's rows row_index[a:b]: each to its
+    side's next place in out (left ones from offset, right ones after every left one)."""
+    left_before = 0
+    for u in range(t):
+        left_before += n_left_of[u]
+    left_pos = offset + left_before
+    right_pos = offset + total_left + (a - lo) - left_before
+    for p in range(a, b):
+        go = goes_left[p - lo]
+        out[left_pos if go else right_pos] = row_index[p]
+        left_pos += go
+        right_pos += 1 - go
 
 
 @njit(parallel=True, **_JIT)
@@ -401,35 +423,39 @@ def _partition_nodes_apart(bins, bins_by_feature, gh, row_index, seg_start, seg_
     # buffers to clear and add, no parallel region per node (at a deep level, hundreds of nodes
     # of a few rows each; one parallel region a node ran up to 9x slower at 128 nodes).
     for k in prange(seg_start.shape[0]):
-        lo = seg_start[k]
-        hi = lo + seg_count[k]
-        f = feature[k]
-        thr = bin_threshold[k]
-        dl = default_left[k]
-        build_left = small_is_left[k]
-        acc = hist[k]
-        n_left = 0
-        block = np.empty(_BLOCK, dtype=row_index.dtype)
-        for block_start in range(lo, hi, _BLOCK):
-            n_block = 0
-            for p in range(block_start, min(hi, block_start + _BLOCK)):
-                r = row_index[p]
-                bb = bins_by_feature[f, r]
-                go = (bb == 0 and dl) or (bb != 0 and bb <= thr)
-                n_left += go
-                block[n_block] = r
-                n_block += go == build_left
-            _add_rows(acc, bins, gh, block, 0, n_block)
-        left_pos = lo
-        right_pos = lo + n_left
-        for p in range(lo, hi):
+        left_count[k] = _partition_node(hist[k], bins, bins_by_feature, gh, row_index,
+                                        seg_start[k], seg_start[k] + seg_count[k], feature[k],
+                                        bin_threshold[k], default_left[k], small_is_left[k],
+                                        dest)
+
+
+@njit(forceinline=True, **_JIT)
+def _partition_node(acc, bins, bins_by_feature, gh, row_index, lo, hi, f, thr, dl, build_left,
+                    dest):
+    """One node of ``_partition_nodes_apart``: its built child's rows added into ``acc``, its
+    segment row_index[lo:hi] scattered into dest's; returns how many rows go left."""
+    n_left = 0
+    block = np.empty(_BLOCK, dtype=row_index.dtype)
+    for block_start in range(lo, hi, _BLOCK):
+        n_block = 0
+        for p in range(block_start, min(hi, block_start + _BLOCK)):
             r = row_index[p]
             bb = bins_by_feature[f, r]
             go = (bb == 0 and dl) or (bb != 0 and bb <= thr)
-            dest[left_pos if go else right_pos] = r
-            left_pos += go
-            right_pos += 1 - go
-        left_count[k] = n_left
+            n_left += go
+            block[n_block] = r
+            n_block += go == build_left
+        _add_rows(acc, bins, gh, block, 0, n_block)
+    left_pos = lo
+    right_pos = lo + n_left
+    for p in range(lo, hi):
+        r = row_index[p]
+        bb = bins_by_feature[f, r]
+        go = (bb == 0 and dl) or (bb != 0 and bb <= thr)
+        dest[left_pos if go else right_pos] = r
+        left_pos += go
+        right_pos += 1 - go
+    return n_left
 
 
 def _hist_out(out, shape, name):
@@ -548,7 +574,7 @@ def add_leaf_values(margin, row_index, seg_start, seg_count, values):
                      np.asarray(seg_count, dtype=np.int64), np.asarray(values, dtype=np.float64))
 
 
-@njit(inline="always", **_JIT)
+@njit(**_JIT)
 def _add_split_node(margin, bins_by_feature, row_index, a, b, f, thr, dl, lv, rv):
     for p in range(a, b):
         r = row_index[p]
@@ -1109,120 +1135,135 @@ def _evaluate_sparse_splits(hist, bin_offsets, n_value_bins, feature_allowed, pa
     # min(n_value_bins[f], padded_bins - 1), the last one (every value bin left) with missing
     # values right only: the present-versus-missing split, written as threshold 0, missing
     # left, as the twin writes it. Same float operations, same candidate order.
-    n_nodes = hist.shape[0]
+    # One node a task, the task a function of its own: numba's parallel passes over a large
+    # loop body (fusion, and lowering it again into the threads' function) cost about 2.5x a
+    # plain compile of the same code, seconds of every fresh machine's first call.
+    for k in prange(hist.shape[0]):
+        _evaluate_node_splits(np.int64(k), hist, bin_offsets, n_value_bins, feature_allowed,
+                              padded_bins, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
+                              min_child_weight, bounded, max_delta_step, node_bounds, monotone,
+                              gain, feature, bin_threshold, default_left, left_sum)
+
+
+@njit(forceinline=True, **_JIT)
+def _evaluate_node_splits(k, hist, bin_offsets, n_value_bins, feature_allowed, padded_bins,
+                          inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, min_child_weight,
+                          bounded, max_delta_step, node_bounds, monotone,
+                          gain, feature, bin_threshold, default_left, left_sum):
+    """Node k's best dense split (``_evaluate_sparse_splits``' task), written into its rows of
+    gain, feature, bin_threshold, default_left and left_sum."""
     n_features = n_value_bins.shape[0]
-    for k in prange(n_nodes):
-        tot_g = np.int64(0)
-        tot_h = np.int64(0)
-        for b in range(bin_offsets[0], bin_offsets[1]):  # feature 0's bins, as the twin
-            tot_g += hist[k, b, 0]
-            tot_h += hist[k, b, 1]
-        GP = np.float64(tot_g) * inv_scale_g
-        HP = np.float64(tot_h) * inv_scale_h
-        lower = node_bounds[k, 0] if bounded else 0.0
-        upper = node_bounds[k, 1] if bounded else 0.0
-        parent = _parent_gain(GP, HP, reg_lambda, reg_alpha, bounded, max_delta_step, lower,
-                              upper)
-        best = -np.inf
-        best_f = -1
-        best_t = 0
-        best_d = False
-        best_lg = np.int64(0)
-        best_lh = np.int64(0)
-        at_t = np.empty(padded_bins, dtype=np.int64)  # a feature's thresholds worth scoring
-        at_g = np.empty(padded_bins, dtype=np.int64)
-        at_h = np.empty(padded_bins, dtype=np.int64)
-        gain_left = np.empty(padded_bins, dtype=np.float64)
-        gain_right = np.empty(padded_bins, dtype=np.float64)
-        for f in range(n_features):
-            if not feature_allowed[k % feature_allowed.shape[0], f]:  # 1 row, or 1 a node
+    tot_g = np.int64(0)
+    tot_h = np.int64(0)
+    for b in range(bin_offsets[0], bin_offsets[1]):  # feature 0's bins, as the twin
+        tot_g += hist[k, b, 0]
+        tot_h += hist[k, b, 1]
+    GP = np.float64(tot_g) * inv_scale_g
+    HP = np.float64(tot_h) * inv_scale_h
+    lower = node_bounds[k, 0] if bounded else 0.0
+    upper = node_bounds[k, 1] if bounded else 0.0
+    parent = _parent_gain(GP, HP, reg_lambda, reg_alpha, bounded, max_delta_step, lower,
+                          upper)
+    best = -np.inf
+    best_f = -1
+    best_t = 0
+    best_d = False
+    best_lg = np.int64(0)
+    best_lh = np.int64(0)
+    at_t = np.empty(padded_bins, dtype=np.int64)  # a feature's thresholds worth scoring
+    at_g = np.empty(padded_bins, dtype=np.int64)
+    at_h = np.empty(padded_bins, dtype=np.int64)
+    gain_left = np.empty(padded_bins, dtype=np.float64)
+    gain_right = np.empty(padded_bins, dtype=np.float64)
+    for f in range(n_features):
+        if not feature_allowed[k % feature_allowed.shape[0], f]:  # 1 row, or 1 a node
+            continue
+        lo = bin_offsets[f]
+        width = bin_offsets[f + 1] - lo
+        if min_child_weight > 0:
+            # All value bins zero (no present value here, the usual case of a one-hot
+            # column in a deep node): every candidate leaves one child the whole node and
+            # the other a hessian of 0 < min_child_weight, so all are -inf. Skipped.
+            empty = True
+            for b in range(lo + 1, lo + width):
+                if hist[k, b, 0] != 0 or hist[k, b, 1] != 0:
+                    empty = False
+                    break
+            if empty:
                 continue
-            lo = bin_offsets[f]
-            width = bin_offsets[f + 1] - lo
-            if min_child_weight > 0:
-                # All value bins zero (no present value here, the usual case of a one-hot
-                # column in a deep node): every candidate leaves one child the whole node and
-                # the other a hessian of 0 < min_child_weight, so all are -inf. Skipped.
-                empty = True
-                for b in range(lo + 1, lo + width):
-                    if hist[k, b, 0] != 0 or hist[k, b, 1] != 0:
-                        empty = False
-                        break
-                if empty:
-                    continue
-            miss_g = hist[k, lo, 0] if width > 0 else np.int64(0)
-            miss_h = hist[k, lo, 1] if width > 0 else np.int64(0)
-            no_missing = miss_g == 0 and miss_h == 0
-            cum_g = np.int64(0)
-            cum_h = np.int64(0)
-            n_values = n_value_bins[f]
-            sign = monotone[f]
-            # Three passes: the thresholds worth scoring with their left sums, every gain (no
-            # branch between the divisions without bounds, which the core then overlaps), and
-            # the scan in candidate order (threshold, then missing left before right).
-            m = 0
-            for t in range(1, min(n_values, padded_bins - 1) + 1):
-                bin_g = hist[k, lo + t, 0] if t < width else np.int64(0)
-                bin_h = hist[k, lo + t, 1] if t < width else np.int64(0)
-                if t > 1 and bin_g == 0 and bin_h == 0 and (sign == 0 or t < n_values):
-                    # An empty bin (most of them in a deep node): t's candidates are t - 1's,
-                    # evaluated already (or equal to ones that were), and an equal gain never
-                    # wins. Present versus missing included: t - 1's missing-right candidate
-                    # is the same split, found first, as the twin keeps it. (Not with a
-                    # monotone sign: present versus missing is exempt from it, t - 1's
-                    # candidate is not.)
-                    continue
-                cum_g += bin_g
-                cum_h += bin_h
-                at_t[m] = t
-                at_g[m] = cum_g
-                at_h[m] = cum_h
-                m += 1
-            if bounded:  # the unbounded loop apart: LLVM does not hoist the test
-                for j in range(m):
-                    ordered = 0 if at_t[j] == n_values else sign
-                    gain_left[j] = _candidate_gain(
-                        at_g[j] + miss_g, at_h[j] + miss_h, tot_g, tot_h, parent, inv_scale_g,
-                        inv_scale_h, reg_lambda, reg_alpha, min_child_weight, True,
-                        max_delta_step, lower, upper, ordered)
-                    gain_right[j] = _candidate_gain(
-                        at_g[j], at_h[j], tot_g, tot_h, parent, inv_scale_g, inv_scale_h,
-                        reg_lambda, reg_alpha, min_child_weight, True, max_delta_step, lower,
-                        upper, ordered)
-            else:
-                for j in range(m):
-                    gain_left[j] = _free_gain(at_g[j] + miss_g, at_h[j] + miss_h, tot_g, tot_h,
-                                              parent, inv_scale_g, inv_scale_h, reg_lambda,
-                                              reg_alpha, min_child_weight)
-                    gain_right[j] = _free_gain(at_g[j], at_h[j], tot_g, tot_h, parent,
-                                               inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
-                                               min_child_weight)
+        miss_g = hist[k, lo, 0] if width > 0 else np.int64(0)
+        miss_h = hist[k, lo, 1] if width > 0 else np.int64(0)
+        no_missing = miss_g == 0 and miss_h == 0
+        cum_g = np.int64(0)
+        cum_h = np.int64(0)
+        n_values = n_value_bins[f]
+        sign = monotone[f]
+        # Three passes: the thresholds worth scoring with their left sums, every gain (no
+        # branch between the divisions without bounds, which the core then overlaps), and
+        # the scan in candidate order (threshold, then missing left before right).
+        m = 0
+        for t in range(1, min(n_values, padded_bins - 1) + 1):
+            bin_g = hist[k, lo + t, 0] if t < width else np.int64(0)
+            bin_h = hist[k, lo + t, 1] if t < width else np.int64(0)
+            if t > 1 and bin_g == 0 and bin_h == 0 and (sign == 0 or t < n_values):
+                # An empty bin (most of them in a deep node): t's candidates are t - 1's,
+                # evaluated already (or equal to ones that were), and an equal gain never
+                # wins. Present versus missing included: t - 1's missing-right candidate
+                # is the same split, found first, as the twin keeps it. (Not with a
+                # monotone sign: present versus missing is exempt from it, t - 1's
+                # candidate is not.)
+                continue
+            cum_g += bin_g
+            cum_h += bin_h
+            at_t[m] = t
+            at_g[m] = cum_g
+            at_h[m] = cum_h
+            m += 1
+        if bounded:  # the unbounded loop apart: LLVM does not hoist the test
             for j in range(m):
-                every_value = at_t[j] == n_values  # missing right: present versus missing
-                for d in range(2):  # 0: missing goes left, 1: missing goes right
-                    if d == 0 and every_value:  # every value and the missing ones: no split
-                        continue
-                    if d == 1 and no_missing and not every_value:
-                        continue  # the d = 0 candidate again: its equal gain never wins
-                    g = gain_left[j] if d == 0 else gain_right[j]
-                    if g > best:
-                        best = g
-                        best_f = f
-                        best_t = at_t[j]
-                        best_d = d == 0
-                        best_lg = at_g[j] + miss_g if d == 0 else at_g[j]
-                        best_lh = at_h[j] + miss_h if d == 0 else at_h[j]
-        if best_f >= 0 and best_t == n_value_bins[best_f]:  # present versus missing
-            best_t = 0
-            best_d = True
-            best_lg = tot_g - best_lg
-            best_lh = tot_h - best_lh
-        gain[k] = best
-        feature[k] = best_f
-        bin_threshold[k] = best_t
-        default_left[k] = best_d
-        left_sum[k, 0] = best_lg
-        left_sum[k, 1] = best_lh
+                ordered = 0 if at_t[j] == n_values else sign
+                gain_left[j] = _candidate_gain(
+                    at_g[j] + miss_g, at_h[j] + miss_h, tot_g, tot_h, parent, inv_scale_g,
+                    inv_scale_h, reg_lambda, reg_alpha, min_child_weight, True,
+                    max_delta_step, lower, upper, ordered)
+                gain_right[j] = _candidate_gain(
+                    at_g[j], at_h[j], tot_g, tot_h, parent, inv_scale_g, inv_scale_h,
+                    reg_lambda, reg_alpha, min_child_weight, True, max_delta_step, lower,
+                    upper, ordered)
+        else:
+            for j in range(m):
+                gain_left[j] = _free_gain(at_g[j] + miss_g, at_h[j] + miss_h, tot_g, tot_h,
+                                          parent, inv_scale_g, inv_scale_h, reg_lambda,
+                                          reg_alpha, min_child_weight)
+                gain_right[j] = _free_gain(at_g[j], at_h[j], tot_g, tot_h, parent,
+                                           inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
+                                           min_child_weight)
+        for j in range(m):
+            every_value = at_t[j] == n_values  # missing right: present versus missing
+            for d in range(2):  # 0: missing goes left, 1: missing goes right
+                if d == 0 and every_value:  # every value and the missing ones: no split
+                    continue
+                if d == 1 and no_missing and not every_value:
+                    continue  # the d = 0 candidate again: its equal gain never wins
+                g = gain_left[j] if d == 0 else gain_right[j]
+                if g > best:
+                    best = g
+                    best_f = f
+                    best_t = at_t[j]
+                    best_d = d == 0
+                    best_lg = at_g[j] + miss_g if d == 0 else at_g[j]
+                    best_lh = at_h[j] + miss_h if d == 0 else at_h[j]
+    if best_f >= 0 and best_t == n_value_bins[best_f]:  # present versus missing
+        best_t = 0
+        best_d = True
+        best_lg = tot_g - best_lg
+        best_lh = tot_h - best_lh
+    gain[k] = best
+    feature[k] = best_f
+    bin_threshold[k] = best_t
+    default_left[k] = best_d
+    left_sum[k, 0] = best_lg
+    left_sum[k, 1] = best_lh
 
 
 @njit(**_JIT)
@@ -1605,7 +1646,13 @@ def _fixed_point_words(values, scale, low_scale, n_threads):
             low_sum += np.int64(np.rint((scaled - high) * low_scale))
         words[t, 0] = high_sum
         words[t, 1] = low_sum
-    return words.sum(axis=0)
+    # added in a loop: words.sum(axis=0) compiled a parallel reduction (about a second of a
+    # fresh machine's first call)
+    total = np.zeros(2, dtype=np.int64)
+    for t in range(n_threads):
+        total[0] += words[t, 0]
+        total[1] += words[t, 1]
+    return total
 
 
 def fixed_point_words(values, scale, low_scale):
@@ -1872,9 +1919,12 @@ def _radix_sort(keys, weights, weighted):
         source_weights, dest_weights = dest_weights, source_weights
         moved = not moved
     if moved:
-        keys[:] = source_keys
-        if weighted:
-            weights[:] = source_weights
+        # element by element: an array assignment would compile numba's shape mismatch
+        # message (string formatting: about a second of a fresh machine's first call)
+        for i in range(n):
+            keys[i] = source_keys[i]
+            if weighted:
+                weights[i] = source_weights[i]
 
 
 @njit(**_JIT)
@@ -1926,12 +1976,18 @@ def occupied_keys(keys):
 
 @njit(parallel=True, **_JIT)
 def _sort_segments(ptr, keys, weights, weighted):
+    # the loop's body a function of its own: see _partition_and_histogram
     for s in prange(ptr.shape[0] - 1):
-        lo, hi = ptr[s], ptr[s + 1]
-        if hi - lo <= _SMALL_SEGMENT:
-            _insertion_sort(keys, weights, weighted, lo, hi)
-        else:
-            _radix_sort(keys[lo:hi], weights[lo:hi] if weighted else weights, weighted)
+        _sort_segment(keys, weights, weighted, ptr[s], ptr[s + 1])
+
+
+@njit(forceinline=True, **_JIT)
+def _sort_segment(keys, weights, weighted, lo, hi):
+    """keys[lo:hi] sorted in place, stably (and their weights with them when weighted)."""
+    if hi - lo <= _SMALL_SEGMENT:
+        _insertion_sort(keys, weights, weighted, lo, hi)
+    else:
+        _radix_sort(keys[lo:hi], weights[lo:hi] if weighted else weights, weighted)
 
 
 def sort_segments(ptr, keys, weights=None):
