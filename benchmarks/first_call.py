@@ -15,6 +15,9 @@ the compile. F7's target: the fresh
 call at most 3 s more than a warm one, with the compile announced. ``--after-compile`` runs
 ``gbflow compile --device ...`` in the fresh environment first (an install script's step) and
 prints its seconds: the "fresh" call then shows what it leaves to the first training.
+``--by-kernel`` prints the fresh call's compile seconds per numba function, each without the
+compiles nested in it (numba compiles a callee while compiling its caller): where a fresh
+machine's first call goes.
 """
 from __future__ import annotations
 
@@ -31,6 +34,21 @@ import json, logging, sys, time
 started = time.perf_counter()
 library, device, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
 sys.path.insert(0, sys.argv[4])
+by_kernel = {}
+if sys.argv[5] == "1":
+    from numba.core import event
+    open_compiles = []  # [name, start, seconds of nested compiles]
+    class Compiles(event.Listener):
+        def on_start(self, ev):
+            f = ev.data["dispatcher"].py_func
+            open_compiles.append([f"{f.__module__}.{f.__qualname__}", time.perf_counter(), 0.0])
+        def on_end(self, ev):
+            name, start, nested = open_compiles.pop()
+            seconds = time.perf_counter() - start
+            by_kernel[name] = by_kernel.get(name, 0.0) + seconds - nested
+            if open_compiles:
+                open_compiles[-1][2] += seconds
+    event.register("numba:compile", Compiles())
 from gpu_binary import make_data
 import numpy as np
 X, y = make_data(np, 10_000, 28, seed=0)[:2]
@@ -61,13 +79,15 @@ for _ in range(calls):
         timings = {}
     out["calls"].append({"seconds": time.perf_counter() - t, "timings": timings})
 out["announced"] = [m for m in announced if "compiling" in m]
+out["by_kernel"] = by_kernel
 print(json.dumps(out))
 """
 
 
-def run(library: str, device: str, calls: int, env: dict) -> dict:
+def run(library: str, device: str, calls: int, env: dict, by_kernel: bool = False) -> dict:
     here = os.path.dirname(os.path.abspath(__file__))
-    done = subprocess.run([sys.executable, "-c", CHILD, library, device, str(calls), here],
+    done = subprocess.run([sys.executable, "-c", CHILD, library, device, str(calls), here,
+                           "1" if by_kernel else "0"],
                           capture_output=True, text=True, env=env, timeout=900)
     if done.returncode != 0:
         raise SystemExit(f"{library} failed:\n{done.stderr}")
@@ -80,6 +100,8 @@ def main() -> None:
     parser.add_argument("--no-xgboost", action="store_true")
     parser.add_argument("--after-compile", action="store_true",
                         help="run `gbflow compile` in the fresh environment first")
+    parser.add_argument("--by-kernel", action="store_true",
+                        help="the fresh call's compile seconds per numba function")
     args = parser.parse_args()
     if args.device == "cuda":
         import cupy
@@ -100,7 +122,7 @@ def main() -> None:
                 if done.returncode != 0:
                     raise SystemExit(f"gbflow compile failed:\n{done.stderr}")
                 print(f"gbflow compile --device {args.device}: {time.perf_counter() - t:.1f} s")
-            fresh = run(library, args.device, 1, env)
+            fresh = run(library, args.device, 1, env, args.by_kernel and library == "gbflow")
             second = run(library, args.device, 2, env)
         first, nxt, warm = fresh["calls"][0], second["calls"][0], second["calls"][1]
         print(f"{library:8s} import {fresh['import']:.2f} s; fresh call {first['seconds']:.2f} s, "
@@ -111,6 +133,12 @@ def main() -> None:
             print(f"         warm call's stages {warm['timings']}")
             print(f"         announced: {fresh['announced'] or 'nothing'}; next process: "
                   f"{second['announced'] or 'nothing'}")
+            compiles = sorted(fresh["by_kernel"].items(), key=lambda kv: -kv[1])
+            if compiles:
+                total = sum(fresh["by_kernel"].values())
+                print(f"         compile seconds by numba function (of {total:.1f}):")
+                for name, seconds in compiles[:12]:
+                    print(f"           {seconds:6.2f}  {name}")
 
 
 if __name__ == "__main__":
