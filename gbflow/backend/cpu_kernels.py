@@ -37,7 +37,10 @@ _JIT = dict(cache=True, nogil=True, error_model="numpy")
 # compiled on its own and inlined by LLVM, not into numba's IR (numba's parallel passes over
 # the inlined copies made the prediction walk 8.7 s of compilation a signature, against 3.0),
 # and without reference counting (it allocates nothing; outside the loop's own function its
-# arrays' counts were atomic operations on every call: the walk ran 6x slower).
+# arrays' counts were atomic operations on every call: the walk ran 6-12x slower). Callers
+# pass int64 rows and nodes (one compile each). numba passes forceinline on to the plain
+# helpers a forceinline function compiles first (``_radix_sort``, ``_parent_gain``): LLVM may
+# inline them too; no result depends on it.
 _LEAF_JIT = dict(forceinline=True, _nrt=False, **_JIT)
 # Rows per block in the fused partition/histogram pass (a block's rows stay in L1 between steps).
 _BLOCK = 256
@@ -338,8 +341,8 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
 def _partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg_count, feature,
                              bin_threshold, default_left, small_is_left, hist, left_count,
                              dest, in_place, n_threads, widths):
-    # Each parallel loop's body is a function of its own (as in every large parallel kernel
-    # here): numba's parallel passes over a large loop body (fusion, and lowering it again
+    # Each parallel loop's body is a function of its own (as in the other growing kernels'
+    # large loops): numba's parallel passes over a large loop body (fusion, and lowering it again
     # into the threads' function) cost about 2.5x a plain compile of the same code, seconds of
     # every fresh machine's first call.
     n_features = bins.shape[1]
@@ -696,11 +699,13 @@ def _walk_trees(rows, binned, feature, threshold, default_left, left, value, tre
     # (cat_start >= 0) are tested only when the forest has any.
     n = rows.shape[0]
     for q in prange((n + 3) // 4):
-        i0 = 4 * q
+        # int64 rows and nodes: one compile of the step (the parallel index is uint64, a
+        # tree's root int32 and a child int64)
+        i0 = np.int64(4 * q)
         # past the last row the last row walks again; its leaves are not added twice
         i1, i2, i3 = min(i0 + 1, n - 1), min(i0 + 2, n - 1), min(i0 + 3, n - 1)
         for t in range(tree_root.shape[0]):
-            a = b = c = d = tree_root[t]
+            a = b = c = d = np.int64(tree_root[t])
             while feature[a] >= 0 or feature[b] >= 0 or feature[c] >= 0 or feature[d] >= 0:
                 a = _walk_step(rows, i0, a, binned, feature, threshold, default_left, left,
                                cat_start, cat_bits, has_categories)
@@ -759,10 +764,10 @@ def _predict_leaves(X, feature, threshold, default_left, left, tree_root, out, c
                     cat_bits, has_categories):
     for i in prange(X.shape[0]):
         for t in range(tree_root.shape[0]):
-            node = tree_root[t]
+            node = np.int64(tree_root[t])  # int64 rows and nodes: one compile of the step
             while feature[node] >= 0:
-                go_left = _goes_left_at(X, i, node, feature, threshold, default_left, cat_start,
-                                        cat_bits, has_categories)
+                go_left = _goes_left_at(X, np.int64(i), node, feature, threshold,
+                                        default_left, cat_start, cat_bits, has_categories)
                 node = left[node] + np.int32(1 - go_left)
             out[i, t] = node - tree_root[t]
 
@@ -782,11 +787,11 @@ def _saabas_contributions(X, feature, threshold, default_left, left, tree_root, 
     for i in prange(X.shape[0]):
         for t in range(tree_root.shape[0]):
             g = tree_group[t]
-            node = tree_root[t]
+            node = np.int64(tree_root[t])  # int64 rows and nodes: one compile of the step
             out[i, g, bias] += node_mean[node]
             while feature[node] >= 0:
-                go_left = _goes_left_at(X, i, node, feature, threshold, default_left, cat_start,
-                                        cat_bits, has_categories)
+                go_left = _goes_left_at(X, np.int64(i), node, feature, threshold,
+                                        default_left, cat_start, cat_bits, has_categories)
                 child = left[node] + np.int32(1 - go_left)
                 out[i, g, feature[node]] += node_mean[child] - node_mean[node]
                 node = child
@@ -808,8 +813,9 @@ def _path_ones(X, i, p, feature, threshold, default_left, path_ptr, elem_ptr, ed
         k = path_ptr[p] + j
         satisfied = True
         for e in range(elem_ptr[k], elem_ptr[k + 1]):
-            went_left = _goes_left_at(X, i, edge_node[e], feature, threshold, default_left,
-                                      cat_start, cat_bits, has_categories)
+            went_left = _goes_left_at(X, np.int64(i), np.int64(edge_node[e]), feature,
+                                      threshold, default_left, cat_start, cat_bits,
+                                      has_categories)
             satisfied = satisfied and went_left == edge_left[e]
         one[j] = satisfied
 
