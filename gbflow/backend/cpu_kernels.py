@@ -1305,63 +1305,81 @@ def _categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thre
                         inv_scale_g, inv_scale_h, lam, reg_alpha, min_child_weight, cat_smooth,
                         bounded, max_delta_step, node_bounds,
                         gain, missing_right, right_sum, size, order, n_sorted):
+    # One task per (node, feature), the task a function of its own: 0.51-0.67 of the time of
+    # the same code as the parallel loop's body (64 nodes x 4 features of 60 categories, one
+    # hot and sorted; the same results), and no longer than it to compile.
+    for task in prange(hist.shape[0] * columns.shape[0]):
+        _categorical_task(np.int64(task), hist, total, columns, n_categories, onehot,
+                          max_cat_threshold, inv_scale_g, inv_scale_h, lam, reg_alpha,
+                          min_child_weight, cat_smooth, bounded, max_delta_step, node_bounds,
+                          gain, missing_right, right_sum, size, order, n_sorted)
+
+
+@njit(forceinline=True, **_JIT)
+def _categorical_task(task, hist, total, columns, n_categories, onehot, max_cat_threshold,
+                      inv_scale_g, inv_scale_h, lam, reg_alpha, min_child_weight, cat_smooth,
+                      bounded, max_delta_step, node_bounds,
+                      gain, missing_right, right_sum, size, order, n_sorted):
+    """``_categorical_splits``' task ``task``: node task // n_features, feature column
+    task % n_features; its best category split written into row (node, feature) of gain,
+    missing_right, right_sum, size, order and n_sorted."""
     n_features = columns.shape[0]
-    for task in prange(hist.shape[0] * n_features):
-        n = task // n_features
-        j = task % n_features
-        f = columns[j]
-        K = n_categories[j]
-        tg = total[n, 0]
-        th = total[n, 1]
-        lower = node_bounds[n, 0] if bounded else 0.0
-        upper = node_bounds[n, 1] if bounded else 0.0
-        parent = _parent_gain(np.float64(tg) * inv_scale_g, np.float64(th) * inv_scale_h, lam,
-                              reg_alpha, bounded, max_delta_step, lower, upper)
-        if onehot:
-            for k in range(K):
-                cg = hist[n, f, k + 1, 0]
-                ch = hist[n, f, k + 1, 1]
-                if (cg != 0 or ch != 0) and _try_categories(
-                        hist, n, f, cg, ch, tg, th, parent, inv_scale_g, inv_scale_h, lam,
-                        reg_alpha, min_child_weight, bounded, max_delta_step, lower, upper,
-                        gain, j, missing_right, right_sum):
-                    size[n, j] = 1
-                    order[n, j, 0] = k
-            continue
-        eligible = np.empty(K, dtype=np.int64)
-        n_eligible = 0
+    n = task // n_features
+    j = task % n_features
+    f = columns[j]
+    K = n_categories[j]
+    tg = total[n, 0]
+    th = total[n, 1]
+    lower = node_bounds[n, 0] if bounded else 0.0
+    upper = node_bounds[n, 1] if bounded else 0.0
+    parent = _parent_gain(np.float64(tg) * inv_scale_g, np.float64(th) * inv_scale_h, lam,
+                          reg_alpha, bounded, max_delta_step, lower, upper)
+    if onehot:
         for k in range(K):
-            h = hist[n, f, k + 1, 1]
-            H = np.float64(h) * inv_scale_h
-            if h != 0 and H > 0 and H >= cat_smooth:
-                eligible[n_eligible] = k
-                n_eligible += 1
-        n_sorted[n, j] = n_eligible
-        P = min(K, max_cat_threshold, n_eligible - 1)
-        if P <= 0:
-            continue
-        eligible = eligible[:n_eligible]
-        key = np.empty(n_eligible, dtype=np.float64)
-        for i in range(n_eligible):
-            k = eligible[i]
-            key[i] = (np.float64(hist[n, f, k + 1, 0]) * inv_scale_g) / \
-                (np.float64(hist[n, f, k + 1, 1]) * inv_scale_h + cat_smooth)
-        for direction in range(2):
-            if direction == 1:
-                key = -key
-            run = eligible[np.argsort(key, kind="mergesort")]  # stable: ties by category
-            right_g = 0
-            right_h = 0
-            for i in range(P):
-                right_g += hist[n, f, run[i] + 1, 0]
-                right_h += hist[n, f, run[i] + 1, 1]
-                if _try_categories(hist, n, f, right_g, right_h, tg, th, parent, inv_scale_g,
-                                   inv_scale_h, lam, reg_alpha, min_child_weight, bounded,
-                                   max_delta_step, lower, upper, gain, j, missing_right,
-                                   right_sum):
-                    size[n, j] = i + 1
-                    order[n, j, :] = -1
-                    order[n, j, :i + 1] = run[:i + 1]
+            cg = hist[n, f, k + 1, 0]
+            ch = hist[n, f, k + 1, 1]
+            if (cg != 0 or ch != 0) and _try_categories(
+                    hist, n, f, cg, ch, tg, th, parent, inv_scale_g, inv_scale_h, lam,
+                    reg_alpha, min_child_weight, bounded, max_delta_step, lower, upper,
+                    gain, j, missing_right, right_sum):
+                size[n, j] = 1
+                order[n, j, 0] = k
+        return
+    eligible = np.empty(K, dtype=np.int64)
+    n_eligible = 0
+    for k in range(K):
+        h = hist[n, f, k + 1, 1]
+        H = np.float64(h) * inv_scale_h
+        if h != 0 and H > 0 and H >= cat_smooth:
+            eligible[n_eligible] = k
+            n_eligible += 1
+    n_sorted[n, j] = n_eligible
+    P = min(K, max_cat_threshold, n_eligible - 1)
+    if P <= 0:
+        return
+    eligible = eligible[:n_eligible]
+    key = np.empty(n_eligible, dtype=np.float64)
+    for i in range(n_eligible):
+        k = eligible[i]
+        key[i] = (np.float64(hist[n, f, k + 1, 0]) * inv_scale_g) / \
+            (np.float64(hist[n, f, k + 1, 1]) * inv_scale_h + cat_smooth)
+    for direction in range(2):
+        if direction == 1:
+            key = -key
+        run = eligible[np.argsort(key, kind="mergesort")]  # stable: ties by category
+        right_g = 0
+        right_h = 0
+        for i in range(P):
+            right_g += hist[n, f, run[i] + 1, 0]
+            right_h += hist[n, f, run[i] + 1, 1]
+            if _try_categories(hist, n, f, right_g, right_h, tg, th, parent, inv_scale_g,
+                               inv_scale_h, lam, reg_alpha, min_child_weight, bounded,
+                               max_delta_step, lower, upper, gain, j, missing_right,
+                               right_sum):
+                size[n, j] = i + 1
+                # element by element: an array copy compiles numba's shape message
+                for c in range(order.shape[2]):
+                    order[n, j, c] = run[c] if c <= i else -1
 
 
 def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_threshold,
