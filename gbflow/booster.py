@@ -175,7 +175,7 @@ class Booster(XGBoostBoosterMethods):
             margin = predictor.predict_margin(backend, X, forest, self.base_margin, row_margin)
             values = margin if self.n_groups > 1 else margin[:, 0]
             if not output_margin:
-                values = self._objective.transform(backend.xp, margin)
+                values = self._objective.predictions(backend, margin)
             if values.ndim == 1:
                 return frames.wrap_prediction(values, data, name)
             return frames.wrap_columns(values, data, self.output_columns(name, output_margin))

@@ -89,3 +89,7 @@ class Custom(Objective):
 
     def eval_transform(self, xp, margin):
         return self.base.eval_transform(xp, margin)
+
+    @property
+    def link_kernel(self):
+        return self.base.link_kernel

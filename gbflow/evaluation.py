@@ -264,7 +264,6 @@ class Evaluation:
         arrays every round), the transform and the metrics are recorded once and replayed
         (the same arrays, written again: the margins are updated in place, so their
         addresses and the staged arrays' name the work)."""
-        xp = self.backend.xp
         forest = self._staged.write(trees) if self._staged is not None and \
             self._staged.can_stage(trees) else None
         if forest is None:
@@ -275,8 +274,8 @@ class Evaluation:
             if forest is not None:
                 for s in self.sets:
                     s.add_forest(forest)
-            predictions = [[self.objective.eval_transform(xp, m) for m in s.margin]
-                           for s in self.sets]
+            predictions = [[self.objective.predictions(self.backend, m, for_metrics=True)
+                            for m in s.margin] for s in self.sets]
             return predictions, self.evaluator.queue(predictions) if self.evaluator else None
         if self._recorder is None:
             return queue()

@@ -83,6 +83,23 @@ class Objective:
         probabilities, not the class)."""
         return self.transform(xp, margin)
 
+    # The name of the backend kernel that ``transform`` and ``eval_transform`` are of an (n, 1)
+    # margin's column (``Logistic``: "sigmoid"), or None.
+    link_kernel: str | None = None
+
+    def predictions(self, backend, margin, for_metrics: bool = False):
+        """``transform`` (``eval_transform`` when ``for_metrics``) of (n, k) float64 ``margin``
+        on ``backend``'s device: through the kernel ``link_kernel`` names where there is one
+        (the same values; on the CPU the rows on numba's threads), else the method itself. A
+        new array."""
+        xp = backend.xp
+        if self.link_kernel is not None and margin.shape[1] == 1 and \
+                isinstance(margin, xp.ndarray) and margin.dtype == xp.float64:
+            column = margin[:, 0]
+            return getattr(backend.kernels, self.link_kernel)(
+                column, xp.empty(column.shape, dtype=xp.float64))
+        return (self.eval_transform if for_metrics else self.transform)(xp, margin)
+
     def gradient_bounds(self, max_weight: float) -> np.ndarray | None:
         """(n_groups, 2) float64 bounds on |gradient| and |hessian| that hold for any margin,
         given the largest row weight (1.0 without weights), or None when the loss has none.

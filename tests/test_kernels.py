@@ -912,6 +912,95 @@ def test_auc_bucket_words_at_the_tally_bound():
         cpu_kernels.auc_bucket_words(bucket, label, np.full(n, 2.0), 2.0**20, 64)
 
 
+def _margins(n: int) -> np.ndarray:
+    """float64 margins of every scale, both ends of exp's range and the special values."""
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n) * rng.choice([1e-3, 1.0, 10.0, 100.0], n)
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 709.8, -709.8, 745.2, -745.2, 5e-324, 36.8]
+    return np.concatenate([x, specials])
+
+
+@pytest.mark.parametrize("n", [0, 50, 70_000])
+def test_sigmoid(kernels, n):
+    """1 / (1 + exp(-x)) as NumPy computes it, into ``out``, on each side of the CPU's size for
+    threads; numba's exactly (CUDA's exp is its own: to an ulp or two)."""
+    x = _margins(n)
+    with np.errstate(over="ignore"):
+        plain = 1.0 / (1.0 + np.exp(-x))
+    expected = numpy_kernels.sigmoid(x, np.empty_like(x))
+    assert np.array_equal(expected, plain, equal_nan=True)
+    out = np.empty_like(x)
+    got = kernels.sigmoid(x, out)
+    assert got is out
+    if kernels is cpu_kernels:
+        assert np.array_equal(got, expected, equal_nan=True)
+    else:
+        assert np.allclose(got, expected, rtol=1e-15, atol=0, equal_nan=True)
+
+
+def test_cpu_sigmoid_takes_numbas_threads_only_where_its_exp_is_numpys(monkeypatch):
+    """The numba sigmoid equals NumPy's where the check lets it run; the check refuses an exp
+    that differs anywhere on its probe, and then the twin runs."""
+    x = _margins(70_000)
+    expected = numpy_kernels.sigmoid(x, np.empty_like(x))
+    if cpu_kernels._numpy_exp_is_numbas():
+        out = np.empty_like(x)
+        cpu_kernels._sigmoid(x, out)
+        assert np.array_equal(out, expected, equal_nan=True)
+    threaded = cpu_kernels._sigmoid
+
+    def off_by_an_ulp(values, out):  # an exp of its own: one value differs
+        threaded(values, out)
+        out[len(out) // 2] = np.nextafter(out[len(out) // 2], 2.0)
+    monkeypatch.setattr(cpu_kernels, "_sigmoid", off_by_an_ulp)
+    assert not cpu_kernels._numpy_exp_is_numbas.__wrapped__()
+    monkeypatch.setattr(cpu_kernels, "_numpy_exp_is_numbas", lambda: False)
+    assert np.array_equal(cpu_kernels.sigmoid(x, np.empty_like(x)), expected, equal_nan=True)
+
+
+@pytest.mark.parametrize("shape", [(0,), (40,), (70_000,), (20_000, 3)])
+def test_prediction_keys(kernels, shape):
+    """The int64 ordered keys of float32 predictions equal the twin's, whose order is the
+    float32 values' (-0.0 as +0.0; values beyond float32's range as infinities)."""
+    rng = np.random.default_rng(sum(shape))
+    values = rng.standard_normal(shape) * rng.choice([1e-30, 1e-3, 1.0, 1e30], shape)
+    flat = values.reshape(-1)
+    flat[: min(8, flat.size)] = [0.0, -0.0, np.inf, -np.inf, 1e39, -1e39, 1e-46, -1e-46][
+        : min(8, flat.size)]
+    expected = numpy_kernels.prediction_keys(values)
+    assert expected.shape == shape and expected.dtype == np.int64
+    assert np.array_equal(np.asarray(kernels.prediction_keys(values)), expected)
+    with np.errstate(over="ignore"):
+        as_float32 = values.astype(np.float32)
+    assert np.array_equal(np.asarray(kernels.prediction_keys(as_float32)), expected)
+    with np.errstate(over="ignore"):
+        ranked = flat.astype(np.float32)[np.argsort(expected.reshape(-1), kind="stable")]
+    assert (ranked[1:] >= ranked[:-1]).all()
+    assert ((expected >= 0) & (expected < 2**32)).all()
+    if flat.size >= 2:
+        assert expected.reshape(-1)[0] == expected.reshape(-1)[1]  # 0.0 and -0.0
+
+
+@pytest.mark.parametrize("shape", [(0,), (40,), (70_000,), (20_000, 3)])
+@pytest.mark.parametrize("span", [1, 1000, 2**32])
+def test_key_buckets(kernels, shape, span):
+    """Bucket ids (keys - low) * 2**20 // span equal the twin's exact integers, both ends of the
+    range in [0, 2**20); low and span as ints or 0-d int64 arrays."""
+    rng = np.random.default_rng(span + sum(shape))
+    low = 0 if span == 2**32 else 3_000_000_000
+    keys = low + rng.integers(0, span, shape)
+    flat = keys.reshape(-1)
+    flat[: min(2, flat.size)] = [low, low + span - 1][: min(2, flat.size)]
+    expected = numpy_kernels.key_buckets(keys, low, span, 20)
+    assert expected.shape == shape and expected.dtype == np.int64
+    assert ((expected >= 0) & (expected < 2**20)).all()
+    exact = [(int(k) - low) * 2**20 // span for k in flat[:50]]
+    assert expected.reshape(-1)[:50].tolist() == exact
+    for low_arg, span_arg in [(low, span), (np.array(low), np.array(span))]:
+        assert np.array_equal(np.asarray(kernels.key_buckets(keys, low_arg, span_arg, 20)),
+                              expected)
+
+
 def test_log_gamma(kernels):
     values = np.concatenate([np.arange(1, 50, dtype=np.float64), [0.5, 1.5, 1e6, 3.25]])
     expected = numpy_kernels.log_gamma(values)

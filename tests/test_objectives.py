@@ -611,3 +611,33 @@ def test_logistic_in_place_steps_give_the_expressions_values(dtype):
         assert g == np.float32(p - y) and h == np.float32(max(p * (1.0 - p), 1e-16))
     whole = np.arange(-3, 4)
     assert np.array_equal(_sigmoid(np, whole), 1.0 / (1.0 + np.exp(-whole)))
+
+
+@pytest.mark.parametrize("name", ["binary:logistic", "reg:logistic", "binary:logitraw",
+                                  "multi:softmax", "count:poisson", "custom"])
+def test_predictions_through_the_backend_are_the_transforms(device, name):
+    """``Objective.predictions`` (what prediction and every evaluation round call) gives the
+    objective's own ``transform`` (``eval_transform`` for metrics), bit for bit on each side of
+    the CPU's size for threads: through the sigmoid kernel where the objective names it."""
+    from gbflow.backend import get_backend
+    from gbflow.custom_objective import Custom
+    backend = get_backend(device)
+    xp = backend.xp
+    if name == "custom":
+        objective = Custom(objectives.get_objective("binary:logistic"), lambda m, d: (m, m))
+    else:
+        objective = objectives.get_objective(name, 3 if name == "multi:softmax" else None)
+    expected_link = "sigmoid" if name in ("binary:logistic", "reg:logistic", "custom") else None
+    assert objective.link_kernel == expected_link
+    rng = np.random.default_rng(3)
+    for n in (100, 70_000):
+        margin = xp.asarray(rng.standard_normal((n, objective.n_groups)) * 8)
+        margin[:2] = xp.asarray([[np.inf] * objective.n_groups, [-800.0] * objective.n_groups])
+        for for_metrics, own in [(False, objective.transform), (True, objective.eval_transform)]:
+            got = objective.predictions(backend, margin, for_metrics=for_metrics)
+            expected = own(xp, margin)
+            assert got.shape == expected.shape
+            assert bool(xp.array_equal(got, expected, equal_nan=True))
+    if name == "multi:softmax":  # its metrics see the probabilities, its predictions the class
+        assert objective.predictions(backend, margin).shape == (70_000,)
+        assert objective.predictions(backend, margin, for_metrics=True).shape == (70_000, 3)

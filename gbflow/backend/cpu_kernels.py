@@ -8,6 +8,7 @@ with the same operations in the same order as the NumPy twin (no fastmath), so t
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import typing
 
@@ -1689,6 +1690,98 @@ def fixed_point_words(values, scale, low_scale):
     """See numpy_kernels.fixed_point_words (per-thread integer sums, added: the same words)."""
     return _fixed_point_words(np.asarray(values), np.float64(scale), np.float64(low_scale),
                               numba.get_num_threads())
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise steps of every evaluation round: the sigmoid, auc's prediction keys and buckets.
+# NumPy runs each on one thread; these share the rows between numba's threads with the twin's
+# operations in the twin's order. Below this many values NumPy's one thread does (what they save
+# there is less than their compile costs a fresh process).
+_ELEMENTWISE_PARALLEL_ROWS = 1 << 15
+
+
+@njit(parallel=True, **_JIT)
+def _sigmoid(x, out):
+    for i in prange(x.shape[0]):
+        out[i] = 1.0 / (1.0 + np.exp(-x[i]))
+
+
+def _exp_probe() -> np.ndarray:
+    """float64 values on which numba's exp is checked against NumPy's: every scale a margin
+    takes, both limits (overflow, subnormal results) and the special values."""
+    rng = np.random.default_rng(0)
+    spread = np.concatenate([rng.standard_normal(1 << 14) * scale
+                             for scale in (1e-3, 0.3, 3.0, 30.0, 300.0)])
+    return np.concatenate([spread, np.linspace(-750.0, 750.0, 1 << 14),
+                           [0.0, -0.0, np.inf, -np.inf, np.nan, 709.78, -745.1, 5e-324]])
+
+
+@functools.lru_cache(maxsize=None)
+def _numpy_exp_is_numbas() -> bool:
+    """Whether NumPy's float64 exp gives numba's (the C library's) values on this machine: then
+    the sigmoid runs on numba's threads. Where NumPy has its own exp (x86's AVX-512 dispatch)
+    or numba another (Intel's SVML), the sigmoid stays NumPy's: the same values everywhere on
+    one machine, whichever kernels run."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__
+    except ImportError:  # NumPy 1.x
+        from numpy.core._multiarray_umath import __cpu_features__
+    if __cpu_features__.get("AVX512F", False):
+        return False
+    probe = _exp_probe()
+    ours = np.empty_like(probe)
+    _sigmoid(probe, ours)
+    return bool(np.array_equal(ours, numpy_kernels.sigmoid(probe, np.empty_like(probe)),
+                               equal_nan=True))
+
+
+def sigmoid(x, out):
+    """See numpy_kernels.sigmoid (the rows on numba's threads where the exp is NumPy's)."""
+    x = np.asarray(x, dtype=np.float64)
+    if len(x) < _ELEMENTWISE_PARALLEL_ROWS or not _numpy_exp_is_numbas():
+        return numpy_kernels.sigmoid(x, out)
+    _sigmoid(x, out)
+    return out
+
+
+@njit(parallel=True, **_JIT)
+def _prediction_keys(values, rounded, rounded_bits, out):
+    # rounded_bits: rounded's uint32 view (a scalar's bits cannot be read in numba)
+    for i in prange(values.shape[0]):
+        rounded[i] = np.float32(values[i]) + np.float32(0.0)  # -0.0 + 0.0 == +0.0
+    for i in prange(values.shape[0]):
+        b = rounded_bits[i]
+        # negative floats: every bit flipped; others: the sign bit (common.ordered_keys)
+        out[i] = np.int64(~b if b >> np.uint32(31) else b | np.uint32(0x80000000))
+
+
+def prediction_keys(values):
+    """See numpy_kernels.prediction_keys."""
+    values = np.asarray(values)
+    if values.size < _ELEMENTWISE_PARALLEL_ROWS:
+        return numpy_kernels.prediction_keys(values)
+    flat = np.ascontiguousarray(values).reshape(-1)
+    rounded = np.empty(flat.shape, dtype=np.float32)
+    out = np.empty(flat.shape, dtype=np.int64)
+    _prediction_keys(flat, rounded, rounded.view(np.uint32), out)
+    return out.reshape(values.shape)
+
+
+@njit(parallel=True, **_JIT)
+def _key_buckets(keys, low, span, bits, out):
+    for i in prange(keys.shape[0]):
+        out[i] = ((keys[i] - low) << bits) // span
+
+
+def key_buckets(keys, low, span, bits: int):
+    """See numpy_kernels.key_buckets."""
+    keys = np.asarray(keys, dtype=np.int64)
+    if keys.size < _ELEMENTWISE_PARALLEL_ROWS:
+        return numpy_kernels.key_buckets(keys, low, span, bits)
+    flat = np.ascontiguousarray(keys).reshape(-1)
+    out = np.empty(flat.shape, dtype=np.int64)
+    _key_buckets(flat, np.int64(low), np.int64(span), np.int64(bits), out)
+    return out.reshape(keys.shape)
 
 
 # The auc tally and its words are split between threads by bucket range (a thread reads every

@@ -35,9 +35,12 @@ from .common import (
     check_side_map,
     feature_widths,
     gradient_out,
+    key_buckets_with,
     occupied_keys_with,
     packed_empty,
     padded_width,
+    prediction_keys_with,
+    sigmoid_with,
     work_list_rows,
 )
 from .compiling import compiling
@@ -1251,6 +1254,23 @@ def quantile_select(table, remaining, prefix):
                                (prefix, "prefix", np.uint64)):
         _check_out(array, f"quantile_select's {name}", dtype)
     _metrics_kernel("quantile_select")((n_groups,), (256,), (table, remaining, prefix))
+
+
+def sigmoid(x, out):
+    """See ``numpy_kernels.sigmoid``: CuPy's operations in the same order (CUDA's exp may
+    differ from the host's in the last bits); they record into a graph."""
+    return sigmoid_with(cp, cp.asarray(x, dtype=cp.float64), out)
+
+
+def prediction_keys(values):
+    """See ``numpy_kernels.prediction_keys``: CuPy's operations (they record into a graph)."""
+    return prediction_keys_with(cp, cp.asarray(values))
+
+
+def key_buckets(keys, low, span, bits: int):
+    """See ``numpy_kernels.key_buckets``: CuPy's integer operations; low and span may be 0-d
+    device arrays (nothing is read back)."""
+    return key_buckets_with(cp, cp.asarray(keys, dtype=cp.int64), low, span, int(bits))
 
 
 def auc_tally(bucket, label, weight, scale, out):

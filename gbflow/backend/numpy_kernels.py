@@ -31,9 +31,12 @@ from .common import (
     check_side_map,
     check_value_bins,
     gradient_out,
+    key_buckets_with,
     occupied_keys_with,
     padded_width,
+    prediction_keys_with,
     segments_of_work,
+    sigmoid_with,
     work_list_rows,
 )
 
@@ -904,6 +907,27 @@ def fixed_point_words(values, scale, low_scale):
     high = np.rint(scaled)
     low = np.rint((scaled - high) * low_scale)
     return np.array([high.astype(np.int64).sum(), low.astype(np.int64).sum()], dtype=np.int64)
+
+
+def sigmoid(x, out):
+    """1 / (1 + exp(-x)) of (n,) float64 ``x`` into (n,) float64 ``out`` (``x`` itself allowed),
+    NumPy's negative, exp, add and divide in this order; returns ``out``. The CPU's sigmoid:
+    binary:logistic's predictions and what its metrics see."""
+    return sigmoid_with(np, np.asarray(x, dtype=np.float64), out)
+
+
+def prediction_keys(values):
+    """(n,) or (n, k) int64 ordered keys, in [0, 2**32), of float ``values``' float32 values
+    (``common.ordered_keys``; -0.0 as +0.0): the order auc ranks predictions in, as XGBoost
+    ranks its float32 predictions. A new array of ``values``' shape."""
+    return prediction_keys_with(np, np.asarray(values))
+
+
+def key_buckets(keys, low, span, bits: int):
+    """int64 bucket ids in [0, 2**bits) of int64 ``keys`` (any shape) in [low, low + span):
+    (keys - low) * 2**bits // span, exact integers; a new array. low, span: ints or 0-d int64
+    arrays (span >= 1; keys - low < 2**32 and bits <= 30 keep every product below 2**63)."""
+    return key_buckets_with(np, np.asarray(keys, dtype=np.int64), low, span, int(bits))
 
 
 def auc_tally(bucket, label, weight, scale, out):

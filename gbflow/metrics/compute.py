@@ -181,7 +181,8 @@ class Evaluator:
                 columns.append(parts)
                 counts.append(s.n_rows)
                 bounds.append(None if m.bound is None else float(m.bound * s.max_weight))
-        keys = [[tallies.prediction_keys(xp, p) for p in preds] for preds in predictions] \
+        keys = [[self.backend.kernels.prediction_keys(p) for p in preds]
+                for preds in predictions] \
             if self.kinds else []
         ranges = self._bounds_and_ranges(columns, bounds, keys)
         column_words, grids = exact.words(self.backend, columns, counts, bounds)
@@ -275,7 +276,8 @@ class Evaluator:
 
         if not tallies.by_value(s.n_rows):
             low, span = key_range
-            parts = [(y, w, tallies.buckets(xp, k, low, span)) for y, w, k in parts]
+            parts = [(y, w, kernels.key_buckets(k, low, span, tallies.DENSE_BITS))
+                     for y, w, k in parts]
         if tallies.by_value(s.n_rows) or (self.collective.size > 1 and
                                           not self.collective.sums_on_device):
             # keys or buckets as the entries of compact tables: in one process the dense

@@ -5,7 +5,7 @@ kernel: integers, so the tallies of every part and process add up exactly); the 
 computed from the table, rows of one bucket counting as tied. A prediction's bucket:
 
 - sets of up to ``EXACT_ROWS`` rows (over every process): its float32 value itself (its ordered
-  key, ``sketch.keys.ordered_keys``), as XGBoost ranks the float32 predictions: the same area
+  key, the kernels' ``prediction_keys``), as XGBoost ranks the float32 predictions: the same area
   as XGBoost's. The table is compact (the occupied keys, in order); several processes gather
   their compact tables, at most ``EXACT_ROWS`` entries in all, and merge them.
 - larger sets: one of 2**``DENSE_BITS`` buckets placed linearly between the smallest and largest
@@ -23,7 +23,6 @@ from __future__ import annotations
 import numpy as np
 
 from .. import fixed_point
-from ..sketch.keys import ordered_keys
 from . import exact
 
 EXACT_ROWS = 1 << 16  # sets up to this size are tallied by float32 value
@@ -49,11 +48,6 @@ def weight_scale(n_rows: int, max_weight: float) -> float:
     return fixed_point.fixed_point_scale(max_weight, n_rows, WEIGHT_LIMIT)
 
 
-def prediction_keys(xp, prediction):
-    """int64 ordered keys (in [0, 2**32)) of float predictions' float32 values, same shape."""
-    return ordered_keys(xp, xp.asarray(prediction, dtype=xp.float32)).astype(xp.int64)
-
-
 def key_range(xp, keys: list):
     """(2,) float64 [largest key, -smallest key] of a set's parts' keys (-inf for no key), on
     their device: what processes reduce with ``allreduce_max`` (keys < 2**32: exact)."""
@@ -61,16 +55,6 @@ def key_range(xp, keys: list):
     if not ranges:
         return xp.full(2, -np.inf, dtype=xp.float64)
     return xp.stack(ranges).max(axis=0)
-
-
-def buckets(xp, keys, low, span):
-    """int64 bucket ids in [0, 2**DENSE_BITS) of keys in [low, low + span): (keys - low) *
-    2**DENSE_BITS // span, exact integers (a new array). low, span: ints, or int64 device
-    scalars."""
-    ids = keys - low
-    ids <<= DENSE_BITS  # in place: a large set's temporaries each fault their pages in
-    ids //= span
-    return ids
 
 
 def merge(tables: list) -> np.ndarray:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _dtypes
+from ..backend.common import ordered_keys  # noqa: F401  (its home: the kernels use it too)
 
 RADIX_BITS = 16
 N_BUCKETS = 1 << RADIX_BITS
@@ -13,19 +13,6 @@ N_SUB = 1 << SUB_BITS
 COARSE_SHIFT = RADIX_BITS
 MIDDLE_SHIFT = RADIX_BITS + SUB_BITS
 FINE_SHIFT = 32
-
-
-def ordered_keys(xp, X):
-    """uint32 keys whose unsigned order is the float order of X (float32, any shape; -0.0 taken
-    as +0.0). NaN entries get meaningless keys; callers mask them out."""
-    bits = (X + _dtypes.FEATURE(0.0)).view(xp.uint32)  # -0.0 + 0.0 == +0.0; a new array
-    # Negative floats: flip every bit; others: flip the sign bit. The arithmetic shift of the
-    # sign gives all ones for negatives, zero otherwise. (In place: every temporary of a large
-    # array is an allocation whose pages fault in again.)
-    flip = bits.view(xp.int32) >> 31
-    flip |= xp.int32(-(2**31))  # the sign bit
-    bits ^= flip.view(xp.uint32)
-    return bits
 
 
 def keys_to_values(keys: np.ndarray) -> np.ndarray:
