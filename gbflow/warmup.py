@@ -7,7 +7,8 @@ the first training in an environment pays the 10-30 s; CuPy does the same for th
 GPU architecture). ``compile_kernels`` (the command ``gbflow compile [--device cuda]``) pays it
 ahead, where a Docker build or an install script can: it trains a few tiny models that take the
 common paths (whole trees and the level loop, dense, sparse and categorical columns,
-multiclass, a line-searched objective, evaluation metrics, prediction).
+multiclass, a line-searched objective, evaluation metrics, prediction), and runs the kernels
+of a large evaluation set once.
 """
 from __future__ import annotations
 
@@ -89,4 +90,22 @@ def compile_kernels(device: str = "cpu") -> float:
         elif isinstance(X, np.ndarray):  # predicted on the data's device: put it on the GPU
             booster.predict(get_backend("cuda").xp.asarray(X))
         log.info("compiled: %s (%.1f s)", name, time.perf_counter() - step)
+    step = time.perf_counter()
+    _large_evaluation_kernels(get_backend(device), rng)
+    log.info("compiled: a large evaluation set's kernels (%.1f s)", time.perf_counter() - step)
     return time.perf_counter() - start
+
+
+def _large_evaluation_kernels(backend, rng) -> None:
+    """Run once what only an evaluation set larger than the tiny trainings' takes: the
+    sigmoid and auc's prediction keys and buckets on threads (the CPU's, from 2**15 rows), the
+    dense buckets' tally (from 2**16 rows)."""
+    from .metrics import tallies
+    xp, kernels = backend.xp, backend.kernels
+    n = tallies.EXACT_ROWS + 1
+    probability = kernels.sigmoid(xp.asarray(rng.standard_normal(n)), xp.empty(n))
+    keys = kernels.prediction_keys(probability)
+    low = keys.min()
+    buckets = kernels.key_buckets(keys, low, keys.max() - low + 1, tallies.DENSE_BITS)
+    label = xp.asarray((rng.random(n) < 0.5).astype(np.float64))
+    kernels.auc_bucket_words(buckets, label, None, 1.0, 1 << tallies.DENSE_BITS)
