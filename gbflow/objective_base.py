@@ -90,8 +90,8 @@ class Objective:
     def predictions(self, backend, margin, for_metrics: bool = False):
         """``transform`` (``eval_transform`` when ``for_metrics``) of (n, k) float64 ``margin``
         on ``backend``'s device: through the kernel ``link_kernel`` names where there is one
-        (the same values; on the CPU the rows on numba's threads), else the method itself. A
-        new array."""
+        (the same values; on the CPU the rows on numba's threads: a new array), else the
+        method itself (which may return a view of ``margin``)."""
         xp = backend.xp
         if self.link_kernel is not None and margin.shape[1] == 1 and \
                 isinstance(margin, xp.ndarray) and margin.dtype == xp.float64:

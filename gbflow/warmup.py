@@ -98,8 +98,9 @@ def compile_kernels(device: str = "cpu") -> float:
 
 def _large_evaluation_kernels(backend, rng) -> None:
     """Run once what only an evaluation set larger than the tiny trainings' takes: the
-    sigmoid and auc's prediction keys and buckets on threads (the CPU's, from 2**15 rows), the
-    dense buckets' tally (from 2**16 rows)."""
+    sigmoid and auc's prediction keys and buckets on numba's threads (the CPU's, from 2**15
+    rows; the sigmoid where the machine's exp allows), the dense buckets' tally (from 2**16
+    rows). Multi-class auc's strided class columns compile at their first use."""
     from .metrics import tallies
     xp, kernels = backend.xp, backend.kernels
     n = tallies.EXACT_ROWS + 1

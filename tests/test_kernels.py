@@ -1001,6 +1001,39 @@ def test_key_buckets(kernels, shape, span):
                               expected)
 
 
+@pytest.mark.parametrize("n", [10, 70_000])
+def test_elementwise_kernels_refuse_bad_arguments_as_their_twins_do(kernels, n):
+    """Every version refuses what the twin refuses, before writing anything (a threaded kernel
+    must not write past ``out``): an ``out`` of another length, shape or dtype, an x that is
+    not one column, and a low or span that is not a signed integer."""
+    x = np.zeros(n)
+    for bad_out in (np.empty(n + 1), np.empty((n, 1)), np.empty(n, np.float32),
+                    np.empty(n, np.int64)):
+        for module in (numpy_kernels, kernels):
+            with pytest.raises(ValueError, match="sigmoid: out must be a float64 array"):
+                module.sigmoid(x, bad_out)
+    for module in (numpy_kernels, kernels):
+        with pytest.raises(ValueError, match="sigmoid: x must be one-dimensional"):
+            module.sigmoid(np.zeros((n, 2)), np.empty((n, 2)))
+    keys = np.arange(n, dtype=np.int64)
+    for low, span, name in [(0.0, n, "low"), (0, float(n), "span"), (np.array([0]), n, "low"),
+                            (np.uint64(0), n, "low"), (0, np.array(n, np.uint32), "span"),
+                            (True, n, "low")]:
+        for module in (numpy_kernels, kernels):
+            with pytest.raises(TypeError, match=f"{name} must be a signed integer"):
+                module.key_buckets(keys, low, span, 20)
+
+
+def test_cpu_prediction_keys_of_other_floats_are_the_twins():
+    """Half floats, long doubles and big-endian floats take the twin's way on the CPU."""
+    rng = np.random.default_rng(5)
+    values = rng.standard_normal(70_000)
+    for dtype in (np.float16, np.longdouble, np.dtype(">f8"), np.dtype(">f4")):
+        as_dtype = values.astype(dtype)
+        assert np.array_equal(cpu_kernels.prediction_keys(as_dtype),
+                              numpy_kernels.prediction_keys(as_dtype))
+
+
 def test_log_gamma(kernels):
     values = np.concatenate([np.arange(1, 50, dtype=np.float64), [0.5, 1.5, 1e6, 3.25]])
     expected = numpy_kernels.log_gamma(values)

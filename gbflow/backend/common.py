@@ -8,6 +8,9 @@
   past a node must fail the same way its twin does).
 - ``GrownTree``, ``SparseSide``: what the whole-tree growers (``grow_whole_tree``) hand back, and
   the sparse store's arrays they take.
+- Definitions written once against an array namespace, which the NumPy twins and the CUDA
+  kernels both run (``ordered_keys``, ``sigmoid_with``, ``prediction_keys_with``,
+  ``key_buckets_with``, ``occupied_keys_with``).
 """
 from __future__ import annotations
 
@@ -88,6 +91,32 @@ def check_dest(dest, row_index):
         raise ValueError("partition_and_histogram: dest must be another array than row_index "
                          "(None partitions row_index in place)")
     return dest
+
+
+def check_column_out(x, out, name: str):
+    """An elementwise kernel's arguments, checked alike by every version (a fast kernel must not
+    write past ``out``): ``x`` one-dimensional, ``out`` a float64 array of its shape, on either
+    device. Returns ``out``."""
+    if getattr(x, "ndim", None) != 1:
+        raise ValueError(f"{name}: x must be one-dimensional, got shape "
+                         f"{getattr(x, 'shape', ())}")
+    if getattr(out, "shape", None) != x.shape or getattr(out, "dtype", None) != np.float64:
+        raise ValueError(f"{name}: out must be a float64 array of shape {x.shape}")
+    return out
+
+
+def integer_scalar(value, name: str):
+    """``value`` as the integer kernels take it, checked alike by every version: a Python or
+    NumPy signed integer, or a 0-d signed integer array on either device (nothing is read
+    back). TypeError naming ``name`` otherwise."""
+    if hasattr(value, "dtype") and hasattr(value, "ndim"):
+        if value.ndim != 0 or value.dtype.kind != "i":
+            raise TypeError(f"{name} must be a signed integer or a 0-d signed integer array, "
+                            f"got {value.dtype} of shape {value.shape}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a signed integer, got {type(value).__name__}")
+    return value
 
 
 def feature_widths(n_value_bins, n_features: int, n_bins: int) -> np.ndarray:
@@ -293,7 +322,7 @@ def ordered_keys(xp, X):
 
 
 def sigmoid_with(xp, x, out):
-    """1 / (1 + exp(-x)) of float64 ``x`` into ``out`` (same shape; may be ``x``) in the array
+    """1 / (1 + exp(-x)) of float ``x`` into ``out`` (same shape; may be ``x``) in the array
     namespace ``xp``, in place, the operations in this order; returns ``out``. In place: each
     temporary of a large array is a fresh allocation whose pages fault in again (200,000 rows on
     two cores: 3.0 -> 1.2 ms)."""

@@ -21,12 +21,14 @@ from . import numpy_kernels
 from .common import (
     categorical_width,
     check_bounds,
+    check_column_out,
     check_dest,
     check_feature_mask,
     check_sibling_shapes,
     check_side_map,
     feature_widths,
     gradient_out,
+    integer_scalar,
     padded_width,
     segments_of_work,
 )
@@ -1724,24 +1726,31 @@ def _numpy_exp_is_numbas() -> bool:
     one machine, whichever kernels run."""
     try:
         from numpy._core._multiarray_umath import __cpu_features__
-    except ImportError:  # NumPy 1.x
-        from numpy.core._multiarray_umath import __cpu_features__
-    if __cpu_features__.get("AVX512F", False):
+    except ImportError:
+        try:  # NumPy 1.x
+            from numpy.core._multiarray_umath import __cpu_features__
+        except ImportError:  # a NumPy without the table: its exp unknown, so NumPy's runs
+            return False
+    if __cpu_features__.get("AVX512F", False):  # (absent off x86: the probe decides)
         return False
     probe = _exp_probe()
     ours = np.empty_like(probe)
     _sigmoid(probe, ours)
-    return bool(np.array_equal(ours, numpy_kernels.sigmoid(probe, np.empty_like(probe)),
-                               equal_nan=True))
+    theirs = numpy_kernels.sigmoid(probe, np.empty_like(probe))
+    return bool(np.array_equal(ours.view(np.uint64), theirs.view(np.uint64)))  # NaNs' bits too
 
 
 def sigmoid(x, out):
     """See numpy_kernels.sigmoid (the rows on numba's threads where the exp is NumPy's)."""
     x = np.asarray(x, dtype=np.float64)
-    if len(x) < _ELEMENTWISE_PARALLEL_ROWS or not _numpy_exp_is_numbas():
+    check_column_out(x, out, "sigmoid")
+    if x.shape[0] < _ELEMENTWISE_PARALLEL_ROWS or not _numpy_exp_is_numbas():
         return numpy_kernels.sigmoid(x, out)
     _sigmoid(x, out)
     return out
+
+
+_KEYED_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))  # native; others: the twin
 
 
 @njit(parallel=True, **_JIT)
@@ -1758,7 +1767,7 @@ def _prediction_keys(values, rounded, rounded_bits, out):
 def prediction_keys(values):
     """See numpy_kernels.prediction_keys."""
     values = np.asarray(values)
-    if values.size < _ELEMENTWISE_PARALLEL_ROWS:
+    if values.size < _ELEMENTWISE_PARALLEL_ROWS or values.dtype not in _KEYED_FLOATS:
         return numpy_kernels.prediction_keys(values)
     flat = np.ascontiguousarray(values).reshape(-1)
     rounded = np.empty(flat.shape, dtype=np.float32)
@@ -1776,6 +1785,7 @@ def _key_buckets(keys, low, span, bits, out):
 def key_buckets(keys, low, span, bits: int):
     """See numpy_kernels.key_buckets."""
     keys = np.asarray(keys, dtype=np.int64)
+    low, span = integer_scalar(low, "low"), integer_scalar(span, "span")
     if keys.size < _ELEMENTWISE_PARALLEL_ROWS:
         return numpy_kernels.key_buckets(keys, low, span, bits)
     flat = np.ascontiguousarray(keys).reshape(-1)

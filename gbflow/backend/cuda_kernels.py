@@ -30,11 +30,13 @@ from .common import (
     aligned_slots,
     categorical_width,
     check_bounds,
+    check_column_out,
     check_feature_mask,
     check_sibling_shapes,
     check_side_map,
     feature_widths,
     gradient_out,
+    integer_scalar,
     key_buckets_with,
     occupied_keys_with,
     packed_empty,
@@ -1259,7 +1261,8 @@ def quantile_select(table, remaining, prefix):
 def sigmoid(x, out):
     """See ``numpy_kernels.sigmoid``: CuPy's operations in the same order (CUDA's exp may
     differ from the host's in the last bits); they record into a graph."""
-    return sigmoid_with(cp, cp.asarray(x, dtype=cp.float64), out)
+    x = cp.asarray(x, dtype=cp.float64)
+    return sigmoid_with(cp, x, check_column_out(x, out, "sigmoid"))
 
 
 def prediction_keys(values):
@@ -1270,7 +1273,8 @@ def prediction_keys(values):
 def key_buckets(keys, low, span, bits: int):
     """See ``numpy_kernels.key_buckets``: CuPy's integer operations; low and span may be 0-d
     device arrays (nothing is read back)."""
-    return key_buckets_with(cp, cp.asarray(keys, dtype=cp.int64), low, span, int(bits))
+    return key_buckets_with(cp, cp.asarray(keys, dtype=cp.int64), integer_scalar(low, "low"),
+                            integer_scalar(span, "span"), int(bits))
 
 
 def auc_tally(bucket, label, weight, scale, out):

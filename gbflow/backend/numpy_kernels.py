@@ -25,12 +25,14 @@ from .common import (
     better_splits,
     categorical_width,
     check_bounds,
+    check_column_out,
     check_dest,
     check_feature_mask,
     check_sibling_shapes,
     check_side_map,
     check_value_bins,
     gradient_out,
+    integer_scalar,
     key_buckets_with,
     occupied_keys_with,
     padded_width,
@@ -910,10 +912,11 @@ def fixed_point_words(values, scale, low_scale):
 
 
 def sigmoid(x, out):
-    """1 / (1 + exp(-x)) of (n,) float64 ``x`` into (n,) float64 ``out`` (``x`` itself allowed),
+    """1 / (1 + exp(-x)) of (n,) float ``x`` into (n,) float64 ``out`` (``x`` itself allowed),
     NumPy's negative, exp, add and divide in this order; returns ``out``. The CPU's sigmoid:
     binary:logistic's predictions and what its metrics see."""
-    return sigmoid_with(np, np.asarray(x, dtype=np.float64), out)
+    x = np.asarray(x, dtype=np.float64)
+    return sigmoid_with(np, x, check_column_out(x, out, "sigmoid"))
 
 
 def prediction_keys(values):
@@ -927,7 +930,8 @@ def key_buckets(keys, low, span, bits: int):
     """int64 bucket ids in [0, 2**bits) of int64 ``keys`` (any shape) in [low, low + span):
     (keys - low) * 2**bits // span, exact integers; a new array. low, span: ints or 0-d int64
     arrays (span >= 1; keys - low < 2**32 and bits <= 30 keep every product below 2**63)."""
-    return key_buckets_with(np, np.asarray(keys, dtype=np.int64), low, span, int(bits))
+    return key_buckets_with(np, np.asarray(keys, dtype=np.int64), integer_scalar(low, "low"),
+                            integer_scalar(span, "span"), int(bits))
 
 
 def auc_tally(bucket, label, weight, scale, out):

@@ -1,4 +1,4 @@
-"""Ordered uint32 keys of float32 values and back, their bits in summary ids, integer weights."""
+"""Ordered uint32 keys (``backend.common``'s) back to values, their bits in summary ids, weights."""
 from __future__ import annotations
 
 import numpy as np
