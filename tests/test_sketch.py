@@ -165,6 +165,35 @@ def test_partitions_and_table_choice_do_not_change_cuts(block_values):
     assert _same(base, other)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_dense_tables_and_sorted_ids_give_the_same_summaries(monkeypatch, weighted):
+    """Each pass tallies a group of features into a dense table or by sorting its ids
+    (``_Group.dense_table``, by sizes): forced one way and then the other, every pass's
+    summary and the cuts are the same integers, on a wide frame of every column kind with
+    infinities, NaN payloads, -0.0, an empty and a constant column, dense and CSR."""
+    from gbflow.sketch import blocks
+    rng = np.random.default_rng(12)
+    X = _sparse_matrix(rng, 1500, 400, 0.6)
+    X[:, ::9] = rng.normal(size=(1500, len(range(0, 400, 9))))
+    X[:5, 1] = [np.inf, -np.inf, -0.0, 0.0, np.float32(1e-40)]
+    X[:, 2] = np.nan
+    X[:, 3] = 7.0
+    payloads = np.array([0x7F800001, 0xFF800001, 0x7FC0FFFF], dtype=np.uint32).view(np.float32)
+    X[5:8, 4] = payloads
+    w = rng.integers(0, 4, 1500).astype(np.float64) if weighted else None
+    results = []
+    for dense in (True, False):
+        monkeypatch.setattr(blocks._Group, "dense_table", lambda self, size, d=dense: d)
+        for data in ([X], [_csr(X)]):
+            cuts = sketch.compute_cuts(np, data, None if w is None else [w], 64,
+                                       block_values=50_000)
+            results.append(cuts)
+    for other in results[1:]:
+        assert _same(results[0], other)
+    assert len(results[0].feature_cuts(2)) == 0 and len(results[0].feature_cuts(3)) == 0
+    assert all(len(results[0].feature_cuts(f)) >= 60 for f in range(9, 400, 9))  # quantiles
+
+
 class _ThreadCollective:
     """One simulated process of several, each in its own thread: every call waits for all of
     them, and answers from their values in process order."""

@@ -107,10 +107,10 @@ class _Group:
         """Whether to tally into a dense table of ``table_size`` (plus a 65,536-per-feature
         lookup table): only while both stay a few blocks large, and the group has enough values
         to pay for clearing and scanning them (the table at most four entries a value); else
-        its ids are sorted instead. Wide data with few rows made the fine pass's table (256
-        sub-buckets for each candidate bucket of each feature) some 13 entries a value, and
-        filling and scanning it cost three times the sort (5,000 x 3,000 dense on two cores:
-        the cuts in 7.6 s against 2.5 s; the same cuts)."""
+        its ids are sorted instead. Wide data with few rows made each pass's table (65,536
+        buckets a feature, or 256 sub-buckets for each candidate bucket) some 13 entries a
+        value, and filling and scanning them cost three times the sorts (5,000 x 3,000 dense on
+        two cores: the cuts in 7.6 s against 2.5 s; the same cuts)."""
         lookup = (self.f1 - self.f0) * N_BUCKETS
         return max(lookup, table_size) <= 4 * self.block_values and \
             16 * self.n_values >= lookup and table_size <= 4 * self.n_values
