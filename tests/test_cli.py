@@ -132,8 +132,8 @@ import numba
 def kernel_signatures():
     out = {}
     for value in gc.get_objects():
-        if isinstance(value, numba.core.dispatcher.Dispatcher) and value.signatures and \\
-                value.py_func.__module__.startswith("gbflow"):
+        if (isinstance(value, numba.core.dispatcher.Dispatcher) and value.signatures
+                and value.py_func.__module__.startswith("gbflow")):
             name = value.py_func.__module__ + "." + value.py_func.__qualname__
             cached = type(value._cache).__name__ != "NullCache"
             out[name] = (cached, sorted(map(str, value.signatures)))

@@ -1755,7 +1755,9 @@ _KEYED_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))  # native; others: 
 
 @njit(parallel=True, **_JIT)
 def _prediction_keys(values, rounded, rounded_bits, out):
-    # rounded_bits: rounded's uint32 view (a scalar's bits cannot be read in numba)
+    # rounded_bits: rounded's uint32 view (a scalar's bits cannot be read in numba). Two
+    # loops: a parallel loop takes its arrays as not aliasing, so one loop's load of the
+    # view could be moved before its store.
     for i in prange(values.shape[0]):
         rounded[i] = np.float32(values[i]) + np.float32(0.0)  # -0.0 + 0.0 == +0.0
     for i in prange(values.shape[0]):
