@@ -154,6 +154,21 @@ def test_the_grower_grows_the_reference_tree(device, sparse, loop):
     assert (tree.bin_threshold[tree.feature == 1] == 0).all()  # present versus missing
     assert (tree.feature == 1).any() and tree.n_nodes > 7
     assert ("whole trees" in shardset.timers.seconds) == (loop == "whole")
+    # given the margins, the whole-tree grower adds the tree to their column itself (and
+    # returns no update); the other loops leave them to their updates
+    margins = backend.xp.full((len(gh), 3), 0.25)
+    again, updates = grow_tree(shardset, [backend.xp.asarray(gh)], scales,
+                               _cuts(n_value_bins), RULES, np.ones(len(n_value_bins), bool), 1,
+                               margins=[margins])
+    assert finished_tree(again).to_dict() == dict(tree.to_dict(), group=1)
+    if loop == "whole":
+        assert updates == []
+    else:
+        assert len(updates) == 1
+        updates[0].add_to(backend.kernels, margins[:, 1])
+    margins = backend.to_host(margins)
+    assert np.array_equal(margins[:, 1], 0.25 + expected_margin)
+    assert (margins[:, [0, 2]] == 0.25).all()
 
 
 def test_the_grower_follows_the_rules_and_the_feature_sample():

@@ -1316,6 +1316,52 @@ def test_finish_whole_tree(leaf, n_cuts):
         assert (value[totals[:, 1] == 0] == 0).all()
 
 
+def _assert_finished_trees_add_their_leaves(grow, unfinished, row_bins, ids, n_cut_features,
+                                            args):
+    """``grow(grower, rows, finish)`` of the twin's and numba's ``grow_whole_tree`` with a
+    ``TreeFinish``:
+    the same tree as ``unfinished`` (grown without one), finished as ``finish_whole_tree``
+    finishes it, and each row's margin in column 1 of three raised by the value of the leaf
+    that the finished tree's splits send the row to (row_bins (n, F): every feature's bin, ids
+    their global ids), bit for bit in both; the other columns untouched."""
+    from gbflow.backend import cpu_tree
+    n_rows = len(row_bins)
+    rng = np.random.default_rng(n_rows)
+    cut_offsets = np.arange(n_cut_features + 1, dtype=np.int64) * 300  # any thresholds
+    cut_values = np.sort(rng.normal(size=300 * n_cut_features)).astype(np.float32)
+    leaf = (args["inv_scale_g"], args["inv_scale_h"], args["reg_lambda"], args["reg_alpha"],
+            0.3, args.get("max_delta_step") or 0.0)
+    start = rng.normal(size=(n_rows, 3))
+    finished = {}
+    for name, grower in (("twin", numpy_kernels.grow_whole_tree),
+                         ("numba", cpu_tree.grow_whole_tree)):
+        margin = start.copy()
+        rows = (np.arange(n_rows, dtype=_dtypes.ROW_INDEX), np.zeros(n_rows, _dtypes.ROW_INDEX))
+        tree = grow(grower, rows, common.TreeFinish(cut_values, cut_offsets, leaf, margin, 1))
+        for field in ("totals", "feature", "bin_threshold", "default_left", "left", "gain"):
+            assert np.array_equal(getattr(tree, field), getattr(unfinished, field)), field
+        expected = numpy_kernels.finish_whole_tree(tree.feature, tree.bin_threshold,
+                                                   tree.totals, np.arange(n_cut_features),
+                                                   cut_values, cut_offsets, *leaf)
+        for field, want in zip(("threshold", "value", "cover"), expected[1:]):
+            got = getattr(tree, field)
+            assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), field
+        finished[name] = margin
+        # the finished tree walked on the rows' bins
+        column = {int(g_id): j for j, g_id in enumerate(ids)}
+        node = np.zeros(n_rows, dtype=np.int64)
+        for _ in range(len(tree.feature)):
+            inner = tree.feature[node] >= 0
+            if not inner.any():
+                break
+            b = row_bins[np.arange(n_rows), [column.get(int(f), 0) for f in tree.feature[node]]]
+            left = np.where(b == 0, tree.default_left[node], b <= tree.bin_threshold[node])
+            node = np.where(inner, np.where(left, tree.left[node], tree.left[node] + 1), node)
+        assert np.array_equal(margin[:, 1], start[:, 1] + tree.value[node]), name
+        assert np.array_equal(margin[:, [0, 2]], start[:, [0, 2]])
+    assert finished["twin"].tobytes() == finished["numba"].tobytes()
+
+
 def _assert_same_grown_trees(grown: dict, rows: dict):
     """The twin's and numba's ``GrownTree`` (``grown["twin"]``, ``grown["numba"]``) equal in
     every node array, and every node's rows the same rows in the same order in its depth's row
@@ -1364,6 +1410,10 @@ def test_grow_whole_tree(n_rows, n_features, n_bins, max_depth, extra):
         grown[name] = grow(bins, by_feature, gh, *rows[name], n_value_bins, n_bins, allowed,
                            **args)
     twin = _assert_same_grown_trees(grown, rows)
+    _assert_finished_trees_add_their_leaves(
+        lambda grow, rows, finish: grow(bins, by_feature, gh, *rows, n_value_bins, n_bins,
+                                        allowed, **args, finish=finish),
+        twin, bins, np.arange(n_features), n_features, args)
     # the tree is whole: the root holds every row, children sum to their parent
     assert twin.totals[0].tolist() == gh.sum(axis=0).tolist()
     split = np.flatnonzero(twin.feature >= 0)
@@ -1443,6 +1493,24 @@ def test_grow_whole_tree_with_a_sparse_store(n_rows, n_dense, n_sparse, max_dept
         if columns is not None:
             assert (columns.marks == -1).all()  # the scratch left as split_column needs it
     twin = _assert_same_grown_trees(grown, row_arrays)
+    all_bins = np.concatenate([dense_bins, sparse_bins], axis=1)
+    finish_side = {}
+
+    def grow_finished(grow, rows, finish):
+        columns = SparseColumns.of(entries, n_sparse, offsets) if indexed else None
+        side = common.SparseSide(entries.indptr, entries.entry_feature, entries.entry_bin,
+                                 offsets, sparse_value_bins, common_bin,
+                                 allowed[:, sparse_ids], sparse_ids,
+                                 np.full(n_rows, 255, dtype=np.uint8), columns)
+        finish_side[grow] = columns
+        return grow(dense_bins, np.ascontiguousarray(dense_bins.T), gh, *rows, n_value_bins,
+                    n_bins, allowed[:, dense_ids], features=dense_ids, sparse=side,
+                    finish=finish, **args)
+    _assert_finished_trees_add_their_leaves(grow_finished, twin, all_bins,
+                                            np.concatenate([dense_ids, sparse_ids]),
+                                            n_dense + n_sparse, args)
+    for columns in finish_side.values():
+        assert columns is None or (columns.marks == -1).all()
     split = np.flatnonzero(twin.feature >= 0)
     assert twin.totals[0].tolist() == gh.sum(axis=0).tolist()
     assert np.array_equal(twin.totals[twin.left[split]] + twin.totals[twin.left[split] + 1],
@@ -1496,3 +1564,34 @@ def test_grow_whole_tree_ties_between_stores_go_to_the_lower_id():
         a_id, b_id = min(dense_ids[0], sparse_ids[1]), min(dense_ids[1], sparse_ids[2])
         assert twin.feature[0] == a_id  # the root splits on a, the lower of its two ids
         assert set(twin.feature[twin.depth == 1]) == {b_id}  # both children on b
+
+
+@pytest.mark.parametrize("grower", ["twin", "numba"])
+def test_grow_whole_tree_checks_its_finish(grower):
+    """A ``TreeFinish`` whose cuts lack a feature the tree may split on, or whose margins are
+    not (n, K) float64 C-contiguous with K above the group, is refused alike by both growers
+    (the compiled finish reads the cuts and writes the margins unchecked)."""
+    from gbflow.backend import cpu_tree
+    grow = numpy_kernels.grow_whole_tree if grower == "twin" else cpu_tree.grow_whole_tree
+    rng = np.random.default_rng(2)
+    n_rows, n_features = 500, 3
+    bins = rng.integers(0, 8, size=(n_rows, n_features)).astype(np.uint8)
+    gh = np.stack([rng.integers(-2**30, 2**30, n_rows), rng.integers(0, 2**30, n_rows)], 1)
+    leaf = (2.0**-30, 2.0**-30, 1.0, 0.0, 0.3, 0.0)
+
+    def run(finish, features=None):
+        rows = (np.arange(n_rows, dtype=np.int32), np.zeros(n_rows, np.int32))
+        return grow(bins, np.ascontiguousarray(bins.T), gh, *rows,
+                    np.full(n_features, 7, np.int32), 8, np.ones((3, n_features), bool),
+                    2.0**-30, 2.0**-30, 1.0, 0.0, 1.0, 1e-6, features=features, finish=finish)
+    cuts = (np.arange(7 * 4, dtype=np.float32), np.arange(5, dtype=np.int64) * 7)  # 4 features
+    margin = np.zeros((n_rows, 2))
+    assert run(common.TreeFinish(*cuts, leaf, margin, 1)).value is not None
+    with pytest.raises(ValueError, match="features of finish.cut_offsets"):
+        run(common.TreeFinish(*cuts, leaf, margin, 1), features=np.array([0, 1, 4]))
+    with pytest.raises(ValueError, match="features of finish.cut_offsets"):
+        run(common.TreeFinish(cuts[0], cuts[1][:3], leaf))  # 2 cut features for 3
+    for bad, group in ((np.zeros((n_rows - 1, 2)), 1), (np.zeros((n_rows, 2)), 2),
+                       (np.zeros((n_rows, 2), np.float32), 0), (np.zeros((2, n_rows)).T, 0)):
+        with pytest.raises(ValueError, match="finish.margin"):
+            run(common.TreeFinish(*cuts, leaf, bad, group))

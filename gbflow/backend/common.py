@@ -6,8 +6,9 @@
   the CUDA kernels and the level plans read.
 - Argument checks the NumPy twins and the fast kernels must make alike (a fast kernel reading
   past a node must fail the same way its twin does).
-- ``GrownTree``, ``SparseSide``: what the whole-tree growers (``grow_whole_tree``) hand back, and
-  the sparse store's arrays they take.
+- ``GrownTree``, ``TreeFinish``, ``SparseSide``: what the whole-tree growers
+  (``grow_whole_tree``) hand back, what they need to finish a tree and add it to the margins,
+  and the sparse store's arrays they take.
 - Definitions written once against an array namespace, which the NumPy twins and the CUDA
   kernels both run (``ordered_keys``, ``sigmoid_with``, ``prediction_keys_with``,
   ``key_buckets_with``, ``occupied_keys_with``).
@@ -230,6 +231,11 @@ class GrownTree:
     segment of the row array of its depth's parity (``grow_whole_tree``); -1 and 0 for the
     nodes of the last level of a tree that reached its depth limit (their rows were not moved:
     their parent's segment and split say where each row went).
+
+    Finished (grown with a ``TreeFinish``; else None): threshold float32 the splits' cuts
+    (``numpy_kernels.cut_thresholds``; 0 on leaves), value float64 every node's leaf value
+    (``numpy_kernels.leaf_weights``, the learning rate applied), cover float64 its hessian sum:
+    ``numpy_kernels.finish_whole_tree``'s arrays.
     """
 
     totals: np.ndarray
@@ -241,6 +247,58 @@ class GrownTree:
     depth: np.ndarray
     seg_start: np.ndarray
     seg_count: np.ndarray
+    threshold: np.ndarray | None = None
+    value: np.ndarray | None = None
+    cover: np.ndarray | None = None
+
+
+# a TreeFinish whose cuts lack a grown tree's feature ids (every grower's message)
+FEATURE_IDS_NOT_CUT = "grow_whole_tree: the features' ids must be features of finish.cut_offsets"
+
+
+@dataclasses.dataclass
+class TreeFinish:
+    """What a whole-tree grower needs to finish the tree it grows (``grow_whole_tree``'s
+    ``finish``), and the margins it adds the tree to.
+
+    cut_values (float32), cut_offsets (int64): the cuts' arrays (``Cuts.values``,
+    ``Cuts.offsets``), for the splits' thresholds. leaf_constants: ``LeafRule.constants``'
+    (inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate, max_delta_step), for the
+    node values. margin: None, or the training rows' (n, K) float64 C-contiguous host margins,
+    to whose column ``group`` each row's leaf value is added, in place, as the grower finds
+    the rows' leaves (``add_leaf_values``' and ``add_split_leaf_values``' additions: one per
+    row, the same float64 sums as a ``LeafRows`` update).
+    """
+
+    cut_values: np.ndarray
+    cut_offsets: np.ndarray
+    leaf_constants: tuple
+    margin: np.ndarray | None = None
+    group: int = 0
+
+    def check(self, n_rows: int, *feature_ids) -> None:
+        """ValueError unless the cuts hold every feature id of ``feature_ids`` (arrays, or None)
+        and the margin (where given) is one of ``n_rows`` rows as
+        described."""
+        for ids in feature_ids:
+            if ids is not None and len(ids) and \
+                    not 0 <= np.min(ids) <= np.max(ids) < len(self.cut_offsets) - 1:
+                raise ValueError(FEATURE_IDS_NOT_CUT)
+        self.check_margin(n_rows)
+
+    def check_margin(self, n_rows: int) -> None:
+        """``check``'s test of the margin (the compiled grower tests the ids itself)."""
+        margin = self.margin
+        if margin is None:
+            return
+        if not isinstance(margin, np.ndarray) or margin.dtype != _dtypes.MARGIN or \
+                margin.ndim != 2 or not margin.flags.c_contiguous or \
+                not margin.flags.writeable or not 0 <= self.group < margin.shape[1] or \
+                margin.shape[0] != n_rows:
+            raise ValueError(f"grow_whole_tree: finish.margin must be a writeable "
+                             f"C-contiguous ({n_rows}, K) float64 host array with K > group "
+                             f"{self.group}, got {type(margin).__name__} "
+                             f"{getattr(margin, 'shape', None)}")
 
 
 @dataclasses.dataclass

@@ -15,11 +15,13 @@ from numba import njit
 
 from .. import _dtypes
 from . import cpu_kernels
-from .common import GrownTree, feature_widths, padded_width
+from .common import FEATURE_IDS_NOT_CUT, GrownTree, feature_widths, padded_width
 from .cpu_kernels import (
     _JIT,
     _NODE_ROWS_APART,
     _NODES_APART,
+    _add_leaf_values,
+    _add_split_leaf_values,
     _bounded_weight,
     _build_histograms,
     _build_slot_histograms,
@@ -34,8 +36,10 @@ from .cpu_kernels import (
 
 def grow_whole_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_bins, n_bins,
                     feature_allowed, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
-                    min_child_weight, min_gain, max_delta_step=None, features=None, sparse=None):
-    """See numpy_kernels.grow_whole_tree (the same ``GrownTree``, bit for bit)."""
+                    min_child_weight, min_gain, max_delta_step=None, features=None, sparse=None,
+                    finish=None):
+    """See numpy_kernels.grow_whole_tree (the same ``GrownTree``, bit for bit, and the same
+    margins)."""
     n_features = bins.shape[1]
     feature_allowed = np.ascontiguousarray(feature_allowed, dtype=np.bool_)
     if feature_allowed.ndim != 2 or feature_allowed.shape[1] != n_features:
@@ -43,7 +47,9 @@ def grow_whole_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_b
                          f"bool, got shape {feature_allowed.shape}")
     features = np.arange(n_features, dtype=np.int64) if features is None else \
         np.asarray(features, dtype=np.int64)
-    return GrownTree(*_grow_tree(
+    if finish is not None:  # (the feature ids: in the compiled grower, in microseconds less)
+        finish.check_margin(bins.shape[0])
+    grown = _grow_tree(
         bins, bins_by_feature, gh, row_index, spare_index,
         np.asarray(n_value_bins, dtype=np.int32), int(n_bins),
         # checked here: the compiled tree clears its threads' histograms by them, unchecked
@@ -52,7 +58,29 @@ def grow_whole_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_b
         float(inv_scale_g), float(inv_scale_h), float(reg_lambda), float(reg_alpha),
         float(min_child_weight), float(min_gain), max_delta_step is not None,
         float(max_delta_step or 0.0), np.zeros(max(n_features, 1), dtype=np.int8),
-        numba.get_num_threads()))
+        _finish_arguments(finish), numba.get_num_threads())
+    if finish is None:
+        return GrownTree(*grown[:9])
+    return GrownTree(*grown)
+
+
+# the finishing arguments of a tree grown without them: never read but for their types (one
+# compiled grower whether a tree is finished or not)
+_NO_CUTS = (np.zeros(0, dtype=_dtypes.CUT), np.zeros(1, dtype=np.int64))
+_NO_MARGIN = np.zeros((1, 1), dtype=_dtypes.MARGIN)
+
+
+def _finish_arguments(finish) -> tuple:
+    """A ``TreeFinish`` (or None) as the compiled grower takes it: one tuple of fixed types
+    (checked by ``TreeFinish.check``)."""
+    if finish is None:
+        return (*_NO_CUTS, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, _NO_MARGIN, np.int64(0), False, False)
+    margin = finish.margin
+    return (np.ascontiguousarray(finish.cut_values, dtype=_dtypes.CUT),
+            np.ascontiguousarray(finish.cut_offsets, dtype=np.int64),
+            *(float(c) for c in finish.leaf_constants),
+            _NO_MARGIN if margin is None else margin, np.int64(finish.group), margin is not None,
+            True)
 
 
 def _sparse_arguments(sparse, max_depth: int) -> tuple:
@@ -87,13 +115,23 @@ def _sparse_arguments(sparse, max_depth: int) -> tuple:
 def _grow_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bins, n_bins, widths,
                feature_allowed, dense_ids, sparse, inv_scale_g, inv_scale_h, reg_lambda,
                reg_alpha, min_child_weight, min_gain, bounded, max_delta_step, no_signs,
-               n_threads):
+               finish, n_threads):
     # A level's nodes sit in the level loop's histogram order (the siblings of its parent
     # level's splits, then the built children: the partition adds into the second half and
     # the siblings are subtracted in place); node_id maps them to their tree ids, which are
     # first .. first + n - 1, and the records are written by id. sparse is None (this
-    # compiles without its branches: numba prunes them) or _sparse_arguments' tuple.
+    # compiles without its branches: numba prunes them) or _sparse_arguments' tuple; finish
+    # _finish_arguments' tuple (the finished arrays, and the margin update where asked).
     n_rows, n_features = bins.shape
+    if finish[11]:  # TreeFinish.check's test of the ids, which the finish reads unchecked
+        n_cut_features = finish[1].shape[0] - 1
+        for f in dense_ids:
+            if f < 0 or f >= n_cut_features:
+                raise ValueError(FEATURE_IDS_NOT_CUT)
+        if sparse is not None:
+            for f in sparse[6]:
+                if f < 0 or f >= n_cut_features:
+                    raise ValueError(FEATURE_IDS_NOT_CUT)
     # the kernels' arguments typed as the level loop passes them (a literal False or 0 would
     # compile a second specialization of each: seconds of the first call)
     not_in_place = n_rows < 0
@@ -110,6 +148,8 @@ def _grow_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bins, n_b
     out_depth = np.empty(capacity, dtype=np.int32)
     out_start = np.empty(capacity, dtype=np.int64)
     out_count = np.empty(capacity, dtype=np.int64)
+    out_local = np.empty(capacity, dtype=np.int64)  # a split's feature in its store
+    last_gathered = False  # the last level's split bins gathered into the sparse column
     width = n_features * n_bins
     offsets = np.arange(n_features + 1) * n_bins  # the dense layout as the compact one
     padded_bins = max(n_bins, 2)
@@ -206,6 +246,7 @@ def _grow_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bins, n_b
                 out_default_left[i] = default_left[k]
                 out_gain[i] = gain[k]
                 out_left[i] = first + n + 2 * n_split
+                out_local[i] = feature[k]
                 split_node[n_split] = k
                 n_split += 1
             else:
@@ -214,6 +255,7 @@ def _grow_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bins, n_b
                 out_default_left[i] = False
                 out_gain[i] = 0.0
                 out_left[i] = -1
+                out_local[i] = -1
         if n_split == 0:
             first += n
             break
@@ -258,6 +300,15 @@ def _grow_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bins, n_b
         if depth + 1 == max_depth:  # the children are leaves: their rows are not moved
             new_start[:] = -1
             new_count[:] = 0
+            if sparse is not None and any_sparse and finish[10]:
+                # the margins read every split row's bin from the column, as a LeafRows'
+                # update reads ShardSet.split_matrix's
+                _gather_split_column(bins_by_feature, indptr, entry_feature, entry_bin,
+                                     common_bin, rows, split_start, split_count,
+                                     np.where(split_in_sparse, -1, split_feature),
+                                     np.where(split_in_sparse, split_feature, -1), column,
+                                     walk, col_ptr, col_rows, col_bins, marks, n_threads)
+                last_gathered = True
         else:
             children = np.empty((2 * n_split, n_features, n_bins, 2), dtype=np.int64)
             words = children.reshape(-1)
@@ -318,9 +369,81 @@ def _grow_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bins, n_b
         node_id = child_id
         first += n
         n = 2 * n_split
+    (cut_values, cut_offsets, leaf_g, leaf_h, leaf_lambda, leaf_alpha, learning_rate,
+     leaf_max_delta_step, margin, group, add_margin, finished) = finish
+    threshold = np.zeros(first, dtype=np.float32)
+    value = np.zeros(first, dtype=np.float64)
+    cover = np.zeros(first, dtype=np.float64)
+    if finished:
+        _finish_whole_tree(out_feature[:first], out_threshold[:first], out_totals[:first],
+                           np.arange(cut_offsets.shape[0] - 1), cut_values, cut_offsets,
+                           leaf_g, leaf_h, leaf_lambda, leaf_alpha, learning_rate,
+                           leaf_max_delta_step, np.empty(first, dtype=np.int32), threshold,
+                           value, cover)
+    if add_margin:
+        _add_tree_margins(margin[:, group], rows_even, rows_odd, out_feature[:first],
+                          out_threshold[:first], out_default_left[:first], out_left[:first],
+                          out_depth[:first], out_start[:first], out_count[:first],
+                          out_local[:first], value, max_depth, bins_by_feature, n_threads,
+                          last_gathered, sparse)
     return (out_totals[:first], out_feature[:first], out_threshold[:first],
             out_default_left[:first], out_gain[:first], out_left[:first], out_depth[:first],
-            out_start[:first], out_count[:first])
+            out_start[:first], out_count[:first], threshold, value, cover)
+
+
+@njit(**_JIT)
+def _add_tree_margins(margin, rows_even, rows_odd, feature, bin_threshold, default_left, left,
+                      depth, seg_start, seg_count, local, value, max_depth, bins_by_feature,
+                      n_threads, last_gathered, sparse):
+    # A LeafRows update's additions (grow.whole._leaf_rows): each leaf whose rows were moved
+    # adds its value to the rows of its segment (in the row array of its depth's parity); each
+    # split of the last level sends its segment's rows to its children by their split bins
+    n = feature.shape[0]
+    n_leaves = np.zeros(2, dtype=np.int64)
+    n_last = 0
+    for k in range(n):
+        if feature[k] < 0 and seg_start[k] >= 0:
+            n_leaves[depth[k] & 1] += 1
+        elif feature[k] >= 0 and depth[k] == max_depth - 1:
+            n_last += 1
+    for parity in range(2):
+        starts = np.empty(n_leaves[parity], dtype=np.int64)
+        counts = np.empty(n_leaves[parity], dtype=np.int64)
+        values = np.empty(n_leaves[parity], dtype=np.float64)
+        j = 0
+        for k in range(n):
+            if feature[k] < 0 and seg_start[k] >= 0 and (depth[k] & 1) == parity:
+                starts[j], counts[j], values[j] = seg_start[k], seg_count[k], value[k]
+                j += 1
+        if j:
+            _add_leaf_values(margin, rows_even if parity == 0 else rows_odd, starts, counts,
+                             values)
+    if n_last == 0:
+        return
+    starts = np.empty(n_last, dtype=np.int64)
+    counts = np.empty(n_last, dtype=np.int64)
+    split_row = np.empty(n_last, dtype=np.int64)
+    thresholds = np.empty(n_last, dtype=np.int64)
+    defaults = np.empty(n_last, dtype=np.bool_)
+    left_value = np.empty(n_last, dtype=np.float64)
+    right_value = np.empty(n_last, dtype=np.float64)
+    j = 0
+    for k in range(n):
+        if feature[k] >= 0 and depth[k] == max_depth - 1:
+            starts[j], counts[j] = seg_start[k], seg_count[k]
+            split_row[j] = 0 if last_gathered else local[k]
+            thresholds[j], defaults[j] = bin_threshold[k], default_left[k]
+            left_value[j], right_value[j] = value[left[k]], value[left[k] + 1]
+            j += 1
+    rows = rows_even if (max_depth - 1) % 2 == 0 else rows_odd
+    if sparse is not None and last_gathered:
+        column = sparse[14]
+        _add_split_leaf_values(margin, column.reshape((1, column.shape[0])), rows, starts,
+                               counts, split_row, thresholds, defaults, left_value,
+                               right_value, n_threads)
+    else:
+        _add_split_leaf_values(margin, bins_by_feature, rows, starts, counts, split_row,
+                               thresholds, defaults, left_value, right_value, n_threads)
 
 
 # the threshold of a present-versus-missing split, a constant numba compiles in

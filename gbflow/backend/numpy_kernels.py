@@ -1099,7 +1099,8 @@ def partition_planned(bins, bins_by_feature, gh, row_index, work, n_work, featur
 
 def grow_whole_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_bins, n_bins,
                     feature_allowed, inv_scale_g, inv_scale_h, reg_lambda, reg_alpha,
-                    min_child_weight, min_gain, max_delta_step=None, features=None, sparse=None):
+                    min_child_weight, min_gain, max_delta_step=None, features=None, sparse=None,
+                    finish=None):
     """One depthwise tree grown whole on one shard's dense bins and, with ``sparse``, its sparse
     store: every level's split search (``evaluate_splits``, ``evaluate_sparse_splits``, each
     node's better result kept, a tie going to the lower feature id), partition with the smaller
@@ -1117,10 +1118,20 @@ def grow_whole_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_b
     (row_index, spare_index)[d % 2] (both are overwritten). A node splits when its best gain
     exceeds ``min_gain``. max_delta_step: None (weights unbounded) or XGBoost's cap (0: none)
     with every node's bounds infinite (no monotone constraint). Returns a ``GrownTree``: the
-    tree the level-by-level grower grows on the same data."""
+    tree the level-by-level grower grows on the same data.
+
+    finish: None, or a ``TreeFinish``: the ``GrownTree`` is finished (``finish_whole_tree``'s
+    threshold, value and cover, its cut features the ids of ``features`` and the sparse
+    side's), and where ``finish.margin`` is given, every row's leaf value is added to its
+    column ``finish.group`` (a ``LeafRows`` update of the tree: ``add_leaf_values`` for the
+    leaves whose rows were moved, ``add_split_leaf_values`` for the last level's splits,
+    their split bins read as the partition reads them)."""
     n_rows, n_features = bins.shape
     max_depth = feature_allowed.shape[0]
     features = np.arange(n_features) if features is None else np.asarray(features)
+    if finish is not None:
+        finish.check(n_rows, features, None if sparse is None else sparse.features)
+    last_splits = None  # the last level's splits: (rows, source, source_feature)
     rows = (row_index, spare_index)
     seg_start = np.zeros(1, dtype=np.int64)
     seg_count = np.full(1, n_rows, dtype=np.int64)
@@ -1168,20 +1179,25 @@ def grow_whole_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_b
         left_sum = left_sum[sp]
         right_sum = totals[sp] - left_sum
         child_totals = np.stack([left_sum, right_sum], axis=1).reshape(-1, 2)
-        if depth + 1 == max_depth:  # the children are leaves: their rows are not moved
+        last = depth + 1 == max_depth
+        source, source_feature = bins_by_feature, feature[sp]
+        if in_sparse[sp].any() and (not last or finish is not None and
+                                    finish.margin is not None):
+            # every split node's bins gathered, as the level loop does (and, at the last
+            # level, as a LeafRows update reads them: ShardSet.split_matrix)
+            source = split_column(bins_by_feature, sparse.indptr, sparse.entry_feature,
+                                  sparse.entry_bin, sparse.common_bin, rows[depth % 2],
+                                  seg_start[sp], seg_count[sp],
+                                  np.where(in_sparse[sp], -1, feature[sp]),
+                                  np.where(in_sparse[sp], feature[sp], -1),
+                                  sparse.column)[None, :]
+            source_feature = np.zeros(len(sp), dtype=np.int32)
+        if last:  # the children are leaves: their rows are not moved
+            last_splits = (rows[depth % 2], source, source_feature)
             seg_start = np.full(2 * len(sp), -1, dtype=np.int64)
             seg_count = np.zeros(2 * len(sp), dtype=np.int64)
         else:
             built_left = left_sum[:, 1] <= right_sum[:, 1]
-            source, source_feature = bins_by_feature, feature[sp]
-            if in_sparse[sp].any():  # every split node's bins gathered, as the level loop does
-                source = split_column(bins_by_feature, sparse.indptr, sparse.entry_feature,
-                                      sparse.entry_bin, sparse.common_bin, rows[depth % 2],
-                                      seg_start[sp], seg_count[sp],
-                                      np.where(in_sparse[sp], -1, feature[sp]),
-                                      np.where(in_sparse[sp], feature[sp], -1),
-                                      sparse.column)[None, :]
-                source_feature = np.zeros(len(sp), dtype=np.int32)
             left_count, built = partition_and_histogram(
                 bins, source, gh, rows[depth % 2], seg_start[sp], seg_count[sp],
                 source_feature, bin_threshold[sp], default_left[sp], built_left, n_bins,
@@ -1201,7 +1217,33 @@ def grow_whole_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_b
     columns = [np.concatenate(values) for values in zip(*levels)]
     dtypes = (_dtypes.FIXED, np.int32, np.int32, np.bool_, np.float64, np.int64, np.int32,
               np.int64, np.int64)
-    return GrownTree(*(column.astype(dtype) for column, dtype in zip(columns, dtypes)))
+    grown = GrownTree(*(column.astype(dtype) for column, dtype in zip(columns, dtypes)))
+    if finish is None:
+        return grown
+    _, grown.threshold, grown.value, grown.cover = finish_whole_tree(
+        grown.feature, grown.bin_threshold, grown.totals, np.arange(len(finish.cut_offsets) - 1),
+        finish.cut_values, finish.cut_offsets, *finish.leaf_constants)
+    if finish.margin is not None:
+        _add_grown_tree(finish.margin[:, finish.group], grown, rows, last_splits, max_depth)
+    return grown
+
+
+def _add_grown_tree(margin, grown, rows: tuple, last_splits, max_depth: int) -> None:
+    """margin[row] += the value of the row's leaf in a finished ``GrownTree`` (the update a
+    ``LeafRows`` of it makes): leaves by their segments, the last level's splits (their rows,
+    bin source and features in ``last_splits``) by each row's split bin."""
+    leaf = np.flatnonzero((grown.feature < 0) & (grown.seg_start >= 0))
+    for parity in (0, 1):
+        at = leaf[grown.depth[leaf] % 2 == parity]
+        add_leaf_values(margin, rows[parity], grown.seg_start[at], grown.seg_count[at],
+                        grown.value[at])
+    split = np.flatnonzero((grown.feature >= 0) & (grown.depth == max_depth - 1))
+    if len(split):
+        row_index, source, source_feature = last_splits
+        add_split_leaf_values(margin, source, row_index, grown.seg_start[split],
+                              grown.seg_count[split], source_feature,
+                              grown.bin_threshold[split], grown.default_left[split],
+                              grown.value[grown.left[split]], grown.value[grown.left[split] + 1])
 
 
 def _sparse_histograms(sparse, gh, row_index, seg_start, seg_count):

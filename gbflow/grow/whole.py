@@ -6,43 +6,45 @@ import functools
 import numpy as np
 
 from .. import _dtypes
-from ..backend.common import SparseSide
+from ..backend.common import SparseSide, TreeFinish
 from ..tree import Tree
 from .margins import LeafRows
 
 
-def grow_tree_whole(shardset, gh: list, scales, cuts, rules, feature_allowed,
-                    group: int) -> tuple[Tree, list[LeafRows]]:
+def grow_tree_whole(shardset, gh: list, scales, cuts, rules, feature_allowed, group: int,
+                    margins: list | None = None) -> tuple[Tree, list]:
     """``gbflow.grow.grow_tree`` in one call of the backend's whole-tree grower: the tree and
     training margins the level-by-level loop gives (the same kernels on the same integers).
     For one shard of numeric features (a dense store, and a sparse one or not) in one process
     (``ShardSet.grows_whole_trees``), per-depth feature masks (no per-node sample), weights
     bounded by ``max_delta_step`` at most (no monotone or interaction constraint), no leaf
-    budget that binds."""
+    budget that binds.
+
+    margins: None, or ``[margin]``, the shard's (n, K) float64 margins: the grower adds the
+    tree's values to their column ``group`` itself and no update is returned (an empty list;
+    a small tree's host work: its row bookkeeping took longer than the update)."""
     dense = shardset.dense
     shardset.reset_row_index()
     rows = (shardset.row_index[0], shardset._spare_index[0])
     by_level = feature_allowed.by_level
     bounds = rules.bounds
+    margin = None if margins is None else margins[0]
+    finish = TreeFinish(cuts.values, cuts.offsets, rules.leaf.constants(scales), margin, group)
     with shardset.timers("whole trees"):
         grown = shardset.backend.grow_whole_tree(
             dense.rows(0), dense.columns(0), gh[0], *rows, dense.n_value_bins_host, cuts.n_bins,
             np.ascontiguousarray(by_level[:, dense.features]), *rules.split.constants(scales),
             rules.split.min_gain, None if bounds is None else bounds.max_delta_step,
-            features=dense.features, sparse=_sparse_side(shardset, by_level))
-    # the node arrays in the model file's dtypes, made in one call (a small tree's host time)
-    leaf = rules.leaf.constants(scales)
-    feature, threshold, value, cover = shardset.backend.finish_whole_tree(
-        grown.feature, grown.bin_threshold, grown.totals, np.arange(cuts.n_features),
-        cuts.values, cuts.offsets, *leaf)
-    split = grown.feature >= 0
-    tree = Tree(feature=feature, bin_threshold=grown.bin_threshold.astype(np.int32, copy=False),
-                threshold=threshold, default_left=grown.default_left.astype(np.bool_, copy=False),
-                left=grown.left.astype(_dtypes.NODE),
-                right=np.where(split, grown.left + 1, -1).astype(_dtypes.NODE, copy=False),
-                value=value, gain=grown.gain.astype(np.float64, copy=False), cover=cover,
-                group=group)
-    # the row arrays as the level loop leaves them: the deepest partitioned level's current
+            features=dense.features, sparse=_sparse_side(shardset, by_level), finish=finish)
+    left = grown.left.astype(_dtypes.NODE)
+    tree = Tree(feature=grown.feature, bin_threshold=grown.bin_threshold,
+                threshold=grown.threshold, default_left=grown.default_left, left=left,
+                right=np.where(left >= 0, left + 1, -1).astype(_dtypes.NODE, copy=False),
+                value=grown.value, gain=grown.gain, cover=grown.cover, group=group)
+    if margin is not None:
+        return tree, []
+    # the row arrays as the level loop leaves them (a LeafRows' split rows are the current
+    # ones): the deepest partitioned level's current
     deepest = int(grown.depth[grown.seg_start >= 0].max()) % 2
     shardset.row_index, shardset._spare_index = [rows[deepest]], [rows[1 - deepest]]
     return tree, [_leaf_rows(shardset, rows, grown, rules.max_depth, tree.value)]
