@@ -60,15 +60,14 @@ class Backend:
     passes (small on the CPU, where large temporaries are slow to fault in; large on the GPU,
     where each block costs launches and a synchronisation); ``grow_whole_tree``: None, or a
     function growing a whole depthwise tree of one shard's dense bins and sparse entries in one
-    call (the ``numpy_kernels.grow_whole_tree`` signature; the CPU's, where the host's work
-    between levels costs more than the levels do on small data); ``finish_whole_tree``: with
-    it, the grown tree's node arrays (``numpy_kernels.finish_whole_tree``'s signature).
+    call, finished and added to the training margins (the ``numpy_kernels.grow_whole_tree``
+    signature; the CPU's, where the host's work between levels costs more than the levels do on
+    small data).
     """
 
     name = ""
     queues_ahead = False
     grow_whole_tree = None
-    finish_whole_tree = None
     indexes_sparse_columns = False
     sketch_block_values = 1 << 20
 

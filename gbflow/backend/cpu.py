@@ -31,8 +31,6 @@ class CpuBackend(Backend):
         # a method's value per instance: the twin under ``reference_kernels()``
         self.grow_whole_tree = cpu_tree.grow_whole_tree if kernels is cpu_kernels else \
             kernels.grow_whole_tree
-        self.finish_whole_tree = cpu_tree.finish_whole_tree if kernels is cpu_kernels else \
-            kernels.finish_whole_tree
         if kernels is cpu_kernels:
             watch_numba()  # numba's compiles timed apart from the stages, and announced
 

@@ -454,7 +454,8 @@ def finish_whole_tree(feature, bin_threshold, totals, features, cut_values, cut_
                       inv_scale_g, inv_scale_h, reg_lambda, reg_alpha, learning_rate,
                       max_delta_step=0.0):
     """See numpy_kernels.finish_whole_tree (the same four arrays, bit for bit), in one
-    compiled pass over the nodes: a small tree's node arrays were some thirty NumPy calls."""
+    compiled pass over the nodes (``_grow_tree`` finishes its tree with it; this entry is the
+    test's)."""
     n = len(feature)
     out_feature = np.empty(n, dtype=_dtypes.NODE)
     threshold = np.zeros(n, dtype=_dtypes.CUT)
