@@ -35,7 +35,9 @@ def test_what_training_holds_is_counted_by_store(device):
     assert paged.memory_report["held"] == {"bins": 0, "pages": n * width, "rows": n * 16,
                                            "evaluation": 0}
     host = report["host"]
-    assert {"quantize", "gradients", "margins"} <= set(host["by_stage"])
+    # (the CPU's whole-tree grower adds each tree to the margins in its own call)
+    assert {"quantize", "gradients", "whole trees" if device == "cpu" else "margins"} <= \
+        set(host["by_stage"])
     assert host["peak"] == max(host["by_stage"].values()) >= host["start"] > 0
     if device == "cpu":
         assert report["device"] is None
