@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from . import fixed_point, leaf_quantiles, predictor, prepare, ranking
+from . import leaf_quantiles, predictor, prepare, ranking
 from .booster import Booster
 from .callback import Callbacks
 from .categories import by_value_features, recode_part
@@ -13,11 +13,12 @@ from .categories import unify as unify_categories
 from .category_splits import gradient_dispersions
 from .continuation import check_continuation
 from .evaluation import TRAINING, EvalOptions, EvalSet, Evaluation
-from .grow import finished_tree, grow_tree
+from .grow import finished_tree, grow_round_whole, grow_tree, grows_rounds_whole
 from .memory_report import StageMemory
 from .progress import Progress
 from .resume import TrainingState, options_of
-from .rules import Scales, TreeRules
+from .round_gradients import gradient_function, largest_gradients, round_gradients, tree_scales
+from .rules import TreeRules
 from .sampling import (
     FeatureSample,
     gradient_based_sample,
@@ -257,7 +258,7 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
     def to_shards(arrays: list) -> list:
         return shardset.shard_views(arrays) if by_part else arrays
 
-    gradients_of = _gradient_function(backend, objective, weighted=shards[0].weight is not None)
+    gradients_of = gradient_function(backend, objective, weighted=shards[0].weight is not None)
     # The fixed-point gradients of every tree are written into the same arrays (one per row
     # set): a new array each tree, made while the float gradients took part of the freed one,
     # left the memory pool a second block of that size (on the device, 153 MiB of 10M rows).
@@ -268,13 +269,17 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
     bounds = objective.gradient_bounds(max_weight)
     if gradient_based and bounds is not None:  # a kept pair is divided by its probability
         bounds = reweighted_bounds(bounds, params.subsample)
+    # a round's trees in one backend call where each would be grown whole, on one shard, with
+    # no line search setting their leaves and no category-set penalty
+    whole_rounds = objective.leaf_alphas is None and not penalised and not by_part and \
+        len(row_sets) == 1 and grows_rounds_whole(shardset, rules, params.colsample_bynode)
     for round_index in range(num_boost_round):
         if hooks.before_iteration(snapshot, first_round + round_index, evaluation.history):
             break
         with timers("gradients"):
             grad_hess = objective.set_gradients(xp, risk_sets, [s.margin for s in shards],
                                                 [s.weight for s in shards]) \
-                if objective.whole_set else [_gradients(xp, objective, s, gradients_of)
+                if objective.whole_set else [round_gradients(xp, objective, s, gradients_of)
                                              for s in row_sets]
             if gradient_based:  # each output its own sample
                 for k in range(n_groups):
@@ -289,7 +294,7 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
                     g *= keep[:, None]  # in place: the gradients are this round's own
                     h *= keep[:, None]
             largest = bounds if bounds is not None else \
-                _largest_gradients(backend, collective, grad_hess, n_groups)
+                largest_gradients(backend, collective, grad_hess, n_groups)
             if not np.isfinite(largest).all():
                 raise FloatingPointError(
                     f"the {objective.name or 'objective'}'s gradients are not finite (NaN or "
@@ -299,10 +304,21 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
             dispersions = gradient_dispersions(backend, collective, grad_hess, largest,
                                                n_total) if penalised else None
         round_trees = []
-        for k in range(n_groups):
+        if whole_rounds:  # the round's trees in one call, each added to the margins there
             with timers("gradients"):
-                scales = Scales(fixed_point.fixed_point_scale(float(largest[k, 0]), n_total),
-                                fixed_point.fixed_point_scale(float(largest[k, 1]), n_total))
+                scales = [tree_scales(largest, k, n_total) for k in range(n_groups)]
+                samples = [FeatureSample.draw(len(feature_names), params,
+                                              first_round + round_index, k)
+                           for k in range(n_groups)]
+                gh_buffers = gh_buffers or [xp.empty((shards[0].n_rows, 2), dtype=np.int64)]
+            (g, h), = grad_hess
+            grad_hess = None
+            round_trees = grow_round_whole(shardset, g, h, scales, cuts, rules, samples,
+                                           gh_buffers[0])
+            g = h = None
+        for k in range(0 if whole_rounds else n_groups):
+            with timers("gradients"):
+                scales = tree_scales(largest, k, n_total)
                 gh_buffers = gh_buffers or [None] * len(grad_hess)
                 gh_rows = gh_buffers = [
                     backend.kernels.quantise_gradients(g[:, k], h[:, k], scales.g, scales.h,
@@ -433,64 +449,3 @@ def _attach_queries(backend, shardset: ShardSet, parts: list, one_query: bool) -
             backend.xp, qids, weights, shardset.collective, "the training data",
             n_rows=[r1 - r0 for _, r0, r1 in shardset.part_rows] if one_query else None)):
         shard.queries = queries
-
-
-# Rows per block of the gradient computation: the losses' float64 temporaries (a few arrays the
-# size of the margins) stay a few tens of MB however many rows a shard holds.
-GRADIENT_ROWS = 1 << 21
-
-
-def _gradient_function(backend, objective, weighted: bool):
-    """``objective.gradients`` as a function of (margin, label, weight) arrays. An
-    ``ElementwiseLoss``'s ``row_gradients`` run on the flat (n,) margin, label and weight, on
-    the GPU as one fused kernel (``Backend.fused``; made once a training, as CuPy traces the
-    function at each new fusion): binary:logistic took ten launches and temporaries a block of
-    rows. The same values, bit for bit (tests/test_objectives.py); (n, 1) views come back."""
-    xp = backend.xp
-    if not objective.elementwise:
-        return lambda margin, label, weight: objective.gradients(xp, margin, label, weight)
-    name = "gbflow_gradients_" + "".join(c if c.isalnum() else "_" for c in objective.name)
-    if weighted:
-        flat = backend.fused(lambda margin, label, weight: objective.row_gradients(
-            xp, margin, label, weight), name + "_weighted")
-    else:
-        unweighted = backend.fused(lambda margin, label: objective.row_gradients(
-            xp, margin, label, None), name)
-
-        def flat(margin, label, weight):
-            return unweighted(margin, label)
-
-    def gradients(margin, label, weight):
-        g, h = flat(margin[:, 0], label, weight)
-        return g[:, None], h[:, None]
-    return gradients
-
-
-def _gradients(xp, objective, shard, gradients_of) -> tuple:
-    """(n, n_groups) float32 gradients and hessians of a shard, a block of rows at a time for
-    row-wise losses (the same values: every operation is per row). gradients_of:
-    ``_gradient_function``'s."""
-    n = shard.n_rows
-    if objective.by_query:
-        return objective.query_gradients(xp, shard.margin, shard.label, shard.queries)
-    if n <= GRADIENT_ROWS or not objective.row_wise:
-        return gradients_of(shard.margin, shard.label, shard.weight)
-    g = xp.empty((n, objective.n_groups), dtype=np.float32)
-    h = xp.empty_like(g)
-    for a in range(0, n, GRADIENT_ROWS):
-        b = min(n, a + GRADIENT_ROWS)
-        g[a:b], h[a:b] = gradients_of(shard.margin[a:b], shard.label[a:b],
-                                      None if shard.weight is None else shard.weight[a:b])
-    return g, h
-
-
-def _largest_gradients(backend, collective, grad_hess, n_groups: int) -> np.ndarray:
-    """(n_groups, 2) float64 global max |g| and |h| of every class, in one reduction, read from
-    the device in one copy. Whole-column reductions: CuPy's max(axis=0) over a tall
-    (n, n_groups) array was one slow segmented reduction (9 ms at 10M rows on an H200)."""
-    xp = backend.xp
-    local = backend.to_host_all([xp.stack([xp.stack([xp.abs(g[:, k]).max(), xp.abs(h[:, k]).max()])
-                                           for k in range(n_groups)])
-                                 for g, h in grad_hess if len(g)])
-    return collective.allreduce_max(np.max(local, axis=0) if local else
-                                    np.zeros((n_groups, 2), dtype=np.float64))

@@ -1595,3 +1595,97 @@ def test_grow_whole_tree_checks_its_finish(grower):
                        (np.zeros((n_rows, 2), np.float32), 0), (np.zeros((2, n_rows)).T, 0)):
         with pytest.raises(ValueError, match="finish.margin"):
             run(common.TreeFinish(*cuts, leaf, bad, group))
+    for leaf_constants, group in ((leaf[:5], 0), (leaf, 1.0)):  # five constants; a float group
+        with pytest.raises(ValueError, match="finish.leaf_constants"):
+            run(common.TreeFinish(*cuts, leaf_constants, margin, group))
+
+
+@pytest.mark.parametrize("n_rows,max_depth,dtype", [(3000, 5, np.float32), (700, 3, np.float64),
+                                                    (1, 2, np.float32)])
+def test_grow_whole_round(n_rows, max_depth, dtype):
+    """A round's trees in one call, the twin's and numba's: each tree and the margins equal,
+    bit for bit, to the trees ``grow_whole_tree`` grows one after another on each column's
+    quantised gradients with its own scales, feature mask and leaf constants."""
+    from gbflow.backend import cpu_round
+    rng = np.random.default_rng(n_rows)
+    n_features, n_bins, n_trees = 6, 16, 3
+    bins = rng.integers(0, n_bins, size=(n_rows, n_features)).astype(np.uint8)
+    by_feature = np.ascontiguousarray(bins.T)
+    n_value_bins = np.full(n_features, n_bins - 1, dtype=np.int32)
+    grad = (rng.normal(size=(n_rows, n_trees)) + (bins[:, :n_trees] > 8)).astype(dtype)
+    hess = rng.uniform(0.1, 1.0, size=(n_rows, n_trees)).astype(dtype)
+    scales = np.array([[2.0**20, 2.0**21], [2.0**18, 2.0**22], [2.0**19, 2.0**19]])
+    allowed = rng.random((n_trees, max_depth, n_features)) < 0.7
+    split = np.array([[1 / g, 1 / h, 1.0, 0.1 * k, 0.5] for k, (g, h) in enumerate(scales)])
+    leaf = np.array([[1 / g, 1 / h, 1.0, 0.1 * k, 0.3, 0.0] for k, (g, h) in enumerate(scales)])
+    cut_offsets = np.arange(n_features + 1, dtype=np.int64) * n_bins
+    cut_values = np.sort(rng.normal(size=n_bins * n_features)).astype(np.float32)
+    start = rng.normal(size=(n_rows, n_trees))
+    results = {}
+    for name, module in (("twin", numpy_kernels), ("numba", cpu_round)):
+        margin = start.copy()
+        rows = (np.zeros(n_rows, _dtypes.ROW_INDEX), np.zeros(n_rows, _dtypes.ROW_INDEX))
+        trees = module.grow_whole_round(bins, by_feature, grad, hess, scales,
+                                        np.zeros((n_rows, 2), np.int64), *rows, n_value_bins,
+                                        n_bins, allowed, split, 0.0, None,
+                                        np.arange(n_features), cut_values, cut_offsets, leaf,
+                                        margin)
+        results[name] = trees, margin
+    # the definition: tree after tree, each on its column
+    margin = start.copy()
+    for k in range(n_trees):
+        gh = numpy_kernels.quantise_gradients(grad[:, k], hess[:, k], *scales[k])
+        rows = (np.arange(n_rows, dtype=_dtypes.ROW_INDEX), np.zeros(n_rows, _dtypes.ROW_INDEX))
+        want = numpy_kernels.grow_whole_tree(
+            bins, by_feature, gh, *rows, n_value_bins, n_bins, allowed[k], *split[k], 0.0,
+            finish=common.TreeFinish(cut_values, cut_offsets, tuple(leaf[k]), margin, k))
+        for name, (trees, _) in results.items():
+            for field in ("totals", "feature", "bin_threshold", "default_left", "gain", "left",
+                          "depth", "threshold", "value", "cover"):
+                a, b = getattr(want, field), getattr(trees[k], field)
+                assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (name, k, field)
+    for name, (trees, got) in results.items():
+        assert len(trees) == n_trees and got.tobytes() == margin.tobytes(), name
+    if n_rows > 1:
+        assert not np.array_equal(margin, start) and all(len(t.feature) > 1 for t in trees)
+
+
+@pytest.mark.parametrize("grower", ["twin", "numba"])
+def test_grow_whole_round_checks_its_arrays(grower):
+    """Arrays of the wrong shapes or dtypes are refused alike by both round growers, before
+    any tree grows (the compiled round reads them unchecked)."""
+    from gbflow.backend import cpu_round
+    grow = (numpy_kernels if grower == "twin" else cpu_round).grow_whole_round
+    rng = np.random.default_rng(1)
+    n_rows, n_features, n_trees = 200, 3, 2
+    bins = rng.integers(0, 8, size=(n_rows, n_features)).astype(np.uint8)
+    good = dict(grad=rng.normal(size=(n_rows, n_trees)).astype(np.float32),
+                hess=np.ones((n_rows, n_trees), np.float32), scales=np.full((n_trees, 2), 2.0**20),
+                gh=np.zeros((n_rows, 2), np.int64),
+                feature_allowed=np.ones((n_trees, 3, n_features), bool),
+                split_constants=np.full((n_trees, 5), 1.0),
+                leaf_constants=np.full((n_trees, 6), 0.5), margin=np.zeros((n_rows, n_trees)))
+
+    def run(**changes):
+        a = {**good, **changes}
+        return grow(bins, np.ascontiguousarray(bins.T), a["grad"], a["hess"], a["scales"],
+                    a["gh"], np.zeros(n_rows, np.int32), np.zeros(n_rows, np.int32),
+                    np.full(n_features, 7, np.int32), 8, a["feature_allowed"],
+                    a["split_constants"], 0.0, None, np.arange(n_features),
+                    np.arange(8 * n_features, dtype=np.float32),
+                    np.arange(n_features + 1, dtype=np.int64) * 8, a["leaf_constants"],
+                    a["margin"])
+    assert len(run()) == n_trees
+    for changes, match in (
+            (dict(hess=np.ones((n_rows, n_trees))), "grad and hess"),
+            (dict(grad=np.zeros((n_rows, 3), np.float32)), "grad and hess"),
+            (dict(gh=np.zeros((n_rows - 1, 2), np.int64)), "out must be"),
+            (dict(scales=np.ones((n_trees, 3))), "scales"),
+            (dict(feature_allowed=np.ones((n_trees, 3, n_features + 1), bool)),
+             "feature_allowed"),
+            (dict(split_constants=np.ones((n_trees, 4))), "split_constants"),
+            (dict(leaf_constants=np.ones((n_trees + 1, 6))), "leaf_constants"),
+            (dict(margin=np.zeros((n_rows, n_trees - 1))), "margin"),
+            (dict(margin=np.zeros((n_trees, n_rows)).T), "margin must be a writeable")):
+        with pytest.raises(ValueError, match=match):
+            run(**changes)

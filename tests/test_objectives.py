@@ -157,7 +157,7 @@ def test_fused_gradients_equal_the_losses_own(device, objective, weighted):
     """The training loop's gradient function (on the GPU one fused kernel for these losses)
     gives the loss's own arrays' values bit for bit, weighted or not, with scale_pos_weight."""
     from gbflow.backend import get_backend
-    from gbflow.boosting import _gradient_function
+    from gbflow.round_gradients import gradient_function
     backend = get_backend(device)
     xp = backend.xp
     rng = np.random.default_rng(5)
@@ -171,7 +171,7 @@ def test_fused_gradients_equal_the_losses_own(device, objective, weighted):
     loss = make_params({"objective": objective, "huber_slope": 2.0,
                         "scale_pos_weight": 3.0 if "logistic" in objective else 1.0}).loss
     assert loss.elementwise
-    g, h = _gradient_function(backend, loss, weighted)(m, y, w)
+    g, h = gradient_function(backend, loss, weighted)(m, y, w)
     g0, h0 = loss.gradients(xp, m, y, w)
     assert g.shape == g0.shape == (n, 1) and g.dtype == h.dtype == np.float32
     assert bool((g == g0).all()) and bool((h == h0).all())

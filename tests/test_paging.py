@@ -349,7 +349,7 @@ def test_paged_dask_workers_give_the_in_process_model(sampling, limit, monkeypat
 def test_gradients_a_block_of_rows_at_a_time_give_the_same_model(params, device, monkeypatch):
     """Row-wise losses compute their gradients in blocks of rows (bounded temporaries on large
     shards): the model of computing them all at once."""
-    from gbflow import boosting
+    from gbflow import round_gradients
     X, y, rng = _data(n=5000, seed=9)
     if params.get("num_class"):
         y = np.digitize(X[:, 0], [-0.5, 0.5]).astype(np.float64)
@@ -358,7 +358,7 @@ def test_gradients_a_block_of_rows_at_a_time_give_the_same_model(params, device,
     w = rng.random(len(y)) + 0.5
     full = dict(params, device=device, max_depth=4)
     whole = gbflow.train(X, y, full, num_boost_round=4, weight=w, verbose=False)
-    monkeypatch.setattr(boosting, "GRADIENT_ROWS", 999)
+    monkeypatch.setattr(round_gradients, "GRADIENT_ROWS", 999)
     blocks = gbflow.train(X, y, full, num_boost_round=4, weight=w, verbose=False)
     assert blocks.to_json() == whole.to_json()
 

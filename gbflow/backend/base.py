@@ -62,12 +62,14 @@ class Backend:
     function growing a whole depthwise tree of one shard's dense bins and sparse entries in one
     call, finished and added to the training margins (the ``numpy_kernels.grow_whole_tree``
     signature; the CPU's, where the host's work between levels costs more than the levels do on
-    small data).
+    small data); ``grow_whole_round``: with it, a round's trees grown so in one call
+    (``numpy_kernels.grow_whole_round``'s signature).
     """
 
     name = ""
     queues_ahead = False
     grow_whole_tree = None
+    grow_whole_round = None
     indexes_sparse_columns = False
     sketch_block_values = 1 << 20
 

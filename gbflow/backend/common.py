@@ -280,25 +280,61 @@ class TreeFinish:
         """ValueError unless the cuts hold every feature id of ``feature_ids`` (arrays, or None)
         and the margin (where given) is one of ``n_rows`` rows as
         described."""
+        self.check_margin(n_rows)
         for ids in feature_ids:
             if ids is not None and len(ids) and \
                     not 0 <= np.min(ids) <= np.max(ids) < len(self.cut_offsets) - 1:
                 raise ValueError(FEATURE_IDS_NOT_CUT)
-        self.check_margin(n_rows)
 
     def check_margin(self, n_rows: int) -> None:
-        """``check``'s test of the margin (the compiled grower tests the ids itself)."""
-        margin = self.margin
-        if margin is None:
-            return
-        if not isinstance(margin, np.ndarray) or margin.dtype != _dtypes.MARGIN or \
-                margin.ndim != 2 or not margin.flags.c_contiguous or \
-                not margin.flags.writeable or not 0 <= self.group < margin.shape[1] or \
-                margin.shape[0] != n_rows:
-            raise ValueError(f"grow_whole_tree: finish.margin must be a writeable "
-                             f"C-contiguous ({n_rows}, K) float64 host array with K > group "
-                             f"{self.group}, got {type(margin).__name__} "
-                             f"{getattr(margin, 'shape', None)}")
+        """``check``'s tests but the ids' (the compiled grower tests those itself): six leaf
+        constants, an integer group, the margin."""
+        if len(self.leaf_constants) != 6 or not isinstance(self.group, (int, np.integer)):
+            raise ValueError(f"grow_whole_tree: finish.leaf_constants must be LeafRule.constants' "
+                             f"six numbers and finish.group an integer, got "
+                             f"{len(self.leaf_constants)} and {self.group!r}")
+        if self.margin is not None:
+            check_margins(self.margin, n_rows, self.group + 1, "finish.margin")
+
+
+def check_margins(margin, n_rows: int, n_columns: int, name: str) -> None:
+    """ValueError unless ``margin`` is the writeable C-contiguous (n_rows, K) float64 host
+    array, K >= n_columns, a grower adds its trees to in place."""
+    if not isinstance(margin, np.ndarray) or margin.dtype != _dtypes.MARGIN or \
+            margin.ndim != 2 or not margin.flags.c_contiguous or not margin.flags.writeable or \
+            margin.shape[0] != n_rows or margin.shape[1] < n_columns:
+        raise ValueError(f"{name} must be a writeable C-contiguous ({n_rows}, K >= {n_columns}) "
+                         f"float64 host array, got {type(margin).__name__} "
+                         f"{getattr(margin, 'shape', None)} {getattr(margin, 'dtype', '')}")
+
+
+def check_round(grad, hess, scales, gh, feature_allowed, split_constants, leaf_constants,
+                margin, n_features: int) -> int:
+    """``grow_whole_round``'s shape checks, alike in the twin and the compiled round (whose
+    loops read every tree's arrays unchecked); returns the round's number of trees K."""
+    grad, hess = np.asarray(grad), np.asarray(hess)
+    if grad.ndim != 2 or grad.shape != hess.shape or \
+            grad.dtype not in (np.float32, np.float64) or hess.dtype != grad.dtype:
+        raise ValueError(f"grow_whole_round: grad and hess must be (n, K) float32 or float64 "
+                         f"arrays of one shape and dtype, got {grad.shape} {grad.dtype} and "
+                         f"{hess.shape} {hess.dtype}")
+    n_rows, n_trees = grad.shape
+    gradient_out(np, gh, n_rows)
+    shapes = {"scales": (np.shape(scales), (n_trees, 2)),
+              "split_constants": (np.shape(split_constants), (n_trees, 5)),
+              "leaf_constants": (np.shape(leaf_constants), (n_trees, 6))}
+    allowed = np.shape(feature_allowed)
+    if len(allowed) != 3 or allowed[0] != n_trees or allowed[2] != n_features:
+        raise ValueError(f"grow_whole_round: feature_allowed must be ({n_trees}, max_depth, "
+                         f"{n_features}) bool, got shape {allowed}")
+    for name, (got, want) in shapes.items():
+        if got != want:
+            raise ValueError(f"grow_whole_round: {name} must have shape {want}, got {got}")
+    check_margins(margin, n_rows, n_trees, "grow_whole_round: margin")
+    if margin.shape[1] != n_trees:
+        raise ValueError(f"grow_whole_round: margin must have {n_trees} columns (one a tree), "
+                         f"got {margin.shape[1]}")
+    return n_trees
 
 
 @dataclasses.dataclass

@@ -6,7 +6,7 @@ import contextlib
 import numba
 import numpy as np
 
-from . import cpu_kernels, cpu_tree
+from . import cpu_kernels, cpu_round, cpu_tree
 from .base import Backend
 from .compiling import watch_numba
 
@@ -31,6 +31,8 @@ class CpuBackend(Backend):
         # a method's value per instance: the twin under ``reference_kernels()``
         self.grow_whole_tree = cpu_tree.grow_whole_tree if kernels is cpu_kernels else \
             kernels.grow_whole_tree
+        self.grow_whole_round = cpu_round.grow_whole_round if kernels is cpu_kernels else \
+            kernels.grow_whole_round
         if kernels is cpu_kernels:
             watch_numba()  # numba's compiles timed apart from the stages, and announced
 

@@ -4,8 +4,8 @@ Small data is where the level-by-level grower's host work shows: a tree of sklea
 (1,797 rows) spent about 0.3 ms in kernels and 1.2 ms in the Python around them, and a level of
 a one-hot CSR table about as much in Python as in its sparse kernels. This loop runs the same
 kernels (``cpu_kernels``' histograms, split searches, split columns and fused partition) in the
-same order over the same integers, so it grows the same tree, bit for bit; its twin is
-``numpy_kernels.grow_whole_tree``.
+same order over the same integers, so it grows the same tree, bit for bit, then finishes it
+and adds it to the margins; its twin is ``numpy_kernels.grow_whole_tree``.
 """
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ _NO_MARGIN = np.zeros((1, 1), dtype=_dtypes.MARGIN)
 
 def _finish_arguments(finish) -> tuple:
     """A ``TreeFinish`` (or None) as the compiled grower takes it: one tuple of fixed types
-    (checked by ``TreeFinish.check``)."""
+    (``TreeFinish.check_margin`` checked it; the grower checks the feature ids)."""
     if finish is None:
         return (*_NO_CUTS, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, _NO_MARGIN, np.int64(0), False, False)
     margin = finish.margin

@@ -22,12 +22,14 @@ import numpy as np
 from .. import _dtypes
 from .common import (
     GrownTree,
+    TreeFinish,
     better_splits,
     categorical_width,
     check_bounds,
     check_column_out,
     check_dest,
     check_feature_mask,
+    check_round,
     check_sibling_shapes,
     check_side_map,
     check_value_bins,
@@ -1226,6 +1228,35 @@ def grow_whole_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_b
     if finish.margin is not None:
         _add_grown_tree(finish.margin[:, finish.group], grown, rows, last_splits, max_depth)
     return grown
+
+
+def grow_whole_round(bins, bins_by_feature, grad, hess, scales, gh, row_index, spare_index,
+                     n_value_bins, n_bins, feature_allowed, split_constants, min_gain,
+                     max_delta_step, features, cut_values, cut_offsets, leaf_constants, margin):
+    """A boosting round's trees on one shard's dense bins (no sparse store), one per column of
+    the float gradients, each grown whole, finished and added to the margins before the next:
+    tree k is ``grow_whole_tree`` on ``quantise_gradients(grad[:, k], hess[:, k], *scales[k])``
+    (written into ``gh``) from the rows in row order (written into ``row_index``), its feature
+    mask ``feature_allowed[k]``, its split constants ``split_constants[k]`` and its finish
+    ``TreeFinish(cut_values, cut_offsets, leaf_constants[k], margin, k)``.
+
+    grad, hess: (n, K) float32 or float64. scales: (K, 2) float64 [g, h] fixed-point scales.
+    gh (n, 2) int64 C-contiguous, row_index and spare_index (n,) int32: scratch, overwritten.
+    feature_allowed: (K, max_depth, D) bool. split_constants: (K, 5) float64 (inv_scale_g,
+    inv_scale_h, reg_lambda, reg_alpha, min_child_weight). leaf_constants: (K, 6) float64
+    (``LeafRule.constants``). margin: (n, K) float64 C-contiguous, tree k added to column k in
+    place. The rest as ``grow_whole_tree`` takes them. Returns the K finished ``GrownTree``s."""
+    n_trees = check_round(grad, hess, scales, gh, feature_allowed, split_constants,
+                          leaf_constants, margin, bins.shape[1])
+    trees = []
+    for k in range(n_trees):
+        quantise_gradients(grad[:, k], hess[:, k], scales[k][0], scales[k][1], out=gh)
+        row_index[:] = np.arange(len(row_index))
+        trees.append(grow_whole_tree(
+            bins, bins_by_feature, gh, row_index, spare_index, n_value_bins, n_bins,
+            feature_allowed[k], *split_constants[k], min_gain, max_delta_step, features,
+            finish=TreeFinish(cut_values, cut_offsets, tuple(leaf_constants[k]), margin, k)))
+    return trees
 
 
 def _add_grown_tree(margin, grown, rows: tuple, last_splits, max_depth: int) -> None:

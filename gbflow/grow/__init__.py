@@ -24,9 +24,9 @@ from .levels import grow_tree_levels
 from .margins import WalkedMargins, device_forest
 from .pending import PendingTree, finished_tree
 from .planned import grow_tree_planned
-from .whole import grow_tree_whole
+from .whole import grow_round_whole, grow_tree_whole
 
-__all__ = ["PendingTree", "finished_tree", "grow_tree"]
+__all__ = ["PendingTree", "finished_tree", "grow_round_whole", "grow_tree", "grows_rounds_whole"]
 
 
 def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed, group: int,
@@ -69,15 +69,36 @@ def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed, group: i
     return _grow(shardset, gh, scales, cuts, rules, feature_allowed, group, margins)
 
 
+def grows_rounds_whole(shardset, rules, node_rate: float) -> bool:
+    """Whether a round's trees may be grown in one backend call (``grow_round_whole``): each
+    would be grown whole (``grow_tree_whole``) on a dense store alone, in core. (The caller
+    also needs that no line search sets the leaves' values.) node_rate: the trees'
+    ``FeatureSample.node_rate`` (colsample_bynode)."""
+    return shardset.backend.grow_whole_round is not None and len(shardset.stores) == 1 and \
+        not can_gather(shardset) and _grows_whole(shardset, rules, node_rate)
+
+
+def _level_masks(rules, node_rate: float) -> bool:
+    """Whether the trees take per-depth feature masks only (no per-node sample, monotone or
+    interaction constraint, no leaf budget that binds): what the planned and whole loops take."""
+    return not rules.leaf_budget_binds and node_rate >= 1.0 and \
+        (rules.bounds is None or rules.bounds.monotone is None) and rules.interactions is None
+
+
+def _grows_whole(shardset, rules, node_rate: float) -> bool:
+    """Whether ``_grow`` takes the whole-tree loop."""
+    return _level_masks(rules, node_rate) and not shardset.uses_level_plans and \
+        shardset.grows_whole_trees
+
+
 def _grow(shardset, gh: list, scales, cuts, rules, feature_allowed, group: int,
           margins: list | None = None):
     """``grow_tree`` on the shard set as it is (the loop its data and rules take)."""
     if rules.leaf_budget_binds and rules.lossguide:
         return grow_tree_best_first(shardset, gh, scales, cuts, rules, feature_allowed, group)
-    level_masks = not rules.leaf_budget_binds and feature_allowed.node_rate >= 1.0 and \
-        (rules.bounds is None or rules.bounds.monotone is None) and rules.interactions is None
-    if level_masks and not shardset.uses_level_plans and shardset.grows_whole_trees:
+    if _grows_whole(shardset, rules, feature_allowed.node_rate):
         return grow_tree_whole(shardset, gh, scales, cuts, rules, feature_allowed, group,
                                margins)
-    grow = grow_tree_planned if level_masks and shardset.uses_level_plans else grow_tree_levels
+    grow = grow_tree_planned if _level_masks(rules, feature_allowed.node_rate) and \
+        shardset.uses_level_plans else grow_tree_levels
     return grow(shardset, gh, scales, cuts, rules, feature_allowed, group)

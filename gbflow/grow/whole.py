@@ -1,4 +1,5 @@
-"""Growing one tree in one backend call (``Backend.grow_whole_tree``): no host work per level."""
+"""Growing one tree, or a round's trees, in one backend call (``Backend.grow_whole_tree``,
+``grow_whole_round``): no host work per level."""
 from __future__ import annotations
 
 import functools
@@ -36,18 +37,50 @@ def grow_tree_whole(shardset, gh: list, scales, cuts, rules, feature_allowed, gr
             np.ascontiguousarray(by_level[:, dense.features]), *rules.split.constants(scales),
             rules.split.min_gain, None if bounds is None else bounds.max_delta_step,
             features=dense.features, sparse=_sparse_side(shardset, by_level), finish=finish)
-    left = grown.left.astype(_dtypes.NODE)
-    tree = Tree(feature=grown.feature, bin_threshold=grown.bin_threshold,
-                threshold=grown.threshold, default_left=grown.default_left, left=left,
-                right=np.where(left >= 0, left + 1, -1).astype(_dtypes.NODE, copy=False),
-                value=grown.value, gain=grown.gain, cover=grown.cover, group=group)
+    tree = _tree(grown, group)
     if margin is not None:
         return tree, []
-    # the row arrays as the level loop leaves them (a LeafRows' split rows are the current
-    # ones): the deepest partitioned level's current
+    # the row arrays as the level loop leaves them (a LeafRows' split rows are in the current
+    # one): the deepest partitioned level's array is current
     deepest = int(grown.depth[grown.seg_start >= 0].max()) % 2
     shardset.row_index, shardset._spare_index = [rows[deepest]], [rows[1 - deepest]]
     return tree, [_leaf_rows(shardset, rows, grown, rules.max_depth, tree.value)]
+
+
+def grow_round_whole(shardset, grad, hess, scales: list, cuts, rules, samples: list,
+                     gh) -> list[Tree]:
+    """A boosting round's trees in one call of the backend's round grower
+    (``Backend.grow_whole_round``), where ``grow.grows_rounds_whole`` holds and no line search
+    sets the leaves: tree k of column k of the shard's (n, K) float gradients ``grad`` and
+    ``hess`` (host), under ``scales[k]`` and the ``FeatureSample`` ``samples[k]``, each
+    ``grow_tree_whole``'s tree, added to the shard's margins' column k in the call (a round of
+    small trees cost some 0.2 ms of host work a tree, one tree a call). gh: (n, 2) int64
+    scratch for the fixed-point gradients (overwritten)."""
+    dense = shardset.dense
+    shardset.reset_row_index()  # (allocates the row arrays; the grower writes the root's rows)
+    bounds = rules.bounds
+    allowed = np.stack([sample.by_level[:, dense.features] for sample in samples])
+    with shardset.timers("whole trees"):
+        grown = shardset.backend.grow_whole_round(
+            dense.rows(0), dense.columns(0), grad, hess, [[s.g, s.h] for s in scales], gh,
+            shardset.row_index[0], shardset._spare_index[0], dense.n_value_bins_host,
+            cuts.n_bins, allowed, [rules.split.constants(s) for s in scales],
+            rules.split.min_gain, None if bounds is None else bounds.max_delta_step,
+            dense.features, cuts.values, cuts.offsets, [rules.leaf.constants(s) for s in scales],
+            shardset.shards[0].margin)
+    return [_tree(g, k) for k, g in enumerate(grown)]
+
+
+def _tree(grown, group: int) -> Tree:
+    """The ``Tree`` of a finished ``GrownTree``: copies of its arrays (they are views of the
+    grower's buffers, sized for the largest tree: a model keeps only its nodes), the children's
+    ids as int32."""
+    left = grown.left.astype(_dtypes.NODE)
+    return Tree(feature=grown.feature.copy(), bin_threshold=grown.bin_threshold.copy(),
+                threshold=grown.threshold.copy(), default_left=grown.default_left.copy(),
+                left=left, right=np.where(left >= 0, left + 1, -1).astype(_dtypes.NODE),
+                value=grown.value.copy(), gain=grown.gain.copy(), cover=grown.cover.copy(),
+                group=group)
 
 
 def _sparse_side(shardset, by_level: np.ndarray) -> SparseSide | None:
