@@ -1595,7 +1595,8 @@ def test_grow_whole_tree_checks_its_finish(grower):
                        (np.zeros((n_rows, 2), np.float32), 0), (np.zeros((2, n_rows)).T, 0)):
         with pytest.raises(ValueError, match="finish.margin"):
             run(common.TreeFinish(*cuts, leaf, bad, group))
-    for leaf_constants, group in ((leaf[:5], 0), (leaf, 1.0)):  # five constants; a float group
+    # five constants; a float group; a negative one
+    for leaf_constants, group in ((leaf[:5], 0), (leaf, 1.0), (leaf, -1)):
         with pytest.raises(ValueError, match="finish.leaf_constants"):
             run(common.TreeFinish(*cuts, leaf_constants, margin, group))
 
@@ -1666,16 +1667,19 @@ def test_grow_whole_round_checks_its_arrays(grower):
                 split_constants=np.full((n_trees, 5), 1.0),
                 leaf_constants=np.full((n_trees, 6), 0.5), margin=np.zeros((n_rows, n_trees)))
 
+    good.update(bins=bins, row_index=np.zeros(n_rows, np.int32),
+                spare_index=np.zeros(n_rows, np.int32), features=np.arange(n_features))
+
     def run(**changes):
         a = {**good, **changes}
-        return grow(bins, np.ascontiguousarray(bins.T), a["grad"], a["hess"], a["scales"],
-                    a["gh"], np.zeros(n_rows, np.int32), np.zeros(n_rows, np.int32),
+        return grow(a["bins"], np.ascontiguousarray(a["bins"].T), a["grad"], a["hess"],
+                    a["scales"], a["gh"], a["row_index"], a["spare_index"],
                     np.full(n_features, 7, np.int32), 8, a["feature_allowed"],
-                    a["split_constants"], 0.0, None, np.arange(n_features),
+                    a["split_constants"], 0.0, None, a["features"],
                     np.arange(8 * n_features, dtype=np.float32),
                     np.arange(n_features + 1, dtype=np.int64) * 8, a["leaf_constants"],
                     a["margin"])
-    assert len(run()) == n_trees
+    assert len(run()) == n_trees and len(run(features=None)) == n_trees
     for changes, match in (
             (dict(hess=np.ones((n_rows, n_trees))), "grad and hess"),
             (dict(grad=np.zeros((n_rows, 3), np.float32)), "grad and hess"),
@@ -1686,6 +1690,12 @@ def test_grow_whole_round_checks_its_arrays(grower):
             (dict(split_constants=np.ones((n_trees, 4))), "split_constants"),
             (dict(leaf_constants=np.ones((n_trees + 1, 6))), "leaf_constants"),
             (dict(margin=np.zeros((n_rows, n_trees - 1))), "margin"),
-            (dict(margin=np.zeros((n_trees, n_rows)).T), "margin must be a writeable")):
+            (dict(margin=np.zeros((n_trees, n_rows)).T), "margin must be a writeable"),
+            (dict(bins=np.zeros((n_rows + 5, n_features), np.uint8)), "grad and hess"),
+            (dict(row_index=np.zeros(n_rows - 1, np.int32)), "row_index"),
+            (dict(spare_index=np.zeros(n_rows, np.int64)), "spare_index"),
+            (dict(features=np.arange(n_features - 1)), "features must hold"),
+            (dict(feature_allowed=np.ones((n_trees, 3, n_features), np.int8)),
+             "feature_allowed")):
         with pytest.raises(ValueError, match=match):
             run(**changes)

@@ -289,9 +289,10 @@ class TreeFinish:
     def check_margin(self, n_rows: int) -> None:
         """``check``'s tests but the ids' (the compiled grower tests those itself): six leaf
         constants, an integer group, the margin."""
-        if len(self.leaf_constants) != 6 or not isinstance(self.group, (int, np.integer)):
+        if len(self.leaf_constants) != 6 or not isinstance(self.group, (int, np.integer)) or \
+                self.group < 0:
             raise ValueError(f"grow_whole_tree: finish.leaf_constants must be LeafRule.constants' "
-                             f"six numbers and finish.group an integer, got "
+                             f"six numbers and finish.group an integer >= 0, got "
                              f"{len(self.leaf_constants)} and {self.group!r}")
         if self.margin is not None:
             check_margins(self.margin, n_rows, self.group + 1, "finish.margin")
@@ -308,25 +309,36 @@ def check_margins(margin, n_rows: int, n_columns: int, name: str) -> None:
                          f"{getattr(margin, 'shape', None)} {getattr(margin, 'dtype', '')}")
 
 
-def check_round(grad, hess, scales, gh, feature_allowed, split_constants, leaf_constants,
-                margin, n_features: int) -> int:
-    """``grow_whole_round``'s shape checks, alike in the twin and the compiled round (whose
-    loops read every tree's arrays unchecked); returns the round's number of trees K."""
+def check_round(bins, grad, hess, scales, gh, row_index, spare_index, feature_allowed,
+                split_constants, features, leaf_constants, margin) -> int:
+    """``grow_whole_round``'s argument checks, alike in the twin and the compiled round (whose
+    loops read and write every tree's arrays unchecked); returns the round's number of trees
+    K. features: the dense features' ids (an array; the callers make None's)."""
+    n_rows, n_features = bins.shape
     grad, hess = np.asarray(grad), np.asarray(hess)
-    if grad.ndim != 2 or grad.shape != hess.shape or \
+    if grad.ndim != 2 or grad.shape != hess.shape or grad.shape[0] != n_rows or \
             grad.dtype not in (np.float32, np.float64) or hess.dtype != grad.dtype:
-        raise ValueError(f"grow_whole_round: grad and hess must be (n, K) float32 or float64 "
-                         f"arrays of one shape and dtype, got {grad.shape} {grad.dtype} and "
-                         f"{hess.shape} {hess.dtype}")
-    n_rows, n_trees = grad.shape
+        raise ValueError(f"grow_whole_round: grad and hess must be ({n_rows}, K) float32 or "
+                         f"float64 arrays of one shape and dtype, got {grad.shape} {grad.dtype} "
+                         f"and {hess.shape} {hess.dtype}")
+    n_trees = grad.shape[1]
     gradient_out(np, gh, n_rows)
+    for name, rows in (("row_index", row_index), ("spare_index", spare_index)):
+        if not isinstance(rows, np.ndarray) or rows.shape != (n_rows,) or \
+                rows.dtype != _dtypes.ROW_INDEX or not rows.flags.c_contiguous:
+            raise ValueError(f"grow_whole_round: {name} must be a C-contiguous ({n_rows},) "
+                             f"int32 array")
+    if len(features) != n_features:
+        raise ValueError(f"grow_whole_round: features must hold {n_features} ids, got "
+                         f"{len(features)}")
+    allowed = np.asarray(feature_allowed)
+    if allowed.ndim != 3 or allowed.shape[0] != n_trees or allowed.shape[2] != n_features or \
+            allowed.dtype != np.bool_:
+        raise ValueError(f"grow_whole_round: feature_allowed must be ({n_trees}, max_depth, "
+                         f"{n_features}) bool, got {allowed.shape} {allowed.dtype}")
     shapes = {"scales": (np.shape(scales), (n_trees, 2)),
               "split_constants": (np.shape(split_constants), (n_trees, 5)),
               "leaf_constants": (np.shape(leaf_constants), (n_trees, 6))}
-    allowed = np.shape(feature_allowed)
-    if len(allowed) != 3 or allowed[0] != n_trees or allowed[2] != n_features:
-        raise ValueError(f"grow_whole_round: feature_allowed must be ({n_trees}, max_depth, "
-                         f"{n_features}) bool, got shape {allowed}")
     for name, (got, want) in shapes.items():
         if got != want:
             raise ValueError(f"grow_whole_round: {name} must have shape {want}, got {got}")

@@ -1246,8 +1246,10 @@ def grow_whole_round(bins, bins_by_feature, grad, hess, scales, gh, row_index, s
     inv_scale_h, reg_lambda, reg_alpha, min_child_weight). leaf_constants: (K, 6) float64
     (``LeafRule.constants``). margin: (n, K) float64 C-contiguous, tree k added to column k in
     place. The rest as ``grow_whole_tree`` takes them. Returns the K finished ``GrownTree``s."""
-    n_trees = check_round(grad, hess, scales, gh, feature_allowed, split_constants,
-                          leaf_constants, margin, bins.shape[1])
+    n_trees = check_round(bins, grad, hess, scales, gh, row_index, spare_index, feature_allowed,
+                          split_constants,
+                          np.arange(bins.shape[1]) if features is None else features,
+                          leaf_constants, margin)
     trees = []
     for k in range(n_trees):
         quantise_gradients(grad[:, k], hess[:, k], scales[k][0], scales[k][1], out=gh)

@@ -73,8 +73,9 @@ def grow_round_whole(shardset, grad, hess, scales: list, cuts, rules, samples: l
 
 def _tree(grown, group: int) -> Tree:
     """The ``Tree`` of a finished ``GrownTree``: copies of its arrays (they are views of the
-    grower's buffers, sized for the largest tree: a model keeps only its nodes), the children's
-    ids as int32."""
+    grower's buffers, a single tree's sized for the most nodes its depth allows, a round's
+    holding every tree of the round: a model keeps only its nodes), the children's ids as
+    int32."""
     left = grown.left.astype(_dtypes.NODE)
     return Tree(feature=grown.feature.copy(), bin_threshold=grown.bin_threshold.copy(),
                 threshold=grown.threshold.copy(), default_left=grown.default_left.copy(),
