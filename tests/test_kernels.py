@@ -1699,3 +1699,73 @@ def test_grow_whole_round_checks_its_arrays(grower):
              "feature_allowed")):
         with pytest.raises(ValueError, match=match):
             run(**changes)
+
+
+@pytest.mark.parametrize("indexed", [True, False])
+def test_grow_whole_round_with_a_sparse_store(indexed):
+    """A round over dense and sparse stores, the twin's and numba's: the trees and margins of
+    ``grow_whole_tree`` tree after tree, each with its own rows of both stores' masks."""
+    from gbflow.backend import cpu_round
+    from gbflow.stores import SparseBins, SparseColumns
+    rng = np.random.default_rng(5)
+    n_rows, n_dense, n_sparse, n_trees, max_depth, n_bins = 4000, 2, 12, 3, 4, 16
+    dense = rng.integers(0, n_bins, size=(n_rows, n_dense)).astype(np.uint8)
+    sparse_bins = np.where(rng.random((n_rows, n_sparse)) < 0.1,
+                           rng.integers(1, 3, size=(n_rows, n_sparse)), 0)
+    rows, local = np.nonzero(sparse_bins)
+    entries = SparseBins(np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n_rows))])
+                         .astype(np.int64), local.astype(np.int16),
+                         sparse_bins[rows, local].astype(np.uint8))
+    offsets = np.arange(n_sparse + 1, dtype=np.int64) * 3
+    dense_ids, sparse_ids = np.array([3, 9]), np.setdiff1d(np.arange(14), [3, 9])
+    grad = (rng.normal(size=(n_rows, n_trees)) + 2.0 * (sparse_bins[:, :n_trees] > 0) +
+            (dense[:, :1] > 8)).astype(np.float32)
+    hess = rng.uniform(0.2, 1.0, size=(n_rows, n_trees)).astype(np.float32)
+    scales = np.array([[2.0**20, 2.0**21]] * n_trees)
+    split = np.array([[1 / g, 1 / h, 1.0, 0.0, 0.5] for g, h in scales])
+    leaf = np.array([[1 / g, 1 / h, 1.0, 0.0, 0.3, 0.0] for g, h in scales])
+    allowed = rng.random((n_trees, max_depth, 14)) < 0.8
+    cut_offsets = np.arange(15, dtype=np.int64) * n_bins
+    cut_values = np.sort(rng.normal(size=14 * n_bins)).astype(np.float32)
+    start = rng.normal(size=(n_rows, n_trees))
+
+    def side(mask):
+        return common.SparseSide(entries.indptr, entries.entry_feature, entries.entry_bin,
+                                 offsets, np.full(n_sparse, 2, np.int32),
+                                 np.zeros(n_sparse, np.int32), mask, sparse_ids,
+                                 np.zeros(n_rows, np.uint8),
+                                 SparseColumns.of(entries, n_sparse, offsets) if indexed else None)
+    results = {}
+    for name, module in (("twin", numpy_kernels), ("numba", cpu_round)):
+        margin = start.copy()
+        trees = module.grow_whole_round(
+            dense, np.ascontiguousarray(dense.T), grad, hess, scales,
+            np.zeros((n_rows, 2), np.int64), np.zeros(n_rows, np.int32),
+            np.zeros(n_rows, np.int32), np.full(n_dense, n_bins - 1, np.int32), n_bins,
+            allowed[:, :, dense_ids], split, 0.0, None, dense_ids, cut_values, cut_offsets, leaf,
+            margin, sparse=side(allowed[:, :, sparse_ids]))
+        results[name] = trees, margin
+    margin = start.copy()
+    for k in range(n_trees):
+        want = numpy_kernels.grow_whole_tree(
+            dense, np.ascontiguousarray(dense.T),
+            numpy_kernels.quantise_gradients(grad[:, k], hess[:, k], *scales[k]),
+            np.arange(n_rows, dtype=np.int32), np.zeros(n_rows, np.int32),
+            np.full(n_dense, n_bins - 1, np.int32), n_bins, allowed[k][:, dense_ids],
+            *split[k], 0.0, features=dense_ids, sparse=side(allowed[k][:, sparse_ids]),
+            finish=common.TreeFinish(cut_values, cut_offsets, tuple(leaf[k]), margin, k))
+        assert np.isin(want.feature, sparse_ids).any()  # sparse splits taken
+        for name, (trees, _) in results.items():
+            for field in ("totals", "feature", "bin_threshold", "default_left", "left",
+                          "threshold", "value", "cover"):
+                a, b = getattr(want, field), getattr(trees[k], field)
+                assert a.tobytes() == b.tobytes(), (name, k, field)
+    for name, (_, got) in results.items():
+        assert got.tobytes() == margin.tobytes(), name
+    with pytest.raises(ValueError, match="sparse side's feature_allowed"):
+        cpu_round.grow_whole_round(
+            dense, np.ascontiguousarray(dense.T), grad, hess, scales,
+            np.zeros((n_rows, 2), np.int64), np.zeros(n_rows, np.int32),
+            np.zeros(n_rows, np.int32), np.full(n_dense, n_bins - 1, np.int32), n_bins,
+            allowed[:, :, dense_ids], split, 0.0, None, dense_ids, cut_values, cut_offsets, leaf,
+            start.copy(), sparse=side(allowed[0][:, sparse_ids]))

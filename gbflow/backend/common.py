@@ -310,7 +310,7 @@ def check_margins(margin, n_rows: int, n_columns: int, name: str) -> None:
 
 
 def check_round(bins, grad, hess, scales, gh, row_index, spare_index, feature_allowed,
-                split_constants, features, leaf_constants, margin) -> int:
+                split_constants, features, leaf_constants, margin, sparse=None) -> int:
     """``grow_whole_round``'s argument checks, alike in the twin and the compiled round (whose
     loops read and write every tree's arrays unchecked); returns the round's number of trees
     K. features: the dense features' ids (an array; the callers make None's)."""
@@ -336,6 +336,12 @@ def check_round(bins, grad, hess, scales, gh, row_index, spare_index, feature_al
             allowed.dtype != np.bool_:
         raise ValueError(f"grow_whole_round: feature_allowed must be ({n_trees}, max_depth, "
                          f"{n_features}) bool, got {allowed.shape} {allowed.dtype}")
+    if sparse is not None:
+        want = (n_trees, allowed.shape[1], len(sparse.n_value_bins))
+        if np.shape(sparse.feature_allowed) != want or \
+                np.asarray(sparse.feature_allowed).dtype != np.bool_:
+            raise ValueError(f"grow_whole_round: the sparse side's feature_allowed must be "
+                             f"{want} bool, got {np.shape(sparse.feature_allowed)}")
     shapes = {"scales": (np.shape(scales), (n_trees, 2)),
               "split_constants": (np.shape(split_constants), (n_trees, 5)),
               "leaf_constants": (np.shape(leaf_constants), (n_trees, 6))}

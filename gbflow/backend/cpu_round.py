@@ -3,6 +3,8 @@ each output's tree grown by ``cpu_tree._grow_tree`` after its gradients are quan
 host work between the trees."""
 from __future__ import annotations
 
+import dataclasses
+
 import numba
 import numpy as np
 from numba import njit
@@ -10,19 +12,26 @@ from numba import njit
 from .. import _dtypes
 from .common import FEATURE_IDS_NOT_CUT, GrownTree, check_round, feature_widths
 from .cpu_kernels import _JIT, _quantise_gradients
-from .cpu_tree import _grow_tree
+from .cpu_tree import _grow_tree, _sparse_arguments
 
 
 def grow_whole_round(bins, bins_by_feature, grad, hess, scales, gh, row_index, spare_index,
                      n_value_bins, n_bins, feature_allowed, split_constants, min_gain,
-                     max_delta_step, features, cut_values, cut_offsets, leaf_constants, margin):
+                     max_delta_step, features, cut_values, cut_offsets, leaf_constants, margin,
+                     sparse=None):
     """See numpy_kernels.grow_whole_round (the same ``GrownTree``s and margins, bit for bit),
     in one compiled call: the round's trees cost no host work between them."""
     n_features = bins.shape[1]
     features = np.arange(n_features, dtype=np.int64) if features is None else \
         np.asarray(features, dtype=np.int64)
     n_trees = check_round(bins, grad, hess, scales, gh, row_index, spare_index,
-                          feature_allowed, split_constants, features, leaf_constants, margin)
+                          feature_allowed, split_constants, features, leaf_constants, margin,
+                          sparse)
+    if sparse is not None:  # the trees' masks in place of one tree's (checked: K of them)
+        allowed = np.ascontiguousarray(sparse.feature_allowed, dtype=np.bool_)
+        sparse = _sparse_arguments(dataclasses.replace(sparse, feature_allowed=allowed[0]),
+                                   allowed.shape[1])
+        sparse = sparse[:5] + (allowed,) + sparse[6:]
     arrays = _grow_round(
         bins, bins_by_feature, np.ascontiguousarray(grad), np.ascontiguousarray(hess),
         np.ascontiguousarray(scales, dtype=np.float64), gh, row_index, spare_index,
@@ -34,7 +43,8 @@ def grow_whole_round(bins, bins_by_feature, grad, hess, scales, gh, row_index, s
         np.zeros(max(n_features, 1), dtype=np.int8),
         np.ascontiguousarray(cut_values, dtype=_dtypes.CUT),
         np.ascontiguousarray(cut_offsets, dtype=np.int64),
-        np.ascontiguousarray(leaf_constants, dtype=np.float64), margin, numba.get_num_threads())
+        np.ascontiguousarray(leaf_constants, dtype=np.float64), margin, sparse,
+        numba.get_num_threads())
     offsets = arrays[0]
     return [GrownTree(*(a[offsets[k]:offsets[k + 1]] for a in arrays[1:]))
             for k in range(n_trees)]
@@ -44,13 +54,15 @@ def grow_whole_round(bins, bins_by_feature, grad, hess, scales, gh, row_index, s
 def _grow_round(bins, bins_by_feature, grad, hess, scales, gh, rows_even, rows_odd,
                 n_value_bins, n_bins, widths, feature_allowed, dense_ids, split_constants,
                 min_gain, bounded, max_delta_step, no_signs, cut_values, cut_offsets,
-                leaf_constants, margin, n_threads):
+                leaf_constants, margin, sparse, n_threads):
     # Each tree: its column's fixed-point gradients into gh, the root's rows in row order,
-    # then _grow_tree with its finish (the margins' column k); the trees' arrays are then
-    # copied one after another into the round's (tree k's nodes at offsets[k]).
+    # then _grow_tree with its finish (the margins' column k) and, with a sparse store, the
+    # sparse side's tuple with tree k's mask (_sparse_arguments' tuple holds every tree's);
+    # the trees' arrays are then copied one after another into the round's (tree k's nodes at
+    # offsets[k]).
     n_rows = bins.shape[0]
     n_trees = grad.shape[1]
-    for f in dense_ids:  # TreeFinish.check's test of the ids
+    for f in dense_ids:  # TreeFinish.check's test of the ids (the sparse ones: _grow_tree's)
         if f < 0 or f >= cut_offsets.shape[0] - 1:
             raise ValueError(FEATURE_IDS_NOT_CUT)
     # the finish's flags as computed booleans: literal ones would type a second _grow_tree
@@ -64,10 +76,21 @@ def _grow_round(bins, bins_by_feature, grad, hess, scales, gh, rows_even, rows_o
         finish = (cut_values, cut_offsets, leaf[0], leaf[1], leaf[2], leaf[3], leaf[4], leaf[5],
                   margin, np.int64(k), finished, finished)
         split = split_constants[k]
-        trees.append(_grow_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bins,
-                                n_bins, widths, feature_allowed[k], dense_ids, None, split[0],
-                                split[1], split[2], split[3], split[4], min_gain, bounded,
-                                max_delta_step, no_signs, finish, n_threads))
+        if sparse is None:
+            trees.append(_grow_tree(bins, bins_by_feature, gh, rows_even, rows_odd,
+                                    n_value_bins, n_bins, widths, feature_allowed[k], dense_ids,
+                                    None, split[0], split[1], split[2], split[3], split[4],
+                                    min_gain, bounded, max_delta_step, no_signs, finish,
+                                    n_threads))
+        else:
+            side = (sparse[0], sparse[1], sparse[2], sparse[3], sparse[4], sparse[5][k],
+                    sparse[6], sparse[7], sparse[8], sparse[9], sparse[10], sparse[11],
+                    sparse[12], sparse[13], sparse[14], sparse[15], sparse[16])
+            trees.append(_grow_tree(bins, bins_by_feature, gh, rows_even, rows_odd,
+                                    n_value_bins, n_bins, widths, feature_allowed[k], dense_ids,
+                                    side, split[0], split[1], split[2], split[3], split[4],
+                                    min_gain, bounded, max_delta_step, no_signs, finish,
+                                    n_threads))
     offsets = np.zeros(n_trees + 1, dtype=np.int64)
     for k in range(n_trees):
         offsets[k + 1] = offsets[k] + trees[k][0].shape[0]

@@ -15,6 +15,7 @@ Shared conventions (see ``gbflow._dtypes``):
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -1232,9 +1233,11 @@ def grow_whole_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_b
 
 def grow_whole_round(bins, bins_by_feature, grad, hess, scales, gh, row_index, spare_index,
                      n_value_bins, n_bins, feature_allowed, split_constants, min_gain,
-                     max_delta_step, features, cut_values, cut_offsets, leaf_constants, margin):
-    """A boosting round's trees on one shard's dense bins (no sparse store), one per column of
-    the float gradients, each grown whole, finished and added to the margins before the next:
+                     max_delta_step, features, cut_values, cut_offsets, leaf_constants, margin,
+                     sparse=None):
+    """A boosting round's trees on one shard's dense bins and, with ``sparse``, its sparse
+    store, one per column of the float gradients, each grown whole, finished and added to the
+    margins before the next:
     tree k is ``grow_whole_tree`` on ``quantise_gradients(grad[:, k], hess[:, k], *scales[k])``
     (written into ``gh``) from the rows in row order (written into ``row_index``), its feature
     mask ``feature_allowed[k]``, its split constants ``split_constants[k]`` and its finish
@@ -1245,11 +1248,13 @@ def grow_whole_round(bins, bins_by_feature, grad, hess, scales, gh, row_index, s
     feature_allowed: (K, max_depth, D) bool. split_constants: (K, 5) float64 (inv_scale_g,
     inv_scale_h, reg_lambda, reg_alpha, min_child_weight). leaf_constants: (K, 6) float64
     (``LeafRule.constants``). margin: (n, K) float64 C-contiguous, tree k added to column k in
-    place. The rest as ``grow_whole_tree`` takes them. Returns the K finished ``GrownTree``s."""
+    place. sparse: None, or a ``SparseSide`` whose feature_allowed is (K, max_depth, S) bool,
+    tree k growing with its row k. The rest as ``grow_whole_tree`` takes them. Returns the K
+    finished ``GrownTree``s."""
     n_trees = check_round(bins, grad, hess, scales, gh, row_index, spare_index, feature_allowed,
                           split_constants,
                           np.arange(bins.shape[1]) if features is None else features,
-                          leaf_constants, margin)
+                          leaf_constants, margin, sparse)
     trees = []
     for k in range(n_trees):
         quantise_gradients(grad[:, k], hess[:, k], scales[k][0], scales[k][1], out=gh)
@@ -1257,6 +1262,8 @@ def grow_whole_round(bins, bins_by_feature, grad, hess, scales, gh, row_index, s
         trees.append(grow_whole_tree(
             bins, bins_by_feature, gh, row_index, spare_index, n_value_bins, n_bins,
             feature_allowed[k], *split_constants[k], min_gain, max_delta_step, features,
+            sparse=None if sparse is None else dataclasses.replace(
+                sparse, feature_allowed=np.asarray(sparse.feature_allowed)[k]),
             finish=TreeFinish(cut_values, cut_offsets, tuple(leaf_constants[k]), margin, k)))
     return trees
 

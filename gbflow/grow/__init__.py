@@ -71,11 +71,11 @@ def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed, group: i
 
 def grows_rounds_whole(shardset, rules, node_rate: float) -> bool:
     """Whether a round's trees may be grown in one backend call (``grow_round_whole``): each
-    would be grown whole (``grow_tree_whole``) on a dense store alone, in core. (The caller
-    also needs that no line search sets the leaves' values.) node_rate: the trees'
-    ``FeatureSample.node_rate`` (colsample_bynode)."""
-    return shardset.backend.grow_whole_round is not None and len(shardset.stores) == 1 and \
-        not can_gather(shardset) and _grows_whole(shardset, rules, node_rate)
+    would be grown whole (``grow_tree_whole``), in core. (The caller also needs that no line
+    search sets the leaves' values.) node_rate: the trees' ``FeatureSample.node_rate``
+    (colsample_bynode)."""
+    return shardset.backend.grow_whole_round is not None and not can_gather(shardset) and \
+        _grows_whole(shardset, rules, node_rate)
 
 
 def _level_masks(rules, node_rate: float) -> bool:

@@ -59,7 +59,8 @@ def grow_round_whole(shardset, grad, hess, scales: list, cuts, rules, samples: l
     dense = shardset.dense
     shardset.reset_row_index()  # (allocates the row arrays; the grower writes the root's rows)
     bounds = rules.bounds
-    allowed = np.stack([sample.by_level[:, dense.features] for sample in samples])
+    by_level = np.stack([sample.by_level for sample in samples])  # (K, max_depth, F)
+    allowed = np.ascontiguousarray(by_level[..., dense.features])
     with shardset.timers("whole trees"):
         grown = shardset.backend.grow_whole_round(
             dense.rows(0), dense.columns(0), grad, hess, [[s.g, s.h] for s in scales], gh,
@@ -67,7 +68,7 @@ def grow_round_whole(shardset, grad, hess, scales: list, cuts, rules, samples: l
             cuts.n_bins, allowed, [rules.split.constants(s) for s in scales],
             rules.split.min_gain, None if bounds is None else bounds.max_delta_step,
             dense.features, cuts.values, cuts.offsets, [rules.leaf.constants(s) for s in scales],
-            shardset.shards[0].margin)
+            shardset.shards[0].margin, sparse=_sparse_side(shardset, by_level))
     return [_tree(g, k) for k, g in enumerate(grown)]
 
 
@@ -85,14 +86,15 @@ def _tree(grown, group: int) -> Tree:
 
 
 def _sparse_side(shardset, by_level: np.ndarray) -> SparseSide | None:
-    """Shard 0's sparse store as the whole-tree grower takes it (None without one)."""
+    """Shard 0's sparse store as the whole-tree growers take it (None without one), its mask
+    ``by_level``'s (a tree's (max_depth, F), or a round's (K, max_depth, F)) on its features."""
     if len(shardset.stores) < 2:
         return None
     store = shardset.stores[1]
     entries = store.entries[0]
     return SparseSide(entries.indptr, entries.entry_feature, entries.entry_bin,
                       store.bin_offsets_host, store.n_value_bins_host, store.common_bin,
-                      np.ascontiguousarray(by_level[:, store.features]), store.features,
+                      np.ascontiguousarray(by_level[..., store.features]), store.features,
                       shardset._split_column[0], store.columns[0], store.padded_bins)
 
 
