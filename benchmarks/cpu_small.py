@@ -5,7 +5,8 @@ train on, in the same run, on the same data.
     python benchmarks/cpu_small.py --cases digits --loops whole levels --repeat 5
 
 Cases: ``digits`` (sklearn's 1,797 x 64 handwritten digits, 10 classes, multi:softprob),
-``10k`` and ``100k`` (the HIGGS-like binary problem of ``cpu_binary.py``, 28 features); depth 6,
+``10k`` and ``100k`` (the HIGGS-like binary problem of ``cpu_binary.py``, 28 features), ``csr``
+(a 6,000 x 400 scipy CSR, 3% stored, 4 classes from its first columns: the sparse store); depth 6,
 100 rounds, learning rate 0.3 (XGBoost's default). Each library's time includes its own data
 structure (gbflow's quantization, XGBoost's DMatrix); gbflow's kernels are compiled by a warm-up
 run first (the first call is ``first_call.py``'s subject). ``--loops`` trains gbflow with each
@@ -34,6 +35,12 @@ def load_case(name: str):
         X, y = load_digits(return_X_y=True)
         return X.astype(np.float32), y.astype(np.float32), {"objective": "multi:softprob",
                                                             "num_class": 10}
+    if name == "csr":
+        import scipy.sparse
+        X = scipy.sparse.random(6000, 400, density=0.03, format="csr", random_state=2,
+                                dtype=np.float32)
+        y = (np.asarray(X[:, :8].sum(axis=1)).ravel() * 10).astype(int) % 4
+        return X, y.astype(np.float32), {"objective": "multi:softprob", "num_class": 4}
     n_rows = {"10k": 10_000, "100k": 100_000}[name]
     X, y = make_data(n_rows, 28, seed=0)
     return X, y, {"objective": "binary:logistic"}
@@ -58,7 +65,7 @@ def run_xgboost(X, y, params, rounds):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="*", default=["digits", "10k", "100k"],
-                        choices=["digits", "10k", "100k"])
+                        choices=["digits", "10k", "100k", "csr"])
     parser.add_argument("--loops", nargs="*", default=["whole"], choices=["whole", "levels"])
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--depth", type=int, default=6)
