@@ -333,12 +333,8 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
             allowed = FeatureSample.draw(len(feature_names), params, first_round + round_index,
                                          k)
             tree_rules = rules if dispersions is None else rules.with_dispersion(dispersions[k])
-            # the grower may add the tree to the margins itself; not where a line search
-            # sets the leaves' values first
             tree, leaf_rows = grow_tree(shardset, gh, scales, cuts, tree_rules, allowed, k,
-                                        part_gh=gh_rows if by_part else None,
-                                        margins=None if objective.leaf_alphas is not None else
-                                        [s.margin for s in shards])
+                                        part_gh=gh_rows if by_part else None)
             gh_rows = None
             if objective.leaf_alphas is not None:
                 tree = finished_tree(tree)  # (a planned tree: the wait timed as "tree")
@@ -346,10 +342,9 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
                     tree, leaf_rows = leaf_quantiles.line_search(
                         backend, collective, tree, leaf_rows, shards, k, search_weights,
                         objective.leaf_alphas[k], params.learning_rate)
-            if leaf_rows:  # (none where the grower added the tree itself)
-                with timers("margins"):
-                    for shard, rows in zip(shards, leaf_rows):
-                        rows.add_to(backend.kernels, shard.margin[:, k])
+            with timers("margins"):
+                for shard, rows in zip(shards, leaf_rows):
+                    rows.add_to(backend.kernels, shard.margin[:, k])
             # the next tree's fixed-point gradients overwrite these (``gh_buffers``): the
             # device's queued reads of them come first in stream order
             gh = leaf_rows = None

@@ -8,10 +8,11 @@ import pytest
 from gbflow import _dtypes
 from gbflow.backend import get_backend, numpy_kernels
 from gbflow.cuts import Cuts
-from gbflow.grow import finished_tree, grow_tree
+from gbflow.grow import finished_tree, grow_round_whole, grow_tree
 from gbflow.histogram import Histograms, LevelBuffers
 from gbflow.predictor import FlatForest, predict_margin
 from gbflow.rules import LeafRule, Scales, SplitRule, TreeRules
+from gbflow.sampling import FeatureSample
 from gbflow.shards import Shard, ShardSet
 from gbflow.split import find_splits
 from gbflow.stores import DenseStore, SparseBins, SparseStore
@@ -154,21 +155,29 @@ def test_the_grower_grows_the_reference_tree(device, sparse, loop):
     assert (tree.bin_threshold[tree.feature == 1] == 0).all()  # present versus missing
     assert (tree.feature == 1).any() and tree.n_nodes > 7
     assert ("whole trees" in shardset.timers.seconds) == (loop == "whole")
-    # given the margins, the whole-tree grower adds the tree to their column itself (and
-    # returns no update); the other loops leave them to their updates
+    # the whole-tree grower adds a round's trees to the margins' columns itself (three trees
+    # of float gradients that quantise to gh); the other loops leave them to their updates
     margins = backend.xp.full((len(gh), 3), 0.25)
-    again, updates = grow_tree(shardset, [backend.xp.asarray(gh)], scales,
-                               _cuts(n_value_bins), RULES, np.ones(len(n_value_bins), bool), 1,
-                               margins=[margins])
-    assert finished_tree(again).to_dict() == dict(tree.to_dict(), group=1)
     if loop == "whole":
-        assert updates == []
+        shardset.shards[0].margin = margins
+        grad = np.repeat((gh[:, 0] / scales.g)[:, None], 3, axis=1).astype(np.float32)
+        hess = np.repeat((gh[:, 1] / scales.h)[:, None], 3, axis=1).astype(np.float32)
+        trees = grow_round_whole(shardset, grad, hess, [scales] * 3, _cuts(n_value_bins),
+                                 RULES, [FeatureSample(np.ones((RULES.max_depth,
+                                                                len(n_value_bins)), bool))] * 3,
+                                 np.empty((len(gh), 2), np.int64))
+        assert [t.to_dict() for t in trees] == [dict(tree.to_dict(), group=k) for k in range(3)]
+        assert (backend.to_host(margins) == (0.25 + expected_margin)[:, None]).all()
     else:
+        again, updates = grow_tree(shardset, [backend.xp.asarray(gh)], scales,
+                                   _cuts(n_value_bins), RULES, np.ones(len(n_value_bins), bool),
+                                   1)
+        assert finished_tree(again).to_dict() == dict(tree.to_dict(), group=1)
         assert len(updates) == 1
         updates[0].add_to(backend.kernels, margins[:, 1])
-    margins = backend.to_host(margins)
-    assert np.array_equal(margins[:, 1], 0.25 + expected_margin)
-    assert (margins[:, [0, 2]] == 0.25).all()
+        margins = backend.to_host(margins)
+        assert np.array_equal(margins[:, 1], 0.25 + expected_margin)
+        assert (margins[:, [0, 2]] == 0.25).all()
 
 
 def test_the_grower_follows_the_rules_and_the_feature_sample():

@@ -278,8 +278,7 @@ class TreeFinish:
 
     def check(self, n_rows: int, *feature_ids) -> None:
         """ValueError unless the cuts hold every feature id of ``feature_ids`` (arrays, or None)
-        and the margin (where given) is one of ``n_rows`` rows as
-        described."""
+        and the margin (where given) is one of ``n_rows`` rows as described."""
         self.check_margin(n_rows)
         for ids in feature_ids:
             if ids is not None and len(ids) and \

@@ -10,7 +10,7 @@ import numpy as np
 from numba import njit
 
 from .. import _dtypes
-from .common import FEATURE_IDS_NOT_CUT, GrownTree, check_round, feature_widths
+from .common import GrownTree, check_round, feature_widths
 from .cpu_kernels import _JIT, _quantise_gradients
 from .cpu_tree import _grow_tree, _sparse_arguments
 
@@ -60,11 +60,9 @@ def _grow_round(bins, bins_by_feature, grad, hess, scales, gh, rows_even, rows_o
     # sparse side's tuple with tree k's mask (_sparse_arguments' tuple holds every tree's);
     # the trees' arrays are then copied one after another into the round's (tree k's nodes at
     # offsets[k]).
+    # (_grow_tree tests the feature ids against the cuts before anything is written)
     n_rows = bins.shape[0]
     n_trees = grad.shape[1]
-    for f in dense_ids:  # TreeFinish.check's test of the ids (the sparse ones: _grow_tree's)
-        if f < 0 or f >= cut_offsets.shape[0] - 1:
-            raise ValueError(FEATURE_IDS_NOT_CUT)
     # the finish's flags as computed booleans: literal ones would type a second _grow_tree
     finished = n_rows >= 0
     trees = []
@@ -76,6 +74,8 @@ def _grow_round(bins, bins_by_feature, grad, hess, scales, gh, rows_even, rows_o
         finish = (cut_values, cut_offsets, leaf[0], leaf[1], leaf[2], leaf[3], leaf[4], leaf[5],
                   margin, np.int64(k), finished, finished)
         split = split_constants[k]
+        # two calls, one pruned away: a function returning None or the tuple would make
+        # numba type an optional tuple, which _grow_tree cannot take
         if sparse is None:
             trees.append(_grow_tree(bins, bins_by_feature, gh, rows_even, rows_odd,
                                     n_value_bins, n_bins, widths, feature_allowed[k], dense_ids,

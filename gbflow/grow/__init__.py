@@ -30,7 +30,7 @@ __all__ = ["PendingTree", "finished_tree", "grow_round_whole", "grow_tree", "gro
 
 
 def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed, group: int,
-              part_gh: list | None = None, margins: list | None = None):
+              part_gh: list | None = None):
     """Grow one tree on fixed-point gradients ``gh`` (per shard (n_i, 2) int64 device arrays,
     integers of the ``scales``' units) under ``rules`` (``gbflow.rules.TreeRules``), splitting
     only on the features ``feature_allowed`` allows (a ``sampling.FeatureSample``, or (F,) host
@@ -41,9 +41,7 @@ def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed, group: i
     Returns the tree (a ``Tree``, or a ``PendingTree``: see ``finished_tree``) and per shard its
     margin update (``add_to(kernels, margin)``; call it before the next tree is grown).
     part_gh: the same pairs per part when gh's are views of them (a gathered sample's
-    bookkeeping then runs per part). margins: None, or per shard its (n_i, K) float64 margins
-    (``group`` the tree's column): a loop that can add the tree to them as it grows it does
-    (the whole-tree grower), and its update list is then empty."""
+    bookkeeping then runs per part)."""
     if not isinstance(feature_allowed, FeatureSample):
         feature_allowed = FeatureSample(np.broadcast_to(
             np.atleast_2d(feature_allowed), (rules.max_depth, np.shape(feature_allowed)[-1])))
@@ -66,7 +64,7 @@ def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed, group: i
                 return tree, [WalkedMargins(shardset, s, tree, forest)
                               for s in range(len(shardset.shards))]
         # the sample outgrew its room (rows were lost): this tree is grown on the pages
-    return _grow(shardset, gh, scales, cuts, rules, feature_allowed, group, margins)
+    return _grow(shardset, gh, scales, cuts, rules, feature_allowed, group)
 
 
 def grows_rounds_whole(shardset, rules, node_rate: float) -> bool:
@@ -91,14 +89,12 @@ def _grows_whole(shardset, rules, node_rate: float) -> bool:
         shardset.grows_whole_trees
 
 
-def _grow(shardset, gh: list, scales, cuts, rules, feature_allowed, group: int,
-          margins: list | None = None):
+def _grow(shardset, gh: list, scales, cuts, rules, feature_allowed, group: int):
     """``grow_tree`` on the shard set as it is (the loop its data and rules take)."""
     if rules.leaf_budget_binds and rules.lossguide:
         return grow_tree_best_first(shardset, gh, scales, cuts, rules, feature_allowed, group)
-    if _grows_whole(shardset, rules, feature_allowed.node_rate):
-        return grow_tree_whole(shardset, gh, scales, cuts, rules, feature_allowed, group,
-                               margins)
-    grow = grow_tree_planned if _level_masks(rules, feature_allowed.node_rate) and \
-        shardset.uses_level_plans else grow_tree_levels
+    level_masks = _level_masks(rules, feature_allowed.node_rate)
+    grow = grow_tree_planned if level_masks and shardset.uses_level_plans else \
+        grow_tree_whole if _grows_whole(shardset, rules, feature_allowed.node_rate) else \
+        grow_tree_levels
     return grow(shardset, gh, scales, cuts, rules, feature_allowed, group)

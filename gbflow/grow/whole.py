@@ -12,25 +12,21 @@ from ..tree import Tree
 from .margins import LeafRows
 
 
-def grow_tree_whole(shardset, gh: list, scales, cuts, rules, feature_allowed, group: int,
-                    margins: list | None = None) -> tuple[Tree, list]:
+def grow_tree_whole(shardset, gh: list, scales, cuts, rules, feature_allowed,
+                    group: int) -> tuple[Tree, list[LeafRows]]:
     """``gbflow.grow.grow_tree`` in one call of the backend's whole-tree grower: the tree and
     training margins the level-by-level loop gives (the same kernels on the same integers).
     For one shard of numeric features (a dense store, and a sparse one or not) in one process
     (``ShardSet.grows_whole_trees``), per-depth feature masks (no per-node sample), weights
     bounded by ``max_delta_step`` at most (no monotone or interaction constraint), no leaf
-    budget that binds.
-
-    margins: None, or ``[margin]``, the shard's (n, K) float64 margins: the grower adds the
-    tree's values to their column ``group`` itself and no update is returned (an empty list;
-    a small tree's host work: its row bookkeeping took longer than the update)."""
+    budget that binds. (Training grows such trees a round at a time, ``grow_round_whole``,
+    but where a line search sets the leaves: their ``LeafRows`` are returned.)"""
     dense = shardset.dense
     shardset.reset_row_index()
     rows = (shardset.row_index[0], shardset._spare_index[0])
     by_level = feature_allowed.by_level
     bounds = rules.bounds
-    margin = None if margins is None else margins[0]
-    finish = TreeFinish(cuts.values, cuts.offsets, rules.leaf.constants(scales), margin, group)
+    finish = TreeFinish(cuts.values, cuts.offsets, rules.leaf.constants(scales), None, group)
     with shardset.timers("whole trees"):
         grown = shardset.backend.grow_whole_tree(
             dense.rows(0), dense.columns(0), gh[0], *rows, dense.n_value_bins_host, cuts.n_bins,
@@ -38,8 +34,6 @@ def grow_tree_whole(shardset, gh: list, scales, cuts, rules, feature_allowed, gr
             rules.split.min_gain, None if bounds is None else bounds.max_delta_step,
             features=dense.features, sparse=_sparse_side(shardset, by_level), finish=finish)
     tree = _tree(grown, group)
-    if margin is not None:
-        return tree, []
     # the row arrays as the level loop leaves them (a LeafRows' split rows are in the current
     # one): the deepest partitioned level's array is current
     deepest = int(grown.depth[grown.seg_start >= 0].max()) % 2
