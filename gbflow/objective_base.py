@@ -86,6 +86,14 @@ class Objective:
     # The name of the backend kernel that ``transform`` and ``eval_transform`` are of an (n, 1)
     # margin's column (``Logistic``: "sigmoid"), or None.
     link_kernel: str | None = None
+    # The name of the backend kernel that computes ``gradients`` (margin, label, kernel_weight)
+    # -> (grad, hess) (its margin the (n,) column for one output group, else (n, n_groups);
+    # the same values, bit for bit), or None: training calls ``gradients`` itself.
+    gradient_kernel: str | None = None
+
+    def kernel_weight(self, xp, label, weight):
+        """The (n,) row weights ``gradient_kernel`` multiplies by (None: unweighted)."""
+        return weight
 
     def predictions(self, backend, margin, for_metrics: bool = False):
         """``transform`` (``eval_transform`` when ``for_metrics``) of (n, k) float64 ``margin``
@@ -189,14 +197,6 @@ class ElementwiseLoss:
     def gradients(self, xp, margin, label, weight):
         return self.row_gradients(xp, margin, label[:, None],
                                   None if weight is None else weight[:, None])
-
-
-def weighted_rows(xp, grad, hess, weight):
-    """float32 gradient and hessian, times ``weight`` (their shape) when given."""
-    if weight is not None:
-        grad = grad * weight
-        hess = hess * weight
-    return grad.astype(_dtypes.GRADIENT), hess.astype(_dtypes.GRADIENT)
 
 
 def weighted(xp, grad, hess, weight):

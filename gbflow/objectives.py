@@ -6,7 +6,13 @@ import math
 import numpy as np
 
 from . import _dtypes, ranking, survival
-from .backend.common import sigmoid_with
+from .backend.losses import (
+    logistic_gradients_with,
+    sigmoid_of,
+    softmax_gradients_with,
+    softmax_with,
+    weighted_rows,
+)
 from .collective import LOCAL
 from .objective_base import (
     ElementwiseLoss,
@@ -16,7 +22,6 @@ from .objective_base import (
     newton_step_from_zero,
     weighted,
     weighted_mean,
-    weighted_rows,
 )
 
 # count:poisson's own max_delta_step default (XGBoost's): its hessian's factor is exp(0.7)
@@ -39,6 +44,9 @@ class SquaredError(Objective):
             return weight
         scaled = xp.where(label == 1.0, self.scale_pos_weight, 1.0)
         return scaled if weight is None else scaled * weight
+
+    def kernel_weight(self, xp, label, weight):
+        return self._positive_weight(xp, label, weight)
 
     def _largest_weight(self, max_weight: float) -> float:
         """The largest row weight once ``scale_pos_weight`` is applied."""
@@ -64,20 +72,6 @@ class SquaredError(Objective):
         return margin[:, 0]
 
 
-def _sigmoid(xp, x):
-    """1 / (1 + exp(-x)), a new array of x's shape, dtype and device (x is not changed).
-
-    On arrays the steps run in place in the one result array (``sigmoid_with``, the backends'
-    ``sigmoid`` kernels' operations: a large array's temporaries fault their pages in again),
-    and the operations and their order are the expression's, so the values are too. A value
-    traced by ``Backend.fused`` (CuPy's fusion: one kernel, no temporaries) takes the plain
-    expression, which the tracer reads, and so do a 0-d or whole-number array."""
-    if not isinstance(x, xp.ndarray) or x.ndim == 0 or x.dtype.kind != "f":
-        with np.errstate(over="ignore"):
-            return 1.0 / (1.0 + xp.exp(-x))
-    return sigmoid_with(xp, x, xp.empty_like(x))
-
-
 class Logistic(ElementwiseLoss, SquaredError):
     """binary:logistic, and XGBoost's variants of it: reg:logistic (a target in [0, 1], rmse by
     default) and binary:logitraw (predictions are the margins; its default metric, logloss, is
@@ -90,7 +84,7 @@ class Logistic(ElementwiseLoss, SquaredError):
         super().__init__(scale_pos_weight)
         self.name = name
         self.default_metric = self._DEFAULT_METRIC[name]
-        self.link_kernel = None if name == "binary:logitraw" else "sigmoid"  # _sigmoid's
+        self.link_kernel = None if name == "binary:logitraw" else "sigmoid"  # sigmoid_of's
 
     def check_label(self, label, where):
         bad = (label < 0) | (label > 1)
@@ -120,25 +114,16 @@ class Logistic(ElementwiseLoss, SquaredError):
             p = min(max(p, 1e-7), 1 - 1e-7)  # a single-class label: a finite, very sure start
         return np.array([math.log(p / (1 - p))])
 
+    gradient_kernel = "logistic_gradients"  # logistic_gradients_with's
+
     def row_gradients(self, xp, margin, label, weight):
-        p = _sigmoid(xp, margin)
-        # a value traced by Backend.fused (or a NumPy scalar): the plain expressions
-        if not isinstance(p, xp.ndarray):
-            hess = xp.maximum(p * (1.0 - p), _dtypes.MIN_HESSIAN)
-            return weighted_rows(xp, p - label, hess,
-                                 self._positive_weight(xp, label, weight))
-        # p (1 - p) and p - label made in place (the values of the plain expressions)
-        hess = xp.subtract(1.0, p)
-        hess *= p
-        xp.maximum(hess, _dtypes.MIN_HESSIAN, out=hess)
-        in_place = p.shape == label.shape and np.result_type(p.dtype, label.dtype) == p.dtype
-        grad = xp.subtract(p, label, out=p) if in_place else p - label
-        return weighted_rows(xp, grad, hess, self._positive_weight(xp, label, weight))
+        return logistic_gradients_with(xp, margin, label,
+                                       self._positive_weight(xp, label, weight))
 
     def transform(self, xp, margin):
         if self.name == "binary:logitraw":
             return margin[:, 0]
-        return _sigmoid(xp, margin[:, 0])
+        return sigmoid_of(xp, margin[:, 0])
 
     def gradient_bounds(self, max_weight):
         # p in [0, 1] and labels in [0, 1]: |p - y| <= 1; p (1 - p) <= 1/4. Both exact in
@@ -174,20 +159,13 @@ class Softprob(Objective):
         log_share = np.log(totals / totals.sum() + MULTICLASS_SHARE_EPS)
         return log_share - log_share.mean()
 
-    def _softmax(self, xp, margin):
-        shifted = margin - margin.max(axis=1, keepdims=True)
-        e = xp.exp(shifted)
-        return e / e.sum(axis=1, keepdims=True)
+    gradient_kernel = "softmax_gradients"  # softmax_gradients_with's
 
     def gradients(self, xp, margin, label, weight):
-        p = self._softmax(xp, margin)
-        onehot = (label[:, None] == xp.arange(self.n_groups)[None, :]).astype(xp.float64)
-        grad = p - onehot
-        hess = xp.maximum(2.0 * p * (1.0 - p), _dtypes.MIN_HESSIAN)
-        return weighted(xp, grad, hess, weight)
+        return softmax_gradients_with(xp, margin, label, weight)
 
     def transform(self, xp, margin):
-        return self._softmax(xp, margin)
+        return softmax_with(xp, margin)
 
     def gradient_bounds(self, max_weight):
         # softmax p in [0, 1], one-hot target: |p - t| <= 1; 2 p (1 - p) <= 1/2.
@@ -206,7 +184,7 @@ class Softmax(Softprob):
         return xp.argmax(margin, axis=1).astype(xp.float64)
 
     def eval_transform(self, xp, margin):
-        return self._softmax(xp, margin)
+        return softmax_with(xp, margin)
 
 
 def _exp(xp, x):

@@ -19,12 +19,15 @@ def tree_scales(largest: np.ndarray, k: int, n_total: int) -> Scales:
 
 
 def gradient_function(backend, objective, weighted: bool):
-    """``objective.gradients`` as a function of (margin, label, weight) arrays. An
+    """``objective.gradients`` as a function of (margin, label, weight) arrays: the backend
+    kernel that ``objective.gradient_kernel`` names where there is one. An
     ``ElementwiseLoss``'s ``row_gradients`` run on the flat (n,) margin, label and weight, on
     the GPU as one fused kernel (``Backend.fused``; made once a training, as CuPy traces the
     function at each new fusion): binary:logistic took ten launches and temporaries a block of
     rows. The same values, bit for bit (tests/test_objectives.py); (n, 1) views come back."""
     xp = backend.xp
+    if objective.gradient_kernel is not None:
+        return _kernel_gradients(xp, objective, getattr(backend.kernels, objective.gradient_kernel))
     if not objective.elementwise:
         return lambda margin, label, weight: objective.gradients(xp, margin, label, weight)
     name = "gbflow_gradients_" + "".join(c if c.isalnum() else "_" for c in objective.name)
@@ -40,6 +43,18 @@ def gradient_function(backend, objective, weighted: bool):
 
     def gradients(margin, label, weight):
         g, h = flat(margin[:, 0], label, weight)
+        return g[:, None], h[:, None]
+    return gradients
+
+
+def _kernel_gradients(xp, objective, kernel):
+    """``gradient_function`` through the backend kernel the objective names: on the margin's
+    column for one output group ((n, 1) views come back), else on the (n, n_groups) margins."""
+    def gradients(margin, label, weight):
+        weight = objective.kernel_weight(xp, label, weight)
+        if objective.n_groups > 1:
+            return kernel(margin, label, weight)
+        g, h = kernel(margin[:, 0], label, weight)
         return g[:, None], h[:, None]
     return gradients
 

@@ -97,10 +97,11 @@ def compile_kernels(device: str = "cpu") -> float:
 
 
 def _large_evaluation_kernels(backend, rng) -> None:
-    """Run once what only an evaluation set larger than the tiny trainings' takes: the
-    sigmoid and auc's prediction keys and buckets on numba's threads (the CPU's, from 2**15
-    rows; the sigmoid where the machine's exp allows), the dense buckets' tally (from 2**16
-    rows). Multi-class auc's strided class columns compile at their first use."""
+    """Run once what only data larger than the tiny trainings' takes: the sigmoid, auc's
+    prediction keys and buckets and binary:logistic's gradients on numba's threads (the
+    CPU's, from 2**15 rows; the sigmoid where the machine's exp allows), the dense buckets'
+    tally (from 2**16 rows). Multi-class auc's strided class columns compile at their first
+    use."""
     from .metrics import tallies
     xp, kernels = backend.xp, backend.kernels
     n = tallies.EXACT_ROWS + 1
@@ -110,3 +111,4 @@ def _large_evaluation_kernels(backend, rng) -> None:
     buckets = kernels.key_buckets(keys, low, keys.max() - low + 1, tallies.DENSE_BITS)
     label = xp.asarray((rng.random(n) < 0.5).astype(np.float64))
     kernels.auc_bucket_words(buckets, label, None, 1.0, 1 << tallies.DENSE_BITS)
+    kernels.logistic_gradients(xp.asarray(rng.standard_normal(n)), label, None)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gbflow import _dtypes, sketch
+from gbflow import _dtypes, objectives, sketch
 from gbflow.backend import common, cpu_kernels, numpy_kernels
 from gbflow.metrics import tallies
 
@@ -1769,3 +1769,95 @@ def test_grow_whole_round_with_a_sparse_store(indexed):
             np.zeros(n_rows, np.int32), np.full(n_dense, n_bins - 1, np.int32), n_bins,
             allowed[:, :, dense_ids], split, 0.0, None, dense_ids, cut_values, cut_offsets, leaf,
             start.copy(), sparse=side(allowed[0][:, sparse_ids]))
+
+
+def _loss_rows(n: int, k: int = 1):
+    """(margins of every scale (n,) or (n, k), labels, weights) for the gradient kernels."""
+    rng = np.random.default_rng(n + k)
+    shape = (n,) if k == 1 else (n, k)
+    margin = rng.standard_normal(shape) * rng.choice([1e-3, 1.0, 10.0, 300.0], shape[:1] +
+                                                     (1,) * (len(shape) - 1))
+    if k == 1 and n >= 6:
+        margin[:6] = [800.0, -800.0, 0.0, -0.0, 36.8, -745.2]
+    label = (rng.random(n) < 0.4).astype(np.float64) if k == 1 else \
+        rng.integers(0, k, n).astype(np.float64)
+    return margin, label, rng.random(n) * 3.0
+
+
+def _same_gradients(got, expected, exact: bool):
+    for a, b in zip(got, expected):
+        a = np.asarray(a.get() if hasattr(a, "get") else a)
+        assert a.dtype == np.float32 and a.shape == b.shape
+        if exact:
+            assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+        else:  # CUDA's exp is its own: the float32 values to an ulp
+            np.testing.assert_allclose(a, b, rtol=3e-7, atol=1e-30)
+
+
+@pytest.mark.parametrize("n", [0, 50, 70_000])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_logistic_gradients(kernels, n, weighted):
+    """binary:logistic's float32 gradients and hessians equal the twin's bit for bit on each
+    side of the CPU's size for threads (margins far past exp's range too), and the twin's
+    are the objective's own expressions."""
+    margin, label, weight = _loss_rows(n)
+    weight = weight if weighted else None
+    expected = numpy_kernels.logistic_gradients(margin, label, weight)
+    with np.errstate(over="ignore"):
+        p = 1.0 / (1.0 + np.exp(-margin))
+    g, h = p - label, np.maximum(p * (1.0 - p), 1e-16)
+    if weighted:
+        g, h = g * weight, h * weight
+    _same_gradients(expected, (g.astype(np.float32), h.astype(np.float32)), exact=True)
+    _same_gradients(kernels.logistic_gradients(margin, label, weight), expected,
+                    exact=kernels is cpu_kernels)
+
+
+@pytest.mark.parametrize("k", [2, 3, 8, 10, 17, 128, 130])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_softmax_gradients(kernels, k, weighted):
+    """multi:softprob's (n, k) gradients and hessians equal the twin's bit for bit (NumPy's
+    row sums, whose order changes at 8 classes and past 128), and the twin's are the
+    objective's own."""
+    margin, label, weight = _loss_rows(3000, k)
+    weight = weight if weighted else None
+    expected = numpy_kernels.softmax_gradients(margin, label, weight)
+    _same_gradients(expected, objectives.get_objective("multi:softprob", num_class=k).gradients(
+        np, margin, label, weight), exact=True)
+    _same_gradients(kernels.softmax_gradients(margin, label, weight), expected,
+                    exact=kernels is cpu_kernels)
+    assert kernels.softmax_gradients(margin[:0], label[:0], None)[0].shape == (0, k)
+
+
+def test_cpu_softmax_runs_numba_only_where_its_values_are_numpys(monkeypatch):
+    """The CPU's softmax kernel runs where its probe gives the twin's values (up to 128
+    classes, NumPy's exp numba's), and the probe refuses a kernel that differs in one bit:
+    the twin runs then."""
+    if not cpu_kernels._numpy_exp_is_numbas():
+        pytest.skip("NumPy's exp is not numba's here: the twin always runs")
+    assert cpu_kernels._softmax_is_numpys(10) and not cpu_kernels._softmax_is_numpys(129)
+    threaded = cpu_kernels._softmax_gradients
+
+    def off_by_an_ulp(margin, label, weight, weighted, grad, hess, n_chunks):
+        threaded(margin, label, weight, weighted, grad, hess, n_chunks)
+        hess[-1, -1] = np.nextafter(hess[-1, -1], np.float32(2.0))
+    monkeypatch.setattr(cpu_kernels, "_softmax_gradients", off_by_an_ulp)
+    assert not cpu_kernels._softmax_is_numpys.__wrapped__(10)
+    monkeypatch.setattr(cpu_kernels, "_softmax_is_numpys", lambda k: False)
+    margin, label, weight = _loss_rows(500, 10)
+    _same_gradients(cpu_kernels.softmax_gradients(margin, label, weight),
+                    numpy_kernels.softmax_gradients(margin, label, weight), exact=True)
+
+
+def test_gradient_kernels_refuse_bad_arguments_as_their_twins_do(kernels):
+    """Every version refuses a margin of the wrong rank and labels or weights of another
+    length, naming the kernel, before reading anything."""
+    for module in (numpy_kernels, kernels):
+        with pytest.raises(ValueError, match="logistic_gradients: margin must have 1"):
+            module.logistic_gradients(np.zeros((5, 2)), np.zeros(5), None)
+        with pytest.raises(ValueError, match="logistic_gradients: label must have shape"):
+            module.logistic_gradients(np.zeros(70_000), np.zeros(69_999), None)
+        with pytest.raises(ValueError, match="softmax_gradients: weight must have shape"):
+            module.softmax_gradients(np.zeros((5, 3)), np.zeros(5), np.ones(4))
+        with pytest.raises(ValueError, match="softmax_gradients: margin must have 2"):
+            module.softmax_gradients(np.zeros(5), np.zeros(5), None)

@@ -46,6 +46,7 @@ from .common import (
     work_list_rows,
 )
 from .compiling import compiling
+from .losses import check_loss_arguments, logistic_gradients_with, softmax_gradients_with
 
 _CUDA_DIR = pathlib.Path(__file__).with_name("cuda")
 _THREADS = 256
@@ -1263,6 +1264,35 @@ def sigmoid(x, out):
     differ from the host's in the last bits); they record into a graph."""
     x = cp.asarray(x, dtype=cp.float64)
     return sigmoid_with(cp, x, check_column_out(x, out, "sigmoid"))
+
+
+_fused_logistic: dict = {}  # weighted or not -> the fused kernel (CuPy traces each once)
+
+
+def logistic_gradients(margin, label, weight):
+    """See ``numpy_kernels.logistic_gradients``: one fused kernel of the plain expressions
+    (``Backend.fused``'s ``cupy.fuse``; the values of the twin's steps, CUDA's exp aside)."""
+    check_loss_arguments(margin, label, weight, 1, "logistic_gradients")
+    weighted = weight is not None
+    kernel = _fused_logistic.get(weighted)
+    if kernel is None:
+        if weighted:
+            def function(m, y, w):
+                return logistic_gradients_with(cp, m, y, w)
+        else:
+            def function(m, y):
+                return logistic_gradients_with(cp, m, y, None)
+        kernel = _fused_logistic[weighted] = cp.fuse(
+            kernel_name="gbflow_logistic_gradients" + ("_weighted" if weighted else ""))(function)
+    margin = cp.asarray(margin, dtype=cp.float64)
+    return kernel(margin, label, weight) if weighted else kernel(margin, label)
+
+
+def softmax_gradients(margin, label, weight):
+    """See ``numpy_kernels.softmax_gradients``: CuPy's operations (a row's sum in CuPy's
+    order)."""
+    check_loss_arguments(margin, label, weight, 2, "softmax_gradients")
+    return softmax_gradients_with(cp, cp.asarray(margin, dtype=cp.float64), label, weight)
 
 
 def prediction_keys(values):

@@ -44,6 +44,7 @@ from .common import (
     sigmoid_with,
     work_list_rows,
 )
+from .losses import check_loss_arguments, logistic_gradients_with, softmax_gradients_with
 
 
 def bin_features(X, cut_values, cut_offsets, out):
@@ -920,6 +921,22 @@ def sigmoid(x, out):
     binary:logistic's predictions and what its metrics see."""
     x = np.asarray(x, dtype=np.float64)
     return sigmoid_with(np, x, check_column_out(x, out, "sigmoid"))
+
+
+def logistic_gradients(margin, label, weight):
+    """The logistic loss's (n,) float32 gradient and hessian (new arrays) at (n,) float64
+    ``margin`` (``losses.logistic_gradients_with``: p = sigmoid's p, p - label and max(p (1 -
+    p), MIN_HESSIAN), each times ``weight``, (n,) float64 or None). binary:logistic's training."""
+    check_loss_arguments(margin, label, weight, 1, "logistic_gradients")
+    return logistic_gradients_with(np, np.asarray(margin, dtype=np.float64), label, weight)
+
+
+def softmax_gradients(margin, label, weight):
+    """multi:softprob's (n, k) float32 gradient and hessian (new arrays) at (n, k) float64
+    ``margin`` (``losses.softmax_gradients_with``: NumPy's row max, exp, row sum and quotient),
+    label (n,) class ids, each row times its ``weight`` ((n,) float64 or None)."""
+    check_loss_arguments(margin, label, weight, 2, "softmax_gradients")
+    return softmax_gradients_with(np, np.asarray(margin, dtype=np.float64), label, weight)
 
 
 def prediction_keys(values):
