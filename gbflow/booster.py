@@ -13,7 +13,7 @@ from . import explain, inputs, model_check, model_tables, predictor, xgboost_for
 from .backend import backend_for, frames
 from .booster_compat import XGBoostBoosterMethods
 from .cuts import Cuts
-from .params import Params, make_params
+from .params import RUN_TIME, Params, make_params
 from .tree import Tree
 
 FORMAT = "gbflow-model"
@@ -301,10 +301,10 @@ class Booster(XGBoostBoosterMethods):
 
     # -- model file ------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        # The device trained on is a run-time choice, not part of the model: CPU and GPU training
-        # of the same data give the same file, byte for byte.
+        # The device and thread count trained with are run-time choices, not part of the model:
+        # CPU and GPU training of the same data give the same file, byte for byte.
         params = {k: v for k, v in self.params.to_dict(bool(self.categories)).items()
-                  if k not in ("device", "device_memory_limit")}
+                  if k not in RUN_TIME}
         extra = {"categories": categories_module.to_json(self.categories)} \
             if self.categories else {}
         if self.by_value:

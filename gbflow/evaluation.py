@@ -10,8 +10,14 @@ from . import binning, metrics, predictor
 from .csr import CSR
 
 # XGBoost's rule for the direction of a metric it does not define (a custom metric's name):
-# larger is better when the name starts with one of these.
+# larger is better when the name starts with one of these, except "mape" (an error, which
+# starts with "map").
 _MAXIMIZE_PREFIXES = ("auc", "aucpr", "pre", "map", "ndcg")
+
+
+def maximized_by_name(name: str) -> bool:
+    """Whether larger is better for a metric called ``name`` that gbflow does not define."""
+    return name != "mape" and name.startswith(_MAXIMIZE_PREFIXES)
 
 
 class _Training:
@@ -325,7 +331,7 @@ class Evaluation:
                              f"evaluated: {sorted(self.history[last_set])}")
         if self.maximize is None:
             self.maximize = self._maximizes.get(self.watched,
-                                                self.watched.startswith(_MAXIMIZE_PREFIXES))
+                                                maximized_by_name(self.watched))
         score = found[0]
         # strictly better, as XGBoost's EarlyStopping (NaN never is)
         if self.best_score is None or (score > self.best_score if self.maximize

@@ -232,6 +232,10 @@ class Params:
 
 
 KNOWN = tuple(f.name for f in dataclasses.fields(Params))
+# parameters that never change a model (where and how fast it trains): model files leave them
+# out (the same file whatever the device or thread count), a resumed training may set them
+# otherwise
+RUN_TIME = ("device", "device_memory_limit", "nthread")
 RANKING = ("lambdarank_num_pair_per_sample", "lambdarank_normalization",
            "lambdarank_score_normalization", "ndcg_exp_gain")
 _RANKING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Params) if f.name in RANKING}

@@ -16,6 +16,7 @@ import numbers
 import os
 
 from .booster import Booster, read_model_file, write_whole
+from .params import RUN_TIME
 
 STATE_KEY = "training_state"  # the checkpoint's entry beside the model file's own
 
@@ -177,19 +178,15 @@ def options_of(options) -> dict:
             "custom_metric": options.custom_metric is not None}
 
 
-# parameters that never change a model: a resumed training may set them otherwise
-_RUN_TIME = ("device", "device_memory_limit", "nthread")
-
-
 def check_matches(state: TrainingState, path: str, params, feature_names: list,
                   num_boost_round: int, eval_names: list, rows: int | None, options) -> None:
     """ValueError, before any training, when the checkpoint at ``path`` was written by another
     training: other parameters, evaluation options, features, round count, evaluation sets or
     row count (None: not known yet; checked again once it is)."""
     ours = {k: v for k, v in params.to_dict(bool(state.model.categories)).items()
-            if k not in _RUN_TIME}
+            if k not in RUN_TIME}
     theirs = {k: v for k, v in state.model.params.to_dict(bool(state.model.categories)).items()
-              if k not in _RUN_TIME}
+              if k not in RUN_TIME}
     ours.update(options_of(options))
     theirs.update(state.options)
     problems = [f"parameter {k}={theirs.get(k)!r} there, {ours.get(k)!r} here"

@@ -139,12 +139,17 @@ def to_xgboost_dict(booster) -> dict:
         attributes["best_score"] = repr(float(booster.best_score))
     categorical = set(booster.categories)
     codes = export_codes(booster.feature_names, booster.categories, booster.by_value)
+    names = list(booster.feature_names)
+    # a model trained on an array has gbflow's made-up names (f0, f1, ...): XGBoost's own such
+    # models have none, and it refuses to predict an array without names with a model that has
+    # some
+    unnamed = not categorical and names == [f"f{i}" for i in range(len(names))]
     return {
         "learner": {
             "attributes": attributes,
-            "feature_names": list(booster.feature_names),
-            "feature_types": ["c" if name in categorical else "float"
-                              for name in booster.feature_names],
+            "feature_names": [] if unnamed else names,
+            "feature_types": [] if unnamed else ["c" if name in categorical else "float"
+                                                 for name in names],
             "gradient_booster": {
                 "model": {
                     "gbtree_model_param": {"num_parallel_tree": "1",

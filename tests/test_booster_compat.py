@@ -126,3 +126,25 @@ def test_copy_and_get_fscore(data):
                                     stopped.to_xgboost().get_fscore().items()}
     with pytest.raises(ValueError, match="feature map files"):
         stopped.get_fscore("featmap.txt")
+
+
+def test_a_model_trained_on_an_array_exports_without_made_up_names(tmp_path):
+    """XGBoost's model of an array has no feature names, and refuses an array without names
+    when its model has some: the export of gbflow's array model leaves out gbflow's made-up
+    f0, f1, ... (a frame's names stay), so XGBoost predicts both the array and a frame."""
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((400, 3)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(np.float32)
+    from_array = gbflow.train(X, y, {"objective": "binary:logistic", "max_depth": 2}, 3,
+                              verbose=False)
+    path = tmp_path / "array.json"
+    from_array.save_model(str(path), format="xgboost")
+    theirs = xgb.Booster(model_file=str(path))
+    assert theirs.feature_names is None
+    np.testing.assert_allclose(theirs.predict(xgb.DMatrix(X)), from_array.predict(X),
+                               rtol=1e-6, atol=1e-7)
+    frame = pd.DataFrame(X, columns=["u", "v", "w"])
+    named = gbflow.train(frame, y, {"objective": "binary:logistic", "max_depth": 2}, 3,
+                         verbose=False)
+    named.save_model(str(path), format="xgboost")
+    assert xgb.Booster(model_file=str(path)).feature_names == ["u", "v", "w"]

@@ -588,3 +588,13 @@ def test_auto_device_trains_small_host_data_on_the_cpu_where_a_gpu_is_present(mo
     df = make_table(n_rows=2000, seed=3)
     booster = gbflow.train(df, label="y", num_boost_round=3, verbose=False)
     assert chosen == ["cpu"] and booster.num_boosted_rounds() == 3
+
+
+def test_the_model_file_does_not_depend_on_the_thread_count():
+    """The thread count is a run-time choice like the device: trainings on 1 and 2 threads
+    write the same file, byte for byte (the trees were always equal)."""
+    df = make_table(n_rows=3000, seed=7)
+    files = [gbflow.train(df, "y", {"nthread": n, "max_depth": 4}, 5, verbose=False).to_json()
+             for n in (1, 2)]
+    assert files[0] == files[1]
+    assert "nthread" not in files[0]

@@ -278,6 +278,25 @@ def test_early_stopping_picks_the_round_xgboost_picks(maximize):
     assert ours.num_boosted_rounds() == model.num_boosted_rounds()  # both keep every round
 
 
+@pytest.mark.parametrize("name", ["mape", "map@3", "auc-custom", "pre", "ndcgish", "error"])
+def test_a_custom_metrics_direction_follows_its_name_as_xgboosts(name):
+    """Without ``maximize``, a custom metric's direction comes from its name as XGBoost's
+    early stopping takes it: larger is better for names starting auc, aucpr, pre, map or ndcg,
+    except "mape" (an error)."""
+    sequence = [0.5, 0.4, 0.6, 0.3, 0.7, 0.2, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8]
+    df = make_table(n_rows=200, seed=3)
+    X, y = df.drop(columns="y").to_numpy(np.float32), df["y"].to_numpy()
+    model = xgb.train({"max_depth": 2, "disable_default_eval_metric": 1}, xgb.DMatrix(X, y),
+                      len(sequence), evals=[(xgb.DMatrix(X, y), "v")],
+                      custom_metric=_scripted(sequence, name), early_stopping_rounds=3,
+                      verbose_eval=False)
+    ours = gbflow.train(df, "y", {"max_depth": 2, "disable_default_eval_metric": 1},
+                        len(sequence), evals=[(df.copy(), "v")], early_stopping_rounds=3,
+                        custom_metric=_scripted(sequence, name), verbose=False)
+    assert ours.best_iteration == model.best_iteration
+    assert ours.best_iteration == (6 if name != "mape" and name != "error" else 5)
+
+
 def test_the_watched_metric_and_direction_can_be_named():
     df = make_table(n_rows=600, task="binary", seed=4)
     valid = make_table(n_rows=300, task="binary", seed=5)
