@@ -72,10 +72,16 @@ def direct_cuts(xp, parts: list, fixed: list, n_value_bins: int) -> tuple[np.nda
     feature = xp.concatenate(features) if features else xp.zeros(0, xp.int32)
     if len(feature) == 0:
         return cut_arrays(np.zeros(0, np.int64), n_features)
-    order = _feature_order(xp, feature, n_features)
-    feature, key = feature[order], xp.concatenate(keys)[order]
-    weight = None if fixed[0] is None else xp.concatenate(weights)[order]
-    del features, keys, weights, order
+    if len(parts) == 1 and not isinstance(parts[0], CSR):
+        # one dense part's values come feature by feature already (a stable sort and its
+        # gathers cost 23 ms of 100,000 x 28 values' 120 on two cores)
+        key, weight = keys[0], weights[0]
+    else:
+        order = _feature_order(xp, feature, n_features)
+        feature, key = feature[order], xp.concatenate(keys)[order]
+        weight = None if fixed[0] is None else xp.concatenate(weights)[order]
+        del order
+    del features, keys, weights
     ptr = xp.zeros(n_features + 1, dtype=xp.int64)
     xp.cumsum(table_counts(xp, feature, n_features), out=ptr[1:])
     key, weight = sort_segments(xp, ptr, key, weight)
