@@ -1,8 +1,6 @@
 """scikit-learn estimators on top of ``gbflow.train``: ``GBFlowRegressor``, ``GBFlowClassifier``."""
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 from sklearn.base import (
     BaseEstimator,
@@ -16,45 +14,39 @@ from sklearn.utils.validation import check_is_fitted
 
 from .api import train
 from .evaluation import cost_metric
-from .sklearn_data import PREDICTION_COLUMN, adapter_for, eval_sets
+from .inputs import is_dask_collection
+from .objectives import MULTICLASS
+from .sklearn_data import FROM_MARGINS, PREDICTION_COLUMN, adapter_for, eval_sets
+from .sklearn_xgboost import SklearnObjective, XGBoostConventions, rounds, train_params
 
 __all__ = ["GBFlowClassifier", "GBFlowRegressor"]
 
 # Attributes a fit sets; a new fit drops the old ones first so that nothing stale survives it.
 _FITTED = ("booster_", "classes_", "n_classes_", "best_iteration_", "best_score_",
            "evals_result_")
-
-# Constructor parameters that are not entries of gbflow.train's params: its own arguments
-# (num_boost_round, early_stopping_rounds, verbose), and random_state, which becomes the
-# params' "seed" through _seed().
-_NOT_PARAMS = ("n_estimators", "early_stopping_rounds", "verbose", "random_state")
+# The classifier's objectives of two classes; the multi-class ones (MULTICLASS) take any number.
+_BINARY = ("binary:logistic", "binary:logitraw", "binary:hinge")
 
 
 def _store(estimator, values: dict) -> None:
-    """scikit-learn's contract: ``__init__`` stores every parameter of its signature as is."""
+    """scikit-learn's contract: ``__init__`` stores every parameter of its signature as is;
+    XGBoost's extra keyword arguments, when given, as ``kwargs``."""
     for name in estimator._get_param_names():
         setattr(estimator, name, values[name])
+    if values.get("kwargs"):
+        estimator.kwargs = dict(values["kwargs"])
 
 
-class _GBFlowModel(TransformerMixin, BaseEstimator):
+class _GBFlowModel(XGBoostConventions, TransformerMixin, BaseEstimator):
     """Shared parameters, fitting and prediction of the gbflow estimators: scikit-learn's
     estimator contract, and XGBoost's scikit-learn wrapper where that contract leaves room
     (``eval_set`` named ``validation_0``, ...; ``early_stopping_rounds`` as a constructor
-    parameter; ``get_booster()``; ``evals_result()``; ``feature_importances_`` as normalized
-    "gain"). Each call hands its data to the adapter of the data's kind
-    (``sklearn_data.adapter_for``)."""
+    parameter; ``**kwargs`` for further training parameters; ``get_booster()``;
+    ``evals_result()``; ``feature_importances_`` of ``importance_type``). Each call hands its
+    data to the adapter of the data's kind (``sklearn_data.adapter_for``). The subclasses'
+    ``__init__`` lists the parameters; ``_OBJECTIVE`` is the default objective."""
 
-    def __init__(self, *, n_estimators=100, max_depth=6, learning_rate=0.3, min_child_weight=1.0,
-                 gamma=0.0, reg_lambda=1.0, reg_alpha=0.0, subsample=1.0, sampling_method="uniform",
-                 colsample_bytree=1.0, colsample_bylevel=1.0, colsample_bynode=1.0, max_bin=256,
-                 random_state=0, base_score=None, eval_metric=None, early_stopping_rounds=None,
-                 device="auto", sparse_threshold=None, verbose=False, n_jobs=None,
-                 enable_categorical=True, max_cat_to_onehot=4, max_cat_threshold=64,
-                 cat_smooth=10.0, cat_l2=10.0,
-                 cat_noise_penalty=1.0, feature_types=None, verbosity=1, max_delta_step=None,
-                 monotone_constraints=None, interaction_constraints=None, max_leaves=0,
-                 grow_policy="depthwise"):
-        _store(self, locals())
+    _OBJECTIVE = "reg:squarederror"
 
     # -- scikit-learn protocol -------------------------------------------------------------
     def __sklearn_tags__(self):
@@ -71,27 +63,9 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
         return hasattr(self, "booster_")
 
     # -- parameters --------------------------------------------------------------------------
-    def _seed(self) -> int:
-        """``random_state`` as gbflow's integer ``seed``: None -> 0 (gbflow is deterministic),
-        an int as is, a ``np.random.RandomState``/``Generator`` -> one draw from it."""
-        rs = self.random_state
-        if rs is None:
-            return 0
-        if isinstance(rs, numbers.Integral) and not isinstance(rs, (bool, np.bool_)):
-            return int(rs)
-        if isinstance(rs, np.random.RandomState):
-            return int(rs.randint(np.iinfo(np.int32).max))
-        if isinstance(rs, np.random.Generator):
-            return int(rs.integers(np.iinfo(np.int32).max))
-        raise ValueError(f"random_state must be None, an int, a numpy RandomState or Generator, "
-                         f"got {rs!r}")
-
     def _train_params(self, **fixed) -> dict:
-        """The ``params`` dict for ``gbflow.train`` (validated there): the constructor's
-        parameters but ``_NOT_PARAMS``, ``seed``, and ``fixed`` (what follows from the target)."""
-        params = {name: value for name, value in self.get_params(deep=False).items()
-                  if name not in _NOT_PARAMS}
-        return {**params, "seed": self._seed(), **fixed}
+        """The ``params`` dict for ``gbflow.train``: ``sklearn_xgboost.train_params``."""
+        return train_params(self, self._OBJECTIVE, fixed)
 
     # -- fitting -----------------------------------------------------------------------------
     def _clear_fit(self) -> None:
@@ -111,15 +85,16 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
         pass
 
     def fit(self, X, y, sample_weight=None, eval_set=None, sample_weight_eval_set=None,
-            verbose=None, base_margin=None, base_margin_eval_set=None):
+            verbose=None, base_margin=None, base_margin_eval_set=None, xgb_model=None):
         """Train the model.
 
         X : pandas DataFrame, array-like or scipy sparse matrix of shape (n_samples,
             n_features), or Dask DataFrame
-            Numeric features; NaN (and an entry absent from a sparse matrix) means missing.
-            With a Dask DataFrame, y, sample_weight and the eval_set entries are Dask
-            collections partitioned like it, and training runs where the partitions live
-            (``gbflow.train`` on Dask).
+            Numeric (or pandas ``category``) features; NaN (and an entry absent from a sparse
+            matrix, and ``missing``) means missing. A DataFrame's columns are the features
+            named ``str(name)``, as XGBoost names them. With a Dask DataFrame, y,
+            sample_weight and the eval_set entries are Dask collections partitioned like it,
+            and training runs where the partitions live (``gbflow.train`` on Dask).
         y : array-like or Series of shape (n_samples,)
             The regressor's numeric target (in [0, 1] for objective "binary:logistic"); the
             classifier's class labels of any sortable type, at least two distinct classes.
@@ -138,17 +113,22 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
             In-memory data only for now.
         base_margin_eval_set : list of array-like or None, optional
             One base margin (or None: the base score) per ``eval_set`` entry.
+        xgb_model : gbflow.Booster, fitted gbflow estimator or model file path, optional
+            XGBoost's: a model to continue (``gbflow.train``'s ``xgb_model``): its rounds are
+            kept and ``n_estimators`` more are added.
 
         Returns self.
         """
         return self._fit(X, y, sample_weight, eval_set, sample_weight_eval_set, verbose,
-                         base_margin, base_margin_eval_set=base_margin_eval_set)
+                         base_margin, base_margin_eval_set=base_margin_eval_set,
+                         xgb_model=xgb_model)
 
     def _fit(self, X, y, sample_weight, eval_set, sample_weight_eval_set, verbose, base_margin,
-             qid=None, eval_qid=None, base_margin_eval_set=None):
+             qid=None, eval_qid=None, base_margin_eval_set=None, xgb_model=None):
         """``fit``; qid / eval_qid (the ranker's): (n,) query ids of X and of each eval_set."""
         self._clear_fit()
         self._check_objective()
+        n_rounds = rounds(self.n_estimators)
         adapter = adapter_for(X, self)
         data, y = adapter.fit_data(X, y, y_numeric=is_regressor(self))
         label, params = self._target(adapter, y)
@@ -158,16 +138,20 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
         if self.early_stopping_rounds is not None and not evals:
             raise ValueError("early_stopping_rounds needs a validation set: pass "
                              "eval_set=[(X_valid, y_valid)] to fit")
-        custom = None
-        if callable(self.eval_metric):  # XGBoost's: a cost f(y_true, y_pred), minimised
-            params = {**params, "eval_metric": None}
-            custom = cost_metric(self.eval_metric)
+        # XGBoost's: a callable eval_metric is a cost f(y_true, y_pred), minimised; a callable
+        # objective f(y_true, y_pred) -> (grad, hess) replaces the objective's gradients
+        custom = cost_metric(self.eval_metric) if callable(self.eval_metric) else None
+        obj = SklearnObjective(self.objective) if callable(self.objective) else None
+        if verbose is None:
+            verbose = False if self.verbose is None else self.verbose
+        if hasattr(xgb_model, "get_booster"):  # a fitted estimator, as XGBoost's takes
+            xgb_model = xgb_model.get_booster()
         booster = train(**training, base_margin=base_margin, qid=qid, params=params,
-                        num_boost_round=self.n_estimators,
-                        evals=evals or None, early_stopping_rounds=self.early_stopping_rounds,
-                        verbose=self.verbose if verbose is None else verbose,
-                        custom_metric=custom,
-                        maximize=False if custom is not None else None)
+                        num_boost_round=n_rounds, evals=evals or None,
+                        early_stopping_rounds=self.early_stopping_rounds, verbose=verbose,
+                        obj=obj, custom_metric=custom,
+                        maximize=False if custom is not None else None,
+                        callbacks=self.callbacks, xgb_model=xgb_model)
         self.booster_ = booster = adapter.trained(booster)
         self.evals_result_ = {name: {m: list(v) for m, v in per.items()}
                               for name, per in booster.evals_result.items()}
@@ -256,46 +240,21 @@ class _GBFlowModel(TransformerMixin, BaseEstimator):
         """What a loaded booster sets besides the common attributes (the classifier's
         classes)."""
 
-    @property
-    def best_iteration(self) -> int:
-        """XGBoost's name for ``best_iteration_`` (AttributeError without early stopping)."""
-        return self.best_iteration_
-
-    @property
-    def best_score(self) -> float:
-        """XGBoost's name for ``best_score_`` (AttributeError without early stopping)."""
-        return self.best_score_
-
-    def evals_result(self) -> dict:
-        """Metric history of the eval_set, as XGBoost gives it:
-        ``{"validation_0": {"rmse": [round 1, round 2, ...]}, ...}`` ({} without eval_set)."""
-        check_is_fitted(self)
-        return self.evals_result_
-
-    @property
-    def feature_importances_(self) -> np.ndarray:
-        """(n_features_in_,) float64 "gain" importances (mean loss reduction of the feature's
-        splits), in training column order, 0.0 for features no split uses, normalized to sum to 1
-        (all zeros when the model has no split). Raises NotFittedError before fit."""
-        check_is_fitted(self)
-        booster = self.booster_
-        gain = booster.feature_importances("gain")
-        values = np.array([gain.get(name, 0.0) for name in booster.feature_names],
-                          dtype=np.float64)
-        total = values.sum()
-        return values / total if total > 0 else values
-
 
 class GBFlowRegressor(RegressorMixin, _GBFlowModel):
     """Gradient-boosted trees for regression, scikit-learn style (training on gbflow's CPU or GPU
     engine, see ``device``; in memory, or on Dask for a Dask DataFrame X).
 
-    Parameters (XGBoost's names and meanings; checked at fit time, not here)
+    Parameters (XGBoost's names and meanings; checked at fit time, not here; None for any of
+    them means its default, as in XGBoost's wrapper)
     ----------
-    objective : str, default "reg:squarederror"
+    objective : str or callable, default "reg:squarederror"
         The loss, any of XGBoost's regression ones gbflow has (``objectives.OBJECTIVES``:
         "count:poisson", "reg:tweedie", "binary:logistic" for a target in [0, 1], ...;
-        "reg:quantileerror" with several ``quantile_alpha`` has one output per quantile).
+        "reg:quantileerror" with several ``quantile_alpha`` has one output per quantile). A
+        callable ``obj(y_true, y_pred[, sample_weight]) -> (grad, hess)`` (XGBoost's wrapper's:
+        y_pred the raw margins) replaces the gradients of "reg:squarederror" (the
+        classifier's: of its default objective), whose link the predictions keep.
     n_estimators : int, default 100
         Boosting rounds (one tree per round).
     max_depth, max_leaves, grow_policy : int, int, str, default 6, 0 and "depthwise"
@@ -355,14 +314,29 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
         increase) or 0, by position ("(1,0,-1)" or a list) or by feature name (a dict).
     interaction_constraints : list of lists, str or None, default None
         XGBoost's: sets of features (positions or names) that may split on one path together.
+    missing : float, default np.nan
+        XGBoost's: a feature value that means missing, besides NaN.
+    scale_pos_weight : float, default 1.0
+        XGBoost's weight factor of the rows labelled 1 (binary objectives).
+    tree_method : str, default "hist"
+        XGBoost's; gbflow grows histogram trees ("hist", or "auto"; others are refused).
+    importance_type : str or None, default "gain"
+        What ``feature_importances_`` measures (XGBoost's names; see there).
+    callbacks : list of gbflow.callback.TrainingCallback or None, default None
+        ``gbflow.train``'s callbacks (XGBoost's interface), run in every fit as given.
+    **kwargs
+        Further training parameters by gbflow's or XGBoost's names (``gbflow.Params``, e.g.
+        ``huber_slope``, ``eta``): XGBoost's wrapper's ``**kwargs``, kept by ``get_params``,
+        ``set_params`` and ``clone``; an unknown name fails at fit, named.
 
     Attributes
     ----------
     booster_ : gbflow.Booster
     n_features_in_ : int
-    feature_names_in_ : (n_features_in_,) object ndarray, only when X was a DataFrame whose
-        column names are all strings (always the case for a Dask DataFrame).
-    feature_importances_ : (n_features_in_,) float64 ndarray, normalized "gain".
+    feature_names_in_ : (n_features_in_,) object ndarray of str, only when X was a DataFrame:
+        ``str(name)`` of each column (XGBoost's feature names: "0", "1", ... for
+        ``pd.DataFrame(array)``), which predict, apply, transform and eval_set frames must have.
+    feature_importances_ : (n_features_in_,) float64 ndarray, normalized ``importance_type``.
     evals_result_ : dict, ``{"validation_i": {metric: [value per round]}}``.
     best_iteration_ : int, 0-based best round (only when early stopping ran); the booster keeps
         every round trained and predicts with the first ``best_iteration_ + 1``.
@@ -378,7 +352,9 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
                  max_cat_to_onehot=4, max_cat_threshold=64, cat_smooth=10.0, cat_l2=10.0,
                  cat_noise_penalty=1.0, feature_types=None,
                  verbosity=1, quantile_alpha=0.5, max_delta_step=None, monotone_constraints=None,
-                 interaction_constraints=None, max_leaves=0, grow_policy="depthwise"):
+                 interaction_constraints=None, max_leaves=0, grow_policy="depthwise",
+                 missing=np.nan, scale_pos_weight=1.0, tree_method="hist", importance_type="gain",
+                 callbacks=None, **kwargs):
         _store(self, locals())
 
     def _check_objective(self):
@@ -414,10 +390,15 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
     trained on their positions 0..k-1, with objective "binary:logistic" for two classes and
     "multi:softprob" (``num_class=k``) for more. ``predict`` returns the original labels.
 
-    Parameters: as ``GBFlowRegressor`` but ``quantile_alpha``; ``objective`` (XGBoost's
-    parameter) may be left None (it follows from the classes) or name the one they need. For
-    two classes ``base_score`` is a probability of ``classes_[1]``; ``eval_metric`` must fit
-    the objective ("logloss", "auc", "rmse" for two classes; "mlogloss" for more).
+    Parameters: as ``GBFlowRegressor`` but ``quantile_alpha``. ``objective`` (XGBoost's) may
+    be None (it follows from the classes), "multi:softprob" or "multi:softmax" (any number of
+    classes; ``num_class`` is set for you), "binary:logistic", "binary:logitraw" or
+    "binary:hinge" (two classes), or a callable (as the regressor's, on the default
+    objective's link). ``predict_proba`` of multi:softmax is the softmax of the margins (as
+    XGBoost's), of binary:logitraw the sigmoid of its margin (XGBoost's returns the margin
+    itself), of binary:hinge 0 or 1. For two classes ``base_score`` is a probability of
+    ``classes_[1]`` (a margin for binary:logitraw); ``eval_metric`` must fit the objective
+    ("logloss", "auc", "rmse" for two classes; "mlogloss" for more).
 
     Attributes: as ``GBFlowRegressor``, plus ``classes_`` ((n_classes,) ndarray of the sorted
     labels) and ``n_classes_`` (int).
@@ -432,25 +413,31 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
                  max_cat_threshold=64, cat_smooth=10.0, cat_l2=10.0,
                  cat_noise_penalty=1.0, feature_types=None, verbosity=1,
                  max_delta_step=None, monotone_constraints=None, interaction_constraints=None,
-                 max_leaves=0, grow_policy="depthwise"):
+                 max_leaves=0, grow_policy="depthwise", missing=np.nan, scale_pos_weight=1.0,
+                 tree_method="hist", importance_type="gain", callbacks=None, **kwargs):
         _store(self, locals())
 
     def _target(self, adapter, y):
         classes = adapter.classes(y)
-        if len(classes) < 2:
+        k = len(classes)
+        if k < 2:
             raise ValueError(f"GBFlowClassifier needs at least 2 classes in y, but y has only "
-                             f"{len(classes)} class: {classes.tolist()}")
-        needed = "binary:logistic" if len(classes) == 2 else "multi:softprob"
-        if self.objective not in (None, needed):
-            raise ValueError(f"GBFlowClassifier(objective={self.objective!r}) does not fit y's "
-                             f"{len(classes)} classes: leave objective None, or give {needed!r}")
-        self.classes_ = classes
-        self.n_classes_ = len(classes)
-        if self.n_classes_ == 2:
-            params = self._train_params(objective="binary:logistic")
-        else:
-            params = self._train_params(objective="multi:softprob", num_class=self.n_classes_)
-        return adapter.encode(y, classes, "fit"), params
+                             f"{k} class: {classes.tolist()}")
+        objective = self.objective
+        if objective is None or callable(objective):  # XGBoost's: the classes' own
+            objective = "binary:logistic" if k == 2 else "multi:softprob"
+        elif objective not in _BINARY + MULTICLASS:
+            raise ValueError(f"GBFlowClassifier takes a classification objective "
+                             f"({', '.join(_BINARY + MULTICLASS)}), a callable or None, got "
+                             f"{objective!r}; use GBFlowRegressor for other objectives")
+        elif objective in _BINARY and k != 2:
+            raise ValueError(f"GBFlowClassifier(objective={objective!r}) does not fit y's {k} "
+                             f"classes: leave objective None, or give 'multi:softprob' or "
+                             f"'multi:softmax'")
+        self.classes_, self.n_classes_ = classes, k
+        fixed = dict(objective=objective, num_class=k) if objective in MULTICLASS else \
+            dict(objective=objective)
+        return adapter.encode(y, classes, "fit"), self._train_params(**fixed)
 
     def _classes(self):
         return self.classes_
@@ -459,25 +446,43 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
         self.n_classes_ = max(booster.n_groups, 2)
         self.classes_ = np.arange(self.n_classes_)
 
+    def _check_dask_objective(self, X) -> None:
+        """The in-memory adapter computes the labels and probabilities of ``FROM_MARGINS``
+        objectives from the margins; the Dask one does not yet: a TypeError says so."""
+        objective = self.booster_.params.objective
+        if objective in FROM_MARGINS and is_dask_collection(X):
+            raise TypeError(f"objective {objective} predicts classes and probabilities of "
+                            f"in-memory data only for now; on Dask use predict(X, "
+                            f"output_margin=True)")
+
     def predict_proba(self, X, iteration_range=None, base_margin=None):
         """Class probabilities: float64 ndarray of shape (n_samples, n_classes_), columns in the
         order of ``classes_``, rows summing to 1 (two classes: ``[1 - p, p]`` with p the
         probability of ``classes_[1]``). Raises NotFittedError before fit. For a Dask DataFrame:
         a lazy Dask DataFrame with X's index, one column per class named ``str(class)``.
         iteration_range: as ``Booster.predict``'s; base_margin: as fit's."""
-        return self._fitted_adapter(X).proba(X, self.classes_, iteration_range=iteration_range,
-                                             base_margin=base_margin)
+        adapter = self._fitted_adapter(X)
+        self._check_dask_objective(X)
+        return adapter.proba(X, self.classes_, iteration_range=iteration_range,
+                             base_margin=base_margin)
 
     def predict(self, X, output_margin=False, iteration_range=None, base_margin=None):
         """Predicted labels: ndarray of shape (n_samples,) with ``classes_``'s dtype, the most
         probable class of each row (two classes: ``classes_[1]`` when its probability is > 0.5).
         Raises NotFittedError before fit. For a Dask DataFrame: a lazy Dask Series named
         "prediction" with X's index and divisions. output_margin: the raw margins instead
-        (float64 (n_samples,), or (n_samples, n_classes_) for more than two classes), as in
-        XGBoost. iteration_range: as ``Booster.predict``'s; base_margin: as fit's."""
+        (float64 (n_samples,), or (n_samples, n_classes_) for the multi-class objectives), as
+        in XGBoost. iteration_range: as ``Booster.predict``'s; base_margin: as fit's."""
         adapter = self._fitted_adapter(X)
         if output_margin:
             return adapter.predict(X, output_margin=True, iteration_range=iteration_range,
                                    base_margin=base_margin)
+        self._check_dask_objective(X)
         return adapter.labels(X, self.classes_, iteration_range=iteration_range,
                               base_margin=base_margin)
+
+    def transform(self, X):
+        """X with ``predict(X)``, the labels, appended (as ``GBFlowRegressor.transform``)."""
+        adapter = self._fitted_adapter(X)
+        self._check_dask_objective(X)
+        return adapter.transform(X, self.classes_)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from scipy.special import expit, softmax
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_consistent_length, column_or_1d
 
@@ -20,6 +21,9 @@ _CHECK_X = dict(accept_sparse="csr", dtype="numeric", ensure_all_finite="allow-n
                 ensure_min_samples=1, ensure_min_features=1)
 
 PREDICTION_COLUMN = "prediction"
+# Objectives whose predictions are not probabilities: the classifier's come from the margins
+# (XGBoost's softmax for multi:softmax, the sigmoid of binary:logitraw's logit).
+FROM_MARGINS = ("multi:softmax", "binary:logitraw")
 
 
 def _per_entry(values, n: int, name: str) -> list:
@@ -80,6 +84,23 @@ def _weights(weight, n_rows: int, what: str, match: str = "") -> np.ndarray:
     return weight
 
 
+def _string_names(X):
+    """A DataFrame whose column names are not all strings as a shallow copy whose names are
+    ``str(name)``, XGBoost's feature names ("0", "1", ... for ``pd.DataFrame(array)``): so it
+    reaches gbflow as a frame (names checked, category columns categorical) and scikit-learn
+    records and checks the names. Anything else as it is."""
+    if not isinstance(X, pd.DataFrame) or all(isinstance(c, str) for c in X.columns):
+        return X
+    names = [str(c) for c in X.columns]
+    if len(set(names)) < len(names):
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        raise ValueError(f"X has several columns named {repeated[:5]} as strings: gbflow names "
+                         f"a feature str(column name), as XGBoost does; rename them")
+    X = X.copy(deep=False)
+    X.columns = names
+    return X
+
+
 def _labels(p: np.ndarray, classes: np.ndarray) -> np.ndarray:
     """Probabilities (n,) of ``classes[1]`` or (n, k) per class -> (n,) most probable labels."""
     return classes[(p > 0.5).astype(np.intp) if p.ndim == 1 else np.argmax(p, axis=1)]
@@ -87,25 +108,30 @@ def _labels(p: np.ndarray, classes: np.ndarray) -> np.ndarray:
 
 class _InMemoryAdapter:
     """pandas DataFrames, NumPy arrays and scipy sparse matrices (taken as CSR, absent entries
-    being missing values), checked by scikit-learn's ``validate_data``. A DataFrame with string
-    column names reaches gbflow as a frame, so the booster knows the feature names; anything else
-    as the checked array (features f0, f1, ...): float32 features either way, as in
-    ``gbflow.train``. ``gbflow.dask.estimators.DaskAdapter`` offers the same methods; ``classes``
-    is None for a numeric target (the regressor), else the sorted class labels.
+    being missing values), checked by scikit-learn's ``validate_data``. A DataFrame reaches
+    gbflow as a frame named ``str(name)`` (``_string_names``), so the booster knows the feature
+    names and the category columns; anything else as the checked array (features f0, f1, ...):
+    float32 features either way, as in ``gbflow.train``. ``gbflow.dask.estimators.DaskAdapter``
+    offers the same methods; ``classes`` is None for a numeric target (the regressor), else the
+    sorted class labels.
     """
 
     def __init__(self, estimator):
         self.estimator = estimator
 
     def _data(self, X, X_checked):
-        """What gbflow gets: a frame as it is when fitted with string column names (which
-        ``validate_data`` has checked X has, in order), else the checked array."""
+        """What gbflow gets: a frame (named by ``_string_names``) as it is when fitted with
+        feature names (which ``validate_data`` has checked X has, in order), else the checked
+        array."""
         if isinstance(X, pd.DataFrame) and hasattr(self.estimator, "feature_names_in_"):
             return X
         return X_checked
 
     def _checked(self, X):
-        """X checked against the training features -> (checked array, gbflow data)."""
+        """X checked against the training features -> (checked array, gbflow data). A model
+        fitted without names leaves a frame's non-string names unread, as scikit-learn does."""
+        if hasattr(self.estimator, "feature_names_in_"):
+            X = _string_names(X)
         X_checked = validate_data(self.estimator, X, reset=False, **_CHECK_X)
         return X_checked, self._data(X, X_checked)
 
@@ -113,6 +139,7 @@ class _InMemoryAdapter:
     def fit_data(self, X, y, y_numeric: bool = False):
         """X and y checked for training (this records ``n_features_in_`` and, for string column
         names, ``feature_names_in_``) -> (gbflow data, (n,) y)."""
+        X = _string_names(X)
         X_checked, y = validate_data(self.estimator, X, y, reset=True, y_numeric=y_numeric,
                                      **_CHECK_X)
         return self._data(X, X_checked), y
@@ -158,10 +185,10 @@ class _InMemoryAdapter:
 
     def eval_data(self, X, y, weight, index: int, classes, weighted: bool) -> tuple:
         """``eval_set[index]`` as the data of one of gbflow's evals: (X, y[, weight])."""
-        X_checked = validate_data(self.estimator, X, reset=False, **_CHECK_X)
+        X_checked, data = self._checked(X)
         y = self.encode(y, classes, f"eval_set[{index}]")
         check_consistent_length(X_checked, y)
-        data = (self._data(X, X_checked), y)
+        data = (data, y)
         if weight is None:
             return data
         return data + (_weights(weight, X_checked.shape[0], f"sample_weight_eval_set[{index}]"),)
@@ -178,11 +205,20 @@ class _InMemoryAdapter:
         return values if options.get("pred_leaf") else values.astype(np.float64, copy=False)
 
     def labels(self, X, classes, **options) -> np.ndarray:
+        """The most probable class of each row (binary:hinge's prediction: its 0 or 1)."""
+        if self.estimator.booster_.params.objective in FROM_MARGINS:
+            return _labels(self.proba(X, classes, **options), classes)
         return _labels(self.predict(X, **options), classes)
 
     def proba(self, X, classes, **options) -> np.ndarray:
-        """(n, n_classes) float64; for two classes ``[1 - p, p]``."""
-        p = self.predict(X, **options)
+        """(n, n_classes) float64; for two classes ``[1 - p, p]``. For ``FROM_MARGINS``
+        objectives: multi:softmax's the softmax of the margins (XGBoost's ``predict_proba``),
+        binary:logitraw's p the sigmoid of its margin (XGBoost's gives the margin itself)."""
+        if self.estimator.booster_.params.objective in FROM_MARGINS:
+            margin = self.predict(X, output_margin=True, **options)
+            p = softmax(margin, axis=1) if margin.ndim == 2 else expit(margin)
+        else:
+            p = self.predict(X, **options)
         return np.column_stack((1.0 - p, p)) if p.ndim == 1 else p
 
     def transform(self, X, classes):
@@ -193,9 +229,8 @@ class _InMemoryAdapter:
         booster = self.estimator.booster_
         if classes is None and data is X:  # a frame whose names the booster knows: its transform
             return booster.transform(X, name=PREDICTION_COLUMN)
-        values = np.asarray(booster.predict(data), dtype=np.float64)
-        if classes is not None:
-            values = _labels(values, classes)
+        values = self.labels(X, classes) if classes is not None else \
+            np.asarray(booster.predict(data), dtype=np.float64)
         # several quantiles' predictions are several columns ("prediction_0", ...)
         values = values.reshape(len(values), -1)
         if isinstance(X, pd.DataFrame):

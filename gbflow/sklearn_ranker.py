@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from sklearn.utils.validation import check_is_fitted
 
 from . import metrics
 from .inputs import is_dask_collection
@@ -46,8 +47,9 @@ class GBFlowRanker(GBFlowRegressor):
     """Learning to rank (XGBoost's XGBRanker): LambdaMART trees that score documents so that
     sorting each query's documents by score orders them by relevance.
 
-    Parameters: ``GBFlowRegressor``'s, with objective "rank:ndcg" (default), "rank:map" or
-    "rank:pairwise", and XGBoost's ranking parameters:
+    Parameters: ``GBFlowRegressor``'s, with objective "rank:ndcg" (default; None too), "rank:map"
+    or "rank:pairwise" (a callable is not taken: its gradients would not see the queries), and
+    XGBoost's ranking parameters:
 
     lambdarank_pair_method : "topk", default "topk"
         Each of a query's first ``lambdarank_num_pair_per_sample`` documents (by the current
@@ -58,8 +60,12 @@ class GBFlowRanker(GBFlowRegressor):
     ndcg_exp_gain : bool, default True
         NDCG's gain 2**label - 1 (labels 0..31), else the label itself.
 
-    The default metric is "ndcg@32" ("map@32" for rank:map); ``score`` returns it.
+    The default metric is "ndcg@32" ("map@32" for rank:map); ``score`` returns it. ``predict``,
+    ``apply`` and ``score`` take X with a "qid" column too (dropped, as XGBRanker does, unless
+    it was a training feature).
     """
+
+    _OBJECTIVE = "rank:ndcg"
 
     def __init__(self, *, objective="rank:ndcg", n_estimators=100, max_depth=6, learning_rate=0.3,
                  min_child_weight=1.0, gamma=0.0, reg_lambda=1.0, reg_alpha=0.0, subsample=1.0,
@@ -73,16 +79,18 @@ class GBFlowRanker(GBFlowRegressor):
                  interaction_constraints=None, lambdarank_pair_method="topk",
                  lambdarank_num_pair_per_sample=None, lambdarank_normalization=True,
                  lambdarank_score_normalization=True, ndcg_exp_gain=True, max_leaves=0,
-                 grow_policy="depthwise"):
+                 grow_policy="depthwise", missing=np.nan, scale_pos_weight=1.0,
+                 tree_method="hist", importance_type="gain", callbacks=None, **kwargs):
         _store(self, locals())
 
     def _check_objective(self):
-        if self.objective not in RANKING:
+        if self.objective is not None and self.objective not in RANKING:
             raise ValueError(f"GBFlowRanker takes a ranking objective ({', '.join(RANKING)}), "
                              f"got {self.objective!r}; use GBFlowRegressor or GBFlowClassifier")
 
     def fit(self, X, y, *, qid=None, sample_weight=None, eval_set=None, eval_qid=None,
-            sample_weight_eval_set=None, verbose=None):
+            sample_weight_eval_set=None, verbose=None, base_margin=None,
+            base_margin_eval_set=None, xgb_model=None):
         """Train the ranker.
 
         X : pandas DataFrame, array-like or scipy sparse matrix of shape (n_samples,
@@ -96,6 +104,8 @@ class GBFlowRanker(GBFlowRegressor):
         eval_set : list of (X, y) pairs, optional, named "validation_0", ...; eval_qid: their
             query ids (or a "qid" column of each X); sample_weight_eval_set: their weights.
         verbose : bool or int, optional.
+        base_margin, base_margin_eval_set, xgb_model : as ``GBFlowRegressor.fit``'s (each row's
+            starting score; a model to continue).
 
         Returns self. Dask DataFrames: use ``gbflow.train(ddf, label, qid=column)``.
         """
@@ -123,11 +133,30 @@ class GBFlowRanker(GBFlowRegressor):
             weights[i] = _row_weights(w, q, f"sample_weight_eval_set[{i}]")
         return self._fit(X, y, sample_weight, pairs or None,
                          weights if sample_weight_eval_set is not None else None, verbose,
-                         None, qid=qid, eval_qid=qids or None)
+                         base_margin, qid=qid, eval_qid=qids or None,
+                         base_margin_eval_set=base_margin_eval_set, xgb_model=xgb_model)
+
+    def _features(self, X):
+        """X without its "qid" column (XGBRanker's ``_get_qid``), unless that was a feature."""
+        check_is_fitted(self)
+        if isinstance(X, pd.DataFrame) and "qid" in X.columns and \
+                "qid" not in getattr(self, "feature_names_in_", ()):
+            return X.drop(columns="qid")
+        return X
+
+    def predict(self, X, output_margin=False, iteration_range=None, base_margin=None):
+        """The scores (``GBFlowRegressor.predict``) of X, which may hold a "qid" column."""
+        return super().predict(self._features(X), output_margin, iteration_range, base_margin)
+
+    def apply(self, X, iteration_range=None) -> np.ndarray:
+        """The leaves (``GBFlowRegressor.apply``) of X, which may hold a "qid" column."""
+        return super().apply(self._features(X), iteration_range)
 
     def score(self, X, y, qid=None, sample_weight=None) -> float:
         """The model's ranking metric (the last ``eval_metric``, else the objective's default,
-        "ndcg@32") on X, y and its query ids (``qid``, or a "qid" column of X)."""
+        "ndcg@32") on X, y and its query ids (``qid``, or a "qid" column of X). Raises
+        NotFittedError before fit."""
+        check_is_fitted(self)
         X, qid = _split_qid(X, qid, "X")
         names = self.booster_.params.metrics
         name = names[-1] if names else self.booster_.params.loss.default_metric

@@ -187,7 +187,8 @@ def test_get_params_set_params_and_clone_round_trip():
                 "max_cat_to_onehot", "max_cat_threshold", "cat_smooth", "cat_l2",
                 "cat_noise_penalty", "feature_types", "verbosity",
                 "max_delta_step", "monotone_constraints", "interaction_constraints", "max_leaves",
-                "grow_policy"}
+                "grow_policy", "missing", "scale_pos_weight", "tree_method", "importance_type",
+                "callbacks"}
     assert set(params) == expected | {"objective", "quantile_alpha"}
     assert set(GBFlowClassifier().get_params()) == expected | {"objective"}
 
@@ -429,14 +430,19 @@ def test_each_input_kind_gets_its_adapter():
 def test_train_params_are_the_constructor_parameters():
     model = GBFlowRegressor(max_depth=4, learning_rate=0.1, random_state=7, eval_metric="rmse",
                             n_estimators=3, early_stopping_rounds=2, verbose=True)
-    not_params = {"n_estimators", "early_stopping_rounds", "verbose", "random_state"}
-    expected = {k: v for k, v in model.get_params().items() if k not in not_params}
+    not_params = {"n_estimators", "early_stopping_rounds", "verbose", "random_state",
+                  "callbacks", "importance_type"}
+    # None means the default (XGBoost's wrapper): such parameters are left to gbflow.train
+    expected = {k: v for k, v in model.get_params().items()
+                if k not in not_params and v is not None}
     assert model._train_params() == dict(expected, seed=7)
     assert expected["objective"] == "reg:squarederror" and expected["max_depth"] == 4
     clf = GBFlowClassifier(random_state=None, sparse_threshold=0.5)
     params = clf._train_params(objective="multi:softprob", num_class=3)
-    assert params["seed"] == 0 and params["sparse_threshold"] == 0.5
-    assert set(params) == set(expected) - {"quantile_alpha"} | {"seed", "num_class"}
+    # random_state None: gbflow.train's default seed (0)
+    assert "seed" not in params and params["sparse_threshold"] == 0.5
+    assert set(params) == set(expected) - {"quantile_alpha", "eval_metric"} | \
+        {"num_class", "sparse_threshold"}
 
 
 @pytest.mark.parametrize("kind", ["memory", "dask"])
