@@ -48,7 +48,7 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
           maximize: bool | None = None, early_stopping_metric: str | None = None,
           metric_period: int = 1, xgb_model=None, callbacks=None, checkpoint=None,
           on_worker_lost: str = "restart", base_margin=None, qid=None,
-          verbose_eval=None) -> Booster:
+          verbose_eval=None, evals_result: dict | None = None) -> Booster:
     """Train a gradient-boosted tree model.
 
     data: pandas DataFrame or 2-D NumPy array (features; float32 is used internally, NaN and
@@ -82,8 +82,9 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     margins are training's own: no extra prediction). The metrics are computed on the data's
     device and are exact: the same on any number of partitions, workers or GPUs. Values land in
     ``booster.evals_result`` ({name: {metric: [value per evaluated round]}}, XGBoost's layout;
-    ``booster.eval_rounds`` lists the rounds). metric_period: evaluate every that many rounds
-    (and at the last) instead of every round.
+    ``booster.eval_rounds`` lists the rounds), and in ``evals_result`` when given a dict
+    (XGBoost's argument: emptied, then filled once training ends). metric_period: evaluate
+    every that many rounds (and at the last) instead of every round.
 
     early_stopping_rounds: stop when the watched metric, on the last pair of ``evals``, has not
     improved for that many rounds; the model keeps every round trained and records its best
@@ -149,14 +150,22 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
             raise TypeError("train() takes verbose or verbose_eval (XGBoost's name for it), "
                             "not both")
         verbose = verbose_eval
+    if evals_result is not None and not isinstance(evals_result, dict):
+        raise TypeError(f"evals_result must be a dict (filled with the evaluation history), "
+                        f"got {type(evals_result).__name__}")
     params = make_params(params)
     with verbosity(params.verbosity):
-        return _train(data, label, params, num_boost_round, evals, early_stopping_rounds,
-                      weight, verbose, client, obj=obj, custom_metric=custom_metric,
-                      maximize=maximize, early_stopping_metric=early_stopping_metric,
-                      metric_period=metric_period, xgb_model=xgb_model, callbacks=callbacks,
-                      checkpoint=checkpoint, on_worker_lost=on_worker_lost,
-                      base_margin=base_margin, qid=qid)
+        booster = _train(data, label, params, num_boost_round, evals, early_stopping_rounds,
+                         weight, verbose, client, obj=obj, custom_metric=custom_metric,
+                         maximize=maximize, early_stopping_metric=early_stopping_metric,
+                         metric_period=metric_period, xgb_model=xgb_model,
+                         callbacks=callbacks, checkpoint=checkpoint,
+                         on_worker_lost=on_worker_lost, base_margin=base_margin, qid=qid)
+    if evals_result is not None:
+        evals_result.clear()
+        evals_result.update({name: {metric: list(values) for metric, values in by_metric.items()}
+                             for name, by_metric in booster.evals_result.items()})
+    return booster
 
 
 def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, weight, verbose,

@@ -358,7 +358,7 @@ class Booster(XGBoostBoosterMethods):
         The file appears whole or not at all: the text is written to a temporary file in the
         same folder, flushed to disk, then renamed over ``path``; on any failure the temporary
         file is removed and an existing ``path`` is left as it was."""
-        path = os.fspath(path)
+        path = os.path.expanduser(os.fspath(path))  # "~/m.json", as XGBoost
         if format not in (None, "gbflow", "xgboost"):
             raise ValueError(f"save_model: format must be 'gbflow' or 'xgboost', got {format!r}")
         ubj = path.lower().endswith(".ubj")
@@ -461,7 +461,7 @@ def load_model(path) -> Booster:
 def read_model_file(path) -> tuple[Booster, dict]:
     """``load_model``'s Booster, and the file's parsed JSON (for entries beside the model's,
     such as a checkpoint's training state)."""
-    path = os.fspath(path)
+    path = os.path.expanduser(os.fspath(path))
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()

@@ -297,6 +297,20 @@ def test_a_custom_metrics_direction_follows_its_name_as_xgboosts(name):
     assert ours.best_iteration == (6 if name != "mape" and name != "error" else 5)
 
 
+def test_evals_result_is_filled_as_xgboosts():
+    """XGBoost's ``evals_result=`` dict is emptied and filled with the history (copies of the
+    booster's lists); anything but a dict is refused before training."""
+    df = make_table(n_rows=300, seed=8)
+    history = {"stale": {}}
+    booster = gbflow.train(df, "y", {"max_depth": 2, "eval_metric": ["rmse", "mae"]}, 4,
+                           evals=[(df, "train")], evals_result=history, verbose=False)
+    assert history == booster.evals_result and list(history["train"]) == ["rmse", "mae"]
+    assert history["train"]["rmse"] is not booster.evals_result["train"]["rmse"]
+    assert len(history["train"]["mae"]) == 4
+    with pytest.raises(TypeError, match="evals_result must be a dict"):
+        gbflow.train(df, "y", {}, 2, evals_result=[])
+
+
 def test_the_watched_metric_and_direction_can_be_named():
     df = make_table(n_rows=600, task="binary", seed=4)
     valid = make_table(n_rows=300, task="binary", seed=5)

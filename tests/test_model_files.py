@@ -268,3 +268,13 @@ def test_fuzzed_model_files_never_crash_prediction(models, frame, tmp_path, data
     assert booster.predict(rows, pred_leaf=True).shape == (50, len(booster.trees))
     contributions = np.asarray(booster.predict(rows, pred_contribs=True))
     assert contributions.shape[0] == 50 and booster.output_width(True) >= 1 and n_out >= 1
+
+
+def test_model_paths_expand_the_home_folder(tmp_path, monkeypatch):
+    """"~/m.json" is the home folder's file when saving and loading, as in XGBoost."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    df = _frame(200, 2)
+    booster = gbflow.train(df, "y", {"max_depth": 2}, 2, verbose=False)
+    booster.save_model("~/m.json")
+    assert (tmp_path / "m.json").exists()
+    assert gbflow.load_model("~/m.json").to_json() == booster.to_json()
