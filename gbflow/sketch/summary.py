@@ -139,21 +139,25 @@ def _tally(xp, ids, weights, ordered: bool = False):
         ordered = ids[order]
         weights = weights[order]
         del order
+    # (few temporaries: each is as long as the ids, and a fresh allocation's pages fault in
+    # again; 2.8M unweighted ids on two cores: 15-130 ms with six of them, 8-60 with three)
     last = xp.empty(len(ordered), dtype=bool)  # last entry of each run of equal ids
-    last[:-1] = ordered[1:] != ordered[:-1]
+    xp.not_equal(ordered[1:], ordered[:-1], out=last[:-1])
     last[-1] = True
     ends = xp.flatnonzero(last)
     del last
-    if weights is None:
-        cumulative = ends + 1
+    if weights is None:  # a run's count: the distance between the ends of consecutive runs
+        totals = xp.empty(len(ends), dtype=xp.int64)
+        totals[:1] = ends[:1] + 1
+        xp.subtract(ends[1:], ends[:-1], out=totals[1:])
     else:
         weighted = True
         cumulative = xp.cumsum(weights.astype(xp.uint64))[ends]
         weights = None  # drops the permuted copy (the caller may still hold its own)
-    totals = xp.empty(len(ends), dtype=cumulative.dtype)
-    totals[:1] = cumulative[:1]
-    totals[1:] = cumulative[1:] - cumulative[:-1]
-    totals = totals.astype(xp.int64)
+        totals = xp.empty(len(ends), dtype=cumulative.dtype)
+        totals[:1] = cumulative[:1]
+        totals[1:] = cumulative[1:] - cumulative[:-1]
+        totals = totals.astype(xp.int64)
     unique = ordered[ends]
     if weighted:  # values of zero weight count as absent
         carries = totals > 0
