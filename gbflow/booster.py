@@ -35,8 +35,10 @@ class Booster(XGBoostBoosterMethods):
                  base_margin: np.ndarray, label_name: str | None = None,
                  weight_name: str | None = None, best_iteration: int | None = None,
                  best_score: float | None = None, categories: dict | None = None,
-                 by_value: tuple = ()):
+                 by_value: tuple = (), attributes: dict | None = None):
         self.trees = trees
+        # XGBoost's string attributes (``set_attr``), saved in the model file
+        self.user_attributes: dict[str, str] = dict(attributes or {})
         self.categories = dict(categories or {})
         # the categorical features whose numeric values are their categories (feature_types
         # "c" on numeric columns): prediction takes them as numbers, exports write the values
@@ -309,6 +311,8 @@ class Booster(XGBoostBoosterMethods):
             if self.categories else {}
         if self.by_value:
             extra["by_value"] = list(self.by_value)
+        if self.user_attributes:
+            extra["attributes"] = dict(sorted(self.user_attributes.items()))
         return {
             "format": FORMAT,
             "version": FORMAT_VERSION,
@@ -401,7 +405,7 @@ class Booster(XGBoostBoosterMethods):
                    weight_name=d.get("weight_name"), best_iteration=d.get("best_iteration"),
                    best_score=d.get("best_score"),
                    categories=categories_module.from_json(d.get("categories")),
-                   by_value=tuple(d.get("by_value") or ()))
+                   by_value=tuple(d.get("by_value") or ()), attributes=d.get("attributes"))
 
 
 def write_whole(path: str, folder: str, content: bytes) -> None:

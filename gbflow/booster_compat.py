@@ -1,4 +1,5 @@
-"""XGBoost's ``Booster`` methods that ported scripts call: inplace_predict, slicing, copy."""
+"""XGBoost's ``Booster`` methods that ported scripts call: inplace_predict, slicing, copy,
+attributes."""
 from __future__ import annotations
 
 import math
@@ -52,6 +53,50 @@ class XGBoostBoosterMethods:
                              "holds its feature names")
         return self.get_score("weight")
 
+    def attributes(self) -> dict[str, str]:
+        """XGBoost's ``Booster.attributes``: the model's string attributes (``set_attr``'s,
+        saved in the model file), with ``best_iteration`` and ``best_score`` as text when
+        training stopped early, as XGBoost keeps them."""
+        out = dict(self.user_attributes)
+        if self.best_iteration is not None:
+            out["best_iteration"] = str(self.best_iteration)
+        if self.best_score is not None:
+            out["best_score"] = repr(float(self.best_score))
+        return out
+
+    def attr(self, key: str) -> str | None:
+        """XGBoost's ``Booster.attr``: the attribute ``key`` as text, or None."""
+        return self.attributes().get(key)
+
+    def set_attr(self, **kwargs) -> None:
+        """XGBoost's ``Booster.set_attr``: each keyword sets a string attribute (None deletes
+        it); ``best_iteration`` and ``best_score`` set the model's own (a round of the model,
+        a number), as XGBoost's scikit-learn wrapper uses them. Every value is checked before
+        any is set."""
+        for key, value in kwargs.items():
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"set_attr: the value of {key!r} must be a string (or None to "
+                                 f"delete it), got {type(value).__name__}")
+        best = kwargs.get("best_iteration")
+        if best is not None and not (best.isdigit() and int(best) < self.num_boosted_rounds()):
+            raise ValueError(f"set_attr: best_iteration {best!r} is not a round of the model's "
+                             f"{self.num_boosted_rounds()}")
+        score = kwargs.get("best_score")
+        if score is not None:
+            try:
+                float(score)
+            except ValueError:
+                raise ValueError(f"set_attr: best_score {score!r} is not a number") from None
+        for key, value in kwargs.items():
+            if key == "best_iteration":
+                self.best_iteration = None if value is None else int(value)
+            elif key == "best_score":
+                self.best_score = None if value is None else float(value)
+            elif value is None:
+                self.user_attributes.pop(key, None)
+            else:
+                self.user_attributes[key] = value
+
     def copy(self):
         """A new Booster of the same model (its model file read back: no array shared),
         ``best_iteration`` and ``best_score`` included; ``evals_result`` and timings are a
@@ -87,7 +132,8 @@ class XGBoostBoosterMethods:
         trees = [t for r in picked for t in self.trees[r * groups:(r + 1) * groups]]
         return type(self)(trees, self.cuts, self.feature_names, self.params, self.base_margin,
                           label_name=self.label_name, weight_name=self.weight_name,
-                          categories=self.categories, by_value=self.by_value)
+                          categories=self.categories, by_value=self.by_value,
+                          attributes=self.user_attributes)
 
 
 def _is_nan(value) -> bool:

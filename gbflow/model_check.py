@@ -68,6 +68,10 @@ def check_model(d: dict, n_groups: int) -> None:
         raise ModelFileError(f"best_iteration {best!r} is not a round of the model's {rounds}")
     if d.get("best_score") is not None:
         _number(d["best_score"], "best_score")
+    attributes = d.get("attributes", {})
+    if not isinstance(attributes, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()):
+        raise ModelFileError("attributes is not a mapping of strings to strings")
 
 
 def _entry(d: dict, key: str, kind: type, where: str = ""):

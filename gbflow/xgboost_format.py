@@ -132,7 +132,7 @@ def to_xgboost_dict(booster) -> dict:
     n_groups = booster.n_groups
     n_features = booster.num_features()
     scores = ",".join(_number(base_score(objective, m)) for m in booster.base_margin)
-    attributes = {}
+    attributes = dict(booster.user_attributes)
     if booster.best_iteration is not None:
         attributes["best_iteration"] = str(booster.best_iteration)
     if booster.best_score is not None:

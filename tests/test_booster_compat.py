@@ -148,3 +148,35 @@ def test_a_model_trained_on_an_array_exports_without_made_up_names(tmp_path):
                          verbose=False)
     named.save_model(str(path), format="xgboost")
     assert xgb.Booster(model_file=str(path)).feature_names == ["u", "v", "w"]
+
+
+def test_attributes_as_xgboosts(tmp_path):
+    """set_attr / attr / attributes: string attributes kept by the model file, copies, slices,
+    continued training and the XGBoost export; best_iteration and best_score among them as
+    text (set_attr sets the model's own); None deletes; bad values are refused first."""
+    rng = np.random.default_rng(12)
+    X = rng.standard_normal((300, 3)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(np.float32)
+    model = gbflow.train(X, y, {"objective": "binary:logistic", "max_depth": 2}, 4,
+                         verbose=False)
+    assert model.attributes() == {} and model.attr("note") is None
+    model.set_attr(note="first run", owner="me")
+    model.set_attr(owner=None, best_iteration="2", best_score="0.25")
+    assert model.attributes() == {"note": "first run", "best_iteration": "2",
+                                  "best_score": "0.25"}
+    assert model.best_iteration == 2 and model.best_score == 0.25
+    path = tmp_path / "m.json"
+    model.save_model(str(path))
+    loaded = gbflow.load_model(str(path))
+    assert loaded.attributes() == model.attributes()
+    assert model.copy().attr("note") == model[1:3].attr("note") == "first run"
+    more = gbflow.train(X, y, {"objective": "binary:logistic", "max_depth": 2}, 2,
+                        xgb_model=loaded, verbose=False)
+    assert more.attr("note") == "first run"
+    assert model.to_xgboost().attr("note") == "first run"
+    for bad, match in ((dict(note=3), "must be a string"),
+                       (dict(note="x", best_iteration="4"), "not a round"),
+                       (dict(best_score="high"), "not a number")):
+        with pytest.raises(ValueError, match=match):
+            model.set_attr(**bad)
+    assert model.attr("note") == "first run" and model.best_iteration == 2
