@@ -52,6 +52,7 @@ class Booster(XGBoostBoosterMethods):
         self.best_iteration = best_iteration
         self.best_score = best_score
         self.evals_result: dict = {}
+        self.made_up_names = False  # set by train() for an array's f0, f1, ... (not saved)
         self.timings: dict = {}
         self.memory_report: dict | None = None  # set by training (``gbflow.memory_report``)
         self._objective = params.loss

@@ -74,6 +74,8 @@ def as_checkpoint(value) -> Checkpoint | None:
     if not isinstance(value, Checkpoint):
         raise TypeError(f"checkpoint must be a file path, a (path, period in rounds) pair or a "
                         f"gbflow.Checkpoint, got {type(value).__name__}")
+    # "~" expanded once: writing, the existence check and reading use one path (as model files)
+    value = Checkpoint(os.path.expanduser(os.fspath(value.path)), value.period)
     if isinstance(value.period, bool) or not isinstance(value.period, numbers.Integral) \
             or value.period < 1:
         raise ValueError(f"checkpoint period must be a whole number of rounds >= 1, got "

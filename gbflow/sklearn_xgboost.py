@@ -106,6 +106,14 @@ class XGBoostConventions:
         params.update(getattr(self, "kwargs", None) or {})
         return params
 
+    def __setstate__(self, state):
+        # an estimator pickled by an earlier gbflow lacks the constructor parameters added
+        # since: they take their defaults
+        for name, parameter in inspect.signature(type(self).__init__).parameters.items():
+            if parameter.kind == parameter.KEYWORD_ONLY and name not in state:
+                state[name] = parameter.default
+        super().__setstate__(state)
+
     def set_params(self, **params):
         known = set(self._get_param_names())
         extra = {name: params.pop(name) for name in list(params) if name not in known}

@@ -140,16 +140,15 @@ def to_xgboost_dict(booster) -> dict:
     categorical = set(booster.categories)
     codes = export_codes(booster.feature_names, booster.categories, booster.by_value)
     names = list(booster.feature_names)
-    # a model trained on an array has gbflow's made-up names (f0, f1, ...): XGBoost's own such
-    # models have none, and it refuses to predict an array without names with a model that has
-    # some
-    unnamed = not categorical and names == [f"f{i}" for i in range(len(names))]
+    # a model just trained on an array has gbflow's made-up names (f0, f1, ...): XGBoost's own
+    # such models have none (their types only where some feature is categorical), and XGBoost
+    # refuses to predict an array without names with a model that has some
+    types = ["c" if name in categorical else "float" for name in names]
     return {
         "learner": {
             "attributes": attributes,
-            "feature_names": [] if unnamed else names,
-            "feature_types": [] if unnamed else ["c" if name in categorical else "float"
-                                                 for name in names],
+            "feature_names": [] if booster.made_up_names else names,
+            "feature_types": [] if booster.made_up_names and not categorical else types,
             "gradient_booster": {
                 "model": {
                     "gbtree_model_param": {"num_parallel_tree": "1",

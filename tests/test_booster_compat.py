@@ -143,11 +143,26 @@ def test_a_model_trained_on_an_array_exports_without_made_up_names(tmp_path):
     assert theirs.feature_names is None
     np.testing.assert_allclose(theirs.predict(xgb.DMatrix(X)), from_array.predict(X),
                                rtol=1e-6, atol=1e-7)
-    frame = pd.DataFrame(X, columns=["u", "v", "w"])
-    named = gbflow.train(frame, y, {"objective": "binary:logistic", "max_depth": 2}, 3,
-                         verbose=False)
-    named.save_model(str(path), format="xgboost")
-    assert xgb.Booster(model_file=str(path)).feature_names == ["u", "v", "w"]
+    # a frame's names stay, even f0, f1, ... (XGBoost then checks a frame's columns by name)
+    for columns in (["u", "v", "w"], ["f0", "f1", "f2"]):
+        frame = pd.DataFrame(X, columns=columns)
+        named = gbflow.train(frame, y, {"objective": "binary:logistic", "max_depth": 2}, 3,
+                             verbose=False)
+        named.save_model(str(path), format="xgboost")
+        assert xgb.Booster(model_file=str(path)).feature_names == columns
+        with pytest.raises(ValueError, match="feature_names mismatch"):
+            xgb.Booster(model_file=str(path)).predict(xgb.DMatrix(frame[columns[::-1]]))
+    # an array with a categorical feature: no names, the types kept
+    codes = np.column_stack([X[:, :2], rng.integers(0, 4, len(X))]).astype(np.float32)
+    typed = gbflow.train(codes, y, {"objective": "binary:logistic", "max_depth": 2,
+                                    "feature_types": ["q", "q", "c"]}, 3, verbose=False)
+    typed.save_model(str(path), format="xgboost")
+    theirs = xgb.Booster(model_file=str(path))
+    assert theirs.feature_names is None and theirs.feature_types == ["float", "float", "c"]
+    np.testing.assert_allclose(
+        theirs.predict(xgb.DMatrix(codes, feature_types=["q", "q", "c"],
+                                   enable_categorical=True)), typed.predict(codes),
+        rtol=1e-6, atol=1e-7)
 
 
 def test_attributes_as_xgboosts(tmp_path):

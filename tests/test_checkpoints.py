@@ -168,3 +168,18 @@ def test_a_checkpoint_keeps_nan_metric_values_and_a_new_thread_count(tmp_path):
     assert first.to_json() == again.to_json()  # the finished checkpoint's model
     assert [t.to_dict() for t in first.trees] == [t.to_dict() for t in whole.trees]
     assert np.isnan(again.evals_result["train"]["nan_metric"]).all()
+
+
+def test_a_checkpoint_path_expands_the_home_folder(tmp_path, monkeypatch):
+    """"~/job.json" is the home folder's file for writing, finding and resuming, as model
+    paths are (a literal "~" folder in the working directory is not read)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    (tmp_path / "work" / "~").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "work")
+    df = make_table(n_rows=300, seed=69)
+    first = gbflow.train(df, "y", num_boost_round=4, verbose=False, checkpoint="~/job.json")
+    assert (tmp_path / "home" / "job.json").exists()
+    assert not list((tmp_path / "work" / "~").iterdir())
+    again = gbflow.train(df, "y", num_boost_round=4, verbose=False, checkpoint="~/job.json")
+    assert again.to_json() == first.to_json()

@@ -1822,10 +1822,22 @@ def test_softmax_gradients(kernels, k, weighted):
     margin, label, weight = _loss_rows(3000, k)
     weight = weight if weighted else None
     expected = numpy_kernels.softmax_gradients(margin, label, weight)
+    e = np.exp(margin - margin.max(axis=1, keepdims=True))
+    p = e / e.sum(axis=1, keepdims=True)
+    g = p - (label[:, None] == np.arange(k)).astype(np.float64)
+    h = np.maximum(2.0 * p * (1.0 - p), 1e-16)
+    if weighted:
+        g, h = g * weight[:, None], h * weight[:, None]
+    _same_gradients(expected, (g.astype(np.float32), h.astype(np.float32)), exact=True)
     _same_gradients(expected, objectives.get_objective("multi:softprob", num_class=k).gradients(
         np, margin, label, weight), exact=True)
     _same_gradients(kernels.softmax_gradients(margin, label, weight), expected,
                     exact=kernels is cpu_kernels)
+    column_major = np.asfortranarray(margin)  # the same values whatever the layout
+    _same_gradients(kernels.softmax_gradients(column_major, label, weight), expected,
+                    exact=kernels is cpu_kernels)
+    _same_gradients(numpy_kernels.softmax_gradients(column_major, label, weight), expected,
+                    exact=True)
     assert kernels.softmax_gradients(margin[:0], label[:0], None)[0].shape == (0, k)
 
 

@@ -297,3 +297,20 @@ def test_evals_result_without_eval_set_and_a_bad_n_estimators_are_named():
     for bad in (-1, 2.5, True):
         with pytest.raises(ValueError, match="n_estimators must be a non-negative integer"):
             GBFlowRegressor(n_estimators=bad).fit(X, y)
+
+
+def test_an_estimator_pickled_before_the_new_parameters_loads_with_their_defaults():
+    """An estimator pickled by an earlier gbflow (without missing, scale_pos_weight,
+    tree_method, importance_type, callbacks) unpickles with those at their defaults: its
+    parameters, importances, clone and a new fit work."""
+    import pickle
+    X, y = np.random.default_rng(0).standard_normal((200, 3)), np.arange(200) % 2
+    model = GBFlowClassifier(n_estimators=3, max_depth=2).fit(X, y)
+    old = pickle.loads(pickle.dumps(model))
+    for name in ("missing", "scale_pos_weight", "tree_method", "importance_type", "callbacks"):
+        del old.__dict__[name]  # as an earlier version pickled it
+    loaded = pickle.loads(pickle.dumps(old))
+    assert loaded.get_params()["importance_type"] == GBFlowClassifier().importance_type
+    assert np.array_equal(loaded.feature_importances_, model.feature_importances_)
+    assert np.array_equal(loaded.predict_proba(X), model.predict_proba(X))
+    assert clone(loaded).fit(X, y).n_features_in_ == 3

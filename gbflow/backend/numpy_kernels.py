@@ -936,7 +936,9 @@ def softmax_gradients(margin, label, weight):
     ``margin`` (``losses.softmax_gradients_with``: NumPy's row max, exp, row sum and quotient),
     label (n,) class ids, each row times its ``weight`` ((n,) float64 or None)."""
     check_loss_arguments(margin, label, weight, 2, "softmax_gradients")
-    return softmax_gradients_with(np, np.asarray(margin, dtype=np.float64), label, weight)
+    # row-major: NumPy sums a row of a column-major array in another order
+    return softmax_gradients_with(np, np.ascontiguousarray(margin, dtype=np.float64), label,
+                                  weight)
 
 
 def prediction_keys(values):
