@@ -14,9 +14,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from .api import train
 from .evaluation import cost_metric
-from .inputs import is_dask_collection
 from .objectives import MULTICLASS
-from .sklearn_data import FROM_MARGINS, PREDICTION_COLUMN, adapter_for, eval_sets
+from .sklearn_data import PREDICTION_COLUMN, adapter_for, eval_sets
 from .sklearn_xgboost import SklearnObjective, XGBoostConventions, rounds, train_params
 
 __all__ = ["GBFlowClassifier", "GBFlowRegressor"]
@@ -446,15 +445,6 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
         self.n_classes_ = max(booster.n_groups, 2)
         self.classes_ = np.arange(self.n_classes_)
 
-    def _check_dask_objective(self, X) -> None:
-        """The in-memory adapter computes the labels and probabilities of ``FROM_MARGINS``
-        objectives from the margins; the Dask one does not yet: a TypeError says so."""
-        objective = self.booster_.params.objective
-        if objective in FROM_MARGINS and is_dask_collection(X):
-            raise TypeError(f"objective {objective} predicts classes and probabilities of "
-                            f"in-memory data only for now; on Dask use predict(X, "
-                            f"output_margin=True)")
-
     def predict_proba(self, X, iteration_range=None, base_margin=None):
         """Class probabilities: float64 ndarray of shape (n_samples, n_classes_), columns in the
         order of ``classes_``, rows summing to 1 (two classes: ``[1 - p, p]`` with p the
@@ -462,7 +452,6 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
         a lazy Dask DataFrame with X's index, one column per class named ``str(class)``.
         iteration_range: as ``Booster.predict``'s; base_margin: as fit's."""
         adapter = self._fitted_adapter(X)
-        self._check_dask_objective(X)
         return adapter.proba(X, self.classes_, iteration_range=iteration_range,
                              base_margin=base_margin)
 
@@ -477,12 +466,10 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
         if output_margin:
             return adapter.predict(X, output_margin=True, iteration_range=iteration_range,
                                    base_margin=base_margin)
-        self._check_dask_objective(X)
         return adapter.labels(X, self.classes_, iteration_range=iteration_range,
                               base_margin=base_margin)
 
     def transform(self, X):
         """X with ``predict(X)``, the labels, appended (as ``GBFlowRegressor.transform``)."""
         adapter = self._fitted_adapter(X)
-        self._check_dask_objective(X)
         return adapter.transform(X, self.classes_)

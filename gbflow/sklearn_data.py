@@ -72,7 +72,7 @@ def adapter_for(X, estimator):
     (imported only then: dask is optional), ``_InMemoryAdapter`` for anything else."""
     if is_dask_collection(X):
         from .dask.estimators import DaskAdapter
-        return DaskAdapter(estimator, PREDICTION_COLUMN)
+        return DaskAdapter(estimator, PREDICTION_COLUMN, FROM_MARGINS)
     return _InMemoryAdapter(estimator)
 
 

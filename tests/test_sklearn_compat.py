@@ -206,17 +206,22 @@ def test_binary_objectives_and_multi_softprob_for_two_classes():
         GBFlowClassifier(**FAST, objective="reg:squarederror").fit(X, y)
 
 
-def test_margin_objectives_on_dask_are_refused_by_name():
+def test_margin_objectives_on_dask_predict_as_in_memory():
+    """multi:softmax and binary:logitraw, whose probabilities come from the margins, give on a
+    Dask frame the labels, probabilities and transform they give in memory."""
     pytest.importorskip("distributed")
     dd = pytest.importorskip("dask.dataframe")
-    X, y, _ = _classes()
+    X, y, three = _classes()
     frame = pd.DataFrame(X, columns=["a", "b", "c"])
-    model = GBFlowClassifier(**FAST, objective="binary:logitraw").fit(frame, y)
     lazy = dd.from_pandas(frame, npartitions=2)
-    for method in (model.predict_proba, model.predict, model.transform):
-        with pytest.raises(TypeError, match="in-memory data only"):
-            method(lazy)
-    assert model.predict(lazy, output_margin=True).compute().shape == (len(X),)
+    for objective, labels in (("binary:logitraw", y), ("multi:softmax", three)):
+        model = GBFlowClassifier(**FAST, objective=objective).fit(frame, labels)
+        np.testing.assert_allclose(model.predict_proba(lazy).compute().to_numpy(),
+                                   model.predict_proba(frame), rtol=1e-12, atol=0)
+        np.testing.assert_array_equal(model.predict(lazy).compute().to_numpy(),
+                                      model.predict(frame))
+        np.testing.assert_array_equal(model.transform(lazy).compute()["prediction"].to_numpy(),
+                                      model.predict(frame))
 
 
 # -- 5. a callable objective ------------------------------------------------------------------

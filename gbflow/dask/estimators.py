@@ -120,6 +120,17 @@ def _probabilities(probability, known: np.ndarray):
     return probability.map_partitions(_proba_partition, columns, meta=meta)
 
 
+def _probability_partition(margin):
+    """A partition's margins as probabilities: each row's softmax (several columns), or the
+    sigmoid (one), as the in-memory adapter computes them."""
+    import pandas as pd
+    from scipy.special import expit, softmax
+    values = margin.to_numpy()
+    if values.ndim == 2:
+        return pd.DataFrame(softmax(values, axis=1), index=margin.index, columns=margin.columns)
+    return pd.Series(expit(values), index=margin.index, name=margin.name)
+
+
 class DaskAdapter:
     """What the scikit-learn estimators do with Dask collections: X a Dask DataFrame with string
     column names (the feature names), y and weights Dask Series partitioned like it. Training
@@ -128,9 +139,12 @@ class DaskAdapter:
     those of ``gbflow.sklearn_data._InMemoryAdapter``; ``column`` names the prediction.
     """
 
-    def __init__(self, estimator, column: str):
+    def __init__(self, estimator, column: str, from_margins: tuple = ()):
         self.estimator = estimator
         self.column = column
+        # objectives whose class probabilities are computed from the margins (multi:softmax
+        # predicts a class, binary:logitraw a margin)
+        self.from_margins = from_margins
 
     # -- fit -------------------------------------------------------------------------------------
     def fit_data(self, X, y, y_numeric: bool = False):
@@ -170,11 +184,18 @@ class DaskAdapter:
         ``options`` are ``Booster.predict``'s."""
         return self.estimator.booster_.predict(_check_features(X), name=self.column, **options)
 
+    def _probability(self, X, **options):
+        """Lazy probabilities of the classes (of the second class for two)."""
+        if self.estimator.booster_.params.objective not in self.from_margins:
+            return self.predict(X, **options)
+        margin = self.predict(X, output_margin=True, **options)
+        return margin.map_partitions(_probability_partition, meta=margin._meta)
+
     def labels(self, X, known, **options):
-        return _labels(self.predict(X, **options), known, self.column)
+        return _labels(self._probability(X, **options), known, self.column)
 
     def proba(self, X, known, **options):
-        return _probabilities(self.predict(X, **options), known)
+        return _probabilities(self._probability(X, **options), known)
 
     def transform(self, X, known):
         """X plus a column: the prediction (``known`` None) or the predicted label (lazy)."""
