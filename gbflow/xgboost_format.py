@@ -6,8 +6,9 @@ are kept (pred_leaf agrees). What differs: XGBoost keeps leaf values in float32 
 float32 (gbflow in float64), and stores the base margin in prediction space (a probability for
 the logistic objectives), so predictions agree to float32 rounding, not bit for bit.
 Categorical splits are written with category codes equal to gbflow's positions in the sorted
-category list (``Booster.categories``): frames given to XGBoost must carry those categories in
-that order (pandas' default for categories it infers). Features that ``feature_types`` marks
+category list (``Booster.categories``), and the lists themselves as XGBoost's category record
+("cats", string and integer categories), from which XGBoost recodes a frame's categories by
+value; every split on a category column is a category set. Features that ``feature_types`` marks
 "c" are written with their values as codes, and their value-order splits' thresholds as
 values (``categories.export_codes``, ``export_thresholds``): XGBoost reads the same numbers
 from the same arrays.
@@ -25,6 +26,7 @@ from .categories import export_codes, export_thresholds
 # XGBoost's format version written (read by XGBoost 3.x; 2.x reads its scalar base_score only)
 VERSION = [3, 2, 0]
 _ROOT_PARENT = 2147483647  # XGBoost's parent id of a root
+_INT64_CATEGORIES = 15  # XGBoost's type tag of int64 categories in its "cats" record (3.2)
 # objectives whose base_score XGBoost stores through the inverse of its link (the others, with
 # binary:logitraw and binary:hinge, store the margin itself)
 _LOGISTIC = ("binary:logistic", "reg:logistic")
@@ -83,8 +85,11 @@ def base_score(objective: str, margin: float) -> float:
     return margin
 
 
-def _tree(tree, tree_id: int, n_features: int, codes: dict) -> dict:
-    """One tree in XGBoost's layout; codes: ``categories.export_codes``."""
+def _tree(tree, tree_id: int, n_features: int, codes: dict, columns: dict) -> dict:
+    """One tree in XGBoost's layout; codes: ``categories.export_codes``; columns: {feature
+    position: category count} of the category columns, whose value-order splits (positions
+    below the cut go left) are written as the set of the positions at or above it: XGBoost's
+    own trees test a categorical feature by set alone (its dumps refuse anything else)."""
     leaf = tree.feature < 0
     n = tree.n_nodes
     parents = np.full(n, _ROOT_PARENT, dtype=np.int64)
@@ -93,8 +98,14 @@ def _tree(tree, tree_id: int, n_features: int, codes: dict) -> dict:
     parents[tree.right[inner]] = inner
     value = tree.value.astype(np.float32)
     condition = np.where(leaf, value, export_thresholds(tree.feature, tree.threshold, codes))
-    nodes = sorted(tree.categories)
-    sets = [np.asarray(tree.categories[k], dtype=np.int64) for k in nodes]
+    given = {k: np.asarray(v, dtype=np.int64) for k, v in tree.categories.items()}
+    for k in inner:
+        f = int(tree.feature[k])
+        if f in columns and int(k) not in given:
+            given[int(k)] = np.arange(columns[f], dtype=np.int64)[
+                np.arange(columns[f]) >= tree.threshold[k]]
+    nodes = sorted(given)
+    sets = [given[k] for k in nodes]
     sets = [codes[int(tree.feature[k])][s] if int(tree.feature[k]) in codes else s
             for k, s in zip(nodes, sets)]
     split_type = np.zeros(n, dtype=np.int64)
@@ -123,6 +134,38 @@ def _tree(tree, tree_id: int, n_features: int, codes: dict) -> dict:
     }
 
 
+def _category_encoding(booster) -> dict | None:
+    """XGBoost's record of the category columns' categories (its models' "cats", 3.1 on): each
+    feature's categories in gbflow's order (the codes its trees use), so XGBoost recodes a
+    frame's categories by value whatever their order (and refuses unseen ones); strings as
+    UTF-8 bytes with offsets, integers as int64. None when some category column holds other
+    values (XGBoost takes no float categories): the trees' codes are then positions in the
+    sorted categories, as documented."""
+    enc, segments, order = [], [0], []
+    for name in booster.feature_names:
+        values = booster.categories.get(name)
+        if values is None or name in booster.by_value:
+            enc.append({"offsets": [], "values": []})
+            segments.append(segments[-1])
+            continue
+        values = list(values)
+        if all(isinstance(v, str) for v in values):
+            data = [v.encode("utf-8") for v in values]
+            offsets = np.concatenate([[0], np.cumsum([len(b) for b in data], dtype=np.int64)])
+            enc.append({"offsets": [int(o) for o in offsets],
+                        "values": [int(c) for b in data for c in b]})
+            keys = data
+        elif all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+                 for v in values):
+            enc.append({"type": _INT64_CATEGORIES, "values": [int(v) for v in values]})
+            keys = [int(v) for v in values]
+        else:
+            return None
+        order.extend(sorted(range(len(keys)), key=keys.__getitem__))
+        segments.append(segments[-1] + len(values))
+    return {"enc": enc, "feature_segments": segments, "sorted_idx": order}
+
+
 def to_xgboost_dict(booster) -> dict:
     """The booster as XGBoost's JSON model (a dict for ``json.dumps``). Every gbflow model fits
     the format: its objectives are XGBoost's, its splits XGBoost's numeric and categorical
@@ -140,6 +183,17 @@ def to_xgboost_dict(booster) -> dict:
     categorical = set(booster.categories)
     codes = export_codes(booster.feature_names, booster.categories, booster.by_value)
     names = list(booster.feature_names)
+    columns = {names.index(name): len(values) for name, values in booster.categories.items()
+               if name not in booster.by_value}
+    model = {"gbtree_model_param": {"num_parallel_tree": "1",
+                                    "num_trees": str(len(booster.trees))},
+             "iteration_indptr": list(range(0, len(booster.trees) + 1, n_groups)),
+             "tree_info": [int(t.group) for t in booster.trees],
+             "trees": [_tree(t, i, n_features, codes, columns)
+                       for i, t in enumerate(booster.trees)]}
+    encoding = _category_encoding(booster) if columns else None
+    if encoding is not None:
+        model["cats"] = encoding
     # a model just trained on an array has gbflow's made-up names (f0, f1, ...): XGBoost's own
     # such models have none (their types only where some feature is categorical), and XGBoost
     # refuses to predict an array without names with a model that has some
@@ -149,17 +203,7 @@ def to_xgboost_dict(booster) -> dict:
             "attributes": attributes,
             "feature_names": [] if booster.made_up_names else names,
             "feature_types": [] if booster.made_up_names and not categorical else types,
-            "gradient_booster": {
-                "model": {
-                    "gbtree_model_param": {"num_parallel_tree": "1",
-                                           "num_trees": str(len(booster.trees))},
-                    "iteration_indptr": list(range(0, len(booster.trees) + 1, n_groups)),
-                    "tree_info": [int(t.group) for t in booster.trees],
-                    "trees": [_tree(t, i, n_features, codes)
-                              for i, t in enumerate(booster.trees)],
-                },
-                "name": "gbtree",
-            },
+            "gradient_booster": {"model": model, "name": "gbtree"},
             "learner_model_param": {
                 "base_score": f"[{scores}]", "boost_from_average": "1",
                 # classes are XGBoost's num_class, reg:quantileerror's quantiles its targets
