@@ -10,9 +10,10 @@ from . import batches, boosting, inputs, resume
 from .backend import frames, get_backend, on_gpu
 from .booster import Booster, load_model
 from .callback import check_callbacks
+from .continuation import kept_params
 from .custom_objective import Custom
 from .evaluation import TRAINING, eval_options
-from .params import make_params
+from .params import ALIASES, KNOWN, Params, make_params
 from .progress import VERBOSITY, check_verbose, verbosity
 
 
@@ -109,8 +110,9 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     feature sampling continue from its round count; ``best_iteration`` counts its rounds
     too). On the same data and parameters, training n rounds and then m more gives the model
     of n + m rounds in one run, bit for bit. Its objective, num_class, number of quantiles,
-    max_bin and features must be the same; other parameters (learning rate, depth, ...) may
-    change.
+    max_bin and features must be the same: what params do not name of them is the model's
+    (the objective with its own parameters, max_bin, feature_types: XGBoost's model files keep
+    them); other parameters (learning rate, depth, ...) may change.
 
     callbacks: a list of ``gbflow.callback.TrainingCallback`` (XGBoost's interface:
     before_training, before_iteration, after_iteration returning True to stop, after_training),
@@ -153,7 +155,11 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     if evals_result is not None and not isinstance(evals_result, dict):
         raise TypeError(f"evals_result must be a dict (filled with the evaluation history), "
                         f"got {type(evals_result).__name__}")
-    params = make_params(params)
+    if xgb_model is not None:
+        xgb_model = _model_to_continue(xgb_model)
+        params = make_params(params, **kept_params(xgb_model, _named(params)))
+    else:
+        params = make_params(params)
     with verbosity(params.verbosity):
         booster = _train(data, label, params, num_boost_round, evals, early_stopping_rounds,
                          weight, verbose, client, obj=obj, custom_metric=custom_metric,
@@ -196,11 +202,6 @@ def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, w
                          "own training; continue a model with xgb_model alone")
     if on_worker_lost not in ("restart", "raise"):
         raise ValueError(f"on_worker_lost must be 'restart' or 'raise', got {on_worker_lost!r}")
-    if xgb_model is not None and not isinstance(xgb_model, Booster):
-        if not isinstance(xgb_model, (str, os.PathLike)):
-            raise TypeError(f"xgb_model must be a gbflow Booster or a model file's path, got "
-                            f"{type(xgb_model).__name__}")
-        xgb_model = load_model(xgb_model)
     if params.loss.by_query and qid is None and not in_batches:
         _no_qid(params)
     if inputs.is_dask_collection(data):  # trained where its partitions live: gbflow.dask
@@ -267,6 +268,26 @@ def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, w
     # leaves out as XGBoost's own array models do (a loaded model does not know: it keeps them)
     booster.made_up_names = not in_batches and not frames.is_frame(data)
     return booster
+
+
+def _model_to_continue(xgb_model) -> Booster:
+    """``train``'s xgb_model as a Booster (a model file's path is loaded)."""
+    if isinstance(xgb_model, Booster):
+        return xgb_model
+    if not isinstance(xgb_model, (str, os.PathLike)):
+        raise TypeError(f"xgb_model must be a gbflow Booster or a model file's path, got "
+                        f"{type(xgb_model).__name__}")
+    return load_model(xgb_model)
+
+
+def _named(params) -> set:
+    """The canonical names a user's params (a dict, (name, value) pairs, a ``Params`` or None)
+    set; every name for a ``Params``."""
+    if isinstance(params, Params):
+        return set(KNOWN)
+    pairs = params.items() if isinstance(params, dict) else \
+        [p for p in params or () if isinstance(p, (tuple, list)) and len(p) == 2]
+    return {ALIASES.get(name, name) for name, _ in pairs if isinstance(name, str)}
 
 
 def _no_qid(params, alternative: str = "") -> None:

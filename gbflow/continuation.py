@@ -29,3 +29,24 @@ def check_continuation(model, params, feature_names: list, categories: dict | No
     if categories is not None and set(model.categories) != set(categories):
         raise ValueError(f"xgb_model's categorical features {sorted(model.categories)} differ "
                          f"from the training data's category columns {sorted(categories)}")
+
+
+# What a continued training takes from the model where its params do not name it (XGBoost's
+# model files keep the objective with its parameters, the classes and the feature types): the
+# objective's own parameters only with the objective itself (they belong to it), and what the
+# kept cuts and features need.
+_WITH_THE_OBJECTIVE = ("objective", "num_class", "quantile_alpha", "huber_slope",
+                       "tweedie_variance_power", "scale_pos_weight",
+                       "lambdarank_num_pair_per_sample", "lambdarank_normalization",
+                       "lambdarank_score_normalization", "ndcg_exp_gain")
+_OF_THE_DATA = ("max_bin", "feature_types")
+
+
+def kept_params(model, given: set) -> dict:
+    """The parameters of ``model`` (a ``Booster``) that a training continuing it takes because
+    its params do not name them (``given``: the canonical names they set): the objective and
+    its own parameters when the objective is not given, max_bin and feature_types when not
+    given. Values of None are left out."""
+    names = (() if "objective" in given else _WITH_THE_OBJECTIVE) + _OF_THE_DATA
+    values = {name: getattr(model.params, name) for name in names if name not in given}
+    return {name: value for name, value in values.items() if value is not None}

@@ -79,6 +79,31 @@ def test_continuing_with_another_objective_or_max_bin_is_refused(change, match):
                      xgb_model=first, verbose=False)
 
 
+@pytest.mark.parametrize("given", [{}, None, [("eta", 0.1)], {"max_depth": 3}])
+def test_continuing_takes_the_models_objective_and_max_bin_where_params_are_silent(given,
+                                                                                   tmp_path):
+    """As XGBoost, whose model files keep the objective: params that do not name the
+    objective (or max_bin, feature_types) continue with the model's, its own parameters
+    included, from a Booster or a file; the trees equal those of a run given them all.
+    An objective that is named must still be the model's."""
+    df = make_table(n_rows=600, seed=38)
+    full = {"objective": "reg:pseudohubererror", "huber_slope": 2.0, "max_bin": 64,
+            "max_depth": 3}
+    first = gbflow.train(df, label="y", params=full, num_boost_round=2, verbose=False)
+    first.save_model(str(tmp_path / "first.json"))
+    for model in (first, str(tmp_path / "first.json")):
+        rest = gbflow.train(df, label="y", params=given, num_boost_round=2, xgb_model=model,
+                            verbose=False)
+        assert (rest.params.objective, rest.params.huber_slope, rest.params.max_bin) == \
+            ("reg:pseudohubererror", 2.0, 64)
+    if given == {"max_depth": 3}:  # every parameter that shapes the trees: one run's trees
+        whole = gbflow.train(df, label="y", params=full, num_boost_round=4, verbose=False)
+        assert [t.to_dict() for t in rest.trees] == [t.to_dict() for t in whole.trees]
+    with pytest.raises(ValueError, match="objective='reg:absoluteerror'"):
+        gbflow.train(df, label="y", params={"objective": "reg:absoluteerror"},
+                     num_boost_round=1, xgb_model=first, verbose=False)
+
+
 def test_continuing_on_other_features_is_refused():
     df = make_table(n_rows=500, seed=37)
     first = gbflow.train(df, label="y", params={"max_depth": 2}, num_boost_round=2,
