@@ -798,16 +798,19 @@ def test_typed_values_are_canonical_and_checked():
 
 def test_continuing_a_typed_model_needs_its_feature_types():
     """What counts is which features are categorical by value: a category column's model
-    continues with or without feature_types; a typed model needs them."""
+    continues with or without feature_types; a typed model continues with its own (taken from
+    the model when params do not name them, as XGBoost's model files keep them), not others."""
     X, y, frame = _coded_arrays(n=1000)
     params = {**PARAMS, "feature_types": ["c", "q"]}
     model = gbflow.train(X, y, params=params, num_boost_round=2, verbose=False)
     with pytest.raises(ValueError, match="feature_types"):
-        gbflow.train(X, y, params=PARAMS, num_boost_round=2, verbose=False, xgb_model=model)
-    again = gbflow.train(X, y, params=params, num_boost_round=2, verbose=False,
-                         xgb_model=model)
-    assert _trees(again) == _trees(gbflow.train(X, y, params=params, num_boost_round=4,
-                                                verbose=False))
+        gbflow.train(X, y, params={**PARAMS, "feature_types": ["q", "q"]}, num_boost_round=2,
+                     verbose=False, xgb_model=model)
+    whole = _trees(gbflow.train(X, y, params=params, num_boost_round=4, verbose=False))
+    for given in (params, PARAMS):
+        again = gbflow.train(X, y, params=given, num_boost_round=2, verbose=False,
+                             xgb_model=model)
+        assert _trees(again) == whole
     on_frame = gbflow.train(frame, y, params=PARAMS, num_boost_round=2, verbose=False)
     gbflow.train(frame, y, params=params, num_boost_round=1, verbose=False,
                  xgb_model=on_frame)
