@@ -59,7 +59,8 @@ def _text_tree(booster, tree, with_stats: bool) -> str:
 
     def visit(node: int, depth: int) -> None:
         indent = "\t" * depth
-        stats = f",cover={float(tree.cover[node]):g}" if with_stats else ""
+        # gain and cover as XGBoost prints its float32 statistics (9 significant digits)
+        stats = f",cover={float(np.float32(tree.cover[node])):.9g}" if with_stats else ""
         if tree.feature[node] < 0:
             lines.append(f"{indent}{node}:leaf={float(tree.value[node]):.9g}{stats}")
             return
@@ -67,7 +68,7 @@ def _text_tree(booster, tree, with_stats: bool) -> str:
         test = f"{name}:{{{','.join(map(str, split))}}}" if isinstance(split, list) \
             else f"{name}<{split:.9g}"
         yes, no, missing = children(tree, node)
-        gain = f",gain={float(tree.gain[node]):g}" if with_stats else ""
+        gain = f",gain={float(np.float32(tree.gain[node])):.9g}" if with_stats else ""
         lines.append(f"{indent}{node}:[{test}] yes={yes},no={no},missing={missing}"
                      f"{gain}{stats}")
         visit(int(tree.left[node]), depth + 1)

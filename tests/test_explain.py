@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -366,6 +367,12 @@ def test_tables_dumps_and_scores_match_xgboost():
         same(a, b)
     text = booster.get_dump(with_stats=True)[0]
     assert text.startswith("0:[") and "gain=" in text and "\t1:" in text
+
+    def stats(dump):  # each inner node's gain and cover as printed
+        return re.findall(r"(gain=[^,]*),(cover=\S*)", dump)
+    for ours_text, their_text in zip(booster.get_dump(with_stats=True),
+                                     model.get_dump(with_stats=True)):
+        assert stats(ours_text) == stats(their_text)  # XGBoost's float32 digits
 
 
 def test_categorical_splits_in_tables_name_their_categories():
