@@ -157,7 +157,8 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
                         f"got {type(evals_result).__name__}")
     if xgb_model is not None:
         xgb_model = _model_to_continue(xgb_model)
-        params = make_params(params, **kept_params(xgb_model, _named(params)))
+        named = _named(params)
+        params = make_params(params, **kept_params(xgb_model, named, _objective_named(params)))
     else:
         params = make_params(params)
     with verbosity(params.verbosity):
@@ -288,6 +289,16 @@ def _named(params) -> set:
     pairs = params.items() if isinstance(params, dict) else \
         [p for p in params or () if isinstance(p, (tuple, list)) and len(p) == 2]
     return {ALIASES.get(name, name) for name, _ in pairs if isinstance(name, str)}
+
+
+def _objective_named(params) -> str | None:
+    """The objective a user's params name (None where they name none)."""
+    if isinstance(params, Params):
+        return params.objective
+    pairs = params.items() if isinstance(params, dict) else \
+        [p for p in params or () if isinstance(p, (tuple, list)) and len(p) == 2]
+    named = [value for name, value in pairs if name == "objective"]
+    return named[-1] if named and isinstance(named[-1], str) else None
 
 
 def _no_qid(params, alternative: str = "") -> None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 import json
 import operator
 import os
-import secrets
 
 import numpy as np
 
 from . import categories as categories_module
 from . import explain, inputs, model_check, model_tables, predictor, xgboost_format
+from .atomic_file import write_whole
 from .backend import backend_for, frames
 from .booster_compat import XGBoostBoosterMethods
 from .cuts import Cuts
@@ -35,7 +35,8 @@ class Booster(XGBoostBoosterMethods):
                  base_margin: np.ndarray, label_name: str | None = None,
                  weight_name: str | None = None, best_iteration: int | None = None,
                  best_score: float | None = None, categories: dict | None = None,
-                 by_value: tuple = (), attributes: dict | None = None):
+                 by_value: tuple = (), attributes: dict | None = None,
+                 made_up_names: bool = False):
         self.trees = trees
         # XGBoost's string attributes (``set_attr``), saved in the model file
         self.user_attributes: dict[str, str] = dict(attributes or {})
@@ -52,7 +53,9 @@ class Booster(XGBoostBoosterMethods):
         self.best_iteration = best_iteration
         self.best_score = best_score
         self.evals_result: dict = {}
-        self.made_up_names = False  # set by train() for an array's f0, f1, ... (not saved)
+        # the feature names are gbflow's f0, f1, ... of an array (the XGBoost export leaves
+        # them out, as XGBoost's own array models have none)
+        self.made_up_names = bool(made_up_names)
         self.timings: dict = {}
         self.memory_report: dict | None = None  # set by training (``gbflow.memory_report``)
         self._objective = params.loss
@@ -314,6 +317,8 @@ class Booster(XGBoostBoosterMethods):
             extra["by_value"] = list(self.by_value)
         if self.user_attributes:
             extra["attributes"] = dict(sorted(self.user_attributes.items()))
+        if self.made_up_names:
+            extra["made_up_names"] = True
         return {
             "format": FORMAT,
             "version": FORMAT_VERSION,
@@ -406,29 +411,8 @@ class Booster(XGBoostBoosterMethods):
                    weight_name=d.get("weight_name"), best_iteration=d.get("best_iteration"),
                    best_score=d.get("best_score"),
                    categories=categories_module.from_json(d.get("categories")),
-                   by_value=tuple(d.get("by_value") or ()), attributes=d.get("attributes"))
-
-
-def write_whole(path: str, folder: str, content: bytes) -> None:
-    """Write ``content`` to ``path`` through a temporary file of ``folder`` renamed over it."""
-    # A fresh name opened with "x" (never an existing file), with the umask's permissions
-    # (tempfile.mkstemp would make the model file private to its owner).
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}."
-                               f"{secrets.token_hex(4)}.tmp")
-    try:
-        with open(tmp, "xb") as f:
-            f.write(content)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:  # never created, or already renamed
-            pass
-        if isinstance(e, Exception):
-            e.add_note(f"save_model: {path!r} was not written (left as it was)")
-        raise
+                   by_value=tuple(d.get("by_value") or ()), attributes=d.get("attributes"),
+                   made_up_names=d.get("made_up_names") is True)
 
 
 def _explain_kind(output_margin: bool, pred_leaf: bool, pred_contribs: bool,

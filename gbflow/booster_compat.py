@@ -84,9 +84,11 @@ class XGBoostBoosterMethods:
         score = kwargs.get("best_score")
         if score is not None:
             try:
-                float(score)
+                finite = math.isfinite(float(score))
             except ValueError:
-                raise ValueError(f"set_attr: best_score {score!r} is not a number") from None
+                finite = False
+            if not finite:  # (a model file holds finite numbers only)
+                raise ValueError(f"set_attr: best_score {score!r} is not a finite number")
         for key, value in kwargs.items():
             if key == "best_iteration":
                 self.best_iteration = None if value is None else int(value)
@@ -133,7 +135,7 @@ class XGBoostBoosterMethods:
         return type(self)(trees, self.cuts, self.feature_names, self.params, self.base_margin,
                           label_name=self.label_name, weight_name=self.weight_name,
                           categories=self.categories, by_value=self.by_value,
-                          attributes=self.user_attributes)
+                          attributes=self.user_attributes, made_up_names=self.made_up_names)
 
 
 def _is_nan(value) -> bool:

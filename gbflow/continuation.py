@@ -42,11 +42,16 @@ _WITH_THE_OBJECTIVE = ("objective", "num_class", "quantile_alpha", "huber_slope"
 _OF_THE_DATA = ("max_bin", "feature_types")
 
 
-def kept_params(model, given: set) -> dict:
+def kept_params(model, given: set, objective: str | None) -> dict:
     """The parameters of ``model`` (a ``Booster``) that a training continuing it takes because
-    its params do not name them (``given``: the canonical names they set): the objective and
-    its own parameters when the objective is not given, max_bin and feature_types when not
-    given. Values of None are left out."""
-    names = (() if "objective" in given else _WITH_THE_OBJECTIVE) + _OF_THE_DATA
+    its params do not name them (``given``: the canonical names they set; ``objective``: the
+    objective they name, or None): the objective's own parameters (count:poisson's
+    max_delta_step among them) when the objective is not named or is the model's, as XGBoost
+    keeps an objective's settings; max_bin and feature_types when not named. Values of None
+    are left out."""
+    same = objective is None or objective == model.params.objective
+    names = (_WITH_THE_OBJECTIVE if same else ()) + _OF_THE_DATA
+    if same and model.params.objective == "count:poisson":
+        names += ("max_delta_step",)  # its hessian's factor (a tree cap elsewhere)
     values = {name: getattr(model.params, name) for name in names if name not in given}
     return {name: value for name, value in values.items() if value is not None}

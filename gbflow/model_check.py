@@ -72,6 +72,8 @@ def check_model(d: dict, n_groups: int) -> None:
     if not isinstance(attributes, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()):
         raise ModelFileError("attributes is not a mapping of strings to strings")
+    if not isinstance(d.get("made_up_names", False), bool):
+        raise ModelFileError("made_up_names is not true or false")
 
 
 def _entry(d: dict, key: str, kind: type, where: str = ""):

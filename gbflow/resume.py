@@ -15,7 +15,8 @@ import json
 import numbers
 import os
 
-from .booster import Booster, read_model_file, write_whole
+from .atomic_file import write_whole
+from .booster import Booster, read_model_file
 from .params import RUN_TIME
 
 STATE_KEY = "training_state"  # the checkpoint's entry beside the model file's own

@@ -315,8 +315,9 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
         XGBoost's: sets of features (positions or names) that may split on one path together.
     missing : float, default np.nan
         XGBoost's: a feature value that means missing, besides NaN.
-    scale_pos_weight : float, default 1.0
-        XGBoost's weight factor of the rows labelled 1 (binary objectives).
+    scale_pos_weight : float or None, default None
+        XGBoost's weight factor of the rows labelled 1 (binary objectives); None: 1.0, or a
+        continued model's (``fit(xgb_model=)``).
     tree_method : str, default "hist"
         XGBoost's; gbflow grows histogram trees ("hist", or "auto"; others are refused).
     importance_type : str or None, default "gain"
@@ -352,7 +353,7 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
                  cat_noise_penalty=1.0, feature_types=None,
                  verbosity=1, quantile_alpha=0.5, max_delta_step=None, monotone_constraints=None,
                  interaction_constraints=None, max_leaves=0, grow_policy="depthwise",
-                 missing=np.nan, scale_pos_weight=1.0, tree_method="hist", importance_type="gain",
+                 missing=np.nan, scale_pos_weight=None, tree_method="hist", importance_type="gain",
                  callbacks=None, **kwargs):
         _store(self, locals())
 
@@ -412,7 +413,7 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
                  max_cat_threshold=64, cat_smooth=10.0, cat_l2=10.0,
                  cat_noise_penalty=1.0, feature_types=None, verbosity=1,
                  max_delta_step=None, monotone_constraints=None, interaction_constraints=None,
-                 max_leaves=0, grow_policy="depthwise", missing=np.nan, scale_pos_weight=1.0,
+                 max_leaves=0, grow_policy="depthwise", missing=np.nan, scale_pos_weight=None,
                  tree_method="hist", importance_type="gain", callbacks=None, **kwargs):
         _store(self, locals())
 

@@ -79,7 +79,7 @@ class GBFlowRanker(GBFlowRegressor):
                  interaction_constraints=None, lambdarank_pair_method="topk",
                  lambdarank_num_pair_per_sample=None, lambdarank_normalization=True,
                  lambdarank_score_normalization=True, ndcg_exp_gain=True, max_leaves=0,
-                 grow_policy="depthwise", missing=np.nan, scale_pos_weight=1.0,
+                 grow_policy="depthwise", missing=np.nan, scale_pos_weight=None,
                  tree_method="hist", importance_type="gain", callbacks=None, **kwargs):
         _store(self, locals())
 

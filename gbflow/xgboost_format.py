@@ -6,12 +6,12 @@ are kept (pred_leaf agrees). What differs: XGBoost keeps leaf values in float32 
 float32 (gbflow in float64), and stores the base margin in prediction space (a probability for
 the logistic objectives), so predictions agree to float32 rounding, not bit for bit.
 Categorical splits are written with category codes equal to gbflow's positions in the sorted
-category list (``Booster.categories``), and the lists themselves as XGBoost's category record
-("cats", string and integer categories), from which XGBoost recodes a frame's categories by
-value; every split on a category column is a category set. Features that ``feature_types`` marks
-"c" are written with their values as codes, and their value-order splits' thresholds as
-values (``categories.export_codes``, ``export_thresholds``): XGBoost reads the same numbers
-from the same arrays.
+category list (``Booster.categories``), and, where every category column holds ASCII strings,
+the lists themselves as XGBoost's category record ("cats"), from which XGBoost recodes a
+frame's categories by value; every split on a category column is a category set. Features
+that ``feature_types`` marks "c" are written with their values as codes, and their value-order
+splits' thresholds as values (``categories.export_codes``, ``export_thresholds``): XGBoost
+reads the same numbers from the same arrays (its dumps refuse those splits).
 """
 from __future__ import annotations
 
@@ -26,7 +26,6 @@ from .categories import export_codes, export_thresholds
 # XGBoost's format version written (read by XGBoost 3.x; 2.x reads its scalar base_score only)
 VERSION = [3, 2, 0]
 _ROOT_PARENT = 2147483647  # XGBoost's parent id of a root
-_INT64_CATEGORIES = 15  # XGBoost's type tag of int64 categories in its "cats" record (3.2)
 # objectives whose base_score XGBoost stores through the inverse of its link (the others, with
 # binary:logitraw and binary:hinge, store the margin itself)
 _LOGISTIC = ("binary:logistic", "reg:logistic")
@@ -137,9 +136,10 @@ def _tree(tree, tree_id: int, n_features: int, codes: dict, columns: dict) -> di
 def _category_encoding(booster) -> dict | None:
     """XGBoost's record of the category columns' categories (its models' "cats", 3.1 on): each
     feature's categories in gbflow's order (the codes its trees use), so XGBoost recodes a
-    frame's categories by value whatever their order (and refuses unseen ones); strings as
-    UTF-8 bytes with offsets, integers as int64. None when some category column holds other
-    values (XGBoost takes no float categories): the trees' codes are then positions in the
+    frame's categories by value whatever their order; strings as bytes with offsets. None
+    unless every category column holds ASCII strings: XGBoost 3.2 mishandles other bytes in
+    its record (it sorts them signed), and integer categories must carry the frame's own
+    integer type, which the model does not keep. The trees' codes are then positions in the
     sorted categories, as documented."""
     enc, segments, order = [], [0], []
     for name in booster.feature_names:
@@ -149,19 +149,13 @@ def _category_encoding(booster) -> dict | None:
             segments.append(segments[-1])
             continue
         values = list(values)
-        if all(isinstance(v, str) for v in values):
-            data = [v.encode("utf-8") for v in values]
-            offsets = np.concatenate([[0], np.cumsum([len(b) for b in data], dtype=np.int64)])
-            enc.append({"offsets": [int(o) for o in offsets],
-                        "values": [int(c) for b in data for c in b]})
-            keys = data
-        elif all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-                 for v in values):
-            enc.append({"type": _INT64_CATEGORIES, "values": [int(v) for v in values]})
-            keys = [int(v) for v in values]
-        else:
+        if not all(isinstance(v, str) and v.isascii() for v in values):
             return None
-        order.extend(sorted(range(len(keys)), key=keys.__getitem__))
+        data = [v.encode("ascii") for v in values]
+        offsets = np.concatenate([[0], np.cumsum([len(b) for b in data], dtype=np.int64)])
+        enc.append({"offsets": [int(o) for o in offsets],
+                    "values": [int(c) for b in data for c in b]})
+        order.extend(sorted(range(len(data)), key=data.__getitem__))
         segments.append(segments[-1] + len(values))
     return {"enc": enc, "feature_segments": segments, "sorted_idx": order}
 

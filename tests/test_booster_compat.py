@@ -143,6 +143,11 @@ def test_a_model_trained_on_an_array_exports_without_made_up_names(tmp_path):
     assert theirs.feature_names is None
     np.testing.assert_allclose(theirs.predict(xgb.DMatrix(X)), from_array.predict(X),
                                rtol=1e-6, atol=1e-7)
+    # the model file, copies and slices keep knowing the names were made up
+    from_array.save_model(str(tmp_path / "gbflow.json"))
+    for kept in (gbflow.load_model(str(tmp_path / "gbflow.json")), from_array.copy(),
+                 from_array[0:2]):
+        assert kept.to_xgboost().feature_names is None
     # a frame's names stay, even f0, f1, ... (XGBoost then checks a frame's columns by name)
     for columns in (["u", "v", "w"], ["f0", "f1", "f2"]):
         frame = pd.DataFrame(X, columns=columns)
@@ -191,7 +196,8 @@ def test_attributes_as_xgboosts(tmp_path):
     assert model.to_xgboost().attr("note") == "first run"
     for bad, match in ((dict(note=3), "must be a string"),
                        (dict(note="x", best_iteration="4"), "not a round"),
-                       (dict(best_score="high"), "not a number")):
+                       (dict(best_score="high"), "not a finite number"),
+                       (dict(best_score="nan"), "not a finite number")):
         with pytest.raises(ValueError, match=match):
             model.set_attr(**bad)
     assert model.attr("note") == "first run" and model.best_iteration == 2

@@ -102,6 +102,31 @@ def test_continuing_takes_the_models_objective_and_max_bin_where_params_are_sile
     with pytest.raises(ValueError, match="objective='reg:absoluteerror'"):
         gbflow.train(df, label="y", params={"objective": "reg:absoluteerror"},
                      num_boost_round=1, xgb_model=first, verbose=False)
+    # naming the model's own objective keeps its settings, as XGBoost
+    named = gbflow.train(df, label="y", params={"objective": "reg:pseudohubererror"},
+                         num_boost_round=1, xgb_model=first, verbose=False)
+    assert named.params.huber_slope == 2.0
+
+
+def test_continuing_takes_the_objectives_own_settings():
+    """count:poisson's max_delta_step (its hessian's factor) and multi:softprob's num_class
+    come from the model too: the trees equal one run's."""
+    df = make_table(n_rows=600, seed=39)
+    counts = df.assign(y=np.round(np.exp(df["y"].clip(-2, 2))))
+    poisson = {"objective": "count:poisson", "max_delta_step": 1.5, "max_depth": 3}
+    first = gbflow.train(counts, label="y", params=poisson, num_boost_round=2, verbose=False)
+    rest = gbflow.train(counts, label="y", params={"max_depth": 3}, num_boost_round=2,
+                        xgb_model=first, verbose=False)
+    whole = gbflow.train(counts, label="y", params=poisson, num_boost_round=4, verbose=False)
+    assert rest.params.max_delta_step == 1.5
+    assert [t.to_dict() for t in rest.trees] == [t.to_dict() for t in whole.trees]
+    classes = df.assign(y=(df["y"] > df["y"].median()).astype(int) + (df["y"] > 1))
+    three = gbflow.train(classes, label="y", params={"objective": "multi:softprob",
+                                                     "num_class": 3}, num_boost_round=1,
+                         verbose=False)
+    more = gbflow.train(classes, label="y", params={"objective": "multi:softprob"},
+                        num_boost_round=1, xgb_model=three, verbose=False)
+    assert more.params.num_class == 3 and more.num_boosted_rounds() == 2
 
 
 def test_continuing_on_other_features_is_refused():
