@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 
 from . import batches, boosting, inputs, resume
-from .backend import frames, get_backend, on_gpu
+from .backend import get_backend, on_gpu
 from .booster import Booster, load_model
 from .callback import check_callbacks
 from .continuation import kept_params
@@ -265,9 +265,6 @@ def _train(data, label, params, num_boost_round, evals, early_stopping_rounds, w
                                on_rounds=saver)
     if saver is not None:
         saver.finish(booster, int(num_boost_round), rows, options)
-    # an array's features have gbflow's made-up names (f0, f1, ...), which the XGBoost export
-    # leaves out as XGBoost's own array models do (a loaded model does not know: it keeps them)
-    booster.made_up_names = not in_batches and not frames.is_frame(data)
     return booster
 
 

@@ -211,6 +211,7 @@ def load(data, label=None, weight=None, what: str = "training data", *, feature_
     names = None if feature_names is None else list(feature_names)
     rows = X = None
     targets, pieces, on_device, first = {}, [], False, None  # first: the first batch's names
+    made_up = False
     source = _source(data, what)
     for name, item in _named_batches(source):
         where = f"{what}, {name}"
@@ -229,6 +230,7 @@ def load(data, label=None, weight=None, what: str = "training data", *, feature_
             first = {role: getattr(part, f"{role}_name")
                      for role in ("label", "weight", "base_margin", "qid")}
             names, by_value = part.feature_names, part.by_value
+            made_up = part.made_up_names
             rows = _rows_hint(source)
             X = _Rows(part.X, rows)
             targets = {"label": _Rows(part.label, rows)}
@@ -259,5 +261,5 @@ def load(data, label=None, weight=None, what: str = "training data", *, feature_
     return inputs.DataSet(
         X=matrix, label=arrays["label"], weight=arrays.get("weight"), feature_names=names,
         categories=joined, base_margin=arrays.get("base_margin"), qid=arrays.get("qid"),
-        by_value=by_value,
+        by_value=by_value, made_up_names=made_up,
         **{f"{role}_name": name for role, name in first.items()}), on_device

@@ -233,13 +233,16 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
                          f"{evaluation.watched}={evaluation.best_score:.6f}")
         return evaluation.stopped
     trees = [] if init_model is None else list(init_model.trees)
-    # a continued model keeps its string attributes (XGBoost's)
+    # a continued model keeps its string attributes (XGBoost's); an array's features have
+    # gbflow's made-up names (f0, f1, ...), which the XGBoost export leaves out
     attributes = None if init_model is None else init_model.user_attributes
+    made_up_names = parts[0].made_up_names
 
     def model_of(built: list) -> Booster:
         return Booster(list(built), cuts, feature_names, params, base_margin,
                        label_name=parts[0].label_name, weight_name=parts[0].weight_name,
-                       categories=categories, by_value=by_value, attributes=attributes)
+                       categories=categories, by_value=by_value, attributes=attributes,
+                       made_up_names=made_up_names)
 
     def snapshot() -> Booster:
         """The model so far, for the callbacks (pending device trees built first)."""
@@ -390,7 +393,8 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
                       label_name=parts[0].label_name, weight_name=parts[0].weight_name,
                       best_iteration=best_iteration,
                       best_score=evaluation.best_score if stopping else None,
-                      categories=categories, by_value=by_value, attributes=attributes)
+                      categories=categories, by_value=by_value, attributes=attributes,
+                      made_up_names=made_up_names)
     booster.evals_result = evaluation.history
     booster.eval_rounds = [resumed + r for r in evaluation.rounds]
     booster.timings = dict(timers.seconds, total=time.perf_counter() - start)

@@ -48,6 +48,8 @@ class DataSet:
     # lives, or None; qid_name: its column, or None
     qid: np.ndarray | None = None
     qid_name: str | None = None
+    # the feature names are gbflow's f0, f1, ... of an array, not a frame's columns
+    made_up_names: bool = False
 
     @property
     def n_rows(self) -> int:
@@ -327,7 +329,8 @@ def load(data, label=None, weight=None, what: str = "data", feature_names=None,
                    label_name=label_col, weight_name=weight_col, categories=categories,
                    by_value=tuple(typed),
                    base_margin=margin_values, base_margin_name=margin_col, qid=qid_values,
-                   qid_name=qid_col)
+                   qid_name=qid_col,
+                   made_up_names=feature_names is None and not frames.is_frame(data))
 
 
 def check_feature_dtypes(data, features: list[str], what: str) -> None:
