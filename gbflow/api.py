@@ -278,23 +278,27 @@ def _model_to_continue(xgb_model) -> Booster:
     return load_model(xgb_model)
 
 
+def _pairs(params) -> list:
+    """A user's params (a dict or (name, value) pairs; None) as (name, value) pairs; what
+    make_params would refuse is left out here (it says what is wrong)."""
+    if isinstance(params, dict):
+        return list(params.items())
+    return [p for p in params or () if isinstance(p, (tuple, list)) and len(p) == 2]
+
+
 def _named(params) -> set:
     """The canonical names a user's params (a dict, (name, value) pairs, a ``Params`` or None)
     set; every name for a ``Params``."""
     if isinstance(params, Params):
         return set(KNOWN)
-    pairs = params.items() if isinstance(params, dict) else \
-        [p for p in params or () if isinstance(p, (tuple, list)) and len(p) == 2]
-    return {ALIASES.get(name, name) for name, _ in pairs if isinstance(name, str)}
+    return {ALIASES.get(name, name) for name, _ in _pairs(params) if isinstance(name, str)}
 
 
 def _objective_named(params) -> str | None:
     """The objective a user's params name (None where they name none)."""
     if isinstance(params, Params):
         return params.objective
-    pairs = params.items() if isinstance(params, dict) else \
-        [p for p in params or () if isinstance(p, (tuple, list)) and len(p) == 2]
-    named = [value for name, value in pairs if name == "objective"]
+    named = [value for name, value in _pairs(params) if name == "objective"]
     return named[-1] if named and isinstance(named[-1], str) else None
 
 
