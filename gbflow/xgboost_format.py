@@ -23,7 +23,9 @@ import numpy as np
 
 from .categories import export_codes, export_thresholds
 
-# XGBoost's format version written (read by XGBoost 3.x; 2.x reads its scalar base_score only)
+# XGBoost's format version written. XGBoost 3.2 reads the bracketed base_score (one per
+# output); 3.0.5 and 2.1.4 load the file but ignore it (their predictions are off by the base
+# score: a review helper's check)
 VERSION = [3, 2, 0]
 _ROOT_PARENT = 2147483647  # XGBoost's parent id of a root
 # objectives whose base_score XGBoost stores through the inverse of its link (the others, with
