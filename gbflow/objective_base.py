@@ -5,8 +5,9 @@ import math
 
 import numpy as np
 
-from . import _dtypes, fixed_point
+from . import fixed_point
 from .backend.arrays import to_host
+from .backend.losses import weighted_rows
 from .backend.tables import table_counts
 from .collective import LOCAL
 
@@ -200,8 +201,5 @@ class ElementwiseLoss:
 
 
 def weighted(xp, grad, hess, weight):
-    """float32 gradient and hessian, times the row weights when there are some."""
-    if weight is not None:
-        grad = grad * weight[:, None]
-        hess = hess * weight[:, None]
-    return grad.astype(_dtypes.GRADIENT), hess.astype(_dtypes.GRADIENT)
+    """float32 (n, k) gradient and hessian, times the (n,) row weights when there are some."""
+    return weighted_rows(xp, grad, hess, None if weight is None else weight[:, None])

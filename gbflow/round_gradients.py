@@ -20,11 +20,12 @@ def tree_scales(largest: np.ndarray, k: int, n_total: int) -> Scales:
 
 def gradient_function(backend, objective, weighted: bool):
     """``objective.gradients`` as a function of (margin, label, weight) arrays: the backend
-    kernel that ``objective.gradient_kernel`` names where there is one. An
+    kernel that ``objective.gradient_kernel`` names where there is one. Another
     ``ElementwiseLoss``'s ``row_gradients`` run on the flat (n,) margin, label and weight, on
     the GPU as one fused kernel (``Backend.fused``; made once a training, as CuPy traces the
-    function at each new fusion): binary:logistic took ten launches and temporaries a block of
-    rows. The same values, bit for bit (tests/test_objectives.py); (n, 1) views come back."""
+    function at each new fusion: a loss's separate launches and temporaries a block of rows
+    were much of a small round). The same values, bit for bit (tests/test_objectives.py);
+    (n, 1) views come back."""
     xp = backend.xp
     if objective.gradient_kernel is not None:
         return _kernel_gradients(xp, objective, getattr(backend.kernels, objective.gradient_kernel))

@@ -72,7 +72,7 @@ def adapter_for(X, estimator):
     (imported only then: dask is optional), ``_InMemoryAdapter`` for anything else."""
     if is_dask_collection(X):
         from .dask.estimators import DaskAdapter
-        return DaskAdapter(estimator, PREDICTION_COLUMN, FROM_MARGINS)
+        return DaskAdapter(estimator, PREDICTION_COLUMN, FROM_MARGINS, probabilities_of_margins)
     return _InMemoryAdapter(estimator)
 
 
@@ -82,6 +82,12 @@ def _weights(weight, n_rows: int, what: str, match: str = "") -> np.ndarray:
     if weight.ndim != 1 or len(weight) != n_rows:
         raise ValueError(f"{what} must have shape ({n_rows},){match}, got shape {weight.shape}")
     return weight
+
+
+def probabilities_of_margins(margin: np.ndarray) -> np.ndarray:
+    """``FROM_MARGINS`` objectives' class probabilities: each row's softmax of (n, k) margins,
+    or the sigmoid of (n,) ones (the second class's); float64, a new array."""
+    return softmax(margin, axis=1) if margin.ndim == 2 else expit(margin)
 
 
 def _string_names(X):
@@ -215,8 +221,7 @@ class _InMemoryAdapter:
         objectives: multi:softmax's the softmax of the margins (XGBoost's ``predict_proba``),
         binary:logitraw's p the sigmoid of its margin (XGBoost's gives the margin itself)."""
         if self.estimator.booster_.params.objective in FROM_MARGINS:
-            margin = self.predict(X, output_margin=True, **options)
-            p = softmax(margin, axis=1) if margin.ndim == 2 else expit(margin)
+            p = probabilities_of_margins(self.predict(X, output_margin=True, **options))
         else:
             p = self.predict(X, **options)
         return np.column_stack((1.0 - p, p)) if p.ndim == 1 else p

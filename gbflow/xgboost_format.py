@@ -103,8 +103,8 @@ def _tree(tree, tree_id: int, n_features: int, codes: dict, columns: dict) -> di
     for k in inner:
         f = int(tree.feature[k])
         if f in columns and int(k) not in given:
-            given[int(k)] = np.arange(columns[f], dtype=np.int64)[
-                np.arange(columns[f]) >= tree.threshold[k]]
+            positions = np.arange(columns[f], dtype=np.int64)
+            given[int(k)] = positions[positions >= tree.threshold[k]]
     nodes = sorted(given)
     sets = [given[k] for k in nodes]
     sets = [codes[int(tree.feature[k])][s] if int(tree.feature[k]) in codes else s

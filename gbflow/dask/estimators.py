@@ -120,15 +120,14 @@ def _probabilities(probability, known: np.ndarray):
     return probability.map_partitions(_proba_partition, columns, meta=meta)
 
 
-def _probability_partition(margin):
-    """A partition's margins as probabilities: each row's softmax (several columns), or the
-    sigmoid (one), as the in-memory adapter computes them."""
+def _probability_partition(margin, probabilities):
+    """A partition's margins (a Series or frame) as ``probabilities`` of their values, in the
+    same pandas shape."""
     import pandas as pd
-    from scipy.special import expit, softmax
-    values = margin.to_numpy()
+    values = probabilities(margin.to_numpy())
     if values.ndim == 2:
-        return pd.DataFrame(softmax(values, axis=1), index=margin.index, columns=margin.columns)
-    return pd.Series(expit(values), index=margin.index, name=margin.name)
+        return pd.DataFrame(values, index=margin.index, columns=margin.columns)
+    return pd.Series(values, index=margin.index, name=margin.name)
 
 
 class DaskAdapter:
@@ -139,12 +138,14 @@ class DaskAdapter:
     those of ``gbflow.sklearn_data._InMemoryAdapter``; ``column`` names the prediction.
     """
 
-    def __init__(self, estimator, column: str, from_margins: tuple = ()):
+    def __init__(self, estimator, column: str, from_margins: tuple = (),
+                 probabilities=None):
         self.estimator = estimator
         self.column = column
-        # objectives whose class probabilities are computed from the margins (multi:softmax
-        # predicts a class, binary:logitraw a margin)
-        self.from_margins = from_margins
+        # objectives whose class probabilities are ``probabilities`` of the margins (the
+        # in-memory adapter's function; multi:softmax predicts a class, binary:logitraw a
+        # margin)
+        self.from_margins, self.probabilities = from_margins, probabilities
 
     # -- fit -------------------------------------------------------------------------------------
     def fit_data(self, X, y, y_numeric: bool = False):
@@ -189,7 +190,8 @@ class DaskAdapter:
         if self.estimator.booster_.params.objective not in self.from_margins:
             return self.predict(X, **options)
         margin = self.predict(X, output_margin=True, **options)
-        return margin.map_partitions(_probability_partition, meta=margin._meta)
+        return margin.map_partitions(_probability_partition, self.probabilities,
+                                     meta=margin._meta)
 
     def labels(self, X, known, **options):
         return _labels(self._probability(X, **options), known, self.column)
