@@ -242,7 +242,7 @@ def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_
         cuts = sketch.compute_cuts(backend.xp, raw, weights, params.max_bin,
                                    collective=collective,
                                    block_values=backend.sketch_block_values, n_rows=n_rows,
-                                   max_weight=max_weight)
+                                   max_weight=max_weight, kernels=backend.kernels)
         backend.free_cached_memory()  # the sketch's temporaries
         names = parts[0].feature_names
         cuts = cuts.with_features({names.index(name): categories.category_cuts(len(values))

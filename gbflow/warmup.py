@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from . import api
-from .backend import get_backend
+from .backend import get_backend, sketch_tallies
 
 
 def _tables(rng) -> list:
@@ -100,8 +100,9 @@ def _large_evaluation_kernels(backend, rng) -> None:
     """Run once what only data larger than the tiny trainings' takes: the sigmoid, auc's
     prediction keys and buckets and binary:logistic's gradients on numba's threads (the
     CPU's, from 2**15 rows; the sigmoid where the machine's exp allows), the dense buckets'
-    tally (from 2**16 rows). Multi-class auc's strided class columns compile at their first
-    use."""
+    tally (from 2**16 rows), and the quantile sketch's block tallies (from 2**22 values, on
+    whole rows and on a group of a wider matrix's columns). Multi-class auc's strided class
+    columns compile at their first use."""
     from .metrics import tallies
     xp, kernels = backend.xp, backend.kernels
     n = tallies.EXACT_ROWS + 1
@@ -112,3 +113,17 @@ def _large_evaluation_kernels(backend, rng) -> None:
     label = xp.asarray((rng.random(n) < 0.5).astype(np.float64))
     kernels.auc_bucket_words(buckets, label, None, 1.0, 1 << tallies.DENSE_BITS)
     kernels.logistic_gradients(xp.asarray(rng.standard_normal(n)), label, None)
+    matrix = xp.asarray(rng.standard_normal((64, 4)).astype(np.float32))
+    weight = xp.ones((64, 1))
+    for block in (matrix, matrix[:, 1:3]):
+        g = block.shape[1]
+        feature = xp.arange(g)[None, :]
+        slot_of = xp.zeros(g * sketch_tallies.N_BUCKETS, dtype=xp.int32)
+        for w in (None, weight):
+            kernels.sketch_counts(block, feature, 0, w, None,
+                                  xp.zeros(g * sketch_tallies.N_BUCKETS, dtype=xp.int64))
+            kernels.sketch_counts(block, feature, 0, w, slot_of,
+                                  xp.zeros(sketch_tallies.N_SUB, dtype=xp.int64))
+        kernels.sketch_selected(block, feature, 0, slot_of,
+                                xp.ones(sketch_tallies.N_SUB, dtype=bool),
+                                xp.empty(block.shape, dtype=bool))

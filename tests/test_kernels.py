@@ -1873,3 +1873,100 @@ def test_gradient_kernels_refuse_bad_arguments_as_their_twins_do(kernels):
             module.softmax_gradients(np.zeros((5, 3)), np.zeros(5), np.ones(4))
         with pytest.raises(ValueError, match="softmax_gradients: margin must have 2"):
             module.softmax_gradients(np.zeros(5), np.zeros(5), None)
+
+
+def _sketch_block(rng, n_rows, n_features, f0):
+    """A dense sketch block of features f0.. (a non-contiguous view, as a group of a wider
+    matrix is), with NaN, both zeros, infinities and repeated values; its feature ids; integer
+    weights (zeros among them) as the passes hold them, (n_rows, 1)."""
+    wide = rng.standard_normal((n_rows, n_features + 3)).astype(np.float32)
+    repeated = rng.random(wide.shape) < 0.3  # a few values many times
+    wide[repeated] = rng.choice(np.float32([-1.5, 0.25, 0.5, 3.0]), int(repeated.sum()))
+    specials = np.array([np.nan, 0.0, -0.0, np.inf, -np.inf, 1e-40, -1e-40], dtype=np.float32)
+    mask = rng.random(wide.shape) < 0.1
+    wide[mask] = rng.choice(specials, int(mask.sum()))
+    values = wide[:, 1:n_features + 1]
+    feature = np.arange(f0, f0 + n_features, dtype=np.int64)[None, :]
+    weight = rng.integers(0, 4, (n_rows, 1)).astype(np.float64)
+    return values, feature, weight
+
+
+def _slot_of(rng, values, f0):
+    """(g * 65,536,) int32: each feature's candidate buckets (some occupied, some not) numbered
+    by feature, -1 elsewhere: no two features share a slot, as ``bucket_slots`` gives."""
+    n_features = values.shape[1]
+    keys = common.ordered_keys(np, values)
+    slot_of = np.full(n_features * sketch.N_BUCKETS, -1, dtype=np.int32)
+    n_slots = 0
+    for f in range(n_features):
+        occupied = np.unique(keys[:, f] >> 16).astype(np.int64)
+        chosen = np.union1d(rng.choice(occupied, min(len(occupied), 5), replace=False),
+                            rng.integers(0, sketch.N_BUCKETS, 3))
+        slot_of[f * sketch.N_BUCKETS + chosen] = n_slots + np.arange(len(chosen))
+        n_slots += len(chosen)
+    return slot_of, n_slots
+
+
+@pytest.mark.parametrize("n_rows,n_features,f0", [(0, 3, 0), (1, 1, 0), (700, 5, 2),
+                                                  (20_000, 9, 30)])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_sketch_counts_and_selection(kernels, n_rows, n_features, f0, weighted):
+    """The sketch's block tallies (buckets, and sub-buckets of slots) and its fine selection
+    give the twins' integers and marks on dense blocks with every kind of float."""
+    rng = np.random.default_rng(n_rows + n_features)
+    values, feature, weight = _sketch_block(rng, n_rows, n_features, f0)
+    weight = weight if weighted else None
+    size = n_features * sketch.N_BUCKETS
+    start = rng.integers(0, 5, size).astype(np.int64)  # added to, not overwritten
+    expected = numpy_kernels.sketch_counts(values, feature, f0, weight, None, start.copy())
+    got = kernels.sketch_counts(values, feature, f0, weight, None, start.copy())
+    assert np.array_equal(got, expected)
+    assert (expected - start).sum() == (np.count_nonzero(~np.isnan(values)) if weight is None
+                                        else (weight * ~np.isnan(values)).sum())
+    slot_of, n_slots = _slot_of(rng, values, f0)
+    table = np.zeros(n_slots * sketch.N_SUB, dtype=np.int64)
+    expected = numpy_kernels.sketch_counts(values, feature, f0, weight, slot_of, table.copy())
+    assert np.array_equal(kernels.sketch_counts(values, feature, f0, weight, slot_of,
+                                                table.copy()), expected)
+    if n_rows > 100:
+        assert expected.sum() > 0
+    wanted = rng.random(n_slots * sketch.N_SUB) < 0.5
+    expected = numpy_kernels.sketch_selected(values, feature, f0, slot_of, wanted,
+                                             np.empty(values.shape, bool))
+    out = np.empty(values.shape, bool)
+    assert kernels.sketch_selected(values, feature, f0, slot_of, wanted, out) is out
+    assert np.array_equal(out, expected)
+    assert not expected[np.isnan(values)].any()
+
+
+def test_sketch_kernels_take_csr_entries(kernels):
+    """A CSR block's (k,) entries with their own feature ids give the twins' results (the
+    CPU's kernel hands them to its twin)."""
+    rng = np.random.default_rng(5)
+    values, _, _ = _sketch_block(rng, 3000, 4, 0)
+    entries = values.reshape(-1).copy()
+    feature = np.tile(np.arange(4, dtype=np.int32), 3000)
+    weight = rng.integers(0, 3, len(entries)).astype(np.float64)
+    table = np.zeros(4 * sketch.N_BUCKETS, dtype=np.int64)
+    expected = numpy_kernels.sketch_counts(entries, feature, 0, weight, None, table.copy())
+    assert np.array_equal(kernels.sketch_counts(entries, feature, 0, weight, None,
+                                                table.copy()), expected)
+    # the same values as a dense block: the same tally
+    dense = kernels.sketch_counts(values, np.arange(4)[None, :], 0, None, None, table.copy())
+    assert np.array_equal(dense, numpy_kernels.sketch_counts(entries, feature, 0, None, None,
+                                                             table.copy()))
+
+
+def test_sketch_kernels_refuse_bad_arguments_as_their_twins_do(kernels):
+    values = np.zeros((4, 2), np.float32)
+    feature = np.arange(2)[None, :]
+    for module in (numpy_kernels, kernels):
+        with pytest.raises(TypeError, match="sketch_counts: values must be float32"):
+            module.sketch_counts(values.astype(np.float64), feature, 0, None, None,
+                                 np.zeros(2 * sketch.N_BUCKETS, np.int64))
+        with pytest.raises(TypeError, match="sketch_counts: the table must be"):
+            module.sketch_counts(values, feature, 0, None, None,
+                                 np.zeros(2 * sketch.N_BUCKETS, np.float64))
+        with pytest.raises(TypeError, match="sketch_selected: slot_of must be int32"):
+            module.sketch_selected(values, feature, 0, np.zeros(2 * sketch.N_BUCKETS),
+                                   np.zeros(256, bool), np.empty((4, 2), bool))

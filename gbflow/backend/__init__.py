@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
+
 from . import numpy_kernels
 from .arrays import on_gpu, to_host
 from .base import Backend, PendingCopies
@@ -16,7 +18,7 @@ from .common import packed_empty
 from .cpu import CpuBackend
 
 __all__ = ["DEVICES", "Backend", "PendingCopies", "backend_for", "cuda_available", "get_backend",
-           "on_gpu", "packed_empty", "reference_kernels", "to_host"]
+           "kernels_for", "on_gpu", "packed_empty", "reference_kernels", "to_host"]
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -67,6 +69,12 @@ def get_backend(device: str = "auto", data_on_gpu: bool = False,
     if device == "cuda":
         return _cuda_backend()
     return CpuBackend(numpy_kernels) if _reference_only else CpuBackend()
+
+
+def kernels_for(xp):
+    """The kernels module for arrays of the namespace ``xp``: the CPU's for NumPy (its NumPy twins
+    under ``reference_kernels()``), the GPU's for CuPy."""
+    return get_backend("cpu" if xp is np else "cuda").kernels
 
 
 def backend_for(array) -> Backend:

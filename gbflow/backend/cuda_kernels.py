@@ -47,6 +47,7 @@ from .common import (
 )
 from .compiling import compiling
 from .losses import check_loss_arguments, logistic_gradients_with, softmax_gradients_with
+from .sketch_tallies import check_sketch_arguments, sketch_counts_with, sketch_selected_with
 
 _CUDA_DIR = pathlib.Path(__file__).with_name("cuda")
 _THREADS = 256
@@ -1293,6 +1294,19 @@ def softmax_gradients(margin, label, weight):
     order)."""
     check_loss_arguments(margin, label, weight, 2, "softmax_gradients")
     return softmax_gradients_with(cp, cp.asarray(margin, dtype=cp.float64), label, weight)
+
+
+def sketch_counts(values, feature, f0, weight, slot_of, table):
+    """See ``numpy_kernels.sketch_counts``: CuPy's operations and ``table_counts``' atomic
+    adds."""
+    check_sketch_arguments(values, feature, weight, slot_of, table, "sketch_counts")
+    return sketch_counts_with(cp, table_counts, values, feature, int(f0), weight, slot_of, table)
+
+
+def sketch_selected(values, feature, f0, slot_of, wanted, out):
+    """See ``numpy_kernels.sketch_selected``: CuPy's operations."""
+    check_sketch_arguments(values, feature, None, slot_of, None, "sketch_selected")
+    return sketch_selected_with(cp, values, feature, int(f0), slot_of, wanted, out)
 
 
 def prediction_keys(values):

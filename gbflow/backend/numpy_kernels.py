@@ -45,6 +45,7 @@ from .common import (
     work_list_rows,
 )
 from .losses import check_loss_arguments, logistic_gradients_with, softmax_gradients_with
+from .sketch_tallies import check_sketch_arguments, sketch_counts_with, sketch_selected_with
 
 
 def bin_features(X, cut_values, cut_offsets, out):
@@ -939,6 +940,30 @@ def softmax_gradients(margin, label, weight):
     # row-major: NumPy sums a row of a column-major array in another order
     return softmax_gradients_with(np, np.ascontiguousarray(margin, dtype=np.float64), label,
                                   weight)
+
+
+def sketch_counts(values, feature, f0, weight, slot_of, table):
+    """The quantile sketch's tally of one block into ``table`` (int64, in place; returned):
+    each present float32 value's weight (integer-valued float64 ``weight`` broadcastable to
+    values, or None for 1) at its bucket, or at its sub-bucket in its bucket's slot where
+    ``slot_of`` ((g * N_BUCKETS,) int32, -1 for no slot) is given
+    (``sketch_tallies.sketch_counts_with``). values: (rows, g) float32 of features f0..f0+g-1
+    or a CSR's (k,) entries; feature: their feature ids ((1, g) or (k,) integers)."""
+    check_sketch_arguments(values, feature, weight, slot_of, table, "sketch_counts")
+    return sketch_counts_with(np, _bincount, values, feature, int(f0), weight, slot_of, table)
+
+
+def _bincount(ids, size: int, weights):
+    return np.bincount(ids, weights, minlength=size)
+
+
+def sketch_selected(values, feature, f0, slot_of, wanted, out):
+    """The quantile sketch's fine selection of one block: ``out`` (bool, values' shape, in
+    place; returned) True where a value is present, its bucket has a slot s in ``slot_of``
+    and ``wanted`` ((n_slots * N_SUB,) bool) marks s's sub-bucket of it
+    (``sketch_tallies.sketch_selected_with``). values, feature, f0: as ``sketch_counts``."""
+    check_sketch_arguments(values, feature, None, slot_of, None, "sketch_selected")
+    return sketch_selected_with(np, values, feature, int(f0), slot_of, wanted, out)
 
 
 def prediction_keys(values):

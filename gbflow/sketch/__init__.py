@@ -35,9 +35,10 @@ vectorised over all features.
 The passes read dense (n_rows, n_features) float32 matrices (NaN is missing) and ``csr.CSR``
 matrices (absent entries and stored NaN are missing) in their own namespace ``xp`` (NumPy or
 CuPy); only the summaries go to the host. A group of features with many values is tallied in a
-dense per-group table (a bincount, compressed with flatnonzero before it leaves the device); a
-group with few values per bucket (wide sparse data, small partitions) by sorting its ids. Both
-give the same integers.
+dense per-group table (the backend's ``sketch_counts`` and ``sketch_selected`` kernels: one
+pass over a block on the CPU's threads, atomic adds on the GPU; compressed with flatnonzero
+before it leaves the device); a group with few values per bucket (wide sparse data, small
+partitions) by sorting its ids. Both give the same integers.
 
 Weights are fixed-point integers (``fixed_point.fixed_point_scale`` with a 2**52 limit) whose totals
 per feature stay below 2**53, so float64 table sums (``backend.tables.table_counts``: NumPy's

@@ -9,7 +9,7 @@ import numpy as np
 from ..backend import to_host
 from ..backend.tables import entry_rows
 from ..csr import CSR
-from .keys import FINE_SHIFT, N_BUCKETS, RADIX_BITS, ordered_keys
+from .keys import FINE_SHIFT, N_BUCKETS, ordered_keys
 
 # Values per block of rows in the summary passes: the temporaries (keys, bucket ids, masks) stay a
 # few MB and are reused, instead of several arrays the size of the data being allocated, touched
@@ -46,7 +46,16 @@ class _Block:
         """(k,) float64 weights of the selected values, or None."""
         if self.weight is None:
             return None
-        return xp.broadcast_to(self.weight, self.keys.shape)[selected]
+        return xp.broadcast_to(self.weight, self.values.shape)[selected]
+
+    def selected_fine_ids(self, xp, selected):
+        """(k,) int64 fine ids (feature << 32 | key) of the values where ``selected`` (bool,
+        values' shape) holds, in row-major order: keys made for those values alone."""
+        ids = ordered_keys(xp, self.values[selected]).astype(xp.int64)
+        high = xp.broadcast_to(self.feature, self.values.shape)[selected].astype(xp.int64)
+        high <<= FINE_SHIFT
+        ids |= high
+        return ids
 
     def all_fine_ids(self, xp):
         """int64, values' shape: feature << 32 | key (meaningless for NaN). Built in place: one
@@ -77,14 +86,6 @@ class _Block:
         order = xp.argsort(ids)
         return ids[order], weights[order]
 
-    def local_buckets(self, xp, f0: int):
-        """Keys' shape, intp: (feature - f0) * 65,536 + top 16 key bits (a dense table index)."""
-        offset = self.feature.astype(xp.intp)  # a CSR's int32 column ids would overflow
-        offset -= f0
-        offset *= N_BUCKETS
-        index = (self.keys >> RADIX_BITS).astype(xp.intp)
-        index += offset
-        return index
 
 
 @dataclasses.dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _dtypes, fixed_point
+from ..backend import kernels_for
 from ..collective import LOCAL
 from ..csr import CSR
 from ..cuts import Cuts
@@ -18,7 +19,8 @@ from .summary import merge
 
 def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
                  collective=LOCAL, block_values: int = BLOCK_VALUES, *,
-                 n_rows: int | None = None, max_weight: float | None = None) -> Cuts:
+                 n_rows: int | None = None, max_weight: float | None = None,
+                 kernels=None) -> Cuts:
     """Exact weighted quantile cuts over all ``parts`` of every process of ``collective``.
 
     parts: non-empty list, each a (n_i, n_features) float32 array (NaN = missing) or a
@@ -28,7 +30,8 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
     float arrays, or None for unit weights; a row's weight applies to each of its values.
     block_values: values per block in the summary passes. n_rows, max_weight: the row count and
     the largest weight over every process, when the caller has them already (each saves a
-    reduction; every process must pass them alike). The result does not depend on how rows
+    reduction; every process must pass them alike). kernels: the backend's kernels for ``xp``
+    (None: ``backend.kernels_for(xp)``). The result does not depend on how rows
     are split into parts or processes, nor on their order, nor on whether a part is dense or CSR.
     One process with at most ``direct.DIRECT_VALUES`` values skips the passes: tallying all its
     values at once gives the same cuts (``direct.direct_cuts``).
@@ -64,23 +67,24 @@ def compute_cuts(xp, parts: list, weights: list | None, max_bin: int,
         # local parts first (one message per process), then every process's: exact in any order
         return merge(collective.allgather(merge(summaries)))
 
+    kernels = kernels or kernels_for(xp)
     kept = [kept_blocks(p) for p in parts]  # small parts' blocks serve all three passes
-    coarse = merged([coarse_summary(xp, p, w, block_values, k)
+    coarse = merged([coarse_summary(xp, p, w, block_values, k, kernels)
                      for p, w, k in zip(parts, fixed, kept)])
     candidates = candidate_buckets(coarse, n_value_bins)
     slots = bucket_slots(candidates, coarse, None if weights is None else n_rows)
     if MiddleTable.fits(slots):  # one in-place sum of a dense table, no host merge
-        table = MiddleTable(xp, slots, coarse.n_features)
+        table = MiddleTable(xp, slots, coarse.n_features, kernels)
         for p, w, k in zip(parts, fixed, kept):
             table.add(p, w, block_values, k)
         table.counts = collective.allreduce_sum(table.counts)
         middle = table.summary()
         del table
     else:
-        middle = merged([middle_summary(xp, p, w, slots, block_values, k)
+        middle = merged([middle_summary(xp, p, w, slots, block_values, k, kernels)
                          for p, w, k in zip(parts, fixed, kept)])
     sub_candidates = candidate_sub_buckets(coarse, slots, middle, n_value_bins)
-    fine = merged([fine_summary(xp, p, w, slots, sub_candidates, block_values, k)
+    fine = merged([fine_summary(xp, p, w, slots, sub_candidates, block_values, k, kernels)
                    for p, w, k in zip(parts, fixed, kept)])
     del kept
     values, offsets = choose_cuts(coarse, candidates, slots, middle, sub_candidates, fine,

@@ -4,11 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend.common import ordered_keys  # noqa: F401  (its home: the kernels use it too)
+from ..backend.sketch_tallies import BUCKET_BITS as RADIX_BITS  # the kernels' layout
+from ..backend.sketch_tallies import N_BUCKETS, N_SUB, SUB_BITS  # noqa: F401
 
-RADIX_BITS = 16
-N_BUCKETS = 1 << RADIX_BITS
-SUB_BITS = 8
-N_SUB = 1 << SUB_BITS
 # Bits below the feature id in the ids of the three summaries (the top bits of the uint32 key).
 COARSE_SHIFT = RADIX_BITS
 MIDDLE_SHIFT = RADIX_BITS + SUB_BITS

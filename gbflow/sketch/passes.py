@@ -3,29 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend.tables import table_counts
+from ..backend import kernels_for
 from .blocks import BLOCK_VALUES, _Group, _groups, _n_features
-from .keys import COARSE_SHIFT, FINE_SHIFT, MIDDLE_SHIFT, N_BUCKETS, N_SUB, RADIX_BITS, SUB_BITS
+from .keys import COARSE_SHIFT, FINE_SHIFT, MIDDLE_SHIFT, N_BUCKETS, N_SUB, SUB_BITS
 from .selection import Slots
 from .summary import Summary, _Accumulator, _host_summary, _tally
-
-
-def _nan_may_match(buckets: np.ndarray) -> bool:
-    """Whether a NaN's key could fall in one of these coarse buckets (sorted coarse ids).
-
-    NaN keys lie above +inf's and below -inf's, in the 128 buckets at either end of the key
-    range, which no finite value shares (and ``ordered_keys``' addition quiets NaN, which moves
-    them further out than an infinity's bucket). Unless such a bucket is a candidate, the slot
-    lookup alone rejects NaN and the passes skip testing for it."""
-    low = buckets & (N_BUCKETS - 1)
-    return bool(np.any((low >= N_BUCKETS - 128) | (low < 128)))
-
-
-def _bincount(xp, ids, weights, size: int):
-    """(size,) int64 total weight per id (weights: integer-valued float64 or None)."""
-    if weights is None:
-        return table_counts(xp, ids, size).astype(xp.int64, copy=False)
-    return xp.rint(table_counts(xp, ids, size, weights)).astype(xp.int64)
 
 
 def _find(xp, sorted_ids, ids):
@@ -45,26 +27,22 @@ def _slot_table(xp, local_buckets, group: _Group):
     return table
 
 
-def _sub_bucket(xp, keys):
-    return ((keys >> (RADIX_BITS - SUB_BITS)) & xp.uint32(N_SUB - 1)).astype(xp.intp)
-
-
 def coarse_summary(xp, X, w_fixed, block_values: int = BLOCK_VALUES,
-                   kept: dict | None = None) -> Summary:
+                   kept: dict | None = None, kernels=None) -> Summary:
     """Pass 1: total weight per feature and top 16 key bits, as a host ``Summary`` (shift 16).
 
     X: (n_rows, n_features) float32 (NaN missing) or a ``csr.CSR``, in ``xp``. w_fixed:
     (n_rows,) integer-valued float64 or None. block_values: values per block (the GPU takes
     far larger blocks than the CPU). kept: X's ``blocks.kept_blocks`` store, or None (every
-    pass takes the same)."""
+    pass takes the same). kernels: the backend's kernels for ``xp`` (None: ``kernels_for``)."""
+    kernels = kernels or kernels_for(xp)
     pieces = []
     for group in _groups(xp, X, w_fixed, block_values, kept):
         size = (group.f1 - group.f0) * N_BUCKETS
         if group.dense_table(size):
             table = xp.zeros(size, dtype=xp.int64)
             for b in group.blocks():
-                table += _bincount(xp, b.local_buckets(xp, group.f0)[b.present],
-                                   b.weights(xp, b.present), size)
+                kernels.sketch_counts(b.values, b.feature, group.f0, b.weight, None, table)
             occupied = xp.flatnonzero(table)
             pieces.append((occupied + (group.f0 << COARSE_SHIFT), table[occupied]))
         else:
@@ -79,14 +57,16 @@ def coarse_summary(xp, X, w_fixed, block_values: int = BLOCK_VALUES,
 
 
 def middle_summary(xp, X, w_fixed, slots: Slots, block_values: int = BLOCK_VALUES,
-                   kept: dict | None = None) -> Summary:
+                   kept: dict | None = None, kernels=None) -> Summary:
     """Pass 2: total weight per sub-bucket (top 24 key bits) inside candidate buckets, as a host
     ``Summary`` (shift 24). slots: ``bucket_slots`` of the merged pass-1 selection."""
-    return _host_summary(xp, list(_middle_tallies(xp, X, w_fixed, slots, block_values, kept)),
-                         MIDDLE_SHIFT, _n_features(X))
+    tallies = _middle_tallies(xp, X, w_fixed, slots, block_values, kept,
+                              kernels or kernels_for(xp))
+    return _host_summary(xp, list(tallies), MIDDLE_SHIFT, _n_features(X))
 
 
-def _middle_tallies(xp, X, w_fixed, slots: Slots, block_values: int, kept: dict | None):
+def _middle_tallies(xp, X, w_fixed, slots: Slots, block_values: int, kept: dict | None,
+                    kernels):
     """Pass 2's device tallies, one per feature group of X that holds candidate buckets, in
     feature order: (sorted unique int64 middle ids, int64 totals > 0)."""
     buckets = slots.bucket
@@ -99,13 +79,9 @@ def _middle_tallies(xp, X, w_fixed, slots: Slots, block_values: int, kept: dict 
         size = (hi - lo) * N_SUB
         if group.dense_table(size):
             slot_of = _slot_table(xp, local, group)
-            may_be_nan = _nan_may_match(buckets[lo:hi])
             table = xp.zeros(size, dtype=xp.int64)
             for b in group.blocks():
-                slot = slot_of[b.local_buckets(xp, group.f0)]
-                selected = b.present & (slot >= 0) if may_be_nan else slot >= 0
-                ids = slot.astype(xp.intp) * N_SUB + _sub_bucket(xp, b.keys)
-                table += _bincount(xp, ids[selected], b.weights(xp, selected), size)
+                kernels.sketch_counts(b.values, b.feature, group.f0, b.weight, slot_of, table)
             # Counted at full resolution (no per-value mask); the coarser sub-buckets of some
             # buckets are unions of consecutive ones: merged here, on the occupied ids only.
             occupied = xp.flatnonzero(table)
@@ -142,13 +118,14 @@ class MiddleTable:
     offsets[s + 1]]``, one per value of the slot's mask bits, in key order.
     """
 
-    def __init__(self, xp, slots: Slots, n_features: int):
+    def __init__(self, xp, slots: Slots, n_features: int, kernels=None):
         self.xp, self.n_features = xp, n_features
         self.counts = xp.zeros(slots.table_size, dtype=xp.int64)
         self._buckets = xp.asarray(slots.bucket)
         self._offsets = xp.asarray(slots.table_offsets[:-1])
         self._shifts = xp.asarray(slots.dropped_bits)
         self._slots = slots
+        self._kernels = kernels or kernels_for(xp)
 
     @staticmethod
     def fits(slots: Slots) -> bool:
@@ -161,7 +138,7 @@ class MiddleTable:
         """Add pass 2's weights of one part (a dense float32 matrix or a CSR in ``xp``, with its
         integer-valued float64 weights or None) to ``counts``."""
         for ids, totals in _middle_tallies(self.xp, X, w_fixed, self._slots, block_values,
-                                           kept):
+                                           kept, self._kernels):
             slot = self.xp.searchsorted(self._buckets, ids >> SUB_BITS)
             # one tally's ids are unique, so are their positions: a plain indexed add
             self.counts[self._offsets[slot] + ((ids & (N_SUB - 1)) >> self._shifts[slot])] \
@@ -178,9 +155,11 @@ class MiddleTable:
 
 
 def fine_summary(xp, X, w_fixed, slots: Slots, sub_candidates: np.ndarray,
-                 block_values: int = BLOCK_VALUES, kept: dict | None = None) -> Summary:
+                 block_values: int = BLOCK_VALUES, kept: dict | None = None,
+                 kernels=None) -> Summary:
     """Pass 3: the distinct values of X in candidate sub-buckets with their total weights, as a
     host ``Summary`` (shift 32: ids are feature << 32 | the value's ordered key)."""
+    kernels = kernels or kernels_for(xp)
     buckets = slots.bucket
     subs = np.asarray(sub_candidates, dtype=np.int64)
     device_buckets, device_subs = xp.asarray(buckets), xp.asarray(subs)
@@ -197,7 +176,6 @@ def fine_summary(xp, X, w_fixed, slots: Slots, sub_candidates: np.ndarray,
         acc = _Accumulator(xp, group.block_values)
         if group.dense_table(size):
             slot_of = _slot_table(xp, local, group)
-            may_be_nan = _nan_may_match(buckets[lo:hi])
             wanted = xp.zeros(size, dtype=bool)
             wanted[xp.searchsorted(local, wanted_subs >> SUB_BITS) * N_SUB
                    + (wanted_subs & (N_SUB - 1))] = True
@@ -206,12 +184,9 @@ def fine_summary(xp, X, w_fixed, slots: Slots, sub_candidates: np.ndarray,
             index = xp.arange(size, dtype=xp.int64)
             wanted = wanted[index - (index % N_SUB) + (index % N_SUB & masks[index // N_SUB])]
             for b in group.blocks():
-                slot = slot_of[b.local_buckets(xp, group.f0)].astype(xp.intp)
-                in_bucket = b.present & (slot >= 0) if may_be_nan else slot >= 0
-                index = xp.where(in_bucket, slot * N_SUB + _sub_bucket(xp, b.keys), 0)
-                selected = in_bucket & wanted[index]
-                ids = b.all_fine_ids(xp)[selected]
-                acc.add(ids, b.weights(xp, selected))
+                selected = kernels.sketch_selected(b.values, b.feature, group.f0, slot_of,
+                                                   wanted, xp.empty(b.values.shape, bool))
+                acc.add(b.selected_fine_ids(xp, selected), b.weights(xp, selected))
         else:
             local_slots = Slots(bucket=local, mask=masks)
             for b in group.blocks():
