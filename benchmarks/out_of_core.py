@@ -21,8 +21,10 @@ so it includes the CUDA context (printed apart as "context"), the data where it 
 the warm-up and training; sampling stops when training returns. "host +" is the process's
 resident memory (/proc/self/statm, page-locked pages included) above its value when the timed
 training started, sampled in the same thread. Each library is warmed up first (untimed) with the
-case's parameters on the first 1,000,000 rows (all of them when fewer), 2 rounds, then its
-cached device memory is freed. Train time: from the call to the model's completion, the
+case's parameters on the first 1,000,000 rows (all of them when fewer; gbflow's paged cases on
+all the rows: CuPy compiles its reductions and scans for the sizes they meet, and a smaller
+warm-up left 0.5-0.8 s of compiling in the timed run), 2 rounds, then its cached device memory
+is freed. Train time: from the call to the model's completion, the
 library's quantization included (gbflow's sketch and binning, XGBoost's DMatrix construction);
 "ms/tree" excludes it (gbflow's "quantize" stage; XGBoost's DMatrix construction). AUC: scikit-
 learn's roc_auc_score on the held-out rows (host arrays).
@@ -211,8 +213,8 @@ def load_data(folder: str):
     return tuple(np.load(paths[name]) for name in ("X", "y", "Xt", "yt"))
 
 
-def warm_rows(n_rows: int) -> int:
-    return min(n_rows, WARM_ROWS)
+def warm_rows(n_rows: int, whole: bool = False) -> int:
+    return n_rows if whole else min(n_rows, WARM_ROWS)
 
 
 def binned_bytes(args) -> int:
@@ -420,10 +422,10 @@ def run_gbflow(args, memory, result):
     result.update(data_bytes=int(X.nbytes + y.nbytes),
                   data_on="device" if gpu and not paged else "host")
     warm = dict(params)
-    n = warm_rows(len(X))
+    n = warm_rows(len(X), whole="paged" in case)
     if "parquet" in case:  # raw values three times the limit in the warm-up too
         warm["device_memory_limit"] = max(1, n * args.features * 4 // 3)
-    elif paged:  # the warm-up pages too
+    elif paged and n < len(X):  # the warm-up pages too
         warm["device_memory_limit"] = max(1, int(args.limit_fraction * n * args.features))
     try:
         gbflow.train(X[:n], y[:n], params=warm, num_boost_round=2, verbose=False)

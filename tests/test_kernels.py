@@ -908,6 +908,16 @@ def test_auc_bucket_words_at_the_tally_bound():
                           numpy_kernels.auc_bucket_words(spread, soft, weight, scale, 1 << 20))
     with pytest.raises(ValueError, match=r"may tally 2\*\*31 or more"):
         cpu_kernels.auc_bucket_words(bucket, label, None, 2.0**21, 64)
+    # rows split between threads: each thread's tallies stay below the total's bound
+    many = np.full(rows, 5)
+    many[:2] = [0, 63]
+    ones = np.ones(rows)
+    ones[::5] = 0.0
+    expected = numpy_kernels.auc_bucket_words(many, ones, None, 2.0**13, 64)
+    assert expected[1] + expected[2] == 2**30
+    assert np.array_equal(cpu_kernels.auc_bucket_words(many, ones, None, 2.0**13, 64), expected)
+    with pytest.raises(ValueError, match=r"may tally 2\*\*31 or more"):
+        cpu_kernels.auc_bucket_words(many, ones, None, 2.0**14, 64)
     with pytest.raises(ValueError, match=r"may tally 2\*\*31 or more"):
         cpu_kernels.auc_bucket_words(bucket, label, np.full(n, 2.0), 2.0**20, 64)
 
@@ -1875,14 +1885,17 @@ def test_gradient_kernels_refuse_bad_arguments_as_their_twins_do(kernels):
             module.softmax_gradients(np.zeros(5), np.zeros(5), None)
 
 
-def _sketch_block(rng, n_rows, n_features, f0):
+def _sketch_block(rng, n_rows, n_features, f0, subnormals=True):
     """A dense sketch block of features f0.. (a non-contiguous view, as a group of a wider
-    matrix is), with NaN, both zeros, infinities and repeated values; its feature ids; integer
-    weights (zeros among them) as the passes hold them, (n_rows, 1)."""
+    matrix is), with NaN, both zeros, infinities, repeated values and (if ``subnormals``)
+    subnormal floats; its feature ids; integer weights (zeros among them) as the passes hold
+    them, (n_rows, 1). The GPU's float32 arithmetic flushes subnormals to zero (CuPy compiles
+    every kernel with -ftz=true): its keys of them are zero's, not the CPU's."""
     wide = rng.standard_normal((n_rows, n_features + 3)).astype(np.float32)
     repeated = rng.random(wide.shape) < 0.3  # a few values many times
     wide[repeated] = rng.choice(np.float32([-1.5, 0.25, 0.5, 3.0]), int(repeated.sum()))
-    specials = np.array([np.nan, 0.0, -0.0, np.inf, -np.inf, 1e-40, -1e-40], dtype=np.float32)
+    specials = np.array([np.nan, 0.0, -0.0, np.inf, -np.inf] + ([1e-40, -1e-40] if subnormals
+                                                                 else []), dtype=np.float32)
     mask = rng.random(wide.shape) < 0.1
     wide[mask] = rng.choice(specials, int(mask.sum()))
     values = wide[:, 1:n_features + 1]
@@ -1914,7 +1927,8 @@ def test_sketch_counts_and_selection(kernels, n_rows, n_features, f0, weighted):
     """The sketch's block tallies (buckets, and sub-buckets of slots) and its fine selection
     give the twins' integers and marks on dense blocks with every kind of float."""
     rng = np.random.default_rng(n_rows + n_features)
-    values, feature, weight = _sketch_block(rng, n_rows, n_features, f0)
+    values, feature, weight = _sketch_block(rng, n_rows, n_features, f0,
+                                            subnormals=kernels is cpu_kernels)
     weight = weight if weighted else None
     size = n_features * sketch.N_BUCKETS
     start = rng.integers(0, 5, size).astype(np.int64)  # added to, not overwritten
@@ -1943,7 +1957,7 @@ def test_sketch_kernels_take_csr_entries(kernels):
     """A CSR block's (k,) entries with their own feature ids give the twins' results (the
     CPU's kernel hands them to its twin)."""
     rng = np.random.default_rng(5)
-    values, _, _ = _sketch_block(rng, 3000, 4, 0)
+    values, _, _ = _sketch_block(rng, 3000, 4, 0, subnormals=kernels is cpu_kernels)
     entries = values.reshape(-1).copy()
     feature = np.tile(np.arange(4, dtype=np.int32), 3000)
     weight = rng.integers(0, 3, len(entries)).astype(np.float64)

@@ -2051,7 +2051,8 @@ def key_buckets(keys, low, span, bits: int):
 # The auc tally and its words are split between threads by bucket range (a thread reads every
 # row and keeps those of its range: no table a thread, the dense one is 16 MB) and the words by
 # chunks of buckets (each chunk's sums with its own running negative total, then combined in
-# chunk order: integer sums, so any split gives the serial kernel's words). Below these sizes one
+# chunk order: integer sums, so any split gives the serial kernel's words); auc_bucket_words'
+# rows by chunks (a bitmap and a table of occupied buckets a thread). Below these sizes one
 # thread does it all.
 _AUC_PARALLEL_ROWS = 1 << 15
 _AUC_PARALLEL_BUCKETS = 1 << 16
@@ -2132,49 +2133,65 @@ _TALLY_LIMIT = 1 << 31  # the occupied-bucket table's int32 tallies stay below i
 _BAD_BUCKET, _TOO_HEAVY = 1, 2  # _auc_bucket_words' refusals (0: done)
 
 
-@njit(**_JIT)
-def _auc_bucket_words(bucket, label, weight, has_weight, scale, n_buckets, out):
+@njit(parallel=True, **_JIT)
+def _auc_bucket_words(bucket, label, weight, has_weight, scale, n_buckets, out, n_parts):
     # The occupied buckets as a bitmap (n_buckets bits: 128 KB for 2**20, in cache), each
     # bucket's rank among them by a prefix count of the bitmap's words, the rows tallied into a
     # table of the occupied buckets alone, in bucket order: the dense table's nonzero columns,
     # so the same words, without filling and scanning 16 MB a round. The table holds int32
     # tallies: a bucket's tally is at most the rows' total, counted in int64 on the way and
     # refused from 2**31 (then a tally may have wrapped), and half the bytes scattered into
-    # made 1M rows 2-3x faster.
+    # made 1M rows 2-3x faster. Threads take chunks of rows, each with its own bitmap and
+    # table (combined in a fixed order; integer sums): a thread's tallies are at most the
+    # total too.
     n = bucket.shape[0]
     n_words = (n_buckets + 63) >> 6
-    bits = np.zeros(n_words, dtype=np.uint64)
+    bitmaps = np.zeros((n_parts, n_words), dtype=np.uint64)
+    bad = np.zeros(n_parts, dtype=np.bool_)
     one = np.uint64(1)
-    for i in range(n):
-        b = bucket[i]
-        if b < 0 or b >= n_buckets:
-            return _BAD_BUCKET
-        bits[b >> 6] |= one << np.uint64(b & 63)
+    for p in prange(n_parts):
+        for i in range(n * p // n_parts, n * (p + 1) // n_parts):
+            b = bucket[i]
+            if b < 0 or b >= n_buckets:
+                bad[p] = True
+                break
+            bitmaps[p, b >> 6] |= one << np.uint64(b & 63)
+    if bad.any():
+        return _BAD_BUCKET
+    bits = bitmaps[0]
+    for p in range(1, n_parts):
+        bits |= bitmaps[p]
     first = np.empty(n_words, dtype=np.int64)  # rank of each word's first occupied bucket
     occupied = 0
     for j in range(n_words):
         first[j] = occupied
         occupied += _popcount(bits[j])
-    table = np.zeros((occupied, 2), dtype=np.int32)
-    total = np.int64(0)
-    for i in range(n):
-        b = bucket[i]
-        below = (one << np.uint64(b & 63)) - one
-        r = first[b >> 6] + _popcount(bits[b >> 6] & below)
-        w = weight[i] * scale if has_weight else scale
-        whole = np.int64(np.rint(w))
-        positive = np.int64(np.rint(w * label[i]))
-        total += whole
-        table[r, 0] += np.int32(positive)
-        table[r, 1] += np.int32(whole - positive)
-    if total >= _TALLY_LIMIT:
+    tables = np.zeros((n_parts, occupied, 2), dtype=np.int32)
+    totals = np.zeros(n_parts, dtype=np.int64)
+    for p in prange(n_parts):
+        total = np.int64(0)
+        for i in range(n * p // n_parts, n * (p + 1) // n_parts):
+            b = bucket[i]
+            below = (one << np.uint64(b & 63)) - one
+            r = first[b >> 6] + _popcount(bits[b >> 6] & below)
+            w = weight[i] * scale if has_weight else scale
+            whole = np.int64(np.rint(w))
+            positive = np.int64(np.rint(w * label[i]))
+            total += whole
+            tables[p, r, 0] += np.int32(positive)
+            tables[p, r, 1] += np.int32(whole - positive)
+        totals[p] = total
+    if totals.sum() >= _TALLY_LIMIT:
         return _TOO_HEAVY
     below_total = np.int64(0)
     numerator = np.int64(0)
     positive_total = np.int64(0)
     for r in range(occupied):
-        positive = np.int64(table[r, 0])
-        negative = np.int64(table[r, 1])
+        positive = np.int64(0)
+        negative = np.int64(0)
+        for p in range(n_parts):
+            positive += tables[p, r, 0]
+            negative += tables[p, r, 1]
         numerator += positive * (2 * below_total + negative)
         positive_total += positive
         below_total += negative
@@ -2185,17 +2202,18 @@ def _auc_bucket_words(bucket, label, weight, has_weight, scale, n_buckets, out):
 
 
 def auc_bucket_words(bucket, label, weight, scale, n_buckets: int):
-    """See numpy_kernels.auc_bucket_words (one thread: a bitmap of the occupied buckets and a
-    table of those alone)."""
+    """See numpy_kernels.auc_bucket_words (a bitmap of the occupied buckets and a table of
+    those alone; rows split between threads from ``_AUC_PARALLEL_ROWS``)."""
     has_weight = weight is not None
     out = np.empty(3, dtype=np.int64)
+    n_parts = numba.get_num_threads() if len(bucket) >= _AUC_PARALLEL_ROWS else 1
     # the ids are checked as the bitmap is made, the total as the rows are tallied (no pass
     # of their own)
     refused = _auc_bucket_words(np.asarray(bucket, dtype=np.int64),
                                 np.asarray(label, dtype=np.float64),
                                 np.asarray(weight, dtype=np.float64) if has_weight
                                 else np.zeros(1), has_weight, np.float64(scale),
-                                int(n_buckets), out)
+                                int(n_buckets), out, n_parts)
     if refused == _BAD_BUCKET:
         raise ValueError(f"auc_bucket_words: bucket ids must lie in [0, {n_buckets})")
     if refused == _TOO_HEAVY:
