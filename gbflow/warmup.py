@@ -118,12 +118,13 @@ def _large_evaluation_kernels(backend, rng) -> None:
     for block in (matrix, matrix[:, 1:3]):
         g = block.shape[1]
         feature = xp.arange(g)[None, :]
-        slot_of = xp.zeros(g * sketch_tallies.N_BUCKETS, dtype=xp.int32)
+        slot_of = xp.full(g * sketch_tallies.N_BUCKETS, -1, dtype=xp.int32)
+        slot_of[xp.arange(g) * sketch_tallies.N_BUCKETS] = xp.arange(g, dtype=xp.int32)
         for w in (None, weight):
             kernels.sketch_counts(block, feature, 0, w, None,
                                   xp.zeros(g * sketch_tallies.N_BUCKETS, dtype=xp.int64))
             kernels.sketch_counts(block, feature, 0, w, slot_of,
-                                  xp.zeros(sketch_tallies.N_SUB, dtype=xp.int64))
+                                  xp.zeros(g * sketch_tallies.N_SUB, dtype=xp.int64))
         kernels.sketch_selected(block, feature, 0, slot_of,
-                                xp.ones(sketch_tallies.N_SUB, dtype=bool),
+                                xp.ones(g * sketch_tallies.N_SUB, dtype=bool),
                                 xp.empty(block.shape, dtype=bool))

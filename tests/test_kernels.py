@@ -1894,8 +1894,11 @@ def _sketch_block(rng, n_rows, n_features, f0, subnormals=True):
     wide = rng.standard_normal((n_rows, n_features + 3)).astype(np.float32)
     repeated = rng.random(wide.shape) < 0.3  # a few values many times
     wide[repeated] = rng.choice(np.float32([-1.5, 0.25, 0.5, 3.0]), int(repeated.sum()))
-    specials = np.array([np.nan, 0.0, -0.0, np.inf, -np.inf] + ([1e-40, -1e-40] if subnormals
-                                                                 else []), dtype=np.float32)
+    # NaN of either sign, quiet and signalling, beside infinity's keys (the kernels must tell
+    # them apart on the bits alone)
+    nans = np.array([0x7FC00000, 0x7F800001, 0xFF800001, 0xFFFFFFFF], np.uint32).view(np.float32)
+    specials = np.concatenate([nans, np.float32([0.0, -0.0, np.inf, -np.inf, 3.0e38]),
+                               np.float32([1e-40, -1e-40] if subnormals else [])])
     mask = rng.random(wide.shape) < 0.1
     wide[mask] = rng.choice(specials, int(mask.sum()))
     values = wide[:, 1:n_features + 1]
@@ -1905,16 +1908,19 @@ def _sketch_block(rng, n_rows, n_features, f0, subnormals=True):
 
 
 def _slot_of(rng, values, f0):
-    """(g * 65,536,) int32: each feature's candidate buckets (some occupied, some not) numbered
-    by feature, -1 elsewhere: no two features share a slot, as ``bucket_slots`` gives."""
+    """(g * 65,536,) int32: each feature's candidate buckets (some occupied, some not, and
+    always those of infinity and NaN: a NaN must not count there) numbered by feature, -1
+    elsewhere: no two features share a slot, as ``bucket_slots`` gives."""
     n_features = values.shape[1]
     keys = common.ordered_keys(np, values)
+    edges = common.ordered_keys(np, np.array([0x7F800001, 0xFF800001, 0xFFFFFFFF, 0x7F800000,
+                                              0xFF800000], np.uint32).view(np.float32)) >> 16
     slot_of = np.full(n_features * sketch.N_BUCKETS, -1, dtype=np.int32)
     n_slots = 0
     for f in range(n_features):
         occupied = np.unique(keys[:, f] >> 16).astype(np.int64)
         chosen = np.union1d(rng.choice(occupied, min(len(occupied), 5), replace=False),
-                            rng.integers(0, sketch.N_BUCKETS, 3))
+                            np.concatenate([rng.integers(0, sketch.N_BUCKETS, 3), edges]))
         slot_of[f * sketch.N_BUCKETS + chosen] = n_slots + np.arange(len(chosen))
         n_slots += len(chosen)
     return slot_of, n_slots
@@ -1972,15 +1978,40 @@ def test_sketch_kernels_take_csr_entries(kernels):
 
 
 def test_sketch_kernels_refuse_bad_arguments_as_their_twins_do(kernels):
+    """Shapes and sizes the kernels would read or write past are refused by every version
+    before any work, naming the kernel."""
     values = np.zeros((4, 2), np.float32)
     feature = np.arange(2)[None, :]
+    table = np.zeros(2 * sketch.N_BUCKETS, np.int64)
+    slot_of = np.full(2 * sketch.N_BUCKETS, -1, np.int32)
+    slot_of[[5, sketch.N_BUCKETS + 5]] = [0, 1]
     for module in (numpy_kernels, kernels):
+        for weight in (np.ones((4, 2)), np.ones((1, 2)), np.ones((3, 1)), np.ones(4)):
+            with pytest.raises(ValueError, match="sketch_counts: weight must be"):
+                module.sketch_counts(values, feature, 0, weight, None, table.copy())
+        with pytest.raises(ValueError, match="sketch_counts: the table must hold"):
+            module.sketch_counts(values, feature, 0, None, None, table[:-1].copy())
+        with pytest.raises(ValueError, match="sketch_counts: slot_of must be"):
+            module.sketch_counts(values, feature, 0, None, slot_of[:-1], table.copy())
+        with pytest.raises(ValueError, match="sketch_counts: slot_of names slot 1"):
+            module.sketch_counts(values, feature, 0, None, slot_of, np.zeros(256, np.int64))
+        with pytest.raises(ValueError, match="sketch_selected: slot_of names slot 1"):
+            module.sketch_selected(values, feature, 0, slot_of, np.zeros(256, bool),
+                                   np.empty((4, 2), bool))
+        with pytest.raises(TypeError, match="sketch_selected: wanted must be"):
+            module.sketch_selected(values, feature, 0, slot_of, np.ones(512, np.uint8),
+                                   np.empty((4, 2), bool))
+        with pytest.raises(ValueError, match="sketch_selected: out must be"):
+            module.sketch_selected(values, feature, 0, slot_of, np.ones(512, bool),
+                                   np.empty((4, 1), bool))
+        with pytest.raises(ValueError, match="sketch_counts: values must be"):
+            module.sketch_counts(values, np.arange(3)[None, :], 0, None, None, table.copy())
         with pytest.raises(TypeError, match="sketch_counts: values must be float32"):
             module.sketch_counts(values.astype(np.float64), feature, 0, None, None,
                                  np.zeros(2 * sketch.N_BUCKETS, np.int64))
         with pytest.raises(TypeError, match="sketch_counts: the table must be"):
             module.sketch_counts(values, feature, 0, None, None,
                                  np.zeros(2 * sketch.N_BUCKETS, np.float64))
-        with pytest.raises(TypeError, match="sketch_selected: slot_of must be int32"):
+        with pytest.raises(ValueError, match="sketch_selected: slot_of must be"):
             module.sketch_selected(values, feature, 0, np.zeros(2 * sketch.N_BUCKETS),
                                    np.zeros(256, bool), np.empty((4, 2), bool))

@@ -446,3 +446,18 @@ def test_direct_cuts_equal_the_passes(monkeypatch, cut_method, weighted):
         calls.clear()
         assert _same(got, expected), max_bin
         assert got.n_value_bins.max() <= max_bin - 1
+
+
+def test_ordered_keys_of_subnormal_values_are_their_own(device):
+    """The keys come from the bit patterns alone: subnormal values keep their order on the GPU
+    too (whose kernels flush subnormals to zero in float arithmetic), -0.0 is +0.0, and the
+    input is not written."""
+    xp = np if device == "cpu" else pytest.importorskip("cupy")
+    values = np.float32([-1.0, -1e-40, -1e-45, -0.0, 0.0, 1e-45, 1e-40, 1.0])
+    X = xp.asarray(np.stack([values, values[::-1]], axis=1))[:, :1]  # a strided view
+    keys = np.asarray(sketch.ordered_keys(xp, X) if xp is np else
+                      sketch.ordered_keys(xp, X).get()).reshape(-1)
+    assert np.array_equal(np.asarray(X if xp is np else X.get()).reshape(-1).view(np.uint32),
+                          values.view(np.uint32))
+    assert keys[3] == keys[4] == 2**31
+    assert np.all(np.diff(np.delete(keys, 3).astype(np.int64)) > 0)

@@ -421,15 +421,22 @@ def occupied_keys_with(xp, keys):
 
 def ordered_keys(xp, X):
     """uint32 keys whose unsigned order is the float order of X (float32, any shape; -0.0 taken
-    as +0.0). NaN entries get meaningless keys; callers mask them out."""
-    bits = (X + _dtypes.FEATURE(0.0)).view(xp.uint32)  # -0.0 + 0.0 == +0.0; a new array
+    as +0.0), a new array of X's shape. NaN entries get meaningless keys; callers mask them out.
+
+    Integer operations on the bit patterns only: floating-point arithmetic (the -0.0 + 0.0 this
+    used) flushes subnormal values to zero under a flush-to-zero mode (every CuPy kernel is
+    compiled with -ftz=true; a CPU thread may run with FTZ/DAZ set by a library built with
+    -ffast-math), so the keys would depend on where they are made."""
+    bits = X.view(xp.uint32)  # X's own memory: read, never written
     # Negative floats: flip every bit; others: flip the sign bit. The arithmetic shift of the
     # sign gives all ones for negatives, zero otherwise. (In place: every temporary of a large
     # array is an allocation whose pages fault in again.)
     flip = bits.view(xp.int32) >> 31
     flip |= xp.int32(-(2**31))  # the sign bit
-    bits ^= flip.view(xp.uint32)
-    return bits
+    flip ^= bits.view(xp.int32)
+    keys = flip.view(xp.uint32)
+    keys += keys == xp.uint32(0x7FFFFFFF)  # -0.0's key, one below +0.0's, becomes +0.0's
+    return keys
 
 
 def sigmoid_with(xp, x, out):

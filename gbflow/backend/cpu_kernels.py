@@ -1934,11 +1934,6 @@ def _sketch_key(bits):
     return bits ^ (0x80000000 | ((bits >> 31) * 0x7FFFFFFF))
 
 
-@njit(forceinline=True, **_JIT)
-def _feature_range(p, n_parts, n_features):
-    return p * n_features // n_parts, (p + 1) * n_features // n_parts
-
-
 @njit(parallel=True, **_JIT)
 def _sketch_counts(bits, weight, weighted, slot_of, by_slot, table):
     n_rows, n_features = bits.shape
@@ -1995,7 +1990,8 @@ def sketch_counts(values, feature, f0, weight, slot_of, table):
 def sketch_selected(values, feature, f0, slot_of, wanted, out):
     """See numpy_kernels.sketch_selected (a dense block in one pass on numba's threads; a
     CSR's entries: the twin)."""
-    check_sketch_arguments(values, feature, None, slot_of, None, "sketch_selected")
+    check_sketch_arguments(values, feature, None, slot_of, None, "sketch_selected",
+                           wanted=wanted, out=out)
     if not _dense_sketch_block(values, feature, f0):
         return numpy_kernels.sketch_selected(values, feature, f0, slot_of, wanted, out)
     _sketch_selected(values.view(np.uint32), slot_of, wanted, out)
@@ -2011,9 +2007,11 @@ def _prediction_keys(values, rounded, rounded_bits, out):
     # loops: a parallel loop takes its arrays as not aliasing, so one loop's load of the
     # view could be moved before its store.
     for i in prange(values.shape[0]):
-        rounded[i] = np.float32(values[i]) + np.float32(0.0)  # -0.0 + 0.0 == +0.0
+        rounded[i] = np.float32(values[i])
     for i in prange(values.shape[0]):
         b = rounded_bits[i]
+        if b == np.uint32(0x80000000):  # -0.0 is +0.0 (on the bits, as common.ordered_keys)
+            b = np.uint32(0)
         # negative floats: every bit flipped; others: the sign bit (common.ordered_keys)
         out[i] = np.int64(~b if b >> np.uint32(31) else b | np.uint32(0x80000000))
 

@@ -24,7 +24,7 @@ class CudaBackend(Backend):
     name = "cuda"
     queues_ahead = True
     # 2**23 values per sketch block: few enough blocks that launches do not matter, small enough
-    # that the passes' temporaries (keys, ids, masks: about 20 bytes a value) stay near 0.17 GB
+    # that the passes' temporaries (keys, ids, masks: about 25 bytes a value) stay near 0.2 GB
     # (2**24 blocks made the sketch the stage of training's peak device memory).
     sketch_block_values = 1 << 23
 

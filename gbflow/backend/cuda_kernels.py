@@ -1305,7 +1305,8 @@ def sketch_counts(values, feature, f0, weight, slot_of, table):
 
 def sketch_selected(values, feature, f0, slot_of, wanted, out):
     """See ``numpy_kernels.sketch_selected``: CuPy's operations."""
-    check_sketch_arguments(values, feature, None, slot_of, None, "sketch_selected")
+    check_sketch_arguments(values, feature, None, slot_of, None, "sketch_selected",
+                           wanted=wanted, out=out)
     return sketch_selected_with(cp, values, feature, int(f0), slot_of, wanted, out)
 
 

@@ -944,9 +944,9 @@ def softmax_gradients(margin, label, weight):
 
 def sketch_counts(values, feature, f0, weight, slot_of, table):
     """The quantile sketch's tally of one block into ``table`` (int64, in place; returned):
-    each present float32 value's weight (integer-valued float64 ``weight`` broadcastable to
-    values, or None for 1) at its bucket, or at its sub-bucket in its bucket's slot where
-    ``slot_of`` ((g * N_BUCKETS,) int32, -1 for no slot) is given
+    each present float32 value's weight (integer-valued float64 ``weight``, (rows, 1) or (k,),
+    or None for 1) at its bucket, or at its sub-bucket in its bucket's slot where ``slot_of``
+    ((g * N_BUCKETS,) int32, -1 for no slot; no slot shared by two features) is given
     (``sketch_tallies.sketch_counts_with``). values: (rows, g) float32 of features f0..f0+g-1
     or a CSR's (k,) entries; feature: their feature ids ((1, g) or (k,) integers)."""
     check_sketch_arguments(values, feature, weight, slot_of, table, "sketch_counts")
@@ -962,7 +962,8 @@ def sketch_selected(values, feature, f0, slot_of, wanted, out):
     place; returned) True where a value is present, its bucket has a slot s in ``slot_of``
     and ``wanted`` ((n_slots * N_SUB,) bool) marks s's sub-bucket of it
     (``sketch_tallies.sketch_selected_with``). values, feature, f0: as ``sketch_counts``."""
-    check_sketch_arguments(values, feature, None, slot_of, None, "sketch_selected")
+    check_sketch_arguments(values, feature, None, slot_of, None, "sketch_selected",
+                           wanted=wanted, out=out)
     return sketch_selected_with(np, values, feature, int(f0), slot_of, wanted, out)
 
 

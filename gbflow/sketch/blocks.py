@@ -24,8 +24,8 @@ class _Block:
     xp: the namespace. values: float32, (rows, features) for a dense matrix or (entries,) for a
     CSR. feature: integer feature ids (int64 (1, features) dense, a CSR's int32 column ids),
     broadcastable to values. weight: integer-valued float64 weights broadcastable to values, or
-    None. Keys and the missing-value mask are computed when first asked for (the passes after
-    the first often need no mask)."""
+    None. Keys and the missing-value mask are computed when first asked for (the sorting
+    path's passes; the dense-table kernels read the values themselves)."""
 
     xp: object
     values: object
@@ -87,7 +87,6 @@ class _Block:
         return ids[order], weights[order]
 
 
-
 @dataclasses.dataclass
 class _Group:
     """Features f0 .. f1 - 1 of one matrix: n_values values (missing ones included), read
@@ -125,8 +124,9 @@ CSR_BLOCK_ENTRIES = 1 << 21
 
 
 # A part of at most this many values keeps its blocks from one pass to the next
-# (``kept_blocks``): their keys, masks and sorted ids are made once, not in each of the three
-# passes (on a 60,000 x 2,005 CSR, sorting its 1.2 million ids was two thirds of the sketch).
+# (``kept_blocks``): the sorting path's keys, masks and sorted ids are made once, not in each of
+# the three passes (on a 60,000 x 2,005 CSR, sorting its 1.2 million ids was two thirds of the
+# sketch); the dense-table kernels read the kept values again in each pass.
 # They hold some 20 bytes a value, so the bound keeps them under about 100 MB.
 KEEP_VALUES = 1 << 22
 

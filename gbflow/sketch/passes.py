@@ -59,7 +59,8 @@ def coarse_summary(xp, X, w_fixed, block_values: int = BLOCK_VALUES,
 def middle_summary(xp, X, w_fixed, slots: Slots, block_values: int = BLOCK_VALUES,
                    kept: dict | None = None, kernels=None) -> Summary:
     """Pass 2: total weight per sub-bucket (top 24 key bits) inside candidate buckets, as a host
-    ``Summary`` (shift 24). slots: ``bucket_slots`` of the merged pass-1 selection."""
+    ``Summary`` (shift 24). slots: ``bucket_slots`` of the merged pass-1 selection. The other
+    arguments as ``coarse_summary``'s."""
     tallies = _middle_tallies(xp, X, w_fixed, slots, block_values, kept,
                               kernels or kernels_for(xp))
     return _host_summary(xp, list(tallies), MIDDLE_SHIFT, _n_features(X))
@@ -158,7 +159,8 @@ def fine_summary(xp, X, w_fixed, slots: Slots, sub_candidates: np.ndarray,
                  block_values: int = BLOCK_VALUES, kept: dict | None = None,
                  kernels=None) -> Summary:
     """Pass 3: the distinct values of X in candidate sub-buckets with their total weights, as a
-    host ``Summary`` (shift 32: ids are feature << 32 | the value's ordered key)."""
+    host ``Summary`` (shift 32: ids are feature << 32 | the value's ordered key).
+    sub_candidates: ``candidate_sub_buckets``' ids. The other arguments as ``coarse_summary``'s."""
     kernels = kernels or kernels_for(xp)
     buckets = slots.bucket
     subs = np.asarray(sub_candidates, dtype=np.int64)
