@@ -208,6 +208,17 @@ def dense_binned_bytes(n_rows: int, n_features: int, bin_dtype=np.uint8) -> int:
 
 def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_offsets: list,
              drop_features: bool, cuts=None):
+    """``_bin_into`` with the parts' host feature matrices registered with the device for it
+    (``Backend.host_registered``): the sketch's passes, the counting and the binning each copy
+    them to the device (a block at a time when they do not fit beside the bins)."""
+    host = [p.X for p in parts if isinstance(p.X, np.ndarray)]
+    with shardset.backend.host_registered(host):
+        return _bin_into(shardset, parts, params, n_rows, max_weight, row_offsets,
+                         drop_features, cuts)
+
+
+def _bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_offsets: list,
+              drop_features: bool, cuts=None):
     """Fill ``shardset`` (empty) with shards binned with cut points computed over every
     process's parts, the features routed into the dense and sparse stores. Returns the ``Cuts``.
 

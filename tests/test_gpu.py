@@ -324,3 +324,37 @@ def test_cupys_own_compiles_count_as_compilation():
     before = compiling.compile_seconds()
     kernel(cp.zeros(4, dtype=cp.float32))
     assert compiling.compile_seconds() > before
+
+
+def _registered(cupy, array) -> bool:
+    host = getattr(cupy.cuda.runtime, "memoryTypeHost", 1)
+    return cupy.cuda.runtime.pointerGetAttributes(array.ctypes.data).type == host
+
+
+def test_host_arrays_are_registered_while_binned_then_released(monkeypatch):
+    """Large host matrices are page-locked in place while the sketch and binning copy them
+    (one cudaMemcpy each, no staging copy), an array registered already is left as it is, and
+    every registration ends with the block; a paged training from such an array gives the
+    in-core model."""
+    import cupy
+
+    from gbflow.backend import cuda as cuda_backend
+    monkeypatch.setattr(cuda_backend, "_REGISTER_BYTES", 1 << 10)
+    backend = get_backend("cuda")
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((60_000, 12)).astype(np.float32)
+    small = X[:10].copy()
+    with backend.host_registered([X, small[:0], X.T[::2]]):
+        assert _registered(cupy, X)
+        with backend.host_registered([X]):  # already registered: skipped, not released
+            pass
+        assert _registered(cupy, X)
+        copy = gbflow.backend.to_device(cupy, X[100:200])
+        assert np.array_equal(copy.get(), X[100:200])
+    assert not _registered(cupy, X)
+    y = (X[:, 0] + rng.standard_normal(len(X)) > 0).astype(np.float32)
+    params = {"device": "cuda", "objective": "reg:squarederror", "max_depth": 5}
+    paged = gbflow.train(X, y, {**params, "device_memory_limit": 200_000}, 5, verbose=False)
+    in_core = gbflow.train(X, y, params, 5, verbose=False)
+    assert paged.to_json() == in_core.to_json()
+    assert not _registered(cupy, X)

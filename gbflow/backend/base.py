@@ -128,6 +128,13 @@ class Backend:
         array itself (no copy when it is one)."""
         return self.to_host(array)
 
+    @contextlib.contextmanager
+    def host_registered(self, arrays):
+        """Within this block, the device copies from these host arrays (NumPy; others are
+        skipped) run at the bus's speed where the backend can pin them in place (the GPU:
+        page-locked for the block, then released; nothing is copied). On the CPU nothing."""
+        yield
+
     def page_reader(self, pages: list):
         """What reads ``to_page`` pages back for the kernels: ``get(i)`` gives page i on the
         device. On the CPU the pages themselves; on the GPU each page is copied into one of two

@@ -10,11 +10,16 @@ import threading
 
 import numpy as np
 
-from .arrays import on_gpu
+from .arrays import on_gpu, to_device
 from .base import Backend, PendingCopies
 from .common import aligned_slots
 
 logger = logging.getLogger("gbflow")
+
+
+# Host arrays smaller than this are copied from pageable memory: registering costs about as much
+# as the copy it speeds up (some 0.03 ms a MB against 0.1 ms a MB copied).
+_REGISTER_BYTES = 1 << 24
 
 
 class CudaBackend(Backend):
@@ -48,7 +53,7 @@ class CudaBackend(Backend):
         return self.kernels.rows_per_block(n_rows)
 
     def _asarray(self, array):
-        return self.xp.asarray(array)
+        return to_device(self.xp, array)
 
     def fused(self, function, name: str):
         """``cupy.fuse``: compiled at the first call for its argument types, then cached."""
@@ -92,6 +97,34 @@ class CudaBackend(Backend):
 
     def page_reader(self, pages: list):
         return StreamedPages(self.xp, pages)
+
+    @contextlib.contextmanager
+    def host_registered(self, arrays):
+        """Host arrays of at least ``_REGISTER_BYTES`` page-locked in place for the block
+        (cudaHostRegister), so that their copies to the device through ``arrays.to_device``
+        (the sketch's and binning's blocks, a whole copy) run at the bus's speed: on an H200
+        host 9 GB/s from pageable memory, 55 GB/s registered; registering 1.1 GB took 0.04 s
+        and releasing it 0.02 s. An
+        array the driver refuses (already registered, a file mapping it cannot pin) is copied
+        as before. The device is synchronised before the arrays are released, so no copy
+        from them is still in flight."""
+        registered = []
+        try:
+            for a in arrays:
+                if not isinstance(a, np.ndarray) or a.nbytes < _REGISTER_BYTES or \
+                        not (a.flags.c_contiguous or a.flags.f_contiguous):
+                    continue
+                try:
+                    self.xp.cuda.runtime.hostRegister(a.ctypes.data, a.nbytes, 0)
+                except self.xp.cuda.runtime.CUDARuntimeError:
+                    continue
+                registered.append(a)
+            yield
+        finally:
+            if registered:
+                self.xp.cuda.Device().synchronize()
+            for a in registered:
+                self.xp.cuda.runtime.hostUnregister(a.ctypes.data)
 
     def row_numbers(self, out) -> None:
         """0, 1, ..., len(out) - 1 written into ``out`` (a C-contiguous CuPy integer array) by
