@@ -206,10 +206,6 @@ def _column_list(entries: list[str]) -> str:
     return shown + (f", ... ({len(entries)} in all)" if len(entries) > _SHOW else "")
 
 
-# Values per block of ``check_features``' search for infinities.
-_INF_CHECK_VALUES = 1 << 24
-
-
 def check_features(X, feature_names: list[str], what: str) -> None:
     """Refuse +-inf in features (NaN is fine: it is a missing value), naming the columns.
 
@@ -218,16 +214,10 @@ def check_features(X, feature_names: list[str], what: str) -> None:
         infinite = np.isinf(X.data)
         columns = np.unique(to_host(X.indices[infinite])) if bool(infinite.any()) else []
     else:
-        xp = backend_for(X).xp
-        # whole-block reductions first: CuPy's per-column reduction of a tall row-major matrix
-        # was one slow strided pass (0.12 s at 10M x 28 on an H100); the columns are looked
-        # for only when there is an infinity. Blocks of rows bound the boolean temporary (a
-        # whole 10M x 28 one took 267 MiB of the device beside the data).
-        step = max(1, _INF_CHECK_VALUES // max(X.shape[1], 1))
-        found = xp.zeros((), dtype=bool)
-        for start in range(0, len(X), step):
-            found |= xp.isinf(X[start:start + step]).any()
-        columns = np.flatnonzero(to_host(xp.isinf(X).any(axis=0))) if bool(found) else []
+        backend = backend_for(X)
+        # the columns are looked for only when there is an infinity
+        columns = np.flatnonzero(to_host(backend.xp.isinf(X).any(axis=0))) \
+            if backend.kernels.any_infinite(X) else []
     if len(columns):
         raise ValueError(f"{what} has infinite values (+-inf, or beyond float32's range of about "
                          f"3.4e38) in feature column(s) {_names(feature_names[j] for j in columns)}"

@@ -100,7 +100,8 @@ def _large_evaluation_kernels(backend, rng) -> None:
     """Run once what only data larger than the tiny trainings' takes: the sigmoid, auc's
     prediction keys and buckets and binary:logistic's gradients on numba's threads (the
     CPU's, from 2**15 rows; the sigmoid where the machine's exp allows), the dense buckets'
-    tally (from 2**16 rows), and the quantile sketch's block tallies (from 2**22 values, on
+    tally (from 2**16 rows), the features' check for infinities (from 2**15 rows), and the
+    quantile sketch's block tallies (from 2**22 values, on
     whole rows and on a group of a wider matrix's columns). Multi-class auc's strided class
     columns compile at their first use."""
     from .metrics import tallies
@@ -113,6 +114,7 @@ def _large_evaluation_kernels(backend, rng) -> None:
     label = xp.asarray((rng.random(n) < 0.5).astype(np.float64))
     kernels.auc_bucket_words(buckets, label, None, 1.0, 1 << tallies.DENSE_BITS)
     kernels.logistic_gradients(xp.asarray(rng.standard_normal(n)), label, None)
+    kernels.any_infinite(xp.zeros((1 << 15, 2), dtype=np.float32))  # the features' check
     matrix = xp.asarray(rng.standard_normal((64, 4)).astype(np.float32))
     weight = xp.ones((64, 1))
     for block in (matrix, matrix[:, 1:3]):

@@ -325,14 +325,13 @@ def test_infinite_feature_array_named(no_work):
     refused(ValueError, r"feature column\(s\) 'f2'", X, np.zeros(5))
 
 
-@pytest.mark.parametrize("row", [0, 4, 5, 9])
-def test_infinite_features_found_in_any_block(no_work, monkeypatch, row):
-    """The search for infinities reads blocks of rows (6 values: 2 rows of 3 here): an infinity
-    in the first, a middle or the last, partial block is found and its column named."""
-    monkeypatch.setattr(gbflow.inputs, "_INF_CHECK_VALUES", 6)
-    X = np.zeros((10, 3), dtype=np.float32)
+@pytest.mark.parametrize("row", [0, 4, 5, 40_000, 65_535])
+def test_infinite_features_found_in_any_block(no_work, row):
+    """The search for infinities reads chunks of rows on several threads: an infinity in the
+    first, a middle or the last row is found and its column named."""
+    X = np.zeros((65_536, 3), dtype=np.float32)
     X[row, 1] = np.inf
-    refused(ValueError, r"feature column\(s\) 'f1'", X, np.zeros(10))
+    refused(ValueError, r"feature column\(s\) 'f1'", X, np.zeros(len(X)))
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")

@@ -2015,3 +2015,28 @@ def test_sketch_kernels_refuse_bad_arguments_as_their_twins_do(kernels):
         with pytest.raises(ValueError, match="sketch_selected: slot_of must be"):
             module.sketch_selected(values, feature, 0, np.zeros(2 * sketch.N_BUCKETS),
                                    np.zeros(256, bool), np.empty((4, 2), bool))
+
+
+@pytest.mark.parametrize("n_rows", [0, 1, 1000, 70_001])
+def test_any_infinite(kernels, n_rows, monkeypatch):
+    """Whether a matrix holds an infinity, as the twin says: none (NaN and the largest floats
+    do not count), either sign in the first, a middle or the last row, in a strided view; the
+    GPU's blocks of rows made small so that several are read."""
+    if kernels is not cpu_kernels:
+        from gbflow.backend import cuda_kernels
+        monkeypatch.setattr(cuda_kernels, "_INF_CHECK_VALUES", 600)
+    rng = np.random.default_rng(n_rows)
+    X = rng.standard_normal((n_rows, 7)).astype(np.float32)
+    if n_rows:
+        X[rng.random(X.shape) < 0.1] = np.nan
+        X[0, 0] = np.finfo(np.float32).max
+    for row, value in [(None, None), (0, np.inf), (n_rows // 2, -np.inf), (n_rows - 1, np.inf)]:
+        Y = X.copy()
+        if row is not None:
+            if not n_rows:
+                continue
+            Y[row, 3] = value
+        for view in (Y, Y[:, 2:6], np.asfortranarray(Y)):
+            expected = numpy_kernels.any_infinite(view)
+            assert expected == (row is not None)
+            assert kernels.any_infinite(view) == expected

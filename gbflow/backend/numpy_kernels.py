@@ -942,6 +942,12 @@ def softmax_gradients(margin, label, weight):
                                   weight)
 
 
+def any_infinite(X) -> bool:
+    """Whether the (n, F) float32 matrix ``X`` (any layout) holds +inf or -inf (NaN does not
+    count). Reads X only."""
+    return bool(np.isinf(X).any())
+
+
 def sketch_counts(values, feature, f0, weight, slot_of, table):
     """The quantile sketch's tally of one block into ``table`` (int64, in place; returned):
     each present float32 value's weight (integer-valued float64 ``weight``, (rows, 1) or (k,),
