@@ -331,30 +331,44 @@ def _registered(cupy, array) -> bool:
     return cupy.cuda.runtime.pointerGetAttributes(array.ctypes.data).type == host
 
 
-def test_host_arrays_are_registered_while_binned_then_released(monkeypatch):
-    """Large host matrices are page-locked in place while the sketch and binning copy them
-    (one cudaMemcpy each, no staging copy), an array registered already is left as it is, and
-    every registration ends with the block; a paged training from such an array gives the
-    in-core model."""
+def test_host_arrays_are_registered_while_binned_then_released(monkeypatch, tmp_path):
+    """Large host matrices are page-locked in place while the sketch and binning copy them (and
+    then copied at the bus's speed), a block inside another's keeps the registration, memory
+    maps and strided views are not registered, and every registration ends with the last
+    block: also when training uses it and when the block raises; a paged training from such
+    an array gives the in-core model."""
     import cupy
 
+    from gbflow import prepare
     from gbflow.backend import cuda as cuda_backend
     monkeypatch.setattr(cuda_backend, "_REGISTER_BYTES", 1 << 10)
     backend = get_backend("cuda")
     rng = np.random.default_rng(3)
     X = rng.standard_normal((60_000, 12)).astype(np.float32)
-    small = X[:10].copy()
-    with backend.host_registered([X, small[:0], X.T[::2]]):
-        assert _registered(cupy, X)
-        with backend.host_registered([X]):  # already registered: skipped, not released
+    mapped = np.lib.format.open_memmap(tmp_path / "x.npy", mode="w+", dtype=np.float32,
+                                       shape=(1000, 12))
+    with backend.host_registered([X, X[:0], X.T[::2], mapped]):
+        assert _registered(cupy, X) and not _registered(cupy, mapped)
+        with backend.host_registered([X]):  # the same array in another block: shared
             pass
         assert _registered(cupy, X)
-        copy = gbflow.backend.to_device(cupy, X[100:200])
-        assert np.array_equal(copy.get(), X[100:200])
+        assert np.array_equal(cupy.asarray(X[100:200]).get(), X[100:200])
     assert not _registered(cupy, X)
+    with pytest.raises(RuntimeError, match="inside"):
+        with backend.host_registered([X]):
+            raise RuntimeError("inside")
+    assert not _registered(cupy, X)
+    seen = []
+    real = backend.host_registered
+
+    def watched(arrays):
+        seen.append([a is X for a in arrays])
+        return real(arrays)
+    monkeypatch.setattr(type(backend), "host_registered", lambda self, arrays: watched(arrays))
     y = (X[:, 0] + rng.standard_normal(len(X)) > 0).astype(np.float32)
     params = {"device": "cuda", "objective": "reg:squarederror", "max_depth": 5}
     paged = gbflow.train(X, y, {**params, "device_memory_limit": 200_000}, 5, verbose=False)
     in_core = gbflow.train(X, y, params, 5, verbose=False)
+    assert seen and all(any(s) for s in seen), prepare.bin_into
     assert paged.to_json() == in_core.to_json()
     assert not _registered(cupy, X)

@@ -1979,7 +1979,7 @@ def test_sketch_kernels_take_csr_entries(kernels):
 
 def test_sketch_kernels_refuse_bad_arguments_as_their_twins_do(kernels):
     """Shapes and sizes the kernels would read or write past are refused by every version
-    before any work, naming the kernel."""
+    before any work, naming the kernel (the slots' range on the host)."""
     values = np.zeros((4, 2), np.float32)
     feature = np.arange(2)[None, :]
     table = np.zeros(2 * sketch.N_BUCKETS, np.int64)
@@ -1993,11 +1993,12 @@ def test_sketch_kernels_refuse_bad_arguments_as_their_twins_do(kernels):
             module.sketch_counts(values, feature, 0, None, None, table[:-1].copy())
         with pytest.raises(ValueError, match="sketch_counts: slot_of must be"):
             module.sketch_counts(values, feature, 0, None, slot_of[:-1], table.copy())
-        with pytest.raises(ValueError, match="sketch_counts: slot_of names slot 1"):
-            module.sketch_counts(values, feature, 0, None, slot_of, np.zeros(256, np.int64))
-        with pytest.raises(ValueError, match="sketch_selected: slot_of names slot 1"):
-            module.sketch_selected(values, feature, 0, slot_of, np.zeros(256, bool),
-                                   np.empty((4, 2), bool))
+        if module in (numpy_kernels, cpu_kernels):  # host slots only (the GPU would wait)
+            with pytest.raises(ValueError, match="sketch_counts: slot_of names slot 1"):
+                module.sketch_counts(values, feature, 0, None, slot_of, np.zeros(256, np.int64))
+            with pytest.raises(ValueError, match="sketch_selected: slot_of names slot 1"):
+                module.sketch_selected(values, feature, 0, slot_of, np.zeros(256, bool),
+                                       np.empty((4, 2), bool))
         with pytest.raises(TypeError, match="sketch_selected: wanted must be"):
             module.sketch_selected(values, feature, 0, slot_of, np.ones(512, np.uint8),
                                    np.empty((4, 2), bool))
@@ -2040,3 +2041,29 @@ def test_any_infinite(kernels, n_rows, monkeypatch):
             expected = numpy_kernels.any_infinite(view)
             assert expected == (row is not None)
             assert kernels.any_infinite(view) == expected
+
+
+@pytest.mark.parametrize("n_parts", [1, 2, 3, 7])
+def test_auc_bucket_words_in_chunks_of_rows(n_parts):
+    """The CPU's tally split into chunks of rows (each with its own bitmap and table) gives the
+    twin's words for any number of chunks, the bucket ranges' ends included, and refuses a
+    bucket out of range in the last chunk."""
+    rng = np.random.default_rng(n_parts)
+    n, n_buckets = 5003, 1 << 12
+    bucket = rng.integers(0, n_buckets, n)
+    bucket[:3] = [0, n_buckets - 1, 7]
+    label = (rng.random(n) < 0.4).astype(np.float64)
+    label[:5] = 0.5
+    weight = rng.random(n) * 2
+    for w in (None, weight):
+        expected = numpy_kernels.auc_bucket_words(bucket, label, w, 2.0**10, n_buckets)
+        out = np.empty(3, np.int64)
+        assert cpu_kernels._auc_bucket_words(bucket, label, np.zeros(1) if w is None else w,
+                                             w is not None, 2.0**10, n_buckets, out,
+                                             n_parts) == 0
+        assert np.array_equal(out, expected)
+    bad = bucket.copy()
+    bad[-1] = n_buckets
+    assert cpu_kernels._auc_bucket_words(bad, label, np.zeros(1), False, 1.0, n_buckets,
+                                         np.empty(3, np.int64), n_parts) == \
+        cpu_kernels._BAD_BUCKET

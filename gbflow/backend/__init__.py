@@ -12,13 +12,13 @@ import contextlib
 import numpy as np
 
 from . import numpy_kernels
-from .arrays import on_gpu, to_device, to_host
+from .arrays import on_gpu, to_host
 from .base import Backend, PendingCopies
 from .common import packed_empty
 from .cpu import CpuBackend
 
 __all__ = ["DEVICES", "Backend", "PendingCopies", "backend_for", "cuda_available", "get_backend",
-           "kernels_for", "on_gpu", "packed_empty", "reference_kernels", "to_device", "to_host"]
+           "kernels_for", "on_gpu", "packed_empty", "reference_kernels", "to_host"]
 
 DEVICES = ("auto", "cpu", "cuda")
 

@@ -1,4 +1,4 @@
-"""Where an array lives (host or GPU), and copies of it to the host or into a namespace."""
+"""Where an array lives (host or GPU) and host copies of it, found without importing CuPy."""
 from __future__ import annotations
 
 import numpy as np
@@ -23,20 +23,3 @@ def to_host(array):
         import cupy
         return cupy.asnumpy(array)
     return np.asarray(array)
-
-
-def to_device(xp, array):
-    """``array`` (NumPy or already in ``xp``) in the array namespace ``xp``: NumPy's asarray, or
-    for CuPy a host array copied by one cudaMemcpy from its own memory. CuPy's asarray first
-    copies a host array into a page-locked buffer of its own (about 9 GB/s on an H200 host)
-    even when the array is page-locked already; read directly, an array registered with the
-    device (``Backend.host_registered``) crosses at the bus's speed (55 GB/s there), and an
-    unregistered one as fast as before. A strided host view is made contiguous on the host
-    first, as CuPy does."""
-    if xp is np or on_gpu(array) or not isinstance(array, np.ndarray) or array.ndim == 0:
-        return xp.asarray(array)
-    host = np.ascontiguousarray(array)
-    out = xp.empty(host.shape, dtype=host.dtype)
-    if host.size:
-        out.set(host)
-    return out

@@ -429,8 +429,8 @@ def ordered_keys(xp, X):
     -ffast-math), so the keys would depend on where they are made."""
     bits = X.view(xp.uint32)  # X's own memory: read, never written
     # Negative floats: flip every bit; others: flip the sign bit. The arithmetic shift of the
-    # sign gives all ones for negatives, zero otherwise. (In place: every temporary of a large
-    # array is an allocation whose pages fault in again.)
+    # sign gives all ones for negatives, zero otherwise. (One array made and changed in place,
+    # and a mask: every temporary of a large array is an allocation whose pages fault in.)
     flip = bits.view(xp.int32) >> 31
     flip |= xp.int32(-(2**31))  # the sign bit
     flip ^= bits.view(xp.int32)

@@ -2078,10 +2078,12 @@ def key_buckets(keys, low, span, bits: int):
 # row and keeps those of its range: no table a thread, the dense one is 16 MB) and the words by
 # chunks of buckets (each chunk's sums with its own running negative total, then combined in
 # chunk order: integer sums, so any split gives the serial kernel's words); auc_bucket_words'
-# rows by chunks (a bitmap and a table of occupied buckets a thread). Below these sizes one
-# thread does it all.
+# rows by chunks (a bitmap and a table of occupied buckets a chunk, at most _AUC_MOST_PARTS:
+# the tables are combined on one thread, in time and memory of chunks times occupied buckets,
+# which on 64 threads cost more than the tally saved). Below these sizes one thread does it all.
 _AUC_PARALLEL_ROWS = 1 << 15
 _AUC_PARALLEL_BUCKETS = 1 << 16
+_AUC_MOST_PARTS = 4
 
 
 @njit(parallel=True, **_JIT)
@@ -2232,7 +2234,8 @@ def auc_bucket_words(bucket, label, weight, scale, n_buckets: int):
     those alone; rows split between threads from ``_AUC_PARALLEL_ROWS``)."""
     has_weight = weight is not None
     out = np.empty(3, dtype=np.int64)
-    n_parts = numba.get_num_threads() if len(bucket) >= _AUC_PARALLEL_ROWS else 1
+    n_parts = max(1, min(numba.get_num_threads(), _AUC_MOST_PARTS,
+                         len(bucket) // _AUC_PARALLEL_ROWS))
     # the ids are checked as the bitmap is made, the total as the rows are tallied (no pass
     # of their own)
     refused = _auc_bucket_words(np.asarray(bucket, dtype=np.int64),

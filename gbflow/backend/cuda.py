@@ -4,22 +4,75 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import mmap
 import os
 import sys
 import threading
 
 import numpy as np
 
-from .arrays import on_gpu, to_device
+from .arrays import on_gpu
 from .base import Backend, PendingCopies
 from .common import aligned_slots
 
 logger = logging.getLogger("gbflow")
 
 
-# Host arrays smaller than this are copied from pageable memory: registering costs about as much
-# as the copy it speeds up (some 0.03 ms a MB against 0.1 ms a MB copied).
+# Host arrays smaller than this are copied from pageable memory: registering and releasing them
+# (some 0.05 ms a MB, plus a call each) would save little on copies of a few milliseconds.
 _REGISTER_BYTES = 1 << 24
+
+
+def _registrable(a) -> bool:
+    """Whether a host array may be page-locked in place: a large contiguous NumPy array whose
+    memory is not a file mapping (locking a writable map pins the whole file in memory)."""
+    if not isinstance(a, np.ndarray) or a.nbytes < _REGISTER_BYTES or \
+            not (a.flags.c_contiguous or a.flags.f_contiguous):
+        return False
+    base = a
+    while base is not None:
+        if isinstance(base, (np.memmap, mmap.mmap)):
+            return False
+        base = getattr(base, "base", None)
+    return True
+
+
+class _Registry:
+    """The host ranges this process has registered with the driver, with how many blocks use
+    each: a range is registered by its first user and released by its last (two trainings on
+    one array, in two threads, share the registration; the first to finish does not unpin
+    memory the other still copies from)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._users: dict = {}  # (address, bytes) -> blocks using the registration
+
+    def acquire(self, cupy, a) -> bool:
+        key = (a.ctypes.data, a.nbytes)
+        with self._lock:
+            if key in self._users:
+                self._users[key] += 1
+                return True
+            try:
+                cupy.cuda.runtime.hostRegister(key[0], key[1], 0)
+            except cupy.cuda.runtime.CUDARuntimeError:  # overlapping memory, or not pinnable
+                return False
+            self._users[key] = 1
+            return True
+
+    def release(self, cupy, a) -> None:
+        key = (a.ctypes.data, a.nbytes)
+        with self._lock:
+            self._users[key] -= 1
+            if self._users[key] == 0:
+                del self._users[key]
+                try:
+                    cupy.cuda.runtime.hostUnregister(key[0])
+                except cupy.cuda.runtime.CUDARuntimeError:
+                    pass  # the memory stays pinned until the process ends: nothing lost
+
+
+_registry = _Registry()
 
 
 class CudaBackend(Backend):
@@ -53,7 +106,7 @@ class CudaBackend(Backend):
         return self.kernels.rows_per_block(n_rows)
 
     def _asarray(self, array):
-        return to_device(self.xp, array)
+        return self.xp.asarray(array)
 
     def fused(self, function, name: str):
         """``cupy.fuse``: compiled at the first call for its argument types, then cached."""
@@ -101,30 +154,27 @@ class CudaBackend(Backend):
     @contextlib.contextmanager
     def host_registered(self, arrays):
         """Host arrays of at least ``_REGISTER_BYTES`` page-locked in place for the block
-        (cudaHostRegister), so that their copies to the device through ``arrays.to_device``
-        (the sketch's and binning's blocks, a whole copy) run at the bus's speed: on an H200
-        host 9 GB/s from pageable memory, 55 GB/s registered; registering 1.1 GB took 0.04 s
-        and releasing it 0.02 s. An
-        array the driver refuses (already registered, a file mapping it cannot pin) is copied
-        as before. The device is synchronised before the arrays are released, so no copy
-        from them is still in flight."""
-        registered = []
+        (cudaHostRegister, ``_registry``), so that their copies to the device (the sketch's and
+        binning's blocks, a whole copy: CuPy copies page-locked memory directly, other host
+        memory through a pinned buffer of its own at about 9 GB/s on an H200 host) run at the
+        bus's speed (55 GB/s there); registering 1.1 GB took 0.04 s and releasing it 0.02 s.
+        Arrays the driver refuses (memory another registration overlaps), memory maps (a
+        writable one would be locked whole) and arrays that are not contiguous are copied as
+        before. Each block waits for its stream's copies before its arrays are released; an
+        array stays registered while any block in the process uses it."""
+        keys = []
         try:
             for a in arrays:
-                if not isinstance(a, np.ndarray) or a.nbytes < _REGISTER_BYTES or \
-                        not (a.flags.c_contiguous or a.flags.f_contiguous):
-                    continue
-                try:
-                    self.xp.cuda.runtime.hostRegister(a.ctypes.data, a.nbytes, 0)
-                except self.xp.cuda.runtime.CUDARuntimeError:
-                    continue
-                registered.append(a)
+                if _registrable(a) and _registry.acquire(self.xp, a):
+                    keys.append(a)
             yield
         finally:
-            if registered:
-                self.xp.cuda.Device().synchronize()
-            for a in registered:
-                self.xp.cuda.runtime.hostUnregister(a.ctypes.data)
+            try:
+                if keys:
+                    self.xp.cuda.get_current_stream().synchronize()
+            finally:
+                for a in keys:
+                    _registry.release(self.xp, a)
 
     def row_numbers(self, out) -> None:
         """0, 1, ..., len(out) - 1 written into ``out`` (a C-contiguous CuPy integer array) by

@@ -30,8 +30,9 @@ def check_sketch_arguments(values, feature, weight, slot_of, table, name: str,
                            wanted=None, out=None) -> None:
     """What every version of the sketch kernels relies on, checked alike before any work:
     dtypes, shapes (a dense block's feature ids (1, g), weights (rows, 1), lookup g * N_BUCKETS
-    long; a CSR block's (k,) each), and that every slot of ``slot_of`` has its N_SUB entries in
-    ``table`` (or ``wanted``). Feature ids and slot ownership are the caller's promise."""
+    long; a CSR block's (k,) each), and on the host that every slot of ``slot_of`` has its N_SUB
+    entries in ``table`` (or ``wanted``). Feature ids and slot ownership are the caller's
+    promise."""
     if values.dtype != np.float32:
         raise TypeError(f"{name}: values must be float32, got {values.dtype}")
     dense = values.ndim == 2
@@ -62,8 +63,10 @@ def check_sketch_arguments(values, feature, weight, slot_of, table, name: str,
     if out is not None and (out.dtype != np.bool_ or out.shape != values.shape):
         raise ValueError(f"{name}: out must be bool of values' shape {values.shape}, got "
                          f"{out.shape} {out.dtype}")
+    # the slots' range is read on the host only: on the GPU the read would wait for the
+    # device every block (there it is the caller's promise, as feature ids are)
     room = table if table is not None and slot_of is not None else wanted
-    if slot_of is not None and room is not None and slot_of.shape[0]:
+    if isinstance(slot_of, np.ndarray) and room is not None and slot_of.shape[0]:
         n_slots = room.shape[0] // N_SUB
         if room.shape[0] % N_SUB or int(slot_of.max()) >= n_slots:
             raise ValueError(f"{name}: slot_of names slot {int(slot_of.max())}, but "

@@ -6,7 +6,7 @@ import functools
 
 import numpy as np
 
-from ..backend import to_device, to_host
+from ..backend import to_host
 from ..backend.tables import entry_rows
 from ..csr import CSR
 from .keys import FINE_SHIFT, N_BUCKETS, ordered_keys
@@ -169,7 +169,7 @@ def _groups(xp, X, w_fixed, block_values: int, kept: dict | None = None):
             w = None if w_fixed is None else \
                 w_fixed[r0:r1][entry_rows(xp, xp.asarray(part.indptr), part.nnz)]
             # int32 column ids (widened only where ids are built): 4 bytes an entry, not 12
-            return _Block(xp, to_device(xp, part.data), to_device(xp, part.indices), w)
+            return _Block(xp, xp.asarray(part.data), xp.asarray(part.indices), w)
 
         def csr_blocks():
             for r0, r1 in zip(bounds[:-1], bounds[1:]):
@@ -184,7 +184,7 @@ def _groups(xp, X, w_fixed, block_values: int, kept: dict | None = None):
         f1 = min(n_features, f0 + group)
 
         def dense_block(f0, f1, start):
-            values = to_device(xp, X[start : start + step, f0:f1])  # X may be in host memory
+            values = xp.asarray(X[start : start + step, f0:f1])  # X may be in host memory
             w = None if w_fixed is None else w_fixed[start : start + step, None]
             return _Block(xp, values, xp.arange(f0, f1, dtype=xp.int64)[None, :], w)
 
