@@ -418,3 +418,72 @@ def test_a_ranking_metric_of_paged_training_data_is_refused_by_name():
     booster = gbflow.train(X[:4000], y[:4000], params, 2, evals=[((X[4000:], y[4000:]), "v")],
                            verbose=False)
     assert len(booster.evals_result["v"]["pre@10"]) == 2
+
+
+class _Driver:
+    """A stand-in for CuPy's runtime: records registrations and refuses overlapping ones, as
+    the CUDA driver does (cudaErrorHostMemoryAlreadyRegistered)."""
+
+    class CUDARuntimeError(Exception):
+        pass
+
+    def __init__(self):
+        self.ranges: dict = {}  # address -> bytes
+        self.calls: list = []
+
+    def hostRegister(self, address, size, flags):
+        if any(a < address + size and address < a + n for a, n in self.ranges.items()):
+            raise self.CUDARuntimeError("already registered")
+        self.ranges[address] = size
+        self.calls.append(("register", address, size))
+
+    def hostUnregister(self, address):
+        del self.ranges[address]
+        self.calls.append(("unregister", address))
+
+
+def test_registry_shares_ranges_and_releases_them_with_their_last_block(tmp_path):
+    """The GPU's registry of page-locked host ranges, on a stand-in driver: a range is
+    registered once and released by its last user; an overlapping array (a row slice) holds
+    the range it overlaps rather than nothing; memory maps, also through a memoryview, are
+    never registered; a base chain that returns to itself ends."""
+    import mmap
+    import types
+
+    from gbflow.backend import cuda as cuda_backend
+    driver = _Driver()
+    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=driver))
+    registry = cuda_backend._Registry()
+    X = np.zeros((1000, 8), np.float32)
+    a = registry.acquire(cupy, X)
+    b = registry.acquire(cupy, X)
+    c = registry.acquire(cupy, X[100:200])  # inside X's range: holds X's registration
+    assert a == b == c == [(X.ctypes.data, X.nbytes)]
+    assert driver.ranges == {X.ctypes.data: X.nbytes}
+    registry.release(cupy, a)
+    registry.release(cupy, c)
+    assert driver.ranges  # b still holds it
+    registry.release(cupy, b)
+    assert driver.ranges == {} and [k for k, *_ in driver.calls] == ["register", "unregister"]
+    path = tmp_path / "x.bin"
+    path.write_bytes(bytes(1 << 20))
+    with open(path, "r+b") as f:
+        mapped = mmap.mmap(f.fileno(), 0)
+        for view in (np.frombuffer(mapped, np.float32), np.asarray(memoryview(mapped)),
+                     np.memmap(path, np.float32, "r+")):
+            assert view.nbytes >= 1 << 20
+            assert not cuda_backend._registrable(view)
+        del view
+        mapped.close()
+    assert cuda_backend._registrable(np.zeros(1 << 23, np.float32))
+    assert not cuda_backend._registrable(np.zeros((1 << 12, 1 << 10), np.float32)[:, ::2])
+
+    class Loop:  # an array-like owner whose base is itself
+        def __init__(self, array):
+            self.__array_interface__ = array.__array_interface__
+            self.keep = array
+
+        @property
+        def base(self):
+            return self
+    assert cuda_backend._registrable(np.asarray(Loop(np.zeros(1 << 23, np.float32))))

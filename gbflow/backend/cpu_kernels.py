@@ -2231,7 +2231,8 @@ def _auc_bucket_words(bucket, label, weight, has_weight, scale, n_buckets, out, 
 
 def auc_bucket_words(bucket, label, weight, scale, n_buckets: int):
     """See numpy_kernels.auc_bucket_words (a bitmap of the occupied buckets and a table of
-    those alone; rows split between threads from ``_AUC_PARALLEL_ROWS``)."""
+    those alone; rows split between threads in chunks of at least ``_AUC_PARALLEL_ROWS``, at
+    most ``_AUC_MOST_PARTS`` of them)."""
     has_weight = weight is not None
     out = np.empty(3, dtype=np.int64)
     n_parts = max(1, min(numba.get_num_threads(), _AUC_MOST_PARTS,

@@ -29,47 +29,54 @@ def _registrable(a) -> bool:
     if not isinstance(a, np.ndarray) or a.nbytes < _REGISTER_BYTES or \
             not (a.flags.c_contiguous or a.flags.f_contiguous):
         return False
-    base = a
-    while base is not None:
+    base, seen = a, set()
+    while base is not None and id(base) not in seen:  # what owns the memory, to the end
+        seen.add(id(base))
         if isinstance(base, (np.memmap, mmap.mmap)):
             return False
-        base = getattr(base, "base", None)
+        base = base.obj if isinstance(base, memoryview) else getattr(base, "base", None)
     return True
 
 
 class _Registry:
     """The host ranges this process has registered with the driver, with how many blocks use
-    each: a range is registered by its first user and released by its last (two trainings on
-    one array, in two threads, share the registration; the first to finish does not unpin
-    memory the other still copies from)."""
+    each: a range is registered by its first user and released by its last. Two trainings on
+    one array, in two threads, share its registration; a block whose array overlaps ranges
+    registered already (a row slice of another block's array) holds those instead, since CuPy
+    copies from them directly: the first block to finish does not unpin memory another still
+    copies from. (A thread copying such an array outside any block is not counted.)"""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._users: dict = {}  # (address, bytes) -> blocks using the registration
 
-    def acquire(self, cupy, a) -> bool:
-        key = (a.ctypes.data, a.nbytes)
+    def acquire(self, cupy, a) -> list:
+        """The registered ranges the block now holds for ``a`` (a registration of its own, or
+        those it overlaps; none where the driver refuses it and nothing overlaps)."""
+        start, size = a.ctypes.data, a.nbytes
         with self._lock:
-            if key in self._users:
-                self._users[key] += 1
-                return True
-            try:
-                cupy.cuda.runtime.hostRegister(key[0], key[1], 0)
-            except cupy.cuda.runtime.CUDARuntimeError:  # overlapping memory, or not pinnable
-                return False
-            self._users[key] = 1
-            return True
-
-    def release(self, cupy, a) -> None:
-        key = (a.ctypes.data, a.nbytes)
-        with self._lock:
-            self._users[key] -= 1
-            if self._users[key] == 0:
-                del self._users[key]
+            held = [k for k in self._users if k[0] < start + size and start < k[0] + k[1]]
+            if not held:
                 try:
-                    cupy.cuda.runtime.hostUnregister(key[0])
-                except cupy.cuda.runtime.CUDARuntimeError:
-                    pass  # the memory stays pinned until the process ends: nothing lost
+                    cupy.cuda.runtime.hostRegister(start, size, 0)
+                except cupy.cuda.runtime.CUDARuntimeError:  # not pinnable (read-only maps)
+                    return []
+                held = [(start, size)]
+                self._users[held[0]] = 0
+            for key in held:
+                self._users[key] += 1
+            return held
+
+    def release(self, cupy, keys: list) -> None:
+        with self._lock:
+            for key in keys:
+                self._users[key] -= 1
+                if self._users[key] == 0:
+                    del self._users[key]
+                    try:
+                        cupy.cuda.runtime.hostUnregister(key[0])
+                    except cupy.cuda.runtime.CUDARuntimeError:
+                        pass  # the driver keeps it registered: nothing more to do here
 
 
 _registry = _Registry()
@@ -158,23 +165,22 @@ class CudaBackend(Backend):
         binning's blocks, a whole copy: CuPy copies page-locked memory directly, other host
         memory through a pinned buffer of its own at about 9 GB/s on an H200 host) run at the
         bus's speed (55 GB/s there); registering 1.1 GB took 0.04 s and releasing it 0.02 s.
-        Arrays the driver refuses (memory another registration overlaps), memory maps (a
-        writable one would be locked whole) and arrays that are not contiguous are copied as
-        before. Each block waits for its stream's copies before its arrays are released; an
-        array stays registered while any block in the process uses it."""
-        keys = []
+        Memory maps (a writable one would be locked whole), arrays the driver refuses and
+        arrays that are not contiguous are copied as before. Each block waits for its stream's
+        copies before it releases; a range stays registered while any block in the process
+        uses it (``_Registry``)."""
+        held = []
         try:
             for a in arrays:
-                if _registrable(a) and _registry.acquire(self.xp, a):
-                    keys.append(a)
+                if _registrable(a):
+                    held += _registry.acquire(self.xp, a)
             yield
         finally:
             try:
-                if keys:
+                if held:
                     self.xp.cuda.get_current_stream().synchronize()
             finally:
-                for a in keys:
-                    _registry.release(self.xp, a)
+                _registry.release(self.xp, held)
 
     def row_numbers(self, out) -> None:
         """0, 1, ..., len(out) - 1 written into ``out`` (a C-contiguous CuPy integer array) by

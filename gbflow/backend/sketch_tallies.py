@@ -66,9 +66,12 @@ def check_sketch_arguments(values, feature, weight, slot_of, table, name: str,
     # the slots' range is read on the host only: on the GPU the read would wait for the
     # device every block (there it is the caller's promise, as feature ids are)
     room = table if table is not None and slot_of is not None else wanted
+    if slot_of is not None and room is not None and room.shape[0] % N_SUB:
+        raise ValueError(f"{name}: {'the table' if room is table else 'wanted'} must hold "
+                         f"{N_SUB} entries a slot, got {room.shape[0]}")
     if isinstance(slot_of, np.ndarray) and room is not None and slot_of.shape[0]:
         n_slots = room.shape[0] // N_SUB
-        if room.shape[0] % N_SUB or int(slot_of.max()) >= n_slots:
+        if int(slot_of.max()) >= n_slots:
             raise ValueError(f"{name}: slot_of names slot {int(slot_of.max())}, but "
                              f"{'the table' if room is table else 'wanted'} holds "
                              f"{room.shape[0]} entries ({N_SUB} a slot)")
