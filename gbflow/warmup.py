@@ -7,8 +7,9 @@ the first training in an environment pays the 10-30 s; CuPy does the same for th
 GPU architecture). ``compile_kernels`` (the command ``gbflow compile [--device cuda]``) pays it
 ahead, where a Docker build or an install script can: it trains a few tiny models that take the
 common paths (whole trees and the level loop, dense, sparse and categorical columns,
-multiclass, a line-searched objective, evaluation metrics, prediction), and runs the kernels
-of a large evaluation set once.
+multiclass, a line-searched objective, evaluation metrics, prediction), and runs once the
+kernels that only large data takes (a large evaluation set's, the features' check, the
+quantile sketch's passes).
 """
 from __future__ import annotations
 
@@ -91,19 +92,20 @@ def compile_kernels(device: str = "cpu") -> float:
             booster.predict(get_backend("cuda").xp.asarray(X))
         log.info("compiled: %s (%.1f s)", name, time.perf_counter() - step)
     step = time.perf_counter()
-    _large_evaluation_kernels(get_backend(device), rng)
-    log.info("compiled: a large evaluation set's kernels (%.1f s)", time.perf_counter() - step)
+    _large_data_kernels(get_backend(device), rng)
+    log.info("compiled: large data's kernels (evaluation, checks, sketch) (%.1f s)",
+             time.perf_counter() - step)
     return time.perf_counter() - start
 
 
-def _large_evaluation_kernels(backend, rng) -> None:
+def _large_data_kernels(backend, rng) -> None:
     """Run once what only data larger than the tiny trainings' takes: the sigmoid, auc's
     prediction keys and buckets and binary:logistic's gradients on numba's threads (the
     CPU's, from 2**15 rows; the sigmoid where the machine's exp allows), the dense buckets'
     tally (from 2**16 rows), the features' check for infinities (from 2**15 rows), and the
-    quantile sketch's block tallies (from 2**22 values, on
-    whole rows and on a group of a wider matrix's columns). Multi-class auc's strided class
-    columns compile at their first use."""
+    quantile sketch's block tallies (from 2**22 values; on whole rows and on a group of a
+    wider matrix's columns). Multi-class auc's strided class columns compile at their first
+    use."""
     from .metrics import tallies
     xp, kernels = backend.xp, backend.kernels
     n = tallies.EXACT_ROWS + 1
