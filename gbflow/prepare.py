@@ -211,8 +211,7 @@ def bin_into(shardset, parts: list, params, n_rows: int, max_weight: float, row_
     """``_bin_into`` with the parts' host feature matrices registered with the device for it
     (``Backend.host_registered``): the sketch's passes, the counting and the binning each copy
     them to the device (a block at a time when they do not fit beside the bins)."""
-    host = [p.X for p in parts if isinstance(p.X, np.ndarray)]
-    with shardset.backend.host_registered(host):
+    with shardset.backend.host_registered([p.X for p in parts]):
         return _bin_into(shardset, parts, params, n_rows, max_weight, row_offsets,
                          drop_features, cuts)
 

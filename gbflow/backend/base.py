@@ -130,9 +130,10 @@ class Backend:
 
     @contextlib.contextmanager
     def host_registered(self, arrays):
-        """Within this block, the device copies from these host arrays (NumPy; others are
-        skipped) run at the bus's speed where the backend can pin them in place (the GPU:
-        page-locked for the block, then released; nothing is copied). On the CPU nothing."""
+        """Within this block, the device copies from these arrays (host NumPy arrays; others,
+        CSRs and device arrays among them, are skipped) run at the bus's speed where the
+        backend can pin them in place (the GPU: page-locked for the block, then released;
+        nothing is copied). On the CPU nothing."""
         yield
 
     def page_reader(self, pages: list):
