@@ -38,15 +38,10 @@ def _tables(rng) -> list:
     frame = pd.DataFrame(X, columns=[f"x{i}" for i in range(6)]).assign(
         colour=pd.Categorical(rng.choice(["red", "green", "blue", "grey", "black"], n)))
     depth = {"max_depth": 3}
-    # 8 features fill their padded rows (a C-contiguous matrix), 6 do not: numba compiles the
-    # kernels that read the bins once for each layout
-    X8 = rng.standard_normal((n, 8)).astype(np.float32)
     binary_metrics = {**depth, "objective": "binary:logistic", "eval_metric": ["auc", "logloss"]}
     return [
         ("dense binary (whole trees), auc and logloss", X, binary, binary_metrics,
          {"evals": [((X, binary), "train"), ((X[::-1], binary[::-1]), "valid")]}),
-        ("dense binary, rows filling their padding", X8, binary, binary_metrics,
-         {"evals": [((X8, binary), "train"), ((X8[::-1], binary[::-1]), "valid")]}),
         ("dense, one sample a node (the level loop)", X, binary,
          {**depth, "objective": "binary:logistic", "colsample_bynode": 0.8}, {}),
         ("multiclass", X, classes, {**depth, "objective": "multi:softprob", "num_class": 3},

@@ -1079,7 +1079,7 @@ def test_cpu_auc_kernels_split_between_threads_give_the_serial_tallies_and_words
     expected = numpy_kernels.auc_tally(bucket, label, weight, 2.0**12,
                                        np.zeros((2, n_buckets), np.int64))
     got = np.zeros((2, n_buckets), np.int64)
-    cpu_kernels._auc_tally(bucket, label, weight, True, 2.0**12, got, n_split)
+    cpu_kernels._AUC_TALLY_CALL(bucket, label, weight, True, 2.0**12, got, n_split)
     assert np.array_equal(got, expected)
     tables = np.stack([expected, expected[::-1]])
     words = np.empty((2, 3), np.int64)
@@ -1858,12 +1858,12 @@ def test_cpu_softmax_runs_numba_only_where_its_values_are_numpys(monkeypatch):
     if not cpu_kernels._numpy_exp_is_numbas():
         pytest.skip("NumPy's exp is not numba's here: the twin always runs")
     assert cpu_kernels._softmax_is_numpys(10) and not cpu_kernels._softmax_is_numpys(129)
-    threaded = cpu_kernels._softmax_gradients
+    threaded = cpu_kernels._SOFTMAX_GRADIENTS_CALL
 
     def off_by_an_ulp(margin, label, weight, weighted, grad, hess, n_chunks):
         threaded(margin, label, weight, weighted, grad, hess, n_chunks)
         hess[-1, -1] = np.nextafter(hess[-1, -1], np.float32(2.0))
-    monkeypatch.setattr(cpu_kernels, "_softmax_gradients", off_by_an_ulp)
+    monkeypatch.setattr(cpu_kernels, "_SOFTMAX_GRADIENTS_CALL", off_by_an_ulp)
     assert not cpu_kernels._softmax_is_numpys.__wrapped__(10)
     monkeypatch.setattr(cpu_kernels, "_softmax_is_numpys", lambda k: False)
     margin, label, weight = _loss_rows(500, 10)
@@ -2058,12 +2058,12 @@ def test_auc_bucket_words_in_chunks_of_rows(n_parts):
     for w in (None, weight):
         expected = numpy_kernels.auc_bucket_words(bucket, label, w, 2.0**10, n_buckets)
         out = np.empty(3, np.int64)
-        assert cpu_kernels._auc_bucket_words(bucket, label, np.zeros(1) if w is None else w,
-                                             w is not None, 2.0**10, n_buckets, out,
-                                             n_parts) == 0
+        assert cpu_kernels._AUC_BUCKET_WORDS_CALL(
+            bucket, label, np.zeros(1) if w is None else w, w is not None, 2.0**10, n_buckets,
+            out, n_parts) == 0
         assert np.array_equal(out, expected)
     bad = bucket.copy()
     bad[-1] = n_buckets
-    assert cpu_kernels._auc_bucket_words(bad, label, np.zeros(1), False, 1.0, n_buckets,
-                                         np.empty(3, np.int64), n_parts) == \
+    assert cpu_kernels._AUC_BUCKET_WORDS_CALL(bad, label, np.zeros(1), False, 1.0, n_buckets,
+                                              np.empty(3, np.int64), n_parts) == \
         cpu_kernels._BAD_BUCKET

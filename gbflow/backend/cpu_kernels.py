@@ -33,6 +33,7 @@ from .common import (
     segments_of_work,
 )
 from .cpu_prefetch import PREFETCH_ROWS, prefetch
+from .cpu_widen import ANY, ANY_READ_ONLY, READ_ONLY, Widened
 from .losses import check_loss_arguments
 from .sketch_tallies import BUCKET_BITS, N_BUCKETS, N_SUB, SUB_BITS, check_sketch_arguments
 
@@ -97,6 +98,9 @@ def _bin_features(X, cut_values, cut_offsets, out):
             out[i, f] = base - lo + (2 if cut_values[base] <= x else 1)
 
 
+_BIN_FEATURES_CALL = Widened(_bin_features, {0: ANY_READ_ONLY, 3: ANY})
+
+
 # Features of fewer than _CUT_TABLE_WIDTH cuts are binned through a (n_features, width) table of
 # their cuts padded with NaN (no value is >= NaN), by a search whose step count is a compile-time
 # constant: LLVM unrolls it into eight branch-free steps. On 100,000 x 28 values of 254 cuts that
@@ -120,6 +124,9 @@ def _bin_by_table(X, table, out):
             out[i, f] = 0 if x != x else base + 1
 
 
+_BIN_BY_TABLE_CALL = Widened(_bin_by_table, {0: ANY_READ_ONLY, 2: ANY})
+
+
 def _cut_table(cut_values, cut_offsets):
     """(n_features, _CUT_TABLE_WIDTH) array of cut_values' dtype: row f is -inf, feature f's
     cuts, then NaN; None when a feature has _CUT_TABLE_WIDTH cuts or more."""
@@ -138,9 +145,9 @@ def bin_features(X, cut_values, cut_offsets, out):
     """See numpy_kernels.bin_features."""
     table = _cut_table(np.asarray(cut_values), np.asarray(cut_offsets, dtype=np.int64))
     if table is None:
-        _bin_features(X, cut_values, cut_offsets, out)
+        _BIN_FEATURES_CALL(X, cut_values, cut_offsets, out)
     else:
-        _bin_by_table(X, table, out)
+        _BIN_BY_TABLE_CALL(X, table, out)
     return out
 
 
@@ -214,6 +221,9 @@ def _build_histograms(bins, gh, row_index, seg_start, seg_count, hist, n_threads
         _add_thread_histograms(hist[k], local, widths)
 
 
+_BUILD_HISTOGRAMS_CALL = Widened(_build_histograms, {0: ANY_READ_ONLY})
+
+
 @njit(forceinline=True, **_JIT)
 def _thread_rows_histogram(acc, bins, gh, row_index, lo, hi, widths):
     """One thread's histogram ``acc`` (cleared over widths) of row_index[lo:hi]'s rows."""
@@ -225,9 +235,9 @@ def build_histograms(bins, gh, row_index, seg_start, seg_count, n_bins, n_value_
     """See numpy_kernels.build_histograms (n_value_bins: the threads' histograms are cleared
     and added over each feature's own bins)."""
     hist = np.zeros((len(seg_start), bins.shape[1], n_bins, 2), dtype=_dtypes.FIXED)
-    _build_histograms(bins, gh, row_index, np.asarray(seg_start, dtype=np.int64),
-                      np.asarray(seg_count, dtype=np.int64), hist, numba.get_num_threads(),
-                      feature_widths(n_value_bins, bins.shape[1], n_bins))
+    _BUILD_HISTOGRAMS_CALL(bins, gh, row_index, np.asarray(seg_start, dtype=np.int64),
+                           np.asarray(seg_count, dtype=np.int64), hist, numba.get_num_threads(),
+                           feature_widths(n_value_bins, bins.shape[1], n_bins))
     return hist
 
 
@@ -389,6 +399,10 @@ def _partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, se
         left_count[k] = total_left
 
 
+_PARTITION_AND_HISTOGRAM_CALL = Widened(_partition_and_histogram,
+                                        {0: ANY_READ_ONLY, 1: ANY_READ_ONLY})
+
+
 @njit(forceinline=True, **_JIT)
 def _sides_and_histogram(acc, bins, bins_by_feature, gh, row_index, lo, a, b, f, thr, dl,
                          build_left, goes_left, widths):
@@ -441,6 +455,10 @@ def _partition_nodes_apart(bins, bins_by_feature, gh, row_index, seg_start, seg_
                                         seg_start[k], seg_start[k] + seg_count[k], feature[k],
                                         bin_threshold[k], default_left[k], small_is_left[k],
                                         dest)
+
+
+_PARTITION_NODES_APART_CALL = Widened(_partition_nodes_apart,
+                                      {0: ANY_READ_ONLY, 1: ANY_READ_ONLY})
 
 
 @njit(forceinline=True, **_JIT)
@@ -505,13 +523,13 @@ def partition_and_histogram(bins, bins_by_feature, gh, row_index, seg_start, seg
              np.asarray(default_left, dtype=np.bool_), np.asarray(small_is_left, dtype=np.bool_))
     if dest is not None and k >= _NODES_APART * n_threads and \
             int(nodes[1].sum()) <= _NODE_ROWS_APART * k:
-        _partition_nodes_apart(bins, bins_by_feature, gh, row_index, *nodes, hist, left_count,
-                               check_dest(dest, row_index))
+        _PARTITION_NODES_APART_CALL(bins, bins_by_feature, gh, row_index, *nodes, hist, left_count,
+                                    check_dest(dest, row_index))
     else:
-        _partition_and_histogram(bins, bins_by_feature, gh, row_index, *nodes, hist,
-                                 left_count, row_index if dest is None else
-                                 check_dest(dest, row_index), dest is None, n_threads,
-                                 feature_widths(n_value_bins, bins.shape[1], n_bins))
+        _PARTITION_AND_HISTOGRAM_CALL(bins, bins_by_feature, gh, row_index, *nodes, hist,
+                                      left_count, row_index if dest is None else
+                                      check_dest(dest, row_index), dest is None, n_threads,
+                                      feature_widths(n_value_bins, bins.shape[1], n_bins))
     return left_count, hist
 
 
@@ -626,15 +644,18 @@ def _add_split_leaf_values(margin, bins_by_feature, row_index, seg_start, seg_co
                             default_left[k], left_value[k], right_value[k])
 
 
+_ADD_SPLIT_LEAF_VALUES_CALL = Widened(_add_split_leaf_values, {0: ANY, 1: ANY_READ_ONLY})
+
+
 def add_split_leaf_values(margin, bins_by_feature, row_index, seg_start, seg_count, feature,
                           bin_threshold, default_left, left_value, right_value):
     """See numpy_kernels.add_split_leaf_values."""
-    _add_split_leaf_values(margin, bins_by_feature, row_index,
-                           np.asarray(seg_start, dtype=np.int64),
-                           np.asarray(seg_count, dtype=np.int64), np.asarray(feature, np.int64),
-                           np.asarray(bin_threshold, np.int64), np.asarray(default_left, np.bool_),
-                           np.asarray(left_value, np.float64), np.asarray(right_value, np.float64),
-                           numba.get_num_threads())
+    _ADD_SPLIT_LEAF_VALUES_CALL(
+        margin, bins_by_feature, row_index, np.asarray(seg_start, dtype=np.int64),
+        np.asarray(seg_count, dtype=np.int64), np.asarray(feature, np.int64),
+        np.asarray(bin_threshold, np.int64), np.asarray(default_left, np.bool_),
+        np.asarray(left_value, np.float64), np.asarray(right_value, np.float64),
+        numba.get_num_threads())
 
 
 # The node tests of the tree walks: whether a row goes left at ``node`` (node arrays passed
@@ -738,6 +759,9 @@ def _walk_trees(rows, binned, feature, threshold, default_left, left, value, tre
                 out[i0 + 3, g] += value[d]
 
 
+_WALK_TREES_CALL = Widened(_walk_trees, {0: ANY_READ_ONLY})
+
+
 def _category_arrays(cat_start, cat_bits):
     """The walks' last three arguments: the sets, and whether there are any (None: none)."""
     if cat_start is None:
@@ -748,16 +772,17 @@ def _category_arrays(cat_start, cat_bits):
 def predict_margins(X, feature, threshold, default_left, left, right, value, tree_root, tree_group,
                     out, cat_start=None, cat_bits=None):
     """See numpy_kernels.predict_margins."""
-    _walk_trees(X, False, feature, threshold, default_left, left, value, tree_root, tree_group,
-                out, *_category_arrays(cat_start, cat_bits))
+    _WALK_TREES_CALL(X, False, feature, threshold, default_left, left, value, tree_root,
+                     tree_group, out, *_category_arrays(cat_start, cat_bits))
     return out
 
 
 def predict_margins_binned(bins, feature, bin_threshold, default_left, left, right, value,
                            tree_root, tree_group, out, cat_start=None, cat_bits=None):
     """See numpy_kernels.predict_margins_binned."""
-    _walk_trees(bins, True, feature, np.asarray(bin_threshold, dtype=np.int32), default_left,
-                left, value, tree_root, tree_group, out, *_category_arrays(cat_start, cat_bits))
+    _WALK_TREES_CALL(bins, True, feature, np.asarray(bin_threshold, dtype=np.int32),
+                     default_left, left, value, tree_root, tree_group, out,
+                     *_category_arrays(cat_start, cat_bits))
     return out
 
 
@@ -785,11 +810,14 @@ def _predict_leaves(X, feature, threshold, default_left, left, tree_root, out, c
             out[i, t] = node - tree_root[t]
 
 
+_PREDICT_LEAVES_CALL = Widened(_predict_leaves, {0: ANY_READ_ONLY})
+
+
 def predict_leaves(X, feature, threshold, default_left, left, right, tree_root, out,
                    cat_start=None, cat_bits=None):
     """See numpy_kernels.predict_leaves."""
-    _predict_leaves(X, feature, threshold, default_left, left, tree_root, out,
-                    *_category_arrays(cat_start, cat_bits))
+    _PREDICT_LEAVES_CALL(X, feature, threshold, default_left, left, tree_root, out,
+                         *_category_arrays(cat_start, cat_bits))
     return out
 
 
@@ -810,11 +838,14 @@ def _saabas_contributions(X, feature, threshold, default_left, left, tree_root, 
                 node = child
 
 
+_SAABAS_CONTRIBUTIONS_CALL = Widened(_saabas_contributions, {0: ANY_READ_ONLY})
+
+
 def saabas_contributions(X, feature, threshold, default_left, left, right, tree_root,
                          tree_group, node_mean, out, cat_start=None, cat_bits=None):
     """See numpy_kernels.saabas_contributions."""
-    _saabas_contributions(X, feature, threshold, default_left, left, tree_root, tree_group,
-                          node_mean, out, *_category_arrays(cat_start, cat_bits))
+    _SAABAS_CONTRIBUTIONS_CALL(X, feature, threshold, default_left, left, tree_root, tree_group,
+                               node_mean, out, *_category_arrays(cat_start, cat_bits))
     return out
 
 
@@ -905,13 +936,17 @@ def _shap_contributions(X, feature, threshold, default_left, path_ptr, path_valu
                     out[i, g, elem_feature[first + j]] += failed
 
 
+_SHAP_CONTRIBUTIONS_CALL = Widened(_shap_contributions, {0: ANY_READ_ONLY})
+
+
 def shap_contributions(X, feature, threshold, default_left, path_ptr, path_value, path_group,
                        elem_ptr, elem_feature, elem_zero, edge_node, edge_left, shapley_weights,
                        out, cat_start=None, cat_bits=None):
     """See numpy_kernels.shap_contributions."""
-    _shap_contributions(X, feature, threshold, default_left, path_ptr, path_value, path_group,
-                        elem_ptr, elem_feature, elem_zero, edge_node, edge_left, shapley_weights,
-                        out, *_category_arrays(cat_start, cat_bits))
+    _SHAP_CONTRIBUTIONS_CALL(
+        X, feature, threshold, default_left, path_ptr, path_value, path_group, elem_ptr,
+        elem_feature, elem_zero, edge_node, edge_left, shapley_weights, out,
+        *_category_arrays(cat_start, cat_bits))
     return out
 
 
@@ -960,13 +995,17 @@ def _shap_interactions(X, feature, threshold, default_left, path_ptr, path_value
                     out[r, g, elem_feature[first + i], elem_feature[first + j]] += scale * value
 
 
+_SHAP_INTERACTIONS_CALL = Widened(_shap_interactions, {0: ANY_READ_ONLY})
+
+
 def shap_interactions(X, feature, threshold, default_left, path_ptr, path_value, path_group,
                       elem_ptr, elem_feature, elem_zero, edge_node, edge_left, shapley_weights,
                       out, cat_start=None, cat_bits=None):
     """See numpy_kernels.shap_interactions."""
-    _shap_interactions(X, feature, threshold, default_left, path_ptr, path_value, path_group,
-                       elem_ptr, elem_feature, elem_zero, edge_node, edge_left, shapley_weights,
-                       out, *_category_arrays(cat_start, cat_bits))
+    _SHAP_INTERACTIONS_CALL(
+        X, feature, threshold, default_left, path_ptr, path_value, path_group, elem_ptr,
+        elem_feature, elem_zero, edge_node, edge_left, shapley_weights, out,
+        *_category_arrays(cat_start, cat_bits))
     return out
 
 # ---------------------------------------------------------------------------------------------
@@ -1523,13 +1562,16 @@ def _map_sides(bins_by_feature, row_index, chunk_node, chunk_begin, chunk_end, i
             out[r] = side_map[k, bins_by_feature[d, r]]
 
 
+_MAP_SIDES_CALL = Widened(_map_sides, {0: ANY_READ_ONLY})
+
+
 def map_sides(bins_by_feature, row_index, seg_start, seg_count, ids, side_map, out):
     """See numpy_kernels.map_sides. out written at the listed segments' rows and returned."""
     node, begin, end = _chunks(seg_start, seg_count, numba.get_num_threads())
     if len(node):
-        _map_sides(bins_by_feature, row_index, node, begin, end,
-                   np.asarray(ids, dtype=np.int64), np.ascontiguousarray(side_map, np.uint8),
-                   out)
+        _MAP_SIDES_CALL(bins_by_feature, row_index, node, begin, end,
+                        np.asarray(ids, dtype=np.int64), np.ascontiguousarray(side_map, np.uint8),
+                        out)
     return out
 
 
@@ -1584,14 +1626,14 @@ def split_column(bins_by_feature, indptr, entry_feature, entry_bin, common_bin, 
     if columns is None:  # stand-ins of the index's types, never read
         columns = _NoColumns(np.zeros(1, np.int64), np.zeros(0, np.int32),
                              np.zeros(0, entry_bin.dtype), np.zeros(0, np.int32))
-    _gather_split_column(bins_by_feature, indptr, entry_feature, entry_bin,
-                         np.asarray(common_bin, dtype=np.int64), row_index,
-                         np.asarray(seg_start, dtype=np.int64),
-                         np.asarray(seg_count, dtype=np.int64),
-                         np.asarray(dense_feature, dtype=np.int64),
-                         np.asarray(sparse_feature, dtype=np.int64), out, np.int64(walk_ratio),
-                         columns.col_ptr, columns.col_rows, columns.col_bins, columns.marks,
-                         numba.get_num_threads())
+    _GATHER_SPLIT_COLUMN_CALL(bins_by_feature, indptr, entry_feature, entry_bin,
+                              np.asarray(common_bin, dtype=np.int64), row_index,
+                              np.asarray(seg_start, dtype=np.int64),
+                              np.asarray(seg_count, dtype=np.int64),
+                              np.asarray(dense_feature, dtype=np.int64),
+                              np.asarray(sparse_feature, dtype=np.int64), out, np.int64(walk_ratio),
+                              columns.col_ptr, columns.col_rows, columns.col_bins, columns.marks,
+                              numba.get_num_threads())
     return out
 
 
@@ -1643,6 +1685,9 @@ def _gather_split_column(bins_by_feature, indptr, entry_feature, entry_bin, comm
     _walk_columns(np.flatnonzero(on_feature), col_ptr, col_rows, col_bins, sparse_feature,
                   marks, out)
     _unmark_rows(row_index, begin, end, marks)
+
+
+_GATHER_SPLIT_COLUMN_CALL = Widened(_gather_split_column, {0: ANY_READ_ONLY})
 
 
 @njit(parallel=True, **_JIT)
@@ -1698,10 +1743,13 @@ def _fixed_point_words(values, scale, low_scale, n_threads):
     return total
 
 
+_FIXED_POINT_WORDS_CALL = Widened(_fixed_point_words, {0: READ_ONLY})
+
+
 def fixed_point_words(values, scale, low_scale):
     """See numpy_kernels.fixed_point_words (per-thread integer sums, added: the same words)."""
-    return _fixed_point_words(np.asarray(values), np.float64(scale), np.float64(low_scale),
-                              numba.get_num_threads())
+    return _FIXED_POINT_WORDS_CALL(np.asarray(values), np.float64(scale), np.float64(low_scale),
+                                   numba.get_num_threads())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1868,6 +1916,9 @@ def _softmax_gradients(margin, label, weight, weighted, grad, hess, n_chunks):
         _softmax_rows(margin, label, weight, weighted, grad, hess, a, min(n, a + chunk))
 
 
+_SOFTMAX_GRADIENTS_CALL = Widened(_softmax_gradients, {1: READ_ONLY, 2: READ_ONLY})
+
+
 @functools.lru_cache(maxsize=None)
 def _softmax_is_numpys(k: int) -> bool:
     """Whether ``_softmax_gradients`` gives the twin's values for k classes on this machine:
@@ -1894,8 +1945,8 @@ def _run_softmax_gradients(margin, label, weight):
     grad = np.empty(margin.shape, dtype=_dtypes.GRADIENT)
     hess = np.empty(margin.shape, dtype=_dtypes.GRADIENT)
     n_chunks = max(1, min(numba.get_num_threads(), margin.shape[0] // 64))
-    _softmax_gradients(margin, np.asarray(label, dtype=np.float64), _weight_column(weight),
-                       weight is not None, grad, hess, n_chunks)
+    _SOFTMAX_GRADIENTS_CALL(margin, np.asarray(label, dtype=np.float64), _weight_column(weight),
+                            weight is not None, grad, hess, n_chunks)
     return grad, hess
 
 
@@ -2102,13 +2153,16 @@ def _auc_tally(bucket, label, weight, has_weight, scale, out, n_parts):
             out[1, b] += np.int64(np.rint(w)) - positive
 
 
+_AUC_TALLY_CALL = Widened(_auc_tally, {1: READ_ONLY, 2: READ_ONLY})
+
+
 def auc_tally(bucket, label, weight, scale, out):
     """See numpy_kernels.auc_tally."""
     has_weight = weight is not None
     n_parts = numba.get_num_threads() if len(bucket) >= _AUC_PARALLEL_ROWS else 1
-    _auc_tally(np.asarray(bucket, dtype=np.int64), np.asarray(label, dtype=np.float64),
-               np.asarray(weight, dtype=np.float64) if has_weight else np.zeros(1), has_weight,
-               np.float64(scale), out, n_parts)
+    _AUC_TALLY_CALL(np.asarray(bucket, dtype=np.int64), np.asarray(label, dtype=np.float64),
+                    np.asarray(weight, dtype=np.float64) if has_weight else np.zeros(1), has_weight,
+                    np.float64(scale), out, n_parts)
     return out
 
 
@@ -2229,6 +2283,9 @@ def _auc_bucket_words(bucket, label, weight, has_weight, scale, n_buckets, out, 
     return 0
 
 
+_AUC_BUCKET_WORDS_CALL = Widened(_auc_bucket_words, {1: READ_ONLY, 2: READ_ONLY})
+
+
 def auc_bucket_words(bucket, label, weight, scale, n_buckets: int):
     """See numpy_kernels.auc_bucket_words (a bitmap of the occupied buckets and a table of
     those alone; rows split between threads in chunks of at least ``_AUC_PARALLEL_ROWS``, at
@@ -2239,11 +2296,11 @@ def auc_bucket_words(bucket, label, weight, scale, n_buckets: int):
                          len(bucket) // _AUC_PARALLEL_ROWS))
     # the ids are checked as the bitmap is made, the total as the rows are tallied (no pass
     # of their own)
-    refused = _auc_bucket_words(np.asarray(bucket, dtype=np.int64),
-                                np.asarray(label, dtype=np.float64),
-                                np.asarray(weight, dtype=np.float64) if has_weight
-                                else np.zeros(1), has_weight, np.float64(scale),
-                                int(n_buckets), out, n_parts)
+    refused = _AUC_BUCKET_WORDS_CALL(np.asarray(bucket, dtype=np.int64),
+                                     np.asarray(label, dtype=np.float64),
+                                     np.asarray(weight, dtype=np.float64) if has_weight
+                                     else np.zeros(1), has_weight, np.float64(scale),
+                                     int(n_buckets), out, n_parts)
     if refused == _BAD_BUCKET:
         raise ValueError(f"auc_bucket_words: bucket ids must lie in [0, {n_buckets})")
     if refused == _TOO_HEAVY:

@@ -13,6 +13,7 @@ from .. import _dtypes
 from .common import GrownTree, check_round, feature_widths
 from .cpu_kernels import _JIT, _quantise_gradients
 from .cpu_tree import _grow_tree, _sparse_arguments
+from .cpu_widen import ANY_READ_ONLY, Widened
 
 
 def grow_whole_round(bins, bins_by_feature, grad, hess, scales, gh, row_index, spare_index,
@@ -32,7 +33,7 @@ def grow_whole_round(bins, bins_by_feature, grad, hess, scales, gh, row_index, s
         sparse = _sparse_arguments(dataclasses.replace(sparse, feature_allowed=allowed[0]),
                                    allowed.shape[1])
         sparse = sparse[:5] + (allowed,) + sparse[6:]
-    arrays = _grow_round(
+    arrays = _GROW_ROUND_CALL(
         bins, bins_by_feature, np.ascontiguousarray(grad), np.ascontiguousarray(hess),
         np.ascontiguousarray(scales, dtype=np.float64), gh, row_index, spare_index,
         np.asarray(n_value_bins, dtype=np.int32), int(n_bins),
@@ -126,3 +127,7 @@ def _grow_round(bins, bins_by_feature, grad, hess, scales, gh, rows_even, rows_o
             cover[at + i] = tree[11][i]
     return (offsets, totals, feature, bin_threshold, default_left, gain, left, depth, seg_start,
             seg_count, threshold, value, cover)
+
+
+# the round as Python calls it: the bins of any layout, read-only (one compile for them all)
+_GROW_ROUND_CALL = Widened(_grow_round, {0: ANY_READ_ONLY, 1: ANY_READ_ONLY})

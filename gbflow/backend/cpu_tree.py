@@ -1,9 +1,7 @@
 """A whole depthwise tree grown in one compiled call on the CPU (no Python between levels).
 
-Small data is where the level-by-level grower's host work shows: a tree of sklearn's digits
-(1,797 rows) spent about 0.3 ms in kernels and 1.2 ms in the Python around them, and a level of
-a one-hot CSR table about as much in Python as in its sparse kernels. This loop runs the same
-kernels (``cpu_kernels``' histograms, split searches, split columns and fused partition) in the
+Small data is where the level-by-level grower's host work shows (a tree of sklearn's digits:
+0.3 ms in kernels, 1.2 ms in the Python around them). This loop runs the same kernels in the
 same order over the same integers, so it grows the same tree, bit for bit, then finishes it
 and adds it to the margins; its twin is ``numpy_kernels.grow_whole_tree``.
 """
@@ -32,6 +30,7 @@ from .cpu_kernels import (
     _partition_nodes_apart,
     _sibling_histograms,
 )
+from .cpu_widen import ANY_READ_ONLY, Widened
 
 
 def grow_whole_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_bins, n_bins,
@@ -49,7 +48,7 @@ def grow_whole_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_b
         np.asarray(features, dtype=np.int64)
     if finish is not None:  # (the feature ids: in the compiled grower, in microseconds less)
         finish.check_margin(bins.shape[0])
-    grown = _grow_tree(
+    grown = _GROW_TREE_CALL(
         bins, bins_by_feature, gh, row_index, spare_index,
         np.asarray(n_value_bins, dtype=np.int32), int(n_bins),
         # checked here: the compiled tree clears its threads' histograms by them, unchecked
@@ -59,13 +58,10 @@ def grow_whole_tree(bins, bins_by_feature, gh, row_index, spare_index, n_value_b
         float(min_child_weight), float(min_gain), max_delta_step is not None,
         float(max_delta_step or 0.0), np.zeros(max(n_features, 1), dtype=np.int8),
         _finish_arguments(finish), numba.get_num_threads())
-    if finish is None:
-        return GrownTree(*grown[:9])
-    return GrownTree(*grown)
+    return GrownTree(*grown[:9]) if finish is None else GrownTree(*grown)
 
 
-# the finishing arguments of a tree grown without them: never read but for their types (one
-# compiled grower whether a tree is finished or not)
+# a tree grown unfinished: arguments never read but for their types (one compiled grower)
 _NO_CUTS = (np.zeros(0, dtype=_dtypes.CUT), np.zeros(1, dtype=np.int64))
 _NO_MARGIN = np.zeros((1, 1), dtype=_dtypes.MARGIN)
 
@@ -389,6 +385,10 @@ def _grow_tree(bins, bins_by_feature, gh, rows_even, rows_odd, n_value_bins, n_b
     return (out_totals[:first], out_feature[:first], out_threshold[:first],
             out_default_left[:first], out_gain[:first], out_left[:first], out_depth[:first],
             out_start[:first], out_count[:first], threshold, value, cover)
+
+
+# the grower as Python calls it: bins of any layout, read-only (one compile for them all)
+_GROW_TREE_CALL = Widened(_grow_tree, {0: ANY_READ_ONLY, 1: ANY_READ_ONLY})
 
 
 @njit(**_JIT)
