@@ -25,7 +25,7 @@ import dataclasses
 
 import numpy as np
 
-from .backend.common import padded_width
+from .backend.common import padded_width, slot_dtype
 
 
 @dataclasses.dataclass
@@ -55,10 +55,9 @@ def entry_slots(entries: SparseBins, bin_offsets: np.ndarray) -> np.ndarray:
     """(nnz,) each host entry's histogram slot bin_offsets[feature] + bin: uint16 while the
     slots fit (2 bytes an entry), else int32."""
     offsets = np.asarray(bin_offsets, dtype=np.int64)
-    dtype = np.uint16 if offsets[-1] <= np.iinfo(np.uint16).max + 1 else np.int32
     slots = offsets[entries.entry_feature]
     slots += entries.entry_bin
-    return slots.astype(dtype)
+    return slots.astype(slot_dtype(offsets[-1]))
 
 
 @dataclasses.dataclass

@@ -396,6 +396,12 @@ def better_splits(best: tuple, other: tuple) -> tuple:
                  for a, b in zip(best, other)), take
 
 
+def slot_dtype(n_slots: int):
+    """The dtype of sparse entries' histogram slots (``bin_offsets[feature] + bin``) for
+    ``n_slots`` slots: uint16 while they fit (2 bytes an entry), else int32."""
+    return np.dtype(np.uint16) if n_slots <= np.iinfo(np.uint16).max + 1 else np.dtype(np.int32)
+
+
 def padded_width(bin_offsets) -> int:
     """The width the sparse split search pads compact histograms' features to: the widest
     feature's slot count, at least 2 (host (S + 1,) offsets; 2 for no feature)."""

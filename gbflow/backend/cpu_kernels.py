@@ -98,7 +98,7 @@ def _bin_features(X, cut_values, cut_offsets, out):
             out[i, f] = base - lo + (2 if cut_values[base] <= x else 1)
 
 
-_BIN_FEATURES_CALL = Widened(_bin_features, {0: ANY_READ_ONLY, 3: ANY})
+_BIN_FEATURES_CALL = Widened(_bin_features, {0: READ_ONLY, 3: ANY})
 
 
 # Features of fewer than _CUT_TABLE_WIDTH cuts are binned through a (n_features, width) table of
@@ -124,7 +124,7 @@ def _bin_by_table(X, table, out):
             out[i, f] = 0 if x != x else base + 1
 
 
-_BIN_BY_TABLE_CALL = Widened(_bin_by_table, {0: ANY_READ_ONLY, 2: ANY})
+_BIN_BY_TABLE_CALL = Widened(_bin_by_table, {0: READ_ONLY, 2: ANY})
 
 
 def _cut_table(cut_values, cut_offsets):
