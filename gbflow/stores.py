@@ -206,6 +206,13 @@ class DenseStore(_Store):
             self._reader = self.backend.page_reader(self._bins)
         return self._reader.get(s)
 
+    def host_page(self, s: int):
+        """Paged: shard s's (n, W) padded bins as their host page (``Backend.to_page``'s), for
+        ``Backend.scatter_page_rows``, which reads only the rows it needs."""
+        if not self.paged:
+            raise ValueError("DenseStore.host_page: the store is not paged")
+        return self._bins[s]
+
     def columns(self, s: int):
         """(D, n) device bins of shard s by feature: the column copy, or a transposed view of
         ``rows(s)`` (the kernels take any strides)."""

@@ -487,3 +487,30 @@ def test_registry_shares_ranges_and_releases_them_with_their_last_block(tmp_path
         def base(self):
             return self
     assert cuda_backend._registrable(np.asarray(Loop(np.zeros(1 << 23, np.float32))))
+
+
+@pytest.mark.parametrize("n_features", [5, 28, 80])
+def test_scatter_page_rows_writes_the_kept_rows_to_their_places(device, n_features):
+    """``Backend.scatter_page_rows`` puts row i of a page at ``place[i]`` where that is below
+    the room, and touches no other row before the spare (on the GPU the page is read where it
+    lies, in page-locked host memory); bad shapes are refused before anything is written."""
+    backend = get_backend(device)
+    xp = backend.xp
+    rng = np.random.default_rng(n_features)
+    n, room = 1000, 300
+    width = 8 if n_features == 5 else (32 if n_features == 28 else 128)
+    page = backend.to_page(rng.integers(0, 256, (n, width), dtype=np.uint8))
+    kept = rng.random(n) < 0.25
+    place = np.where(kept, np.minimum(np.cumsum(kept) - 1, room), room).astype(np.int64)
+    out = xp.full((room + 1, width), 7, dtype=np.uint8)
+    backend.scatter_page_rows(page, xp.asarray(place), room, out)
+    got = backend.to_host(out)[:room]
+    expected = np.full((room, width), 7, dtype=np.uint8)
+    below = place < room
+    expected[place[below]] = np.asarray(page)[below]
+    assert np.array_equal(got, expected)
+    with pytest.raises(ValueError, match="out must be"):
+        backend.scatter_page_rows(page, xp.asarray(place), room, out[:, :4])
+    with pytest.raises(ValueError, match="place must be"):
+        backend.scatter_page_rows(page, xp.asarray(place[:-1]), room, out)
+    assert np.array_equal(backend.to_host(out)[:room], expected)

@@ -128,6 +128,16 @@ class Backend:
         array itself (no copy when it is one)."""
         return self.to_host(array)
 
+    def scatter_page_rows(self, page, place, room: int, out) -> None:
+        """Row i of ``page`` (an (n, W) ``to_page`` page) written to row ``place[i]`` of ``out``
+        ((room + 1, W) on the device, the page's dtype) where ``place[i] < room``; ``place``:
+        (n,) int64 on the device, at most ``room``. Row ``room`` of ``out`` is a spare: what it
+        holds afterwards is unspecified. Here the page is read whole (``asarray``) and every
+        row written (the others to the spare): no wait for the device."""
+        check_scatter(page, place, room, out)
+        word = row_word(page)  # rows copied as whole words, not value by value
+        out.view(word)[place] = self.asarray(page).view(word)
+
     @contextlib.contextmanager
     def host_registered(self, arrays):
         """Within this block, the device copies from these arrays (host NumPy arrays; others,
@@ -190,3 +200,22 @@ class Backend:
         features), as many as that much data keeps busy). Yields the thread count used, or
         None where the kernels do not run on CPU threads."""
         yield None
+
+
+def check_scatter(page, place, room: int, out) -> None:
+    """``Backend.scatter_page_rows``' arguments checked before anything is read."""
+    if page.ndim != 2 or out.ndim != 2 or page.shape[1] != out.shape[1] or \
+            page.dtype != out.dtype or out.shape[0] != room + 1:
+        raise ValueError(f"scatter_page_rows: out must be ({room + 1}, {page.shape[-1]}) "
+                         f"{page.dtype} for a page of shape {page.shape}, got {out.shape} "
+                         f"{out.dtype}")
+    if place.shape != (page.shape[0],) or place.dtype != np.int64:
+        raise ValueError(f"scatter_page_rows: place must be ({page.shape[0]},) int64, got "
+                         f"{place.shape} {place.dtype}")
+
+
+def row_word(page):
+    """The widest unsigned integer dtype (up to 8 bytes) that a row of (n, W) ``page`` is a
+    whole number of: a 32-byte padded row is 4 uint64."""
+    row_bytes = page.shape[1] * page.itemsize
+    return next(np.dtype(f"uint{8 * b}") for b in (8, 4, 2, 1) if row_bytes % b == 0)

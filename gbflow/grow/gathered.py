@@ -5,8 +5,9 @@ the sampled rows: the others' fixed-point gradients are 0. When the dense bins a
 level loop would still stream every page once per level; here each page is read once to gather
 the rows with a nonzero gradient pair into one resident shard (a shard set of its own), the tree
 is grown there with any of the loops, and each page is read once more to add the tree to every
-row's margin (a walk of the tree on the page's bins, ``predictor.add_trees``). Two passes over
-the pages a tree instead of ``max_depth + 1``.
+row's margin (a walk of the tree on the page's bins, ``predictor.add_trees``). The gathering
+reads only the kept rows (``Backend.scatter_page_rows``: on the GPU straight from the host
+pages), the walk every row: about 1.2 passes over the pages a tree instead of ``max_depth + 1``.
 
 The model is the one the paged (and the resident) loop grows: rows whose pair is (0, 0) add
 nothing to any histogram, node total or cover, the sums are exact integers whatever the shards,
@@ -34,7 +35,7 @@ def gather_sample(shardset, gh: list, part_gh: list | None = None):
     """(a resident ``ShardSet`` of one shard of ``shardset.sample_rows`` rows (the room the
     pages were sized around) holding first every row of ``shardset`` whose pair in ``gh`` is
     not (0, 0), in shard order, then rows of pair (0, 0) and bins 0; that shard's (m, 2) int64
-    pairs; the ``PendingCopies`` of the count of rows kept). Reads every page once (in order)
+    pairs; the ``PendingCopies`` of the count of rows kept). Reads each page's kept rows once
     and never waits for the device: the rows' places are running counts on the device, and a
     row past the room goes to a spare last row, so when the count (read once the tree is grown)
     exceeds the room the sample lost rows and its tree must not be used.
@@ -63,14 +64,10 @@ def gather_sample(shardset, gh: list, part_gh: list | None = None):
             pairs[place] = g
             count = count + running[-1:]
         places.append(place)
-    # rows copied as whole words (a 32-byte padded row: 4 uint64), not value by value
-    row_bytes = width * np.dtype(dense.dtype).itemsize
-    word = next(np.dtype(f"uint{8 * b}") for b in (8, 4, 2, 1) if row_bytes % b == 0)
-    words = storage.view(word)
+    # only the kept rows are read from each host page (the GPU reads them where they lie)
     for s, (group, r0, r1) in enumerate(spans):
-        page = dense.padded_rows(s)  # read even when no row is kept: pages are read in order
         if places[group] is not None and r1 > r0:
-            words[places[group][r0:r1]] = page.view(word)
+            backend.scatter_page_rows(dense.host_page(s), places[group][r0:r1], room, storage)
     sample = ShardSet(backend, shardset.collective)
     sample.timers = shardset.timers
     sample.level_plans, sample.whole_trees = shardset.level_plans, shardset.whole_trees
