@@ -489,28 +489,37 @@ def test_registry_shares_ranges_and_releases_them_with_their_last_block(tmp_path
     assert cuda_backend._registrable(np.asarray(Loop(np.zeros(1 << 23, np.float32))))
 
 
-@pytest.mark.parametrize("n_features", [5, 28, 80])
-def test_scatter_page_rows_writes_the_kept_rows_to_their_places(device, n_features):
-    """``Backend.scatter_page_rows`` puts row i of a page at ``place[i]`` where that is below
-    the room, and touches no other row before the spare (on the GPU the page is read where it
-    lies, in page-locked host memory); bad shapes are refused before anything is written."""
+@pytest.mark.parametrize("dtype,width", [(np.uint8, 32), (np.uint8, 128), (np.uint8, 3),
+                                         (np.uint16, 3), (np.uint8, 12), (np.uint16, 8)])
+def test_scatter_page_rows_writes_the_kept_rows_to_their_places(device, dtype, width,
+                                                                monkeypatch):
+    """``Backend.scatter_page_rows`` puts row i of a page at ``place[i]`` where that lies in
+    [0, room), and touches no other row before the spare, for rows of 1-, 2-, 4- and 8-byte
+    words; on the GPU the page is read where it lies, in page-locked host memory (the copying
+    fallback is not taken); bad shapes are refused before anything is written."""
+    from gbflow.backend.base import Backend
     backend = get_backend(device)
     xp = backend.xp
-    rng = np.random.default_rng(n_features)
-    n, room = 1000, 300
-    width = 8 if n_features == 5 else (32 if n_features == 28 else 128)
-    page = backend.to_page(rng.integers(0, 256, (n, width), dtype=np.uint8))
-    kept = rng.random(n) < 0.25
-    place = np.where(kept, np.minimum(np.cumsum(kept) - 1, room), room).astype(np.int64)
-    out = xp.full((room + 1, width), 7, dtype=np.uint8)
-    backend.scatter_page_rows(page, xp.asarray(place), room, out)
-    got = backend.to_host(out)[:room]
-    expected = np.full((room, width), 7, dtype=np.uint8)
-    below = place < room
-    expected[place[below]] = np.asarray(page)[below]
-    assert np.array_equal(got, expected)
+    if device == "cuda":
+        def copied(*args):
+            raise AssertionError("the page was copied, not read where it lies")
+        monkeypatch.setattr(Backend, "scatter_page_rows", copied)
+    rng = np.random.default_rng(width)
+    for n, room, share in ((1000, 300, 0.25), (400, 50, 0.5)):  # the second outgrows its room
+        page = backend.to_page(rng.integers(0, 2**12, (n, width)).astype(dtype))
+        kept = rng.random(n) < share
+        place = np.where(kept, np.minimum(np.cumsum(kept) - 1, room), room).astype(np.int64)
+        place[:3] = [-1, -5, room + 2]  # outside [0, room): not kept
+        out = xp.full((room + 1, width), 7, dtype=dtype)
+        backend.scatter_page_rows(page, xp.asarray(place), room, out)
+        expected = np.full((room, width), 7, dtype=dtype)
+        inside = (place >= 0) & (place < room)
+        expected[place[inside]] = np.asarray(page)[inside]
+        assert np.array_equal(backend.to_host(out)[:room], expected)
     with pytest.raises(ValueError, match="out must be"):
-        backend.scatter_page_rows(page, xp.asarray(place), room, out[:, :4])
+        backend.scatter_page_rows(page, xp.asarray(place), room, out[:, :1])
     with pytest.raises(ValueError, match="place must be"):
         backend.scatter_page_rows(page, xp.asarray(place[:-1]), room, out)
+    with pytest.raises(ValueError, match="must be 2-D"):
+        backend.scatter_page_rows(np.asarray(page)[0], xp.asarray(place), room, out)
     assert np.array_equal(backend.to_host(out)[:room], expected)

@@ -47,6 +47,23 @@ def test_read_only_keeps_the_layout_and_refuses_unknown_widenings():
     assert [(t.layout, t.mutable) for (t,) in first.signatures] == [("C", False), ("A", False)]
     with pytest.raises(ValueError, match="unknown widening"):
         Widened(first, {0: "C"})
+    with pytest.raises(ValueError, match="outside the 1 parameters of first"):
+        Widened(first, {1: READ_ONLY})
+
+
+def test_values_numba_types_by_more_than_their_class_are_keyed_by_their_type():
+    """A compiled entry is reused only for arguments of the same numba types: an int beyond
+    int64 and a named tuple get entries of their own, not an int64's or a plain tuple's."""
+    from collections import namedtuple
+
+    @njit(cache=False)
+    def echo(value):
+        return value
+    call = Widened(echo, {})
+    assert call(3) == 3 and call(1 << 63) == 1 << 63
+    Pair = namedtuple("Pair", "a b")
+    assert type(call((1, 2))) is tuple and type(call(Pair(1, 2))) is Pair
+    assert call(np.float32(1.5)) == 1.5 and call(True) is True
 
 
 def test_padded_and_unpadded_bins_train_with_one_compiled_round():

@@ -130,11 +130,14 @@ class Backend:
 
     def scatter_page_rows(self, page, place, room: int, out) -> None:
         """Row i of ``page`` (an (n, W) ``to_page`` page) written to row ``place[i]`` of ``out``
-        ((room + 1, W) on the device, the page's dtype) where ``place[i] < room``; ``place``:
-        (n,) int64 on the device, at most ``room``. Row ``room`` of ``out`` is a spare: what it
-        holds afterwards is unspecified. Here the page is read whole (``asarray``) and every
-        row written (the others to the spare): no wait for the device."""
+        ((room + 1, W) on the device, the page's dtype) where ``0 <= place[i] < room``; other
+        rows are not kept. ``place``: (n,) int64 on the device. Row ``room`` of ``out`` is a
+        spare: what it holds afterwards is unspecified. Here the page is read whole
+        (``asarray``) and every row written (those not kept to the spare): no wait for the
+        device."""
         check_scatter(page, place, room, out)
+        xp = self.xp
+        place = xp.where((place >= 0) & (place < room), place, room)
         word = row_word(page)  # rows copied as whole words, not value by value
         out.view(word)[place] = self.asarray(page).view(word)
 
@@ -204,7 +207,9 @@ class Backend:
 
 def check_scatter(page, place, room: int, out) -> None:
     """``Backend.scatter_page_rows``' arguments checked before anything is read."""
-    if page.ndim != 2 or out.ndim != 2 or page.shape[1] != out.shape[1] or \
+    if page.ndim != 2:
+        raise ValueError(f"scatter_page_rows: the page must be 2-D, got shape {page.shape}")
+    if out.ndim != 2 or page.shape[1] != out.shape[1] or \
             page.dtype != out.dtype or out.shape[0] != room + 1:
         raise ValueError(f"scatter_page_rows: out must be ({room + 1}, {page.shape[-1]}) "
                          f"{page.dtype} for a page of shape {page.shape}, got {out.shape} "

@@ -1831,6 +1831,9 @@ def _logistic_gradients(p, label, weight, weighted, grad, hess):
         hess[i] = np.float32(h)
 
 
+_LOGISTIC_GRADIENTS_CALL = Widened(_logistic_gradients, {1: READ_ONLY, 2: READ_ONLY})
+
+
 def logistic_gradients(margin, label, weight):
     """See numpy_kernels.logistic_gradients (``sigmoid``'s p, then the rest in one pass on
     numba's threads; below ``_ELEMENTWISE_PARALLEL_ROWS`` rows the twin)."""
@@ -1842,8 +1845,8 @@ def logistic_gradients(margin, label, weight):
     p = sigmoid(margin, np.empty(n, dtype=np.float64))
     grad = np.empty(n, dtype=_dtypes.GRADIENT)
     hess = np.empty(n, dtype=_dtypes.GRADIENT)
-    _logistic_gradients(p, np.asarray(label, dtype=np.float64), _weight_column(weight),
-                        weight is not None, grad, hess)
+    _LOGISTIC_GRADIENTS_CALL(p, np.asarray(label, dtype=np.float64), _weight_column(weight),
+                             weight is not None, grad, hess)
     return grad, hess
 
 

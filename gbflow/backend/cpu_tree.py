@@ -80,8 +80,8 @@ def _finish_arguments(finish) -> tuple:
 
 
 def _sparse_arguments(sparse, max_depth: int) -> tuple:
-    """A ``SparseSide`` as the compiled grower takes it: one tuple, its arrays typed as the
-    level loop's kernels take them (so that both share compiled code)."""
+    """A ``SparseSide`` as the compiled grower takes it: one tuple of fixed types (without a
+    column index, stand-ins of its types and slots of the stored slots' dtype)."""
     n_sparse = len(sparse.n_value_bins)
     allowed = np.ascontiguousarray(sparse.feature_allowed, dtype=np.bool_)
     if allowed.shape != (max_depth, n_sparse):

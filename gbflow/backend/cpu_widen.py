@@ -9,6 +9,8 @@ cores), paid by every first training of a new shape and by ``gbflow compile`` on
 """
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 from numba import typeof, types
 
@@ -19,14 +21,20 @@ READ_ONLY = "R"  # its own layout, read-only
 
 def _key(value):
     """What numba's type of ``value`` depends on, found without numba's ``typeof`` (which takes
-    tens of microseconds an array: too slow for a kernel called every level)."""
-    if isinstance(value, np.ndarray):
+    tens of microseconds an array: too slow for a kernel called every level) for plain arrays,
+    scalars and tuples of them; anything else is keyed by its numba type itself."""
+    kind = type(value)
+    if kind is np.ndarray:
         flags = value.flags
         return (value.dtype, value.ndim, flags.c_contiguous, flags.f_contiguous,
-                flags.writeable, flags.aligned)
-    if isinstance(value, tuple):
+                flags.writeable)
+    if kind is tuple:
         return tuple(map(_key, value))
-    return type(value)
+    if kind is int:  # int64 in range, else numba types it by its value
+        return int if -(1 << 63) <= value < (1 << 63) else typeof(value)
+    if kind in (bool, float, type(None)) or issubclass(kind, (np.bool_, np.number)):
+        return kind
+    return typeof(value)
 
 
 def _widened(numba_type, how: str):
@@ -39,16 +47,20 @@ def _widened(numba_type, how: str):
 
 
 class Widened:
-    """``dispatcher`` (an ``njit`` function) called from Python with the arguments at the keys
-    of ``how`` typed wider: ``ANY_READ_ONLY`` (any layout, read-only), ``ANY`` (any layout) or
-    ``READ_ONLY`` (read-only); the others as numba types them. The first call of each
-    combination of argument types compiles the widened signature (or loads it from numba's
-    disk cache) and later ones call it directly. Calls from other compiled code go to
-    ``dispatcher`` as usual (they pass the types they have)."""
+    """``dispatcher`` (an ``njit`` function) called from Python, positional arguments only, with
+    the arguments at the keys of ``how`` typed wider: ``ANY_READ_ONLY`` (any layout,
+    read-only), ``ANY`` (any layout) or ``READ_ONLY`` (read-only); the others as numba types
+    them. The first call of each combination of argument types compiles the widened signature
+    (or loads it from numba's disk cache) and later ones call it directly. Calls from other
+    compiled code go to ``dispatcher`` as usual (they pass the types they have)."""
 
     def __init__(self, dispatcher, how: dict):
         if any(h not in (ANY_READ_ONLY, ANY, READ_ONLY) for h in how.values()):
             raise ValueError(f"Widened: unknown widening in {how}")
+        n_params = len(inspect.signature(dispatcher.py_func).parameters)
+        if any(not 0 <= i < n_params for i in how):
+            raise ValueError(f"Widened: positions {sorted(how)} outside the "
+                             f"{n_params} parameters of {dispatcher.py_func.__name__}")
         self.dispatcher = dispatcher
         self.how = dict(how)
         self._entries: dict = {}  # _key of the arguments -> compiled entry point

@@ -350,7 +350,7 @@ def _scatter_rows(cupy):
             "raw int64 place, uint64 address, int64 room, int64 width", "raw T out",
             """long long row = i / width;
                long long at = place[row];
-               if (at < room) out[at * width + i % width] = ((const T*)address)[i];""",
+               if (at >= 0 && at < room) out[at * width + i % width] = ((const T*)address)[i];""",
             "gbflow_scatter_page_rows")
     return _SCATTER_ROWS["kernel"]
 

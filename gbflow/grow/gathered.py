@@ -35,10 +35,11 @@ def gather_sample(shardset, gh: list, part_gh: list | None = None):
     """(a resident ``ShardSet`` of one shard of ``shardset.sample_rows`` rows (the room the
     pages were sized around) holding first every row of ``shardset`` whose pair in ``gh`` is
     not (0, 0), in shard order, then rows of pair (0, 0) and bins 0; that shard's (m, 2) int64
-    pairs; the ``PendingCopies`` of the count of rows kept). Reads each page's kept rows once
-    and never waits for the device: the rows' places are running counts on the device, and a
-    row past the room goes to a spare last row, so when the count (read once the tree is grown)
-    exceeds the room the sample lost rows and its tree must not be used.
+    pairs; the ``PendingCopies`` of the count of rows kept). Reads each page once (the GPU
+    only its kept rows, ``Backend.scatter_page_rows``) and never waits for the device: the
+    rows' places are running counts on the device, and a row past the room goes to a spare
+    last row, so when the count (read once the tree is grown) exceeds the room the sample lost
+    rows and its tree must not be used.
 
     The filler rows change no sum (their pairs are 0), so the tree is the one of the kept rows
     alone. part_gh: the same pairs per part (``ShardSet.part_shards``; gh's are views of
