@@ -93,6 +93,42 @@ def _raw_kernel(code: str, name: str, options: tuple):
     return kernel
 
 
+# Host pages read where they lie (paged training's gathered samples).
+_HOST_MEMORY = 1  # cudaMemoryTypeHost: page-locked host memory
+
+
+def _mapped_address(array) -> int | None:
+    """The device's address of host ``array``'s data where its memory is page-locked and
+    mapped into the device's address space (``to_page``'s is: unified addressing), else None."""
+    try:
+        attributes = cp.cuda.runtime.pointerGetAttributes(array.ctypes.data)
+    except cp.cuda.runtime.CUDARuntimeError:
+        return None
+    if attributes.type != _HOST_MEMORY or not attributes.devicePointer:
+        return None
+    return int(attributes.devicePointer)
+
+
+_SCATTER_ROWS = {}
+
+
+def _scatter_host_rows(address: int, place, room: int, words, n_rows: int) -> None:
+    """Rows i < n_rows of the host page at device ``address`` (its rows as ``words``' dtype,
+    ``words.shape[1]`` of them a row) with ``0 <= place[i] < room`` copied to row ``place[i]``
+    of ``words`` ((room + 1, width) on the device), read where they lie (``Backend
+    .scatter_page_rows``): one thread a word of a row, a kept row's words read together."""
+    if "kernel" not in _SCATTER_ROWS:
+        _SCATTER_ROWS["kernel"] = cp.ElementwiseKernel(
+            "raw int64 place, uint64 address, int64 room, int64 width", "raw T out",
+            """long long row = i / width;
+               long long at = place[row];
+               if (at >= 0 && at < room) out[at * width + i % width] = ((const T*)address)[i];""",
+            "gbflow_scatter_page_rows")
+    width = words.shape[1]
+    _SCATTER_ROWS["kernel"](place, np.uint64(address), np.int64(room), np.int64(width), words,
+                            size=n_rows * width)
+
+
 def watch_cupy() -> None:
     """Count CuPy's own compiles (its element-wise and reduction kernels, compiled at their
     first use per dtype: seconds on a fresh machine) as compilation too, under the same
