@@ -141,16 +141,20 @@ class WalkedMargins:
 
     def add_to(self, kernels, margin) -> None:
         """margin ((n,) float64, device, may be a strided column view) += each row's leaf
-        value. Side effect: a transient (n, 1) float64 device array (the walk's kernels write
-        a whole margin matrix)."""
+        value. Side effect: where the margin is a strided column, a transient (n, 1) float64
+        device array (the walk's kernels write a C-contiguous margin matrix)."""
         backend = self.shardset.backend
         forest = self.forest if self.forest is not None else \
             predictor.FlatForest.from_trees([dataclasses.replace(self.tree, group=0)])
+        rows = predictor.BinnedRows(self.shardset.dense.rows(self.shard))
+        column = margin[:, None]
+        if column.flags.c_contiguous:  # the walk adds into the margin itself: two launches
+            predictor.add_trees(backend, rows, forest, column)  # fewer a page
+            return
         # -0.0 + v is v bit for bit (0.0 + -0.0 is +0.0), so the margin gets exactly what
-        # the level loop's direct addition gives it, a leaf of -0.0 included
+        # the direct addition gives it, a leaf of -0.0 included
         values = backend.xp.full((margin.shape[0], 1), -0.0, dtype=np.float64)
-        predictor.add_trees(backend, predictor.BinnedRows(self.shardset.dense.rows(self.shard)),
-                            forest, values)
+        predictor.add_trees(backend, rows, forest, values)
         margin += values[:, 0]
 
     def with_values(self, node_value: np.ndarray) -> "WalkedMargins":
