@@ -73,8 +73,3 @@ class Widened:
                               for i, a in enumerate(args))
             entry = self._entries[key] = self.dispatcher.compile(signature)
         return entry(*args)
-
-    @property
-    def signatures(self) -> list:
-        """The dispatcher's compiled signatures (the widened ones among them)."""
-        return self.dispatcher.signatures
