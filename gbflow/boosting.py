@@ -13,7 +13,7 @@ from .categories import unify as unify_categories
 from .category_splits import gradient_dispersions
 from .continuation import check_continuation
 from .evaluation import TRAINING, EvalOptions, EvalSet, Evaluation
-from .grow import finished_tree, grow_round_whole, grow_tree, grows_rounds_whole
+from .grow import add_margins, finished_tree, grow_round_whole, grow_tree, grows_rounds_whole
 from .memory_report import StageMemory
 from .progress import Progress
 from .resume import TrainingState, options_of
@@ -348,8 +348,7 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
                         backend, collective, tree, leaf_rows, shards, k, search_weights,
                         objective.leaf_alphas[k], params.learning_rate)
             with timers("margins"):
-                for shard, rows in zip(shards, leaf_rows):
-                    rows.add_to(backend.kernels, shard.margin[:, k])
+                add_margins(backend.kernels, leaf_rows, [shard.margin[:, k] for shard in shards])
             # the next tree's fixed-point gradients overwrite these (``gh_buffers``): the
             # device's queued reads of them come first in stream order
             gh = leaf_rows = None

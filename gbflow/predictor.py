@@ -199,6 +199,20 @@ def add_trees(backend, X, forest: FlatForest, margin):
     return backend.kernels.predict_margins(X, *arrays, margin, *sets)
 
 
+def add_trees_on_pages(backend, pages: list, n_features: int, forest: FlatForest,
+                       margins: list) -> None:
+    """margins[j] += every tree of ``forest`` on host page j's bins (``add_trees`` on
+    ``BinnedRows`` of each page's first ``n_features`` columns, in one backend call:
+    ``Backend.predict_pages_binned``). pages: (n_j, W) ``Backend.to_page`` pages binned with the
+    forest's cuts; margins: (n_j, n_groups) float64 on the device, any strides."""
+    if len(forest.tree_root) == 0:
+        return
+    sets = () if forest.cat_start is None else (forest.cat_start, forest.cat_bits)
+    backend.predict_pages_binned(pages, n_features, forest.feature, forest.bin_threshold,
+                                 forest.default_left, forest.left, forest.right, forest.value,
+                                 forest.tree_root, forest.tree_group, margins, *sets)
+
+
 def predict_margin(backend, X, forest: FlatForest, base_margin: np.ndarray, row_margin=None,
                    block_rows: int | None = None):
     """(n_rows, n_groups) float64 margins on the backend's device: base margin plus every

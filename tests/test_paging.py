@@ -493,10 +493,11 @@ def test_registry_shares_ranges_and_releases_them_with_their_last_block(tmp_path
                                          (np.uint16, 3), (np.uint8, 12), (np.uint16, 8)])
 def test_scatter_page_rows_writes_the_kept_rows_to_their_places(device, dtype, width,
                                                                 monkeypatch):
-    """``Backend.scatter_page_rows`` puts row i of a page at ``place[i]`` where that lies in
+    """``Backend.scatter_page_rows`` puts row i of page j at ``places[j][i]`` where that lies in
     [0, room), and touches no other row before the spare, for rows of 1-, 2-, 4- and 8-byte
-    words; on the GPU the page is read where it lies, in page-locked host memory (the copying
-    fallback is not taken); bad shapes are refused before anything is written."""
+    words, over several pages (an empty one among them) in one call; on the GPU the pages are
+    read where they lie, in page-locked host memory (the copying fallback is not taken); bad
+    shapes are refused before anything is written."""
     from gbflow.backend.base import Backend
     backend = get_backend(device)
     xp = backend.xp
@@ -505,21 +506,106 @@ def test_scatter_page_rows_writes_the_kept_rows_to_their_places(device, dtype, w
             raise AssertionError("the page was copied, not read where it lies")
         monkeypatch.setattr(Backend, "scatter_page_rows", copied)
     rng = np.random.default_rng(width)
-    for n, room, share in ((1000, 300, 0.25), (400, 50, 0.5)):  # the second outgrows its room
-        page = backend.to_page(rng.integers(0, 2**12, (n, width)).astype(dtype))
-        kept = rng.random(n) < share
+    for sizes, room, share in (((1000,), 300, 0.25), ((400, 0, 333, 91), 50, 0.5),
+                               ((700, 300, 5), 400, 0.3)):  # the second outgrows its room
+        pages = [backend.to_page(rng.integers(0, 2**12, (n, width)).astype(dtype))
+                 for n in sizes]
+        kept = rng.random(sum(sizes)) < share
         place = np.where(kept, np.minimum(np.cumsum(kept) - 1, room), room).astype(np.int64)
         place[:3] = [-1, -5, room + 2]  # outside [0, room): not kept
+        places = np.split(place, np.cumsum(sizes)[:-1])
         out = xp.full((room + 1, width), 7, dtype=dtype)
-        backend.scatter_page_rows(page, xp.asarray(place), room, out)
+        backend.scatter_page_rows(pages, [xp.asarray(p) for p in places], room, out)
         expected = np.full((room, width), 7, dtype=dtype)
         inside = (place >= 0) & (place < room)
-        expected[place[inside]] = np.asarray(page)[inside]
+        expected[place[inside]] = np.concatenate([np.asarray(p) for p in pages])[inside]
         assert np.array_equal(backend.to_host(out)[:room], expected)
+    page, place = pages[0], xp.asarray(places[0])
     with pytest.raises(ValueError, match="out must be"):
-        backend.scatter_page_rows(page, xp.asarray(place), room, out[:, :1])
+        backend.scatter_page_rows([page], [place], room, out[:, :1])
     with pytest.raises(ValueError, match="place must be"):
-        backend.scatter_page_rows(page, xp.asarray(place[:-1]), room, out)
+        backend.scatter_page_rows(pages[:1], [place[:-1]], room, out)
     with pytest.raises(ValueError, match="must be 2-D"):
-        backend.scatter_page_rows(np.asarray(page)[0], xp.asarray(place), room, out)
+        backend.scatter_page_rows([np.asarray(page)[0]], [place], room, out)
+    with pytest.raises(ValueError):  # a place list of another length
+        backend.scatter_page_rows(pages, [place], room, out)
     assert np.array_equal(backend.to_host(out)[:room], expected)
+
+
+def _random_forest(rng, n_features: int, n_bins: int, n_trees: int, categorical: bool):
+    """``FlatForest`` of complete depth-4 trees on random features and bin thresholds (a few
+    categorical splits on feature 0 when asked), groups 0 and 1."""
+    from gbflow.predictor import FlatForest
+    from gbflow.tree import Tree
+    trees = []
+    for t in range(n_trees):
+        inner, n_nodes = 15, 31
+        feature = np.full(n_nodes, -1, dtype=np.int32)
+        feature[:inner] = rng.integers(0, n_features, inner)
+        threshold = np.zeros(n_nodes, np.int32)
+        threshold[:inner] = rng.integers(0, n_bins, inner)
+        left = np.full(n_nodes, -1, dtype=np.int32)
+        left[:inner] = 2 * np.arange(inner) + 1
+        right = np.where(left >= 0, left + 1, -1).astype(np.int32)
+        categories = {}
+        if categorical:
+            for node in rng.choice(inner, 3, replace=False):
+                feature[node] = 0
+                categories[int(node)] = np.sort(rng.choice(n_bins - 1, 4, replace=False)) \
+                    .astype(np.int32)
+        trees.append(Tree(feature=feature, bin_threshold=threshold,
+                          threshold=threshold.astype(np.float32),
+                          default_left=rng.random(n_nodes) < 0.5, left=left, right=right,
+                          value=rng.normal(size=n_nodes), gain=np.zeros(n_nodes),
+                          cover=np.zeros(n_nodes), group=t % 2, categories=categories))
+    return FlatForest.from_trees(trees)
+
+
+@pytest.mark.parametrize("dtype,n_features,categorical", [
+    (np.uint8, 28, False), (np.uint8, 3, True), (np.uint16, 5, False), (np.uint8, 1, False),
+    (np.uint8, 1100, False)])  # 1,152-byte rows: walked page by page on the GPU
+def test_predict_pages_binned_walks_every_page_as_the_kernel_does(device, dtype, n_features,
+                                                                  categorical, monkeypatch):
+    """``Backend.predict_pages_binned`` adds to each page's margins exactly what
+    ``predict_margins_binned`` (the NumPy twin) adds walking that page: padded pages, an
+    empty page, two groups, categorical splits, uint8 and uint16 bins, margins that are a
+    strided column of a wider matrix and C-contiguous ones; on the GPU narrow rows are walked
+    where they lie in one launch (the page-by-page fallback is not taken)."""
+    from gbflow import binning
+    from gbflow.backend import numpy_kernels
+    from gbflow.backend.base import Backend
+    backend = get_backend(device)
+    xp = backend.xp
+    if device == "cuda" and n_features < 1000:
+        def page_by_page(*args):
+            raise AssertionError("the pages were walked one by one")
+        monkeypatch.setattr(Backend, "predict_pages_binned", page_by_page)
+    rng = np.random.default_rng(n_features)
+    n_bins = 40 if dtype == np.uint8 else 700
+    forest = _random_forest(rng, n_features, n_bins, 5, categorical)
+    arrays = (forest.feature, forest.bin_threshold, forest.default_left, forest.left,
+              forest.right, forest.value, forest.tree_root, forest.tree_group)
+    sets = (forest.cat_start, forest.cat_bits) if categorical else ()
+    width = binning.padded_width(n_features, np.dtype(dtype).itemsize)
+    sizes = (1000, 0, 517, 129)
+    host = [rng.integers(0, n_bins, (n, width)).astype(dtype) for n in sizes]
+    start = [rng.normal(size=(n, 3)) for n in sizes]
+    expected = [numpy_kernels.predict_margins_binned(h[:, :n_features], *arrays, m[:, :2].copy(),
+                                                     *sets) for h, m in zip(host, start)]
+    pages = [backend.to_page(h) for h in host]
+    for strided in (True, False):
+        margins = [xp.asarray(m.copy()) for m in start]  # (the CPU's are the arrays given)
+        outs = [m[:, :2] if strided else xp.ascontiguousarray(m[:, :2]) for m in margins]
+        backend.predict_pages_binned(pages, n_features, *arrays, outs, *sets)
+        for out, want, m, before in zip(outs, expected, margins, start):
+            assert np.array_equal(backend.to_host(out), want)
+            if strided:  # the third column is not touched
+                assert np.array_equal(backend.to_host(m)[:, 2], before[:, 2])
+    with pytest.raises(ValueError, match="margin matrices"):
+        backend.predict_pages_binned(pages, n_features, *arrays, outs[:1], *sets)
+    with pytest.raises(ValueError, match="page 2 of shape"):
+        backend.predict_pages_binned(pages, n_features, *arrays, outs[:2] + outs[3:] * 2, *sets)
+    with pytest.raises(ValueError, match="at least"):
+        backend.predict_pages_binned(pages, width + 1, *arrays, outs, *sets)
+    for out, want in zip(outs, expected):  # nothing was walked
+        assert np.array_equal(backend.to_host(out), want)

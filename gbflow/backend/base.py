@@ -128,18 +128,39 @@ class Backend:
         array itself (no copy when it is one)."""
         return self.to_host(array)
 
-    def scatter_page_rows(self, page, place, room: int, out) -> None:
-        """Row i of ``page`` (an (n, W) ``to_page`` page) written to row ``place[i]`` of ``out``
-        ((room + 1, W) on the device, the page's dtype) where ``0 <= place[i] < room``; other
-        rows are not kept. ``place``: (n,) int64 on the device. Row ``room`` of ``out`` is a
-        spare: what it holds afterwards is unspecified. Here the page is read whole
-        (``asarray``) and every row written (those not kept to the spare): no wait for the
-        device."""
-        check_scatter(page, place, room, out)
+    def scatter_page_rows(self, pages: list, places: list, room: int, out) -> None:
+        """Row i of ``pages[j]`` (each an (n_j, W) ``to_page`` page) written to row
+        ``places[j][i]`` of ``out`` ((room + 1, W) on the device, the pages' dtype) where
+        ``0 <= places[j][i] < room``; other rows are not kept. ``places[j]``: (n_j,) int64 on
+        the device. Row ``room`` of ``out`` is a spare: what it holds afterwards is unspecified.
+        Here each page is read whole (``asarray``) and every row written (those not kept to the
+        spare): no wait for the device."""
+        for page, place in zip(pages, places, strict=True):
+            check_scatter(page, place, room, out)
         xp = self.xp
-        place = xp.where((place >= 0) & (place < room), place, room)
-        word = row_word(page)  # rows copied as whole words, not value by value
-        out.view(word)[place] = self.asarray(page).view(word)
+        for page, place in zip(pages, places):
+            place = xp.where((place >= 0) & (place < room), place, room)
+            word = row_word(page)  # rows copied as whole words, not value by value
+            out.view(word)[place] = self.asarray(page).view(word)
+
+    def predict_pages_binned(self, pages: list, n_features: int, feature, bin_threshold,
+                             default_left, left, right, value, tree_root, tree_group,
+                             outs: list, cat_start=None, cat_bits=None) -> None:
+        """``kernels.predict_margins_binned`` on every page: ``outs[j]`` ((n_j, G) float64 on
+        the device, any strides) += the trees walked on the first ``n_features`` bins of
+        ``pages[j]`` (an (n_j, W) ``to_page`` page); the other arguments as that kernel's. The
+        same float64 additions in the same order as the kernel on each page. Here page by
+        page, each page read whole (``asarray``); a margin matrix that is not C-contiguous is
+        walked in a C-contiguous copy, written back."""
+        check_page_walk(pages, n_features, outs)
+        for page, out in zip(pages, outs):
+            bins = self.asarray(page)[:, :n_features]
+            target = self.xp.ascontiguousarray(out)  # (out itself when C-contiguous)
+            self.kernels.predict_margins_binned(bins, feature, bin_threshold, default_left,
+                                                left, right, value, tree_root, tree_group,
+                                                target, cat_start, cat_bits)
+            if target is not out:
+                out[...] = target
 
     @contextlib.contextmanager
     def host_registered(self, arrays):
@@ -217,6 +238,19 @@ def check_scatter(page, place, room: int, out) -> None:
     if place.shape != (page.shape[0],) or place.dtype != np.int64:
         raise ValueError(f"scatter_page_rows: place must be ({page.shape[0]},) int64, got "
                          f"{place.shape} {place.dtype}")
+
+
+def check_page_walk(pages: list, n_features: int, outs: list) -> None:
+    """``Backend.predict_pages_binned``' pages and margin matrices checked before any walk."""
+    if len(pages) != len(outs):
+        raise ValueError(f"predict_pages_binned: {len(pages)} page(s) but {len(outs)} margin "
+                         f"matrices")
+    for j, (page, out) in enumerate(zip(pages, outs)):
+        if page.ndim != 2 or page.shape[1] < n_features or out.ndim != 2 or \
+                out.shape[0] != page.shape[0]:
+            raise ValueError(f"predict_pages_binned: page {j} of shape {page.shape} needs 2-D "
+                             f"bins of at least {n_features} columns and a margin matrix of "
+                             f"{page.shape[0]} rows, got {out.shape}")
 
 
 def row_word(page):

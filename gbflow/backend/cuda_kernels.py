@@ -112,20 +112,35 @@ def _mapped_address(array) -> int | None:
 _SCATTER_ROWS = {}
 
 
-def _scatter_host_rows(address: int, place, room: int, words, n_rows: int) -> None:
-    """Rows i < n_rows of the host page at device ``address`` (its rows as ``words``' dtype,
-    ``words.shape[1]`` of them a row) with ``0 <= place[i] < room`` copied to row ``place[i]``
-    of ``words`` ((room + 1, width) on the device), read where they lie (``Backend
-    .scatter_page_rows``): one thread a word of a row, a kept row's words read together."""
+def _scatter_host_rows(page_address, place_address, page_start, n_rows: int, room: int,
+                       words) -> None:
+    """Row i of host page p (at device address ``page_address[p]``, its rows as ``words``'
+    dtype, ``words.shape[1]`` of them a row; ``page_start``: (n_pages + 1,) int64, page p
+    holding the launch's rows page_start[p]..page_start[p + 1], n_rows of them) with
+    ``0 <= place[i] < room`` (``place``: the int64 column at device address
+    ``place_address[p]``) copied to row ``place[i]`` of ``words`` ((room + 1, width) on the
+    device), read where they lie (``Backend.scatter_page_rows``): every page in one launch, one
+    thread a word of a row, a kept row's words read together. Tables: uint64/int64 device
+    arrays."""
     if "kernel" not in _SCATTER_ROWS:
         _SCATTER_ROWS["kernel"] = cp.ElementwiseKernel(
-            "raw int64 place, uint64 address, int64 room, int64 width", "raw T out",
+            "raw uint64 page_address, raw uint64 place_address, raw int64 page_start, "
+            "int32 n_pages, int64 room, int64 width", "raw T out",
             """long long row = i / width;
-               long long at = place[row];
-               if (at >= 0 && at < room) out[at * width + i % width] = ((const T*)address)[i];""",
+               int lo = 0, hi = n_pages - 1;
+               while (lo < hi) {  // the last page starting at or before the row
+                   int mid = (lo + hi + 1) / 2;
+                   if (page_start[mid] <= row) lo = mid; else hi = mid - 1;
+               }
+               long long local = row - page_start[lo];
+               long long at = ((const long long*)place_address[lo])[local];
+               if (at >= 0 && at < room)
+                   out[at * width + i % width] =
+                       ((const T*)page_address[lo])[local * width + i % width];""",
             "gbflow_scatter_page_rows")
     width = words.shape[1]
-    _SCATTER_ROWS["kernel"](place, np.uint64(address), np.int64(room), np.int64(width), words,
+    _SCATTER_ROWS["kernel"](page_address, place_address, page_start,
+                            np.int32(len(page_address)), np.int64(room), np.int64(width), words,
                             size=n_rows * width)
 
 
@@ -777,6 +792,41 @@ def predict_margins_binned(bins, feature, bin_threshold, default_left, left, rig
     return _walk_trees("predict_margins_binned", bins, np.int32, feature, bin_threshold,
                        default_left, left, right, value, tree_root, tree_group, out, cat_start,
                        cat_bits)
+
+
+# Shared memory a block of the paged walk stages its rows in (within a block's default 48 KB).
+_STAGED_BYTES = 32 * 1024
+
+
+def _walk_host_pages(page_address, page_start, n_rows: int, row_bytes: int, bin_itemsize: int,
+                     feature, bin_threshold, default_left, left, right, value, tree_root,
+                     tree_group, out_address, out_strides: tuple, cat_start=None,
+                     cat_bits=None) -> bool:
+    """``predict_margins_binned`` over every host page in one launch (``Backend
+    .predict_pages_binned``): page p's rows (``row_bytes`` bytes apart, at device address
+    ``page_address[p]``: page-locked, mapped) are the launch's rows page_start[p] ..
+    page_start[p + 1] (of ``n_rows``), its margins the float64 (rows, groups) matrix at device
+    address ``out_address[p]`` with ``out_strides`` (row, group) in elements, updated in place.
+    Tables: uint64/int64 device arrays. Returns False, launching nothing, where a block of 32
+    rows would not fit the staging memory (rows wider than 1,024 bytes)."""
+    threads = next((t for t in (128, 64, 32) if t * row_bytes <= _STAGED_BYTES), None)
+    if threads is None:
+        return False
+    if n_rows == 0 or len(tree_root) == 0:
+        return True
+    word = next(b for b in (8, 4, 1) if row_bytes % b == 0)
+    cat_start, cat_bits, has_categories = _category_args(cat_start, cat_bits)
+    arrays = _upload_small((feature, np.int32), (bin_threshold, np.int32),
+                           (default_left, np.bool_), (left, np.int32), (right, np.int32),
+                           (value, np.float64), (tree_root, np.int64), (tree_group, np.int32),
+                           (cat_start, np.int32), (cat_bits, np.uint32))
+    _kernel(f"predict_pages_binned_{word}", bin_itemsize)(
+        (-(-n_rows // threads),), (threads,),
+        (page_address, page_start, _i32(len(page_address)), _i64(row_bytes // word),
+         *arrays[:8], _i32(len(tree_root)), out_address, _i64(out_strides[0]),
+         _i64(out_strides[1]), *arrays[8:], _i32(int(has_categories))),
+        shared_mem=threads * row_bytes)
+    return True
 
 
 def _forest(feature, threshold, default_left, left, right, value, tree_root, tree_group):

@@ -21,12 +21,13 @@ from ..sampling import FeatureSample
 from .best_first import grow_tree_best_first
 from .gathered import can_gather, gather_sample
 from .levels import grow_tree_levels
-from .margins import WalkedMargins, device_forest
+from .margins import WalkedMargins, add_margins, device_forest
 from .pending import PendingTree, finished_tree
 from .planned import grow_tree_planned
 from .whole import grow_round_whole, grow_tree_whole
 
-__all__ = ["PendingTree", "finished_tree", "grow_round_whole", "grow_tree", "grows_rounds_whole"]
+__all__ = ["PendingTree", "add_margins", "finished_tree", "grow_round_whole", "grow_tree",
+           "grows_rounds_whole"]
 
 
 def grow_tree(shardset, gh: list, scales, cuts, rules, feature_allowed, group: int,

@@ -44,7 +44,7 @@ def gather_sample(shardset, gh: list, part_gh: list | None = None):
     The filler rows change no sum (their pairs are 0), so the tree is the one of the kept rows
     alone. part_gh: the same pairs per part (``ShardSet.part_shards``; gh's are views of
     them), when the caller has them: the places are then found per part, a few kernel calls a
-    part instead of a page; each page's rows are scattered to their places, one call a page."""
+    part instead of a page; every page's rows are scattered to their places in one call."""
     backend, xp = shardset.backend, shardset.backend.xp
     if part_gh is not None:
         groups, spans = part_gh, shardset.part_rows
@@ -65,10 +65,11 @@ def gather_sample(shardset, gh: list, part_gh: list | None = None):
             pairs[place] = g
             count = count + running[-1:]
         places.append(place)
-    # only the kept rows are read from each host page (the GPU reads them where they lie)
-    for s, (group, r0, r1) in enumerate(spans):
-        if places[group] is not None and r1 > r0:
-            backend.scatter_page_rows(dense.host_page(s), places[group][r0:r1], room, storage)
+    # only the kept rows are read from the host pages (the GPU reads them where they lie)
+    read = [(s, group, r0, r1) for s, (group, r0, r1) in enumerate(spans)
+            if places[group] is not None and r1 > r0]
+    backend.scatter_page_rows([dense.host_page(s) for s, _, _, _ in read],
+                              [places[group][r0:r1] for _, group, r0, r1 in read], room, storage)
     sample = ShardSet(backend, shardset.collective)
     sample.timers = shardset.timers
     sample.level_plans, sample.whole_trees = shardset.level_plans, shardset.whole_trees

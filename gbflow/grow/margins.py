@@ -157,7 +157,37 @@ class WalkedMargins:
         predictor.add_trees(backend, rows, forest, values)
         margin += values[:, 0]
 
+    @staticmethod
+    def add_together(walks: list, margins: list) -> bool:
+        """Each walk's margin update added to ``margins`` ((n_s,) float64 device columns, by
+        shard) in one backend call, where ``walks`` are one tree's over every page of a paged
+        store, in shard order (``Backend.predict_pages_binned``: one launch on the GPU, which
+        reads each page where it lies); False, nothing added, otherwise."""
+        first = walks[0] if walks else None
+        if not isinstance(first, WalkedMargins) or not first.shardset.dense.paged or any(
+                not isinstance(w, WalkedMargins) or w.shardset is not first.shardset or
+                w.tree is not first.tree or w.forest is not first.forest or w.shard != s
+                for s, w in enumerate(walks)) or len(walks) != len(first.shardset.shards):
+            return False
+        dense = first.shardset.dense
+        forest = first.forest if first.forest is not None else \
+            predictor.FlatForest.from_trees([dataclasses.replace(first.tree, group=0)])
+        predictor.add_trees_on_pages(first.shardset.backend,
+                                     [dense.host_page(s) for s in range(len(walks))],
+                                     dense.n_features, forest, [m[:, None] for m in margins])
+        return True
+
     def with_values(self, node_value: np.ndarray) -> "WalkedMargins":
         """The same rows, adding ``node_value`` ((n_nodes,) float64 host, by node id)."""
         return WalkedMargins(self.shardset, self.shard, dataclasses.replace(
             self.tree, value=np.asarray(node_value, dtype=np.float64)))
+
+
+def add_margins(kernels, leaf_rows: list, margins: list) -> None:
+    """Each shard's tree update added to its margin: ``leaf_rows`` per shard (``LeafRows``,
+    ``PlannedMargins`` or ``WalkedMargins``), ``margins`` per shard (n_s,) float64 device
+    columns (may be strided), updated in place. One tree's walks over a paged store's pages go
+    in one backend call (``WalkedMargins.add_together``), others shard by shard."""
+    if not WalkedMargins.add_together(leaf_rows, margins):
+        for rows, margin in zip(leaf_rows, margins, strict=True):
+            rows.add_to(kernels, margin)

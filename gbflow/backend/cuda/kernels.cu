@@ -705,6 +705,81 @@ extern "C" __global__ void predict_margins_binned(
                has_categories);
 }
 
+// Paged training's walk of a finished tree over every host page in one launch (``Backend
+// .predict_pages_binned``): the pages are page-locked host memory mapped into the device's
+// address space, read where they lie. A block first copies its rows, whole, into shared memory
+// in coalesced words (each row crosses the bus once; the walk's scattered byte reads would fetch
+// it again at every level), then each thread walks its row there. Page p holds rows
+// page_start[p] .. page_start[p + 1] of the launch; its rows are row_words Words apart, and
+// its margins start at out_address[p], out_stride doubles apart.
+__device__ __forceinline__ int page_of(const i64* page_start, int page, i64 row) {
+    while (page_start[page + 1] <= row) ++page;  // (empty pages are skipped)
+    return page;
+}
+
+template <typename Word>
+__device__ void walk_pages(const u64* page_address, const i64* page_start, int n_pages,
+                           i64 row_words, const int* feature, const int* bin_threshold,
+                           const bool* default_left, const int* left, const int* right,
+                           const double* value, const i64* tree_root, const int* tree_group,
+                           int n_trees, const u64* out_address, i64 out_stride,
+                           i64 group_stride, const int* cat_start, const unsigned* cat_bits,
+                           int has_categories) {
+    extern __shared__ u64 staged_words[];
+    Word* staged = reinterpret_cast<Word*>(staged_words);
+    __shared__ int first_page;
+    const i64 n_rows = page_start[n_pages];
+    const i64 first = (i64)blockIdx.x * blockDim.x;
+    if (threadIdx.x == 0) {  // the last page starting at or before the block's first row
+        int lo = 0, hi = n_pages - 1;
+        while (lo < hi) {
+            int mid = (lo + hi + 1) / 2;
+            if (page_start[mid] <= first) lo = mid; else hi = mid - 1;
+        }
+        first_page = lo;
+    }
+    __syncthreads();
+    const i64 block_rows = min((i64)blockDim.x, n_rows - first);
+    for (i64 w = threadIdx.x; w < block_rows * row_words; w += blockDim.x) {
+        i64 row = first + w / row_words;
+        int page = page_of(page_start, first_page, row);
+        const Word* words = reinterpret_cast<const Word*>(page_address[page]);
+        staged[w] = words[(row - page_start[page]) * row_words + w % row_words];
+    }
+    __syncthreads();
+    if (threadIdx.x >= block_rows) return;
+    const i64 row = first + threadIdx.x;
+    const int page = page_of(page_start, first_page, row);
+    const BIN_T* values = reinterpret_cast<const BIN_T*>(staged + threadIdx.x * row_words);
+    double* out = reinterpret_cast<double*>(out_address[page]) +
+                  (row - page_start[page]) * out_stride;
+    for (int t = 0; t < n_trees; ++t) {
+        i64 node = tree_root[t];
+        while (feature[node] >= 0) {
+            node = node_left(values, (i64)1, node, feature, bin_threshold, default_left,
+                             cat_start, cat_bits, has_categories) ? left[node] : right[node];
+        }
+        out[tree_group[t] * group_stride] += value[node];
+    }
+}
+
+#define GBFLOW_WALK_PAGES(NAME, WORD)                                                          \
+extern "C" __global__ void NAME(                                                               \
+        const u64* page_address, const i64* page_start, int n_pages, i64 row_words,          \
+        const int* feature, const int* bin_threshold, const bool* default_left,              \
+        const int* left, const int* right, const double* value, const i64* tree_root,        \
+        const int* tree_group, int n_trees, const u64* out_address, i64 out_stride,          \
+        i64 group_stride, const int* cat_start, const unsigned* cat_bits,                    \
+        int has_categories) {                                                                 \
+    walk_pages<WORD>(page_address, page_start, n_pages, row_words, feature, bin_threshold,   \
+                     default_left, left, right, value, tree_root, tree_group, n_trees,        \
+                     out_address, out_stride, group_stride, cat_start, cat_bits,              \
+                     has_categories);                                                         \
+}
+GBFLOW_WALK_PAGES(predict_pages_binned_1, unsigned char)
+GBFLOW_WALK_PAGES(predict_pages_binned_4, unsigned int)
+GBFLOW_WALK_PAGES(predict_pages_binned_8, u64)
+
 // ---------------------------------------------------------------------------------------------
 // Level plans (see the "Level plans" section of numpy_kernels.py): one block each over a level's
 // slots, so that a tree's levels follow each other on the device without the host reading the
