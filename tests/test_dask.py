@@ -260,7 +260,7 @@ def test_worker_report_measures_memory(clients):
         assert r["peak_rss"] >= max(r["rss_start"], r["rss_loaded"], r["rss_quantized"])
     assert {"dask_compute", "dask_total", "quantize", "total"} <= set(booster.timings)
     for r in report:
-        assert r["transport"] == "dask"  # CPU workers: no NCCL
+        assert r["transport"] == "dask"  # CPU workers (no NCCL) of one process (inproc: no links)
         assert {"load partitions", "fit", "fingerprint"} <= set(r["stages"])
         assert 0 < r["stages"]["fit"] <= sum(r["stages"].values()) <= r["task_seconds"]
 

@@ -10,7 +10,11 @@ the worker's comm stack (TCP, TLS or UCX, inproc for threads of one process); th
 on the peer's event loop, drops the payload into that process's mailbox for the session and
 answers at once. The training task, in a worker thread, sends by scheduling the RPC on its
 worker's event loop, and receives by waiting on its mailbox. Nothing goes through the scheduler:
-a reduction costs log2(n_workers) message exchanges between pairs of workers.
+a reduction costs log2(n_workers) message exchanges between pairs of workers. Once a session's
+tasks have started, messages between workers reached over plain TCP go instead over direct
+connections that the training threads send and receive on themselves (``sockets``: a
+message through Dask's RPC costs about 2 ms however small); Dask's RPC keeps carrying aborts,
+and every message where a link could not be opened.
 
 Reductions use recursive doubling (a butterfly): with P the largest power of two <= n, ranks
 r >= P first fold their value into rank r - P; then in step k = 1, 2, 4, ... < P every rank r < P
@@ -40,6 +44,7 @@ import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol.serialize import to_serialize
 
+from . import sockets
 from .errors import (
     CollectiveAborted,
     CollectiveError,
@@ -50,6 +55,9 @@ from .errors import (
 
 HANDLER = "gbflow_collective"
 _WAIT_SLICE = 0.2  # seconds between checks for an abort while waiting for a message
+# Seconds a rank whose link to a peer broke waits for that peer's abort reason (a failing task
+# tells its peers why before it closes its links) before taking the peer as lost.
+_LOSS_GRACE = 2.0
 
 
 class _Mailbox:
@@ -193,6 +201,22 @@ class DaskCollective:
         self._op = 0
         self.seconds = 0.0
         self.bytes_sent = 0
+        self.links: dict | None = None  # peer rank -> sockets.Link, once connect_directly ran
+
+    def connect_directly(self) -> None:
+        """Open direct TCP links to the peers this rank exchanges with (``sockets.connect``);
+        every rank calls it at the same point. Without them (one rank, a TLS or UCX cluster,
+        ``gbflow.collective-sockets: false``, a rank that could not connect) messages keep
+        going through Dask's RPC."""
+        if self.size > 1:
+            self.links = sockets.connect(self, self.session, self.rank, self.size,
+                                         self.worker.address,
+                                         min(self.timeout, sockets.CONNECT_TIMEOUT))
+
+    @property
+    def transport(self) -> str:
+        """"sockets" (direct links) or "dask" (Dask's RPC)."""
+        return "sockets" if self.links else "dask"
 
     def check_cancelled(self) -> None:
         """TrainingCancelled once Dask has cancelled this task (``key``, None: never): a worker
@@ -251,13 +275,56 @@ class DaskCollective:
                 f"training worker {self.addresses[peer]} (rank {peer}) has already left this "
                 f"training session"))
 
+    def _over_link(self, peer: int, tag, value, send: bool, receive: bool):
+        """Send ``value`` and/or receive the peer's next message over its direct link, waiting
+        at most the collective timeout, an abort or a cancel. A closed connection is the peer's
+        failure (an abort reason that follows within ``_LOSS_GRACE`` s, CollectiveAborted) or
+        its loss (WorkerLostError)."""
+        deadline = time.monotonic() + self.timeout
+        where = f"training worker {self.addresses[peer]} (rank {peer})"
+
+        def check():
+            if self.box.abort_reason is not None:
+                raise CollectiveAborted(self.box.abort_reason)
+            self.check_cancelled()
+            if time.monotonic() >= deadline:
+                raise CollectiveTimeout(f"no message from {where} for {self.timeout:.0f} s; "
+                                        f"is it alive?")
+        if send:
+            self.bytes_sent += value.nbytes if isinstance(value, np.ndarray) else 0
+        try:
+            got = self.links[peer].transfer(sockets.encode(tag, value) if send else None,
+                                            receive, check)
+        except OSError as e:  # the connection broke: the peer failed or is gone
+            reason = self.box.wait_abort(_LOSS_GRACE)
+            if reason is not None:
+                raise CollectiveAborted(reason) from None
+            raise WorkerLostError(f"lost contact with {where}: {type(e).__name__}: {e}") from e
+        if not receive:
+            return None
+        their_tag, payload = got
+        if their_tag != tag:
+            raise CollectiveError(f"{where} is out of step: message {their_tag!r} where "
+                                  f"{tag!r} was due; please report this")
+        return payload
+
+    def _send_only(self, peer: int, tag, value) -> None:
+        if self.links:
+            self._over_link(peer, tag, value, send=True, receive=False)
+        else:
+            self._wait_sent(self._send(peer, tag, value), peer)
+
     def _receive(self, peer: int, tag):
+        if self.links:
+            return self._over_link(peer, tag, None, send=False, receive=True)
         return self.box.take((tag, peer), time.monotonic() + self.timeout, self.check_cancelled,
                              lambda: (
             f"no message from training worker {self.addresses[peer]} (rank {peer}) for "
             f"{self.timeout:.0f} s; is it alive?"))
 
     def _exchange(self, peer: int, tag, value):
+        if self.links:
+            return self._over_link(peer, tag, value, send=True, receive=True)
         sent = self._send(peer, tag, value)
         received = self._receive(peer, tag)
         self._wait_sent(sent, peer)
@@ -274,7 +341,7 @@ class DaskCollective:
         top = 1 << (self.size.bit_length() - 1)  # largest power of two <= size
         try:
             if rank >= top:  # fold into rank - top, get the result back at the end
-                self._wait_sent(self._send(rank - top, (op, "fold"), value), rank - top)
+                self._send_only(rank - top, (op, "fold"), value)
                 return self._receive(rank - top, (op, "unfold"))
             if rank + top < self.size:
                 value = combine(value, self._receive(rank + top, (op, "fold")))
@@ -285,7 +352,7 @@ class DaskCollective:
                 value = combine(value, other) if rank < peer else combine(other, value)
                 step <<= 1
             if rank + top < self.size:
-                self._wait_sent(self._send(rank + top, (op, "unfold"), value), rank + top)
+                self._send_only(rank + top, (op, "unfold"), value)
             return value
         finally:
             self.seconds += time.perf_counter() - start
@@ -323,5 +390,9 @@ class DaskCollective:
                 pass
 
     def close(self) -> None:
-        """Forget this session's mailbox in this process (late messages are ignored)."""
+        """Forget this session's mailbox in this process (late messages are ignored) and close
+        the direct links."""
         _close_mailbox(self.session, self.rank)
+        links, self.links = self.links or {}, None
+        for link in links.values():
+            link.close()

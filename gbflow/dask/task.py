@@ -56,6 +56,7 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
         with malloc_for_training(), backend.own_memory_pool(unless_chosen=True), \
                 backend.limited_threads(spec.params.nthread or worker.state.nthreads) \
                 as threads:
+            collective.connect_directly()  # (Dask's RPC stays for aborts and fallbacks)
             opening = open_nccl(backend, collective, rank)  # opens while partitions load
             stages.done("start communicator")
 
@@ -126,7 +127,8 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
             binned_bytes=_binned_bytes(shardset),
             peak_rss=memory.peak, lifetime_peak_rss=lifetime_peak_rss(),
             communication_seconds=collective.seconds,
-            transport="nccl" if shardset.collective.nccl is not None else "dask")
+            transport="nccl" if shardset.collective.nccl is not None else
+            collective.transport)
         fingerprint = model_digest(booster)
         stages.done("fingerprint")
         if shardset.collective.nccl is not None:  # the model is on the host: every reduction
