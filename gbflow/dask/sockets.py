@@ -140,8 +140,9 @@ class Link:
         return incoming.value() if receive else None
 
     def _send_some(self, sending: list) -> int:
-        try:
-            sent = self.sock.sendmsg(sending[:64])
+        try:  # (sendmsg gathers the views in one call; Windows has none)
+            sent = self.sock.sendmsg(sending[:64]) if hasattr(self.sock, "sendmsg") else \
+                self.sock.send(sending[0])
         except (BlockingIOError, InterruptedError):
             return 0
         left = sent
@@ -165,7 +166,9 @@ def _listen(address: str):
         scheme, _ = parse_address(address)
         if scheme != "tcp":
             return None
-        return socket.create_server((get_address_host(address), 0), backlog=64)
+        host = get_address_host(address)
+        return socket.create_server((host, 0), backlog=64,
+                                    family=socket.AF_INET6 if ":" in host else socket.AF_INET)
     except (OSError, ValueError):
         return None
 
