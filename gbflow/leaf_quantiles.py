@@ -22,6 +22,7 @@ import numpy as np
 from . import fixed_point
 from .backend.arrays import to_host
 from .collective import LOCAL
+from .grow.margins import add_margins
 
 _SIGN = np.uint64(1 << 63)
 # Integer weights are scaled so that a sum over every row stays below this: exact in float64.
@@ -132,12 +133,10 @@ def line_search(backend, collective, tree, leaf_rows: list, shards: list, group:
     leaves = np.flatnonzero(tree.is_leaf)
     leaf_number = np.zeros(tree.n_nodes, dtype=np.float64)  # 0.. over the leaves, by node id
     leaf_number[leaves] = np.arange(len(leaves))
-    leaf_of_row, residuals = [], []
-    for shard, rows in zip(shards, leaf_rows):
-        leaf = xp.zeros(shard.n_rows, dtype=np.float64)
-        rows.with_values(leaf_number).add_to(kernels, leaf)  # each row's leaf number
-        leaf_of_row.append(leaf.astype(np.int64))
-        residuals.append(shard.label - shard.margin[:, group])
+    leaf_sums = [xp.zeros(shard.n_rows, dtype=np.float64) for shard in shards]
+    add_margins(kernels, [rows.with_values(leaf_number) for rows in leaf_rows], leaf_sums)
+    leaf_of_row = [leaf.astype(np.int64) for leaf in leaf_sums]  # each row's leaf number
+    residuals = [shard.label - shard.margin[:, group] for shard in shards]
     quantiles = weighted_quantiles(backend, leaf_of_row, residuals, weights, len(leaves), alpha,
                                    collective)
     value = tree.value.copy()

@@ -495,19 +495,23 @@ def test_scatter_page_rows_writes_the_kept_rows_to_their_places(device, dtype, w
                                                                 monkeypatch):
     """``Backend.scatter_page_rows`` puts row i of page j at ``places[j][i]`` where that lies in
     [0, room), and touches no other row before the spare, for rows of 1-, 2-, 4- and 8-byte
-    words, over several pages (an empty one among them) in one call; on the GPU the pages are
-    read where they lie, in page-locked host memory (the copying fallback is not taken); bad
-    shapes are refused before anything is written."""
+    words, over several pages (empty ones among them) in one call; on the GPU the pages are
+    read where they lie, in page-locked host memory (the copying fallback is not taken but for
+    places given as strided columns); bad shapes are refused before anything is written."""
     from gbflow.backend.base import Backend
     backend = get_backend(device)
     xp = backend.xp
-    if device == "cuda":
-        def copied(*args):
+    forbid = [device == "cuda"]
+    original = Backend.scatter_page_rows
+
+    def guarded(*args):
+        if forbid[0]:
             raise AssertionError("the page was copied, not read where it lies")
-        monkeypatch.setattr(Backend, "scatter_page_rows", copied)
+        return original(*args)
+    monkeypatch.setattr(Backend, "scatter_page_rows", guarded)
     rng = np.random.default_rng(width)
     for sizes, room, share in (((1000,), 300, 0.25), ((400, 0, 333, 91), 50, 0.5),
-                               ((700, 300, 5), 400, 0.3)):  # the second outgrows its room
+                               ((700, 300, 5), 400, 0.3), ((0, 60, 7, 0), 30, 0.5)):
         pages = [backend.to_page(rng.integers(0, 2**12, (n, width)).astype(dtype))
                  for n in sizes]
         kept = rng.random(sum(sizes)) < share
@@ -515,16 +519,20 @@ def test_scatter_page_rows_writes_the_kept_rows_to_their_places(device, dtype, w
         place[:3] = [-1, -5, room + 2]  # outside [0, room): not kept
         places = np.split(place, np.cumsum(sizes)[:-1])
         out = xp.full((room + 1, width), 7, dtype=dtype)
-        backend.scatter_page_rows(pages, [xp.asarray(p) for p in places], room, out)
+        strided = sizes[0] == 0  # places as strided columns: the GPU copies the pages then
+        forbid[0] = device == "cuda" and not strided
+        given = [xp.asarray(np.c_[p, p])[:, 1] if strided else xp.asarray(p) for p in places]
+        backend.scatter_page_rows(pages, given, room, out)
         expected = np.full((room, width), 7, dtype=dtype)
         inside = (place >= 0) & (place < room)
         expected[place[inside]] = np.concatenate([np.asarray(p) for p in pages])[inside]
         assert np.array_equal(backend.to_host(out)[:room], expected)
-    page, place = pages[0], xp.asarray(places[0])
+    forbid[0] = False
+    page, place = pages[1], xp.asarray(places[1])
     with pytest.raises(ValueError, match="out must be"):
         backend.scatter_page_rows([page], [place], room, out[:, :1])
     with pytest.raises(ValueError, match="place must be"):
-        backend.scatter_page_rows(pages[:1], [place[:-1]], room, out)
+        backend.scatter_page_rows(pages[1:2], [place[:-1]], room, out)
     with pytest.raises(ValueError, match="must be 2-D"):
         backend.scatter_page_rows([np.asarray(page)[0]], [place], room, out)
     with pytest.raises(ValueError):  # a place list of another length
@@ -563,23 +571,30 @@ def _random_forest(rng, n_features: int, n_bins: int, n_trees: int, categorical:
 
 @pytest.mark.parametrize("dtype,n_features,categorical", [
     (np.uint8, 28, False), (np.uint8, 3, True), (np.uint16, 5, False), (np.uint8, 1, False),
-    (np.uint8, 1100, False)])  # 1,152-byte rows: walked page by page on the GPU
+    (np.uint8, 300, False), (np.uint16, 400, True),  # 320- and 832-byte rows: smaller blocks
+    (np.uint8, 1100, False)])  # 1,152-byte rows: a launch a page on the GPU
 def test_predict_pages_binned_walks_every_page_as_the_kernel_does(device, dtype, n_features,
                                                                   categorical, monkeypatch):
     """``Backend.predict_pages_binned`` adds to each page's margins exactly what
-    ``predict_margins_binned`` (the NumPy twin) adds walking that page: padded pages, an
-    empty page, two groups, categorical splits, uint8 and uint16 bins, margins that are a
-    strided column of a wider matrix and C-contiguous ones; on the GPU narrow rows are walked
-    where they lie in one launch (the page-by-page fallback is not taken)."""
+    ``predict_margins_binned`` (the NumPy twin) adds walking that page, and writes nothing
+    else: padded pages, empty pages first, last and between, pages smaller than a block, two
+    groups, categorical splits, uint8 and uint16 bins; margins C-contiguous, a two-column
+    slice of wider rows (guard rows after), or transposed views of one (3, n) buffer (groups
+    n apart). On the GPU the pages are walked where they lie (in one launch; rows over 1 KB a
+    launch a page, into C-contiguous margins): the copying fallback is not taken."""
     from gbflow import binning
     from gbflow.backend import numpy_kernels
     from gbflow.backend.base import Backend
     backend = get_backend(device)
     xp = backend.xp
-    if device == "cuda" and n_features < 1000:
-        def page_by_page(*args):
-            raise AssertionError("the pages were walked one by one")
-        monkeypatch.setattr(Backend, "predict_pages_binned", page_by_page)
+    forbid = [False]
+    original = Backend.predict_pages_binned
+
+    def guarded(*args, **kwargs):
+        if forbid[0]:
+            raise AssertionError("the pages were copied and walked one by one")
+        return original(*args, **kwargs)
+    monkeypatch.setattr(Backend, "predict_pages_binned", guarded)
     rng = np.random.default_rng(n_features)
     n_bins = 40 if dtype == np.uint8 else 700
     forest = _random_forest(rng, n_features, n_bins, 5, categorical)
@@ -587,25 +602,47 @@ def test_predict_pages_binned_walks_every_page_as_the_kernel_does(device, dtype,
               forest.right, forest.value, forest.tree_root, forest.tree_group)
     sets = (forest.cat_start, forest.cat_bits) if categorical else ()
     width = binning.padded_width(n_features, np.dtype(dtype).itemsize)
-    sizes = (1000, 0, 517, 129)
+    sizes = (0, 70, 5, 0, 1000, 3, 517, 0)
     host = [rng.integers(0, n_bins, (n, width)).astype(dtype) for n in sizes]
-    start = [rng.normal(size=(n, 3)) for n in sizes]
-    expected = [numpy_kernels.predict_margins_binned(h[:, :n_features], *arrays, m[:, :2].copy(),
-                                                     *sets) for h, m in zip(host, start)]
+    start = [rng.normal(size=(n, 2)) for n in sizes]
+    expected = [numpy_kernels.predict_margins_binned(h[:, :n_features], *arrays, m.copy(), *sets)
+                for h, m in zip(host, start)]
     pages = [backend.to_page(h) for h in host]
-    for strided in (True, False):
-        margins = [xp.asarray(m.copy()) for m in start]  # (the CPU's are the arrays given)
-        outs = [m[:, :2] if strided else xp.ascontiguousarray(m[:, :2]) for m in margins]
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    for layout in ("contiguous", "sliced", "transposed"):
+        forbid[0] = device == "cuda" and (layout == "contiguous" or n_features < 1000)
+        if layout == "transposed":
+            whole = np.full((3, bounds[-1] + 2), 9.0)
+            for j, m in enumerate(start):
+                whole[:2, bounds[j]:bounds[j + 1]] = m.T
+            holder = xp.asarray(whole)
+            outs = [holder[:2, bounds[j]:bounds[j + 1]].T for j in range(len(sizes))]
+        else:
+            holders = [xp.asarray(np.concatenate([np.c_[m, np.full(len(m), 9.0)],
+                                                  np.full((2, 3), 9.0)])) for m in start]
+            outs = [h[:n, :2] for h, n in zip(holders, sizes)]
+            if layout == "contiguous":
+                holders = outs = [xp.ascontiguousarray(o) for o in outs]
         backend.predict_pages_binned(pages, n_features, *arrays, outs, *sets)
-        for out, want, m, before in zip(outs, expected, margins, start):
-            assert np.array_equal(backend.to_host(out), want)
-            if strided:  # the third column is not touched
-                assert np.array_equal(backend.to_host(m)[:, 2], before[:, 2])
+        for out, want in zip(outs, expected):
+            assert np.array_equal(backend.to_host(out), want), layout
+        if layout == "transposed":  # the third row and the guard columns are untouched
+            rest = backend.to_host(holder)
+            assert (rest[2] == 9.0).all() and (rest[:, bounds[-1]:] == 9.0).all()
+        elif layout == "sliced":
+            for h, n in zip(holders, sizes):
+                rest = backend.to_host(h)
+                assert (rest[:, 2] == 9.0).all() and (rest[n:] == 9.0).all()
+    forbid[0] = False
     with pytest.raises(ValueError, match="margin matrices"):
         backend.predict_pages_binned(pages, n_features, *arrays, outs[:1], *sets)
-    with pytest.raises(ValueError, match="page 2 of shape"):
-        backend.predict_pages_binned(pages, n_features, *arrays, outs[:2] + outs[3:] * 2, *sets)
+    with pytest.raises(ValueError, match="page 1 of shape"):
+        backend.predict_pages_binned(pages, n_features, *arrays, outs[:1] + outs[2:3] + outs[2:],
+                                     *sets)
     with pytest.raises(ValueError, match="at least"):
         backend.predict_pages_binned(pages, width + 1, *arrays, outs, *sets)
+    with pytest.raises(ValueError, match="float64"):
+        backend.predict_pages_binned(pages, n_features, *arrays,
+                                     [o.astype(np.float32) for o in outs], *sets)
     for out, want in zip(outs, expected):  # nothing was walked
         assert np.array_equal(backend.to_host(out), want)

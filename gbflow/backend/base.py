@@ -247,10 +247,10 @@ def check_page_walk(pages: list, n_features: int, outs: list) -> None:
                          f"matrices")
     for j, (page, out) in enumerate(zip(pages, outs)):
         if page.ndim != 2 or page.shape[1] < n_features or out.ndim != 2 or \
-                out.shape[0] != page.shape[0]:
+                out.shape[0] != page.shape[0] or out.dtype != np.float64:
             raise ValueError(f"predict_pages_binned: page {j} of shape {page.shape} needs 2-D "
-                             f"bins of at least {n_features} columns and a margin matrix of "
-                             f"{page.shape[0]} rows, got {out.shape}")
+                             f"bins of at least {n_features} columns and a float64 margin "
+                             f"matrix of {page.shape[0]} rows, got {out.shape} {out.dtype}")
 
 
 def row_word(page):

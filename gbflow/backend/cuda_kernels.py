@@ -798,6 +798,19 @@ def predict_margins_binned(bins, feature, bin_threshold, default_left, left, rig
 _STAGED_BYTES = 32 * 1024
 
 
+def _staging_threads(row_bytes: int) -> int | None:
+    """Rows (threads) a block of ``_walk_host_pages`` stages at a time for rows of
+    ``row_bytes``; None where not even 32 fit."""
+    return next((t for t in (128, 64, 32) if t * row_bytes <= _STAGED_BYTES), None)
+
+
+def _mapped_view(address: int, page):
+    """A CuPy array of ``page``'s shape and dtype over its mapped device ``address`` (no copy:
+    kernels reading it read the host page over the bus; ``page`` must outlive their work)."""
+    memory = cp.cuda.UnownedMemory(address, page.nbytes, owner=page)
+    return cp.ndarray(page.shape, dtype=page.dtype, memptr=cp.cuda.MemoryPointer(memory, 0))
+
+
 def _walk_host_pages(page_address, page_start, n_rows: int, row_bytes: int, bin_itemsize: int,
                      feature, bin_threshold, default_left, left, right, value, tree_root,
                      tree_group, out_address, out_strides: tuple, cat_start=None,
@@ -809,7 +822,7 @@ def _walk_host_pages(page_address, page_start, n_rows: int, row_bytes: int, bin_
     address ``out_address[p]`` with ``out_strides`` (row, group) in elements, updated in place.
     Tables: uint64/int64 device arrays. Returns False, launching nothing, where a block of 32
     rows would not fit the staging memory (rows wider than 1,024 bytes)."""
-    threads = next((t for t in (128, 64, 32) if t * row_bytes <= _STAGED_BYTES), None)
+    threads = _staging_threads(row_bytes)
     if threads is None:
         return False
     if n_rows == 0 or len(tree_root) == 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .arrays import on_gpu
 from .base import check_page_walk, check_scatter, row_word
 
 
@@ -53,7 +54,6 @@ class StreamedPages:
         return buffer
 
 
-
 def mapped_addresses(kernels, pages: list):
     """(n_pages,) uint64 host array of the pages' device addresses (``kernels._mapped_address``)
     where every page is C-contiguous page-locked mapped host memory, else None."""
@@ -80,12 +80,12 @@ def scatter_rows(kernels, pages: list, places: list, room: int, out) -> bool:
     addresses = mapped_addresses(kernels, pages)
     if addresses is None:
         return False
+    if any(len(place) and not place.flags.c_contiguous for place in places):
+        return False  # (the kernel reads each page's places as one run of int64)
     start = page_starts(pages)
     if start[-1] == 0:
         return True
-    word = row_word(pages[0])
-    if any(row_word(page) != word or page.dtype != out.dtype for page in pages):
-        return False
+    word = row_word(pages[0])  # (every page is out's width and dtype: check_scatter)
     place_addresses = np.array([place.data.ptr if len(place) else 0 for place in places],
                                dtype=np.uint64)
     tables = kernels._upload_small((addresses, np.uint64), (place_addresses, np.uint64),
@@ -97,24 +97,35 @@ def scatter_rows(kernels, pages: list, places: list, room: int, out) -> bool:
 def predict_rows(kernels, pages: list, n_features: int, arrays: list, outs: list,
                  categories: tuple) -> bool:
     """``Backend.predict_pages_binned`` with every page read where it lies, in one launch: False
-    (nothing done) where a page is not mapped page-locked memory, the pages differ in width or
-    dtype, the margin matrices in strides, or a row is too wide to stage."""
+    (nothing done) where a page is not mapped page-locked memory, a margin matrix is not on the
+    device, the pages differ in width or dtype or the margin matrices in strides. Rows too wide
+    to stage (over 1 KB) are walked a launch a page where they lie, into C-contiguous margins
+    (a walk reads a few bytes of each such row: less than copying it whole)."""
     check_page_walk(pages, n_features, outs)
     addresses = mapped_addresses(kernels, pages)
-    if addresses is None or not pages:
+    if addresses is None or not pages or not all(on_gpu(o) for o in outs):
         return False
     first = pages[0]
     filled = [o for o in outs if o.size]  # (an empty array's strides may be any)
     if any(p.shape[1] != first.shape[1] or p.dtype != first.dtype for p in pages) or \
             any(o.strides != filled[0].strides for o in filled):
         return False
-    start = page_starts(pages)
     if not filled:
         return True
+    row_bytes = first.shape[1] * first.itemsize
+    if kernels._staging_threads(row_bytes) is None:
+        if not all(o.flags.c_contiguous for o in filled):
+            return False
+        for page, address, out in zip(pages, addresses, outs):
+            if page.shape[0]:
+                kernels.predict_margins_binned(
+                    kernels._mapped_view(int(address), page)[:, :n_features], *arrays, out,
+                    *categories)
+        return True
+    start = page_starts(pages)
     out_addresses = np.array([o.data.ptr if o.size else 0 for o in outs], dtype=np.uint64)
     tables = kernels._upload_small((addresses, np.uint64), (start, np.int64),
                                    (out_addresses, np.uint64))
     strides = tuple(s // 8 for s in filled[0].strides)
-    return kernels._walk_host_pages(tables[0], tables[1], int(start[-1]),
-                                    first.shape[1] * first.itemsize, first.itemsize, *arrays,
-                                    tables[2], strides, *categories)
+    return kernels._walk_host_pages(tables[0], tables[1], int(start[-1]), row_bytes,
+                                    first.itemsize, *arrays, tables[2], strides, *categories)

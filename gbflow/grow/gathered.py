@@ -5,7 +5,8 @@ the sampled rows: the others' fixed-point gradients are 0. When the dense bins a
 level loop would still stream every page once per level; here each page is read once to gather
 the rows with a nonzero gradient pair into one resident shard (a shard set of its own), the tree
 is grown there with any of the loops, and each page is read once more to add the tree to every
-row's margin (a walk of the tree on the page's bins, ``predictor.add_trees``). The gathering
+row's margin (a walk of the tree on the pages' bins, ``predictor.add_trees_on_pages``). The
+gathering
 reads only the kept rows (``Backend.scatter_page_rows``: on the GPU straight from the host
 pages), the walk every row: about 1.2 passes over the pages a tree instead of ``max_depth + 1``.
 

@@ -166,8 +166,9 @@ class WalkedMargins:
         first = walks[0] if walks else None
         if not isinstance(first, WalkedMargins) or not first.shardset.dense.paged or any(
                 not isinstance(w, WalkedMargins) or w.shardset is not first.shardset or
-                w.tree is not first.tree or w.forest is not first.forest or w.shard != s
-                for s, w in enumerate(walks)) or len(walks) != len(first.shardset.shards):
+                not _same_tree(w.tree, first.tree) or w.forest is not first.forest or
+                w.shard != s for s, w in enumerate(walks)) or \
+                len(walks) != len(first.shardset.shards):
             return False
         dense = first.shardset.dense
         forest = first.forest if first.forest is not None else \
@@ -181,6 +182,15 @@ class WalkedMargins:
         """The same rows, adding ``node_value`` ((n_nodes,) float64 host, by node id)."""
         return WalkedMargins(self.shardset, self.shard, dataclasses.replace(
             self.tree, value=np.asarray(node_value, dtype=np.float64)))
+
+
+def _same_tree(a, b) -> bool:
+    """Whether two host trees are one, or copies holding the same node arrays (``with_values``
+    makes a tree a shard, all holding one value array)."""
+    def same(x, y) -> bool:
+        return x is y or (not isinstance(x, np.ndarray) and type(x) is type(y) and x == y)
+    return a is b or all(same(getattr(a, f.name), getattr(b, f.name))
+                         for f in dataclasses.fields(a))
 
 
 def add_margins(kernels, leaf_rows: list, margins: list) -> None:
