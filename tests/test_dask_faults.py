@@ -349,6 +349,9 @@ def test_a_killed_worker_is_survived_with_the_same_model(evals, tmp_path, caplog
         booster = outcome["result"]
         assert booster.to_json() == whole.to_json()
         assert booster.evals_result == whole.evals_result
+        # worker processes talk TCP: both runs reduced over direct links (dask/sockets.py)
+        assert {r["transport"] for r in whole.worker_report + booster.worker_report} == \
+            {"sockets"}
         assert gbflow.load_model(tmp_path / "job.json").to_json() == whole.to_json()
         restarts = [r.getMessage() for r in caplog.records if "restarting from round" in
                     r.getMessage()]

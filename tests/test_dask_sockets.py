@@ -124,51 +124,156 @@ class _ThreadRanks:
         return One()
 
 
-def test_connect_links_the_partners_and_drops_strangers(monkeypatch):
-    """Three ranks connect to their partners; a connection that does not say the session's id
-    and a partner's rank is closed, and the ranks still connect. With sockets turned off by
-    the config, no rank links."""
-    import dask
-    session = uuid.uuid4().hex
-    ranks = _ThreadRanks(3)
-    links: dict = {}
-    real_listen = sockets._listen
-
-    def listen(address):
-        listener = real_listen(address)
-        stranger = socket.create_connection(listener.getsockname()[:2])  # before the ranks
-        stranger.sendall(b"x" * sockets._HELLO.size)
-        links.setdefault("strangers", []).append(stranger)
-        return listener
-    monkeypatch.setattr(sockets, "_listen", listen)
-
-    def run(r):
-        links[r] = sockets.connect(ranks.rank(r), session, r, 3, "tcp://127.0.0.1:1", 20.0)
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(3)]
+def _connect_all(ranks, session, size, addresses, timeout=20.0) -> dict:
+    out = {}
+    threads = [threading.Thread(target=lambda r=r: out.update({r: sockets.connect(
+        ranks.rank(r), session, r, size, addresses[r], timeout)})) for r in range(size)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
+    return out
+
+
+def test_connect_links_the_partners_and_drops_strangers(monkeypatch):
+    """Three ranks connect to their partners. Connections that name another session with a
+    partner's rank, say nothing, or say half a hello are closed, and the ranks still connect
+    (to each other: a message sent on the links arrives)."""
+    session = uuid.uuid4().hex
+    ranks = _ThreadRanks(3)
+    strangers = []
+    real_listen = sockets._listen
+
+    def listen(address):
+        listener = real_listen(address)
+        where = listener.getsockname()[:2]
+        for said in (sockets._HELLO.pack(uuid.uuid4().hex.encode(), 2), b"", b"x" * 10):
+            stranger = socket.create_connection(where)  # before the ranks
+            stranger.sendall(said)
+            strangers.append(stranger)
+        return listener
+    monkeypatch.setattr(sockets, "_HELLO_TIMEOUT", 0.2)
+    monkeypatch.setattr(sockets, "_listen", listen)
+    links = _connect_all(ranks, session, 3, ["tcp://127.0.0.1:1"] * 3)
     for r in range(3):
         assert sorted(links[r]) == sockets.partners(r, 3)
     # the links carry messages: rank 2 folds into rank 0
     links[2][0].transfer(sockets.encode((1, "fold"), np.arange(3)), False, _never)
-    assert np.array_equal(links[0][2].transfer(None, True, _never)[1], np.arange(3))
+    assert np.array_equal(links[0][2].transfer(None, True, _within(10))[1], np.arange(3))
     for r in range(3):
         for link in links[r].values():
             link.close()
-    for s in links["strangers"]:
+    for s in strangers:
         s.close()
 
+
+def test_a_rank_that_cannot_listen_or_connect_leaves_every_rank_on_the_rpc(monkeypatch):
+    """Links are all or nothing: one rank on another transport, or one rank whose connection
+    fails, and every rank gets None (and closes what it opened)."""
+    session = uuid.uuid4().hex
+    ranks = _ThreadRanks(4)
+    opened = []
+    real_link = sockets.Link
+
+    class Counted(real_link):
+        def __init__(self, sock, peer):
+            super().__init__(sock, peer)
+            opened.append(self)
+    monkeypatch.setattr(sockets, "Link", Counted)
+    tcp = "tcp://127.0.0.1:1"
+    assert _connect_all(ranks, session, 4, [tcp, "inproc://127.0.0.1/1/2", tcp, tcp]) == \
+        {r: None for r in range(4)}
+    real_connection = socket.create_connection
+
+    def refused(address, timeout=None):
+        if threading.current_thread().name.endswith("rank3"):
+            raise ConnectionRefusedError("refused")
+        return real_connection(address, timeout=timeout)
+    monkeypatch.setattr(sockets.socket, "create_connection", refused)
+    out = {}
+    threads = [threading.Thread(name=f"rank{r}", target=lambda r=r: out.update({r: sockets.connect(
+        ranks.rank(r), session, r, 4, tcp, 5.0)})) for r in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert out == {r: None for r in range(4)}
+    assert opened and all(link.sock.fileno() == -1 for link in opened)  # all closed
+
+
+def test_the_clients_config_decides_for_every_rank():
+    import dask
+
+    from gbflow.dask.driver import _spec
+    from gbflow.evaluation import EvalOptions
+    from gbflow.params import make_params
+    args = (make_params({}), 1, EvalOptions(), False, "y", None, ["a"], None, [], False)
+    assert _spec(*args).sockets
     with dask.config.set({"gbflow.collective-sockets": False}):
-        off = {}
-        threads = [threading.Thread(target=lambda r=r: off.update({r: sockets.connect(
-            ranks.rank(r), session, r, 3, "tcp://127.0.0.1:1", 20.0)})) for r in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert off == {0: None, 1: None, 2: None}
+        assert not _spec(*args).sockets
+
+
+def _collective_over_a_link(monkeypatch):
+    """A two-rank ``DaskCollective`` whose rank 0 talks to a bare link standing for rank 1."""
+    from gbflow.dask import collective as collective_module
+    monkeypatch.setattr(collective_module, "_LOSS_GRACE", 0.2)
+    ours, theirs = _pair()
+    session = uuid.uuid4().hex
+    c = collective_module.DaskCollective(None, session, 0, ["tcp://a:1", "tcp://b:2"], 5.0)
+    c.links = {1: ours}
+    return c, theirs
+
+
+def test_over_a_link_aborts_losses_and_bugs_are_told_apart(monkeypatch):
+    """A peer that closes its link after its abort arrived: CollectiveAborted with its reason;
+    one that closes without a word: WorkerLostError naming it; a message out of step:
+    CollectiveError; an abort that arrives while data flows stops the next reduction at once."""
+    from gbflow.dask.errors import CollectiveAborted, CollectiveError, WorkerLostError
+    c, theirs = _collective_over_a_link(monkeypatch)
+    theirs.transfer(sockets.encode((1, 1), np.arange(4)), False, _never)
+    assert np.array_equal(c.allreduce_sum(np.arange(4)), 2 * np.arange(4))
+    assert theirs.transfer(None, True, _never)[0] == (1, 1)
+    theirs.transfer(sockets.encode((9, 9), np.arange(4)), False, _never)
+    with pytest.raises(CollectiveError, match="out of step"):
+        c.allreduce_sum(np.arange(4))
+    c.close()
+
+    c, theirs = _collective_over_a_link(monkeypatch)
+    theirs.close()
+    with pytest.raises(WorkerLostError, match=r"tcp://b:2 \(rank 1\)"):
+        c.allreduce_sum(np.arange(4))
+    c.close()
+
+    c, theirs = _collective_over_a_link(monkeypatch)
+    c.box.abort("rank 1 failed: ValueError")
+    theirs.close()
+    with pytest.raises(CollectiveAborted, match="rank 1 failed"):
+        c.allreduce_sum(np.arange(4))
+    c.close()
+
+    c, theirs = _collective_over_a_link(monkeypatch)
+    big = np.zeros(2_000_000, dtype=np.int64)
+    stop = threading.Event()
+
+    def flood():  # the peer keeps sending: the link always has data
+        op = 1
+        while not stop.is_set():
+            try:
+                theirs.transfer(sockets.encode((op, 1), big), True, _within(10))
+            except (OSError, TimeoutError):
+                return
+            op += 1
+    thread = threading.Thread(target=flood)
+    thread.start()
+    try:
+        c.allreduce_sum(big)
+        c.box.abort("the driver stopped the session")
+        with pytest.raises(CollectiveAborted, match="driver stopped"):
+            c.allreduce_sum(big)
+    finally:
+        stop.set()
+        c.close()
+        thread.join(10)
 
 
 def test_only_plain_tcp_workers_listen():

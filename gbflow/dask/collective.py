@@ -205,9 +205,9 @@ class DaskCollective:
 
     def connect_directly(self) -> None:
         """Open direct TCP links to the peers this rank exchanges with (``sockets.connect``);
-        every rank calls it at the same point. Without them (one rank, a TLS or UCX cluster,
-        ``gbflow.collective-sockets: false``, a rank that could not connect) messages keep
-        going through Dask's RPC."""
+        every rank calls it at the same point (or none does: the driver's
+        ``gbflow.collective-sockets``). Without them (one rank, a TLS or UCX cluster, a rank
+        that could not listen or connect) messages keep going through Dask's RPC."""
         if self.size > 1:
             self.links = sockets.connect(self, self.session, self.rank, self.size,
                                          self.worker.address,
@@ -288,8 +288,12 @@ class DaskCollective:
                 raise CollectiveAborted(self.box.abort_reason)
             self.check_cancelled()
             if time.monotonic() >= deadline:
-                raise CollectiveTimeout(f"no message from {where} for {self.timeout:.0f} s; "
-                                        f"is it alive?")
+                raise CollectiveTimeout(
+                    f"no message from {where} for {self.timeout:.0f} s; is it alive?" if receive
+                    else f"{where} took nothing sent to it for {self.timeout:.0f} s; is it "
+                         f"alive?")
+        if self.box.abort_reason is not None:  # (the mailbox's receive looks first too)
+            raise CollectiveAborted(self.box.abort_reason)
         if send:
             self.bytes_sent += value.nbytes if isinstance(value, np.ndarray) else 0
         try:

@@ -48,11 +48,13 @@ def _timeout() -> float:
 def _spec(params, num_boost_round, options, verbose, label, weight, features,
           train_table, evals, data_on_gpu: bool, session="", objective=None,
           init_model=None, callbacks=(), base_margin=None, qid=None) -> Spec:
+    import dask
     return Spec(
         session=session, topic=f"gbflow-{session}", params=params,
         num_boost_round=num_boost_round, options=options,
         verbose=verbose, label=label, weight=weight, features=tuple(features), train=train_table,
         evals=tuple((name, table) for _, name, table in evals), timeout=_timeout(),
+        sockets=bool(dask.config.get("gbflow.collective-sockets", True)),
         data_on_gpu=data_on_gpu, objective=objective, init_model=init_model,
         callbacks=callbacks, base_margin=base_margin, qid=qid)
 

@@ -51,3 +51,5 @@ class Spec:
     report_rounds: bool = False  # rank 0 sends each completed round's trees and values
     base_margin: str | None = None  # the column of each row's starting margin, or None
     qid: str | None = None  # the column of each row's query id (ranking), or None
+    # the ranks may exchange over direct TCP links (the client's gbflow.collective-sockets)
+    sockets: bool = True

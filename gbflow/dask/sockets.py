@@ -12,8 +12,11 @@ once per session (``connect``) and used from the training thread: a message is a
 
 Only workers reached over plain ``tcp://`` get links (TLS or UCX clusters keep Dask's comms, as
 does a session where any rank could not listen or connect: every rank must agree, and they do
-so through Dask's RPC). The Dask config ``gbflow.collective-sockets: false`` turns them off. A
-connection begins with the session id and the rank: a stranger is dropped.
+so through Dask's RPC). The Dask config ``gbflow.collective-sockets: false``, read where
+``train`` is called, turns them off. A connection begins with the session id and the rank; one
+that does not say them within a second is closed. That is no authentication (the session id is
+in the tasks' keys): the links trust the network as Dask's plain TCP comms do, and a peer's
+messages are unpickled.
 """
 from __future__ import annotations
 
@@ -26,10 +29,10 @@ import time
 _WAIT_SLICE = 0.2  # seconds between checks for an abort while waiting
 _HELLO = struct.Struct("<32sq")  # session id (hex), rank
 _HEADER = struct.Struct("<qq")  # pickle bytes, out-of-band buffers
-_SOCKET_BUFFER = 4 << 20
-# Seconds the ranks may take to connect (a firewall dropping the ports then costs this, once,
-# before every rank falls back to Dask's RPC).
+# Seconds the ranks may take to connect (a firewall dropping the ports then costs this, once
+# a run, before every rank falls back to Dask's RPC), and a connection to say who it is.
 CONNECT_TIMEOUT = 10.0
+_HELLO_TIMEOUT = 1.0
 
 
 def partners(rank: int, size: int) -> list[int]:
@@ -96,8 +99,6 @@ class Link:
     def __init__(self, sock: socket.socket, peer: int):
         self.sock, self.peer = sock, peer
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
-            sock.setsockopt(socket.SOL_SOCKET, option, _SOCKET_BUFFER)
         sock.setblocking(False)
         self.bytes_sent = 0
 
@@ -116,10 +117,13 @@ class Link:
             if not events:
                 return None
             selector.register(self.sock, events)
+            checked = time.monotonic()
             while sending or target is not None:
                 ready = selector.select(_WAIT_SLICE)
+                if not ready or time.monotonic() - checked >= _WAIT_SLICE:
+                    check()  # (also while data flows: a long transfer still sees an abort)
+                    checked = time.monotonic()
                 if not ready:
-                    check()
                     continue
                 mask = ready[0][1]
                 if mask & selectors.EVENT_WRITE and sending:
@@ -167,8 +171,8 @@ def _listen(address: str):
         if scheme != "tcp":
             return None
         host = get_address_host(address)
-        return socket.create_server((host, 0), backlog=64,
-                                    family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+        family = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((host, 0), backlog=64, family=family)
     except (OSError, ValueError):
         return None
 
@@ -178,56 +182,79 @@ def connect(collective, session: str, rank: int, size: int, address: str,
     """Links to this rank's ``partners``, or None when any rank has none (every rank then keeps
     Dask's RPC). ``collective``: the session's ``DaskCollective`` (its ``allgather`` goes
     through Dask here: the ranks trade where they listen and whether they connected).
-    Blocks until every rank has taken part; connecting waits at most ``timeout`` seconds."""
-    import dask
-    listener = _listen(address) if dask.config.get("gbflow.collective-sockets", True) else None
-    endpoint = listener.getsockname()[:2] if listener is not None else None
-    endpoints = collective.allgather(endpoint)
+    Blocks until every rank has taken part; connecting waits at most ``timeout`` seconds.
+    Whatever raises here (an abort, a lost peer) leaves no socket open."""
+    listener = _listen(address)
     links: dict[int, Link] = {}
-    connected = listener is not None and all(e is not None for e in endpoints)
     try:
-        if connected:
-            connected = _open(links, listener, endpoints, session, rank, size, timeout)
+        endpoint = listener.getsockname() if listener is not None else None
+        endpoints = collective.allgather(endpoint)
+        connected = listener is not None and all(e is not None for e in endpoints) and \
+            _open(links, listener, endpoints, session, rank, size, timeout)
+        if listener is not None:
+            listener.close()
+        if all(collective.allgather(connected)):
+            return links
+    except BaseException:
+        _close_all(links)
+        raise
     finally:
         if listener is not None:
             listener.close()
-    if not all(collective.allgather(connected)):
-        for link in links.values():
-            link.close()
-        return None
-    return links
+    _close_all(links)
+    return None
+
+
+def _close_all(links: dict) -> None:
+    for link in links.values():
+        link.close()
+    links.clear()
 
 
 def _open(links: dict, listener, endpoints: list, session: str, rank: int, size: int,
           timeout: float) -> bool:
     """Connect to the lower partners (their listeners' backlogs take the connection before
-    they accept), then accept the higher ones, each known by its hello. False on failure."""
+    they accept), then accept the higher ones, each known by its hello; a connection that does
+    not say this session's id and an expected rank within ``_HELLO_TIMEOUT`` is closed. False
+    on failure (``links`` then holds what did connect, for the caller to close)."""
     hello = session.encode("ascii")[:32].ljust(32, b"\0")
     deadline = time.monotonic() + timeout
     try:
         for peer in partners(rank, size):
             if peer < rank:
-                sock = socket.create_connection(tuple(endpoints[peer]), timeout=timeout)
-                sock.sendall(_HELLO.pack(hello, rank))
+                sock = socket.create_connection(
+                    tuple(endpoints[peer][:2]), timeout=max(0.01, deadline - time.monotonic()))
                 links[peer] = Link(sock, peer)
+                sock.setblocking(True)
+                sock.sendall(_HELLO.pack(hello, rank))
+                sock.setblocking(False)
         expected = {p for p in partners(rank, size) if p > rank}
         while expected:
             listener.settimeout(max(0.01, deadline - time.monotonic()))
             sock, _ = listener.accept()
-            sock.settimeout(max(0.01, deadline - time.monotonic()))
-            data = b""
-            while len(data) < _HELLO.size:
-                chunk = sock.recv(_HELLO.size - len(data))
-                if not chunk:
-                    break
-                data += chunk
-            if len(data) == _HELLO.size:
-                their_session, peer = _HELLO.unpack(data)
-                if their_session == hello and peer in expected:
-                    expected.discard(peer)
-                    links[peer] = Link(sock, peer)
-                    continue
-            sock.close()  # not a rank of this session
+            peer = _hello(sock, hello, expected)
+            if peer is None:
+                sock.close()  # not a rank of this session, or silent
+                continue
+            expected.discard(peer)
+            links[peer] = Link(sock, peer)
         return True
     except OSError:  # (socket.timeout is one)
         return False
+
+
+def _hello(sock, hello: bytes, expected: set) -> int | None:
+    """The rank a new connection says it is when it names this session and an expected rank
+    within ``_HELLO_TIMEOUT`` seconds, else None."""
+    data = b""
+    try:
+        sock.settimeout(_HELLO_TIMEOUT)
+        while len(data) < _HELLO.size:
+            chunk = sock.recv(_HELLO.size - len(data))
+            if not chunk:
+                return None
+            data += chunk
+    except OSError:
+        return None
+    their_session, peer = _HELLO.unpack(data)
+    return peer if their_session == hello and peer in expected else None

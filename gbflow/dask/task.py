@@ -56,7 +56,8 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
         with malloc_for_training(), backend.own_memory_pool(unless_chosen=True), \
                 backend.limited_threads(spec.params.nthread or worker.state.nthreads) \
                 as threads:
-            collective.connect_directly()  # (Dask's RPC stays for aborts and fallbacks)
+            if spec.sockets:  # (Dask's RPC stays for aborts and fallbacks)
+                collective.connect_directly()
             opening = open_nccl(backend, collective, rank)  # opens while partitions load
             stages.done("start communicator")
 
