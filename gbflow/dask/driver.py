@@ -25,6 +25,7 @@ from .kept import KeptPartitions
 from .local import partitions_of, train_in_process
 from .memory import check_worker_memory, room_to_keep, training_bytes
 from .messages import PartitionRef, Spec
+from .placement import training_owners
 from .relay import OrderedLines, Relay
 from .rounds import KnownRounds
 from .task import train_task
@@ -162,7 +163,7 @@ class _Cluster(Watching):
         self.client, self.ddf, self.evals, self.known = client, ddf, evals, known
         self.kept = kept
         self._computed = None  # (partition futures, rows) this run computed (not reused)
-        self._copied: list = []  # evaluation partitions copied to a training worker
+        self._copied: list = []  # partitions copied to another training worker (originals)
         session = uuid.uuid4().hex
         self.spec = dataclasses.replace(spec, session=session, topic=f"gbflow-{session}")
         self.progress = Progress(spec.verbose, max(1, spec.num_boost_round))
@@ -337,50 +338,61 @@ class _Cluster(Watching):
         return (partitions[:n_train], rows[:n_train]), evals
 
     def _place(self, train, evals, who_has):
-        """Ranks: the workers holding training partitions (each partition trained where it is).
-        Evaluation partitions go to a training worker holding them, else are copied to the one
-        with the fewest so far. train: (futures, rows); evals: one such pair per set; who_has:
-        the partitions' holders. Returns (addresses, training refs per rank, evaluation refs per
-        rank and set); the futures are held (``_hold``) until their tasks have copied them."""
+        """Ranks: the workers holding training partitions, each partition trained on a holder
+        or, where Dask left the workers' rows uneven, copied to another training worker
+        (``placement.training_owners``). Evaluation partitions go to a training worker holding
+        them, else are copied to the one with the fewest evaluation rows so far. train:
+        (futures, rows); evals: one such pair per set; who_has: the partitions' holders.
+        Returns (addresses, training refs per rank, evaluation refs per rank and set); the
+        futures are held (``_hold``) until their tasks have copied them."""
+        import dask
         train_futures, train_rows = train
-        load: dict[str, int] = {}
-        owner = []
+        holders = []
         for f in train_futures:
-            holders = sorted(who_has.get(f.key, ()))
-            if not holders:
+            holders.append(sorted(who_has.get(f.key, ())))
+            if not holders[-1]:
                 raise CollectiveError(f"partition {f.key!r} is held by no worker after being "
                                       f"computed (was it released?)")
-            chosen = min(holders, key=lambda a: (load.get(a, 0), a))
-            load[chosen] = load.get(chosen, 0) + 1
-            owner.append(chosen)
-        addresses = sorted(load)
+        owner = training_owners(holders, train_rows,
+                                bool(dask.config.get("gbflow.balance-partitions", True)))
+        addresses = sorted(set(owner))
         rank_of = {a: r for r, a in enumerate(addresses)}
+        copied, copy_to = [], []  # (original, copy), the copy's worker
+
+        def copy_to_worker(f, address: str):
+            copy = self.client.submit(_same, f, workers=[address], allow_other_workers=False,
+                                      pure=False)
+            self._futures.append(copy)
+            copied.append((f, copy))
+            copy_to.append(address)
+            return copy
         train_refs = [[] for _ in addresses]
+        moved_rows = 0
         for index, (f, rows, address) in enumerate(zip(train_futures, train_rows, owner)):
+            if address not in holders[index]:  # moved to even out the workers' rows
+                f = copy_to_worker(f, address)
+                moved_rows += rows
             rank = rank_of[address]
             train_refs[rank].append(PartitionRef(index, f.key, rows))
             self._hold((rank, 0, index), f)
+        if copied:
+            self.progress.say(f"gbflow.dask: copying {len(copied)} training partition(s) "
+                              f"({moved_rows:,} rows) to even out the workers' rows")
         eval_refs = [[[] for _ in evals] for _ in addresses]
         eval_load = {a: 0 for a in addresses}
-        copied, copy_to = [], []  # (original, copy), the copy's worker
         for j, (fs, counts) in enumerate(evals):
             for index, (f, rows) in enumerate(zip(fs, counts)):
                 local = [a for a in sorted(who_has.get(f.key, ())) if a in rank_of]
                 chosen = min(local or addresses, key=lambda a: (eval_load[a], a))
-                eval_load[chosen] += 1
+                eval_load[chosen] += rows
                 if not local:  # held by a worker that does not train: copy it over, once
-                    copy = self.client.submit(_same, f, workers=[chosen],
-                                              allow_other_workers=False, pure=False)
-                    self._futures.append(copy)
-                    copied.append((f, copy))
-                    copy_to.append(chosen)
-                    f = copy
+                    f = copy_to_worker(f, chosen)
                 rank = rank_of[chosen]
                 eval_refs[rank][j].append(PartitionRef(index, f.key, rows))
                 self._hold((rank, 1 + j, index), f)
         if copied:
             copies = [copy for _, copy in copied]
-            self._wait_all(copies, "copying evaluation partitions",
+            self._wait_all(copies, "copying partitions to their training workers",
                            pinned=[[a] for a in copy_to])
         # the copy is what training reads (a key held by no training worker is read by no
         # task): the original goes once the run knows whether it keeps its partitions
