@@ -135,8 +135,10 @@ def main():
                 seconds = time.perf_counter() - start
                 times[side].append(seconds)
                 models[side] = booster.to_json()
+                rows = "" if side == "in-process" else "   rows per worker " + "/".join(
+                    f"{w['rows']:,}" for w in booster.worker_report)
                 print(f"run {r + 1} {side:10s} {seconds:6.2f} s   stages (s): "
-                      f"{stages(booster.timings)}", flush=True)
+                      f"{stages(booster.timings)}{rows}", flush=True)
         median = {side: statistics.median(v) for side, v in times.items()}
         print(f"median: in-process {median['in-process']:.2f} s, Dask {median['dask']:.2f} s: "
               f"Dask / in-process = {median['dask'] / median['in-process']:.3f} "
