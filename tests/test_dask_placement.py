@@ -55,10 +55,29 @@ def test_moves_never_raise_the_busiest_share_and_stay_among_training_workers(see
     assert owner == kept or after <= (1 - MIN_GAIN) * before
 
 
-def test_a_small_gain_moves_nothing():
-    holders = [["a"]] * 3 + [["b"]] * 3
-    rows = [100, 100, 104, 100, 100, 100]  # a holds 304, b 300: nothing to win
-    assert training_owners(holders, rows) == ["a"] * 3 + ["b"] * 3
+def test_a_small_gain_moves_nothing_and_empty_partitions_never_move():
+    # a 1,000 rows, b 900: moving the 40-row partition gives 960 / 940, a 4% gain
+    assert training_owners([["a"], ["a"], ["b"]], [960, 40, 900]) == ["a", "a", "b"]
+    assert training_owners([["a"], ["a"], ["b"]], [940, 60, 800]) == ["a", "b", "b"]
+    owner = training_owners([["a"]] * 4 + [["b"]], [0, 0, 600, 600, 0])
+    assert owner[:2] == ["a", "a"] and sorted(owner[2:4]) == ["a", "b"]
+
+
+def test_the_move_taken_is_the_one_nearest_half_the_gap():
+    # a 1,000 rows, b 0 (an empty partition): 500 evens them out exactly
+    owner = training_owners([["a"]] * 4 + [["b"]], [100, 500, 400, 0, 0])
+    assert owner == ["a", "b", "a", "a", "b"]
+
+
+def test_many_partitions_are_planned_quickly():
+    import time
+    holders = [["a"]] * 9000 + [["b"]] * 1000
+    rows = np.random.default_rng(0).integers(1, 1000, 10_000).tolist()
+    start = time.perf_counter()
+    owner = training_owners(holders, rows)
+    assert time.perf_counter() - start < 2.0
+    loads = _loads(owner, rows)
+    assert abs(loads["a"] - loads["b"]) < 1000
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +126,40 @@ def test_training_evens_out_the_workers_rows_with_the_same_model(client2, balanc
     assert booster.to_json() == expected.to_json()
     assert booster.evals_result == expected.evals_result
     assert len(client2.compute(ddf).result()) == 3000  # the user's partitions are untouched
+
+
+def test_an_evaluation_set_sharing_the_moved_partitions_reads_their_copies(client2):
+    """The training frame itself as an evaluation set (the same keys, as the estimators'
+    ``fit(X, y, eval_set=[(X, y)])`` give): a moved partition is read from its copy by both,
+    and its original, released once copied, is never read (``on_worker_lost="raise"``: the
+    partitions are not kept for restarts)."""
+    df = make_table(n_rows=3000, task="binary", seed=63)
+    params = {"objective": "binary:logistic", "max_depth": 3}
+    expected = gbflow.train(df, label="y", params=params, num_boost_round=4,
+                            evals=[(df, "train")], verbose=False)
+    # computed from the scattered frame where it lies: its keys held by the training alone
+    ddf = _uneven_frame(client2, df, [5, 1]).map_partitions(lambda p: p.copy())
+    booster = gbflow.train(ddf, label="y", params=params, num_boost_round=4,
+                           evals=[(ddf.copy(), "train")], verbose=False, client=client2,
+                           on_worker_lost="raise")
+    assert sorted(r["rows"] for r in booster.worker_report) == [1500, 1500]
+    assert booster.to_json() == expected.to_json()
+    assert booster.evals_result == expected.evals_result
+
+    X, y = ddf.drop(columns="y"), ddf["y"]
+    settings = dict(n_estimators=4, max_depth=3)
+    in_memory = gbflow.GBFlowClassifier(**settings).fit(
+        df.drop(columns="y"), df["y"], eval_set=[(df.drop(columns="y"), df["y"])])
+    with client2.as_current():
+        model = gbflow.GBFlowClassifier(**settings).fit(X, y, eval_set=[(X, y)])
+    assert model.get_booster().to_json() == in_memory.get_booster().to_json()
+    assert model.evals_result() == in_memory.evals_result()
+
+
+def test_without_room_for_the_moves_the_partitions_stay(client2, monkeypatch):
+    from gbflow.dask import driver
+    monkeypatch.setattr(driver._Cluster, "_room_for", lambda self, owner, rows: False)
+    df = make_table(n_rows=3000, task="binary", seed=64)
+    booster = gbflow.train(_uneven_frame(client2, df, [5, 1]), label="y", num_boost_round=2,
+                           verbose=False, client=client2)
+    assert sorted(r["rows"] for r in booster.worker_report) == [500, 2500]

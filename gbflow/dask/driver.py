@@ -25,7 +25,7 @@ from .kept import KeptPartitions
 from .local import partitions_of, train_in_process
 from .memory import check_worker_memory, room_to_keep, training_bytes
 from .messages import PartitionRef, Spec
-from .placement import training_owners
+from .placement import holder_owners, training_owners
 from .relay import OrderedLines, Relay
 from .rounds import KnownRounds
 from .task import train_task
@@ -233,7 +233,10 @@ class _Cluster(Watching):
         started = time.perf_counter()
         try:
             addresses, train_refs, eval_refs = self._place(*self._compute())
-            self._keep_or_release(self._check_memory(addresses, train_refs, eval_refs))
+            self._keep_or_release(self._check_memory(
+                {a: sum(r.rows for r in refs) for a, refs in zip(addresses, train_refs)},
+                {a: sum(r.rows for refs in sets for r in refs)
+                 for a, sets in zip(addresses, eval_refs)}))
             computed = time.perf_counter() - started
             self.progress.say(f"gbflow.dask: training on {len(addresses)} worker(s)")
             client.register_plugin(CollectivePlugin(), name=CollectivePlugin.name)
@@ -355,6 +358,9 @@ class _Cluster(Watching):
                                       f"computed (was it released?)")
         owner = training_owners(holders, train_rows,
                                 bool(dask.config.get("gbflow.balance-partitions", True)))
+        if any(a not in held for a, held in zip(owner, holders)) and \
+                not self._room_for(owner, train_rows):
+            owner = holder_owners(holders, train_rows)  # (the check below then decides)
         addresses = sorted(set(owner))
         rank_of = {a: r for r, a in enumerate(addresses)}
         copied, copy_to = [], []  # (original, copy), the copy's worker
@@ -368,9 +374,12 @@ class _Cluster(Watching):
             return copy
         train_refs = [[] for _ in addresses]
         moved_rows = 0
+        moved: dict = {}  # a moved partition's key -> (its copy, the copy's worker)
         for index, (f, rows, address) in enumerate(zip(train_futures, train_rows, owner)):
             if address not in holders[index]:  # moved to even out the workers' rows
-                f = copy_to_worker(f, address)
+                copy = moved[f.key][0] if f.key in moved else copy_to_worker(f, address)
+                moved[f.key] = (copy, address)
+                f = copy
                 moved_rows += rows
             rank = rank_of[address]
             train_refs[rank].append(PartitionRef(index, f.key, rows))
@@ -382,10 +391,15 @@ class _Cluster(Watching):
         eval_load = {a: 0 for a in addresses}
         for j, (fs, counts) in enumerate(evals):
             for index, (f, rows) in enumerate(zip(fs, counts)):
-                local = [a for a in sorted(who_has.get(f.key, ())) if a in rank_of]
+                # a training partition's key that moved is read from its copy (the original
+                # goes: see _keep_or_release)
+                local = [moved[f.key][1]] if f.key in moved else \
+                    [a for a in sorted(who_has.get(f.key, ())) if a in rank_of]
                 chosen = min(local or addresses, key=lambda a: (eval_load[a], a))
                 eval_load[chosen] += rows
-                if not local:  # held by a worker that does not train: copy it over, once
+                if f.key in moved:
+                    f = moved[f.key][0]
+                elif not local:  # held by a worker that does not train: copy it over, once
                     f = copy_to_worker(f, chosen)
                 rank = rank_of[chosen]
                 eval_refs[rank][j].append(PartitionRef(index, f.key, rows))
@@ -398,6 +412,18 @@ class _Cluster(Watching):
         # task): the original goes once the run knows whether it keeps its partitions
         self._copied = [original for original, _ in copied]
         return addresses, train_refs, eval_refs
+
+    def _room_for(self, owner: list[str], rows: list[int]) -> bool:
+        """Whether every CPU worker has room for the training rows ``owner`` gives it
+        (``_check_memory`` without the evaluation rows)."""
+        totals: dict[str, int] = {}
+        for address, n in zip(owner, rows):
+            totals[address] = totals.get(address, 0) + n
+        try:
+            self._check_memory(totals, {})
+        except MemoryError:
+            return False
+        return True
 
     def _keep_or_release(self, needs: dict | None) -> None:
         """A run of a training that may restart keeps the partitions it computed when every
@@ -419,21 +445,17 @@ class _Cluster(Watching):
             if kept is None or not kept.owns(original):
                 original.release()
 
-    def _check_memory(self, addresses, train_refs, eval_refs) -> dict | None:
-        """On CPU workers, MemoryError (``memory.check_worker_memory``) when a rank's task would
-        need more than its worker has before Dask pauses it. Returns the needs ({address:
-        (bytes, rows)}; None on GPUs)."""
+    def _check_memory(self, rows: dict, eval_rows: dict) -> dict | None:
+        """On CPU workers, MemoryError (``memory.check_worker_memory``) when a worker's task
+        would need more than it has before Dask pauses it; rows, eval_rows: {address: rows}.
+        Returns the needs ({address: (bytes, rows)}; None on GPUs: paged training)."""
         import dask
         spec = self.spec
         if spec.data_on_gpu or spec.params.device == "cuda":
-            return None  # device memory: paged training (device_memory_limit)
+            return None
         bin_bytes = _dtypes.bin_dtype(spec.params.max_bin).itemsize
-        needs = {}
-        for rank, address in enumerate(addresses):
-            rows = sum(r.rows for r in train_refs[rank])
-            eval_rows = sum(r.rows for refs in eval_refs[rank] for r in refs)
-            needs[address] = (training_bytes(rows, eval_rows, len(spec.features),
-                                             spec.params.n_groups, bin_bytes), rows)
+        needs = {a: (training_bytes(n, eval_rows.get(a, 0), len(spec.features),
+                                    spec.params.n_groups, bin_bytes), n) for a, n in rows.items()}
         check_worker_memory(needs, self._workers(),
                             dask.config.get("distributed.worker.memory.pause", 0.8))
         return needs

@@ -11,39 +11,62 @@ row numbers).
 """
 from __future__ import annotations
 
+import bisect
+
 # The moves are made only when they lower the most rows any worker trains by at least this
 # share of it: a move costs a partition's copy once, and a few percent of a training's time
 # is below what this machine's noise lets one measure.
 MIN_GAIN = 0.05
 
 
-def training_owners(holders: list[list[str]], rows: list[int], balance: bool = True
-                    ) -> list[str]:
-    """The worker address each training partition trains on, in partition order. holders:
-    per partition the workers holding it (none empty); rows: per partition its row count;
-    balance: False keeps every partition on a holder (the least loaded by rows). Only workers
-    holding some training partition train: the moves stay among them."""
+def holder_owners(holders: list[list[str]], rows: list[int]) -> list[str]:
+    """Each partition's holder with the fewest rows given so far (address order on ties), in
+    partition order. holders: per partition the workers holding it (none empty)."""
     load: dict[str, int] = {}
     owner = []
     for held, n in zip(holders, rows, strict=True):
         chosen = min(sorted(held), key=lambda a: (load.get(a, 0), a))
         load[chosen] = load.get(chosen, 0) + n
         owner.append(chosen)
+    return owner
+
+
+def training_owners(holders: list[list[str]], rows: list[int], balance: bool = True
+                    ) -> list[str]:
+    """The worker address each training partition trains on, in partition order. holders:
+    per partition the workers holding it (none empty); rows: per partition its row count;
+    balance: False keeps every partition on a holder (``holder_owners``). Only workers holding
+    some training partition train: the moves stay among them. Each move takes the busiest
+    worker's partition whose rows are nearest half the gap to the idlest (never one of 0 rows);
+    a move per partition at most, each O(log n) plus a look at every worker."""
+    owner = holder_owners(holders, rows)
+    load: dict[str, int] = {}
+    for a, n in zip(owner, rows):
+        load[a] = load.get(a, 0) + n
     if not balance or len(load) < 2:
         return owner
     planned, moved_load = list(owner), dict(load)
-    for _ in range(4 * len(owner)):  # each move lowers the sum of squared loads: it ends
+    movable = {a: [] for a in load}  # per worker, (rows, partition) sorted
+    for i, (a, n) in enumerate(zip(owner, rows)):
+        if n > 0:
+            movable[a].append((n, i))
+    for a in movable:
+        movable[a].sort()
+    for _ in range(len(owner)):  # each move lowers the sum of squared loads: it ends
         heavy = max(moved_load, key=lambda a: (moved_load[a], a))
         light = min(moved_load, key=lambda a: (moved_load[a], a))
-        movable = [i for i, a in enumerate(planned) if a == heavy and
-                   0 < rows[i] and moved_load[light] + rows[i] < moved_load[heavy]]
-        if not movable:
+        gap = moved_load[heavy] - moved_load[light]
+        choices = movable[heavy]
+        at = bisect.bisect_left(choices, (gap / 2, -1))
+        near = [k for k in (at - 1, at) if 0 <= k < len(choices) and choices[k][0] < gap]
+        if not near:
             break
-        best = min(movable, key=lambda i: (max(moved_load[heavy] - rows[i],
-                                               moved_load[light] + rows[i]), i))
-        planned[best] = light
-        moved_load[heavy] -= rows[best]
-        moved_load[light] += rows[best]
+        k = min(near, key=lambda k: (abs(2 * choices[k][0] - gap), choices[k][1]))
+        n, i = choices.pop(k)
+        bisect.insort(movable[light], (n, i))
+        planned[i] = light
+        moved_load[heavy] -= n
+        moved_load[light] += n
     if max(moved_load.values()) > (1 - MIN_GAIN) * max(load.values()):
         return owner
     return planned
