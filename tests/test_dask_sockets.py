@@ -192,7 +192,7 @@ def test_a_rank_that_cannot_listen_or_connect_leaves_every_rank_on_the_rpc(monke
     monkeypatch.setattr(sockets.socket, "create_connection", refused)
     out = {}
     threads = [threading.Thread(name=f"rank{r}", target=lambda r=r: out.update({r: sockets.connect(
-        ranks.rank(r), session, r, 4, tcp, 5.0)})) for r in range(4)]
+        ranks.rank(r), session, r, 4, tcp, 1.0)})) for r in range(4)]
     for t in threads:
         t.start()
     for t in threads:
