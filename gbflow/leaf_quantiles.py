@@ -133,9 +133,9 @@ def line_search(backend, collective, tree, leaf_rows: list, shards: list, group:
     leaves = np.flatnonzero(tree.is_leaf)
     leaf_number = np.zeros(tree.n_nodes, dtype=np.float64)  # 0.. over the leaves, by node id
     leaf_number[leaves] = np.arange(len(leaves))
-    leaf_sums = [xp.zeros(shard.n_rows, dtype=np.float64) for shard in shards]
-    add_margins(kernels, [rows.with_values(leaf_number) for rows in leaf_rows], leaf_sums)
-    leaf_of_row = [leaf.astype(np.int64) for leaf in leaf_sums]  # each row's leaf number
+    leaf_numbers = [xp.zeros(shard.n_rows, dtype=np.float64) for shard in shards]
+    add_margins(kernels, [rows.with_values(leaf_number) for rows in leaf_rows], leaf_numbers)
+    leaf_of_row = [leaf.astype(np.int64) for leaf in leaf_numbers]  # each row's leaf
     residuals = [shard.label - shard.margin[:, group] for shard in shards]
     quantiles = weighted_quantiles(backend, leaf_of_row, residuals, weights, len(leaves), alpha,
                                    collective)

@@ -208,7 +208,8 @@ class DenseStore(_Store):
 
     def host_page(self, s: int):
         """Paged: shard s's (n, W) padded bins as their host page (``Backend.to_page``'s), for
-        ``Backend.scatter_page_rows``, which reads only the rows it needs."""
+        ``Backend.scatter_page_rows`` and ``Backend.predict_pages_binned``, which read them
+        where they lie on the GPU."""
         if not self.paged:
             raise ValueError("DenseStore.host_page: the store is not paged")
         return self._bins[s]

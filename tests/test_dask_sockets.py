@@ -86,7 +86,44 @@ def test_send_only_and_receive_only_follow_each_other_in_order():
     for i in range(3):
         tag, value = right.transfer(None, True, _never)
         assert tag == (i, "fold") and np.array_equal(value, np.full(4, i))
-    assert left.bytes_sent > 0
+
+
+def test_a_transfer_still_checks_while_data_flows():
+    """A peer that keeps reading while this side sends a large message never leaves the
+    socket idle for a whole slice; the check still runs every slice and its abort ends the
+    transfer."""
+    import time
+    left, right = _pair()
+    stop = threading.Event()
+
+    def slow_reader():  # about 100 MB/s: the socket is writable again every half millisecond
+        right.sock.setblocking(True)
+        while not stop.is_set():
+            try:
+                if not right.sock.recv(1 << 16):
+                    return
+            except OSError:
+                return
+            time.sleep(0.0005)
+    thread = threading.Thread(target=slow_reader)
+    thread.start()
+    calls = []
+
+    def abort_on_second():
+        calls.append(time.monotonic())
+        if len(calls) == 2:
+            raise RuntimeError("aborted mid-flow")
+    started = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError, match="mid-flow"):
+            left.transfer(sockets.encode((1, "x"), np.zeros(25_000_000, np.int64)), False,
+                          abort_on_second)
+        assert time.monotonic() - started < 5.0
+    finally:
+        stop.set()
+        left.close()
+        thread.join(10)
+        right.close()
 
 
 def test_a_closed_peer_and_an_abort_end_the_wait():
@@ -152,7 +189,7 @@ def test_connect_links_the_partners_and_drops_strangers(monkeypatch):
             stranger.sendall(said)
             strangers.append(stranger)
         return listener
-    monkeypatch.setattr(sockets, "_HELLO_TIMEOUT", 0.2)
+    monkeypatch.setattr(sockets, "_HELLO_TIMEOUT", 0.5)
     monkeypatch.setattr(sockets, "_listen", listen)
     links = _connect_all(ranks, session, 3, ["tcp://127.0.0.1:1"] * 3)
     for r in range(3):

@@ -814,19 +814,20 @@ def _mapped_view(address: int, page):
 def _walk_host_pages(page_address, page_start, n_rows: int, row_bytes: int, bin_itemsize: int,
                      feature, bin_threshold, default_left, left, right, value, tree_root,
                      tree_group, out_address, out_strides: tuple, cat_start=None,
-                     cat_bits=None) -> bool:
+                     cat_bits=None) -> None:
     """``predict_margins_binned`` over every host page in one launch (``Backend
     .predict_pages_binned``): page p's rows (``row_bytes`` bytes apart, at device address
     ``page_address[p]``: page-locked, mapped) are the launch's rows page_start[p] ..
     page_start[p + 1] (of ``n_rows``), its margins the float64 (rows, groups) matrix at device
     address ``out_address[p]`` with ``out_strides`` (row, group) in elements, updated in place.
-    Tables: uint64/int64 device arrays. Returns False, launching nothing, where a block of 32
-    rows would not fit the staging memory (rows wider than 1,024 bytes)."""
+    Tables: uint64/int64 device arrays. Rows must fit the staging memory
+    (``_staging_threads``: at most 1,024 bytes)."""
     threads = _staging_threads(row_bytes)
     if threads is None:
-        return False
+        raise ValueError(f"predict_pages_binned: rows of {row_bytes} bytes are too wide to "
+                         f"stage")
     if n_rows == 0 or len(tree_root) == 0:
-        return True
+        return
     word = next(b for b in (8, 4, 1) if row_bytes % b == 0)
     cat_start, cat_bits, has_categories = _category_args(cat_start, cat_bits)
     arrays = _upload_small((feature, np.int32), (bin_threshold, np.int32),
@@ -839,7 +840,6 @@ def _walk_host_pages(page_address, page_start, n_rows: int, row_bytes: int, bin_
          *arrays[:8], _i32(len(tree_root)), out_address, _i64(out_strides[0]),
          _i64(out_strides[1]), *arrays[8:], _i32(int(has_categories))),
         shared_mem=threads * row_bytes)
-    return True
 
 
 def _forest(feature, threshold, default_left, left, right, value, tree_root, tree_group):

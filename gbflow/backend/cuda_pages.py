@@ -74,7 +74,8 @@ def page_starts(pages: list) -> np.ndarray:
 
 def scatter_rows(kernels, pages: list, places: list, room: int, out) -> bool:
     """``Backend.scatter_page_rows`` with every page read where it lies, in one launch: False
-    (nothing done) where a page is not mapped page-locked memory."""
+    (nothing done) where a page is not mapped page-locked memory or a place column is not
+    C-contiguous."""
     for page, place in zip(pages, places, strict=True):
         check_scatter(page, place, room, out)
     addresses = mapped_addresses(kernels, pages)
@@ -127,5 +128,6 @@ def predict_rows(kernels, pages: list, n_features: int, arrays: list, outs: list
     tables = kernels._upload_small((addresses, np.uint64), (start, np.int64),
                                    (out_addresses, np.uint64))
     strides = tuple(s // 8 for s in filled[0].strides)
-    return kernels._walk_host_pages(tables[0], tables[1], int(start[-1]), row_bytes,
-                                    first.itemsize, *arrays, tables[2], strides, *categories)
+    kernels._walk_host_pages(tables[0], tables[1], int(start[-1]), row_bytes, first.itemsize,
+                             *arrays, tables[2], strides, *categories)
+    return True

@@ -38,7 +38,8 @@ def training_owners(holders: list[list[str]], rows: list[int], balance: bool = T
     balance: False keeps every partition on a holder (``holder_owners``). Only workers holding
     some training partition train: the moves stay among them. Each move takes the busiest
     worker's partition whose rows are nearest half the gap to the idlest (never one of 0 rows);
-    a move per partition at most, each O(log n) plus a look at every worker."""
+    at most as many moves as partitions (a partition may move again: only its last place is
+    copied), each O(log n) plus a look at every worker."""
     owner = holder_owners(holders, rows)
     load: dict[str, int] = {}
     for a, n in zip(owner, rows):

@@ -100,7 +100,6 @@ class Link:
         self.sock, self.peer = sock, peer
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setblocking(False)
-        self.bytes_sent = 0
 
     def transfer(self, outgoing: list[memoryview] | None, receive: bool, check) -> object:
         """Send ``outgoing`` (``encode``'s views; None: nothing) and, when ``receive``, read
@@ -127,7 +126,7 @@ class Link:
                     continue
                 mask = ready[0][1]
                 if mask & selectors.EVENT_WRITE and sending:
-                    self.bytes_sent += self._send_some(sending)
+                    self._send_some(sending)
                     if not sending and target is not None:
                         selector.modify(self.sock, selectors.EVENT_READ)
                 if mask & selectors.EVENT_READ and target is not None:
@@ -192,7 +191,7 @@ def connect(collective, session: str, rank: int, size: int, address: str,
         connected = listener is not None and all(e is not None for e in endpoints) and \
             _open(links, listener, endpoints, session, rank, size, timeout)
         if listener is not None:
-            listener.close()
+            listener.close()  # (before the agreement: the port is free again)
         if all(collective.allgather(connected)):
             return links
     except BaseException:

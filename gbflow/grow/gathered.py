@@ -6,9 +6,9 @@ level loop would still stream every page once per level; here each page is read 
 the rows with a nonzero gradient pair into one resident shard (a shard set of its own), the tree
 is grown there with any of the loops, and each page is read once more to add the tree to every
 row's margin (a walk of the tree on the pages' bins, ``predictor.add_trees_on_pages``). The
-gathering
-reads only the kept rows (``Backend.scatter_page_rows``: on the GPU straight from the host
-pages), the walk every row: about 1.2 passes over the pages a tree instead of ``max_depth + 1``.
+gathering reads only the kept rows (``Backend.scatter_page_rows``: on the GPU straight from
+the host pages), the walk every row: about 1.2 passes over the pages a tree instead of
+``max_depth + 1``.
 
 The model is the one the paged (and the resident) loop grows: rows whose pair is (0, 0) add
 nothing to any histogram, node total or cover, the sums are exact integers whatever the shards,
