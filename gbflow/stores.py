@@ -25,7 +25,8 @@ import dataclasses
 
 import numpy as np
 
-from .backend.common import padded_width, slot_dtype
+from .backend.common import entry_slots as common_entry_slots
+from .backend.common import padded_width
 
 
 @dataclasses.dataclass
@@ -54,10 +55,7 @@ class SparseBins:
 def entry_slots(entries: SparseBins, bin_offsets: np.ndarray) -> np.ndarray:
     """(nnz,) each host entry's histogram slot bin_offsets[feature] + bin: uint16 while the
     slots fit (2 bytes an entry), else int32."""
-    offsets = np.asarray(bin_offsets, dtype=np.int64)
-    slots = offsets[entries.entry_feature]
-    slots += entries.entry_bin
-    return slots.astype(slot_dtype(offsets[-1]))
+    return common_entry_slots(entries.entry_feature, entries.entry_bin, bin_offsets)
 
 
 @dataclasses.dataclass

@@ -396,10 +396,15 @@ def better_splits(best: tuple, other: tuple) -> tuple:
                  for a, b in zip(best, other)), take
 
 
-def slot_dtype(n_slots: int):
-    """The dtype of sparse entries' histogram slots (``bin_offsets[feature] + bin``) for
-    ``n_slots`` slots: uint16 while they fit (2 bytes an entry), else int32."""
-    return np.dtype(np.uint16) if n_slots <= np.iinfo(np.uint16).max + 1 else np.dtype(np.int32)
+def entry_slots(entry_feature, entry_bin, bin_offsets) -> np.ndarray:
+    """(nnz,) host: each sparse entry's histogram slot ``bin_offsets[feature] + bin``, uint16
+    while the slots fit (2 bytes an entry), else int32 (the store's and the compiled
+    grower's one rule)."""
+    offsets = np.asarray(bin_offsets, dtype=np.int64)
+    slots = offsets[entry_feature]
+    slots += entry_bin
+    fits = offsets[-1] <= np.iinfo(np.uint16).max + 1
+    return slots.astype(np.uint16 if fits else np.int32)
 
 
 def padded_width(bin_offsets) -> int:

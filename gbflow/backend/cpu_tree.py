@@ -13,7 +13,7 @@ from numba import njit
 
 from .. import _dtypes
 from . import cpu_kernels
-from .common import FEATURE_IDS_NOT_CUT, GrownTree, feature_widths, padded_width, slot_dtype
+from .common import FEATURE_IDS_NOT_CUT, GrownTree, entry_slots, feature_widths, padded_width
 from .cpu_kernels import (
     _JIT,
     _NODE_ROWS_APART,
@@ -98,7 +98,7 @@ def _sparse_arguments(sparse, max_depth: int) -> tuple:
         walk = np.int64(0)  # nothing walked without the index
         index = (np.zeros(1, np.int64), np.zeros(0, np.int32),
                  np.zeros(0, sparse.entry_bin.dtype), np.zeros(0, np.int32))
-        slots = (offsets[sparse.entry_feature] + sparse.entry_bin).astype(slot_dtype(offsets[-1]))
+        slots = entry_slots(sparse.entry_feature, sparse.entry_bin, offsets)
     return (sparse.indptr, slots, offsets, np.asarray(sparse.n_value_bins, dtype=np.int32),
             np.asarray(sparse.common_bin, dtype=np.int64), allowed,
             np.asarray(sparse.features, dtype=np.int64), sparse.entry_feature, sparse.entry_bin,

@@ -144,8 +144,7 @@ class WalkedMargins:
         value. Side effect: where the margin is a strided column, a transient (n, 1) float64
         device array (the walk's kernels write a C-contiguous margin matrix)."""
         backend = self.shardset.backend
-        forest = self.forest if self.forest is not None else \
-            predictor.FlatForest.from_trees([dataclasses.replace(self.tree, group=0)])
+        forest = self._flat_forest()
         rows = predictor.BinnedRows(self.shardset.dense.rows(self.shard))
         column = margin[:, None]
         if column.flags.c_contiguous:  # the walk adds into the margin itself: two launches
@@ -171,12 +170,17 @@ class WalkedMargins:
                 len(walks) != len(first.shardset.shards):
             return False
         dense = first.shardset.dense
-        forest = first.forest if first.forest is not None else \
-            predictor.FlatForest.from_trees([dataclasses.replace(first.tree, group=0)])
         predictor.add_trees_on_pages(first.shardset.backend,
                                      [dense.host_page(s) for s in range(len(walks))],
-                                     dense.n_features, forest, [m[:, None] for m in margins])
+                                     dense.n_features, first._flat_forest(),
+                                     [m[:, None] for m in margins])
         return True
+
+    def _flat_forest(self):
+        """The tree's one-tree ``FlatForest`` (output 0): the one uploaded once, else made
+        from the host tree."""
+        return self.forest if self.forest is not None else \
+            predictor.FlatForest.from_trees([dataclasses.replace(self.tree, group=0)])
 
     def with_values(self, node_value: np.ndarray) -> "WalkedMargins":
         """The same rows, adding ``node_value`` ((n_nodes,) float64 host, by node id)."""
