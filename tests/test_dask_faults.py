@@ -37,6 +37,21 @@ def client3():
         yield client
 
 
+@pytest.fixture(scope="module")
+def compiled(client3):
+    """The kernels the process-cluster tests' trainings use, compiled into numba's disk cache
+    by the same trainings on threads: a worker process then loads them, and a test that times
+    an abort or a timeout does not time the first compile (a task cannot stop inside one)."""
+    for task, params, evals in [
+            ("regression", {"max_depth": 3}, False),
+            ("binary", {"objective": "binary:logistic", "max_depth": 4, "subsample": 0.8,
+                        "colsample_bytree": 0.8}, True)]:
+        df = make_table(n_rows=1000, task=task, seed=47)
+        kwargs = {"evals": [(dd.from_pandas(df, npartitions=2), "valid")]} if evals else {}
+        gbflow.train(dd.from_pandas(df, npartitions=3), label="y", params=params,
+                     num_boost_round=2, verbose=False, client=client3, **kwargs)
+
+
 def _job(session, rank, addresses, fail_rank, silent_rank, timeout):
     """One rank of a small collective program, run as a task on its worker."""
     worker = distributed.get_worker()
@@ -185,7 +200,7 @@ def test_a_sessions_abort_closes_the_mailboxes_no_task_opened():
     assert session not in collective.active_sessions()
 
 
-def test_a_lost_worker_fails_training_fast():
+def test_a_lost_worker_fails_training_fast(compiled):
     """on_worker_lost="raise": SIGKILL one of two worker processes mid-training: train() raises
     WorkerLostError naming it
     within seconds, the survivor's task ends, and the cluster
@@ -281,7 +296,7 @@ def _wait_for_round(client, session_rounds: dict, at_least: int, thread, limit=6
 
 
 @pytest.mark.parametrize("evals", [False, True])
-def test_a_killed_worker_is_survived_with_the_same_model(evals, tmp_path, caplog):
+def test_a_killed_worker_is_survived_with_the_same_model(evals, compiled, tmp_path, caplog):
     """SIGKILL one of three worker processes at a random round: train() restarts from the last
     completed round on the workers left and the model file and evaluation history equal an
     uninterrupted run's, and so does the checkpoint the driver wrote from the rounds it was
@@ -367,7 +382,7 @@ def test_a_killed_worker_is_survived_with_the_same_model(evals, tmp_path, caplog
               f"later")
 
 
-def test_a_stopped_worker_ends_training_with_an_error_naming_it():
+def test_a_stopped_worker_ends_training_with_an_error_naming_it(compiled):
     """SIGSTOP one of three worker processes mid-training (a hung worker the scheduler still
     lists): train() raises CollectiveTimeout naming it within the collective timeout plus 10 s,
     instead of waiting for it forever."""
@@ -498,7 +513,7 @@ def test_eight_concurrent_trainings_on_two_workers_give_the_sequential_models():
         assert [outcome.get("result") for _, outcome in runs] == sequential
 
 
-def test_closing_the_client_stops_the_training_tasks():
+def test_closing_the_client_stops_the_training_tasks(compiled):
     """client.close() while train() runs: the workers' training tasks stop within seconds (Dask
     cancels them; each looks at its task's state at every reduction)."""
     df = make_table(n_rows=3000, seed=45)
