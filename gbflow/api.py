@@ -83,7 +83,8 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     margins are training's own: no extra prediction). The metrics are computed on the data's
     device and are exact: the same on any number of partitions, workers or GPUs. Values land in
     ``booster.evals_result`` ({name: {metric: [value per evaluated round]}}, XGBoost's layout;
-    ``booster.eval_rounds`` lists the rounds), and in ``evals_result`` when given a dict
+    ``booster.eval_rounds`` lists the rounds, numbered as ``best_iteration``: counting a
+    continued model's rounds before them), and in ``evals_result`` when given a dict
     (XGBoost's argument: emptied, then filled once training ends). metric_period: evaluate
     every that many rounds (and at the last) instead of every round.
 

@@ -102,6 +102,25 @@ def test_max_delta_step_with_poisson_as_xgboost():
         assert deviance(ours) <= deviance(theirs) * 1.01, extra
 
 
+@pytest.mark.parametrize("extra", [
+    {"objective": "count:poisson", "reg_alpha": 1.0},  # Poisson's own max_delta_step, 0.7
+    {"reg_alpha": 2.0, "max_delta_step": 0.3},
+    {"reg_alpha": 2.0, "monotone_constraints": (1, -1, 0, 0, 0)}])
+def test_bounded_gains_with_reg_alpha_are_xgboosts(extra):
+    """With bounded weights XGBoost's gain of a weight w is -(2 G w + (H + lambda) w^2): no L1
+    term (the L1 threshold is in w alone). On integer features (a bin a value: the same
+    candidate splits as XGBoost's) the predictions agree to float32 rounding."""
+    xgb = pytest.importorskip("xgboost")
+    rng = np.random.default_rng(3)
+    X = rng.integers(0, 20, size=(2000, 5)).astype(np.float32)
+    y = rng.poisson(np.exp(X[:, 0] / 10 - X[:, 1] / 20)).astype(np.float64)
+    params = {"max_depth": 4, "learning_rate": 0.3, **extra}
+    ours = gbflow.train(X, y, params, num_boost_round=20, verbose=False).predict(X)
+    theirs = xgb.train({**params, "tree_method": "hist"}, xgb.DMatrix(X, y), 20).predict(
+        xgb.DMatrix(X))
+    assert np.abs(np.asarray(ours) - theirs).max() < 1e-4
+
+
 @pytest.mark.parametrize("sign", [1, -1])
 def test_a_constrained_one_hot_column_still_splits_present_from_missing(sign):
     """A column that is 1.0 or missing (a CSR indicator) has only the present-versus-missing

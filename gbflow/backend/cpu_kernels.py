@@ -271,7 +271,7 @@ def _bounded_weight(G, H, reg_lambda, reg_alpha, max_delta_step, lower, upper):
 
 @njit(**_JIT)
 def _weight_gain(G, H, reg_lambda, reg_alpha, w):
-    return -(2.0 * (G * w + reg_alpha * abs(w)) + (H + reg_lambda) * (w * w))
+    return -(2.0 * (G * w) + (H + reg_lambda) * (w * w))
 
 
 @njit(**_JIT)

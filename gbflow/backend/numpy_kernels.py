@@ -116,9 +116,11 @@ def _bounded_weight(G, H, reg_lambda, reg_alpha, max_delta_step, lower, upper):
 
 
 def _weight_gain(G, H, reg_lambda, reg_alpha, w):
-    """Twice the loss reduction of weight w on sums (G, H), the L1 term included:
-    -(2 (G w + alpha |w|) + (H + lambda) w^2); _score's value at the unbounded weight."""
-    return -(2.0 * (G * w + reg_alpha * np.abs(w)) + (H + reg_lambda) * (w * w))
+    """Twice the loss reduction of weight w on sums (G, H) without the L1 term:
+    -(2 G w + (H + lambda) w^2), XGBoost's gain of a bounded weight (alpha acts through w's
+    threshold alone); _score's value at the unbounded weight when alpha is 0. reg_alpha is
+    unused (kept: the gain functions share their arguments)."""
+    return -(2.0 * (G * w) + (H + reg_lambda) * (w * w))
 
 
 def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_h, reg_lambda,

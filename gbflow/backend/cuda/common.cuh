@@ -67,7 +67,7 @@ __device__ __forceinline__ double bounded_weight(double G, double H, double lamb
 
 __device__ __forceinline__ double weight_gain(double G, double H, double lambda_, double alpha,
                                               double w) {
-    return -(2.0 * (G * w + alpha * fabs(w)) + (H + lambda_) * (w * w));
+    return -(2.0 * (G * w) + (H + lambda_) * (w * w));  // XGBoost's: no L1 term (alpha: in w)
 }
 
 // The parent's term of a gain (numpy_kernels._parent_gain).
