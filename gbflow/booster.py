@@ -328,7 +328,7 @@ class Booster(XGBoostBoosterMethods):
             "label_name": self.label_name,
             "weight_name": self.weight_name,
             "best_iteration": self.best_iteration,
-            "best_score": self.best_score,
+            "best_score": model_check.best_score_to_json(self.best_score),
             "cuts": self.cuts.to_dict(),
             "trees": [t.to_dict() for t in self.trees],
             **extra,
@@ -409,7 +409,7 @@ class Booster(XGBoostBoosterMethods):
                    feature_names=d["feature_names"], params=params,
                    base_margin=np.asarray(d["base_margin"]), label_name=d.get("label_name"),
                    weight_name=d.get("weight_name"), best_iteration=d.get("best_iteration"),
-                   best_score=d.get("best_score"),
+                   best_score=model_check.best_score_from_json(d.get("best_score")),
                    categories=categories_module.from_json(d.get("categories")),
                    by_value=tuple(d.get("by_value") or ()), attributes=d.get("attributes"),
                    made_up_names=d.get("made_up_names") is True)

@@ -84,11 +84,9 @@ class XGBoostBoosterMethods:
         score = kwargs.get("best_score")
         if score is not None:
             try:
-                finite = math.isfinite(float(score))
+                float(score)  # inf and nan included: a metric may give them
             except ValueError:
-                finite = False
-            if not finite:  # (a model file holds finite numbers only)
-                raise ValueError(f"set_attr: best_score {score!r} is not a finite number")
+                raise ValueError(f"set_attr: best_score {score!r} is not a number") from None
         for key, value in kwargs.items():
             if key == "best_iteration":
                 self.best_iteration = None if value is None else int(value)

@@ -231,8 +231,9 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
         if done and not evaluation.stopped:
             evaluated[0] = first_round + done[-1][0] + 1
         if evaluation.stopped:
+            best = first_round + evaluation.best_iteration
             progress.say(f"early stopping at round {first_round + done[-1][0] + 1}: best round "
-                         f"{first_round + evaluation.best_iteration + 1}, {evaluation.sets[-1].name}-"
+                         f"{best + 1}, {evaluation.sets[-1].name}-"
                          f"{evaluation.watched}={evaluation.best_score:.6f}")
         return evaluation.stopped
     trees = [] if init_model is None else list(init_model.trees)

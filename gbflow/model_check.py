@@ -66,7 +66,7 @@ def check_model(d: dict, n_groups: int) -> None:
     best = d.get("best_iteration")
     if best is not None and (not _is_int(best) or not 0 <= best < max(rounds, 1)):
         raise ModelFileError(f"best_iteration {best!r} is not a round of the model's {rounds}")
-    if d.get("best_score") is not None:
+    if d.get("best_score") is not None and d["best_score"] not in NON_FINITE_SCORES:
         _number(d["best_score"], "best_score")
     attributes = d.get("attributes", {})
     if not isinstance(attributes, dict) or not all(
@@ -88,6 +88,23 @@ def _entry(d: dict, key: str, kind: type, where: str = ""):
 
 def _is_int(v) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+# best_score values standard JSON has no number for (a metric's inf or nan: mape at a zero
+# label, a custom metric), written as XGBoost writes its attributes: as text
+NON_FINITE_SCORES = ("inf", "-inf", "nan")
+
+
+def best_score_to_json(score):
+    """A model file's best_score entry: the float, or its text where it is not finite."""
+    if score is None or math.isfinite(score):
+        return score
+    return "nan" if math.isnan(score) else ("inf" if score > 0 else "-inf")
+
+
+def best_score_from_json(entry):
+    """The float (or None) of a checked best_score entry (``best_score_to_json``)."""
+    return None if entry is None else float(entry)
 
 
 def _number(v, where: str) -> float:

@@ -154,10 +154,16 @@ class _GBFlowModel(XGBoostConventions, TransformerMixin, BaseEstimator):
         self.booster_ = booster = adapter.trained(booster)
         self.evals_result_ = {name: {m: list(v) for m, v in per.items()}
                               for name, per in booster.evals_result.items()}
+        self._best_from(booster)
+        return self
+
+    def _best_from(self, booster) -> None:
+        """best_iteration_ and best_score_ from the booster's, each where it has one (a file
+        may hold a best round without its score)."""
         if booster.best_iteration is not None:
             self.best_iteration_ = int(booster.best_iteration)
+        if booster.best_score is not None:
             self.best_score_ = float(booster.best_score)
-        return self
 
     def fit_transform(self, X, y, **fit_params):
         """``fit(X, y, **fit_params)`` then ``transform(X)`` (X with the prediction appended)."""
@@ -197,6 +203,10 @@ class _GBFlowModel(XGBoostConventions, TransformerMixin, BaseEstimator):
             if len(input_features) != self.n_features_in_:
                 raise ValueError(f"input_features has {len(input_features)} names, the "
                                  f"estimator {self.n_features_in_} features")
+            if hasattr(self, "feature_names_in_") and \
+                    list(map(str, input_features)) != list(map(str, names)):
+                raise ValueError(f"input_features is not equal to feature_names_in_: "  # sklearn's
+                                 f"{list(input_features)} against {list(names)}")
             names = input_features
         added = [PREDICTION_COLUMN] if self._classes() is not None else \
             self.booster_.output_columns(PREDICTION_COLUMN)
@@ -223,15 +233,12 @@ class _GBFlowModel(XGBoostConventions, TransformerMixin, BaseEstimator):
         self._clear_fit()
         self.booster_ = booster
         self.n_features_in_ = booster.num_features()
-        names = booster.feature_names
-        if names != [f"f{i}" for i in range(len(names))]:
-            self.feature_names_in_ = np.asarray(names, dtype=object)
+        if not booster.made_up_names:  # a frame's columns, whatever they are called
+            self.feature_names_in_ = np.asarray(booster.feature_names, dtype=object)
         elif "feature_names_in_" in self.__dict__:
             del self.feature_names_in_
         self.evals_result_ = {}
-        if booster.best_iteration is not None:
-            self.best_iteration_ = int(booster.best_iteration)
-            self.best_score_ = float(booster.best_score)
+        self._best_from(booster)
         self._loaded(booster)
         return self
 
@@ -393,7 +400,8 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
     Parameters: as ``GBFlowRegressor`` but ``quantile_alpha``. ``objective`` (XGBoost's) may
     be None (it follows from the classes), "multi:softprob" or "multi:softmax" (any number of
     classes; ``num_class`` is set for you), "binary:logistic", "binary:logitraw" or
-    "binary:hinge" (two classes), or a callable (as the regressor's, on the default
+    "binary:hinge" (two classes; for more, "multi:softprob" as XGBoost's wrapper switches to,
+    so that its ``get_params()`` pass on), or a callable (as the regressor's, on the default
     objective's link). ``predict_proba`` of multi:softmax is the softmax of the margins (as
     XGBoost's), of binary:logitraw the sigmoid of its margin (XGBoost's returns the margin
     itself), of binary:hinge 0 or 1. For two classes ``base_score`` is a probability of
@@ -430,10 +438,8 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
             raise ValueError(f"GBFlowClassifier takes a classification objective "
                              f"({', '.join(_BINARY + MULTICLASS)}), a callable or None, got "
                              f"{objective!r}; use GBFlowRegressor for other objectives")
-        elif objective in _BINARY and k != 2:
-            raise ValueError(f"GBFlowClassifier(objective={objective!r}) does not fit y's {k} "
-                             f"classes: leave objective None, or give 'multi:softprob' or "
-                             f"'multi:softmax'")
+        elif objective in _BINARY and k > 2:  # XGBoost's wrapper switches, as its default
+            objective = "multi:softprob"     # objective is binary:logistic whatever y holds
         self.classes_, self.n_classes_ = classes, k
         fixed = dict(objective=objective, num_class=k) if objective in MULTICLASS else \
             dict(objective=objective)

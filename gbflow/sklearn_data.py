@@ -191,6 +191,10 @@ class _InMemoryAdapter:
 
     def eval_data(self, X, y, weight, index: int, classes, weighted: bool) -> tuple:
         """``eval_set[index]`` as the data of one of gbflow's evals: (X, y[, weight])."""
+        if any(is_dask_collection(v) for v in (X, y, weight)):  # would be gathered and its
+            # columns matched by position: gbflow.train refuses mixed inputs too
+            raise TypeError(f"eval_set[{index}] is a Dask collection but the training X is "
+                            f"in memory: give both in memory, or both as Dask collections")
         X_checked, data = self._checked(X)
         y = self.encode(y, classes, f"eval_set[{index}]")
         check_consistent_length(X_checked, y)

@@ -9,6 +9,7 @@ from . import metrics
 from .inputs import is_dask_collection
 from .objectives import RANKING
 from .sklearn import GBFlowRegressor, _store
+from .sklearn_data import PREDICTION_COLUMN
 
 __all__ = ["GBFlowRanker"]
 
@@ -116,6 +117,8 @@ class GBFlowRanker(GBFlowRegressor):
         X, qid = _split_qid(X, qid, "X")
         sample_weight = _row_weights(sample_weight, qid, "sample_weight")
         eval_set = list(eval_set) if eval_set is not None else None
+        if eval_qid is not None and eval_set is None:  # (the estimators' rule for eval options)
+            raise ValueError("eval_qid was given without eval_set")
         eval_qid = list(eval_qid) if eval_qid is not None else [None] * len(eval_set or [])
         if eval_set is not None and len(eval_qid) != len(eval_set):
             raise ValueError(f"eval_qid has {len(eval_qid)} entries but eval_set has "
@@ -151,6 +154,14 @@ class GBFlowRanker(GBFlowRegressor):
     def apply(self, X, iteration_range=None) -> np.ndarray:
         """The leaves (``GBFlowRegressor.apply``) of X, which may hold a "qid" column."""
         return super().apply(self._features(X), iteration_range)
+
+    def transform(self, X):
+        """X with its scores appended (``GBFlowRegressor.transform``); a "qid" column of X
+        stays in the output, untouched, as a passenger."""
+        features = self._features(X)
+        if features is X:
+            return super().transform(X)
+        return X.assign(**{PREDICTION_COLUMN: super().predict(features)})
 
     def score(self, X, y, qid=None, sample_weight=None) -> float:
         """The model's ranking metric (the last ``eval_metric``, else the objective's default,

@@ -196,8 +196,28 @@ def test_attributes_as_xgboosts(tmp_path):
     assert model.to_xgboost().attr("note") == "first run"
     for bad, match in ((dict(note=3), "must be a string"),
                        (dict(note="x", best_iteration="4"), "not a round"),
-                       (dict(best_score="high"), "not a finite number"),
-                       (dict(best_score="nan"), "not a finite number")):
+                       (dict(best_score="high"), "not a number")):
         with pytest.raises(ValueError, match=match):
             model.set_attr(**bad)
     assert model.attr("note") == "first run" and model.best_iteration == 2
+
+
+@pytest.mark.parametrize("score", ["inf", "-inf", "nan"])
+def test_a_best_score_without_a_json_number_is_saved_and_loaded(tmp_path, score):
+    """A metric may be infinite or NaN at its best round (mape at a zero label, a custom
+    metric): the model file holds it as text, as XGBoost's attributes do, and loads it back."""
+    rng = np.random.default_rng(13)
+    X = rng.standard_normal((300, 3)).astype(np.float32)
+    y = X[:, 0] * 2.0
+    model = gbflow.train(X, y, {"max_depth": 2}, 3, verbose=False)
+    model.set_attr(best_iteration="1", best_score=score)
+    model.save_model(tmp_path / "m.json")
+    loaded = gbflow.load_model(tmp_path / "m.json")
+    assert str(loaded.best_score) == str(float(score)) and loaded.best_iteration == 1
+    assert loaded.to_json() == model.to_json()
+    y = np.where(np.arange(len(y)) < 5, 0.0, np.abs(y) + 1)  # mape is inf at a zero label
+    trained = gbflow.train(X, y, {"max_depth": 2, "eval_metric": "mape"}, 5,
+                           evals=[((X, y), "t")], early_stopping_rounds=2, verbose=False)
+    assert trained.best_score == np.inf
+    trained.save_model(tmp_path / "inf.json")
+    assert gbflow.load_model(tmp_path / "inf.json").best_score == np.inf

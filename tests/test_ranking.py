@@ -320,6 +320,13 @@ def test_ranker_estimator():
     assert weighted.get_booster().to_json() == rows.get_booster().to_json()
     with pytest.raises(ValueError, match="ranking objective"):
         gbflow.GBFlowRanker(objective="reg:squarederror").fit(X, y, qid=qid)
+    # transform, as predict, takes X's "qid" column: kept in the output, not a feature
+    out = model.transform(valid_frame.assign(qid=qv))
+    assert list(out.columns) == names + ["qid", "prediction"]
+    assert np.array_equal(out["prediction"].to_numpy(), model.predict(valid_frame))
+    assert np.array_equal(out["qid"].to_numpy(), qv)
+    with pytest.raises(ValueError, match="eval_qid was given without eval_set"):
+        gbflow.GBFlowRanker(n_estimators=2).fit(X, y, qid=qid, eval_qid=[qv])
 
 
 def test_exported_to_xgboost_it_ranks_and_evaluates_alike(tmp_path):

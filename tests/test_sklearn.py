@@ -543,6 +543,50 @@ def test_the_classifier_takes_the_objective_its_classes_need():
     fitted = GBFlowClassifier(objective="multi:softprob", n_estimators=3).fit(X, y)
     assert np.array_equal(fitted.predict_proba(X),
                           GBFlowClassifier(n_estimators=3).fit(X, y).predict_proba(X))
-    with pytest.raises(ValueError, match=r"GBFlowClassifier\(objective='binary:logistic'\) does "
-                                         r"not fit y's 3 classes"):
-        GBFlowClassifier(objective="binary:logistic").fit(X, y)
+    # a binary objective on more classes is multi:softprob, as XGBoost's wrapper makes it (its
+    # own default objective is binary:logistic: its get_params() pass on)
+    switched = GBFlowClassifier(objective="binary:logistic", n_estimators=3).fit(X, y)
+    assert switched.get_booster().params.objective == "multi:softprob"
+    assert np.array_equal(switched.predict_proba(X), fitted.predict_proba(X))
+
+
+def test_a_loaded_estimator_keeps_a_frames_columns_whatever_their_names(tmp_path):
+    """A frame whose columns happen to be f0, f1, ... trained the model: the loaded estimator
+    checks columns by name as the fitted one does (it matched them by position), and a model
+    file with a best round but no best score loads."""
+    X, y = regression_data(n=300, n_features=3)
+    frame = pd.DataFrame(X, columns=["f0", "f1", "f2"])
+    model = GBFlowRegressor(n_estimators=5).fit(frame, y)
+    model.save_model(tmp_path / "m.json")
+    loaded = GBFlowRegressor().load_model(tmp_path / "m.json")
+    assert list(loaded.feature_names_in_) == ["f0", "f1", "f2"]
+    assert np.array_equal(loaded.predict(frame), model.predict(frame))
+    with pytest.raises(ValueError, match="[Ff]eature names"):
+        loaded.predict(frame[["f2", "f0", "f1"]])
+    array = GBFlowRegressor(n_estimators=2).fit(X, y)  # an array's made-up names are no names
+    array.save_model(tmp_path / "a.json")
+    assert not hasattr(GBFlowRegressor().load_model(tmp_path / "a.json"), "feature_names_in_")
+    booster = model.get_booster()
+    booster.set_attr(best_iteration="3")
+    booster.save_model(tmp_path / "best.json")
+    best = GBFlowRegressor().load_model(tmp_path / "best.json")
+    assert best.best_iteration_ == 3 and not hasattr(best, "best_score_")
+
+
+def test_feature_names_out_checks_the_names_given():
+    X, y = regression_data(n=200, n_features=3)
+    model = GBFlowRegressor(n_estimators=2).fit(pd.DataFrame(X, columns=list("abc")), y)
+    assert list(model.get_feature_names_out(["a", "b", "c"])) == ["a", "b", "c", "prediction"]
+    with pytest.raises(ValueError, match="input_features is not equal to feature_names_in_"):
+        model.get_feature_names_out(["p", "q", "r"])
+
+
+def test_a_dask_eval_set_for_in_memory_training_is_refused():
+    """Matched by position and gathered to the client before: now a clear error first."""
+    dd = pytest.importorskip("dask.dataframe")
+    X, y = regression_data(n=200, n_features=3)
+    frame = pd.DataFrame(X, columns=list("abc"))
+    with pytest.raises(TypeError, match=r"eval_set\[0\] is a Dask collection"):
+        GBFlowRegressor(n_estimators=2).fit(
+            frame, y, eval_set=[(dd.from_pandas(frame[list("cba")], npartitions=2),
+                                 dd.from_pandas(pd.Series(y), npartitions=2))])
