@@ -643,3 +643,68 @@ def test_new_objectives_on_workers_equal_in_process(objective, clients, tmp_path
                                      name="p").compute()
     assert isinstance(prediction, pd.Series) and prediction.name == "p"
     pd.testing.assert_series_equal(prediction, expected.predict(df.drop(columns="y"), name="p"))
+
+
+# -- regressions -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("first", [
+    pd.date_range("2024-01-01", periods=200, freq="h"),
+    pd.to_timedelta(np.arange(200), unit="s"),
+    pd.period_range("2024-01-01", periods=200, freq="D"),
+], ids=["datetime", "timedelta", "period"])
+def test_transform_on_dask_with_a_time_passenger_as_first_column(first, clients):
+    """The output meta is built without casting the first column to float64 (which a datetime,
+    timedelta or period column refuses): Dask's transform equals the in-process one."""
+    df = make_table(n_rows=200, seed=42)
+    df.insert(0, "when", first)
+    booster = gbflow.train(df.drop(columns="when"), label="y", num_boost_round=2,
+                           verbose=False)
+    expected = booster.transform(df)
+    with clients(1).as_current():
+        scored = booster.transform(dd.from_pandas(df, npartitions=2)).compute()
+    pd.testing.assert_frame_equal(scored, expected)
+
+
+def test_checkpoint_of_training_without_a_client_counts_the_rows(tmp_path):
+    """The in-process Dask path writes the training's row count (not the sum of partition
+    numbers) into the checkpoint, so in-process training with it accepts it."""
+    import json
+    df = make_table(n_rows=600, seed=43)
+    path = tmp_path / "ck.json"
+    assert distributed.client._get_global_client() is None
+    booster = gbflow.train(dd.from_pandas(df, npartitions=4), label="y", num_boost_round=3,
+                           verbose=False, checkpoint=str(path))
+    assert json.loads(path.read_text())["training_state"]["rows"] == len(df)
+    resumed = gbflow.train(df, label="y", num_boost_round=3, verbose=False,
+                           checkpoint=str(path))
+    assert resumed.to_json() == booster.to_json()
+
+
+def test_dask_estimator_with_a_pandas_eval_set_names_its_type():
+    df = make_table(n_rows=200, seed=44)
+    ddf = _never_computed(df)
+    X, y = df.drop(columns="y"), df["y"]
+    with pytest.raises(TypeError, match=r"X of eval_set\[0\] is a pandas DataFrame;"):
+        gbflow.GBFlowRegressor(n_estimators=2).fit(ddf.drop(columns="y"), ddf["y"],
+                                                   eval_set=[(X, y)])
+
+
+@pytest.mark.parametrize("missing, dtype", [(None, object), (pd.NA, "string"),
+                                            (np.nan, "float64")])
+def test_dask_classifier_refuses_missing_labels_of_any_dtype(missing, dtype):
+    df = make_table(n_rows=200, seed=45)
+    labels = pd.Series(np.where(df["y"] > 0, "up", "down"), dtype=object)
+    if dtype == "float64":
+        labels = (df["y"] > 0).astype("float64")
+    labels[5] = missing
+    df["y"] = labels.astype(dtype)
+    ddf = dd.from_pandas(df, npartitions=2)
+    with pytest.raises(ValueError, match=r"y has 1 missing label\(s\)"):
+        gbflow.GBFlowClassifier(n_estimators=2).fit(ddf.drop(columns="y"), ddf["y"])
+
+
+def test_train_refuses_a_client_that_is_not_a_distributed_client():
+    ddf = _never_computed(make_table(n_rows=100, seed=46))
+    with pytest.raises(TypeError, match=r"client must be a distributed\.Client.*got str"):
+        gbflow.train(ddf, label="y", verbose=False, client="tcp://127.0.0.1:8786")

@@ -22,7 +22,7 @@ from .errors import (
     raise_first,
 )
 from .kept import KeptPartitions
-from .local import partitions_of, train_in_process
+from .local import check_client, current_client, partitions_of, train_in_process
 from .memory import check_worker_memory, room_to_keep, training_bytes
 from .messages import PartitionRef, Spec
 from .placement import holder_owners, training_owners
@@ -60,15 +60,6 @@ def _spec(params, num_boost_round, options, verbose, label, weight, features,
         callbacks=callbacks, base_margin=base_margin, qid=qid)
 
 
-def current_client():
-    """The active ``distributed.Client`` (``Client.as_current()`` or the default one), or None."""
-    try:
-        from distributed import default_client
-        return default_client()
-    except (ImportError, ValueError):
-        return None
-
-
 def train(data, label, params: Params, num_boost_round: int, evals, options: EvalOptions,
           weight, verbose, client=None, objective=None, init_model=None,
           callbacks=(), checkpoint=None, on_worker_lost: str = "restart", base_margin=None,
@@ -78,6 +69,7 @@ def train(data, label, params: Params, num_boost_round: int, evals, options: Eva
     With a client (given, or the active one) training runs on its workers; without one, in this
     process over the partitions. Either way the model is the same bit for bit.
     """
+    check_client(client)
     ddf, features, table, evals = dask_inputs.check(data, label, weight, evals, base_margin,
                                                     qid, params.feature_types)
     if not params.enable_categorical:

@@ -8,13 +8,21 @@ LABEL = "__gbflow_label__"
 WEIGHT = "__gbflow_weight__"
 
 
+def _type_name(value) -> str:
+    """``value``'s type for a message, with its library: "Dask Series", "pandas DataFrame",
+    "numpy ndarray" (so a pandas frame is not called a Dask one)."""
+    root = type(value).__module__.split(".")[0]
+    library = {"dask": "Dask", "dask_cudf": "Dask", "cudf": "cuDF", "builtins": ""}.get(root, root)
+    return f"{library} {type(value).__name__}".strip()
+
+
 def _check_features(X, what: str = "X"):
     """X as a Dask DataFrame with string column names (kept as the feature names), none of them
     reserved. Raises TypeError/ValueError naming the problem."""
     import dask.dataframe as dd
     if not isinstance(X, dd.DataFrame):
-        raise TypeError(f"{what} is a Dask {type(X).__name__}; the estimators take Dask "
-                        f"DataFrames (one column per feature)")
+        raise TypeError(f"{what} is a {_type_name(X)}; with a Dask DataFrame X the estimators "
+                        f"take Dask DataFrames (one column per feature)")
     names = list(X.columns)
     bad = [c for c in names if not isinstance(c, str)]
     if bad:
@@ -33,7 +41,7 @@ def _series(values, what: str):
     if isinstance(values, dd.Series):
         return values
     raise TypeError(f"{what} must be a Dask Series (partitioned like X) when X is a Dask "
-                    f"DataFrame, got {type(values).__name__}")
+                    f"DataFrame, got a {_type_name(values)}")
 
 
 def _numeric(series, what: str):
@@ -62,11 +70,16 @@ def _training_frame(X, y, sample_weight, what: str, weighted: bool):
 
 
 def _classes(y) -> np.ndarray:
-    """The sorted distinct labels of a Dask Series (computes y once)."""
-    values = _series(y, "y").unique().compute()
+    """The sorted distinct labels of a Dask Series, as a numpy array (computes y once, with its
+    count of missing labels). Raises ValueError naming y and the count when labels are missing
+    (NaN, None, pd.NA or NaT, of any dtype)."""
+    import dask
+    series = _series(y, "y")
+    values, missing = dask.compute(series.unique(), series.isna().sum())
+    if missing:  # (np.unique of strings and None/pd.NA raised a bare TypeError)
+        raise ValueError(f"y has {int(missing)} missing label(s) (None, NaN or NA): give every "
+                         f"row a class")
     values = values.to_numpy() if hasattr(values, "to_numpy") else np.asarray(values)
-    if len(values) and values.dtype.kind == "f" and np.isnan(values).any():
-        raise ValueError("y has missing (NaN) labels")
     return np.unique(values)
 
 

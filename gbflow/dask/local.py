@@ -12,6 +12,32 @@ from .messages import Spec
 from .rounds import KnownRounds
 
 
+def current_client():
+    """The active ``distributed.Client`` (``Client.as_current()`` or the default one), or None."""
+    try:
+        from distributed import default_client
+        return default_client()
+    except (ImportError, ValueError):
+        return None
+
+
+def check_client(client) -> None:
+    """Raises TypeError unless ``client`` (``train``'s argument) is None or a
+    ``distributed.Client``: a scheduler address or anything else fails here, before any work,
+    rather than as an AttributeError deep in training."""
+    if client is None:
+        return
+    try:
+        from distributed import Client
+    except ImportError:
+        Client = None
+    if Client is None or not isinstance(client, Client):
+        hint = (f"; connect first: client=distributed.Client({client!r})"
+                if isinstance(client, str) else "")
+        raise TypeError(f"client must be a distributed.Client (or None for the active client, "
+                        f"else training in this process), got {type(client).__name__}{hint}")
+
+
 def partitions_of(frame) -> list:
     """A frame's partitions as delayed objects (none for the training data as an eval set)."""
     return [] if frame is None else list(frame.to_delayed())
@@ -39,7 +65,7 @@ def train_in_process(ddf, evals, spec: Spec, known: KnownRounds):
     first_error(LOCAL, [e for j in joined if j is not None for e in j.errors])
     train, evals_joined = joined[0], joined[1:]
     offsets = global_offsets(LOCAL, train.lengths)
-    known.rows = sum(train.lengths)
+    known.rows = sum(train.lengths.values())  # lengths: {partition index: rows}
     with backend.limited_threads(spec.params.nthread), \
             backend.own_memory_pool(unless_chosen=True):  # as api's in-process training
         booster = boosting.fit(backend, [train.part], spec.params,

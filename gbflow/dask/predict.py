@@ -30,12 +30,23 @@ def _transform_partition(frame, booster, output_margin: bool, name: str, iterati
                              iteration_range=iteration_range, base_margin=base_margin)
 
 
+def _empty_column(meta, dtype: str, name: str):
+    """An empty Series of ``dtype`` named ``name`` on ``meta``'s (empty) index, of meta's frame
+    type (pandas or cuDF).
+
+    Made from the index, not by casting one of meta's columns: a datetime, timedelta or period
+    column (a passenger of transform) cannot be cast to float64.
+    """
+    series = meta[[]].assign(_gbflow_empty=0)["_gbflow_empty"]  # meta's Series type and index
+    return series.astype(dtype).rename(name)
+
+
 def _prediction_meta(booster, meta, name: str, output_margin: bool, kind: str,
                      iteration_range):
     """The empty result, built from the input's meta so that it has the same frame type (pandas
     or cuDF) and index: a float64 Series ``name``, or a DataFrame of the prediction's columns
     (int32 leaf ids for pred_leaf)."""
-    column = meta[meta.columns[0]].astype("int32" if kind == "leaf" else "float64")
+    column = _empty_column(meta, "int32" if kind == "leaf" else "float64", name)
     columns = booster.output_columns(name, output_margin, kind, iteration_range)
     if kind == "value" and len(columns) == 1:
         return column.rename(name)
@@ -98,6 +109,6 @@ def transform(booster, data, name: str = "prediction", output_margin: bool = Fal
     if clash:
         raise ValueError(f"transform: column(s) {clash} already exist in the data; pass "
                          f"another name=")
-    out_meta = meta.assign(**{c: meta[meta.columns[0]].astype("float64") for c in new})
+    out_meta = meta.assign(**{c: _empty_column(meta, "float64", c) for c in new})
     return ddf.map_partitions(_transform_partition, _model(booster), output_margin, name,
                               iteration_range, base_margin, meta=out_meta)
