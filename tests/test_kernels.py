@@ -596,7 +596,11 @@ def test_evaluate_splits_prefers_the_first_of_equal_gains(kernels):
     out = kernels.evaluate_splits(hist, np.array([2, 2], np.int32), np.ones(2, bool), 1.0, 1.0,
                                   1.0, 0.0, 0.0)
     assert out[1][0] == 0 and out[2][0] == 1
-    assert out[3][0]  # no missing values: missing-left is listed first
+    # no missing values: both directions are one split, kept with missing values right
+    # (XGBoost's default direction); the twin gives the same
+    assert not out[3][0]
+    assert not numpy_kernels.evaluate_splits(hist, np.array([2, 2], np.int32), np.ones(2, bool),
+                                             1.0, 1.0, 1.0, 0.0, 0.0)[3][0]
 
 
 def test_evaluate_splits_nothing_valid(kernels):
@@ -1247,13 +1251,15 @@ def test_evaluate_splits_with_weight_bounds(kernels, n_nodes, n_features, n_bins
 
 
 def test_unbounded_weight_bounds_give_the_plain_gains_order(kernels):
-    """Infinite node bounds, no max_delta_step, no constraint: a gain of bounded weights is the
-    plain gain up to rounding, so on well-separated candidates the same split wins."""
+    """Infinite node bounds, no max_delta_step, no constraint, no reg_alpha: a gain of bounded
+    weights is the plain gain up to rounding, so on well-separated candidates the same split
+    wins. (With reg_alpha the two differ, as XGBoost's do: a bounded weight's gain has no L1
+    term.)"""
     rng = np.random.default_rng(3)
     bins, gh, row_index, start, count = random_level(rng, 4000, 4, 16, 5)
     gh[:, 1] = rng.integers(1, 2**20, size=len(gh))
     hist = numpy_kernels.build_histograms(bins, gh, row_index, start, count, 16)
-    args = (hist, np.full(4, 15, np.int32), np.ones(4, bool), 2.0**-30, 2.0**-20, 1.0, 0.5, 1.0)
+    args = (hist, np.full(4, 15, np.int32), np.ones(4, bool), 2.0**-30, 2.0**-20, 1.0, 0.0, 1.0)
     node_bounds = np.tile([-np.inf, np.inf], (5, 1))
     plain = kernels.evaluate_splits(*args)
     bounded = kernels.evaluate_splits(*args, bounds=(0.0, node_bounds, np.zeros(4, np.int8)))

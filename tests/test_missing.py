@@ -108,3 +108,29 @@ def test_bad_missing_values_are_refused(value, error, match):
 
 def test_float32s_largest_value_may_be_missing():
     assert make_params({"missing": 3.4028235e38}).missing == 3.4028235e38
+
+
+@pytest.mark.parametrize("sparse_threshold", [None, 0.0])
+def test_missing_values_never_seen_in_training_go_right_as_xgboosts(device, sparse_threshold):
+    """A split whose node saw no missing value of its feature sends missing values right
+    (default_left False), XGBoost's direction; where the node saw some, the better side. On
+    integer features (a bin a value: XGBoost's candidates) a model trained without NaN
+    predicts NaN rows as XGBoost's does, dense store or sparse."""
+    xgb = pytest.importorskip("xgboost")
+    rng = np.random.default_rng(8)
+    X = rng.integers(0, 12, size=(3000, 4)).astype(np.float32)
+    y = X[:, 0] - 0.5 * X[:, 1] + rng.normal(size=3000)
+    params = {"max_depth": 4, "device": device, "sparse_threshold": sparse_threshold}
+    ours = gbflow.train(X, y, params, num_boost_round=5, verbose=False)
+    assert not any(np.asarray(t.default_left)[~np.asarray(t.is_leaf)].any()
+                   for t in ours.trees)
+    theirs = xgb.train({"max_depth": 4, "tree_method": "hist"}, xgb.DMatrix(X, y), 5)
+    probe = X[:200].copy()
+    probe[rng.random(probe.shape) < 0.3] = np.nan
+    np.testing.assert_allclose(np.asarray(ours.predict(probe)),
+                               theirs.predict(xgb.DMatrix(probe)), rtol=0, atol=1e-5)
+    X[rng.random(X.shape) < 0.2] = np.nan  # seen in training: both directions chosen
+    seen = gbflow.train(X, y, params, num_boost_round=5, verbose=False)
+    flags = np.concatenate([np.asarray(t.default_left)[~np.asarray(t.is_leaf)]
+                            for t in seen.trees])
+    assert flags.any() and not flags.all()

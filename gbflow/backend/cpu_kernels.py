@@ -1305,10 +1305,11 @@ def _evaluate_node_splits(k, hist, bin_offsets, n_value_bins, feature_allowed, p
         for j in range(m):
             every_value = at_t[j] == n_values  # missing right: present versus missing
             for d in range(2):  # 0: missing goes left, 1: missing goes right
-                if d == 0 and every_value:  # every value and the missing ones: no split
+                if d == 0 and (every_value or no_missing):
+                    # every value and the missing ones: no split; without missing values
+                    # here both directions are one split, kept with missing values right
+                    # (XGBoost's default direction where training saw none)
                     continue
-                if d == 1 and no_missing and not every_value:
-                    continue  # the d = 0 candidate again: its equal gain never wins
                 g = gain_left[j] if d == 0 else gain_right[j]
                 if g > best:
                     best = g

@@ -137,7 +137,8 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
     one is the only split of a feature whose present values are all equal (a one-hot column,
     a CSR column), and is XGBoost's and LightGBM's too. A candidate is valid when both children
     have hessian >= min_child_weight. Candidates are ordered (feature, t, missing-left then
-    missing-right); the first of equal gains wins.
+    missing-right); the first of equal gains wins. Where the node has no missing values of the
+    chosen feature, the split sends missing values right (default_left False), as XGBoost's.
 
     bounds: None, or XGBoost's bounded weights (``max_delta_step``, monotone constraints) as
     (max_delta_step, node_bounds, monotone): max_delta_step float >= 0 (0: no cap), node_bounds
@@ -198,11 +199,15 @@ def evaluate_splits(hist, n_value_bins, feature_allowed, inv_scale_g, inv_scale_
     # present versus missing: written with the missing values as the left child
     flipped = found & (t + 1 == np.asarray(n_value_bins)[f])
     left_sum = np.where(flipped[:, None], total - left_sum, left_sum)
+    # a feature without missing values at the node: both directions are one split, of equal
+    # gain (the missing-left candidate, first, won); kept with missing values right, XGBoost's
+    # default direction where training saw none
+    has_missing = (missing[np.arange(n_nodes), f] != 0).any(axis=1)
     return (
         best_gain.astype(np.float64),
         np.where(found, f, -1).astype(_dtypes.NODE),
         np.where(found & ~flipped, t + 1, 0).astype(np.int32),
-        np.where(found, (d == 0) | flipped, False),
+        np.where(found, ((d == 0) & has_missing) | flipped, False),
         np.where(found[:, None], left_sum, 0).astype(_dtypes.FIXED),
     )
 

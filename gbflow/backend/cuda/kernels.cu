@@ -563,9 +563,11 @@ extern "C" __global__ void evaluate_splits(
             carry_g += __shfl_sync(0xffffffffu, vg, 31);
             carry_h += __shfl_sync(0xffffffffu, vh, 31);
             // t == nvb: every value bin left, missing values right (d == 1 only): the
-            // present-versus-missing split, kept with the missing side as its left child
+            // present-versus-missing split, kept with the missing side as its left child.
+            // Without missing values here both directions are one split: kept with missing
+            // values right (d == 1), XGBoost's default direction where training saw none
             if (t < n_bins && allowed && t <= nvb) {
-                for (int d = t == nvb ? 1 : 0; d < 2; ++d) {
+                for (int d = (t == nvb || (miss_g == 0 && miss_h == 0)) ? 1 : 0; d < 2; ++d) {
                     i64 lg = d == 0 ? cg + miss_g : cg, lh = d == 0 ? ch + miss_h : ch;
                     double gain = candidate_gain(lg, lh, tg, th, parent, inv_scale_g, inv_scale_h,
                                                  lambda_, alpha, min_child_weight, wb,

@@ -186,8 +186,9 @@ extern "C" __global__ void evaluate_sparse_splits(
         i64 cg = 0, ch = 0;
         for (int t = 1; t <= t_last; ++t) {
             if (t < width) { cg += hf[2 * t]; ch += hf[2 * t + 1]; }
-            // 0: missing goes left, 1: missing goes right
-            for (int d = t == nvb ? 1 : 0; d < 2; ++d) {
+            // 0: missing goes left, 1: missing goes right (alone without missing values
+            // here, as kernels.cu's evaluate_splits)
+            for (int d = (t == nvb || (miss_g == 0 && miss_h == 0)) ? 1 : 0; d < 2; ++d) {
                 i64 lg = d == 0 ? cg + miss_g : cg, lh = d == 0 ? ch + miss_h : ch;
                 double gain = candidate_gain(lg, lh, tg, th, parent, inv_scale_g, inv_scale_h,
                                              lambda_, alpha, min_child_weight, wb,
