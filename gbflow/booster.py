@@ -287,22 +287,29 @@ class Booster(XGBoostBoosterMethods):
                       "cover": cover / splits, "total_cover": cover}[importance_type]
         return {self.feature_names[j]: float(values[j]) for j in np.flatnonzero(used)}
 
-    def get_score(self, importance_type: str = "weight") -> dict[str, float]:
+    # XGBoost's signatures, fmap first: a feature map file is refused (model_tables.check_fmap)
+    def get_score(self, fmap: str = "", importance_type: str = "weight") -> dict[str, float]:
         """XGBoost's ``Booster.get_score``: {feature: importance} of the features used in a
         split; importance_type "weight" (number of splits), "gain"/"cover" (mean per split),
         "total_gain"/"total_cover"."""
+        model_tables.check_fmap(fmap, "get_score")
         return self.feature_importances(importance_type)
 
-    def trees_to_dataframe(self):
+    def trees_to_dataframe(self, fmap: str = ""):
         """A pandas DataFrame of every node (``gbflow.model_tables.trees_to_dataframe``)."""
+        model_tables.check_fmap(fmap, "trees_to_dataframe")
         return model_tables.trees_to_dataframe(self)
 
-    def get_dump(self, with_stats: bool = False, dump_format: str = "text") -> list[str]:
+    def get_dump(self, fmap: str = "", with_stats: bool = False,
+                 dump_format: str = "text") -> list[str]:
         """Each tree as XGBoost's text or JSON dump (``gbflow.model_tables.get_dump``)."""
+        model_tables.check_fmap(fmap, "get_dump")
         return model_tables.get_dump(self, with_stats, dump_format)
 
-    def dump_model(self, fout, with_stats: bool = False, dump_format: str = "text") -> None:
+    def dump_model(self, fout, fmap: str = "", with_stats: bool = False,
+                   dump_format: str = "text") -> None:
         """Write every tree's dump to the file ``fout`` (``gbflow.model_tables.dump_model``)."""
+        model_tables.check_fmap(fmap, "dump_model")
         model_tables.dump_model(self, fout, with_stats, dump_format)
 
     # -- model file ------------------------------------------------------------------------

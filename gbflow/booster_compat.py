@@ -48,10 +48,7 @@ class XGBoostBoosterMethods:
         """XGBoost's ``Booster.get_fscore``: the number of splits on each feature used
         (``get_score("weight")``). fmap (a feature map file) is not taken: gbflow's models carry
         their feature names."""
-        if fmap:
-            raise ValueError("get_fscore: feature map files (fmap) are not taken; the model "
-                             "holds its feature names")
-        return self.get_score("weight")
+        return self.get_score(fmap, importance_type="weight")
 
     def attributes(self) -> dict[str, str]:
         """XGBoost's ``Booster.attributes``: the model's string attributes (``set_attr``'s,

@@ -27,6 +27,23 @@ def split_of(booster, tree, node: int) -> tuple[str, object]:
     return name, float(tree.threshold[node])
 
 
+IMPORTANCE_TYPES = ("weight", "gain", "cover", "total_gain", "total_cover", "split")
+
+
+def check_fmap(fmap, where: str) -> None:
+    """Refuse a feature map file (XGBoost's ``fmap``, the first argument of its dump and
+    importance methods) with a clear error: gbflow's models carry their feature names. A
+    positional argument meant for the next parameter (``get_score("gain")``) is named."""
+    if fmap in ("", None):
+        return
+    hint = f"; XGBoost's signature is {where}(fmap='', ...): pass it by keyword" \
+        if isinstance(fmap, (bool, str)) and (isinstance(fmap, bool) or
+                                             fmap in IMPORTANCE_TYPES + ("text", "json")) \
+        else ""
+    raise ValueError(f"{where}: feature map files (fmap={fmap!r}) are not taken; the model "
+                     f"holds its feature names{hint}")
+
+
 def trees_to_dataframe(booster) -> pd.DataFrame:
     """One row per node of every tree, XGBoost's columns: Tree, Node, ID ("tree-node"), Feature
     ("Leaf" on leaves), Split (threshold: ``x < Split`` goes Yes), Yes, No, Missing (child ids as

@@ -23,7 +23,7 @@ def plot_importance(booster, ax=None, importance_type: str = "weight",
     (XGBoost's plot_importance). booster: a ``Booster`` or a fitted gbflow estimator. Returns the
     matplotlib Axes."""
     booster = getattr(booster, "booster_", booster)
-    scores = booster.get_score(importance_type)
+    scores = booster.get_score(importance_type=importance_type)
     if not scores:
         raise ValueError("plot_importance: the model has no split (every tree is a leaf)")
     ranked = sorted(scores.items(), key=lambda kv: (kv[1], kv[0]))

@@ -121,7 +121,7 @@ def test_copy_and_get_fscore(data):
         assert copied is not stopped and copied.to_json() == stopped.to_json()
         assert copied.best_iteration == stopped.best_iteration
         assert np.array_equal(copied.predict(X).to_numpy(), stopped.predict(X).to_numpy())
-    assert stopped.get_fscore() == stopped.get_score("weight")
+    assert stopped.get_fscore() == stopped.get_score(importance_type="weight")
     assert stopped.get_fscore() == {k: v for k, v in
                                     stopped.to_xgboost().get_fscore().items()}
     with pytest.raises(ValueError, match="feature map files"):

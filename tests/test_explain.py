@@ -348,7 +348,8 @@ def test_tables_dumps_and_scores_match_xgboost():
     np.testing.assert_allclose(ours.Gain, theirs.Gain, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(ours.Cover, theirs.Cover, rtol=1e-6)
     for kind in ("weight", "gain", "cover", "total_gain", "total_cover"):
-        got, expected = booster.get_score(kind), model.get_score(importance_type=kind)
+        got = booster.get_score(importance_type=kind)
+        expected = model.get_score(importance_type=kind)
         assert set(got) == set(expected)
         np.testing.assert_allclose([got[k] for k in expected], list(expected.values()),
                                    rtol=1e-5)
@@ -403,6 +404,18 @@ def test_dump_model_writes_every_tree(tmp_path):
     assert len(trees) == 3 and trees[0]["nodeid"] == 0 and "cover" in trees[0]
     with pytest.raises(ValueError, match="dump_format must be 'text' or 'json'"):
         booster.get_dump(dump_format="dot")
+    # XGBoost's signatures put fmap first: its positional calls mean the same here, and a
+    # feature map or a misplaced argument is refused by name, never taken for another one
+    assert booster.get_dump("", True) == booster.get_dump(with_stats=True)
+    booster.dump_model(tmp_path / "s.txt", "", True)
+    assert "cover=" in (tmp_path / "s.txt").read_text()
+    for call in (lambda: booster.dump_model(tmp_path / "f.txt", "featmap.txt"),
+                 lambda: booster.get_dump(True), lambda: booster.trees_to_dataframe("f.txt")):
+        with pytest.raises(ValueError, match="feature map files"):
+            call()
+    with pytest.raises(ValueError, match="pass it by keyword"):
+        booster.get_score("gain")
+    assert booster.get_score("", "gain") == booster.get_score(importance_type="gain")
 
 
 def test_plots():
@@ -416,7 +429,7 @@ def test_plots():
                            early_stopping_rounds=3, verbose=False)
     ax = gbflow.plot_importance(booster, max_num_features=3)
     assert len(ax.patches) == 3
-    top = max(booster.get_score("weight").items(), key=lambda kv: kv[1])[0]
+    top = max(booster.get_score(importance_type="weight").items(), key=lambda kv: kv[1])[0]
     assert ax.get_yticklabels()[-1].get_text() == top
     ax = gbflow.plot_metric(booster)
     assert ax.get_ylabel() == "logloss" and len(ax.lines) == 2  # the curve and the best round
