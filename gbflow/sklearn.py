@@ -212,12 +212,21 @@ class _GBFlowModel(XGBoostConventions, TransformerMixin, BaseEstimator):
             self.booster_.output_columns(PREDICTION_COLUMN)
         return np.asarray([*map(str, names), *added], dtype=object)
 
+    def _iteration_range(self, iteration_range):
+        """XGBoost's wrapper's rule: a range ending at 0 ((0, 0) included), or None, is the
+        rounds up to ``best_iteration_`` where early stopping recorded one (Booster.predict's
+        (0, 0) is every round: the estimators differ from it as XGBoost's do)."""
+        if (iteration_range is None or iteration_range[1] == 0) and \
+                hasattr(self, "best_iteration_"):
+            return (0, self.best_iteration_ + 1)
+        return iteration_range
+
     def apply(self, X, iteration_range=None) -> np.ndarray:
         """The leaf each row reaches in each tree: int32 ndarray (n_samples, n_trees), node
         ids within each tree as in the model file (XGBoost's ``apply``: the rounds up to
         ``best_iteration_`` after early stopping, unless ``iteration_range`` says otherwise)."""
-        return self._fitted_adapter(X).predict(X, pred_leaf=True,
-                                               iteration_range=iteration_range)
+        return self._fitted_adapter(X).predict(
+            X, pred_leaf=True, iteration_range=self._iteration_range(iteration_range))
 
     def save_model(self, path, format=None) -> None:
         """Write the trained booster (``Booster.save_model``: gbflow's JSON file, or
@@ -380,13 +389,14 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
         features in training order (a DataFrame fitted with string column names must have the
         same names). Raises NotFittedError before fit. For a Dask DataFrame: a lazy float64 Dask
         Series named "prediction" with X's index and divisions. output_margin: the raw margins
-        (before the objective's link). iteration_range: as ``Booster.predict``'s (default: up to
-        ``best_iteration_`` after early stopping). base_margin: each row's starting margin, as
-        given to fit.
+        (before the objective's link). iteration_range: as ``Booster.predict``'s, but a range
+        ending at 0, (0, 0) included, is the rounds up to ``best_iteration_`` after early
+        stopping, as in XGBoost's wrapper (``_iteration_range``). base_margin: each row's
+        starting margin, as given to fit.
         """
-        return self._fitted_adapter(X).predict(X, output_margin=output_margin,
-                                               iteration_range=iteration_range,
-                                               base_margin=base_margin)
+        return self._fitted_adapter(X).predict(
+            X, output_margin=output_margin,
+            iteration_range=self._iteration_range(iteration_range), base_margin=base_margin)
 
 
 class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
@@ -457,9 +467,10 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
         order of ``classes_``, rows summing to 1 (two classes: ``[1 - p, p]`` with p the
         probability of ``classes_[1]``). Raises NotFittedError before fit. For a Dask DataFrame:
         a lazy Dask DataFrame with X's index, one column per class named ``str(class)``.
-        iteration_range: as ``Booster.predict``'s; base_margin: as fit's."""
+        iteration_range: as the regressor's; base_margin: as fit's."""
         adapter = self._fitted_adapter(X)
-        return adapter.proba(X, self.classes_, iteration_range=iteration_range,
+        return adapter.proba(X, self.classes_,
+                             iteration_range=self._iteration_range(iteration_range),
                              base_margin=base_margin)
 
     def predict(self, X, output_margin=False, iteration_range=None, base_margin=None):
@@ -468,12 +479,14 @@ class GBFlowClassifier(ClassifierMixin, _GBFlowModel):
         Raises NotFittedError before fit. For a Dask DataFrame: a lazy Dask Series named
         "prediction" with X's index and divisions. output_margin: the raw margins instead
         (float64 (n_samples,), or (n_samples, n_classes_) for the multi-class objectives), as
-        in XGBoost. iteration_range: as ``Booster.predict``'s; base_margin: as fit's."""
+        in XGBoost. iteration_range: as the regressor's; base_margin: as fit's."""
         adapter = self._fitted_adapter(X)
         if output_margin:
-            return adapter.predict(X, output_margin=True, iteration_range=iteration_range,
+            return adapter.predict(X, output_margin=True,
+                                   iteration_range=self._iteration_range(iteration_range),
                                    base_margin=base_margin)
-        return adapter.labels(X, self.classes_, iteration_range=iteration_range,
+        return adapter.labels(X, self.classes_,
+                              iteration_range=self._iteration_range(iteration_range),
                               base_margin=base_margin)
 
     def transform(self, X):

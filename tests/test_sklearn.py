@@ -249,6 +249,13 @@ def test_eval_set_and_early_stopping():
     assert model.best_score_ == watched[best] == min(watched)
     assert (model.best_iteration, model.best_score) == (best, model.best_score_)  # XGBoost's
     assert model.apply(X).shape == (len(X), best + 1)  # XGBoost's apply: up to the best round
+    # XGBoost's wrapper: a range ending at 0 is the best round's too (Booster.predict's (0, 0)
+    # is every round); another range is taken as given
+    assert np.array_equal(model.predict(X, iteration_range=(0, 0)), model.predict(X))
+    assert model.apply(X, iteration_range=(2, 0)).shape == (len(X), best + 1)
+    everything = model.get_booster().predict(X, iteration_range=(0, 0))
+    assert np.array_equal(model.predict(X, iteration_range=(0, len(watched))), everything)
+    assert not np.array_equal(everything, model.predict(X))
 
     # a refit without early stopping drops the stale attributes
     model.set_params(early_stopping_rounds=None, n_estimators=5).fit(X, y)
