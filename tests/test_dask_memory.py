@@ -302,3 +302,29 @@ def test_a_partition_with_other_rows_than_counted_is_an_error():
     assert joined.lengths == {0: 60} and joined.part.n_rows == 60
     [(where, error)] = joined.errors
     assert where == (0, 1) and "partition 1 has 40 rows where 30 were counted" in str(error)
+
+
+def test_rows_are_counted_by_a_task_a_worker_and_copies_told_in_batches(client, monkeypatch):
+    """Many small partitions: the driver counts rows with one task per worker (not one a
+    partition), and each training task tells the driver of its copied partitions in a few
+    events (all of them at the end here, with a period longer than the loading); the raw
+    partitions still go, and the model is the in-process one."""
+    told = []
+    flush = gbflow.dask.task.CopiedNotices.flush
+
+    def spy(self):
+        told.append(len(self.places))
+        flush(self)
+
+    monkeypatch.setattr(gbflow.dask.task.CopiedNotices, "PERIOD", 3600.0)
+    monkeypatch.setattr(gbflow.dask.task.CopiedNotices, "flush", spy)
+    df = make_table(n_rows=3000, seed=65)
+    with distributed.get_task_stream(client=client) as stream:
+        booster = gbflow.train(_frame(df, 60), label="y", num_boost_round=2, verbose=False,
+                               client=client, on_worker_lost="raise")
+    counting = [t for t in stream.data if str(t["key"]).startswith("partition_lengths")]
+    assert 1 <= len(counting) <= 2  # (a worker holding no partition counts none)
+    assert sum(told) == 60 and len([n for n in told if n]) == len(booster.worker_report)
+    assert booster.to_json() == gbflow.train(df, label="y", num_boost_round=2,
+                                             verbose=False).to_json()
+    assert _settle(client, set()) == set()

@@ -22,6 +22,7 @@ from .errors import (
     raise_first,
 )
 from .kept import KeptPartitions
+from .loading import partition_lengths
 from .local import check_client, current_client, partitions_of, train_in_process
 from .memory import check_worker_memory, room_to_keep, training_bytes
 from .messages import PartitionRef, Spec
@@ -176,11 +177,12 @@ class _Cluster(Watching):
         self._readers[future.key] = self._readers.get(future.key, 0) + 1
         self._held[future.key] = future
 
-    def _release(self, place=None) -> None:
-        """Partition ``place`` was copied (None: every one was): release its key's future once
-        no placement still reads it. Releasing a future twice is harmless."""
+    def _release(self, places=None) -> None:
+        """The partitions at ``places`` ((rank, set, index) list) were copied (None: every one
+        was): release each key's future once no placement still reads it. Releasing a future
+        twice is harmless."""
         with self._lock:
-            places = list(self._placed) if place is None else [place]
+            places = list(self._placed) if places is None else places
             futures = []
             for key in [self._placed.pop(p) for p in places if p in self._placed]:
                 self._readers[key] -= 1
@@ -210,8 +212,8 @@ class _Cluster(Watching):
         stage = message.get("stage")
         if stage == "started":
             self.started.add(message["rank"])
-        elif stage == "loaded":  # a task copied one of its partitions
-            self._release((message["rank"], message["set"], message["index"]))
+        elif stage == "loaded":  # a task copied some of its partitions (task.CopiedNotices)
+            self._release([(message["rank"], c, i) for c, i in message["places"]])
         elif stage == "quantized":  # every rank binned its data (and so loaded it)
             self._release()
         elif stage == "rounds":  # rank 0 completed rounds: their trees and values
@@ -296,11 +298,22 @@ class _Cluster(Watching):
         # unknown task's duration counts as 0.5 s, so Dask could move a partition to count it;
         # and after the compute, not in it (these tasks changed where Dask put the partitions).
         # (counted again on a restart: a pipeline may compute a lost partition differently)
+        # One counting task per worker, over every partition it holds (a task a partition
+        # cost about 5 ms of the driver's and scheduler's time: 500 partitions, 2.5 s).
         holders = [sorted(who_has.get(f.key, ())) or None for f in partitions]
-        counts = [self.client.submit(len, f, workers=workers, allow_other_workers=False)
-                  for f, workers in zip(partitions, holders)]
+        groups: dict = {}  # first holder (None: none known) -> the partitions it counts
+        for j, workers in enumerate(holders):
+            groups.setdefault(workers[0] if workers else None, []).append(j)
+        counts = [self.client.submit(partition_lengths, *[partitions[j] for j in js],
+                                     workers=None if w is None else [w],
+                                     allow_other_workers=w is None, pure=False)
+                  for w, js in groups.items()]
         self._futures.extend(counts)
-        rows = self._results(counts, holders, "counting the partitions' rows")
+        counted = self._results(counts, [None if w is None else [w] for w in groups],
+                                "counting the partitions' rows")
+        rows = [0] * len(partitions)
+        for j, n in zip([j for js in groups.values() for j in js], [n for c in counted for n in c]):
+            rows[j] = n
         for f in counts:
             f.release()
         if reused:

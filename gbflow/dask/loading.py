@@ -38,6 +38,11 @@ def load_partition(frame, index: int, table: Table, spec: Spec) -> inputs.DataSe
     return dataset
 
 
+def partition_lengths(*frames) -> list[int]:
+    """The row count of each partition (a task on the worker holding them all)."""
+    return [len(frame) for frame in frames]
+
+
 def raw_bytes(frame) -> int:
     """Memory held by one partition (pandas or cuDF), index included."""
     return int(frame.memory_usage(index=True).sum())

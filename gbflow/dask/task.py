@@ -21,6 +21,32 @@ from .messages import PartitionRef, Spec
 from .transport import WorkerCollective, open_nccl, opened_nccl
 
 
+class CopiedNotices:
+    """Tells the driver which partitions a task has copied, so that it lets go of their futures
+    and Dask frees the raw partitions (unless the user holds them) while others load. One
+    event per ``PERIOD`` seconds at most, listing the partitions copied since the last: an
+    event a partition cost about 3 ms of a worker's time (500 partitions: 1.5 s)."""
+
+    PERIOD = 0.05
+
+    def __init__(self, worker, topic: str, rank: int):
+        self.worker, self.topic, self.rank = worker, topic, rank
+        self.places: list = []  # (collection, partition index) not yet told
+        self.sent = time.monotonic()
+
+    def add(self, collection: int, index: int) -> None:
+        self.places.append((collection, index))
+        if time.monotonic() - self.sent >= self.PERIOD:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.places:
+            self.worker.log_event(self.topic, {"stage": "loaded", "rank": self.rank,
+                                               "places": self.places})
+            self.places = []
+        self.sent = time.monotonic()
+
+
 def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[PartitionRef],
                eval_refs: list[list[PartitionRef]]) -> dict:
     """The training task of one worker (rank ``rank`` of ``addresses``), over its partitions.
@@ -65,11 +91,10 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
                 return [(r.index, r.rows, functools.partial(fetch, worker, r, what))
                         for r in refs]
 
+            copied = CopiedNotices(worker, spec.topic, rank)
+
             def released(collection: int):
-                """Tell the driver that a partition is copied: it lets go of its future, so
-                Dask frees the raw partition (unless the user holds it) while others load."""
-                return lambda index: worker.log_event(spec.topic, {
-                    "stage": "loaded", "rank": rank, "set": collection, "index": index})
+                return lambda index: copied.add(collection, index)
 
             train = JoinedPartitions(backend, spec, spec.train, 0,
                                      items(train_refs, spec.train.what), released(0))
@@ -77,6 +102,7 @@ def train_task(spec: Spec, rank: int, addresses: list[str], train_refs: list[Par
                                       items(eval_refs[j], table.what), released(1 + j))
                      if table is not None else None
                      for j, (_, table) in enumerate(spec.evals)]
+            copied.flush()
             stages.done("load partitions")
             first_error(collective, train.errors + [e for j in evals if j is not None
                                                     for e in j.errors])

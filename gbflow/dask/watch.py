@@ -39,11 +39,15 @@ class Watching:
         ended = _woken_when_done(futures)
         finished, progress = 0, time.monotonic()
         next_check = time.monotonic() + _LIVENESS_PERIOD
+        pending = list(futures)  # looked at again until done (not every future every wake)
         while True:
             ended.clear()
-            now_done = sum(f.done() for f in futures)
-            if now_done == len(futures):
-                return
+            pending = [f for f in pending if not f.done()]
+            if not pending:  # all at once again: a finished future may wait anew (lost key)
+                pending = [f for f in futures if not f.done()]
+                if not pending:
+                    return
+            now_done = len(futures) - len(pending)
             if pinned is not None and time.monotonic() >= next_check:
                 self._raise_if_pinned_lost(futures, pinned, doing)
                 next_check = time.monotonic() + _LIVENESS_PERIOD
