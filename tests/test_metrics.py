@@ -119,6 +119,38 @@ def test_clipped_probabilities_as_xgboost():
         pytest.approx(theirs["poisson-nloglik"])
 
 
+def test_logloss_of_predictions_outside_0_1_as_xgboost():
+    """binary:logitraw's default metric is logloss of its margins: XGBoost floors each log's
+    argument at 1e-16 and never clips the prediction (a negative loss where p < 0 at label 0)."""
+    label = np.array([0.0, 0.0, 1.0, 0.3, 1.0, 0.0])
+    margin = np.array([-1.0, 0.5, 0.5, 1.5, 3.0, -40.0])
+    theirs, _ = _xgboost_values("binary:logitraw", ["logloss"], label, margin, None)
+    assert metrics.evaluate("logloss", label, margin) == pytest.approx(theirs["logloss"],
+                                                                       rel=1e-6)
+    X = np.repeat(np.arange(6, dtype=np.float32), 50)[:, None]
+    y = (np.arange(300) % 7 < 3).astype(np.float64)
+    ours = gbflow.train(X, y, {"objective": "binary:logitraw", "max_depth": 2}, 3,
+                        evals=[((X, y), "t")], verbose=False).evals_result["t"]["logloss"]
+    res = {}
+    xgb.train({"objective": "binary:logitraw", "max_depth": 2, "tree_method": "hist"},
+              xgb.DMatrix(X, y), 3, evals=[(xgb.DMatrix(X, y), "t")], evals_result=res,
+              verbose_eval=False)
+    np.testing.assert_allclose(ours, res["t"]["logloss"], rtol=1e-5)
+
+
+def test_evaluate_refuses_predictions_of_the_wrong_shape():
+    label = np.array([0.0, 1.0, 2.0, 0.0])
+    with pytest.raises(ValueError, match="takes one prediction a row"):
+        metrics.evaluate("error", label, np.full((4, 3), 1 / 3))
+    with pytest.raises(ValueError, match="takes one prediction a row"):
+        metrics.evaluate("aucpr", label, np.full((4, 3), 1 / 3))
+    with pytest.raises(ValueError, match=r"takes \(n, n_classes\)"):
+        metrics.evaluate("mlogloss", label, np.full(4, 0.5))
+    with pytest.raises(ValueError, match="needs class labels 0..1"):
+        metrics.evaluate("mlogloss", label, np.full((4, 2), 0.5))
+    assert metrics.evaluate("merror", label, np.eye(3)[[0, 1, 2, 1]]) == 0.25
+
+
 class _OneOfTwo(collective.LocalCollective):
     """Stands for one of two processes whose peer holds no row: every reduction is the identity,
     but the evaluator takes the several-process paths (dense tables, reduced key ranges)."""

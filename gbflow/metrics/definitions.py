@@ -81,13 +81,10 @@ def _root_mean(total: float, weight: float) -> float:
 
 
 def _logloss(xp, y, p, extra):
-    p_neg = 1.0 - p
-    low, high = p < _EPS, p_neg < _EPS
-    p = xp.where(low | high, 0.5, p)  # kept away from log(0); those rows take the clip below
-    loss = -y * xp.log(p) - (1.0 - y) * xp.log(1.0 - p)
-    clip_low = -y * math.log(_EPS) - (1.0 - y) * math.log(1.0 - _EPS)
-    clip_high = -y * math.log(1.0 - _EPS) - (1.0 - y) * math.log(_EPS)
-    return xp.where(low, clip_low, xp.where(high, clip_high, loss))
+    # XGBoost's: each log's argument floored at 1e-16, p itself never clipped, so a prediction
+    # outside [0, 1] (binary:logitraw's margin, a regression's value) gives XGBoost's value,
+    # a negative loss included
+    return -y * xp.log(xp.maximum(p, _EPS)) - (1.0 - y) * xp.log(xp.maximum(1.0 - p, _EPS))
 
 
 def _mlogloss(xp, y, p, extra):
@@ -169,6 +166,13 @@ _POSITIVE = (0.0, math.inf, False)
 
 _LOG_EPS = -math.log(_EPS)  # 36.84: the largest loss the clipped log metrics give
 
+
+def _probabilities(params) -> bool:
+    """Whether the objective's predictions lie in [0, 1] (logloss then lies in [0, 36.84]; of
+    other predictions its bound is found on the device each round)."""
+    return getattr(params, "objective", None) in ("binary:logistic", "reg:logistic",
+                                                  "binary:hinge")
+
 # name -> how to make it from its "@" argument (None when there is none)
 _MAKERS = {
     "rmse": lambda arg, p: _row("rmse", lambda xp, y, q, e: (q - y) ** 2, _root_mean),
@@ -177,8 +181,8 @@ _MAKERS = {
     "mae": lambda arg, p: _row("mae", lambda xp, y, q, e: xp.abs(q - y)),
     "mape": lambda arg, p: _row("mape", lambda xp, y, q, e: xp.abs((y - q) / y)),
     "mphe": lambda arg, p: _row("mphe", _pseudo_huber(p.huber_slope)),
-    "logloss": lambda arg, p: _row("logloss", _logloss, bound=_LOG_EPS,
-                                         labels=_PROBABILITY),
+    "logloss": lambda arg, p: _row("logloss", _logloss, labels=_PROBABILITY,
+                                   bound=_LOG_EPS if _probabilities(p) else None),
     "error": lambda arg, p: _row("error" if arg is None else f"error@{arg:g}",
                                  _error(0.5 if arg is None else arg), bound=1.0,
                                  labels=_PROBABILITY),
