@@ -189,16 +189,16 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
         for e, _, _ in eval_parts:
             for part in e:
                 part.X = None
-    # metric_period counts a resumed training's rounds from its run's start (a continued
-    # model's from the continuation's, as XGBoost's); reported rounds (progress, eval_rounds,
-    # callbacks, best_iteration) are the model's own, counting every tree before them
+    # metric_period and the progress lines count a resumed training's rounds from its run's
+    # start, a continued model's from the continuation's (XGBoost's log lines); eval_rounds,
+    # the callbacks' epochs and best_iteration count every round of the model
     resumed = 0 if resume is None else first_round
     evaluation = Evaluation(backend, eval_sets, sizes.eval_rows, sizes.eval_max_weights,
                             objective, metric_list, options, collective, num_boost_round,
                             offset=resumed, recorder=shardset.eval_recorder)
     if resume is not None:
         evaluation.restore(resume.history, resume.eval_rounds)
-    progress = Progress(verbose, first_round + num_boost_round, emit, has_metrics=bool(evaluation))
+    progress = Progress(verbose, resumed + num_boost_round, emit, has_metrics=bool(evaluation))
     complete = [first_round]  # rounds whose trees are built and, where due, evaluated
     evaluated = [first_round]  # rounds whose values are in (reported once callbacks ran)
 
@@ -206,8 +206,8 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
         if on_rounds is not None and rounds > complete[0]:
             complete[0] = rounds
             on_rounds(TrainingState(model_of(trees[:rounds * n_groups]), evaluation.history,
-                                    [first_round + r for r in evaluation.rounds],
-                                    first_round + num_boost_round, n_rows,
+                                    [resumed + r for r in evaluation.rounds],
+                                    resumed + num_boost_round, n_rows,
                                     options=options_of(options)))
     # Where the device queues work ahead of the host, a round is evaluated one round late, while
     # the device grows the next one: the host then never waits for a tree to evaluate it. When
@@ -227,12 +227,12 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
             if last:
                 done += evaluation.flush()
         for index, scores in done:
-            progress.round(first_round + index, scores)
+            progress.round(resumed + index, scores)
         if done and not evaluation.stopped:
             evaluated[0] = first_round + done[-1][0] + 1
         if evaluation.stopped:
-            best = first_round + evaluation.best_iteration
-            progress.say(f"early stopping at round {first_round + done[-1][0] + 1}: best round "
+            best = resumed + evaluation.best_iteration
+            progress.say(f"early stopping at round {resumed + done[-1][0] + 1}: best round "
                          f"{best + 1}, {evaluation.sets[-1].name}-"
                          f"{evaluation.watched}={evaluation.best_score:.6f}")
         return evaluation.stopped
@@ -363,7 +363,7 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
             trees[i] = finished_tree(trees[i])
         trees.extend(round_trees)
         if not evaluation:
-            progress.round(first_round + round_index, [])
+            progress.round(resumed + round_index, [])
             evaluated[0] = first_round + round_index  # the rounds before this one are built
         elif late:  # the previous round's trees are built: evaluate them while the device grows
             if round_index and evaluate(round_index - 1, trees[-2 * n_groups:-n_groups]):

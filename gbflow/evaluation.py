@@ -106,17 +106,19 @@ class EvalMatrix:
         return len(self._label)
 
 
-def cost_metric(function):
-    """A scikit-learn style metric ``function(y_true, y_pred[, sample_weight=...])`` as a
-    custom_metric, named after the function (XGBoost's scikit-learn wrapper takes callables
-    so): y_true ``get_label()``, y_pred the predictions, sample_weight only when the set has
+def cost_metric(*functions):
+    """scikit-learn style metrics ``function(y_true, y_pred[, sample_weight=...])`` as one
+    custom_metric, each value named after its function (XGBoost's scikit-learn wrapper takes
+    callables so; early stopping's direction then follows the last one's name, as there):
+    y_true ``get_label()``, y_pred the predictions, sample_weight only when the set has
     weights."""
-    name = getattr(function, "__name__", type(function).__name__)
+    names = [getattr(f, "__name__", type(f).__name__) for f in functions]
 
     def custom_metric(prediction, data):
         weight = data.get_weight()
         kwargs = {"sample_weight": weight} if weight.size else {}
-        return name, float(function(data.get_label(), prediction, **kwargs))
+        return [(name, float(f(data.get_label(), prediction, **kwargs)))
+                for name, f in zip(names, functions)]
     return custom_metric
 
 
@@ -344,6 +346,9 @@ class Evaluation:
         return bool(rounds) and self.best_iteration is not None and \
             round_index - self.best_iteration >= rounds
 
+    def _custom_input(self, margin):
+        return _custom_input_of(self.backend, self.objective, margin)
+
     def _custom_scores(self, predictions: list) -> list[tuple[str, str, float]]:
         """The custom metric of every set on host copies of every process's rows (a wait for
         the device, and a gather of the predictions on several processes)."""
@@ -361,8 +366,11 @@ class Evaluation:
                     np.concatenate([y for y, _ in every]),
                     None if s.weights is None else np.concatenate([w for _, w in every])))
         scores = []
-        for s, preds, data in zip(self.sets, predictions, self._host_labels):
-            shape = (0,) if self.objective.n_groups == 1 else (0, self.objective.n_groups)
+        del predictions  # (the metrics' transform: custom_metric takes XGBoost's, below)
+        for s, data in zip(self.sets, self._host_labels):
+            preds = [self._custom_input(m) for m in s.margin]
+            shape = (0,) if preds and preds[0].ndim == 1 or self.objective.n_groups == 1 else \
+                (0, self.objective.n_groups)
             mine = np.concatenate([to_host(p) for p in preds]) if preds else np.empty(shape)
             prediction = np.concatenate(gather(mine)) if self.collective.size > 1 else mine
             for name, value in _pairs(self.options.custom_metric(prediction, data)):
@@ -371,6 +379,15 @@ class Evaluation:
                                      f"eval_metric; give it another name")
                 scores.append((s.name, name, value))
         return scores
+
+
+def _custom_input_of(backend, objective, margin):
+    """What XGBoost's ``train`` gives custom_metric of (n, k) float64 margins on the device:
+    the raw margins where a custom objective trains (XGBoost's ``output_margin=callable(obj)``),
+    else ``predict``'s values (multi:softmax: the class ids, (n,)); (n,) for one output."""
+    values = margin if getattr(objective, "function", None) is not None else \
+        objective.predictions(backend, margin)
+    return values[:, 0] if values.ndim == 2 and values.shape[1] == 1 else values
 
 
 def _pairs(result) -> list[tuple[str, float]]:

@@ -137,9 +137,13 @@ class _GBFlowModel(XGBoostConventions, TransformerMixin, BaseEstimator):
         if self.early_stopping_rounds is not None and not evals:
             raise ValueError("early_stopping_rounds needs a validation set: pass "
                              "eval_set=[(X_valid, y_valid)] to fit")
-        # XGBoost's: a callable eval_metric is a cost f(y_true, y_pred), minimised; a callable
+        # XGBoost's: a callable eval_metric (alone, or among names) is f(y_true, y_pred),
+        # minimised unless its name is a maximised metric's (auc..., ndcg...); a callable
         # objective f(y_true, y_pred) -> (grad, hess) replaces the objective's gradients
-        custom = cost_metric(self.eval_metric) if callable(self.eval_metric) else None
+        given = self.eval_metric if isinstance(self.eval_metric, (list, tuple)) else \
+            [self.eval_metric]
+        callables = [m for m in given if callable(m)]
+        custom = cost_metric(*callables) if callables else None
         obj = SklearnObjective(self.objective) if callable(self.objective) else None
         if verbose is None:
             verbose = False if self.verbose is None else self.verbose
@@ -148,9 +152,8 @@ class _GBFlowModel(XGBoostConventions, TransformerMixin, BaseEstimator):
         booster = train(**training, base_margin=base_margin, qid=qid, params=params,
                         num_boost_round=n_rounds, evals=evals or None,
                         early_stopping_rounds=self.early_stopping_rounds, verbose=verbose,
-                        obj=obj, custom_metric=custom,
-                        maximize=False if custom is not None else None,
-                        callbacks=self.callbacks, xgb_model=xgb_model)
+                        obj=obj, custom_metric=custom, callbacks=self.callbacks,
+                        xgb_model=xgb_model)
         self.booster_ = booster = adapter.trained(booster)
         self.evals_result_ = {name: {m: list(v) for m, v in per.items()}
                               for name, per in booster.evals_result.items()}
@@ -297,8 +300,9 @@ class GBFlowRegressor(RegressorMixin, _GBFlowModel):
         Starting prediction; None estimates it from the (weighted) target mean.
     eval_metric : str, list of str, callable or None, default None
         XGBoost's metric names (default: the objective's); the last drives early stopping,
-        which keeps the trees up to the best round. A callable f(y_true, y_pred) (as XGBoost's
-        wrapper: a cost, on the host, after the default metric; y_true encoded labels).
+        which keeps the trees up to the best round. Callables f(y_true, y_pred), alone or in
+        the list (as XGBoost's wrapper: on the host, after the named metrics; y_true encoded
+        labels; minimised unless the name is a maximised metric's, such as "ndcg_...").
     early_stopping_rounds : int or None, default None: rounds without improvement to stop at
     device : {"auto", "cpu", "cuda"} (or XGBoost's "gpu"), default "auto"
     sparse_threshold : float or None, default None

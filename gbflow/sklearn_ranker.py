@@ -9,7 +9,6 @@ from . import metrics
 from .inputs import is_dask_collection
 from .objectives import RANKING
 from .sklearn import GBFlowRegressor, _store
-from .sklearn_data import PREDICTION_COLUMN
 
 __all__ = ["GBFlowRanker"]
 
@@ -156,12 +155,9 @@ class GBFlowRanker(GBFlowRegressor):
         return super().apply(self._features(X), iteration_range)
 
     def transform(self, X):
-        """X with its scores appended (``GBFlowRegressor.transform``); a "qid" column of X
-        stays in the output, untouched, as a passenger."""
-        features = self._features(X)
-        if features is X:
-            return super().transform(X)
-        return X.assign(**{PREDICTION_COLUMN: super().predict(features)})
+        """X's features with their scores appended (``GBFlowRegressor.transform``); a "qid"
+        column of X is left out, as from ``get_feature_names_out``."""
+        return super().transform(self._features(X))
 
     def score(self, X, y, qid=None, sample_weight=None) -> float:
         """The model's ranking metric (the last ``eval_metric``, else the objective's default,

@@ -72,6 +72,8 @@ def train_params(estimator, default_objective: str | None, fixed: dict) -> dict:
         value = getattr(estimator, name)
         if name == "objective" and (value is None or callable(value)):
             value = default_objective
+        if name == "eval_metric" and isinstance(value, (list, tuple)):
+            value = [m for m in value if not callable(m)] or None  # callables: custom_metric
         if value is None or callable(value) or (name in NOT_PARAMS and name != "random_state"):
             continue
         canonical = ALIASES.get(name, name)

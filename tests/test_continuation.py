@@ -40,8 +40,9 @@ def test_n_rounds_then_m_more_equal_n_plus_m(device, task, tmp_path):
 
 
 def test_continued_early_stopping_counts_the_models_rounds(caplog):
-    """best_iteration, eval_rounds and the progress lines count the continued model's rounds
-    (XGBoost's best_iteration does; its evals_result holds the continuation's values alone)."""
+    """best_iteration and eval_rounds count the continued model's rounds (XGBoost's
+    best_iteration does; its evals_result holds the continuation's values alone); the progress
+    lines count the continuation's, as XGBoost's log lines do."""
     df = make_table(n_rows=2000, task="binary", seed=33)
     valid = make_table(n_rows=600, task="binary", seed=34)
     params = {"objective": "binary:logistic", "max_depth": 3, "learning_rate": 0.5}
@@ -54,8 +55,8 @@ def test_continued_early_stopping_counts_the_models_rounds(caplog):
     n_evaluated = len(rest.evals_result["valid"]["logloss"])
     assert rest.eval_rounds == list(range(3, 3 + n_evaluated))
     lines = [r.getMessage() for r in caplog.records if r.name == "gbflow"]
-    assert lines[0].startswith("[ 4/63] valid-logloss:")
-    assert f"best round {rest.best_iteration + 1}," in lines[-1], lines[-1]
+    assert lines[0].startswith("[ 1/60] valid-logloss:")
+    assert f"best round {local_best + 1}," in lines[-1], lines[-1]
     # every round trained is kept; prediction stops at the best one
     assert rest.num_boosted_rounds() == 3 + len(rest.evals_result["valid"]["logloss"])
     assert rest.num_boosted_rounds() == rest.best_iteration + 1 + 3

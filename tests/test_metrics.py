@@ -419,6 +419,38 @@ def test_custom_metric_gets_transformed_predictions_and_the_sets_labels():
         np.mean(p.argmax(axis=1) == df["y"].to_numpy()))
 
 
+def test_custom_metric_gets_what_xgboosts_train_gives_it():
+    """XGBoost's train gives custom_metric predict's values, but the raw margins where a custom
+    objective trains; multi:softmax's values are its class ids, (n,)."""
+    df = make_table(n_rows=300, task="binary", seed=11)
+    seen = {}
+
+    def last(prediction, data):
+        seen["last"] = np.array(prediction)
+        return "zero", 0.0
+
+    def logistic(margin, data):
+        p = 1.0 / (1.0 + np.exp(-margin))
+        return p - data.get_label(), p * (1.0 - p)
+    booster = gbflow.train(df, "y", {"objective": "binary:logistic"}, 3, evals=[(df, "v")],
+                           obj=logistic, custom_metric=last, verbose=False)
+    assert np.array_equal(seen["last"], booster.predict(df, output_margin=True).to_numpy())
+    classes = make_table(n_rows=300, task="multiclass", seed=12)
+    booster = gbflow.train(classes, "y", {"objective": "multi:softmax", "num_class": 3}, 3,
+                           evals=[(classes, "v")], custom_metric=last, verbose=False)
+    assert seen["last"].shape == (300,)
+    assert np.array_equal(seen["last"], np.asarray(booster.predict(classes), dtype=float))
+    theirs = {}
+
+    def theirs_last(prediction, data):
+        theirs["shape"] = prediction.shape
+        return "zero", 0.0
+    X, y = classes.drop(columns="y").to_numpy(np.float32), classes["y"].to_numpy()
+    xgb.train({"objective": "multi:softmax", "num_class": 3}, xgb.DMatrix(X, y), 2,
+              evals=[(xgb.DMatrix(X, y), "v")], custom_metric=theirs_last, verbose_eval=False)
+    assert theirs["shape"] == seen["last"].shape
+
+
 def test_evaluation_arguments_are_checked_before_training():
     df = make_table(n_rows=100, seed=11)
     cases = [

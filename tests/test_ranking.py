@@ -320,11 +320,13 @@ def test_ranker_estimator():
     assert weighted.get_booster().to_json() == rows.get_booster().to_json()
     with pytest.raises(ValueError, match="ranking objective"):
         gbflow.GBFlowRanker(objective="reg:squarederror").fit(X, y, qid=qid)
-    # transform, as predict, takes X's "qid" column: kept in the output, not a feature
+    # transform, as predict, takes X's "qid" column, not a feature: left out of the output,
+    # as get_feature_names_out says (set_output's frame takes those names)
     out = model.transform(valid_frame.assign(qid=qv))
-    assert list(out.columns) == names + ["qid", "prediction"]
+    assert list(out.columns) == names + ["prediction"] == list(model.get_feature_names_out())
     assert np.array_equal(out["prediction"].to_numpy(), model.predict(valid_frame))
-    assert np.array_equal(out["qid"].to_numpy(), qv)
+    framed = model.set_output(transform="pandas").transform(valid_frame.assign(qid=qv))
+    assert list(framed.columns) == names + ["prediction"]
     with pytest.raises(ValueError, match="eval_qid was given without eval_set"):
         gbflow.GBFlowRanker(n_estimators=2).fit(X, y, qid=qid, eval_qid=[qv])
 

@@ -411,6 +411,33 @@ def test_a_callable_eval_metric_is_a_cost_as_in_xgboosts_wrapper():
     regressor.fit(X, codes.astype(float), eval_set=[(X, codes.astype(float))])
     assert regressor.evals_result_["validation_0"]["mean_absolute_error"][-1] == \
         pytest.approx(mean_absolute_error(codes, regressor.predict(X)))
+    # names and callables in one list, as XGBoost's wrapper takes them
+    mixed = GBFlowRegressor(n_estimators=3, eval_metric=["mae", mean_absolute_error]).fit(
+        X, codes.astype(float), eval_set=[(X, codes.astype(float))])
+    history = mixed.evals_result_["validation_0"]
+    assert list(history) == ["mae", "mean_absolute_error"]
+    assert history["mae"] == pytest.approx(history["mean_absolute_error"], rel=1e-9)
+
+
+def test_a_callable_eval_metrics_direction_follows_its_name_as_in_xgboosts_wrapper():
+    """A callable named as a maximised metric (auc..., ndcg...) is maximised by early stopping,
+    as XGBoost's wrapper does (its name rule); another is minimised."""
+    xgb = pytest.importorskip("xgboost")
+    X, y = three_class_data(n=400)
+    binary = (np.unique(y, return_inverse=True)[1] == 1).astype(int)
+
+    def auc_of_the_first_column(y_true, y_pred):  # a score: 1 - (an error), larger is better
+        return 1.0 - float(np.mean(np.abs(y_true - y_pred)))
+    kwargs = dict(n_estimators=40, max_depth=2, learning_rate=0.5, early_stopping_rounds=3,
+                  eval_metric=auc_of_the_first_column)
+    ours = GBFlowClassifier(**kwargs).fit(X[100:], binary[100:],
+                                          eval_set=[(X[:100], binary[:100])])
+    theirs = xgb.XGBClassifier(**kwargs).fit(X[100:], binary[100:],
+                                             eval_set=[(X[:100], binary[:100])], verbose=False)
+    history = ours.evals_result_["validation_0"]["auc_of_the_first_column"]
+    assert ours.best_iteration_ == int(np.argmax(history))
+    assert theirs.best_iteration == int(np.argmax(
+        theirs.evals_result()["validation_0"]["auc_of_the_first_column"]))
 
 
 # -- adapters and parameters -----------------------------------------------------------------
