@@ -961,3 +961,28 @@ def test_dask_partitions_with_typed_codes_give_the_in_process_model():
         predicted = model.predict(ddf).compute()
     assert model.to_json() == local.to_json()
     assert np.array_equal(predicted.to_numpy(), local.predict(df).to_numpy())
+
+
+@pytest.mark.parametrize("n_categories", [12, 30])
+def test_missing_values_a_sorted_set_never_saw_go_as_xgboosts(device, n_categories):
+    """A category-set split (sorted, not one hot) at a node without missing values keeps them
+    on the missing-right side, as XGBoost's: a model trained without NaN predicts NaN rows
+    as XGBoost's does, and every category too (one split of the categories' codes)."""
+    xgb = pytest.importorskip("xgboost")
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        n = 3000
+        codes = rng.integers(0, n_categories, n)
+        x = rng.integers(0, 10, n).astype(np.float32)
+        y = (rng.normal(size=n_categories) * 2)[codes] + 0.3 * x + rng.normal(size=n) * 0.3
+        df = pd.DataFrame({"c": pd.Categorical(codes, categories=range(n_categories)), "x": x})
+        params = {"max_depth": 1, "max_cat_to_onehot": 4}
+        ours = gbflow.train(df, y, {**params, "device": device}, 1, verbose=False)
+        theirs = xgb.train({**params, "tree_method": "hist"},
+                           xgb.DMatrix(df, y, enable_categorical=True), 1)
+        probe = pd.DataFrame({"c": pd.Categorical(list(range(n_categories)) + [np.nan],
+                                                  categories=range(n_categories)),
+                              "x": np.zeros(n_categories + 1, np.float32)})
+        np.testing.assert_allclose(
+            np.asarray(ours.predict(probe)),
+            theirs.predict(xgb.DMatrix(probe, enable_categorical=True)), atol=1e-5)

@@ -1334,11 +1334,13 @@ def _evaluate_node_splits(k, hist, bin_offsets, n_value_bins, feature_allowed, p
 @njit(**_JIT)
 def _try_categories(hist, n, f, right_g, right_h, tg, th, parent, inv_scale_g, inv_scale_h, lam,
                     reg_alpha, min_child_weight, bounded, max_delta_step, lower, upper,
-                    best_gain, j, missing_right, right_sum):
+                    best_gain, j, missing_right, right_sum, sorted_set):
     """Both sides of the missing values for one category set summing to (right_g, right_h);
-    True where one beats best_gain[n, j] (then recorded)."""
+    True where one beats best_gain[n, j] (then recorded). A sorted set (not one hot) at a node
+    without missing values of the feature: missing right alone (the twin's rule)."""
     taken = False
-    for side in range(2):
+    first = 1 if sorted_set and hist[n, f, 0, 0] == 0 and hist[n, f, 0, 1] == 0 else 0
+    for side in range(first, 2):
         rg = right_g + (hist[n, f, 0, 0] if side else 0)
         rh = right_h + (hist[n, f, 0, 1] if side else 0)
         g = _candidate_gain(tg - rg, th - rh, tg, th, parent, inv_scale_g, inv_scale_h, lam,
@@ -1394,7 +1396,7 @@ def _categorical_task(task, hist, total, columns, n_categories, onehot, max_cat_
             if (cg != 0 or ch != 0) and _try_categories(
                     hist, n, f, cg, ch, tg, th, parent, inv_scale_g, inv_scale_h, lam,
                     reg_alpha, min_child_weight, bounded, max_delta_step, lower, upper,
-                    gain, j, missing_right, right_sum):
+                    gain, j, missing_right, right_sum, False):
                 size[n, j] = 1
                 order[n, j, 0] = k
         return
@@ -1428,7 +1430,7 @@ def _categorical_task(task, hist, total, columns, n_categories, onehot, max_cat_
             if _try_categories(hist, n, f, right_g, right_h, tg, th, parent, inv_scale_g,
                                inv_scale_h, lam, reg_alpha, min_child_weight, bounded,
                                max_delta_step, lower, upper, gain, j, missing_right,
-                               right_sum):
+                               right_sum, True):
                 size[n, j] = i + 1
                 # element by element: an array copy compiles numba's shape message
                 for c in range(order.shape[2]):

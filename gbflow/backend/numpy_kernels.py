@@ -720,7 +720,9 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
     the candidates are the prefixes of that order read from either end, of at most
     P = min(K, max_cat_threshold) categories and fewer than the eligible ones (one stays left),
     with gains regularised by reg_lambda + cat_l2. Candidates are ordered (ascending prefixes,
-    then descending; size; missing left then right) and the first of equal gains wins.
+    then descending; size; missing left then right) and the first of equal gains wins; at a
+    node without missing values of the feature, a sorted set (not one hot) is scored missing
+    right alone (the same split), as XGBoost keeps it.
     bounds: None, or (max_delta_step, node_bounds, monotone) as ``evaluate_splits`` takes them
     (gains of bounded weights; monotone is not read: categories have no order to keep).
 
@@ -763,8 +765,11 @@ def categorical_splits(hist, total, columns, n_categories, onehot, max_cat_thres
                     run = eligible[np.argsort(sign * key, kind="stable")][:P]
                     prefix_sums = np.cumsum(cats[run], axis=0)
                     candidates += [(run[:i + 1], prefix_sums[i]) for i in range(P)]
+            # a sorted set's split at a node without missing values of the feature: kept
+            # missing-right (the other side, of equal gain, is the same split), as XGBoost's
+            sides = (1,) if not onehot and not missing.any() else (0, 1)
             for right_cats, right in candidates:
-                for side in (0, 1):
+                for side in sides:
                     R = right + (missing if side else 0)
                     g = _candidate_gain(tg - int(R[0]), th - int(R[1]), tg, th, parent,
                                         inv_scale_g, inv_scale_h, lam, reg_alpha,

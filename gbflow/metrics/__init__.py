@@ -35,20 +35,23 @@ def evaluate(name: str, label, prediction, weight=None, params=None, qid=None) -
         raise ValueError(f"evaluate: predictions of shape {prediction.shape} for "
                          f"{len(label)} labels: give (n,) or (n, n_classes)")
     several = prediction.ndim == 2
-    if several and not (chosen.multiclass or chosen.any_outputs):
+    # (n, k) of k outputs that are no classes: several quantiles (params'), a row metric each
+    outputs = several and params is not None and not params.multiclass and \
+        params.n_groups == prediction.shape[1] and not chosen.multiclass
+    if several and not (chosen.multiclass or chosen.any_outputs or outputs):
         raise ValueError(f"evaluate: {name!r} takes one prediction a row ((n,)), got "
                          f"{prediction.shape}")
     if chosen.multiclass and not several:
         raise ValueError(f"evaluate: {name!r} takes (n, n_classes) class probabilities, got "
                          f"{prediction.shape}")
     whole = whole_numbers(np, label)
-    if several and len(label) and not (whole and label.min() >= 0 and
-                                       label.max() < prediction.shape[1]):
+    if several and not outputs and len(label) and not (whole and label.min() >= 0 and
+                                                       label.max() < prediction.shape[1]):
         raise ValueError(f"evaluate: {name!r} of {prediction.shape[1]} classes needs class "
                          f"labels 0..{prediction.shape[1] - 1}; the labels range from "
                          f"{label.min():g} to {label.max():g}")
     problem = chosen.label_problem(float(label.min()), float(label.max()), whole) \
-        if len(label) and not several else None
+        if len(label) and (outputs or not several) else None
     if problem is not None:
         raise ValueError(f"{problem}; the labels range from {label.min():g} to {label.max():g}"
                          f"{'' if whole else ', not all whole numbers'}")

@@ -34,13 +34,14 @@ struct CategoryBest {
 };
 
 // Both sides of the missing values for a set whose categories sum to (rg, rh): recorded in b
-// where better (strictly: the first candidate of a gain wins).
+// where better (strictly: the first candidate of a gain wins). A sorted set (not one hot) at a
+// node without missing values of the feature: missing right alone (the twin's rule).
 __device__ __forceinline__ bool try_set(CategoryBest& b, i64 rg, i64 rh, i64 mg, i64 mh, i64 tg,
                                         i64 th, double parent, double inv_g, double inv_h,
                                         double lam, double alpha, double mcw,
-                                        const WeightBounds& wb) {
+                                        const WeightBounds& wb, bool sorted_set) {
     bool taken = false;
-    for (int side = 0; side < 2; ++side) {
+    for (int side = (sorted_set && mg == 0 && mh == 0) ? 1 : 0; side < 2; ++side) {
         i64 g_right = rg + (side ? mg : 0), h_right = rh + (side ? mh : 0);
         double gain = candidate_gain(tg - g_right, th - h_right, tg, th, parent, inv_g, inv_h,
                                      lam, alpha, mcw, wb, 0);
@@ -94,7 +95,7 @@ extern "C" __global__ void categorical_splits(
                 i64 cg = h[2 * (k + 1)], ch = h[2 * (k + 1) + 1];
                 if ((cg != 0 || ch != 0) &&
                     try_set(best, cg, ch, mg, mh, tg, th, parent, inv_g, inv_h, lam, alpha, mcw,
-                            wb))
+                            wb, false))
                     chosen = k;
             }
             best.size = chosen >= 0 ? 1 : 0;
@@ -144,7 +145,7 @@ extern "C" __global__ void categorical_splits(
                     rg += h[2 * (k + 1)];
                     rh += h[2 * (k + 1) + 1];
                     if (try_set(best, rg, rh, mg, mh, tg, th, parent, inv_g, inv_h, lam, alpha,
-                                mcw, wb)) {
+                                mcw, wb, true)) {
                         best.size = i + 1;
                         best.direction = direction;
                     }
