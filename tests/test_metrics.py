@@ -19,7 +19,7 @@ xgb = pytest.importorskip("xgboost")
 REGRESSION = ["rmse", "rmsle", "mae", "mape", "mphe", "poisson-nloglik", "gamma-nloglik",
               "gamma-deviance", "tweedie-nloglik@1.5", "tweedie-nloglik@1.2", "quantile"]
 BINARY = ["logloss", "error", "error@0.3", "auc", "aucpr", "rmse", "mae"]
-MULTICLASS = ["mlogloss", "merror", "auc"]
+MULTICLASS = ["mlogloss", "merror", "auc", "aucpr"]
 
 
 def _xgboost_values(objective, names, label, margin, weight, extra=None):
@@ -109,6 +109,16 @@ def test_multiclass_metrics_match_xgboost(weighted):
         assert ours == pytest.approx(theirs[name], rel=1e-6), name
 
 
+@pytest.mark.parametrize("metric", ["auc", "aucpr"])
+def test_multiclass_auc_with_an_absent_class_is_nan_as_xgboosts(metric):
+    rng = np.random.default_rng(7)
+    label = rng.integers(0, 3, 600).astype(np.float32)  # class 3 of 4 never appears
+    margin = rng.normal(size=(600, 4)).astype(np.float32)
+    theirs, prediction = _xgboost_values("multi:softprob", [metric], label, margin, None)
+    assert np.isnan(theirs[metric])
+    assert np.isnan(metrics.evaluate(metric, label, prediction.reshape(600, 4)))
+
+
 def test_clipped_probabilities_as_xgboost():
     label = np.array([0.0, 1.0, 1.0, 0.0])
     prediction = np.array([0.0, 0.0, 1.0, 1.0])  # certain, half of them wrongly
@@ -143,7 +153,7 @@ def test_evaluate_refuses_predictions_of_the_wrong_shape():
     with pytest.raises(ValueError, match="takes one prediction a row"):
         metrics.evaluate("error", label, np.full((4, 3), 1 / 3))
     with pytest.raises(ValueError, match="takes one prediction a row"):
-        metrics.evaluate("aucpr", label, np.full((4, 3), 1 / 3))
+        metrics.evaluate("logloss", label, np.full((4, 3), 1 / 3))
     with pytest.raises(ValueError, match=r"takes \(n, n_classes\)"):
         metrics.evaluate("mlogloss", label, np.full(4, 0.5))
     with pytest.raises(ValueError, match="needs class labels 0..1"):

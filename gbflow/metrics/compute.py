@@ -219,10 +219,9 @@ class Evaluator:
                 if m.kind == "auc":
                     row.append(tallies.auc_value(auc_words))
                 else:
-                    area = fetched[table_at[si] + 1]
                     row.append(tallies.aucpr_value(
-                        area, *exact.scales(1.0, tallies.n_terms(s.n_rows)),
-                        np.reshape(auc_words, (-1, 3))[0, 1:]))
+                        fetched[table_at[si] + 1], *exact.scales(1.0, tallies.n_terms(s.n_rows)),
+                        np.reshape(auc_words, (-1, 3))[:, 1:]))
             out.append(row)
         return out
 
@@ -261,8 +260,9 @@ class Evaluator:
 
     def _table_results(self, si: int, keys: list, key_range) -> list:
         """Set ``si``'s tally table's device results: auc's (n_classes, 3) words, and aucpr's
-        areas' words. A table a class for multi-class predictions (one class against the
-        rest); by value (compact) or dense (``tallies``), summed over every process."""
+        areas' (n_classes, 2) words. A table a class for multi-class predictions (one class
+        against the rest); by value (compact) or dense (``tallies``), summed over every
+        process."""
         xp, kernels = self.backend.xp, self.backend.kernels
         s, scale = self.sets[si], self.weight_scales[si]
         weights = s.weights if s.weights is not None else [None] * len(s.labels)
@@ -308,10 +308,10 @@ class Evaluator:
             self.collective.allreduce_sum_inplace([table])
             tables = list(table)
         results = [xp.stack([kernels.auc_words(t) for t in tables])]
-        if "aucpr" in self.kinds:
-            terms, _ = tallies.aucpr_terms(xp, tables[0])
-            results.append(kernels.fixed_point_words(
-                terms, *exact.scales(1.0, tallies.n_terms(s.n_rows))))
+        if "aucpr" in self.kinds:  # (n_classes, 2): a class's areas against the rest each
+            results.append(xp.stack([kernels.fixed_point_words(
+                tallies.aucpr_terms(xp, t)[0], *exact.scales(1.0, tallies.n_terms(s.n_rows)))
+                for t in tables]))
         return results
 
     def _value_table(self, parts: list, scale: float):

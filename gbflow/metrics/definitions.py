@@ -203,7 +203,7 @@ _MAKERS = {
                                           loss=survival.negative_log_likelihood, finish=_mean),
     "auc": lambda arg, p: Metric(name="auc", kind="auc", maximize=True, any_outputs=True,
                                   labels=_PROBABILITY),
-    "aucpr": lambda arg, p: Metric(name="aucpr", kind="aucpr", maximize=True,
+    "aucpr": lambda arg, p: Metric(name="aucpr", kind="aucpr", maximize=True, any_outputs=True,
                                     labels=_PROBABILITY),
 }
 # metrics taking an "@" argument: is it required, and what it must be
@@ -287,8 +287,8 @@ class _Defaults:
 
 def fits_objective(m: Metric, multiclass: bool, quantiles: int = 1) -> bool:
     """Whether the metric takes the predictions of an objective with (True) or without
-    (False) one output per class. auc takes both (for classes, each class against the rest,
-    weighted by its weight, as XGBoost); aucpr and the ranking metrics only one output.
+    (False) one output per class. auc and aucpr take both (for classes, each class against the
+    rest, weighted by its weight, as XGBoost); the ranking metrics only one output.
     quantiles: reg:quantileerror's outputs; several take only the row metrics of one output,
     each row's loss averaged over them (XGBoost's elementwise metrics on several outputs)."""
     if quantiles > 1:

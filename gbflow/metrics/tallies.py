@@ -83,8 +83,10 @@ def auc_value(words) -> float:
     """auc from the ``auc_words`` kernel's host values: (3,) for one table; (n_classes, 3) for
     one table a class (one class against the rest), then the classes' aucs weighted by their
     positive weight, as XGBoost's multi-class auc. NaN when no table has weight in both
-    classes."""
+    classes, and, as XGBoost, when one of several classes has not."""
     words = np.asarray(words, dtype=np.int64).reshape(-1, 3)
+    if len(words) > 1 and not (words[:, 1:] > 0).all():
+        return float("nan")  # XGBoost's: a class without weight on both sides
     area = weight = 0.0
     for numerator, positive, negative in words.tolist():
         if positive and negative:
@@ -116,7 +118,13 @@ def aucpr_terms(xp, table):
 
 
 def aucpr_value(words, scale: float, low_scale: float, totals) -> float:
-    """aucpr from its areas' exact words and the (positive, negative) totals."""
-    if int(totals[0]) == 0 or int(totals[1]) == 0:
+    """aucpr from its areas' exact words ((2,), or (n_classes, 2) for one table a class) and
+    the (positive, negative) totals ((2,) or (n_classes, 2)): for classes, each against the
+    rest, then the mean of the classes' aucprs, as XGBoost's multi-class aucpr (unweighted,
+    unlike its auc). NaN when a class has no weight on one side."""
+    words = np.asarray(words, dtype=np.int64).reshape(-1, 2)
+    totals = np.asarray(totals, dtype=np.int64).reshape(-1, 2)
+    if not (totals > 0).all():
         return float("nan")
-    return exact.total(words[0], words[1], scale, low_scale)
+    values = [exact.total(w[0], w[1], scale, low_scale) for w in words.tolist()]
+    return values[0] if len(values) == 1 else sum(values) / len(values)
