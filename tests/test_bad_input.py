@@ -424,8 +424,8 @@ def test_xgboost_spellings_are_taken(df, caplog):
      r"base_score must lie in \(0, 1\) for binary:logistic"),
     ({"eval_metric": "mlogloss"},
      r"eval_metric 'mlogloss' does not fit objective reg:squarederror .*rmse"),
-    ({"objective": "multi:softprob", "num_class": 3, "eval_metric": "aucpr"},
-     r"eval_metric 'aucpr' does not fit objective multi:softprob .*auc"),
+    ({"objective": "multi:softprob", "num_class": 3, "eval_metric": "ndcg"},
+     r"eval_metric 'ndcg' does not fit objective multi:softprob .*auc, aucpr"),
     ({"eval_metric": "aft-nloglik"}, r"eval_metric 'aft-nloglik' is not supported"),
     ({"eval_metric": "ndcg@top"}, r"eval_metric 'ndcg@top': the argument after '@' must be a "
                                     r"positive whole number"),
