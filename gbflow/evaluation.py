@@ -369,9 +369,9 @@ class Evaluation:
         del predictions  # (the metrics' transform: custom_metric takes XGBoost's, below)
         for s, data in zip(self.sets, self._host_labels):
             preds = [self._custom_input(m) for m in s.margin]
-            shape = (0,) if preds and preds[0].ndim == 1 or self.objective.n_groups == 1 else \
-                (0, self.objective.n_groups)
-            mine = np.concatenate([to_host(p) for p in preds]) if preds else np.empty(shape)
+            # (a process without rows of the set: an empty array of the others' shape)
+            mine = np.concatenate([to_host(p) for p in preds]) if preds else to_host(
+                self._custom_input(self.backend.xp.zeros((0, self.objective.n_groups))))
             prediction = np.concatenate(gather(mine)) if self.collective.size > 1 else mine
             for name, value in _pairs(self.options.custom_metric(prediction, data)):
                 if name in self.names:

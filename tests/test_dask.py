@@ -708,3 +708,24 @@ def test_train_refuses_a_client_that_is_not_a_distributed_client():
     ddf = _never_computed(make_table(n_rows=100, seed=46))
     with pytest.raises(TypeError, match=r"client must be a distributed\.Client.*got str"):
         gbflow.train(ddf, label="y", verbose=False, client="tcp://127.0.0.1:8786")
+
+
+def test_a_softmax_custom_metric_when_a_worker_holds_no_evaluation_rows(clients):
+    """multi:softmax's custom_metric takes class ids ((n,)): a worker without rows of the
+    evaluation set joins the others' with an empty array of that shape."""
+    client = clients(2)
+    df = make_table(n_rows=1200, task="multiclass", seed=71)
+    valid = make_table(n_rows=300, task="multiclass", seed=72)
+    seen = []
+
+    def accuracy(prediction, data):
+        seen.append(prediction.shape)
+        return "accuracy", float(np.mean(prediction == data.get_label()))
+    params = {"objective": "multi:softmax", "num_class": 3, "max_depth": 3}
+    kwargs = dict(label="y", params=params, num_boost_round=3, verbose=False,
+                  custom_metric=accuracy)
+    ours = gbflow.train(dd.from_pandas(df, npartitions=2), client=client,
+                        evals=[(dd.from_pandas(valid, npartitions=1), "v")], **kwargs)
+    alone = gbflow.train(df, evals=[(valid, "v")], **kwargs)
+    assert ours.evals_result == alone.evals_result
+    assert set(seen) == {(300,)}

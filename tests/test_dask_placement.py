@@ -163,3 +163,17 @@ def test_without_room_for_the_moves_the_partitions_stay(client2, monkeypatch):
     booster = gbflow.train(_uneven_frame(client2, df, [5, 1]), label="y", num_boost_round=2,
                            verbose=False, client=client2)
     assert sorted(r["rows"] for r in booster.worker_report) == [500, 2500]
+
+
+def test_row_counting_groups_are_a_workers_partitions_up_to_a_byte_bound():
+    """One counting task per run of a worker's partitions of at most COUNT_GROUP_BYTES (one
+    partition at least: a large one alone), partitions of no known holder counted anywhere."""
+    from gbflow.dask.placement import COUNT_GROUP_BYTES, counting_groups
+    mb = 1 << 20
+    holders = [["a"], ["b", "a"], ["a"], None, ["b"], ["a"], ["a"]]
+    nbytes = [10 * mb, 5 * mb, 60 * mb, mb, 5 * mb, 2 * COUNT_GROUP_BYTES, mb]
+    groups = counting_groups(holders, nbytes)
+    assert groups == [("a", [0]), ("b", [1, 4]), ("a", [2]), (None, [3]), ("a", [5]),
+                      ("a", [6])]
+    assert sorted(j for _, js in groups for j in js) == list(range(len(holders)))
+    assert counting_groups([["a"]] * 500, [100] * 500) == [("a", list(range(500)))]

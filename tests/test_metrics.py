@@ -159,6 +159,8 @@ def test_evaluate_refuses_predictions_of_the_wrong_shape():
     with pytest.raises(ValueError, match="needs class labels 0..1"):
         metrics.evaluate("mlogloss", label, np.full((4, 2), 0.5))
     assert metrics.evaluate("merror", label, np.eye(3)[[0, 1, 2, 1]]) == 0.25
+    as_dict = {"objective": "multi:softprob", "num_class": 3}
+    assert metrics.evaluate("merror", label, np.eye(3)[[0, 1, 2, 1]], params=as_dict) == 0.25
 
 
 class _OneOfTwo(collective.LocalCollective):

@@ -26,7 +26,7 @@ from .loading import partition_lengths
 from .local import check_client, current_client, partitions_of, train_in_process
 from .memory import check_worker_memory, room_to_keep, training_bytes
 from .messages import PartitionRef, Spec
-from .placement import holder_owners, training_owners
+from .placement import counting_groups, holder_owners, training_owners
 from .relay import OrderedLines, Relay
 from .rounds import KnownRounds
 from .task import train_task
@@ -298,22 +298,22 @@ class _Cluster(Watching):
         # unknown task's duration counts as 0.5 s, so Dask could move a partition to count it;
         # and after the compute, not in it (these tasks changed where Dask put the partitions).
         # (counted again on a restart: a pipeline may compute a lost partition differently)
-        # One counting task per worker, over every partition it holds (a task a partition
-        # cost about 5 ms of the driver's and scheduler's time: 500 partitions, 2.5 s).
+        # A counting task counts a worker's partitions up to COUNT_GROUP_BYTES together (a task
+        # a partition cost about 5 ms of the driver's and scheduler's time: 500 partitions,
+        # 2.5 s), so a spilled worker never holds more than that in memory to count them.
         holders = [sorted(who_has.get(f.key, ())) or None for f in partitions]
-        groups: dict = {}  # first holder (None: none known) -> the partitions it counts
-        for j, workers in enumerate(holders):
-            groups.setdefault(workers[0] if workers else None, []).append(j)
+        nbytes = self.client.nbytes(keys=[f.key for f in partitions], summary=False)
+        groups = counting_groups(holders, [nbytes.get(f.key, 0) for f in partitions])
         counts = [self.client.submit(partition_lengths, *[partitions[j] for j in js],
-                                     workers=None if w is None else [w],
-                                     allow_other_workers=w is None, pure=False)
-                  for w, js in groups.items()]
+                                     workers=None if w is None else [w], pure=False)
+                  for w, js in groups]
         self._futures.extend(counts)
-        counted = self._results(counts, [None if w is None else [w] for w in groups],
+        counted = self._results(counts, [None if w is None else [w] for w, _ in groups],
                                 "counting the partitions' rows")
         rows = [0] * len(partitions)
-        for j, n in zip([j for js in groups.values() for j in js], [n for c in counted for n in c]):
-            rows[j] = n
+        for (_, js), lengths in zip(groups, counted):
+            for j, n in zip(js, lengths):
+                rows[j] = n
         for f in counts:
             f.release()
         if reused:

@@ -71,3 +71,23 @@ def training_owners(holders: list[list[str]], rows: list[int], balance: bool = T
     if max(moved_load.values()) > (1 - MIN_GAIN) * max(load.values()):
         return owner
     return planned
+
+
+# The most bytes of partitions (Dask's sizes) one row-counting task reads together.
+COUNT_GROUP_BYTES = 64 << 20
+
+
+def counting_groups(holders: list, nbytes: list) -> list[tuple]:
+    """The driver's row-counting tasks: [(worker or None, [partition positions])], each
+    worker's partitions (by their first holder; None: no holder known, counted anywhere) in
+    runs of at most ``COUNT_GROUP_BYTES`` (one partition at least)."""
+    groups, open_group = [], {}  # worker -> (its group being filled, its bytes so far)
+    for j, (workers, size) in enumerate(zip(holders, nbytes)):
+        w = workers[0] if workers else None
+        group, total = open_group.get(w, (None, 0))
+        if group is None or total + size > COUNT_GROUP_BYTES:
+            group, total = [], 0
+            groups.append((w, group))
+        group.append(j)
+        open_group[w] = (group, total + size)
+    return groups

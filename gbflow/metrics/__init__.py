@@ -27,7 +27,8 @@ __all__ = ["METRICS", "EvalData", "Evaluator", "Metric", "auc", "evaluate",
 def evaluate(name: str, label, prediction, weight=None, params=None, qid=None) -> float:
     """Metric ``name`` of host predictions against labels, in this process; qid: (n,) query
     ids for the ranking metrics (weights are then per query, constant within one; None: all
-    rows are one query, as in XGBoost)."""
+    rows are one query, as in XGBoost). params: training's ``Params`` (``make_params``), for
+    the metrics they shape (huber_slope, quantile_alpha, the objective's outputs)."""
     label = np.asarray(label, dtype=np.float64)
     prediction = np.asarray(prediction, dtype=np.float64)
     chosen = metric(name, params)
@@ -36,8 +37,8 @@ def evaluate(name: str, label, prediction, weight=None, params=None, qid=None) -
                          f"{len(label)} labels: give (n,) or (n, n_classes)")
     several = prediction.ndim == 2
     # (n, k) of k outputs that are no classes: several quantiles (params'), a row metric each
-    outputs = several and params is not None and not params.multiclass and \
-        params.n_groups == prediction.shape[1] and not chosen.multiclass
+    outputs = several and not getattr(params, "multiclass", True) and \
+        getattr(params, "n_groups", 1) == prediction.shape[1] and not chosen.multiclass
     if several and not (chosen.multiclass or chosen.any_outputs or outputs):
         raise ValueError(f"evaluate: {name!r} takes one prediction a row ((n,)), got "
                          f"{prediction.shape}")
