@@ -1,4 +1,4 @@
-"""Which worker trains each training partition: one holding it, with the rows evened out.
+"""Where partitions are read: which worker trains each (a holder, rows evened out), and counts.
 
 A Dask training advances level by level at the pace of its busiest worker, and Dask places
 computed or persisted partitions without regard to their rows (eight equal partitions on two
