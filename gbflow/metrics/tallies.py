@@ -103,13 +103,17 @@ def aucpr_terms(xp, table):
     positive = table[0][::-1].astype(xp.float64)
     negative = table[1][::-1].astype(xp.float64)
     total_pos = positive.sum()
+    # (a table without positive weight, a class absent from the set: its value is NaN from
+    # the totals; dividing by 1 instead keeps its areas 0, without NaN or warnings. The
+    # tallies are whole numbers: a table with positive weight holds 1 or more.)
+    divisor = xp.maximum(total_pos, 1.0)
     tp, fp = xp.cumsum(positive), xp.cumsum(negative)
     tp_prev, fp_prev = tp - positive, fp - negative
     stepped = positive > 0
     h = xp.where(stepped, negative / xp.where(stepped, positive, 1.0), 0.0)
     a = 1.0 + h
-    b = xp.where(stepped, (fp_prev - h * tp_prev) / total_pos, 0.0)
-    pr, pr_prev = tp / total_pos, tp_prev / total_pos
+    b = xp.where(stepped, (fp_prev - h * tp_prev) / divisor, 0.0)
+    pr, pr_prev = tp / divisor, tp_prev / divisor
     with np.errstate(divide="ignore", invalid="ignore"):
         logs = xp.log(xp.where(b != 0, a * pr + b, 1.0)) - \
             xp.log(xp.where(b != 0, a * pr_prev + b, 1.0))
