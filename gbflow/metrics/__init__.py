@@ -36,15 +36,14 @@ def evaluate(name: str, label, prediction, weight=None, params=None, qid=None) -
         raise ValueError(f"evaluate: predictions of shape {prediction.shape} for "
                          f"{len(label)} labels: give (n,) or (n, n_classes)")
     several = prediction.ndim == 2
-    # (n, k) of k outputs that are no classes: several quantiles (params'), a row metric each
+    # (n, k) predictions are k classes' probabilities, or k quantiles' where params say so
     outputs = several and not getattr(params, "multiclass", True) and \
-        getattr(params, "n_groups", 1) == prediction.shape[1] and not chosen.multiclass
-    if several and not (chosen.multiclass or chosen.any_outputs or outputs):
-        raise ValueError(f"evaluate: {name!r} takes one prediction a row ((n,)), got "
-                         f"{prediction.shape}")
-    if chosen.multiclass and not several:
-        raise ValueError(f"evaluate: {name!r} takes (n, n_classes) class probabilities, got "
-                         f"{prediction.shape}")
+        getattr(params, "n_groups", 1) == prediction.shape[1]
+    if not fits_objective(chosen, several and not outputs,
+                          prediction.shape[1] if outputs else 1):  # training's rule
+        wanted = "(n, n_classes) class probabilities" if chosen.multiclass else \
+            "one prediction a row ((n,))"
+        raise ValueError(f"evaluate: {name!r} takes {wanted}, got {prediction.shape}")
     whole = whole_numbers(np, label)
     if several and not outputs and len(label) and not (whole and label.min() >= 0 and
                                                        label.max() < prediction.shape[1]):

@@ -288,7 +288,8 @@ class _Defaults:
 def fits_objective(m: Metric, multiclass: bool, quantiles: int = 1) -> bool:
     """Whether the metric takes the predictions of an objective with (True) or without
     (False) one output per class. auc and aucpr take both (for classes, each class against the
-    rest, weighted by its weight, as XGBoost); the ranking metrics only one output.
+    rest: auc's weighted by the classes' weights, aucpr's their mean, as XGBoost's); the
+    ranking metrics only one output.
     quantiles: reg:quantileerror's outputs; several take only the row metrics of one output,
     each row's loss averaged over them (XGBoost's elementwise metrics on several outputs)."""
     if quantiles > 1:
