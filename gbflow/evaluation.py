@@ -258,20 +258,19 @@ class Evaluation:
             self._queue.append((round_index, None, None))
         else:
             trees, self._trees = self._trees, []
-            predictions, queued = self._device_work(trees)
+            _, queued = self._device_work(trees)  # (a recording keeps its predictions alive)
             pending = self.evaluator.fetch(queued) if self.evaluator else None
-            custom = self._custom_scores(predictions) \
-                if self.options.custom_metric is not None else []
+            custom = self._custom_scores() if self.options.custom_metric is not None else []
             self._queue.append((round_index, pending, custom))
         return self._drain(self.delay)
 
     def _device_work(self, trees: list) -> tuple[list, tuple | None]:
-        """Add ``trees`` to the held-out sets' margins; return the sets' predictions (per set,
-        per part) and the evaluator's queued work (``Evaluator.queue``; None without built-in
-        metrics). Where a recorder serves, the walk (of a staged forest: the same device
-        arrays every round), the transform and the metrics are recorded once and replayed
-        (the same arrays, written again: the margins are updated in place, so their
-        addresses and the staged arrays' name the work)."""
+        """Add ``trees`` to the held-out sets' margins; return the sets' predictions for the
+        built-in metrics (per set, per part) and the evaluator's queued work
+        (``Evaluator.queue``; None without built-in metrics). Where a recorder serves, the
+        walk (of a staged forest: the same device arrays every round), the transform and the
+        metrics are recorded once and replayed (the same arrays, written again: the margins
+        are updated in place, so their addresses and the staged arrays' name the work)."""
         forest = self._staged.write(trees) if self._staged is not None and \
             self._staged.can_stage(trees) else None
         if forest is None:
@@ -349,7 +348,7 @@ class Evaluation:
     def _custom_input(self, margin):
         return _custom_input_of(self.backend, self.objective, margin)
 
-    def _custom_scores(self, predictions: list) -> list[tuple[str, str, float]]:
+    def _custom_scores(self) -> list[tuple[str, str, float]]:
         """The custom metric of every set on host copies of every process's rows (a wait for
         the device, and a gather of the predictions on several processes)."""
         to_host, gather = self.backend.to_host, self.collective.allgather
@@ -366,7 +365,6 @@ class Evaluation:
                     np.concatenate([y for y, _ in every]),
                     None if s.weights is None else np.concatenate([w for _, w in every])))
         scores = []
-        del predictions  # (the metrics' transform: custom_metric takes XGBoost's, below)
         for s, data in zip(self.sets, self._host_labels):
             preds = [self._custom_input(m) for m in s.margin]
             # (a process without rows of the set: an empty array of the others' shape)
