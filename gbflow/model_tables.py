@@ -36,10 +36,9 @@ def check_fmap(fmap, where: str) -> None:
     positional argument meant for the next parameter (``get_score("gain")``) is named."""
     if fmap in ("", None):
         return
+    misplaced = isinstance(fmap, bool) or fmap in IMPORTANCE_TYPES + ("text", "json")
     hint = f"; XGBoost's signature is {where}(fmap='', ...): pass it by keyword" \
-        if isinstance(fmap, (bool, str)) and (isinstance(fmap, bool) or
-                                             fmap in IMPORTANCE_TYPES + ("text", "json")) \
-        else ""
+        if misplaced else ""
     raise ValueError(f"{where}: feature map files (fmap={fmap!r}) are not taken; the model "
                      f"holds its feature names{hint}")
 
