@@ -109,6 +109,8 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
         row_offsets = np.concatenate([[0], np.cumsum([p.n_rows for p in parts])[:-1]]).tolist()
     options = EvalOptions() if options is None else options
     metric_list = params.metric_list()
+    # rows grouped by query: for a ranking objective, or a ranking metric
+    by_query = params.loss.by_query or any(m.kind == "query" for m in metric_list)
     weighted = parts[0].weight is not None
     eval_parts = [(parts if d is TRAINING else _as_parts(d), name) for d, name in evals]
     eval_parts = [(e, name, e[0].weight is not None if e else weighted) for e, name in eval_parts]
@@ -137,7 +139,7 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
                          for p in parts]
     with timers("quantize"):
         sizes = prepare.check_global_inputs(collective, parts, eval_parts, metric_list,
-                                            multiclass=params.multiclass)
+                                            multiclass=params.multiclass, by_query=by_query)
         n_rows, max_weight = sizes.n_rows, sizes.max_weight
         if resume is not None and resume.rows != n_rows:
             raise ValueError(f"the checkpoint resumed was written by a training on "
@@ -165,7 +167,6 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
                                                            shardset.part_shards])):
         shard.margin = margin  # a view: the part's margins are the pages' together
     n_total = shardset.n_rows_total
-    by_query = params.loss.by_query or any(m.kind == "query" for m in metric_list)
     # the training data's queries: for a ranking objective, or a ranking metric of it
     train_queries = params.loss.by_query or \
         (by_query and any(d is TRAINING for d, _ in evals))
@@ -195,7 +196,8 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
     resumed = 0 if resume is None else first_round
     evaluation = Evaluation(backend, eval_sets, sizes.eval_rows, sizes.eval_max_weights,
                             objective, metric_list, options, collective, num_boost_round,
-                            offset=resumed, recorder=shardset.eval_recorder)
+                            offset=resumed, recorder=shardset.eval_recorder,
+                            query_auc=sizes.eval_query_auc)
     if resume is not None:
         evaluation.restore(resume.history, resume.eval_rounds)
     progress = Progress(verbose, resumed + num_boost_round, emit, has_metrics=bool(evaluation))

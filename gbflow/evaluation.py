@@ -191,18 +191,20 @@ class Evaluation:
     process's rows gathered in process order.
 
     sets: ``EvalSet``s with their global row counts and largest weights (``n_rows``,
-    ``max_weight`` lists, from ``prepare.check_global_inputs``).
+    ``max_weight`` lists, from ``prepare.check_global_inputs``); query_auc: per set whether its
+    auc and aucpr are per query (``GlobalSizes.eval_query_auc``; None: none is).
     """
 
     def __init__(self, backend, sets: list, n_rows: list, max_weights: list, objective,
                  metric_list: list, options: EvalOptions, collective, n_rounds: int,
-                 offset: int = 0, recorder=None):
+                 offset: int = 0, recorder=None, query_auc: list | None = None):
         self.backend, self.sets, self.objective = backend, sets, objective
         self.options, self.collective, self.n_rounds = options, collective, n_rounds
         self.offset = offset  # a resumed training's rounds done before: metric_period counts them
         data = [metrics.EvalData(s.name, s.labels, s.weights, n, w, objective.n_groups,
-                                 s.queries)
-                for s, n, w in zip(sets, n_rows, max_weights)]
+                                 s.queries, by_query)
+                for s, n, w, by_query in zip(sets, n_rows, max_weights,
+                                             query_auc or [False] * len(sets))]
         self.names = [m.name for m in metric_list]
         self._maximizes = {m.name: m.maximize for m in metric_list}
         self.evaluator = metrics.Evaluator(backend, metric_list, data, collective) \

@@ -9,6 +9,7 @@ import numpy as np
 from . import _dtypes, binning, categories, routing, sketch
 from .backend import backend_for, on_gpu
 from .csr import CSR
+from .metrics.by_query import per_query
 from .ranking import whole_numbers
 from .shards import Shard
 from .stores import DenseStore, SparseStore
@@ -23,15 +24,20 @@ class GlobalSizes:
     max_weight: float
     eval_rows: list
     eval_max_weights: list
+    # per evaluation set: its auc and aucpr are per query (``metrics.by_query``: a set with
+    # query ids, in a training that ranks by query)
+    eval_query_auc: list = dataclasses.field(default_factory=list)
 
 
 def check_global_inputs(collective, parts, eval_sets, metric_list,
-                        multiclass: bool = False) -> GlobalSizes:
+                        multiclass: bool = False, by_query: bool = False) -> GlobalSizes:
     """Checks that need every process's data; every process raises the same error.
 
     eval_sets: (this process's parts, name, weighted) per evaluation set. metric_list: the
     ``metrics.Metric``s evaluated: their label ranges are checked on every set (unless
-    ``multiclass``: the objective checked the class labels), and auc's two classes."""
+    ``multiclass``: the objective checked the class labels), and auc's two classes. by_query:
+    the training ranks by query (a ranking objective or metric): a set with query ids then
+    takes auc and aucpr per query, as XGBoost does (``GlobalSizes.eval_query_auc``)."""
     # the rows, and the parts too long for int32 row positions (_dtypes.ROW_INDEX), in one sum
     n_rows, too_long = collective.allreduce_sum(np.array(
         [sum(p.n_rows for p in parts), sum(p.n_rows >= 2**31 for p in parts)], dtype=np.int64))
@@ -59,14 +65,17 @@ def check_global_inputs(collective, parts, eval_sets, metric_list,
           max((-float(p.label.min()) for p in e if p.n_rows), default=-np.inf),
           max((float(p.weight.max()) for p in e if p.n_rows and weighted), default=0.0),
           max((float(not whole_numbers(backend_for(p.label).xp, p.label)) for p in e
-               if p.n_rows and whole_needed), default=0.0)]
-         for e, _, weighted in eval_sets], dtype=np.float64).reshape(-1, 4))
+               if p.n_rows and whole_needed), default=0.0),
+          max((float(by_query and p.qid is not None) for p in e), default=0.0)]
+         for e, _, weighted in eval_sets], dtype=np.float64).reshape(-1, 5))
     max_weights = []
-    for (_, name, weighted), count, (high, minus_low, heaviest, fractional) in \
+    for (_, name, weighted), count, (high, minus_low, heaviest, fractional, with_ids) in \
             zip(eval_sets, counts, ranges):
         if count == 0:
             raise ValueError(f"evaluation set {name!r} has no rows")
         for m in metric_list:
+            if with_ids and m.kind in ("auc", "aucpr"):
+                m = per_query(m)
             problem = None if multiclass else \
                 m.label_problem(-minus_low, high, all_whole=not fractional)
             if problem:
@@ -79,7 +88,8 @@ def check_global_inputs(collective, parts, eval_sets, metric_list,
         if weighted and not heaviest > 0:
             raise ValueError(f"evaluation set {name!r}: all weights are zero")
         max_weights.append(float(heaviest) if weighted else 1.0)
-    return GlobalSizes(int(n_rows), float(largest), [int(c) for c in counts], max_weights)
+    return GlobalSizes(int(n_rows), float(largest), [int(c) for c in counts], max_weights,
+                       [bool(r[4]) for r in ranges])
 
 
 def _row_offset(offset, r0: int, r1: int):

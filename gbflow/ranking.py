@@ -105,6 +105,7 @@ class QueryGroups:
             self.raw_weight = self.weight = first
         self._ideal: dict = {}  # (k, exp_gain) -> (Q,) ideal DCG
         self._tops: dict = {}  # k -> the top places' positions and where they are real
+        self._label_order = None  # the rows by label (``label_order``), made once
 
     @property
     def n_queries(self) -> int:
@@ -128,6 +129,13 @@ class QueryGroups:
         _, places = sort_segments(xp, self.starts, keys,
                                   xp.arange(len(self.order), dtype=xp.float64))
         return self.order[places.astype(xp.int64)]
+
+    def label_order(self, label):
+        """``ranked(label)``: each query's rows by label, best first, equal labels in row
+        order; computed at the first call (the labels of a set do not change)."""
+        if self._label_order is None:
+            self._label_order = self.ranked(label)
+        return self._label_order
 
     def top_places(self, k: int):
         """((Q, k) bool: query q has a place i, (m,) int64 the positions of those places, in

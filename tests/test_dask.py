@@ -146,13 +146,15 @@ def test_base_margin_column_on_workers_equals_in_process(clients, tmp_path):
 
 def test_ranking_on_workers_equals_in_process(clients, tmp_path):
     """rank:ndcg with a qid column and query weights: the same model bytes and evaluation
-    history on two workers as in process; a query split between workers is refused by name."""
+    history (ndcg, and auc per query) on two workers as in process; a query split between
+    workers is refused by name."""
     rng = np.random.default_rng(26)
     df = make_table(n_rows=2400, seed=26).assign(q=np.repeat(np.arange(60), 40))
     df["y"] = np.clip(np.round(df["y"] - df["y"].min()), 0, 4)
     df["w"] = rng.uniform(0.5, 2.0, 60)[df["q"]]
     kwargs = dict(label="y", weight="w", qid="q", num_boost_round=5, verbose=False,
-                  params={"objective": "rank:ndcg", "max_depth": 4, "eval_metric": "ndcg@5"})
+                  params={"objective": "rank:ndcg", "max_depth": 4,
+                          "eval_metric": ["auc", "ndcg@5"]})
     expected = gbflow.train(df, evals=[(df, "train")], **kwargs)
     frame = _dask_frame(_partitions(df, [0, 800, 1600, 2400]))  # at query boundaries
     booster = gbflow.train(frame, evals=[(frame, "train")], client=clients(2), **kwargs)

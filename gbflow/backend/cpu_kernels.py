@@ -2515,6 +2515,29 @@ def segment_sums(values, starts, out):
     return out
 
 
+@njit(parallel=True, **_JIT)
+def _pair_order_counts(values, starts, query_of, out):
+    # one thread a place (not a query: one long query would be one thread's work)
+    for b in prange(values.shape[0]):
+        v = values[b]
+        count = np.int64(0)
+        for a in range(starts[query_of[b]], b):
+            if values[a] > v:
+                count += 2
+            elif values[a] == v:
+                count += 1
+        out[b] = count
+
+
+def pair_order_counts(values, starts, query_of, out):
+    """See numpy_kernels.pair_order_counts: one thread a place."""
+    if len(values):
+        _pair_order_counts(np.ascontiguousarray(values, dtype=np.float32),
+                           np.asarray(starts, dtype=np.int64),
+                           np.asarray(query_of, dtype=np.int64), out)
+    return out
+
+
 # the twin's own pair function, compiled: the same operations by construction
 _lambda_pair = njit(inline="always", **_JIT)(numpy_kernels._lambda_pair)
 

@@ -1572,6 +1572,18 @@ def _ranking_kernel(name: str):
                        ("--std=c++17", "--fmad=false"))
 
 
+def pair_order_counts(values, starts, query_of, out):
+    """See numpy_kernels.pair_order_counts: one thread a place."""
+    n = len(values)
+    if n:
+        _ranking_kernel("pair_order_counts")(
+            _grid(n), (_THREADS,),
+            (cp.ascontiguousarray(values, dtype=cp.float32),
+             cp.ascontiguousarray(starts, dtype=cp.int64),
+             cp.ascontiguousarray(query_of, dtype=cp.int64), _i64(n), out))
+    return out
+
+
 def lambda_pairs(y, s, e, gain, discount, inv_ideal, relevant, acc, starts, query_of, kind,
                  top_k, score_normalize, own, top):
     """See numpy_kernels.lambda_pairs: one thread a place for ``own``, one a (query, top place)

@@ -1503,6 +1503,24 @@ def segment_sums(values, starts, out):
     return out
 
 
+def pair_order_counts(values, starts, query_of, out):
+    """Each place's pairs with the places before it in its segment, as XGBoost's ranking auc
+    counts them: out[b] = the sum over a in [starts[q], b) of 2 where values[a] > values[b]
+    and 1 where they are equal (q = query_of[b]; NaN is neither).
+
+    values: (n,) float32, each segment's places in the order the pairs follow (a query's
+    documents by label, best first); starts: (S + 1,) int64; query_of: (n,) int64 each place's
+    segment; out: (n,) int64, overwritten. Integers: every backend gets the same. Returns out."""
+    for q in range(len(starts) - 1):
+        first, end = int(starts[q]), int(starts[q + 1])
+        v = np.asarray(values[first:end])
+        before = np.tri(end - first, k=-1, dtype=bool).T  # [a, b]: a before b
+        above = (v[:, None] > v[None, :]) & before
+        equal = (v[:, None] == v[None, :]) & before
+        out[first:end] = 2 * above.sum(axis=0) + equal.sum(axis=0)
+    return out
+
+
 # The ranking objectives' pair kinds (``lambda_pairs``' kind): the metric whose change weighs a pair
 RANK_NDCG, RANK_MAP, RANK_PAIRWISE = 0, 1, 2
 

@@ -35,3 +35,14 @@ def lambda_pairs(xp, *args):
         return cpu_kernels.lambda_pairs(*args)
     from . import cuda_kernels
     return cuda_kernels.lambda_pairs(*args)
+
+
+def pair_order_counts(xp, values, starts, query_of):
+    """``numpy_kernels.pair_order_counts`` in ``xp`` (numba on the host, CUDA on the GPU):
+    (n,) int64, a new array."""
+    out = xp.empty(len(values), dtype=xp.int64)
+    if xp is np:
+        from . import cpu_kernels
+        return cpu_kernels.pair_order_counts(values, starts, query_of, out)
+    from . import cuda_kernels
+    return cuda_kernels.pair_order_counts(values, starts, query_of, out)

@@ -17,6 +17,7 @@ import numpy as np
 from ..backend import get_backend
 from ..collective import LOCAL
 from ..ranking import QueryGroups, whole_numbers
+from .by_query import per_query
 from .compute import EvalData, Evaluator
 from .definitions import METRICS, Metric, fits_objective, metric
 
@@ -27,7 +28,8 @@ __all__ = ["METRICS", "EvalData", "Evaluator", "Metric", "auc", "evaluate",
 def evaluate(name: str, label, prediction, weight=None, params=None, qid=None) -> float:
     """Metric ``name`` of host predictions against labels, in this process; qid: (n,) query
     ids for the ranking metrics (weights are then per query, constant within one; None: all
-    rows are one query, as in XGBoost). params: training's ``Params`` (``make_params``), for
+    rows are one query, as in XGBoost), which make auc and aucpr XGBoost's per-query ones
+    (``by_query``). params: training's ``Params`` (``make_params``), for
     the metrics they shape (huber_slope, quantile_alpha, the objective's outputs)."""
     label = np.asarray(label, dtype=np.float64)
     prediction = np.asarray(prediction, dtype=np.float64)
@@ -44,6 +46,10 @@ def evaluate(name: str, label, prediction, weight=None, params=None, qid=None) -
         wanted = "(n, n_classes) class probabilities" if chosen.multiclass else \
             "one prediction a row ((n,))"
         raise ValueError(f"evaluate: {name!r} takes {wanted}, got {prediction.shape}")
+    # with query ids, auc and aucpr are per query (XGBoost's on data with groups)
+    query_auc = qid is not None and chosen.kind in ("auc", "aucpr")
+    if query_auc:
+        chosen = per_query(chosen)
     whole = whole_numbers(np, label)
     if several and not outputs and len(label) and not (whole and label.min() >= 0 and
                                                        label.max() < prediction.shape[1]):
@@ -62,8 +68,8 @@ def evaluate(name: str, label, prediction, weight=None, params=None, qid=None) -
                            np.asarray(qid), None if weights is None else weights[0],
                            "the metric's rows")] \
         if chosen.kind == "query" else None
-    data = EvalData("", [label], weights, len(label), max_weight, n_classes, queries)
-    evaluator = Evaluator(get_backend("cpu"), [chosen], [data], LOCAL)
+    data = EvalData("", [label], weights, len(label), max_weight, n_classes, queries, query_auc)
+    evaluator = Evaluator(get_backend("cpu"), [metric(name, params)], [data], LOCAL)
     return evaluator.values([[prediction]])[0][0]
 
 

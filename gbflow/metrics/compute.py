@@ -19,7 +19,7 @@ import dataclasses
 import numpy as np
 
 from .. import survival
-from . import exact, tallies
+from . import by_query, exact, tallies
 
 
 @dataclasses.dataclass
@@ -28,7 +28,8 @@ class EvalData:
     weights (or None) on the backend's device; n_rows and max_weight over every process (1.0
     without weights); n_classes: the predictions' columns (1: a (n_i,) vector); queries: per
     part its ``ranking.QueryGroups`` (weighted by query where the set is), or None: a set
-    without query ids, which the ranking metrics cannot evaluate."""
+    without query ids, which the ranking metrics cannot evaluate. query_auc: its auc and aucpr
+    are XGBoost's ranking ones (``by_query``): it has query ids, the same on every process."""
 
     name: str
     labels: list
@@ -37,6 +38,7 @@ class EvalData:
     max_weight: float
     n_classes: int = 1
     queries: list | None = None
+    query_auc: bool = False  # auc and aucpr per query (``by_query``), as XGBoost's on query ids
 
 
 def _row_term(backend, m, weighted: bool, columns: int = 1):
@@ -95,6 +97,9 @@ class Evaluator:
 
     def __init__(self, backend, metrics: list, sets: list[EvalData], collective):
         self.backend, self.metrics, self.sets, self.collective = backend, metrics, sets, collective
+        # per set its metrics: auc and aucpr of a set with query ids are per query
+        self.set_metrics = [[by_query.per_query(m) if s.query_auc and m.kind in ("auc", "aucpr")
+                             else m for m in metrics] for s in sets]
         self.extras = [[[m.precompute(backend, y) if m.precompute is not None else None
                          for y in s.labels] for s in sets] for m in metrics]
         self.terms = {(mi, weighted, columns): _row_term(backend, m, weighted, columns)
@@ -102,7 +107,8 @@ class Evaluator:
                       for weighted, columns in {(s.weights is not None, s.n_classes)
                                                 for s in sets}}
         self.weight_scales = [tallies.weight_scale(s.n_rows, s.max_weight) for s in sets]
-        self.kinds = {m.kind for m in metrics} & {"auc", "aucpr"}
+        # per set the tallies its metrics need (auc's, aucpr's)
+        self.kinds = [{m.kind for m in ms} & {"auc", "aucpr"} for ms in self.set_metrics]
         self._dense_tables: dict = {}  # set -> its dense tally table, reused every round
         weighted = [s for s in sets if s.weights is not None]
         totals = exact.sums(backend, [s.weights for s in weighted], [s.n_rows for s in weighted],
@@ -111,6 +117,7 @@ class Evaluator:
         self.weight_totals = [by_set.get(id(s), float(s.n_rows)) for s in sets]
         self.query_totals = self._query_totals() \
             if any(m.kind == "query" for m in metrics) else []
+        self.query_counts = self._query_counts()
         # cox-nloglik's risk sets: each set's rows ranked by time, once
         self.risk_sets = [survival.RiskSets(backend, s.labels, collective) for s in sets] \
             if any(m.kind == "cox" for m in metrics) else []
@@ -132,6 +139,19 @@ class Evaluator:
         by_set = dict(zip(map(id, weighted), totals))
         return [by_set.get(id(s), float(count)) for s, count in zip(self.sets, counts)]
 
+    def _query_counts(self) -> dict:
+        """(set, metric) -> the number of queries over every process that a "query" metric
+        with ``counted`` averages over (XGBoost's ranking auc and aucpr)."""
+        xp = self.backend.xp
+        wanted = [(si, mi) for si, ms in enumerate(self.set_metrics)
+                  for mi, m in enumerate(ms) if m.counted is not None]
+        if not wanted:
+            return {}
+        local = np.array([sum(int(xp.count_nonzero(self.set_metrics[si][mi].counted(
+            xp, q, y))) for q, y in zip(self.sets[si].queries, self.sets[si].labels))
+            for si, mi in wanted], dtype=np.int64)
+        return dict(zip(wanted, (float(c) for c in self.collective.allreduce_sum(local))))
+
     def values(self, predictions: list[list]) -> list[list[float]]:
         """``begin(predictions).values()``."""
         return self.begin(predictions).values()
@@ -150,7 +170,7 @@ class Evaluator:
         between processes), and only row and auc metrics (the ranking and cox metrics' work
         is not vetted for it)."""
         return self.collective.size == 1 and \
-            all(m.kind in ("row", "auc", "aucpr") for m in self.metrics)
+            all(m.kind in ("row", "auc", "aucpr") for ms in self.set_metrics for m in ms)
 
     def fetch(self, queued: tuple) -> Pending:
         """``queue``'s results on their way to the host (a copy queued after the work)."""
@@ -164,7 +184,7 @@ class Evaluator:
         columns, counts, bounds, row_at = [], [], [], {}
         for si, (s, preds) in enumerate(zip(self.sets, predictions)):
             weights = s.weights if s.weights is not None else [None] * len(s.labels)
-            for mi, m in enumerate(self.metrics):
+            for mi, m in enumerate(self.set_metrics[si]):
                 if m.kind == "row":
                     term = self.terms[mi, s.weights is not None, s.n_classes]
                     parts = [term(y, p, *(() if e is None else (e,)),
@@ -181,9 +201,8 @@ class Evaluator:
                 columns.append(parts)
                 counts.append(s.n_rows)
                 bounds.append(None if m.bound is None else float(m.bound * s.max_weight))
-        keys = [[self.backend.kernels.prediction_keys(p) for p in preds]
-                for preds in predictions] \
-            if self.kinds else []
+        keys = [[self.backend.kernels.prediction_keys(p) for p in preds] if kinds else None
+                for preds, kinds in zip(predictions, self.kinds)]
         ranges = self._bounds_and_ranges(columns, bounds, keys)
         column_words, grids = exact.words(self.backend, columns, counts, bounds)
         fetch = [w for column in column_words for w in column]
@@ -191,7 +210,7 @@ class Evaluator:
         fetch += [scale for scale, _ in grids if not isinstance(scale, float)]
         table_at = {}
         for si in range(len(self.sets)):
-            if self.kinds:
+            if self.kinds[si]:
                 table_at[si] = len(fetch)
                 fetch += self._table_results(si, keys[si], ranges[si])
         layout = ([len(c) for c in column_words], grids, bounds, row_at, table_at)
@@ -208,9 +227,10 @@ class Evaluator:
         out = []
         for si, s in enumerate(self.sets):
             row = []
-            for mi, m in enumerate(self.metrics):
+            for mi, m in enumerate(self.set_metrics[si]):
                 if m.kind in ("row", "query", "cox"):
                     denominator = self.weight_totals[si] if m.kind == "row" else \
+                        self.query_counts[si, mi] if m.counted is not None else \
                         self.query_totals[si] if m.kind == "query" else \
                         self.risk_sets[si].n_events
                     row.append(float(m.finish(sums[row_at[si, mi]], denominator)))
@@ -234,7 +254,7 @@ class Evaluator:
         unknown = [j for j, b in enumerate(bounds) if b is None]
         local = [exact.local_max_abs(xp, columns[j]) for j in unknown]
         ranged = [si for si, s in enumerate(self.sets)
-                  if keys and not tallies.by_value(s.n_rows)]
+                  if keys[si] is not None and not tallies.by_value(s.n_rows)]
         if collective.size == 1:
             for j, value in zip(unknown, local):
                 bounds[j] = value
@@ -285,7 +305,7 @@ class Evaluator:
             # occupied buckets travel instead of the whole table (at most its rows)
             tables = [self._value_table([(targets(y, c), w, column(k, c)) for y, w, k in parts],
                                         scale) for c in range(s.n_classes)]
-        elif self.collective.size == 1 and parts and "aucpr" not in self.kinds:
+        elif self.collective.size == 1 and parts and "aucpr" not in self.kinds[si]:
             # one process and auc alone: the words straight from the rows (no table to add
             # with other processes'; on the CPU the occupied buckets alone, not 16 MB a round)
             def joined(arrays):
@@ -308,7 +328,7 @@ class Evaluator:
             self.collective.allreduce_sum_inplace([table])
             tables = list(table)
         results = [xp.stack([kernels.auc_words(t) for t in tables])]
-        if "aucpr" in self.kinds:  # (n_classes, 2): a class's areas against the rest each
+        if "aucpr" in self.kinds[si]:  # (n_classes, 2): a class's areas against the rest each
             results.append(xp.stack([kernels.fixed_point_words(
                 tallies.aucpr_terms(xp, t)[0], *exact.scales(1.0, tallies.n_terms(s.n_rows)))
                 for t in tables]))

@@ -50,6 +50,9 @@ class Metric:
     finish: object = None
     bound: float | None = None
     precompute: object = None  # (backend, label) -> extra, once per evaluation set part
+    # "query" metrics: (xp, queries, label) -> (Q,) bool, the queries whose count is the
+    # denominator (XGBoost's ranking auc and aucpr), or None: the sum of the queries' weights
+    counted: object = None
     # The labels it is defined for: (low, high, low_included), checked on every evaluation set
     # before training starts; None for any label. whole_labels: where they must be whole
     # numbers too (as XGBoost checks ndcg's relevance degrees under its exponential gain, and
@@ -72,7 +75,8 @@ class Metric:
         return f"eval_metric {self.name!r} needs {self.whole_labels or f'labels in {span}'}"
 
 
-def _mean(total: float, weight: float) -> float:
+def mean(total: float, weight: float) -> float:
+    """A metric's value from its exact sum and its denominator (NaN for none)."""
     return total / weight if weight > 0 else float("nan")
 
 
@@ -153,7 +157,7 @@ def _quantile(alpha):
     return loss
 
 
-def _row(name, loss, finish=_mean, bound=None, multiclass=False, precompute=None,
+def _row(name, loss, finish=mean, bound=None, multiclass=False, precompute=None,
          labels=None) -> Metric:
     return Metric(name=name, kind="row", loss=loss, finish=finish, bound=bound,
                   multiclass=multiclass, precompute=precompute, labels=labels)
@@ -200,7 +204,7 @@ _MAKERS = {
     "merror": lambda arg, p: _row("merror", _merror, bound=1.0, multiclass=True),
     # XGBoost's: unweighted, the mean over events of log R(t) - log p (``survival``)
     "cox-nloglik": lambda arg, p: Metric(name="cox-nloglik", kind="cox",
-                                          loss=survival.negative_log_likelihood, finish=_mean),
+                                          loss=survival.negative_log_likelihood, finish=mean),
     "auc": lambda arg, p: Metric(name="auc", kind="auc", maximize=True, any_outputs=True,
                                   labels=_PROBABILITY),
     "aucpr": lambda arg, p: Metric(name="aucpr", kind="aucpr", maximize=True, any_outputs=True,
@@ -244,7 +248,7 @@ def _ranking_metric(name: str, params) -> Metric | None:
                  f"2**label - 1; set ndcg_exp_gain=False for the label itself)")
     else:
         labels, whole = (0.0, math.inf, True), None
-    return Metric(name=name, kind="query", maximize=True, loss=values, finish=_mean, bound=1.0,
+    return Metric(name=name, kind="query", maximize=True, loss=values, finish=mean, bound=1.0,
                   labels=labels, whole_labels=whole)
 
 

@@ -107,7 +107,15 @@ def aucpr_terms(xp, table):
     # the totals; dividing by 1 instead keeps its areas 0, without NaN or warnings. The
     # tallies are whole numbers: a table with positive weight holds 1 or more.)
     divisor = xp.maximum(total_pos, 1.0)
-    tp, fp = xp.cumsum(positive), xp.cumsum(negative)
+    return pr_areas(xp, positive, negative, xp.cumsum(positive), xp.cumsum(negative),
+                    divisor), total_pos
+
+
+def pr_areas(xp, positive, negative, tp, fp, divisor):
+    """(m,) float64 areas of m steps of a precision-recall curve, from the highest predictions
+    down (XGBoost's interpolation of Davis and Goadrich): positive, negative: (m,) float64 each
+    step's weights; tp, fp: (m,) the weights up to and including it; divisor: the total
+    positive weight (a scalar, or (m,): each step's). A step without positive weight adds 0."""
     tp_prev, fp_prev = tp - positive, fp - negative
     stepped = positive > 0
     h = xp.where(stepped, negative / xp.where(stepped, positive, 1.0), 0.0)
@@ -118,7 +126,7 @@ def aucpr_terms(xp, table):
         logs = xp.log(xp.where(b != 0, a * pr + b, 1.0)) - \
             xp.log(xp.where(b != 0, a * pr_prev + b, 1.0))
     area = xp.where(b != 0, (pr - pr_prev - b / a * logs) / a, (pr - pr_prev) / a)
-    return xp.where(stepped, area, 0.0), total_pos
+    return xp.where(stepped, area, 0.0)
 
 
 def aucpr_value(words, scale: float, low_scale: float, totals) -> float:
