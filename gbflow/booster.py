@@ -53,6 +53,7 @@ class Booster(XGBoostBoosterMethods):
         self.best_iteration = best_iteration
         self.best_score = best_score
         self.evals_result: dict = {}
+        self.eval_rounds: list = []  # the rounds of evals_result's values (set by training)
         # the feature names are gbflow's f0, f1, ... of an array (the XGBoost export leaves
         # them out, as XGBoost's own array models have none)
         self.made_up_names = bool(made_up_names)

@@ -250,10 +250,24 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
                        categories=categories, by_value=by_value, attributes=attributes,
                        made_up_names=made_up_names)
 
+    live: list = []  # the callbacks' model: one object for the whole training (XGBoost's)
+
     def snapshot() -> Booster:
-        """The model so far, for the callbacks (pending device trees built first)."""
+        """The model so far, for the callbacks (pending device trees built first): the same
+        object every time, its trees brought up to date (its forests are cached by tree range,
+        and the trees before only ever gain more after them)."""
         trees[:] = [finished_tree(t) for t in trees]
-        return model_of(trees)
+        if not live:
+            live.append(model_of(trees))
+        live[0].trees = list(trees)
+        return live[0]
+
+    def after_callbacks() -> None:
+        """Early stopping's best round so far on the callbacks' model, set after they ran (as
+        XGBoost's EarlyStopping, the last callback, sets it)."""
+        if live and options.early_stopping_rounds and evaluation.best_iteration is not None:
+            live[0].best_iteration = first_round + evaluation.best_iteration
+            live[0].best_score = evaluation.best_score
 
     hooks.before_training(snapshot)
     # Fixed-point scales from the loss's bounds on |g| and |h| where it has them (no per-round
@@ -374,9 +388,13 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
             trees[-n_groups:] = [finished_tree(t) for t in trees[-n_groups:]]
             if evaluate(round_index, trees[-n_groups:],
                         last=round_index + 1 == num_boost_round or bool(hooks)):
+                # the callbacks see the round that stops training (XGBoost runs its early
+                # stopping after them)
+                hooks.after_iteration(snapshot, first_round + round_index, evaluation.history)
                 break
         if hooks.after_iteration(snapshot, first_round + round_index, evaluation.history):
             break
+        after_callbacks()
         completed(evaluated[0])  # after the callbacks: a stop they ask for is never lost
     else:
         if evaluation and late and num_boost_round:
@@ -394,10 +412,16 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
         len(trees) > (first_round + evaluation.rounds[-1] + 1) * n_groups
     if dropped_round:
         trees = trees[: (first_round + evaluation.rounds[-1] + 1) * n_groups]
+    best_score = evaluation.best_score if stopping else None
+    if live:  # what the callbacks set on their model stays (XGBoost returns that object)
+        attributes = live[0].user_attributes
+        if not stopping:
+            best_iteration, best_score = live[0].best_iteration, live[0].best_score
+            if best_iteration is not None and best_iteration >= len(trees) // n_groups:
+                best_iteration = best_score = None  # a round cut off with the late ones
     booster = Booster(trees, cuts, feature_names, params, base_margin,
                       label_name=parts[0].label_name, weight_name=parts[0].weight_name,
-                      best_iteration=best_iteration,
-                      best_score=evaluation.best_score if stopping else None,
+                      best_iteration=best_iteration, best_score=best_score,
                       categories=categories, by_value=by_value, attributes=attributes,
                       made_up_names=made_up_names)
     booster.evals_result = evaluation.history
@@ -409,10 +433,16 @@ def _fit(backend, parts: list, params, num_boost_round: int, evals, options, ver
             np.concatenate([m for m, (i, _, _) in zip(margins, shardset.part_rows) if i == k])
             for k in range(len(parts))]
     if hooks:
-        booster = hooks.after_training(booster)
-        if not isinstance(booster, Booster):
-            raise TypeError(f"a callback's after_training returned a {type(booster).__name__}, "
+        returned = hooks.after_training(booster)
+        if not isinstance(returned, Booster):
+            raise TypeError(f"a callback's after_training returned a {type(returned).__name__}, "
                             f"not the model")
+        if returned is not booster and not returned.evals_result:
+            # (a copy or a slice of the model: the history is still the training's, as
+            # XGBoost's evals_result)
+            returned.evals_result, returned.eval_rounds = booster.evals_result, \
+                booster.eval_rounds
+        booster = returned
     memory.stop()
     booster.memory_report = memory.report(shardset, evaluation.sets)
     return booster

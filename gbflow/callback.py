@@ -6,11 +6,16 @@ class TrainingCallback:
     """Hooks into training, as XGBoost's ``xgboost.callback.TrainingCallback`` (subclass it and
     override what you need; pass instances as ``train(..., callbacks=[...])``).
 
-    ``model`` is a ``Booster`` of the trees so far (a snapshot: the trees of the continued
-    model, then one round more per iteration); ``epoch`` the round's global index (counting a
-    continued model's rounds); ``evals_log`` the metric values so far, ``{set: {metric:
+    ``model`` is the one ``Booster`` of the trees so far, the same object at every call (the
+    trees of the continued model, then one round more per iteration; attributes set on it
+    with ``set_attr`` stay, and the model ``train`` returns keeps them; with early stopping its
+    ``best_iteration`` and ``best_score`` are those of the rounds before, as XGBoost's
+    ``EarlyStopping`` sets them after the other callbacks); ``epoch`` the round's global index
+    (counting a continued model's rounds); ``evals_log`` the metric values so far, ``{set: {metric:
     [values]}}``, XGBoost's layout (this round's included). Training runs the hooks in the
-    order of the list, on the host; with callbacks the GPU evaluates each round as it ends
+    order of the list, on the host (the first callback asking to stop ends that round's calls,
+    as in XGBoost; on the round where early stopping ends training they all run first); with
+    callbacks the GPU evaluates each round as it ends
     rather than one round late (a wait for the device a round). On Dask every worker runs
     them (they must pickle) and they must decide alike (they see the same values)."""
 
@@ -20,7 +25,9 @@ class TrainingCallback:
 
     def after_training(self, model):
         """Called once with the final model; what it returns is the model ``train`` returns
-        (return ``model`` to keep it)."""
+        (return ``model`` to keep it). A returned model without an ``evals_result`` of its own
+        (a copy or a slice) is given the training's, as XGBoost's ``evals_result`` is the
+        training's history whatever the callbacks return."""
         return model
 
     def before_iteration(self, model, epoch: int, evals_log: dict) -> bool:
@@ -67,13 +74,14 @@ class Callbacks:
         if not self.callbacks:
             return False
         model = snapshot()
-        return any([bool(c.before_iteration(model, epoch, evals_log)) for c in self.callbacks])
+        # the first callback asking to stop ends the round's calls, as XGBoost's any() does
+        return any(bool(c.before_iteration(model, epoch, evals_log)) for c in self.callbacks)
 
     def after_iteration(self, snapshot, epoch: int, evals_log: dict) -> bool:
         if not self.callbacks:
             return False
-        model = snapshot()  # every callback runs, even after one asked to stop (XGBoost's)
-        return any([bool(c.after_iteration(model, epoch, evals_log)) for c in self.callbacks])
+        model = snapshot()
+        return any(bool(c.after_iteration(model, epoch, evals_log)) for c in self.callbacks)
 
     def after_training(self, model):
         for c in self.callbacks:

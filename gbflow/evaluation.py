@@ -36,8 +36,9 @@ class EvalOptions:
     arguments of the same names, checked by ``eval_options``).
 
     early_stopping_rounds: stop when the watched metric has not improved for that many rounds
-    (None: never). early_stopping_metric: the watched metric's name (None: the last metric, the
-    custom metric's last one when there is one), always on the last evaluation set. maximize:
+    (None or 0: never, as XGBoost). early_stopping_metric: the watched metric's name (None: the
+    last metric, the custom metric's last one when there is one), always on the last
+    evaluation set. maximize:
     whether larger is better for it (None: the metric's own direction). custom_metric: XGBoost's
     signature ``f(predictions, data) -> (name, value)`` or a list of such pairs, or None.
     metric_period: evaluate every that many rounds (and at the last round).
@@ -63,7 +64,8 @@ def eval_options(params, has_evals: bool, early_stopping_rounds=None,
                  metric_period=1) -> EvalOptions:
     """Check ``gbflow.train``'s evaluation arguments against ``params`` (validated ``Params``)
     before any work; errors name the argument."""
-    rounds = _positive_int(early_stopping_rounds, "early_stopping_rounds", True)
+    # 0 is off, as in XGBoost (its train adds early stopping for a true value only)
+    rounds = _positive_int(early_stopping_rounds or None, "early_stopping_rounds", True)
     period = _positive_int(metric_period, "metric_period", False)
     if rounds and not has_evals:
         raise ValueError("early_stopping_rounds needs at least one evaluation set in evals")

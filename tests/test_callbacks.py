@@ -125,3 +125,60 @@ def test_callbacks_on_dask_workers_stop_alike():
                                callbacks=[StopAfter(4)])
     assert [t.to_dict() for t in booster.trees] == [t.to_dict() for t in expected.trees]
     assert np.isfinite(booster.predict(df.drop(columns="y"))).all()
+
+
+def test_the_callbacks_share_one_model_whose_attributes_stay():
+    """One Booster object at every call (XGBoost's): what a callback sets on it is in the model
+    train returns; early stopping's best round is on it, set after the callbacks ran."""
+    df, valid = _data()
+    seen = []
+
+    class Note(TrainingCallback):
+        def after_iteration(self, model, epoch, evals_log):
+            seen.append((model, model.best_iteration))
+            model.set_attr(note=f"round {epoch}")
+            return False
+
+    booster = gbflow.train(df, label="y", params=PARAMS, num_boost_round=40,
+                           evals=[(valid, "valid")], early_stopping_rounds=3, verbose=False,
+                           callbacks=[Note()])
+    assert len({id(m) for m, _ in seen}) == 1
+    assert booster.attr("note") == f"round {booster.num_boosted_rounds() - 1}"
+    # every round's callbacks ran, the stopping one's too, before early stopping looked
+    assert len(seen) == booster.num_boosted_rounds() < 40
+    assert seen[0][1] is None and seen[-1][1] is not None
+    assert seen[-1][1] == booster.best_iteration  # (unchanged in the rounds stopping waits)
+    # a best round a callback sets (no early stopping) is the model's
+    class Best(TrainingCallback):
+        def after_iteration(self, model, epoch, evals_log):
+            model.set_attr(best_iteration=str(min(epoch, 2)), best_score="0.5")
+            return False
+
+    best = gbflow.train(df, label="y", params=PARAMS, num_boost_round=5, verbose=False,
+                        callbacks=[Best()])
+    assert (best.best_iteration, best.best_score) == (2, 0.5)
+
+
+def test_a_stop_ends_the_rounds_calls_and_a_copy_keeps_the_history():
+    """The first callback asking to stop ends that round's calls (XGBoost's any()); a copy
+    returned by after_training gets the training's evals_result; early_stopping_rounds=0 is
+    off, as in XGBoost."""
+    df, valid = _data()
+    first, second = Recorder(stop_after=1), Recorder()
+
+    class Copy(TrainingCallback):
+        def after_training(self, model):
+            return model.copy()
+
+    history = {}
+    booster = gbflow.train(df, label="y", params=PARAMS, num_boost_round=10,
+                           evals=[(valid, "valid")], verbose=False, evals_result=history,
+                           callbacks=[first, second, Copy()])
+    assert [c[1] for c in first.calls if c[0] == "after_iteration"] == [0, 1]
+    assert [c[1] for c in second.calls if c[0] == "after_iteration"] == [0]
+    assert booster.num_boosted_rounds() == 2
+    assert history == booster.evals_result and len(history["valid"]["auc"]) == 2
+    assert booster.eval_rounds == [0, 1]
+    unstopped = gbflow.train(df, label="y", params=PARAMS, num_boost_round=6,
+                             evals=[(valid, "valid")], verbose=False, early_stopping_rounds=0)
+    assert unstopped.num_boosted_rounds() == 6 and unstopped.best_iteration is None
