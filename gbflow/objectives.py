@@ -28,6 +28,15 @@ from .objective_base import (
 POISSON_MAX_DELTA_STEP = 0.7
 # added to each class's share before the log of the multiclass intercepts (XGBoost's kRtEps)
 MULTICLASS_SHARE_EPS = 1e-6
+# XGBoost's kRtEps: a logistic base score (given, or the mean label) is kept this far inside
+# (0, 1) before its logit, so a single-class label starts at a finite margin, +-13.8155
+LOGISTIC_BASE_EPS = 1e-6
+
+
+def _logit(p: float) -> float:
+    """The margin of a logistic base score, clipped to [LOGISTIC_BASE_EPS, 1 - it] first."""
+    p = min(max(p, LOGISTIC_BASE_EPS), 1.0 - LOGISTIC_BASE_EPS)
+    return math.log(p / (1.0 - p))
 
 
 class SquaredError(Objective):
@@ -96,10 +105,10 @@ class Logistic(ElementwiseLoss, SquaredError):
         p = float(base_score)
         if self.name == "binary:logitraw":  # XGBoost's: its predictions are margins, and so is
             return p                        # its base score
-        if not 0 < p < 1:
-            raise ValueError(f"parameter base_score must lie in (0, 1) for {self.name} (it is a "
+        if not 0 <= p <= 1:
+            raise ValueError(f"parameter base_score must lie in [0, 1] for {self.name} (it is a "
                              f"probability), got {base_score!r}")
-        return math.log(p / (1 - p))
+        return _logit(p)
 
     def estimate_margin(self, xp, labels, weights, collective=LOCAL):
         # XGBoost 3.2's: with scale_pos_weight one Newton step from margin 0 (its positive rows
@@ -110,9 +119,7 @@ class Logistic(ElementwiseLoss, SquaredError):
         p = weighted_mean(xp, labels, weights, collective)
         if self.name == "binary:logitraw":
             return np.array([p])
-        if not 0 < p < 1:
-            p = min(max(p, 1e-7), 1 - 1e-7)  # a single-class label: a finite, very sure start
-        return np.array([math.log(p / (1 - p))])
+        return np.array([_logit(p)])
 
     gradient_kernel = "logistic_gradients"  # logistic_gradients_with's
 

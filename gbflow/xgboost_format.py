@@ -201,7 +201,10 @@ def to_xgboost_dict(booster) -> dict:
             "feature_types": [] if booster.made_up_names and not categorical else types,
             "gradient_booster": {"model": model, "name": "gbtree"},
             "learner_model_param": {
-                "base_score": f"[{scores}]", "boost_from_average": "1",
+                # (a model without trees: XGBoost would take "1" as a base score still to be
+                # estimated, and read the stored one as a margin)
+                "base_score": f"[{scores}]",
+                "boost_from_average": "1" if booster.trees else "0",
                 # classes are XGBoost's num_class, reg:quantileerror's quantiles its targets
                 "num_class": str(params.num_class if params.multiclass else 0),
                 "num_feature": str(n_features),

@@ -4,6 +4,7 @@ methods on the same model exported (``to_xgboost``)."""
 from __future__ import annotations
 
 import copy
+import json
 
 import numpy as np
 import pandas as pd
@@ -221,3 +222,30 @@ def test_a_best_score_without_a_json_number_is_saved_and_loaded(tmp_path, score)
     assert trained.best_score == np.inf
     trained.save_model(tmp_path / "inf.json")
     assert gbflow.load_model(tmp_path / "inf.json").best_score == np.inf
+
+
+@pytest.mark.parametrize("objective, scale", [("binary:logistic", 1.0), ("reg:logistic", 1.0),
+                                              ("count:poisson", 3.0)])
+def test_logistic_base_scores_and_models_without_trees_export_as_xgboosts(objective, scale):
+    """A logistic base score is kept within [1e-6, 1 - 1e-6] before its logit, as XGBoost's
+    (given, or a single-class label's mean: margin -13.8155, not -16.1); a model of no trees
+    exports predicting as gbflow does."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(1000, 3))
+    y = (X[:, 0] > 0.5) * scale
+    data = xgb.DMatrix(X[:5])
+    for labels, extra in ((y, {}), (np.zeros(1000), {}), (y, {"base_score": 0.0})):
+        if objective == "count:poisson" and extra:
+            continue
+        params = {"objective": objective, "max_depth": 3, **extra}
+        ours = gbflow.train(X, label=labels, params=params, num_boost_round=3, verbose=False)
+        if objective != "count:poisson":  # XGBoost's estimate is made at its first round
+            theirs = xgb.train(params, xgb.DMatrix(X, labels), 1)
+            score = json.loads(theirs.save_config())["learner"]["learner_model_param"][
+                "base_score"]
+            p = np.clip(float(json.loads(score)[0] if score.startswith("[") else score),
+                        1e-6, 1 - 1e-6)  # (it stores the score as given: clipped when used)
+            np.testing.assert_allclose(ours.base_margin, [np.log(p / (1 - p))], rtol=1e-6)
+        for model in (ours, ours[1:1], ours[:0]):
+            np.testing.assert_allclose(model.to_xgboost().predict(data), model.predict(X[:5]),
+                                       rtol=1e-5, atol=1e-7)

@@ -254,7 +254,7 @@ def test_labels_outside_the_objectives_domain_are_refused_by_column(objective, l
 
 @pytest.mark.parametrize("params,match", [
     ({"objective": "count:poisson", "base_score": 0.0}, "base_score must be > 0"),
-    ({"objective": "reg:logistic", "base_score": 1.0}, r"base_score must lie in \(0, 1\)"),
+    ({"objective": "reg:logistic", "base_score": 1.5}, r"base_score must lie in \[0, 1\]"),
     ({"objective": "reg:tweedie", "tweedie_variance_power": 2.0}, "tweedie_variance_power"),
     ({"scale_pos_weight": 0}, "scale_pos_weight must be > 0"),
     ({"objective": "multi:softmax"}, "needs the parameter num_class"),
