@@ -34,14 +34,28 @@ def _check_features(X, what: str = "X"):
 
 
 def _series(values, what: str):
-    """A Dask Series from a Dask Series or a one-column Dask DataFrame."""
+    """A Dask Series from a Dask Series or a one-column Dask DataFrame. In-memory values (numpy,
+    pandas) are refused: they would have to be cut by position into X's partitions, whose row
+    counts are not known without computing X."""
     import dask.dataframe as dd
     if isinstance(values, dd.DataFrame) and len(values.columns) == 1:
         return values[values.columns[0]]
     if isinstance(values, dd.Series):
         return values
-    raise TypeError(f"{what} must be a Dask Series (partitioned like X) when X is a Dask "
-                    f"DataFrame, got a {_type_name(values)}")
+    raise TypeError(f"{what} must be a Dask Series (partitioned like X: paired with it partition "
+                    f"by partition, by position) when X is a Dask DataFrame, got a "
+                    f"{_type_name(values)}")
+
+
+def _same_partitions(X, series, what: str, x_name: str = "X"):
+    """Raises ValueError unless ``series`` (called ``what``) has as many partitions as X: they are
+    paired partition by partition, by position (as in xgboost.dask)."""
+    if series.npartitions != X.npartitions:
+        raise ValueError(f"{x_name} and {what} have different numbers of partitions: "
+                         f"{X.npartitions} != {series.npartitions}; {what} is paired with "
+                         f"{x_name} partition by partition and row by row (by position, as in "
+                         f"xgboost.dask), so it must be partitioned like {x_name}")
+    return series
 
 
 def _numeric(series, what: str):
@@ -52,21 +66,52 @@ def _numeric(series, what: str):
     return series.astype("float64")
 
 
+def _join_partition(part, *values, names=(), roles=(), x_name="X", ones=None,
+                    partition_info=None):
+    """One partition of X with ``values`` (the matching partitions of y and the weights, float64
+    Series) as the columns ``names``, by position: each row gets the value of the same row
+    number, whatever the indexes say; X's index is kept. ``ones``: a column of weight 1.
+    Raises ValueError naming the role (``roles``) and the partition when the lengths differ."""
+    columns = {}
+    for series, name, role in zip(values, names, roles):
+        if len(series) != len(part):
+            number = "?" if partition_info is None else partition_info["number"]
+            raise ValueError(f"{role} has {len(series)} rows in partition {number} but {x_name} "
+                             f"has {len(part)}: {role} is paired with {x_name} partition by "
+                             f"partition and row by row (by position, as in xgboost.dask), so "
+                             f"it must be partitioned like {x_name}")
+        columns[name] = series.to_numpy()
+    if ones is not None:
+        columns[ones] = np.ones(len(part))
+    return part.assign(**columns)
+
+
 def _training_frame(X, y, sample_weight, what: str, weighted: bool):
-    """X with y (already encoded as numbers) and the weights as columns ``LABEL``/``WEIGHT``.
+    """X with y (already encoded as numbers) and the weights as columns ``LABEL``/``WEIGHT``,
+    paired with X by position: partition i of y with partition i of X, row j with row j (as
+    xgboost.dask pairs them; never by index, which a ``from_dask_array`` frame restarts in every
+    partition and which unknown divisions would join through a shuffle). X's index and divisions
+    are kept. Raises ValueError when the numbers of partitions differ; a partition whose
+    lengths differ fails, naming it, when it is computed.
 
     weighted: the training has weights, so a set without ``sample_weight`` gets weight 1 (an
     evaluation frame must have the training's weight column).
     """
     of = "" if what == "fit" else f" of {what}"
     X = _check_features(X, f"X{of}")
-    columns = {LABEL: _numeric(_series(y, f"y{of}"), f"y{of}")}
+    values, names, roles = [], [LABEL], [f"y{of}"]
+    values.append(_numeric(_series(y, roles[0]), roles[0]))
     if sample_weight is not None:
-        columns[WEIGHT] = _numeric(_series(sample_weight, f"sample_weight{of}"),
-                                   f"sample_weight{of}")
-    elif weighted:
-        columns[WEIGHT] = 1.0
-    return X.assign(**columns)
+        roles.append(f"sample_weight{of}")
+        names.append(WEIGHT)
+        values.append(_numeric(_series(sample_weight, roles[1]), roles[1]))
+    for series, role in zip(values, roles):
+        _same_partitions(X, series, role, f"X{of}")
+    options = dict(names=tuple(names), roles=tuple(roles), x_name=f"X{of}",
+                   ones=WEIGHT if weighted and sample_weight is None else None)
+    meta = _join_partition(X._meta, *(v._meta for v in values), **options)
+    return X.map_partitions(_join_partition, *values, **options, meta=meta,
+                            align_dataframes=False)
 
 
 def _classes(y) -> np.ndarray:
@@ -145,7 +190,8 @@ def _probability_partition(margin, probabilities):
 
 class DaskAdapter:
     """What the scikit-learn estimators do with Dask collections: X a Dask DataFrame with string
-    column names (the feature names), y and weights Dask Series partitioned like it. Training
+    column names (the feature names), y and weights Dask Series partitioned like it (paired with
+    X partition by partition, by position, as in xgboost.dask; indexes are ignored). Training
     data becomes one frame with label and weight columns for ``gbflow.train`` on Dask; nothing
     is computed but the classifier's distinct labels, and predictions are lazy. The methods are
     those of ``gbflow.sklearn_data._InMemoryAdapter``; ``column`` names the prediction.
@@ -162,9 +208,11 @@ class DaskAdapter:
 
     # -- fit -------------------------------------------------------------------------------------
     def fit_data(self, X, y, y_numeric: bool = False):
-        """-> (X, y), X checked (its column names recorded as the estimator's features); y is
-        checked when the training frame is made."""
+        """-> (X, y), X checked (its column names recorded as the estimator's features) and y's
+        number of partitions checked against X's; y's values are checked when the training frame
+        is made."""
         X = _check_features(X)
+        _same_partitions(X, _series(y, "y"), "y")  # before the classifier computes y's classes
         self.estimator.n_features_in_ = len(X.columns)
         self.estimator.feature_names_in_ = np.asarray(list(X.columns), dtype=object)
         return X, y
