@@ -8,7 +8,7 @@ import os
 import numpy as np
 
 from . import categories as categories_module
-from . import explain, inputs, model_check, model_tables, predictor, xgboost_format
+from . import explain, inputs, model_check, predictor, xgboost_format
 from .atomic_file import write_whole
 from .backend import backend_for, frames
 from .booster_compat import XGBoostBoosterMethods
@@ -96,6 +96,9 @@ class Booster(XGBoostBoosterMethods):
             inputs.check_feature_dtypes(data, self.feature_names, "prediction data")
         else:
             inputs.check_columns(data, self.feature_names, (), "prediction data")
+            # (as training's: strings, complex, timedelta or object values are not read as
+            # numbers)
+            inputs.check_feature_dtypes(data, self.feature_names, "prediction data")
         # features categorical by value come as numbers (an array, numeric columns) matched
         # with the model's categories (a category column for them is matched as in training)
         as_columns = set(frames.category_columns(data, self.by_value))
@@ -203,7 +206,8 @@ class Booster(XGBoostBoosterMethods):
     def predict(self, data, output_margin: bool = False, name: str = "prediction", *,
                 pred_leaf: bool = False, pred_contribs: bool = False,
                 approx_contribs: bool = False, pred_interactions: bool = False,
-                iteration_range=None, base_margin=None):
+                iteration_range=None, base_margin=None, strict_shape: bool = False,
+                validate_features: bool = True, training: bool = False):
         """Predictions for ``data``, or their explanations.
 
         data: pandas or cuDF DataFrame (its columns must be the training features; the training
@@ -238,16 +242,22 @@ class Booster(XGBoostBoosterMethods):
 
         base_margin: XGBoost's, each row's starting margin in place of the model's base score
         (as given to ``train``): a column name of ``data`` or an array ((n,), or (n, n_classes));
-        a column name for a Dask DataFrame.
+        a column name for a Dask DataFrame. strict_shape, validate_features, training: XGBoost's
+        (``booster_compat.strict_shaped``; ``validate_features`` and ``training`` are taken and
+        change nothing: frame columns are always matched by name, and no tree is dropped).
         """
         kind = _explain_kind(output_margin, pred_leaf, pred_contribs, approx_contribs,
                              pred_interactions)
         if inputs.is_dask_collection(data):
+            if strict_shape:
+                raise TypeError("predict: strict_shape is for in-memory data (an array); a "
+                                "Dask collection's predictions are a lazy Series or frame")
             from .dask import predict as dask_predict
             return dask_predict.predict(self, data, output_margin, name, kind, iteration_range,
                                         base_margin)
-        return self._predict(data, output_margin, name, passengers_allowed=False, kind=kind,
-                             iteration_range=iteration_range, base_margin=base_margin)
+        out = self._predict(data, output_margin, name, passengers_allowed=False, kind=kind,
+                            iteration_range=iteration_range, base_margin=base_margin)
+        return self.strict_shaped(out, kind) if strict_shape else out
 
     def transform(self, data, name: str = "prediction", output_margin: bool = False, *,
                   iteration_range=None, base_margin=None):
@@ -287,31 +297,6 @@ class Booster(XGBoostBoosterMethods):
             values = {"gain": gain / splits, "total_gain": gain, "split": splits,
                       "cover": cover / splits, "total_cover": cover}[importance_type]
         return {self.feature_names[j]: float(values[j]) for j in np.flatnonzero(used)}
-
-    # XGBoost's signatures, fmap first: a feature map file is refused (model_tables.check_fmap)
-    def get_score(self, fmap: str = "", importance_type: str = "weight") -> dict[str, float]:
-        """XGBoost's ``Booster.get_score``: {feature: importance} of the features used in a
-        split; importance_type "weight" (number of splits), "gain"/"cover" (mean per split),
-        "total_gain"/"total_cover"."""
-        model_tables.check_fmap(fmap, "get_score")
-        return self.feature_importances(importance_type)
-
-    def trees_to_dataframe(self, fmap: str = ""):
-        """A pandas DataFrame of every node (``gbflow.model_tables.trees_to_dataframe``)."""
-        model_tables.check_fmap(fmap, "trees_to_dataframe")
-        return model_tables.trees_to_dataframe(self)
-
-    def get_dump(self, fmap: str = "", with_stats: bool = False,
-                 dump_format: str = "text") -> list[str]:
-        """Each tree as XGBoost's text or JSON dump (``gbflow.model_tables.get_dump``)."""
-        model_tables.check_fmap(fmap, "get_dump")
-        return model_tables.get_dump(self, with_stats, dump_format)
-
-    def dump_model(self, fout, fmap: str = "", with_stats: bool = False,
-                   dump_format: str = "text") -> None:
-        """Write every tree's dump to the file ``fout`` (``gbflow.model_tables.dump_model``)."""
-        model_tables.check_fmap(fmap, "dump_model")
-        model_tables.dump_model(self, fout, with_stats, dump_format)
 
     # -- model file ------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -373,9 +358,10 @@ class Booster(XGBoostBoosterMethods):
         ``.ubj`` (that one written through the xgboost package). A ``.ubj`` name without
         format="xgboost" is an error (gbflow's own files are JSON).
 
-        The file appears whole or not at all: the text is written to a temporary file in the
-        same folder, flushed to disk, then renamed over ``path``; on any failure the temporary
-        file is removed and an existing ``path`` is left as it was."""
+        The model is checked as ``load_model`` checks a file first (a ValueError, nothing
+        written). The file appears whole or not at all: the text is written to a temporary file
+        in the same folder, flushed to disk, then renamed over ``path``; on any failure the
+        temporary file is removed and an existing ``path`` is left as it was."""
         path = os.path.expanduser(os.fspath(path))  # "~/m.json", as XGBoost
         if format not in (None, "gbflow", "xgboost"):
             raise ValueError(f"save_model: format must be 'gbflow' or 'xgboost', got {format!r}")
@@ -391,8 +377,13 @@ class Booster(XGBoostBoosterMethods):
         if os.path.isdir(path):
             raise IsADirectoryError(f"save_model: {path!r} is a folder; give a file name such "
                                     f"as {os.path.join(path, 'model.json')!r}")
+        model = self.to_dict()
+        try:  # what load_model would refuse is not written (attributes set by hand)
+            model_check.check_model(model, self.n_groups)
+        except model_check.ModelFileError as error:
+            raise ValueError(f"save_model: this model would not load back: {error}") from None
         if format != "xgboost":
-            content = self.to_json().encode("utf-8")
+            content = json.dumps(model, allow_nan=False, separators=(",", ":")).encode("utf-8")
         elif ubj:
             content = bytes(self.to_xgboost().save_raw("ubj"))
         else:

@@ -1,11 +1,11 @@
-"""XGBoost's ``Booster`` methods that ported scripts call: inplace_predict, slicing, copy,
-attributes."""
+"""XGBoost's ``Booster`` methods that ported scripts call: inplace_predict, strict shapes,
+slicing, copy, attributes, importances and dumps by XGBoost's signatures."""
 from __future__ import annotations
 
 import math
 import operator
 
-from . import inputs
+from . import inputs, model_tables
 from .backend import frames
 
 PREDICT_TYPES = ("value", "margin")
@@ -43,6 +43,21 @@ class XGBoostBoosterMethods:
             data, predict_type == "margin", "prediction", passengers_allowed=False,
             iteration_range=iteration_range, base_margin=base_margin))
         return values[:, None] if strict_shape and values.ndim == 1 else values
+
+    def strict_shaped(self, out, kind: str):
+        """``predict``'s output (an array, Series or frame) as the bare array in XGBoost's
+        ``strict_shape`` layout: values (n, n_outputs); pred_leaf (n, rounds, n_groups, 1);
+        pred_contribs (n, n_groups, F + 1); pred_interactions (n, n_groups, F + 1, F + 1)."""
+        values = frames.bare_values(out)
+        if kind == "value":
+            return values[:, None] if values.ndim == 1 else values
+        n, groups = values.shape[0], self.n_groups
+        if kind == "leaf":
+            return values.reshape(n, values.shape[1] // groups, groups, 1)
+        width = self.num_features() + 1
+        if kind in ("contribs", "approx_contribs"):
+            return values.reshape(n, groups, width)
+        return values.reshape(n, groups, width, width)
 
     def get_fscore(self, fmap: str = "") -> dict[str, float]:
         """XGBoost's ``Booster.get_fscore``: the number of splits on each feature used
@@ -131,6 +146,32 @@ class XGBoostBoosterMethods:
                           label_name=self.label_name, weight_name=self.weight_name,
                           categories=self.categories, by_value=self.by_value,
                           attributes=self.user_attributes, made_up_names=self.made_up_names)
+
+
+    # XGBoost's signatures, fmap first: a feature map file is refused (model_tables.check_fmap)
+    def get_score(self, fmap: str = "", importance_type: str = "weight") -> dict[str, float]:
+        """XGBoost's ``Booster.get_score``: {feature: importance} of the features used in a
+        split; importance_type "weight" (number of splits), "gain"/"cover" (mean per split),
+        "total_gain"/"total_cover"."""
+        model_tables.check_fmap(fmap, "get_score")
+        return self.feature_importances(importance_type)
+
+    def trees_to_dataframe(self, fmap: str = ""):
+        """A pandas DataFrame of every node (``gbflow.model_tables.trees_to_dataframe``)."""
+        model_tables.check_fmap(fmap, "trees_to_dataframe")
+        return model_tables.trees_to_dataframe(self)
+
+    def get_dump(self, fmap: str = "", with_stats: bool = False,
+                 dump_format: str = "text") -> list[str]:
+        """Each tree as XGBoost's text or JSON dump (``gbflow.model_tables.get_dump``)."""
+        model_tables.check_fmap(fmap, "get_dump")
+        return model_tables.get_dump(self, with_stats, dump_format)
+
+    def dump_model(self, fout, fmap: str = "", with_stats: bool = False,
+                   dump_format: str = "text") -> None:
+        """Write every tree's dump to the file ``fout`` (``gbflow.model_tables.dump_model``)."""
+        model_tables.check_fmap(fmap, "dump_model")
+        model_tables.dump_model(self, fout, with_stats, dump_format)
 
 
 def _is_nan(value) -> bool:

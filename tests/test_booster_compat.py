@@ -249,3 +249,44 @@ def test_logistic_base_scores_and_models_without_trees_export_as_xgboosts(object
         for model in (ours, ours[1:1], ours[:0]):
             np.testing.assert_allclose(model.to_xgboost().predict(data), model.predict(X[:5]),
                                        rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("objective", ["binary:logistic", "multi:softprob"])
+def test_predict_takes_xgboosts_keywords_and_strict_shapes(objective):
+    """strict_shape gives XGBoost's shapes and values for every output kind; validate_features
+    and training are taken; arrays of strings, complex or timedelta values are refused at
+    prediction as at training."""
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(300, 4)), rng.integers(0, 3, 300)
+    params = {"objective": objective, "max_depth": 2}
+    if objective == "multi:softprob":
+        params["num_class"] = 3
+    else:
+        y = (y > 0).astype(float)
+    booster = gbflow.train(X, y, params, 3, verbose=False)
+    exported, data = booster.to_xgboost(), xgb.DMatrix(X[:5])
+    for options in ({}, {"output_margin": True}, {"pred_leaf": True},
+                    {"pred_contribs": True}, {"pred_interactions": True}):
+        ours = booster.predict(X[:5], strict_shape=True, validate_features=True,
+                               training=False, **options)
+        theirs = exported.predict(data, strict_shape=True, **options)
+        assert ours.shape == theirs.shape
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+    frame = pd.DataFrame(X[:5], columns=booster.feature_names)
+    assert isinstance(booster.predict(frame, strict_shape=True), np.ndarray)
+    for bad in (X.astype(str), X + 1j, (X * 1e3).astype("int64").astype("m8[ns]")):
+        with pytest.raises(TypeError, match="prediction data is an array of dtype"):
+            booster.predict(bad)
+
+
+def test_save_model_refuses_what_load_model_would(tmp_path, binary):
+    """A model edited by hand into one that would not load is refused, and nothing written."""
+    for edit in (lambda m: setattr(m, "best_iteration", 50),
+                 lambda m: setattr(m, "feature_names", ["a"] * m.num_features())):
+        model = binary.copy()
+        edit(model)
+        with pytest.raises(ValueError, match="save_model: this model would not load back"):
+            model.save_model(tmp_path / "model.json")
+    assert list(tmp_path.iterdir()) == []
+    binary.save_model(tmp_path / "model.json")
+    assert gbflow.load_model(tmp_path / "model.json").to_json() == binary.to_json()
