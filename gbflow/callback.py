@@ -1,4 +1,5 @@
-"""Training callbacks, XGBoost's interface: ``TrainingCallback`` and the runner training uses."""
+"""Training callbacks, XGBoost's interface: ``TrainingCallback``, XGBoost's ``EarlyStopping`` and
+``EvaluationMonitor``, and the runner training uses."""
 from __future__ import annotations
 
 
@@ -39,6 +40,106 @@ class TrainingCallback:
         return False
 
 
+class EarlyStopping(TrainingCallback):
+    """XGBoost's ``xgboost.callback.EarlyStopping``: stop when the watched metric has not
+    improved for ``rounds`` rounds in a row.
+
+    metric_name: the watched metric (None: the last one of the set); data_name: the watched
+    evaluation set (None: the last one); maximize: larger is better (None: XGBoost's rule by
+    name: metrics starting with auc, aucpr, pre, map or ndcg, except mape); min_delta: how much
+    a value must beat the best one to count as an improvement. Each improvement sets the
+    model's ``best_iteration`` and ``best_score`` (``set_attr``, as XGBoost's); save_best: the
+    model returned ends at the best round (a slice, keeping them). gbflow's own
+    ``early_stopping_rounds`` does the same inside training (and is what the Dask driver and
+    checkpoints know about); this callback is for scripts ported from XGBoost."""
+
+    def __init__(self, rounds: int, metric_name: str | None = None,
+                 data_name: str | None = None, maximize: bool | None = None,
+                 save_best: bool = False, min_delta: float = 0.0):
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+            raise ValueError(f"EarlyStopping: rounds must be a positive integer, got {rounds!r}")
+        if not min_delta >= 0:
+            raise ValueError(f"EarlyStopping: min_delta must be >= 0, got {min_delta!r}")
+        self.rounds, self.metric_name, self.data_name = rounds, metric_name, data_name
+        self.maximize, self.save_best, self.min_delta = maximize, save_best, float(min_delta)
+        self.best = None  # the best value so far
+        self.waited = 0  # rounds since it
+
+    def before_training(self, model):
+        self.best, self.waited = None, 0
+        return model
+
+    def _watched(self, evals_log: dict) -> tuple[str, str]:
+        if not evals_log:
+            raise ValueError("EarlyStopping needs at least one evaluation set (evals)")
+        data = self.data_name if self.data_name is not None else list(evals_log)[-1]
+        if data not in evals_log:
+            raise ValueError(f"EarlyStopping: no evaluation set named {data!r} (the sets: "
+                             f"{list(evals_log)})")
+        metric = self.metric_name if self.metric_name is not None else list(evals_log[data])[-1]
+        if metric not in evals_log[data]:
+            raise ValueError(f"EarlyStopping: no metric named {metric!r} on {data!r} (its "
+                             f"metrics: {list(evals_log[data])})")
+        return data, metric
+
+    def after_iteration(self, model, epoch: int, evals_log: dict) -> bool:
+        from .evaluation import maximized_by_name
+        data, metric = self._watched(evals_log)
+        values = evals_log[data][metric]
+        if not values:  # (not evaluated yet: metric_period)
+            return False
+        value = float(values[-1])
+        larger = self.maximize if self.maximize is not None else maximized_by_name(metric)
+        improved = self.best is None or (value - self.min_delta > self.best if larger
+                                         else self.best - self.min_delta > value)
+        if improved:
+            self.best, self.waited = value, 0
+            model.set_attr(best_iteration=str(epoch), best_score=repr(value))
+            return False
+        self.waited += 1
+        return self.waited >= self.rounds
+
+    def after_training(self, model):
+        if not self.save_best or model.best_iteration is None:
+            return model
+        best, score = model.best_iteration, model.best_score
+        kept = model[:best + 1]
+        kept.set_attr(best_iteration=str(best), best_score=repr(float(score)))
+        return kept
+
+
+class EvaluationMonitor(TrainingCallback):
+    """XGBoost's ``xgboost.callback.EvaluationMonitor``: every ``period`` rounds (and the last)
+    one line ``[epoch]\tset-metric:value ...`` through ``logger`` (print unless given); with
+    gbflow's own progress lines off (``verbose_eval=False``), for scripts ported from
+    XGBoost."""
+
+    def __init__(self, rank: int = 0, period: int = 1, show_stdv: bool = False,
+                 logger=print):
+        if isinstance(period, bool) or not isinstance(period, int) or period < 1:
+            raise ValueError(f"EvaluationMonitor: period must be a positive integer, got "
+                             f"{period!r}")
+        self.period, self.logger, self.rank = period, logger, rank
+        self._last = None  # the last round's line, said at the end when the period skipped it
+
+    def after_iteration(self, model, epoch: int, evals_log: dict) -> bool:
+        scores = "".join(f"\t{data}-{metric}:{values[-1]:.5f}"
+                         for data, metrics in evals_log.items()
+                         for metric, values in metrics.items() if values)
+        line = f"[{epoch}]{scores}"
+        if epoch % self.period == 0:
+            self.logger(line)
+            self._last = None
+        else:
+            self._last = line
+        return False
+
+    def after_training(self, model):
+        if self._last is not None:
+            self.logger(self._last)
+        return model
+
+
 def check_callbacks(callbacks) -> list:
     """The callbacks as a list, TypeError naming the first that is not a TrainingCallback."""
     if callbacks is None:
@@ -48,8 +149,12 @@ def check_callbacks(callbacks) -> list:
                         f"{type(callbacks).__name__}")
     for i, c in enumerate(callbacks):
         if not isinstance(c, TrainingCallback):
+            ported = type(c).__name__ in ("EarlyStopping", "EvaluationMonitor") and \
+                type(c).__module__.startswith("xgboost")
             raise TypeError(f"callbacks[{i}] is a {type(c).__name__}, not a "
-                            f"gbflow.callback.TrainingCallback (subclass it)")
+                            f"gbflow.callback.TrainingCallback (subclass it)" +
+                            (f"; use gbflow.callback.{type(c).__name__}, which takes XGBoost's "
+                             f"arguments" if ported else ""))
     return list(callbacks)
 
 

@@ -182,3 +182,60 @@ def test_a_stop_ends_the_rounds_calls_and_a_copy_keeps_the_history():
     unstopped = gbflow.train(df, label="y", params=PARAMS, num_boost_round=6,
                              evals=[(valid, "valid")], verbose=False, early_stopping_rounds=0)
     assert unstopped.num_boosted_rounds() == 6 and unstopped.best_iteration is None
+
+
+def test_early_stopping_callback_is_xgboosts():
+    """XGBoost's EarlyStopping: the same rounds and best round as gbflow's early_stopping_rounds
+    on the same watched metric; save_best ends the model at the best round; min_delta,
+    data_name and metric_name as XGBoost's; unknown names are errors naming them."""
+    from gbflow.callback import EarlyStopping
+    df, valid = _data()
+    kwargs = dict(label="y", params=PARAMS, num_boost_round=60, verbose=False)
+    built_in = gbflow.train(df, evals=[(df, "train"), (valid, "valid")],
+                            early_stopping_rounds=3, **kwargs)
+    called = gbflow.train(df, evals=[(df, "train"), (valid, "valid")],
+                          callbacks=[EarlyStopping(3)], **kwargs)
+    assert [t.to_dict() for t in called.trees] == [t.to_dict() for t in built_in.trees]
+    assert (called.best_iteration, called.best_score) == \
+        (built_in.best_iteration, built_in.best_score)
+    saved = gbflow.train(df, evals=[(valid, "valid")],
+                         callbacks=[EarlyStopping(3, save_best=True)], **kwargs)
+    assert saved.num_boosted_rounds() == saved.best_iteration + 1 == built_in.best_iteration + 1
+    # (the history of every round trained, as XGBoost's evals_result)
+    assert len(saved.evals_result["valid"]["auc"]) == built_in.num_boosted_rounds()
+    # by hand from the history: the first round whose value beats the best by min_delta
+    delta = 0.002
+    history = gbflow.train(df, evals=[(valid, "valid")], **{**kwargs, "num_boost_round": 40}
+                           ).evals_result["valid"]["logloss"]
+    best, waited, expected = history[0], 0, None
+    for r, value in enumerate(history[1:], 1):
+        if best - delta > value:
+            best, waited = value, 0
+        else:
+            waited += 1
+            if waited >= 2:
+                expected = r
+                break
+    stopped = gbflow.train(df, evals=[(valid, "valid"), (df, "train")],
+                           callbacks=[EarlyStopping(2, metric_name="logloss", data_name="valid",
+                                                    min_delta=delta)],
+                           **{**kwargs, "num_boost_round": 40})
+    assert stopped.num_boosted_rounds() == expected + 1
+    assert stopped.best_score == best
+    for bad, match in ((EarlyStopping(2, data_name="test"), "no evaluation set named 'test'"),
+                       (EarlyStopping(2, metric_name="rmse"), "no metric named 'rmse'")):
+        with pytest.raises(ValueError, match=match):
+            gbflow.train(df, evals=[(valid, "valid")], callbacks=[bad], **kwargs)
+
+
+def test_evaluation_monitor_prints_xgboosts_lines():
+    from gbflow.callback import EvaluationMonitor
+    df, valid = _data()
+    lines = []
+    booster = gbflow.train(df, label="y", params=PARAMS, num_boost_round=5,
+                           evals=[(valid, "valid")], verbose=False,
+                           callbacks=[EvaluationMonitor(period=2, logger=lines.append)])
+    history = booster.evals_result["valid"]
+    assert [line.split("\t")[0] for line in lines] == ["[0]", "[2]", "[4]"]
+    assert lines[1] == (f"[2]\tvalid-logloss:{history['logloss'][2]:.5f}"
+                        f"\tvalid-auc:{history['auc'][2]:.5f}")
