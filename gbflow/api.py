@@ -148,6 +148,10 @@ def train(data, label=None, params: dict | None = None, num_boost_round: int = 1
     XGBoost's name for it, taken in its place (XGBoost's True logs every round; gbflow's about
     20 lines). Returns a ``Booster``; nothing is computed before every input has been checked.
     """
+    if isinstance(data, dict) and not isinstance(params, dict):
+        raise TypeError("train(data, label, params, num_boost_round, ...): the first argument is "
+                        "the data, and a dict was given first, as in XGBoost's train(params, "
+                        "dtrain, ...); gbflow takes the parameters third (or params=...)")
     if verbose_eval is not None:
         if verbose is not True:
             raise TypeError("train() takes verbose or verbose_eval (XGBoost's name for it), "
@@ -274,8 +278,11 @@ def _model_to_continue(xgb_model) -> Booster:
     if isinstance(xgb_model, Booster):
         return xgb_model
     if not isinstance(xgb_model, (str, os.PathLike)):
-        raise TypeError(f"xgb_model must be a gbflow Booster or a model file's path, got "
-                        f"{type(xgb_model).__name__}")
+        foreign = type(xgb_model).__module__.startswith("xgboost")
+        raise TypeError(f"xgb_model must be a gbflow Booster or a gbflow model file's path, got "
+                        f"{'an xgboost.' if foreign else ''}{type(xgb_model).__name__}" +
+                        ("; gbflow continues its own models only (an XGBoost model's trees "
+                         "were cut on other bins)" if foreign else ""))
     return load_model(xgb_model)
 
 

@@ -19,9 +19,13 @@ def check_continuation(model, params, feature_names: list, categories: dict | No
                          f"{model.params.quantile_alpha!r}); training cannot continue it with "
                          f"{params.n_groups} (quantile_alpha={params.quantile_alpha!r})")
     if list(model.feature_names) != list(feature_names):
-        raise ValueError(f"xgb_model's features {list(model.feature_names)[:5]}... differ from "
-                         f"the training data's {list(feature_names)[:5]}... (names and order "
-                         f"must match)")
+        ours, theirs = list(model.feature_names), list(feature_names)
+        first = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b),
+                     min(len(ours), len(theirs)))
+        raise ValueError(f"xgb_model's {len(ours)} features differ from the training data's "
+                         f"{len(theirs)} (names and order must match): at position {first}, "
+                         f"{ours[first] if first < len(ours) else 'none'!r} against "
+                         f"{theirs[first] if first < len(theirs) else 'none'!r}")
     if set(model.by_value) != set(by_value):
         raise ValueError(f"xgb_model's features {list(model.by_value)} are categorical by "
                          f"value (feature_types 'c' on numeric columns); this training's are "

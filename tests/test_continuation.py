@@ -143,10 +143,21 @@ def test_continuing_on_other_features_is_refused():
     first = gbflow.train(df, label="y", params={"max_depth": 2}, num_boost_round=2,
                          verbose=False)
     renamed = df.rename(columns={df.columns[0]: "other"})
-    with pytest.raises(ValueError, match="names and order must match"):
+    with pytest.raises(ValueError, match="names and order must match.*position 0, 'x0' "
+                                         "against 'other'"):
         gbflow.train(renamed, label="y", num_boost_round=1, xgb_model=first, verbose=False)
+    fewer = df.drop(columns=df.columns[3])
+    with pytest.raises(ValueError, match=f"{first.num_features()} features differ from the "
+                                         f"training data's {first.num_features() - 1}"):
+        gbflow.train(fewer, label="y", num_boost_round=1, xgb_model=first, verbose=False)
     with pytest.raises(TypeError, match="xgb_model must be a gbflow Booster"):
         gbflow.train(df, label="y", num_boost_round=1, xgb_model=3, verbose=False)
+    xgb = pytest.importorskip("xgboost")
+    theirs = xgb.train({}, xgb.DMatrix(df.drop(columns="y"), df["y"]), 1)
+    with pytest.raises(TypeError, match="got an xgboost.Booster; gbflow continues its own"):
+        gbflow.train(df, label="y", num_boost_round=1, xgb_model=theirs, verbose=False)
+    with pytest.raises(TypeError, match="as in XGBoost's train\\(params, dtrain"):
+        gbflow.train({"max_depth": 2}, df, 1)
 
 
 def test_continued_training_on_workers_equals_in_process():
