@@ -12,7 +12,7 @@ try:
 except ImportError as e:  # scikit-learn < 1.6
     raise ImportError("gbflow's scikit-learn estimators need scikit-learn >= 1.6") from e
 
-from .inputs import is_dask_collection
+from .inputs import check_feature_dtypes, is_dask_collection
 
 # How every feature matrix is checked: dense or CSR, numeric, NaN allowed (a missing value), at
 # least one row and one feature. dtype "numeric" keeps float32/float64/int/bool arrays as they are
@@ -112,6 +112,13 @@ def _labels(p: np.ndarray, classes: np.ndarray) -> np.ndarray:
     return classes[(p > 0.5).astype(np.intp) if p.ndim == 1 else np.argmax(p, axis=1)]
 
 
+def _check_columns(X) -> None:
+    """gbflow's own dtype check of a frame's columns first (scikit-learn's errors for a string or
+    datetime column do not name it): TypeError naming them."""
+    if isinstance(X, pd.DataFrame):
+        check_feature_dtypes(X, [str(c) for c in X.columns], "X")
+
+
 class _InMemoryAdapter:
     """pandas DataFrames, NumPy arrays and scipy sparse matrices (taken as CSR, absent entries
     being missing values), checked by scikit-learn's ``validate_data``. A DataFrame reaches
@@ -138,6 +145,7 @@ class _InMemoryAdapter:
         fitted without names leaves a frame's non-string names unread, as scikit-learn does."""
         if hasattr(self.estimator, "feature_names_in_"):
             X = _string_names(X)
+        _check_columns(X)
         X_checked = validate_data(self.estimator, X, reset=False, **_CHECK_X)
         return X_checked, self._data(X, X_checked)
 
@@ -146,6 +154,7 @@ class _InMemoryAdapter:
         """X and y checked for training (this records ``n_features_in_`` and, for string column
         names, ``feature_names_in_``) -> (gbflow data, (n,) y)."""
         X = _string_names(X)
+        _check_columns(X)
         X_checked, y = validate_data(self.estimator, X, y, reset=True, y_numeric=y_numeric,
                                      **_CHECK_X)
         return self._data(X, X_checked), y

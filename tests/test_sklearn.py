@@ -624,3 +624,17 @@ def test_a_dask_eval_set_for_in_memory_training_is_refused():
         GBFlowRegressor(n_estimators=2).fit(
             frame, y, eval_set=[(dd.from_pandas(frame[list("cba")], npartitions=2),
                                  dd.from_pandas(pd.Series(y), npartitions=2))])
+
+
+@pytest.mark.parametrize("column", [np.array(["u", "v"] * 100),
+                                   pd.date_range("2020-01-01", periods=200)])
+def test_a_non_numeric_column_is_named_at_fit_and_predict(column):
+    """gbflow's dtype check runs before scikit-learn's (whose errors do not name the column)."""
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"a": rng.normal(size=200), "s": rng.normal(size=200)})
+    y = (X["a"] > 0).astype(int)
+    with pytest.raises(TypeError, match="non-numeric feature column\\(s\\) 's'"):
+        GBFlowClassifier(n_estimators=2).fit(X.assign(s=column), y)
+    model = GBFlowClassifier(n_estimators=2).fit(X, y)
+    with pytest.raises(TypeError, match="non-numeric feature column\\(s\\) 's'"):
+        model.predict(X.assign(s=column))
