@@ -421,7 +421,7 @@ def test_xgboost_spellings_are_taken(df, caplog):
     ({"objective": "reg:squareerror"}, r"did you mean 'reg:squarederror'\?"),
     ({"objective": "survival:aft"}, r"objective .survival:aft. is not supported.*supported: "),
     ({"objective": "binary:logistic", "base_score": 1.5},
-     r"base_score must lie in \(0, 1\) for binary:logistic"),
+     r"base_score must lie in \[0, 1\] for binary:logistic"),
     ({"eval_metric": "mlogloss"},
      r"eval_metric 'mlogloss' does not fit objective reg:squarederror .*rmse"),
     ({"objective": "multi:softprob", "num_class": 3, "eval_metric": "ndcg"},
@@ -543,7 +543,7 @@ def test_weight_length_mismatch(df, no_work):
 @pytest.mark.parametrize("kwargs, match", [
     ({"num_boost_round": -1}, r"num_boost_round must be a non-negative integer, got -1"),
     ({"num_boost_round": 2.5}, r"num_boost_round must be a non-negative integer"),
-    ({"early_stopping_rounds": 0, "evals": []}, r"early_stopping_rounds must be a positive"),
+    ({"early_stopping_rounds": -1, "evals": []}, r"early_stopping_rounds must be a positive"),
     ({"early_stopping_rounds": 3}, r"early_stopping_rounds needs at least one evaluation set"),
     ({"early_stopping_rounds": 3, "evals": []}, r"early_stopping_rounds needs at least one"),
 ])
@@ -711,7 +711,7 @@ def test_save_to_a_folder(booster, tmp_path):
 def test_save_fails_before_writing(booster, tmp_path, monkeypatch):
     def boom(self):
         raise RuntimeError("json failed")
-    monkeypatch.setattr(gbflow.booster.Booster, "to_json", boom)
+    monkeypatch.setattr(gbflow.booster.Booster, "to_dict", boom)
     with pytest.raises(RuntimeError, match="json failed"):
         booster.save_model(tmp_path / "model.json")
     assert os.listdir(tmp_path) == []

@@ -470,7 +470,7 @@ def test_evaluation_arguments_are_checked_before_training():
     df = make_table(n_rows=100, seed=11)
     cases = [
         (dict(metric_period=0), ValueError, "metric_period must be a positive integer"),
-        (dict(early_stopping_rounds=0), ValueError, "early_stopping_rounds must be"),
+        (dict(early_stopping_rounds=-1), ValueError, "early_stopping_rounds must be"),
         (dict(maximize="yes"), TypeError, "maximize must be True, False or None"),
         (dict(custom_metric="rmse"), TypeError, "custom_metric must be a callable"),
         (dict(early_stopping_rounds=2, early_stopping_metric="mae"), ValueError,
