@@ -94,7 +94,11 @@ def test_x_and_y_both_from_dask_arrays_train(client):
     assert list(dy.index.compute()) == list(dX.index.compute())  # 0..399 three times
     with client.as_current():
         model = gbflow.GBFlowClassifier(**SETTINGS).fit(dX, dy)
+        # y as the Dask array itself (xgboost.dask takes it): its chunks are its partitions
+        from_array = gbflow.GBFlowClassifier(**SETTINGS).fit(
+            dX, dd.from_pandas(y, npartitions=3).to_dask_array(lengths=True))
     assert model.get_booster().to_json() == expected.get_booster().to_json()
+    assert from_array.get_booster().to_json() == expected.get_booster().to_json()
 
 
 @pytest.mark.parametrize("estimator", [gbflow.GBFlowClassifier, gbflow.GBFlowRegressor])

@@ -34,14 +34,19 @@ def _check_features(X, what: str = "X"):
 
 
 def _series(values, what: str):
-    """A Dask Series from a Dask Series or a one-column Dask DataFrame. In-memory values (numpy,
-    pandas) are refused: they would have to be cut by position into X's partitions, whose row
-    counts are not known without computing X."""
+    """A Dask Series from a Dask Series, a one-column Dask DataFrame, or a Dask array of one
+    value a row ((n,) or (n, 1); its chunks are its partitions, as xgboost.dask takes it).
+    In-memory values (numpy, pandas) are refused: they would have to be cut by position into
+    X's partitions, whose row counts are not known without computing X."""
+    import dask.array as da
     import dask.dataframe as dd
     if isinstance(values, dd.DataFrame) and len(values.columns) == 1:
         return values[values.columns[0]]
     if isinstance(values, dd.Series):
         return values
+    if isinstance(values, da.Array) and (values.ndim == 1 or
+                                         (values.ndim == 2 and values.shape[1] == 1)):
+        return dd.from_dask_array(values if values.ndim == 1 else values[:, 0])
     raise TypeError(f"{what} must be a Dask Series (partitioned like X: paired with it partition "
                     f"by partition, by position) when X is a Dask DataFrame, got a "
                     f"{_type_name(values)}")
