@@ -7,9 +7,10 @@ class TrainingCallback:
     """Hooks into training, as XGBoost's ``xgboost.callback.TrainingCallback`` (subclass it and
     override what you need; pass instances as ``train(..., callbacks=[...])``).
 
-    ``model`` is the one ``Booster`` of the trees so far, the same object at every call (the
-    trees of the continued model, then one round more per iteration; attributes set on it
-    with ``set_attr`` stay, and the model ``train`` returns keeps them; with early stopping its
+    ``model`` is the one ``Booster`` of the trees so far, the same object at every call up to
+    ``after_training``, which gets the final model (the trees of the continued model, then one
+    round more per iteration; attributes set on it with ``set_attr`` stay: the final model
+    keeps them; with early stopping its
     ``best_iteration`` and ``best_score`` are those of the rounds before, as XGBoost's
     ``EarlyStopping`` sets them after the other callbacks); ``epoch`` the round's global index
     (counting a continued model's rounds); ``evals_log`` the metric values so far, ``{set: {metric:
@@ -48,7 +49,9 @@ class EarlyStopping(TrainingCallback):
     evaluation set (None: the last one); maximize: larger is better (None: XGBoost's rule by
     name: metrics starting with auc, aucpr, pre, map or ndcg, except mape); min_delta: how much
     a value must beat the best one to count as an improvement. Each improvement sets the
-    model's ``best_iteration`` and ``best_score`` (``set_attr``, as XGBoost's); save_best: the
+    model's ``best_iteration`` and ``best_score`` (``set_attr``, as XGBoost's). Only rounds with a
+    new value count (``metric_period``), and rounds are counted from the best one, as
+    ``early_stopping_rounds`` counts them; save_best: the
     model returned ends at the best round (a slice, keeping them). gbflow's own
     ``early_stopping_rounds`` does the same inside training (and is what the Dask driver and
     checkpoints know about); this callback is for scripts ported from XGBoost."""
@@ -62,11 +65,12 @@ class EarlyStopping(TrainingCallback):
             raise ValueError(f"EarlyStopping: min_delta must be >= 0, got {min_delta!r}")
         self.rounds, self.metric_name, self.data_name = rounds, metric_name, data_name
         self.maximize, self.save_best, self.min_delta = maximize, save_best, float(min_delta)
-        self.best = None  # the best value so far
-        self.waited = 0  # rounds since it
+        self.best = self.best_epoch = None  # the best value so far and its round
+        self._seen = 0  # the watched values seen (new ones come every metric_period rounds)
 
     def before_training(self, model):
-        self.best, self.waited = None, 0
+        self.best = self.best_epoch = None
+        self._seen = 0
         return model
 
     def _watched(self, evals_log: dict) -> tuple[str, str]:
@@ -86,18 +90,19 @@ class EarlyStopping(TrainingCallback):
         from .evaluation import maximized_by_name
         data, metric = self._watched(evals_log)
         values = evals_log[data][metric]
-        if not values:  # (not evaluated yet: metric_period)
+        if len(values) == self._seen:  # no new value this round (metric_period)
             return False
+        self._seen = len(values)
         value = float(values[-1])
         larger = self.maximize if self.maximize is not None else maximized_by_name(metric)
         improved = self.best is None or (value - self.min_delta > self.best if larger
                                          else self.best - self.min_delta > value)
         if improved:
-            self.best, self.waited = value, 0
+            self.best, self.best_epoch = value, epoch
             model.set_attr(best_iteration=str(epoch), best_score=repr(value))
             return False
-        self.waited += 1
-        return self.waited >= self.rounds
+        # rounds since the best one, as early_stopping_rounds counts them
+        return epoch - self.best_epoch >= self.rounds
 
     def after_training(self, model):
         if not self.save_best or model.best_iteration is None:
@@ -110,7 +115,8 @@ class EarlyStopping(TrainingCallback):
 
 class EvaluationMonitor(TrainingCallback):
     """XGBoost's ``xgboost.callback.EvaluationMonitor``: every ``period`` rounds (and the last)
-    one line ``[epoch]\tset-metric:value ...`` through ``logger`` (print unless given); with
+    one line ``[epoch]\tset-metric:value ...`` through ``logger`` (print unless given), for the
+    rounds evaluated (``metric_period``); with
     gbflow's own progress lines off (``verbose_eval=False``), for scripts ported from
     XGBoost."""
 
@@ -121,8 +127,13 @@ class EvaluationMonitor(TrainingCallback):
                              f"{period!r}")
         self.period, self.logger, self.rank = period, logger, rank
         self._last = None  # the last round's line, said at the end when the period skipped it
+        self._seen = 0  # the values seen: a round without new ones (metric_period) says nothing
 
     def after_iteration(self, model, epoch: int, evals_log: dict) -> bool:
+        seen = sum(len(values) for metrics in evals_log.values() for values in metrics.values())
+        if seen == self._seen:
+            return False
+        self._seen = seen
         scores = "".join(f"\t{data}-{metric}:{values[-1]:.5f}"
                          for data, metrics in evals_log.items()
                          for metric, values in metrics.items() if values)

@@ -29,14 +29,21 @@ POISSON_MAX_DELTA_STEP = 0.7
 # added to each class's share before the log of the multiclass intercepts (XGBoost's kRtEps)
 MULTICLASS_SHARE_EPS = 1e-6
 # XGBoost's kRtEps: a logistic base score (given, or the mean label) is kept this far inside
-# (0, 1) before its logit, so a single-class label starts at a finite margin, +-13.8155
+# (0, 1) before its logit, so a single-class label starts at a finite margin
 LOGISTIC_BASE_EPS = 1e-6
 
 
+_LOW, _HIGH = np.float32(LOGISTIC_BASE_EPS), np.float32(1.0) - np.float32(LOGISTIC_BASE_EPS)
+
+
 def _logit(p: float) -> float:
-    """The margin of a logistic base score, clipped to [LOGISTIC_BASE_EPS, 1 - it] first."""
-    p = min(max(p, LOGISTIC_BASE_EPS), 1.0 - LOGISTIC_BASE_EPS)
-    return math.log(p / (1.0 - p))
+    """The margin of a logistic base score. Within [LOGISTIC_BASE_EPS, 1 - it] (as float32s)
+    the logit itself; beyond, the bound's logit in float32 as XGBoost computes it, -log(1/x - 1)
+    (+13.7452 above: the float32 steps of 1/x - 1 near 1e-6 are coarse; -13.8155 below)."""
+    if _LOW < p < _HIGH:
+        return math.log(p / (1.0 - p))
+    x = _LOW if p <= _LOW else _HIGH
+    return float(-np.log(np.float32(1.0) / x - np.float32(1.0)))
 
 
 class SquaredError(Objective):

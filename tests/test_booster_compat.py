@@ -228,24 +228,29 @@ def test_a_best_score_without_a_json_number_is_saved_and_loaded(tmp_path, score)
                                               ("count:poisson", 3.0)])
 def test_logistic_base_scores_and_models_without_trees_export_as_xgboosts(objective, scale):
     """A logistic base score is kept within [1e-6, 1 - 1e-6] before its logit, as XGBoost's
-    (given, or a single-class label's mean: margin -13.8155, not -16.1); a model of no trees
-    exports predicting as gbflow does."""
+    (given, or a single-class label's mean: margin -13.8155 or +13.7452, XGBoost's float32
+    logit of the bounds; not -+16.1); a model of no trees exports predicting as gbflow does."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(1000, 3))
     y = (X[:, 0] > 0.5) * scale
     data = xgb.DMatrix(X[:5])
-    for labels, extra in ((y, {}), (np.zeros(1000), {}), (y, {"base_score": 0.0})):
-        if objective == "count:poisson" and extra:
+    cases = ((y, {}), (np.zeros(1000), {}), (np.ones(1000), {}), (y, {"base_score": 0.0}),
+             (y, {"base_score": 1.0}))
+    for labels, extra in cases:
+        if objective == "count:poisson" and (extra or labels.min() == labels.max()):
             continue
         params = {"objective": objective, "max_depth": 3, **extra}
         ours = gbflow.train(X, label=labels, params=params, num_boost_round=3, verbose=False)
-        if objective != "count:poisson":  # XGBoost's estimate is made at its first round
+        if objective != "count:poisson":
+            # XGBoost estimates its base score at its first round and stores it as given (a
+            # probability, clipped when used); its margin of that score, with no tree
             theirs = xgb.train(params, xgb.DMatrix(X, labels), 1)
             score = json.loads(theirs.save_config())["learner"]["learner_model_param"][
                 "base_score"]
-            p = np.clip(float(json.loads(score)[0] if score.startswith("[") else score),
-                        1e-6, 1 - 1e-6)  # (it stores the score as given: clipped when used)
-            np.testing.assert_allclose(ours.base_margin, [np.log(p / (1 - p))], rtol=1e-6)
+            score = float(json.loads(score)[0] if score.startswith("[") else score)
+            start = xgb.train({**params, "base_score": score}, xgb.DMatrix(X, labels), 0)
+            np.testing.assert_allclose(ours.base_margin,
+                                       start.predict(data, output_margin=True)[:1], rtol=1e-6)
         for model in (ours, ours[1:1], ours[:0]):
             np.testing.assert_allclose(model.to_xgboost().predict(data), model.predict(X[:5]),
                                        rtol=1e-5, atol=1e-7)

@@ -239,3 +239,19 @@ def test_evaluation_monitor_prints_xgboosts_lines():
     assert [line.split("\t")[0] for line in lines] == ["[0]", "[2]", "[4]"]
     assert lines[1] == (f"[2]\tvalid-logloss:{history['logloss'][2]:.5f}"
                         f"\tvalid-auc:{history['auc'][2]:.5f}")
+
+
+def test_early_stopping_and_the_monitor_count_evaluated_rounds_only():
+    """With metric_period, rounds without a new value are not "no improvement": the callback
+    stops where early_stopping_rounds does, and the monitor says only evaluated rounds."""
+    from gbflow.callback import EarlyStopping, EvaluationMonitor
+    df, valid = _data()
+    kwargs = dict(label="y", params={**PARAMS, "learning_rate": 0.5}, num_boost_round=80,
+                  evals=[(valid, "valid")], verbose=False, metric_period=4)
+    built_in = gbflow.train(df, early_stopping_rounds=6, **kwargs)
+    lines = []
+    called = gbflow.train(df, callbacks=[EvaluationMonitor(logger=lines.append),
+                                         EarlyStopping(6)], **kwargs)
+    assert called.num_boosted_rounds() == built_in.num_boosted_rounds() < 80
+    assert called.best_iteration == built_in.best_iteration
+    assert [int(line[1:line.index("]")]) for line in lines] == called.eval_rounds

@@ -39,6 +39,8 @@ def test_pair_order_counts_twin(kernels):
     values = np.round(rng.normal(size=n), 1).astype(np.float32)
     values[7] = np.nan
     values[starts[5]:starts[6]] = 0.25  # every pair of a query equal
+    values[starts[8]:starts[8] + 3] = [np.inf, np.inf, -np.inf]  # equal infinities: 0
+    values[starts[9]:starts[9] + 2] = -np.inf
     expected = numpy_kernels.pair_order_counts(values, starts, query_of,
                                                np.empty(n, dtype=np.int64))
     got = kernels.pair_order_counts(values, starts, query_of, np.empty(n, dtype=np.int64))
@@ -50,6 +52,8 @@ def test_pair_order_counts_twin(kernels):
     assert (expected[starts[:-1]] == 0).all()
     size = starts[6] - starts[5]
     assert expected[starts[5]:starts[6]].sum() == size * (size - 1) // 2
+    assert list(expected[starts[8]:starts[8] + 3]) == [0, 0, 4]
+    assert expected[starts[9] + 1] == 0
 
 
 @pytest.mark.parametrize("weighted", [False, True])
@@ -149,3 +153,27 @@ def test_aucpr_of_graded_relevance_is_refused_before_training():
     with pytest.raises(ValueError, match=r"'aucpr' needs labels in \[0, 1\].*'valid'"):
         gbflow.train(X, y, {"objective": "rank:ndcg", "eval_metric": "aucpr"}, 2, qid=qid,
                      evals=[((X, y, None, qid), "valid")], verbose=False)
+
+
+@pytest.mark.parametrize("scale", [1e-6, 0.01, 1e4])
+def test_query_weights_of_any_size_leave_the_values_as_they_are(scale):
+    """The per-query values are not weighted: equal query weights of any size give the
+    unweighted values, exactly (their exact sum's bound is 1, not the largest weight)."""
+    _, qid, label, score = _case(seed=5)
+    binary = (label > 1).astype(np.float64)
+    weight = np.full(len(qid), scale)
+    for name, labels in (("auc", label), ("aucpr", binary)):
+        assert metrics.evaluate(name, labels, score, weight, qid=qid) == \
+            metrics.evaluate(name, labels, score, qid=qid)
+
+
+def test_infinite_ties_count_nothing_and_several_outputs_are_refused():
+    """XGBoost's difference of two equal infinities is NaN: such a pair counts 0, not 1/2."""
+    qid = np.zeros(4, dtype=np.int64)
+    label = np.array([2.0, 1.0, 0.0, 1.0])
+    score = np.array([np.inf, np.inf, 0.0, 1.0])
+    assert metrics.evaluate("auc", label, score, qid=qid) == pytest.approx(
+        _xgboost_value("auc", label, score, qid), rel=1e-14)
+    assert metrics.evaluate("auc", label, score, qid=qid) == pytest.approx(5 / 6)
+    with pytest.raises(ValueError, match="with query ids takes one prediction a row"):
+        metrics.evaluate("auc", label, np.ones((4, 3)) / 3, qid=qid)

@@ -2520,11 +2520,12 @@ def _pair_order_counts(values, starts, query_of, out):
     # one thread a place (not a query: one long query would be one thread's work)
     for b in prange(values.shape[0]):
         v = values[b]
+        finite = np.isfinite(v)
         count = np.int64(0)
         for a in range(starts[query_of[b]], b):
             if values[a] > v:
                 count += 2
-            elif values[a] == v:
+            elif values[a] == v and finite:
                 count += 1
         out[b] = count
 

@@ -1506,7 +1506,8 @@ def segment_sums(values, starts, out):
 def pair_order_counts(values, starts, query_of, out):
     """Each place's pairs with the places before it in its segment, as XGBoost's ranking auc
     counts them: out[b] = the sum over a in [starts[q], b) of 2 where values[a] > values[b]
-    and 1 where they are equal (q = query_of[b]; NaN is neither).
+    and 1 where they are equal and finite (q = query_of[b]; NaN is neither, and XGBoost's
+    difference of two equal infinities is NaN).
 
     values: (n,) float32, each segment's places in the order the pairs follow (a query's
     documents by label, best first); starts: (S + 1,) int64; query_of: (n,) int64 each place's
@@ -1516,7 +1517,7 @@ def pair_order_counts(values, starts, query_of, out):
         v = np.asarray(values[first:end])
         before = np.tri(end - first, k=-1, dtype=bool).T  # [a, b]: a before b
         above = (v[:, None] > v[None, :]) & before
-        equal = (v[:, None] == v[None, :]) & before
+        equal = (v[:, None] == v[None, :]) & np.isfinite(v)[None, :] & before
         out[first:end] = 2 * above.sum(axis=0) + equal.sum(axis=0)
     return out
 

@@ -49,6 +49,10 @@ def evaluate(name: str, label, prediction, weight=None, params=None, qid=None) -
     # with query ids, auc and aucpr are per query (XGBoost's on data with groups)
     query_auc = qid is not None and chosen.kind in ("auc", "aucpr")
     if query_auc:
+        if prediction.ndim == 2:
+            raise ValueError(f"evaluate: {name!r} with query ids takes one prediction a row "
+                             f"((n,)), got {prediction.shape} (as XGBoost, no multi-output "
+                             f"ranking auc)")
         chosen = per_query(chosen)
     whole = whole_numbers(np, label)
     if several and not outputs and len(label) and not (whole and label.min() >= 0 and

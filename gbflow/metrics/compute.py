@@ -200,7 +200,10 @@ class Evaluator:
                 row_at[si, mi] = len(columns)
                 columns.append(parts)
                 counts.append(s.n_rows)
-                bounds.append(None if m.bound is None else float(m.bound * s.max_weight))
+                # (a weighted loss's bound scales with the weights; the values of a metric
+                # averaged over counted queries are not weighted)
+                bounds.append(None if m.bound is None else
+                              float(m.bound * (1.0 if m.counted is not None else s.max_weight)))
         keys = [[self.backend.kernels.prediction_keys(p) for p in preds] if kinds else None
                 for preds, kinds in zip(predictions, self.kinds)]
         ranges = self._bounds_and_ranges(columns, bounds, keys)

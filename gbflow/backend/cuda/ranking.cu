@@ -102,17 +102,19 @@ extern "C" __global__ void lambda_top(const double* y, const double* s, const do
 }
 
 // XGBoost's ranking auc's pair counts (numpy_kernels.pair_order_counts, its twin): one thread a
-// place b, 2 for each earlier place of its segment with a larger value, 1 for an equal one.
+// place b, 2 for each earlier place of its segment with a larger value, 1 for an equal finite
+// one.
 extern "C" __global__ void pair_order_counts(const float* values, const long long* starts,
                                              const long long* query_of, long long n,
                                              long long* out) {
     for (long long b = blockIdx.x * (long long)blockDim.x + threadIdx.x; b < n;
          b += (long long)gridDim.x * blockDim.x) {
         float v = values[b];
+        int finite = isfinite(v);
         long long count = 0;
         for (long long a = starts[query_of[b]]; a < b; ++a) {
             float u = values[a];
-            count += u > v ? 2 : (u == v ? 1 : 0);
+            count += u > v ? 2 : ((u == v && finite) ? 1 : 0);
         }
         out[b] = count;
     }
