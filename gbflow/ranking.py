@@ -195,7 +195,9 @@ def lambda_gradients(xp, score, label, queries: QueryGroups, lp: LambdaParams):
     the part's ``QueryGroups`` (their ``weight``, if any, scales each query). Pairs: the
     top-k method (each of a query's first ``lp.top_k`` places with every place below it),
     summed by the ``lambda_pairs`` kernel."""
-    n, k = len(score), lp.top_k
+    # (a k past the largest query pairs no more: capped, the (Q, k) arrays stay small when
+    # k stands for "all pairs")
+    n, k = len(score), min(lp.top_k, len(queries.discount))
     grad, hess = xp.zeros(n), xp.zeros(n)
     if n == 0:
         return grad[:, None].astype(np.float32), hess[:, None].astype(np.float32)

@@ -13,10 +13,33 @@ from .sklearn import GBFlowRegressor, _store
 __all__ = ["GBFlowRanker"]
 
 
-def _split_qid(X, qid, what: str):
-    """(features, (n,) int64 query ids): ``qid`` as given, or a DataFrame's "qid" column
-    (XGBoost's XGBRanker takes either), which then is not a feature."""
-    if qid is None and isinstance(X, pd.DataFrame) and "qid" in X.columns:
+def _group_qid(group, n_rows: int, what: str):
+    """XGBoost's ``group`` (each query's row count, queries one after another) as (n,) query
+    ids 0, 0, ..., 1, ...; ValueError unless the counts are whole numbers adding up to the
+    rows."""
+    sizes = np.asarray(group)
+    if sizes.ndim != 1 or not np.issubdtype(sizes.dtype, np.number) or \
+            (sizes.size and (sizes.min() < 0 or not np.all(sizes == np.round(sizes)))) or \
+            int(sizes.sum()) != n_rows:
+        raise ValueError(f"group of {what} must hold each query's row count (whole numbers "
+                         f"adding up to its {n_rows} rows), got {sizes.size} numbers adding up "
+                         f"to {sizes.sum() if sizes.size else 0}")
+    return np.repeat(np.arange(sizes.size), sizes.astype(np.int64))
+
+
+def _split_qid(X, qid, what: str, group=None):
+    """(features, (n,) int64 query ids): ``qid`` as given, ``group``'s query sizes, or a
+    DataFrame's "qid" column (XGBoost's XGBRanker takes any one), which then is not a
+    feature."""
+    column = isinstance(X, pd.DataFrame) and "qid" in X.columns
+    given = [name for name, value in (("qid", qid), ("group", group)) if value is not None]
+    if len(given) + column > 1:
+        found = given + (["a 'qid' column in X"] if column else [])
+        raise ValueError(f"{what}: give the queries once, as qid, group or a 'qid' column; "
+                         f"got {' and '.join(found)}")
+    if group is not None:
+        return X, _group_qid(group, X.shape[0], what)
+    if column:
         return X.drop(columns="qid"), X["qid"].to_numpy()
     if qid is None:
         raise ValueError(f"{what}: a ranker needs each row's query: pass qid= (or a DataFrame "
@@ -30,15 +53,16 @@ def _split_qid(X, qid, what: str):
 def _row_weights(weight, qid: np.ndarray, what: str):
     """XGBRanker's query weights as row weights: one weight per query (in ascending query id
     order, XGBoost's group weights), or one per row (the same within each query, checked by
-    training). None stays None."""
+    training; where every query has one row the two counts agree, and the weights are taken
+    by row). None stays None."""
     if weight is None:
         return None
     weight = np.asarray(weight, dtype=np.float64)
     ids, position = np.unique(qid, return_inverse=True)
+    if weight.ndim == 1 and len(weight) == len(qid):  # (one row a query: taken by row)
+        return weight
     if weight.ndim == 1 and len(weight) == len(ids):
         return weight[position]
-    if weight.ndim == 1 and len(weight) == len(qid):
-        return weight
     raise ValueError(f"{what} must hold one weight per query ({len(ids)}, in ascending query "
                      f"id order) or one per row ({len(qid)}), got shape {weight.shape}")
 
@@ -88,9 +112,9 @@ class GBFlowRanker(GBFlowRegressor):
             raise ValueError(f"GBFlowRanker takes a ranking objective ({', '.join(RANKING)}), "
                              f"got {self.objective!r}; use GBFlowRegressor or GBFlowClassifier")
 
-    def fit(self, X, y, *, qid=None, sample_weight=None, eval_set=None, eval_qid=None,
-            sample_weight_eval_set=None, verbose=None, base_margin=None,
-            base_margin_eval_set=None, xgb_model=None):
+    def fit(self, X, y, *, group=None, qid=None, sample_weight=None, eval_set=None,
+            eval_group=None, eval_qid=None, sample_weight_eval_set=None, verbose=None,
+            base_margin=None, base_margin_eval_set=None, xgb_model=None):
         """Train the ranker.
 
         X : pandas DataFrame, array-like or scipy sparse matrix of shape (n_samples,
@@ -98,7 +122,9 @@ class GBFlowRanker(GBFlowRegressor):
         y : array-like of shape (n_samples,), each document's relevance (whole numbers
             0..31 for rank:ndcg, 0 or 1 for rank:map).
         qid : array-like of shape (n_samples,), each row's query id (whole numbers; a query's
-            rows need not be adjacent).
+            rows need not be adjacent). group: XGBoost's alternative, each query's row count
+            (queries one after another); eval_group: the same per eval_set entry. The queries
+            are given once: qid, group or a "qid" column.
         sample_weight : array-like, optional: one weight per query (ascending query id), as
             XGBoost's, or one per row, the same within each query.
         eval_set : list of (X, y) pairs, optional, named "validation_0", ...; eval_qid: their
@@ -113,23 +139,27 @@ class GBFlowRanker(GBFlowRegressor):
             raise TypeError("GBFlowRanker trains on in-memory data; for a Dask DataFrame use "
                             "gbflow.train(ddf, label, params={'objective': 'rank:ndcg'}, "
                             "qid='query column')")
-        X, qid = _split_qid(X, qid, "X")
+        X, qid = _split_qid(X, qid, "X", group)
         sample_weight = _row_weights(sample_weight, qid, "sample_weight")
         eval_set = list(eval_set) if eval_set is not None else None
-        if eval_qid is not None and eval_set is None:  # (the estimators' rule for eval options)
-            raise ValueError("eval_qid was given without eval_set")
+        for name, value in (("eval_qid", eval_qid), ("eval_group", eval_group)):
+            if value is not None and eval_set is None:  # (the estimators' rule)
+                raise ValueError(f"{name} was given without eval_set")
+            if value is not None and len(value) != len(eval_set):
+                raise ValueError(f"{name} has {len(value)} entries but eval_set has "
+                                 f"{len(eval_set)}")
         eval_qid = list(eval_qid) if eval_qid is not None else [None] * len(eval_set or [])
-        if eval_set is not None and len(eval_qid) != len(eval_set):
-            raise ValueError(f"eval_qid has {len(eval_qid)} entries but eval_set has "
-                             f"{len(eval_set)}")
+        eval_group = list(eval_group) if eval_group is not None else \
+            [None] * len(eval_set or [])
         weights = list(sample_weight_eval_set) if sample_weight_eval_set is not None else \
             [None] * len(eval_set or [])
         pairs, qids = [], []
-        for i, (pair, q, w) in enumerate(zip(eval_set or [], eval_qid, weights)):
+        for i, (pair, q, g, w) in enumerate(zip(eval_set or [], eval_qid, eval_group,
+                                                weights)):
             if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
                 raise TypeError(f"eval_set[{i}] must be an (X, y) pair, got "
                                 f"{type(pair).__name__}")
-            data, q = _split_qid(pair[0], q, f"eval_set[{i}]")
+            data, q = _split_qid(pair[0], q, f"eval_set[{i}]", g)
             pairs.append((data, pair[1]))
             qids.append(q)
             weights[i] = _row_weights(w, q, f"sample_weight_eval_set[{i}]")

@@ -331,6 +331,42 @@ def test_ranker_estimator():
         gbflow.GBFlowRanker(n_estimators=2).fit(X, y, qid=qid, eval_qid=[qv])
 
 
+def test_ranker_takes_xgboosts_group_sizes_once_and_one_row_queries_weigh_by_row():
+    """group/eval_group (each query's row count) give the qid model; the queries are given
+    once (qid, group or a "qid" column: XGBoost refuses both); where every query has one row,
+    the weights are the rows' (unsorted ids); a pair count k past the largest query is
+    capped: the same model, no (queries, k) arrays."""
+    pytest.importorskip("sklearn")
+    X, y, qid = _queries(3000, shuffled=False)
+    sizes = np.bincount(qid)
+    sizes = sizes[sizes > 0]
+    by_group = gbflow.GBFlowRanker(n_estimators=5, device="cpu").fit(
+        X, y, group=sizes, eval_set=[(X, y)], eval_group=[sizes])
+    by_qid = gbflow.GBFlowRanker(n_estimators=5, device="cpu").fit(
+        X, y, qid=qid, eval_set=[(X, y)], eval_qid=[qid])
+    assert by_group.get_booster().to_json() == by_qid.get_booster().to_json()
+    assert by_group.evals_result() == by_qid.evals_result()
+    frame = pd.DataFrame(X).assign(qid=qid)
+    with pytest.raises(ValueError, match="give the queries once.*qid and a 'qid' column"):
+        gbflow.GBFlowRanker(n_estimators=2).fit(frame, y, qid=qid)
+    with pytest.raises(ValueError, match="group of X must hold each query's row count"):
+        gbflow.GBFlowRanker(n_estimators=2).fit(X, y, group=sizes[:-1])
+    with pytest.raises(ValueError, match="eval_group was given without eval_set"):
+        gbflow.GBFlowRanker(n_estimators=2).fit(X, y, qid=qid, eval_group=[sizes])
+    single = np.array([2, 0, 1, 3])
+    rows = gbflow.sklearn_ranker._row_weights(np.array([10.0, 20.0, 30.0, 40.0]), single, "w")
+    assert list(rows) == [10.0, 20.0, 30.0, 40.0]
+    params = {"objective": "rank:ndcg", "max_depth": 3}
+    small = gbflow.train(X, y, {**params, "lambdarank_num_pair_per_sample": 4}, 3, qid=qid,
+                         verbose=False)
+    every_pair = gbflow.train(X, y, {**params, "lambdarank_num_pair_per_sample": 2**20}, 3,
+                              qid=qid, verbose=False)
+    wide = gbflow.train(X, y, {**params, "lambdarank_num_pair_per_sample": int(sizes.max())},
+                        3, qid=qid, verbose=False)
+    assert [t.to_dict() for t in every_pair.trees] == [t.to_dict() for t in wide.trees]
+    assert [t.to_dict() for t in small.trees] != [t.to_dict() for t in wide.trees]
+
+
 def test_exported_to_xgboost_it_ranks_and_evaluates_alike(tmp_path):
     X, y, qid = _queries(2000, 80, n_features=4, shuffled=False)
     booster = gbflow.train(X, y, {"objective": "rank:ndcg", "device": "cpu",
