@@ -1,5 +1,5 @@
-"""Files written whole or not at all (model files, checkpoints): a temporary file of the same
-folder, flushed to disk, renamed over the target."""
+"""Files written whole or not at all (model files, checkpoints, the command line's outputs): a
+temporary file (or folder) beside the target, renamed over it."""
 from __future__ import annotations
 
 import os
@@ -26,3 +26,32 @@ def write_whole(path: str, folder: str, content: bytes) -> None:
         if isinstance(e, Exception):
             e.add_note(f"save_model: {path!r} was not written (left as it was)")
         raise
+
+
+def _temporary(path: str) -> str:
+    folder, name = os.path.split(os.path.abspath(path))
+    return os.path.join(folder, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def write_through(path: str, writer) -> None:
+    """Call ``writer(temporary path)`` (a pandas writer of a file, or of a folder of parts),
+    then put what it wrote in place of ``path``: a file is renamed over it; a folder takes
+    an old folder's place (the old one renamed aside, then removed), so no part of an earlier
+    output is left among the new parts. On any failure what ``writer`` wrote is removed and
+    ``path`` is left as it was."""
+    import shutil
+    tmp = _temporary(path)
+    try:
+        writer(tmp)
+        if os.path.isdir(tmp) and os.path.isdir(path):
+            old = _temporary(path)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    finally:
+        if os.path.isdir(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif os.path.exists(tmp):
+            os.unlink(tmp)

@@ -95,11 +95,44 @@ class _Data:
             from .dask import files as dask_files
             dask_files.write_dask(frame, path)
             return
+        from .atomic_file import write_through
         from .batches import file_format
         if file_format(path) == "csv":
-            frame.to_csv(path, index=False)
+            write_through(path, lambda tmp: frame.to_csv(tmp, index=False))
         else:
-            frame.to_parquet(path, index=False)
+            write_through(path, lambda tmp: frame.to_parquet(tmp, index=False))
+
+    def check_output(self, path: str) -> None:
+        """BadInput, before any work, for an output the command could not write: its folder
+        missing, a folder where a file goes (or a file where the Dask folder goes), a .csv on
+        Dask (which writes a Parquet folder)."""
+        check_writable(path, "--output", folder_output=self.on_dask)
+        if self.on_dask and path.lower().endswith(".csv"):
+            raise BadInput(f"--output {path!r}: on Dask the scores are a Parquet folder (one file "
+                           f"a partition); give a folder name, not a .csv")
+
+
+def check_writable(path: str, option: str, folder_output: bool = False) -> None:
+    """BadInput naming ``option`` unless ``path`` can be written: its folder exists, and it is
+    not a folder (a file where a folder goes, for ``folder_output``)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise BadInput(f"{option} {path!r}: folder {folder!r} does not exist; create it first")
+    if folder_output and os.path.isfile(path):
+        raise BadInput(f"{option} {path!r} is a file; the output is a folder of parts here")
+    if not folder_output and os.path.isdir(path):
+        raise BadInput(f"{option} {path!r} is a folder; give a file name")
+
+
+def _positive(text: str) -> int:
+    """argparse's type for a count of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _client(args):
@@ -112,15 +145,13 @@ def _client(args):
 
 def _write_json(path: str, payload: dict) -> None:
     """Write ``payload`` to ``path`` whole or not at all (a temporary file renamed)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
+    from .atomic_file import write_through
+
+    def write(tmp: str) -> None:
         with open(tmp, "w") as f:
             json.dump(payload, f, indent=2, default=float)
             f.write("\n")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    write_through(path, write)
 
 
 def cmd_train(args) -> int:
@@ -135,6 +166,9 @@ def cmd_train(args) -> int:
     if args.early_stopping and not (args.eval or args.eval_fraction):
         raise BadInput("--early-stopping needs an evaluation set (--eval or --eval-fraction)")
     make_params(params)  # a bad parameter fails before any data is read
+    check_writable(args.model, "--model")
+    if args.report:
+        check_writable(args.report, "--report")
     started = time.perf_counter()
     data = _Data(args)
     with _client(args) as client:
@@ -179,6 +213,7 @@ def _model(path: str):
 def cmd_predict(args) -> int:
     booster = _model(args.model)
     data = _Data(args)
+    data.check_output(args.output)
     with _client(args):
         frame = data.read(args.data)
         scored = booster.transform(frame, name=args.name, output_margin=args.margin)
@@ -211,7 +246,7 @@ def cmd_compile(args) -> int:
 def _cluster_options(parser) -> None:
     group = parser.add_argument_group("where it runs (default: this process, pandas)")
     group.add_argument("--scheduler", help="address of a running Dask scheduler")
-    group.add_argument("--local-cluster", type=int, metavar="N",
+    group.add_argument("--local-cluster", type=_positive, metavar="N",
                        help="start a local Dask cluster of N CPU workers")
     group.add_argument("--gpu", action="store_true",
                        help="start a LocalCUDACluster (one worker a GPU), cuDF partitions")

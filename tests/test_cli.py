@@ -100,13 +100,58 @@ def test_csv_codes_become_categorical_features_with_feature_types(tmp_path, caps
     (["train", "{tmp}/data", "--label", "y", "--params", "{tmp}/none.toml"], "does not exist"),
     (["predict", "{tmp}/none.json", "{tmp}/data", "--output", "{tmp}/o.parquet"],
      "model file"),
+    (["train", "{tmp}/data", "--label", "y", "--model", "{tmp}/nodir/m.json"],
+     "--model '{tmp}/nodir/m.json': folder"),
+    (["train", "{tmp}/data", "--label", "y", "--report", "{tmp}/nodir/r.json", "--model",
+      "{tmp}/m.json"], "does not exist; create it first"),
+    (["train", "{tmp}/data", "--label", "y", "--model", "{tmp}/data"], "is a folder"),
 ])
 def test_bad_input_exits_2_with_one_line(folder, capsys, argv, message):
     tmp, _ = folder
     code = main([a.format(tmp=tmp) for a in argv])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("gbflow: error:")
-    assert message in err[0]
+    assert message.format(tmp=tmp) in err[0]
+    assert not (tmp / "m.json").exists()  # (refused before any training)
+
+
+def test_outputs_replace_whole_or_are_refused_before_work(folder, capsys, monkeypatch):
+    """A Dask output folder replaces an earlier one whole (no old part left among the new);
+    a failed write leaves the earlier output as it was; a .csv on Dask, a folder where a file
+    goes and a cluster of no worker are refused (exit 2) before any work."""
+    import dask.dataframe as dd
+
+    from gbflow.atomic_file import write_through
+    from gbflow.dask.files import write_dask
+    tmp, df = folder
+    out = tmp / "scores"
+    write_dask(dd.from_pandas(df, npartitions=5), str(out))
+    write_dask(dd.from_pandas(df.iloc[:900], npartitions=3), str(out))
+    assert sorted(p.name for p in out.iterdir()) == [f"part.{i}.parquet" for i in range(3)]
+    assert len(pd.read_parquet(out)) == 900
+
+    def half_then_fail(path):
+        with open(path, "w") as f:
+            f.write("a,b\n1,")
+        raise OSError("disk full")
+    target = tmp / "scores.csv"
+    target.write_text("old\n")
+    with pytest.raises(OSError, match="disk full"):
+        write_through(str(target), half_then_fail)
+    assert target.read_text() == "old\n" and sorted(p.name for p in tmp.iterdir()) == \
+        ["data", "scores", "scores.csv"]
+    assert main(["train", f"{tmp}/data", "--label", "y", "--rounds", "2", "--quiet",
+                 "--model", f"{tmp}/m.json"]) == 0
+    capsys.readouterr()
+    for extra, message in ((["--output", f"{tmp}/s.csv", "--local-cluster", "2"],
+                            "on Dask the scores are a Parquet folder"),
+                           (["--output", f"{tmp}/data"], "is a folder; give a file name")):
+        assert main(["predict", f"{tmp}/m.json", f"{tmp}/data", *extra]) == 2
+        assert message in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["predict", f"{tmp}/m.json", f"{tmp}/data", "--output", f"{tmp}/x",
+              "--local-cluster", "0"])
+    assert exit_info.value.code == 2 and "must be at least 1" in capsys.readouterr().err
 
 
 def test_the_console_script_and_module_run(folder):

@@ -162,7 +162,9 @@ def _labels_partition(probability, known, name: str):
 def _labels(probability, known: np.ndarray, name: str):
     """Most probable class of each row (lazy Dask Series called ``name``)."""
     import pandas as pd
-    meta = pd.Series(known[:0], index=probability._meta.index, name=name)
+    # (the dtype pandas infers from the labels themselves: an empty object array would stay
+    # object where the partitions' strings become pandas' str)
+    meta = pd.Series(known[:1], name=name).iloc[:0].set_axis(probability._meta.index)
     return probability.map_partitions(_labels_partition, known, name, meta=meta)
 
 

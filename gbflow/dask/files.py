@@ -14,8 +14,11 @@ def read_dask(files: list[str], fmt: str, gpu: bool = False):
 
 
 def write_dask(frame, path: str) -> None:
-    """Write a Dask DataFrame as a Parquet folder (one file a partition) at ``path``."""
-    frame.to_parquet(path, write_index=False)
+    """Write a Dask DataFrame as a Parquet folder (one file a partition) at ``path``, whole
+    or not at all: an earlier folder there is replaced, none of its parts left among the new
+    ones (``atomic_file.write_through``)."""
+    from ..atomic_file import write_through
+    write_through(path, lambda tmp: frame.to_parquet(tmp, write_index=False))
 
 
 @contextlib.contextmanager
