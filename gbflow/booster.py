@@ -11,7 +11,7 @@ from . import categories as categories_module
 from . import explain, inputs, model_check, predictor, xgboost_format
 from .atomic_file import write_whole
 from .backend import backend_for, frames
-from .booster_compat import XGBoostBoosterMethods
+from .booster_compat import XGBoostBoosterMethods, explain_kind
 from .cuts import Cuts
 from .params import RUN_TIME, Params, make_params
 from .tree import Tree
@@ -31,12 +31,18 @@ class Booster(XGBoostBoosterMethods):
     (``gbflow.categories``); prediction matches a frame's categories to them by value.
     """
 
-    def __init__(self, trees: list[Tree], cuts: Cuts, feature_names: list[str], params: Params,
-                 base_margin: np.ndarray, label_name: str | None = None,
+    def __init__(self, trees: list[Tree] | None = None, cuts: Cuts | None = None,
+                 feature_names: list[str] | None = None, params: Params | None = None,
+                 base_margin: np.ndarray | None = None, label_name: str | None = None,
                  weight_name: str | None = None, best_iteration: int | None = None,
                  best_score: float | None = None, categories: dict | None = None,
                  by_value: tuple = (), attributes: dict | None = None,
-                 made_up_names: bool = False):
+                 made_up_names: bool = False, *, model_file=None):
+        if trees is None:  # XGBoost's Booster() or Booster(model_file=path): load_model fills it
+            self.cuts = None
+            if model_file is not None:
+                self.load_model(model_file)
+            return
         self.trees = trees
         # XGBoost's string attributes (``set_attr``), saved in the model file
         self.user_attributes: dict[str, str] = dict(attributes or {})
@@ -82,6 +88,8 @@ class Booster(XGBoostBoosterMethods):
         return len(self.trees) // self.n_groups
 
     def __repr__(self) -> str:
+        if self.cuts is None:
+            return "<gbflow.Booster without a model (load_model fills it)>"
         return (f"<gbflow.Booster {self.params.objective}, {self.num_boosted_rounds()} rounds, "
                 f"{self.num_features()} features>")
 
@@ -165,8 +173,19 @@ class Booster(XGBoostBoosterMethods):
         width = self.output_width(output_margin)
         return [name] if width == 1 else [f"{name}_{k}" for k in range(width)]
 
+    def load_model(self, path) -> None:
+        """XGBoost's ``Booster().load_model(path)``: this Booster becomes the model of the gbflow
+        model file ``path`` (``gbflow.load_model``'s checks; nothing changes on an error)."""
+        self.__dict__.update(load_model(path).__dict__)
+
+    def _check_loaded(self) -> None:
+        if getattr(self, "cuts", None) is None:
+            raise ValueError("this Booster holds no model yet: load one with "
+                             "booster.load_model(path) (or gbflow.load_model(path))")
+
     def _predict(self, data, output_margin: bool, name: str, passengers_allowed: bool,
                  kind: str = "value", iteration_range=None, base_margin=None):
+        self._check_loaded()
         row_margin = None
         if base_margin is not None:
             if kind != "value":
@@ -246,7 +265,7 @@ class Booster(XGBoostBoosterMethods):
         (``booster_compat.strict_shaped``; ``validate_features`` and ``training`` are taken and
         change nothing: frame columns are always matched by name, and no tree is dropped).
         """
-        kind = _explain_kind(output_margin, pred_leaf, pred_contribs, approx_contribs,
+        kind = explain_kind(output_margin, pred_leaf, pred_contribs, approx_contribs,
                              pred_interactions)
         if inputs.is_dask_collection(data):
             if strict_shape:
@@ -302,6 +321,7 @@ class Booster(XGBoostBoosterMethods):
     def to_dict(self) -> dict:
         # The device and thread count trained with are run-time choices, not part of the model:
         # CPU and GPU training of the same data give the same file, byte for byte.
+        self._check_loaded()
         params = {k: v for k, v in self.params.to_dict(bool(self.categories)).items()
                   if k not in RUN_TIME}
         extra = {"categories": categories_module.to_json(self.categories)} \
@@ -412,27 +432,6 @@ class Booster(XGBoostBoosterMethods):
                    categories=categories_module.from_json(d.get("categories")),
                    by_value=tuple(d.get("by_value") or ()), attributes=d.get("attributes"),
                    made_up_names=d.get("made_up_names") is True)
-
-
-def _explain_kind(output_margin: bool, pred_leaf: bool, pred_contribs: bool,
-                  approx_contribs: bool, pred_interactions: bool) -> str:
-    """What ``predict`` computes: "value", "leaf", "contribs", "approx_contribs" or
-    "interactions"; a clear error for options that do not go together."""
-    chosen = [n for n, on in (("pred_leaf", pred_leaf), ("pred_contribs", pred_contribs),
-                              ("pred_interactions", pred_interactions)) if on]
-    if len(chosen) > 1:
-        raise ValueError(f"predict: choose one of pred_leaf, pred_contribs and "
-                         f"pred_interactions (got {' and '.join(chosen)})")
-    if approx_contribs and not pred_contribs:
-        raise ValueError("predict: approx_contribs=True goes with pred_contribs=True (Saabas's "
-                         "approximate contributions; interactions are exact only)")
-    if chosen and output_margin:
-        raise ValueError(f"predict: output_margin does not apply to {chosen[0]} (contributions "
-                         f"are in margin units already)")
-    if not chosen:
-        return "value"
-    return {"pred_leaf": "leaf", "pred_interactions": "interactions"}.get(
-        chosen[0], "approx_contribs" if approx_contribs else "contribs")
 
 
 def load_model(path) -> Booster:

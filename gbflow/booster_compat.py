@@ -174,6 +174,27 @@ class XGBoostBoosterMethods:
         model_tables.dump_model(self, fout, with_stats, dump_format)
 
 
+def explain_kind(output_margin: bool, pred_leaf: bool, pred_contribs: bool,
+                  approx_contribs: bool, pred_interactions: bool) -> str:
+    """What ``predict`` computes: "value", "leaf", "contribs", "approx_contribs" or
+    "interactions"; a clear error for options that do not go together."""
+    chosen = [n for n, on in (("pred_leaf", pred_leaf), ("pred_contribs", pred_contribs),
+                              ("pred_interactions", pred_interactions)) if on]
+    if len(chosen) > 1:
+        raise ValueError(f"predict: choose one of pred_leaf, pred_contribs and "
+                         f"pred_interactions (got {' and '.join(chosen)})")
+    if approx_contribs and not pred_contribs:
+        raise ValueError("predict: approx_contribs=True goes with pred_contribs=True (Saabas's "
+                         "approximate contributions; interactions are exact only)")
+    if chosen and output_margin:
+        raise ValueError(f"predict: output_margin does not apply to {chosen[0]} (contributions "
+                         f"are in margin units already)")
+    if not chosen:
+        return "value"
+    return {"pred_leaf": "leaf", "pred_interactions": "interactions"}.get(
+        chosen[0], "approx_contribs" if approx_contribs else "contribs")
+
+
 def _is_nan(value) -> bool:
     try:
         return math.isnan(value)

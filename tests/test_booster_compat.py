@@ -295,3 +295,25 @@ def test_save_model_refuses_what_load_model_would(tmp_path, binary):
     assert list(tmp_path.iterdir()) == []
     binary.save_model(tmp_path / "model.json")
     assert gbflow.load_model(tmp_path / "model.json").to_json() == binary.to_json()
+
+
+def test_an_empty_booster_loads_a_model_as_xgboosts(tmp_path, data, binary):
+    """XGBoost's ``Booster()`` then ``load_model(path)``, and ``Booster(model_file=path)``;
+    an empty Booster says it holds no model."""
+    X = data[0]
+    path = tmp_path / "model.json"
+    binary.save_model(path)
+    empty = gbflow.Booster()
+    assert "without a model" in repr(empty)
+    with pytest.raises(ValueError, match="holds no model yet"):
+        empty.predict(X)
+    with pytest.raises(ValueError, match="holds no model yet"):
+        empty.save_model(tmp_path / "other.json")
+    assert not (tmp_path / "other.json").exists()
+    empty.load_model(path)
+    assert np.array_equal(empty.predict(X), binary.predict(X))
+    assert empty.to_json() == binary.to_json()
+    assert gbflow.Booster(model_file=path).to_json() == binary.to_json()
+    (tmp_path / "broken.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a gbflow model file"):
+        gbflow.Booster().load_model(tmp_path / "broken.json")
