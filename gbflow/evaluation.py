@@ -90,10 +90,18 @@ def eval_options(params, has_evals: bool, early_stopping_rounds=None,
 
 class EvalMatrix:
     """What a custom metric gets besides the predictions, as XGBoost's ``DMatrix`` offers it:
-    host NumPy copies of one evaluation set's labels and weights (every process's rows)."""
+    host NumPy copies of one evaluation set's labels, weights and query ids (every process's
+    rows)."""
 
-    def __init__(self, label: np.ndarray, weight: np.ndarray | None):
-        self._label, self._weight = label, weight
+    def __init__(self, label: np.ndarray, weight: np.ndarray | None,
+                 qid: np.ndarray | None = None):
+        self._label, self._weight, self._qid = label, weight, qid
+
+    def get_qid(self) -> np.ndarray:
+        """(n,) int64 each row's query id where the set has them (a training that ranks by
+        query), else an empty array. (gbflow's; XGBoost's DMatrix gives group pointers of
+        rows sorted by query, which gbflow's sets need not be.)"""
+        return np.empty(0, np.int64) if self._qid is None else self._qid
 
     def get_label(self) -> np.ndarray:
         """(n,) float32 labels, as XGBoost returns them."""
@@ -363,11 +371,15 @@ class Evaluation:
                         else np.empty(0),
                         None if s.weights is None else
                         np.concatenate([to_host(w) for w in s.weights]) if s.weights
-                        else np.empty(0))
+                        else np.empty(0),
+                        None if s.queries is None else
+                        np.concatenate([q.row_ids() for q in s.queries]) if s.queries
+                        else np.empty(0, np.int64))
                 every = gather(mine)
                 self._host_labels.append(EvalMatrix(
-                    np.concatenate([y for y, _ in every]),
-                    None if s.weights is None else np.concatenate([w for _, w in every])))
+                    np.concatenate([y for y, _, _ in every]),
+                    None if s.weights is None else np.concatenate([w for _, w, _ in every]),
+                    None if s.queries is None else np.concatenate([q for _, _, q in every])))
         scores = []
         for s, data in zip(self.sets, self._host_labels):
             preds = [self._custom_input(m) for m in s.margin]

@@ -130,6 +130,12 @@ class QueryGroups:
                                   xp.arange(len(self.order), dtype=xp.float64))
         return self.order[places.astype(xp.int64)]
 
+    def row_ids(self) -> np.ndarray:
+        """(n,) host int64 each row's query id, in row order."""
+        out = np.empty(len(self.order), dtype=np.int64)
+        out[to_host(self.order)] = self.ids[to_host(self.query_of)]
+        return out
+
     def label_order(self, label):
         """``ranked(label)``: each query's rows by label, best first, equal labels in row
         order; computed at the first call (the labels of a set do not change)."""

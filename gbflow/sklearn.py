@@ -46,6 +46,7 @@ class _GBFlowModel(XGBoostConventions, TransformerMixin, BaseEstimator):
     ``__init__`` lists the parameters; ``_OBJECTIVE`` is the default objective."""
 
     _OBJECTIVE = "reg:squarederror"
+    _callable_metrics = staticmethod(cost_metric)  # eval_metric's callables as custom_metric
 
     # -- scikit-learn protocol -------------------------------------------------------------
     def __sklearn_tags__(self):
@@ -143,7 +144,7 @@ class _GBFlowModel(XGBoostConventions, TransformerMixin, BaseEstimator):
         given = self.eval_metric if isinstance(self.eval_metric, (list, tuple)) else \
             [self.eval_metric]
         callables = [m for m in given if callable(m)]
-        custom = cost_metric(*callables) if callables else None
+        custom = self._callable_metrics(*callables) if callables else None
         obj = SklearnObjective(self.objective) if callable(self.objective) else None
         if verbose is None:
             verbose = False if self.verbose is None else self.verbose

@@ -67,6 +67,32 @@ def _row_weights(weight, qid: np.ndarray, what: str):
                      f"id order) or one per row ({len(qid)}), got shape {weight.shape}")
 
 
+def query_cost_metric(*functions):
+    """XGBRanker's callable eval_metric ``f(y_true, y_score)``: each query's value from its rows
+    (in row order; 1.0 for a query of one row, as XGBoost's), averaged weighted by the
+    queries' row counts (XGBoost's ``ltr_metric_decorator`` weighs them by ``get_group()``, the
+    counts). On the host, a call a query."""
+    names = [getattr(f, "__name__", type(f).__name__) for f in functions]
+
+    def custom_metric(prediction, data):
+        qid = data.get_qid()
+        if len(qid) != data.num_row():
+            raise ValueError("a ranker's callable eval_metric needs each evaluation set's "
+                             "query ids")
+        _, query = np.unique(qid, return_inverse=True)
+        order = np.argsort(query, kind="stable")
+        sizes = np.bincount(query)
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        y, score = data.get_label()[order], np.asarray(prediction)[order]
+        out = []
+        for name, f in zip(names, functions):
+            values = [1.0 if b - a == 1 else float(f(y[a:b], score[a:b]))
+                      for a, b in zip(bounds[:-1], bounds[1:])]
+            out.append((name, float(np.average(values, weights=sizes))))
+        return out
+    return custom_metric
+
+
 class GBFlowRanker(GBFlowRegressor):
     """Learning to rank (XGBoost's XGBRanker): LambdaMART trees that score documents so that
     sorting each query's documents by score orders them by relevance.
@@ -111,6 +137,8 @@ class GBFlowRanker(GBFlowRegressor):
         if self.objective is not None and self.objective not in RANKING:
             raise ValueError(f"GBFlowRanker takes a ranking objective ({', '.join(RANKING)}), "
                              f"got {self.objective!r}; use GBFlowRegressor or GBFlowClassifier")
+
+    _callable_metrics = staticmethod(query_cost_metric)  # XGBRanker's: per query
 
     def fit(self, X, y, *, group=None, qid=None, sample_weight=None, eval_set=None,
             eval_group=None, eval_qid=None, sample_weight_eval_set=None, verbose=None,

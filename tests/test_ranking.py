@@ -470,3 +470,26 @@ def test_ranking_metrics_refuse_the_labels_xgboost_refuses(name, labels):
     if name.startswith("ndcg"):  # the gain is the label itself: any degree
         gbflow.train(X, y, dict(params, ndcg_exp_gain=False), 1,
                      evals=[((X, y, None, qid), "valid")], verbose=False)
+
+
+def test_a_rankers_callable_eval_metric_is_per_query_as_xgbrankers():
+    """XGBRanker calls a callable eval_metric on each query's rows (1.0 for a query of one
+    row) and averages them weighted by the queries' row counts; on features whose bins agree
+    (small whole numbers) the models agree, so the histories do."""
+    pytest.importorskip("sklearn")
+    rng = np.random.default_rng(0)
+    X, Xv = np.round(rng.normal(size=(1200, 5)) * 3), np.round(rng.normal(size=(400, 5)) * 3)
+    qid, qv = np.sort(rng.integers(0, 120, 1200)), np.sort(rng.integers(0, 40, 400))
+    qv[-1] = qv.max() + 1  # a query of one row
+    y, yv = rng.integers(0, 4, 1200), rng.integers(0, 4, 400)
+
+    def top1(y_true, y_score):
+        return float(y_true[np.argmax(y_score)])
+
+    settings = dict(n_estimators=6, max_depth=4, base_score=0, eval_metric=top1)
+    theirs = xgb.XGBRanker(**settings).fit(X, y, qid=qid, eval_set=[(Xv, yv)], eval_qid=[qv],
+                                           verbose=False)
+    ours = gbflow.GBFlowRanker(**settings, device="cpu").fit(
+        X, y, qid=qid, eval_set=[(Xv, yv)], eval_qid=[qv])
+    np.testing.assert_allclose(ours.evals_result()["validation_0"]["top1"],
+                               theirs.evals_result()["validation_0"]["top1"], rtol=1e-12)
