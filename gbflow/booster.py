@@ -126,8 +126,8 @@ class Booster(XGBoostBoosterMethods):
 
     def _tree_range(self, iteration_range) -> tuple[int, int]:
         """The trees [first, end) of ``iteration_range`` (integer rounds, XGBoost's meaning: an
-        end of 0 is the last round, so (0, 0) is every round); None: up to the best round when
-        early stopping ran, else every round."""
+        end of 0 is the last round, so (0, 0) is every round, and (k, k) none); None: up to the
+        best round when early stopping ran, else every round."""
         rounds = self.num_boosted_rounds()
         if iteration_range is None:
             begin, end = 0, rounds if self.best_iteration is None else self.best_iteration + 1
@@ -138,9 +138,9 @@ class Booster(XGBoostBoosterMethods):
                 raise TypeError(f"iteration_range must be a pair of round numbers (begin, end), "
                                 f"got {iteration_range!r}") from None
             end = rounds if end == 0 else end  # XGBoost's: end 0 is the last round
-            if not (0 <= begin < end <= rounds or begin == end == rounds == 0):
+            if not 0 <= begin <= end <= rounds:  # (begin == end: no tree, as XGBoost's)
                 raise ValueError(f"iteration_range {tuple(iteration_range)} is outside the "
-                                 f"model's rounds: it needs 0 <= begin < end <= {rounds}")
+                                 f"model's rounds: it needs 0 <= begin <= end <= {rounds}")
         return begin * self.n_groups, end * self.n_groups
 
     def _forest(self, trees: tuple[int, int]) -> predictor.FlatForest:

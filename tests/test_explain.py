@@ -204,8 +204,11 @@ def test_early_stopping_keeps_every_round_and_predicts_with_the_best():
 def test_prediction_options_fail_clearly():
     booster, df = _train(rounds=3)
     for bad in [(3, 2), (0, 4), (-1, 2)]:
-        with pytest.raises(ValueError, match="iteration_range .* needs 0 <= begin < end <= 3"):
+        with pytest.raises(ValueError, match="iteration_range .* needs 0 <= begin <= end <= 3"):
             booster.predict(df, iteration_range=bad)
+    # (k, k) is no tree, as XGBoost's: the base margin
+    base = booster.predict(df, output_margin=True, iteration_range=(2, 2))
+    assert np.all(base == booster.base_margin[0])
     with pytest.raises(TypeError, match="iteration_range must be a pair"):
         booster.predict(df, iteration_range="ab")
     with pytest.raises(ValueError, match="choose one of .* pred_leaf and pred_contribs"):
