@@ -59,6 +59,16 @@ class XGBoostBoosterMethods:
             return values.reshape(n, groups, width)
         return values.reshape(n, groups, width, width)
 
+    @property
+    def feature_types(self) -> list[str] | None:
+        """XGBoost's ``Booster.feature_types``: "c" for each categorical feature and "q" for the
+        others where the model has categorical ones, else None (XGBoost's for numeric data
+        given without types)."""
+        categorical = set(self.categories) | set(self.by_value)
+        if not categorical:
+            return None
+        return ["c" if name in categorical else "q" for name in self.feature_names]
+
     def get_fscore(self, fmap: str = "") -> dict[str, float]:
         """XGBoost's ``Booster.get_fscore``: the number of splits on each feature used
         (``get_score("weight")``). fmap (a feature map file) is not taken: gbflow's models carry

@@ -317,3 +317,13 @@ def test_an_empty_booster_loads_a_model_as_xgboosts(tmp_path, data, binary):
     (tmp_path / "broken.json").write_text("{}")
     with pytest.raises(ValueError, match="not a gbflow model file"):
         gbflow.Booster().load_model(tmp_path / "broken.json")
+
+
+def test_feature_types_as_xgboosts(data, binary):
+    """None for numeric features given without types; "c"/"q" where some are categorical."""
+    X, y, _ = data
+    assert binary.feature_types is None
+    framed = X.assign(colour=pd.Categorical(np.where(X.a > 0, "red", "blue")))
+    model = gbflow.train(framed, y, {"objective": "binary:logistic", "max_depth": 2}, 2,
+                         verbose=False)
+    assert model.feature_types == ["q"] * X.shape[1] + ["c"]
