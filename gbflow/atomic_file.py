@@ -35,18 +35,24 @@ def _temporary(path: str) -> str:
 
 def write_through(path: str, writer) -> None:
     """Call ``writer(temporary path)`` (a pandas writer of a file, or of a folder of parts),
-    then put what it wrote in place of ``path``: a file is renamed over it; a folder takes
-    an old folder's place (the old one renamed aside, then removed), so no part of an earlier
-    output is left among the new parts. On any failure what ``writer`` wrote is removed and
-    ``path`` is left as it was."""
+    then put what it wrote in place of ``path`` (of the file or folder a link names): a file
+    is renamed over it; a folder takes an old folder's place (the old one renamed aside, then
+    removed), so no part of an earlier output is left among the new parts. The caller decides
+    which old folder may go (``cli.check_writable``). On any failure what ``writer`` wrote is
+    removed and ``path`` is left as it was."""
     import shutil
+    path = os.path.realpath(path)  # (through a link: its target gets the output)
     tmp = _temporary(path)
     try:
         writer(tmp)
         if os.path.isdir(tmp) and os.path.isdir(path):
             old = _temporary(path)
             os.replace(path, old)
-            os.replace(tmp, path)
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                os.replace(old, path)  # the old output back in place
+                raise
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)

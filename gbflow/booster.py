@@ -38,8 +38,12 @@ class Booster(XGBoostBoosterMethods):
                  best_score: float | None = None, categories: dict | None = None,
                  by_value: tuple = (), attributes: dict | None = None,
                  made_up_names: bool = False, *, model_file=None):
-        if trees is None:  # XGBoost's Booster() or Booster(model_file=path): load_model fills it
-            self.cuts = None
+        if trees is None or isinstance(trees, dict):
+            # XGBoost's Booster(), Booster(params) or Booster(model_file=path) (its third
+            # argument): a Booster of no model, which load_model fills
+            if isinstance(feature_names, (str, os.PathLike)) and model_file is None:
+                model_file = feature_names
+            self.__init__([], None, [], make_params({}), np.zeros(1))
             if model_file is not None:
                 self.load_model(model_file)
             return
@@ -176,7 +180,9 @@ class Booster(XGBoostBoosterMethods):
     def load_model(self, path) -> None:
         """XGBoost's ``Booster().load_model(path)``: this Booster becomes the model of the gbflow
         model file ``path`` (``gbflow.load_model``'s checks; nothing changes on an error)."""
-        self.__dict__.update(load_model(path).__dict__)
+        loaded = load_model(path).__dict__
+        self.__dict__.clear()  # (nothing of the model before stays: its training's records)
+        self.__dict__.update(loaded)
 
     def _check_loaded(self) -> None:
         if getattr(self, "cuts", None) is None:
@@ -355,6 +361,7 @@ class Booster(XGBoostBoosterMethods):
         """The model as an ``xgboost.Booster`` (through XGBoost's JSON model format,
         ``gbflow.xgboost_format``): predictions agree to float32 rounding, ``pred_leaf``
         exactly. Needs the xgboost package."""
+        self._check_loaded()
         try:
             import xgboost
         except ImportError as e:

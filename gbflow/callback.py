@@ -129,6 +129,10 @@ class EvaluationMonitor(TrainingCallback):
         self._last = None  # the last round's line, said at the end when the period skipped it
         self._seen = 0  # the values seen: a round without new ones (metric_period) says nothing
 
+    def before_training(self, model):
+        self._last, self._seen = None, 0  # (the same monitor may watch one training after another)
+        return model
+
     def after_iteration(self, model, epoch: int, evals_log: dict) -> bool:
         seen = sum(len(values) for metrics in evals_log.values() for values in metrics.values())
         if seen == self._seen:

@@ -10,6 +10,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 import time
 import tomllib
@@ -102,22 +103,43 @@ class _Data:
         else:
             write_through(path, lambda tmp: frame.to_parquet(tmp, index=False))
 
-    def check_output(self, path: str) -> None:
+    def check_output(self, path: str, data: str) -> None:
         """BadInput, before any work, for an output the command could not write: its folder
-        missing, a folder where a file goes (or a file where the Dask folder goes), a .csv on
-        Dask (which writes a Parquet folder)."""
+        missing or read-only, a folder where a file goes (or a file where the Dask folder
+        goes), a .csv on Dask (which writes a Parquet folder); on Dask an existing folder is
+        replaced only when it holds an earlier output's parts alone and none of the input
+        ``data``'s files."""
         check_writable(path, "--output", folder_output=self.on_dask)
-        if self.on_dask and path.lower().endswith(".csv"):
+        if not self.on_dask:
+            return
+        if path.lower().endswith(".csv"):
             raise BadInput(f"--output {path!r}: on Dask the scores are a Parquet folder (one file "
                            f"a partition); give a folder name, not a .csv")
+        target = os.path.realpath(path)
+        if not os.path.isdir(target):
+            return
+        from .batches import input_files
+        inputs = [os.path.realpath(f) for f in input_files(data)[0]]
+        if any(f == target or f.startswith(target + os.sep) for f in inputs):
+            raise BadInput(f"--output {path!r} holds the input data; give another folder")
+        others = [name for name in os.listdir(target)
+                  if not re.fullmatch(r"part\.\d+\.parquet|_metadata|_common_metadata", name)]
+        if others:
+            raise BadInput(f"--output {path!r} is a folder holding {others[0]!r} and "
+                           f"{len(others) - 1} more besides an earlier output's part files: it "
+                           f"would be replaced; give a new folder (or empty it)")
 
 
 def check_writable(path: str, option: str, folder_output: bool = False) -> None:
     """BadInput naming ``option`` unless ``path`` can be written: its folder exists, and it is
     not a folder (a file where a folder goes, for ``folder_output``)."""
-    folder = os.path.dirname(os.path.abspath(path))
+    if not folder_output and path.endswith(("/", os.sep)):
+        raise BadInput(f"{option} {path!r} ends with a folder separator; give a file name")
+    folder = os.path.dirname(os.path.realpath(path))
     if not os.path.isdir(folder):
         raise BadInput(f"{option} {path!r}: folder {folder!r} does not exist; create it first")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise BadInput(f"{option} {path!r}: folder {folder!r} is not writable")
     if folder_output and os.path.isfile(path):
         raise BadInput(f"{option} {path!r} is a file; the output is a folder of parts here")
     if not folder_output and os.path.isdir(path):
@@ -213,7 +235,7 @@ def _model(path: str):
 def cmd_predict(args) -> int:
     booster = _model(args.model)
     data = _Data(args)
-    data.check_output(args.output)
+    data.check_output(args.output, args.data)
     with _client(args):
         frame = data.read(args.data)
         scored = booster.transform(frame, name=args.name, output_margin=args.margin)

@@ -19,12 +19,22 @@ def _group_qid(group, n_rows: int, what: str):
     rows."""
     sizes = np.asarray(group)
     if sizes.ndim != 1 or not np.issubdtype(sizes.dtype, np.number) or \
-            (sizes.size and (sizes.min() < 0 or not np.all(sizes == np.round(sizes)))) or \
+            (sizes.size and (not np.all(np.isfinite(sizes)) or sizes.min() < 0 or
+                             not np.all(sizes == np.round(sizes)))) or \
             int(sizes.sum()) != n_rows:
         raise ValueError(f"group of {what} must hold each query's row count (whole numbers "
                          f"adding up to its {n_rows} rows), got {sizes.size} numbers adding up "
                          f"to {sizes.sum() if sizes.size else 0}")
     return np.repeat(np.arange(sizes.size), sizes.astype(np.int64))
+
+
+def _group_weights(weight, group, what: str):
+    """One weight per entry of ``group`` (empty queries included, as XGBoost counts them) as
+    row weights; anything else as it is (``_row_weights`` reads it)."""
+    if weight is None or group is None or np.ndim(weight) != 1 or \
+            len(weight) != len(group) or len(weight) == int(np.sum(group)):
+        return weight
+    return np.repeat(np.asarray(weight, dtype=np.float64), np.asarray(group).astype(np.int64))
 
 
 def _split_qid(X, qid, what: str, group=None):
@@ -168,6 +178,7 @@ class GBFlowRanker(GBFlowRegressor):
                             "gbflow.train(ddf, label, params={'objective': 'rank:ndcg'}, "
                             "qid='query column')")
         X, qid = _split_qid(X, qid, "X", group)
+        sample_weight = _group_weights(sample_weight, group, "sample_weight")
         sample_weight = _row_weights(sample_weight, qid, "sample_weight")
         eval_set = list(eval_set) if eval_set is not None else None
         for name, value in (("eval_qid", eval_qid), ("eval_group", eval_group)):
@@ -188,6 +199,7 @@ class GBFlowRanker(GBFlowRegressor):
                 raise TypeError(f"eval_set[{i}] must be an (X, y) pair, got "
                                 f"{type(pair).__name__}")
             data, q = _split_qid(pair[0], q, f"eval_set[{i}]", g)
+            w = _group_weights(w, g, f"sample_weight_eval_set[{i}]")
             pairs.append((data, pair[1]))
             qids.append(q)
             weights[i] = _row_weights(w, q, f"sample_weight_eval_set[{i}]")

@@ -305,6 +305,11 @@ def test_an_empty_booster_loads_a_model_as_xgboosts(tmp_path, data, binary):
     binary.save_model(path)
     empty = gbflow.Booster()
     assert "without a model" in repr(empty)
+    # what describes a model answers for none, as XGBoost's empty Booster
+    assert (empty.num_boosted_rounds(), empty.attributes(), empty.get_dump()) == (0, {}, [])
+    empty.set_attr(note="kept until a model is loaded")
+    with pytest.raises(ValueError, match="holds no model yet"):
+        empty.to_xgboost()
     with pytest.raises(ValueError, match="holds no model yet"):
         empty.predict(X)
     with pytest.raises(ValueError, match="holds no model yet"):
@@ -314,6 +319,8 @@ def test_an_empty_booster_loads_a_model_as_xgboosts(tmp_path, data, binary):
     assert np.array_equal(empty.predict(X), binary.predict(X))
     assert empty.to_json() == binary.to_json()
     assert gbflow.Booster(model_file=path).to_json() == binary.to_json()
+    # XGBoost's positional Booster(params, cache, model_file)
+    assert gbflow.Booster({"nthread": 2}, None, path).to_json() == binary.to_json()
     (tmp_path / "broken.json").write_text("{}")
     with pytest.raises(ValueError, match="not a gbflow model file"):
         gbflow.Booster().load_model(tmp_path / "broken.json")

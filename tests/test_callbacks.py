@@ -255,3 +255,10 @@ def test_early_stopping_and_the_monitor_count_evaluated_rounds_only():
     assert called.num_boosted_rounds() == built_in.num_boosted_rounds() < 80
     assert called.best_iteration == built_in.best_iteration
     assert [int(line[1:line.index("]")]) for line in lines] == called.eval_rounds
+    # the same monitor watching another training says its lines too
+    monitor = EvaluationMonitor(logger=lines.append)
+    for _ in range(2):
+        lines.clear()
+        gbflow.train(df, label="y", params=PARAMS, num_boost_round=1,
+                     evals=[(valid, "valid")], verbose=False, callbacks=[monitor])
+        assert len(lines) == 1 and lines[0].startswith("[0]")

@@ -152,6 +152,23 @@ def test_outputs_replace_whole_or_are_refused_before_work(folder, capsys, monkey
         main(["predict", f"{tmp}/m.json", f"{tmp}/data", "--output", f"{tmp}/x",
               "--local-cluster", "0"])
     assert exit_info.value.code == 2 and "must be at least 1" in capsys.readouterr().err
+    # an existing folder is replaced only when it holds an earlier output's parts, never the
+    # input; a file name ending in a separator is refused; a link's target gets the output
+    (tmp / "project").mkdir()
+    (tmp / "project" / "notes.txt").write_text("keep")
+    for output, message in ((tmp / "project", "holding 'notes.txt'"),
+                            (tmp / "data", "holds the input data"),
+                            (tmp, "holds the input data")):
+        assert main(["predict", f"{tmp}/m.json", f"{tmp}/data", "--output", str(output),
+                     "--local-cluster", "1"]) == 2
+        assert message in capsys.readouterr().err
+    assert (tmp / "project" / "notes.txt").read_text() == "keep"
+    assert main(["predict", f"{tmp}/m.json", f"{tmp}/data", "--output", f"{tmp}/o.csv/"]) == 2
+    assert "ends with a folder separator" in capsys.readouterr().err
+    (tmp / "real.csv").write_text("old\n")
+    (tmp / "link.csv").symlink_to(tmp / "real.csv")
+    assert main(["predict", f"{tmp}/m.json", f"{tmp}/data", "--output", f"{tmp}/link.csv"]) == 0
+    assert (tmp / "link.csv").is_symlink() and len(pd.read_csv(tmp / "real.csv")) == len(df)
 
 
 def test_the_console_script_and_module_run(folder):

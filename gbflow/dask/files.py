@@ -18,7 +18,7 @@ def write_dask(frame, path: str) -> None:
     or not at all: an earlier folder there is replaced, none of its parts left among the new
     ones (``atomic_file.write_through``)."""
     from ..atomic_file import write_through
-    write_through(path, lambda tmp: frame.to_parquet(tmp, write_index=False))
+    write_through(path.rstrip("/") or path, lambda tmp: frame.to_parquet(tmp, write_index=False))
 
 
 @contextlib.contextmanager
