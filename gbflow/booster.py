@@ -101,6 +101,8 @@ class Booster(XGBoostBoosterMethods):
     def _features(self, data, passengers_allowed: bool, margin_column: str | None = None):
         inputs.check_container(data, "prediction data",
                                self.feature_names if passengers_allowed else None)
+        if frames.is_sparse_matrix(data) and data.shape[1] < len(self.feature_names):
+            data = frames.widened_sparse(data, len(self.feature_names))  # as XGBoost: missing
         if frames.is_frame(data):
             allowed = set(frames.column_names(data)) if passengers_allowed else \
                 {self.label_name, self.weight_name, margin_column} - {None}

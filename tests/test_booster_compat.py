@@ -334,3 +334,20 @@ def test_feature_types_as_xgboosts(data, binary):
     model = gbflow.train(framed, y, {"objective": "binary:logistic", "max_depth": 2}, 2,
                          verbose=False)
     assert model.feature_types == ["q"] * X.shape[1] + ["c"]
+
+
+def test_a_narrower_sparse_matrix_predicts_its_absent_columns_as_missing():
+    """As XGBoost reads it: the columns past a sparse matrix's width hold no entry (a dense
+    array of another width is still refused)."""
+    import scipy.sparse as sp
+    X = sp.random(300, 6, density=0.5, format="csr", random_state=0)
+    y = (X.toarray()[:, 0] > 0.3).astype(float)
+    booster = gbflow.train(X, y, {"objective": "binary:logistic", "max_depth": 3}, 3,
+                           verbose=False)
+    narrow = X[:, :4]
+    padded = sp.hstack([narrow, sp.csr_matrix((300, 2))]).tocsr()
+    assert np.array_equal(booster.predict(narrow.tocsc()), booster.predict(padded))
+    np.testing.assert_allclose(booster.predict(narrow),
+                               booster.to_xgboost().predict(xgb.DMatrix(narrow)), rtol=1e-6)
+    with pytest.raises(ValueError, match="has 4 columns but the model was trained on 6"):
+        booster.predict(narrow.toarray())

@@ -38,6 +38,14 @@ def is_sparse_matrix(data) -> bool:
         and hasattr(data, "nnz")
 
 
+def widened_sparse(matrix, width: int):
+    """A sparse matrix (scipy or cupyx) of fewer than ``width`` columns as a CSR matrix of
+    ``width`` columns, the added ones holding no entry (missing values, as XGBoost reads a
+    narrower sparse matrix); the entries are shared, not copied."""
+    csr = matrix.tocsr()
+    return type(csr)((csr.data, csr.indices, csr.indptr), shape=(csr.shape[0], width))
+
+
 def csr_from_matrix(matrix) -> CSR:
     """A scipy.sparse (host) or cupyx.scipy.sparse (GPU) matrix as gbflow's canonical ``CSR``.
 
