@@ -94,7 +94,7 @@ class _Data:
     def write(self, frame, path: str) -> None:
         if self.on_dask:
             from .dask import files as dask_files
-            dask_files.write_dask(frame, path)
+            dask_files.write_dask(frame, path, output_parts)
             return
         from .atomic_file import write_through
         from .batches import file_format
@@ -110,24 +110,48 @@ class _Data:
         replaced only when it holds an earlier output's parts alone and none of the input
         ``data``'s files."""
         check_writable(path, "--output", folder_output=self.on_dask)
+        from .batches import file_format, input_files
+        target = os.path.realpath(path.rstrip("/") or path)
+        inputs = [os.path.realpath(f) for f in input_files(data)[0]]
+        if any(f == target or f.startswith(target + os.sep) for f in inputs):
+            raise BadInput(f"--output {path!r} is or holds the input data; give another path")
         if not self.on_dask:
+            if file_format(path) is None:
+                raise BadInput(f"--output {path!r}: name it .parquet (or .pq) or .csv")
             return
         if path.lower().endswith(".csv"):
             raise BadInput(f"--output {path!r}: on Dask the scores are a Parquet folder (one file "
                            f"a partition); give a folder name, not a .csv")
-        target = os.path.realpath(path)
-        if not os.path.isdir(target):
-            return
-        from .batches import input_files
-        inputs = [os.path.realpath(f) for f in input_files(data)[0]]
-        if any(f == target or f.startswith(target + os.sep) for f in inputs):
-            raise BadInput(f"--output {path!r} holds the input data; give another folder")
-        others = [name for name in os.listdir(target)
-                  if not re.fullmatch(r"part\.\d+\.parquet|_metadata|_common_metadata", name)]
-        if others:
-            raise BadInput(f"--output {path!r} is a folder holding {others[0]!r} and "
-                           f"{len(others) - 1} more besides an earlier output's part files: it "
-                           f"would be replaced; give a new folder (or empty it)")
+        if os.path.isdir(target) and output_parts(target) is None:
+            raise BadInput(f"--output {path!r} is a folder holding more than an earlier "
+                           f"output's part files: it would be replaced; give a new folder (or "
+                           f"empty it)")
+
+
+def output_parts(folder: str) -> list[str] | None:
+    """The files of an earlier Dask output in ``folder`` (plain files named part.N.parquet,
+    _metadata, _common_metadata), or None when it holds anything else: then it is not
+    replaced."""
+    names = []
+    for entry in os.scandir(folder):
+        if not (entry.is_file(follow_symlinks=False) or entry.is_symlink()) or \
+                not re.fullmatch(r"part\.[0-9]+\.parquet|_metadata|_common_metadata",
+                                 entry.name, re.ASCII):
+            return None
+        names.append(entry.name)
+    return names
+
+
+def check_distinct(paths: dict) -> None:
+    """BadInput when two of ``paths`` ({option: path or list of paths}) are the same file."""
+    seen: dict = {}
+    for option, value in paths.items():
+        for path in ([value] if isinstance(value, str) else value):
+            real = os.path.realpath(path)
+            if real in seen and seen[real] != option:
+                raise BadInput(f"{option} {path!r} is the same file as {seen[real]}: give "
+                               f"another path")
+            seen.setdefault(real, option)
 
 
 def check_writable(path: str, option: str, folder_output: bool = False) -> None:
@@ -140,7 +164,7 @@ def check_writable(path: str, option: str, folder_output: bool = False) -> None:
         raise BadInput(f"{option} {path!r}: folder {folder!r} does not exist; create it first")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise BadInput(f"{option} {path!r}: folder {folder!r} is not writable")
-    if folder_output and os.path.isfile(path):
+    if folder_output and os.path.isfile(path.rstrip("/") or path):
         raise BadInput(f"{option} {path!r} is a file; the output is a folder of parts here")
     if not folder_output and os.path.isdir(path):
         raise BadInput(f"{option} {path!r} is a folder; give a file name")
@@ -191,6 +215,10 @@ def cmd_train(args) -> int:
     check_writable(args.model, "--model")
     if args.report:
         check_writable(args.report, "--report")
+    from .batches import input_files
+    check_distinct({"the data": input_files(args.data)[0],
+                    **({"the evaluation data": input_files(args.eval)[0]} if args.eval else {}),
+                    "--model": args.model, **({"--report": args.report} if args.report else {})})
     started = time.perf_counter()
     data = _Data(args)
     with _client(args) as client:
@@ -236,6 +264,7 @@ def cmd_predict(args) -> int:
     booster = _model(args.model)
     data = _Data(args)
     data.check_output(args.output, args.data)
+    check_distinct({"the model": args.model, "--output": args.output})
     with _client(args):
         frame = data.read(args.data)
         scored = booster.transform(frame, name=args.name, output_margin=args.margin)

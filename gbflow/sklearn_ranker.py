@@ -29,12 +29,19 @@ def _group_qid(group, n_rows: int, what: str):
 
 
 def _group_weights(weight, group, what: str):
-    """One weight per entry of ``group`` (empty queries included, as XGBoost counts them) as
-    row weights; anything else as it is (``_row_weights`` reads it)."""
-    if weight is None or group is None or np.ndim(weight) != 1 or \
-            len(weight) != len(group) or len(weight) == int(np.sum(group)):
+    """One weight per entry of ``group`` as row weights; anything else as it is
+    (``_row_weights`` reads it). Empty queries (sizes of 0) with weights are refused: XGBoost
+    counts their weights in its query-weight normalisation, which gbflow's queries of rows
+    cannot hold."""
+    if weight is None or group is None:
         return weight
-    return np.repeat(np.asarray(weight, dtype=np.float64), np.asarray(group).astype(np.int64))
+    sizes = np.asarray(group).astype(np.int64)
+    if (sizes == 0).any():
+        raise ValueError(f"{what} with group sizes of 0 (empty queries): give the queries "
+                         f"without the empty ones, or qid= with a weight a row")
+    if np.ndim(weight) != 1 or len(weight) != len(sizes) or len(weight) == int(sizes.sum()):
+        return weight
+    return np.repeat(np.asarray(weight, dtype=np.float64), sizes)
 
 
 def _split_qid(X, qid, what: str, group=None):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -10,7 +11,7 @@ import pandas as pd
 import pytest
 
 import gbflow
-from gbflow.cli import main
+from gbflow.cli import main, output_parts
 
 
 @pytest.fixture
@@ -126,7 +127,9 @@ def test_outputs_replace_whole_or_are_refused_before_work(folder, capsys, monkey
     tmp, df = folder
     out = tmp / "scores"
     write_dask(dd.from_pandas(df, npartitions=5), str(out))
-    write_dask(dd.from_pandas(df.iloc[:900], npartitions=3), str(out))
+    with pytest.raises(FileExistsError, match="not replaced"):  # (no rule: nothing replaced)
+        write_dask(dd.from_pandas(df.iloc[:900], npartitions=3), str(out))
+    write_dask(dd.from_pandas(df.iloc[:900], npartitions=3), str(out), output_parts)
     assert sorted(p.name for p in out.iterdir()) == [f"part.{i}.parquet" for i in range(3)]
     assert len(pd.read_parquet(out)) == 900
 
@@ -156,7 +159,7 @@ def test_outputs_replace_whole_or_are_refused_before_work(folder, capsys, monkey
     # input; a file name ending in a separator is refused; a link's target gets the output
     (tmp / "project").mkdir()
     (tmp / "project" / "notes.txt").write_text("keep")
-    for output, message in ((tmp / "project", "holding 'notes.txt'"),
+    for output, message in ((tmp / "project", "holding more than an earlier output's part"),
                             (tmp / "data", "holds the input data"),
                             (tmp, "holds the input data")):
         assert main(["predict", f"{tmp}/m.json", f"{tmp}/data", "--output", str(output),
@@ -165,6 +168,32 @@ def test_outputs_replace_whole_or_are_refused_before_work(folder, capsys, monkey
     assert (tmp / "project" / "notes.txt").read_text() == "keep"
     assert main(["predict", f"{tmp}/m.json", f"{tmp}/data", "--output", f"{tmp}/o.csv/"]) == 2
     assert "ends with a folder separator" in capsys.readouterr().err
+    # a folder named like a part is no part: refused, nothing deleted
+    (tmp / "parted" / "part.0.parquet").mkdir(parents=True)
+    (tmp / "parted" / "part.0.parquet" / "thesis.txt").write_text("keep")
+    assert main(["predict", f"{tmp}/m.json", f"{tmp}/data", "--output", f"{tmp}/parted",
+                 "--local-cluster", "1"]) == 2
+    assert "holding more than an earlier output's part files" in capsys.readouterr().err
+    assert (tmp / "parted" / "part.0.parquet" / "thesis.txt").read_text() == "keep"
+    # no output or model over an input, the model or each other; no unknown extension
+    part = next((tmp / "data").iterdir())
+    for argv, message in (
+            (["train", f"{tmp}/data", "--label", "y", "--model", str(part)], "same file as"),
+            (["train", f"{tmp}/data", "--label", "y", "--model", f"{tmp}/m2.json", "--report",
+              f"{tmp}/m2.json"], "--report .* is the same file as --model"),
+            (["predict", f"{tmp}/m.json", str(part), "--output", str(part)],
+             "is or holds the input data"),
+            (["predict", f"{tmp}/m.json", f"{tmp}/data", "--output", f"{tmp}/m.json"],
+             "name it .parquet")):
+        assert main(argv) == 2
+        assert re.search(message, capsys.readouterr().err)
+    # a linked model file is written through: the link stays
+    (tmp / "models").mkdir()
+    (tmp / "current.json").symlink_to(tmp / "models" / "real.json")
+    assert main(["train", f"{tmp}/data", "--label", "y", "--rounds", "2", "--quiet",
+                 "--model", f"{tmp}/current.json"]) == 0
+    assert (tmp / "current.json").is_symlink() and gbflow.load_model(
+        tmp / "models" / "real.json").num_boosted_rounds() == 2
     (tmp / "real.csv").write_text("old\n")
     (tmp / "link.csv").symlink_to(tmp / "real.csv")
     assert main(["predict", f"{tmp}/m.json", f"{tmp}/data", "--output", f"{tmp}/link.csv"]) == 0

@@ -13,12 +13,13 @@ def read_dask(files: list[str], fmt: str, gpu: bool = False):
     return dd.read_parquet(files) if fmt == "parquet" else dd.read_csv(files)
 
 
-def write_dask(frame, path: str) -> None:
+def write_dask(frame, path: str, old_parts=None) -> None:
     """Write a Dask DataFrame as a Parquet folder (one file a partition) at ``path``, whole
-    or not at all: an earlier folder there is replaced, none of its parts left among the new
-    ones (``atomic_file.write_through``)."""
+    or not at all: an earlier folder there, whose files ``old_parts`` names, is replaced, none
+    of its parts left among the new ones (``atomic_file.write_through``)."""
     from ..atomic_file import write_through
-    write_through(path.rstrip("/") or path, lambda tmp: frame.to_parquet(tmp, write_index=False))
+    write_through(path.rstrip("/") or path, lambda tmp: frame.to_parquet(tmp, write_index=False),
+                  old_parts)
 
 
 @contextlib.contextmanager
