@@ -94,15 +94,16 @@ def aucpr_values(xp, queries, label, prediction, extra=None):
     tp_end, fp_end = tp[ends], fp[ends]
     tp_before = xp.where(follows, xp.concatenate([xp.zeros(1, dtype=xp.int64), tp_end[:-1]]), 0)
     fp_before = xp.where(follows, xp.concatenate([xp.zeros(1, dtype=xp.int64), fp_end[:-1]]), 0)
-    total_positive = tp[last[ends]].astype(xp.float64)
+    # each query's totals are its last place's prefix sums (``aucpr_counted``'s, from them)
+    positives, negatives = tp[queries.starts[1:] - 1], fp[queries.starts[1:] - 1]
     areas = tallies.pr_areas(xp, (tp_end - tp_before).astype(xp.float64),
                              (fp_end - fp_before).astype(xp.float64),
                              tp_end.astype(xp.float64), fp_end.astype(xp.float64),
-                             xp.maximum(total_positive, 1.0))
+                             xp.maximum(positives[query], 1).astype(xp.float64))
     by_place = xp.zeros(n, dtype=xp.float64)
     by_place[ends] = areas
     values = queries.sums(by_place)
-    return _weighed(xp, queries, xp.where(aucpr_counted(xp, queries, label), values, 0.0))
+    return _weighed(xp, queries, xp.where((positives > 0) & (negatives > 0), values, 0.0))
 
 
 def aucpr_counted(xp, queries, label):
