@@ -28,20 +28,14 @@ def _group_qid(group, n_rows: int, what: str):
     return np.repeat(np.arange(sizes.size), sizes.astype(np.int64))
 
 
-def _group_weights(weight, group, what: str):
-    """One weight per entry of ``group`` as row weights; anything else as it is
-    (``_row_weights`` reads it). Empty queries (sizes of 0) with weights are refused: XGBoost
-    counts their weights in its query-weight normalisation, which gbflow's queries of rows
-    cannot hold."""
-    if weight is None or group is None:
-        return weight
-    sizes = np.asarray(group).astype(np.int64)
-    if (sizes == 0).any():
+def _check_group_weights(weight, group, what: str) -> None:
+    """ValueError for weights with empty queries (group sizes of 0): XGBoost counts their
+    weights in its query-weight normalisation, which gbflow's queries of rows cannot hold.
+    (Otherwise ``group``'s query ids ascend in its order: ``_row_weights`` reads one weight a
+    group as one a query.)"""
+    if weight is not None and group is not None and (np.asarray(group) == 0).any():
         raise ValueError(f"{what} with group sizes of 0 (empty queries): give the queries "
                          f"without the empty ones, or qid= with a weight a row")
-    if np.ndim(weight) != 1 or len(weight) != len(sizes) or len(weight) == int(sizes.sum()):
-        return weight
-    return np.repeat(np.asarray(weight, dtype=np.float64), sizes)
 
 
 def _split_qid(X, qid, what: str, group=None):
@@ -185,7 +179,7 @@ class GBFlowRanker(GBFlowRegressor):
                             "gbflow.train(ddf, label, params={'objective': 'rank:ndcg'}, "
                             "qid='query column')")
         X, qid = _split_qid(X, qid, "X", group)
-        sample_weight = _group_weights(sample_weight, group, "sample_weight")
+        _check_group_weights(sample_weight, group, "sample_weight")
         sample_weight = _row_weights(sample_weight, qid, "sample_weight")
         eval_set = list(eval_set) if eval_set is not None else None
         for name, value in (("eval_qid", eval_qid), ("eval_group", eval_group)):
@@ -206,7 +200,7 @@ class GBFlowRanker(GBFlowRegressor):
                 raise TypeError(f"eval_set[{i}] must be an (X, y) pair, got "
                                 f"{type(pair).__name__}")
             data, q = _split_qid(pair[0], q, f"eval_set[{i}]", g)
-            w = _group_weights(w, g, f"sample_weight_eval_set[{i}]")
+            _check_group_weights(w, g, f"sample_weight_eval_set[{i}]")
             pairs.append((data, pair[1]))
             qids.append(q)
             weights[i] = _row_weights(w, q, f"sample_weight_eval_set[{i}]")
