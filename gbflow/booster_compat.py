@@ -185,7 +185,7 @@ class XGBoostBoosterMethods:
 
 
 def explain_kind(output_margin: bool, pred_leaf: bool, pred_contribs: bool,
-                  approx_contribs: bool, pred_interactions: bool) -> str:
+                 approx_contribs: bool, pred_interactions: bool) -> str:
     """What ``predict`` computes: "value", "leaf", "contribs", "approx_contribs" or
     "interactions"; a clear error for options that do not go together."""
     chosen = [n for n, on in (("pred_leaf", pred_leaf), ("pred_contribs", pred_contribs),

@@ -2,6 +2,8 @@
 ``EvaluationMonitor``, and the runner training uses."""
 from __future__ import annotations
 
+from .evaluation import maximized_by_name
+
 
 class TrainingCallback:
     """Hooks into training, as XGBoost's ``xgboost.callback.TrainingCallback`` (subclass it and
@@ -87,7 +89,6 @@ class EarlyStopping(TrainingCallback):
         return data, metric
 
     def after_iteration(self, model, epoch: int, evals_log: dict) -> bool:
-        from .evaluation import maximized_by_name
         data, metric = self._watched(evals_log)
         values = evals_log[data][metric]
         if len(values) == self._seen:  # no new value this round (metric_period)
