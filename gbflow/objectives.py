@@ -31,10 +31,9 @@ MULTICLASS_SHARE_EPS = 1e-6
 # XGBoost's kRtEps: a logistic base score (given, or the mean label) is kept this far inside
 # (0, 1) before its logit, so a single-class label starts at a finite margin
 LOGISTIC_BASE_EPS = 1e-6
-
-
+# the bounds as float32s, as XGBoost keeps them (its margins of 300 base scores in (0, 1):
+# _logit's within 3 float32 ulps, most equal)
 _LOW, _HIGH = np.float32(LOGISTIC_BASE_EPS), np.float32(1.0) - np.float32(LOGISTIC_BASE_EPS)
-# (XGBoost's margins of 300 base scores in (0, 1): these within 3 float32 ulps, most equal)
 
 
 def _logit(p: float) -> float:
